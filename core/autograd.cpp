@@ -1,0 +1,190 @@
+// core/autograd.cpp: the backward engine (see autograd.h for the algorithm).
+#include "core/autograd.h"
+
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
+#include "core/profile.h"
+
+namespace tandem::autograd {
+namespace {
+thread_local bool t_grad_mode = true;
+thread_local bool t_in_backward = false;
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+std::atomic<uint64_t> g_next_seq{0};
+
+// a += b, creating a when absent. Gradients that meet at one node are summed out of place.
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!g.defined()) return;
+  slot = slot.defined() ? ops::add(slot, g) : g;
+}
+}  // namespace
+
+Node::Node() : sequence_nr(g_next_seq.fetch_add(1)) {}
+
+std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>& grad_outputs) {
+  TANDEM_CHECK(fn_ != nullptr, "backward through ", name_,
+               " a second time: its saved tensors were freed by the first backward");
+  return fn_(grad_outputs);
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
+  auto leaf_impl = leaf_.lock();
+  if (!leaf_impl || !grad_outputs[0].defined()) return {};
+  Tensor leaf(leaf_impl);
+  const Tensor& g = grad_outputs[0];
+  TANDEM_CHECK(g.shape() == leaf.shape(), "gradient ", g.str(), " does not match its leaf ", leaf.str());
+  Tensor cur = leaf.grad();
+  if (cur.defined()) {
+    ops::add_(cur, g.dtype() == cur.dtype() ? g : ops::cast_raw(g, cur.dtype()));  // in place: .grad may be a bucket view
+  } else {
+    leaf.set_grad(g.dtype() == leaf.dtype() ? g.clone() : ops::cast_raw(g, leaf.dtype()));
+  }
+  for (auto& hook : leaf_impl->grad_ready_hooks) hook(leaf);
+  return {};
+}
+
+bool grad_mode_enabled() { return t_grad_mode; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_mode) { t_grad_mode = false; }
+NoGradGuard::~NoGradGuard() { t_grad_mode = prev_; }
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  TensorImpl& impl = t.impl();
+  if (impl.grad_fn) return {impl.grad_fn, impl.output_nr};
+  if (!impl.grad_accumulator) impl.grad_accumulator = std::make_shared<AccumulateGrad>(t.impl_ptr());
+  return {impl.grad_accumulator, 0};
+}
+
+void record(const std::string& name, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
+            FunctionNode::Fn fn) {
+  if (!any_requires_grad(inputs)) return;
+  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  node->num_outputs = static_cast<uint32_t>(outputs.size());
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& in : inputs) node->next_edges.push_back(gradient_edge(in));
+  for (uint32_t i = 0; i < outputs.size(); ++i) {
+    TensorImpl& o = outputs[i]->impl();
+    o.requires_grad = true;
+    o.grad_fn = node;
+    o.output_nr = i;
+  }
+}
+
+bool in_backward() { return t_in_backward; }
+
+void queue_callback(std::function<void()> cb) {
+  TANDEM_CHECK(t_callbacks != nullptr, "queue_callback must be called during a backward pass");
+  t_callbacks->push_back(std::move(cb));
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots) {
+  TANDEM_CHECK(roots.size() == grad_roots.size(), "backward: ", roots.size(), " roots but ", grad_roots.size(),
+               " gradients");
+  TANDEM_CHECK(!t_in_backward, "backward called from inside a backward (re-entrant backward is not supported)");
+  profile::Range range("backward");
+  NoGradGuard no_grad;
+  t_in_backward = true;
+  std::vector<std::function<void()>> callbacks;
+  t_callbacks = &callbacks;
+  struct Reset {
+    ~Reset() { t_in_backward = false; t_callbacks = nullptr; }
+  } reset;
+
+  // Seed gradients.
+  std::unordered_map<Node*, std::vector<Tensor>> inputs;  // pending output-gradients per node
+  std::vector<std::shared_ptr<Node>> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    TANDEM_CHECK(r.requires_grad(), "backward on ", r.str(),
+                 " which does not require grad: no parameter it depends on requires grad (or it was computed under no_grad)");
+    Tensor g = grad_roots[i];
+    if (!g.defined()) {
+      TANDEM_CHECK(r.numel() == 1, "backward on non-scalar ", r.str(), " needs an explicit gradient");
+      g = Tensor::ones(r.shape(), r.dtype(), r.device());
+    }
+    TANDEM_CHECK(g.shape() == r.shape(), "backward: gradient ", g.str(), " does not match root ", r.str());
+    Edge e = gradient_edge(r);
+    auto& slot = inputs[e.fn.get()];
+    slot.resize(e.fn->num_outputs);
+    accumulate(slot[e.input_nr], g);
+    seeds.push_back(e.fn);
+  }
+
+  // 1. Dependency counts: how many edges point at each node from the reachable graph.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (auto& s : seeds)
+    if (seen.insert(s.get()).second) stack.push_back(s.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.fn) continue;
+      ++deps[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  // 2. Ready queue ordered by sequence number, newest first.
+  auto later = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    return a->sequence_nr < b->sequence_nr;
+  };
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later)> ready(later);
+  {
+    std::unordered_set<Node*> queued;
+    for (auto& s : seeds)
+      if (deps[s.get()] == 0 && queued.insert(s.get()).second) ready.push(s);
+  }
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    std::vector<Tensor> grads = std::move(inputs[node.get()]);
+    inputs.erase(node.get());
+    grads.resize(node->num_outputs);
+    bool has_grad = false;
+    for (auto& g : grads) has_grad = has_grad || g.defined();
+    std::vector<Tensor> out;
+    if (has_grad) {  // a node that received nothing only passes the dependency count on
+      profile::Range node_range(node->name().c_str(), profile::Level::Op);
+      out = node->apply(grads);
+    }
+    node->release();  // 3. free saved tensors as soon as they are used
+    grads.clear();
+    TANDEM_CHECK(out.size() == node->next_edges.size() || out.empty(), node->name(), " returned ", out.size(),
+                 " gradients for ", node->next_edges.size(), " inputs");
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.fn) continue;
+      if (!out.empty() && out[i].defined()) {
+        auto& slot = inputs[e.fn.get()];
+        slot.resize(e.fn->num_outputs);
+        accumulate(slot[e.input_nr], out[i]);
+      }
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn);
+    }
+  }
+  for (auto& cb : callbacks) cb();
+}
+
+}  // namespace tandem::autograd

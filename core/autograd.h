@@ -1,0 +1,113 @@
+// core/autograd.h: define-by-run reverse-mode differentiation.
+//
+// Each differentiable op that sees an input requiring grad records a Node holding what backward
+// needs (its "saved" tensors) and edges to the nodes of its inputs. A leaf that requires grad gets an
+// AccumulateGrad node. Tensor::backward() walks the graph reachable from the root:
+//   1. counts, for every node, how many gradient contributions it will receive;
+//   2. runs nodes as soon as all their contributions arrived, newest first (highest sequence
+//      number), which is reverse topological order and approximates reverse execution order - the
+//      order in which dist/ expects gradients to become ready;
+//   3. frees each node's saved tensors right after it ran, so peak memory falls during backward;
+//   4. in AccumulateGrad, adds into the leaf's .grad in place (so .grad can be a view into a
+//      dist/ bucket) and then fires the leaf's grad-ready hooks: exactly once per leaf per backward.
+// Backward always runs with grad mode off: tandem does not do double backward.
+// Callbacks queued with queue_callback() during a backward run after its last node: dist/ uses
+// this to wait for outstanding all-reduces.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tandem::autograd {
+
+struct Edge {
+  std::shared_ptr<Node> fn;  // null when that input needs no gradient
+  uint32_t input_nr = 0;     // which of fn's outputs this edge feeds
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  // grad_outputs[i] is the gradient w.r.t. output i (undefined if nothing flowed into it; nodes
+  // with one output always get a defined gradient). Returns one gradient per next_edges entry
+  // (undefined allowed where the edge's fn is null).
+  virtual std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) = 0;
+  // Frees the saved tensors. Called by the engine right after apply().
+  virtual void release() {}
+  virtual std::string name() const = 0;
+
+  std::vector<Edge> next_edges;
+  uint32_t num_outputs = 1;
+  uint64_t sequence_nr;  // creation order; later nodes run first
+};
+
+// The node used by almost every op: a name plus a closure. Whatever the closure captures is the
+// op's saved state, and is destroyed by release().
+class FunctionNode : public Node {
+ public:
+  using Fn = std::function<std::vector<Tensor>(std::vector<Tensor>& grad_outputs)>;
+  FunctionNode(std::string name, Fn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) override;
+  void release() override { fn_ = nullptr; }
+  std::string name() const override { return name_; }
+
+ private:
+  std::string name_;
+  Fn fn_;
+};
+
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) { num_outputs = 1; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) override;
+  std::string name() const override { return "AccumulateGrad"; }
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;  // weak: the leaf owns this node, not the other way round
+};
+
+// ---- grad mode ----
+bool grad_mode_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// ---- recording ops ----
+// True when grad mode is on and any input requires grad: only then is a node worth recording.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Records `fn` as the backward of an op with the given inputs and outputs, if any input requires
+// grad. The closure gets the output gradients and returns one gradient per input (in order; return
+// an undefined Tensor for inputs that need none). Never capture an output in the closure (that
+// makes a cycle): capture out.detach() instead.
+void record(const std::string& name, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
+            FunctionNode::Fn fn);
+// Convenience for the common one-output case.
+inline void record(const std::string& name, const std::vector<Tensor>& inputs, Tensor& output,
+                   FunctionNode::Fn fn) {
+  record(name, inputs, std::vector<Tensor*>{&output}, std::move(fn));
+}
+
+// The edge that a gradient for `t` flows along (its grad_fn, its accumulator, or none).
+Edge gradient_edge(const Tensor& t);
+
+// ---- running backward ----
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);
+// Runs `cb` once the current backward has finished all nodes (must be called during a backward).
+void queue_callback(std::function<void()> cb);
+bool in_backward();
+
+}  // namespace tandem::autograd

@@ -1,0 +1,40 @@
+// core/cuda/context.cpp: lazily created per-device compute streams.
+#include "core/cuda/context.h"
+
+#include <array>
+#include <mutex>
+
+#include "core/check.h"
+
+namespace tandem::cuda {
+namespace {
+std::array<cudaStream_t, 16> g_streams{};
+std::mutex g_mutex;
+}  // namespace
+
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+cudaStream_t compute_stream(int device) {
+  TANDEM_CHECK(device >= 0 && device < 16, "device index ", device, " out of range");
+  if (g_streams[device]) return g_streams[device];
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_streams[device]) {
+    int prev = current_device();
+    CUDA_CHECK(cudaSetDevice(device));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaSetDevice(prev));
+    g_streams[device] = s;
+  }
+  return g_streams[device];
+}
+
+cudaStream_t compute_stream() { return compute_stream(current_device()); }
+
+void synchronize() { CUDA_CHECK(cudaStreamSynchronize(compute_stream()), "an earlier kernel failed"); }
+
+}  // namespace tandem::cuda

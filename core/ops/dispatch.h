@@ -1,0 +1,36 @@
+// core/ops/dispatch.h: helpers for op implementations (internal).
+//
+// TANDEM_CPU_FLOAT_TYPES(dtype, T, body) runs body with T = float or double. CPU kernels compute in
+// f32/f64 only; a 16-bit CPU tensor must be cast first, and the error says so.
+// TANDEM_BACKEND(t, cpu_call, cuda_call) picks the backend by t's device; in a CPU-only build the
+// CUDA branch is compiled out (no CUDA tensor can exist there).
+#pragma once
+#include "core/check.h"
+#include "core/tensor.h"
+
+#define TANDEM_CPU_FLOAT_TYPES(dtype, T, ...)                                                            \
+  [&] {                                                                                                  \
+    switch (dtype) {                                                                                     \
+      case ::tandem::DType::F32: { using T = float; return __VA_ARGS__(); }                              \
+      case ::tandem::DType::F64: { using T = double; return __VA_ARGS__(); }                             \
+      default:                                                                                           \
+        TANDEM_THROW("CPU kernels compute in f32 or f64, got ", ::tandem::dtype_name(dtype),              \
+                     ": cast the tensor with .to(DType::F32) first");                                    \
+    }                                                                                                    \
+  }()
+
+#ifdef TANDEM_WITH_CUDA
+#define TANDEM_BACKEND(t, cpu_call, cuda_call) \
+  do {                                         \
+    if ((t).is_cuda()) {                       \
+      cuda_call;                               \
+    } else {                                   \
+      cpu_call;                                \
+    }                                          \
+  } while (0)
+#else
+#define TANDEM_BACKEND(t, cpu_call, cuda_call) \
+  do {                                         \
+    cpu_call;                                  \
+  } while (0)
+#endif

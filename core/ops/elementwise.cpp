@@ -1,0 +1,154 @@
+// core/ops/elementwise.cpp: shape checks, backend dispatch and autograd for elementwise ops.
+#include "core/ops/elementwise.h"
+
+#include "core/autograd.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/kernels/elementwise.h"
+
+namespace tandem::ops {
+using kernels::Binary;
+using kernels::Unary;
+
+namespace {
+
+bool trailing_broadcast(const Tensor& a, const Tensor& b) {
+  if (b.dim() > a.dim()) return false;
+  for (int64_t i = 1; i <= b.dim(); ++i)
+    if (a.shape()[a.dim() - i] != b.shape()[b.dim() - i]) return false;
+  return true;
+}
+
+void check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_broadcast) {
+  check_same_device(a, b, op);
+  check_same_dtype(a, b, op);
+  if (a.shape() == b.shape()) return;
+  TANDEM_CHECK(allow_broadcast && trailing_broadcast(a, b), op, ": shapes ", shape_str(a.shape()), " and ",
+               shape_str(b.shape()), " do not match", allow_broadcast ? " (b may only broadcast along leading dims of a)" : "");
+}
+
+Tensor run_unary(Unary op, const Tensor& x, float alpha) {
+  Tensor y = Tensor::empty_like(x);
+  TANDEM_BACKEND(x, kernels::unary_cpu(op, x, y, alpha), kernels::unary_cuda(op, x, y, alpha));
+  return y;
+}
+
+Tensor run_binary(Binary op, const Tensor& a, const Tensor& b, float alpha = 1, float beta = 1) {
+  Tensor y = Tensor::empty_like(a);
+  TANDEM_BACKEND(a, kernels::binary_cpu(op, a, b, y, alpha, beta), kernels::binary_cuda(op, a, b, y, alpha, beta));
+  return y;
+}
+
+// Gradient for an input that may have been broadcast: reduce to its shape.
+Tensor reduce_like(const Tensor& g, const Tensor& input_like) {
+  if (g.shape() == input_like.shape()) return g;
+  return sum_to_trailing(g, input_like.shape());
+}
+
+}  // namespace
+
+Tensor sum_to_trailing(const Tensor& g, const Shape& trailing) {
+  int64_t n = shape_numel(trailing);
+  TANDEM_CHECK(n > 0 && g.numel() % n == 0, "sum_to_trailing: ", g.str(), " does not end in ", shape_str(trailing));
+  Tensor out = Tensor::empty(trailing, g.dtype(), g.device());
+  Tensor g2 = g.detach().view({g.numel() / n, n});
+  TANDEM_BACKEND(g, kernels::sum_leading_cpu(g2, out), kernels::sum_leading_cuda(g2, out));
+  return out;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  check_binary(a, b, "add", true);
+  Tensor y = run_binary(Binary::Add, a, b);
+  autograd::record("AddBackward", {a, b}, y, [sa = a.shape(), sb = b.shape()](std::vector<Tensor>& g) {
+    return std::vector<Tensor>{g[0], sa == sb ? g[0] : sum_to_trailing(g[0], sb)};
+  });
+  return y;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  check_binary(a, b, "sub", true);
+  Tensor y = run_binary(Binary::Sub, a, b);
+  autograd::record("SubBackward", {a, b}, y, [sa = a.shape(), sb = b.shape()](std::vector<Tensor>& g) {
+    Tensor gb = scale(g[0], -1.0f);
+    return std::vector<Tensor>{g[0], sa == sb ? gb : sum_to_trailing(gb, sb)};
+  });
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  check_binary(a, b, "mul", true);
+  Tensor y = run_binary(Binary::Mul, a, b);
+  bool ga = a.requires_grad(), gb = b.requires_grad();
+  autograd::record("MulBackward", {a, b}, y,
+                   [a = gb ? a.detach() : Tensor(), b = ga ? b.detach() : Tensor(), ga, gb](std::vector<Tensor>& g) {
+                     Tensor da, db;
+                     if (ga) da = run_binary(Binary::Mul, g[0], b);
+                     if (gb) db = reduce_like(run_binary(Binary::Mul, g[0], a), b);
+                     return std::vector<Tensor>{da, db};
+                   });
+  return y;
+}
+
+Tensor scale(const Tensor& x, float alpha) {
+  Tensor y = run_unary(Unary::Scale, x, alpha);
+  autograd::record("ScaleBackward", {x}, y,
+                   [alpha](std::vector<Tensor>& g) { return std::vector<Tensor>{run_unary(Unary::Scale, g[0], alpha)}; });
+  return y;
+}
+
+Tensor add_scalar(const Tensor& x, float alpha) {
+  Tensor y = run_unary(Unary::AddScalar, x, alpha);
+  autograd::record("AddScalarBackward", {x}, y, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  return y;
+}
+
+Tensor axpby(const Tensor& a, const Tensor& b, float alpha, float beta) {
+  check_binary(a, b, "axpby", false);
+  Tensor y = run_binary(Binary::Axpby, a, b, alpha, beta);
+  autograd::record("AxpbyBackward", {a, b}, y, [alpha, beta](std::vector<Tensor>& g) {
+    return std::vector<Tensor>{run_unary(Unary::Scale, g[0], alpha), run_unary(Unary::Scale, g[0], beta)};
+  });
+  return y;
+}
+
+Tensor relu(const Tensor& x) {
+  Tensor y = run_unary(Unary::Relu, x, 0);
+  // Saving the output instead of the input is equivalent for ReLU (y > 0 iff x > 0) and lets the
+  // input be freed; a detached alias avoids the output->node->output cycle.
+  autograd::record("ReluBackward", {x}, y, [y = y.detach()](std::vector<Tensor>& g) {
+    return std::vector<Tensor>{run_binary(Binary::ReluBackward, g[0], y)};
+  });
+  return y;
+}
+
+Tensor gelu(const Tensor& x) {
+  Tensor y = run_unary(Unary::Gelu, x, 0);
+  autograd::record("GeluBackward", {x}, y, [x = x.detach()](std::vector<Tensor>& g) {
+    return std::vector<Tensor>{run_binary(Binary::GeluBackward, g[0], x)};
+  });
+  return y;
+}
+
+Tensor square(const Tensor& x) {
+  Tensor y = run_unary(Unary::Square, x, 0);
+  autograd::record("SquareBackward", {x}, y, [x = x.detach()](std::vector<Tensor>& g) {
+    return std::vector<Tensor>{run_binary(Binary::Axpby, run_binary(Binary::Mul, g[0], x), x, 2.0f, 0.0f)};
+  });
+  return y;
+}
+
+void add_(Tensor& a, const Tensor& b) {
+  check_binary(a, b, "add_", true);
+  TANDEM_BACKEND(a, kernels::binary_cpu(Binary::Add, a, b, a, 1, 1), kernels::binary_cuda(Binary::Add, a, b, a, 1, 1));
+}
+
+void scale_(Tensor& a, float alpha) {
+  TANDEM_BACKEND(a, kernels::unary_cpu(Unary::Scale, a, a, alpha), kernels::unary_cuda(Unary::Scale, a, a, alpha));
+}
+
+void axpby_(Tensor& a, const Tensor& b, float alpha, float beta) {
+  check_binary(a, b, "axpby_", false);
+  TANDEM_BACKEND(a, kernels::binary_cpu(Binary::Axpby, a, b, a, alpha, beta),
+                 kernels::binary_cuda(Binary::Axpby, a, b, a, alpha, beta));
+}
+
+}  // namespace tandem::ops

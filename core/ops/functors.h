@@ -1,0 +1,72 @@
+// core/ops/functors.h: elementwise math, written once, compiled for both backends.
+//
+// Each functor is a small struct with a templated call operator marked TANDEM_HD, which is
+// __host__ __device__ under nvcc and plain inline otherwise. The CPU loops (core/ops/cpu/) and the
+// CUDA kernels (core/ops/cuda/) instantiate the same functors, so forward and backward math cannot
+// drift apart between backends. T is double (CPU gradient checks) or float (everything else:
+// 16-bit inputs are widened to float before the functor runs and narrowed after).
+// A functor may carry parameters (alpha, beta) as fields.
+#pragma once
+#include <cmath>
+
+#ifdef __CUDACC__
+#define TANDEM_HD __host__ __device__ __forceinline__
+#else
+#define TANDEM_HD inline
+#endif
+
+namespace tandem::fn {
+
+// ---- unary: y = f(x) ----
+struct Scale {
+  float alpha;
+  template <typename T> TANDEM_HD T operator()(T x) const { return x * static_cast<T>(alpha); }
+};
+struct AddScalar {
+  float alpha;
+  template <typename T> TANDEM_HD T operator()(T x) const { return x + static_cast<T>(alpha); }
+};
+struct Relu {
+  template <typename T> TANDEM_HD T operator()(T x) const { return x > T(0) ? x : T(0); }
+};
+// GELU, exact form x * Phi(x) with Phi the normal CDF (PyTorch's default, and BERT's).
+struct Gelu {
+  template <typename T> TANDEM_HD T operator()(T x) const {
+    return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+  }
+};
+struct Square {
+  template <typename T> TANDEM_HD T operator()(T x) const { return x * x; }
+};
+
+// ---- binary: y = f(a, b) ----
+struct Add {
+  template <typename T> TANDEM_HD T operator()(T a, T b) const { return a + b; }
+};
+struct Sub {
+  template <typename T> TANDEM_HD T operator()(T a, T b) const { return a - b; }
+};
+struct Mul {
+  template <typename T> TANDEM_HD T operator()(T a, T b) const { return a * b; }
+};
+// alpha * a + beta * b
+struct Axpby {
+  float alpha, beta;
+  template <typename T> TANDEM_HD T operator()(T a, T b) const {
+    return static_cast<T>(alpha) * a + static_cast<T>(beta) * b;
+  }
+};
+// dx = dy where x > 0. At x == 0 the subgradient 0 is used, as PyTorch does.
+struct ReluBackward {
+  template <typename T> TANDEM_HD T operator()(T dy, T x) const { return x > T(0) ? dy : T(0); }
+};
+// d/dx [x Phi(x)] = Phi(x) + x phi(x)
+struct GeluBackward {
+  template <typename T> TANDEM_HD T operator()(T dy, T x) const {
+    T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    T pdf = exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+    return dy * (cdf + x * pdf);
+  }
+};
+
+}  // namespace tandem::fn

@@ -1,0 +1,102 @@
+// core/storage.cpp: CPU (aligned) and CUDA (stream-ordered pool) allocation with byte counters.
+#include "core/storage.h"
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+
+#include "core/check.h"
+#ifdef TANDEM_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda/context.h"
+#endif
+
+namespace tandem {
+namespace {
+
+constexpr int kMaxDevices = 17;  // slot 0 is the CPU, 1..16 are GPUs: a node has at most 16 GPUs
+
+struct Counter {
+  std::atomic<int64_t> current{0};
+  std::atomic<int64_t> peak{0};
+};
+std::array<Counter, kMaxDevices> g_counters;
+
+Counter& counter(Device d) {
+  int slot = d.is_cpu() ? 0 : 1 + d.index;
+  TANDEM_CHECK(slot < kMaxDevices, "device index ", d.index, " is out of range (at most 16 GPUs per process)");
+  return g_counters[slot];
+}
+
+void count(Device d, int64_t delta) {
+  Counter& c = counter(d);
+  int64_t now = c.current.fetch_add(delta) + delta;
+  int64_t peak = c.peak.load();
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+#ifdef TANDEM_WITH_CUDA
+void configure_pool(int device) {
+  static std::array<std::atomic<bool>, kMaxDevices> done{};
+  if (done[device].exchange(true)) return;
+  cudaMemPool_t pool;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  // Keep freed blocks in the pool: without this every free returns memory to the driver at the
+  // next sync and cudaMallocAsync degenerates into cudaMalloc.
+  uint64_t threshold = UINT64_MAX;
+  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+#endif
+
+}  // namespace
+
+Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded);
+    TANDEM_CHECK(data_ != nullptr, "out of host memory allocating ", bytes, " bytes");
+  } else {
+#ifdef TANDEM_WITH_CUDA
+    configure_pool(device.index);
+    CUDA_CHECK(cudaSetDevice(device.index));
+    cudaError_t e = cudaMallocAsync(&data_, bytes, cuda::compute_stream(device.index));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      MemoryStats s = memory_stats(device);
+      TANDEM_THROW("out of GPU memory on ", device.str(), " allocating ", bytes, " bytes (", s.current_bytes,
+                   " bytes in use by tandem): reduce --batch, use --amp bf16 or --zero 1/2");
+    }
+#else
+    TANDEM_THROW("cannot allocate on ", device.str(), ": tandem was built without CUDA");
+#endif
+  }
+  count(device, static_cast<int64_t>(bytes));
+}
+
+Storage::~Storage() {
+  if (!data_) return;
+  if (device_.is_cpu()) {
+    std::free(data_);
+  } else {
+#ifdef TANDEM_WITH_CUDA
+    // Destructors must not throw; a failed free at teardown is not actionable.
+    cudaFreeAsync(data_, cuda::compute_stream(device_.index));
+#endif
+  }
+  count(device_, -static_cast<int64_t>(bytes_));
+}
+
+MemoryStats memory_stats(Device d) {
+  Counter& c = counter(d);
+  return {c.current.load(), c.peak.load()};
+}
+
+void reset_peak_memory(Device d) {
+  Counter& c = counter(d);
+  c.peak.store(c.current.load());
+}
+
+}  // namespace tandem

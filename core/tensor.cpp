@@ -1,0 +1,249 @@
+// core/tensor.cpp: Tensor factories, views, copies and host transfers.
+#include "core/tensor.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/ops/copy.h"
+#ifdef TANDEM_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda/context.h"
+#endif
+
+namespace tandem {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) TANDEM_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  TANDEM_CHECK(dtype != DType::F64 || device.is_cpu(), "f64 tensors live on the CPU only (they exist for gradient checks)");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero_();
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill_(value);
+  return t;
+}
+
+namespace {
+template <typename Src>
+Tensor host_values(const std::vector<Src>& v, const Shape& shape, DType dtype, Device device) {
+  TANDEM_CHECK(static_cast<int64_t>(v.size()) == shape_numel(shape), "from_vector: ", v.size(),
+               " values do not fill shape ", shape_str(shape));
+  Tensor host = Tensor::empty(shape, dtype_of<Src>::value, Device::cpu());
+  if (!v.empty()) std::memcpy(host.data_ptr(), v.data(), v.size() * sizeof(Src));
+  Tensor typed = dtype == host.dtype() ? host : ops::cast_raw(host, dtype);
+  return device.is_cpu() ? typed : typed.to(device);
+}
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape, DType dtype, Device device) {
+  return host_values(v, shape, dtype, device);
+}
+Tensor Tensor::from_vector_f64(const std::vector<double>& v, const Shape& shape, DType dtype, Device device) {
+  if (dtype != DType::F64 && !device.is_cpu()) return host_values(v, shape, DType::F64, Device::cpu()).to(dtype).to(device);
+  return host_values(v, shape, dtype, device);
+}
+Tensor Tensor::from_vector_i64(const std::vector<int64_t>& v, const Shape& shape, DType dtype, Device device) {
+  return host_values(v, shape, dtype, device);
+}
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t n = dim();
+  if (d < 0) d += n;
+  TANDEM_CHECK(d >= 0 && d < n, "dimension ", d, " out of range for a tensor of shape ", shape_str(shape()));
+  return impl().shape[static_cast<size_t>(d)];
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "undefined";
+  return std::string(dtype_name(dtype())) + shape_str(shape()) + " on " + device().str();
+}
+
+Tensor Tensor::view(const Shape& shape_in) const {
+  Shape shape = shape_in;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      TANDEM_CHECK(infer < 0, "view: only one dimension can be -1 in ", shape_str(shape_in));
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    TANDEM_CHECK(known > 0 && numel() % known == 0, "view: cannot infer -1 in ", shape_str(shape_in), " for ", str());
+    shape[static_cast<size_t>(infer)] = numel() / known;
+  }
+  TANDEM_CHECK(shape_numel(shape) == numel(), "view: shape ", shape_str(shape_in), " does not match ", str());
+  auto impl2 = std::make_shared<TensorImpl>();
+  impl2->storage = impl().storage;
+  impl2->offset = impl().offset;
+  impl2->shape = shape;
+  impl2->dtype = impl().dtype;
+  return Tensor(std::move(impl2));
+}
+
+Tensor Tensor::slice(int64_t start, int64_t end) const {
+  TANDEM_CHECK(dim() >= 1, "slice on a 0-d tensor");
+  TANDEM_CHECK(!(requires_grad() && autograd::grad_mode_enabled()),
+               "slice() is not differentiable; call it under NoGradGuard or on a detached tensor");
+  int64_t n = size(0);
+  TANDEM_CHECK(0 <= start && start <= end && end <= n, "slice [", start, ", ", end, ") out of range for ", str());
+  int64_t row = n ? numel() / n : 0;
+  auto impl2 = std::make_shared<TensorImpl>();
+  impl2->storage = impl().storage;
+  impl2->offset = impl().offset + static_cast<size_t>(start * row) * dtype_size(dtype());
+  impl2->shape = shape();
+  impl2->shape[0] = end - start;
+  impl2->dtype = dtype();
+  return Tensor(std::move(impl2));
+}
+
+Tensor Tensor::detach() const { return view(shape()); }
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  return ops::to_device(*this, d);
+}
+
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  return ops::cast(*this, t);
+}
+
+void Tensor::copy_(const Tensor& src) {
+  TANDEM_CHECK(src.numel() == numel(), "copy_: source ", src.str(), " and destination ", str(), " differ in size");
+  TANDEM_CHECK(src.dtype() == dtype(), "copy_: source ", src.str(), " and destination ", str(),
+               " differ in dtype; cast first with .to(dtype)");
+  if (nbytes() == 0) return;
+  if (device().is_cpu() && src.device().is_cpu()) {
+    std::memmove(data_ptr(), src.data_ptr(), nbytes());
+    return;
+  }
+#ifdef TANDEM_WITH_CUDA
+  // All copies are ordered on the compute stream of the GPU side; a copy that ends on the host
+  // must be complete before the caller reads it, so it synchronises.
+  int dev = is_cuda() ? device().index : src.device().index;
+  cudaStream_t s = cuda::compute_stream(dev);
+  CUDA_CHECK(cudaMemcpyAsync(data_ptr(), src.data_ptr(), nbytes(), cudaMemcpyDefault, s));
+  if (device().is_cpu()) CUDA_CHECK(cudaStreamSynchronize(s));
+#else
+  TANDEM_THROW("copy between ", src.device().str(), " and ", device().str(), " in a CPU-only build");
+#endif
+}
+
+void Tensor::zero_() {
+  if (nbytes() == 0) return;
+  if (device().is_cpu()) {
+    std::memset(data_ptr(), 0, nbytes());
+    return;
+  }
+#ifdef TANDEM_WITH_CUDA
+  CUDA_CHECK(cudaMemsetAsync(data_ptr(), 0, nbytes(), cuda::compute_stream(device().index)));
+#endif
+}
+
+void Tensor::fill_(double value) { ops::fill_(*this, value); }
+
+std::vector<float> Tensor::to_vector() const {
+  Tensor h = device().is_cpu() ? *this : to(Device::cpu());
+  if (h.dtype() != DType::F32) h = ops::cast_raw(h, DType::F32);
+  const float* p = h.data<float>();
+  return std::vector<float>(p, p + h.numel());
+}
+
+std::vector<double> Tensor::to_vector_f64() const {
+  Tensor h = device().is_cpu() ? *this : to(Device::cpu());
+  if (h.dtype() != DType::F64) h = ops::cast_raw(h, DType::F64);
+  const double* p = h.data<double>();
+  return std::vector<double>(p, p + h.numel());
+}
+
+std::vector<int64_t> Tensor::to_vector_i64() const {
+  Tensor h = device().is_cpu() ? *this : to(Device::cpu());
+  if (h.dtype() != DType::I64) h = ops::cast_raw(h, DType::I64);
+  const int64_t* p = h.data<int64_t>();
+  return std::vector<int64_t>(p, p + h.numel());
+}
+
+double Tensor::item() const {
+  TANDEM_CHECK(numel() == 1, "item() needs a one-element tensor, got ", str());
+  return to_vector_f64()[0];
+}
+
+Tensor& Tensor::set_requires_grad(bool r) {
+  TANDEM_CHECK(!r || is_floating(dtype()), "only floating-point tensors can require grad, got ", str());
+  TANDEM_CHECK(is_leaf(), "set_requires_grad on a non-leaf tensor; detach() it first");
+  impl().requires_grad = r;
+  return *this;
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  if (g.defined()) {
+    TANDEM_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), "set_grad: gradient ",
+                 g.str(), " does not match parameter ", str());
+  }
+  impl().grad = g.impl_ptr();
+}
+
+void Tensor::backward(const Tensor& gradient) const {
+  autograd::backward({*this}, {gradient});
+}
+
+void Tensor::register_grad_ready_hook(GradReadyHook hook) {
+  TANDEM_CHECK(is_leaf() && requires_grad(), "grad-ready hooks attach to leaves that require grad, not ", str());
+  impl().grad_ready_hooks.push_back(std::move(hook));
+}
+
+void Tensor::clear_grad_ready_hooks() { impl().grad_ready_hooks.clear(); }
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  TANDEM_CHECK(a.device() == b.device(), op, ": inputs on different devices (", a.str(), " vs ", b.str(),
+               "); move them with .to(device)");
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  TANDEM_CHECK(a.dtype() == b.dtype(), op, ": inputs of different dtypes (", a.str(), " vs ", b.str(),
+               "); cast with .to(dtype)");
+}
+
+void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* what) {
+  TANDEM_CHECK(t.shape() == expected, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ",
+               shape_str(expected));
+}
+
+}  // namespace tandem

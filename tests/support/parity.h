@@ -1,0 +1,35 @@
+// tests/support/parity.h: CPU vs CUDA parity for an op, forward and backward.
+//
+// The CPU path is the reference. Inputs are fresh random f32 tensors (never zeros). For a 16-bit
+// dtype, the inputs are first rounded to that dtype and widened back, so both backends see exactly
+// the same values, and only the op's own arithmetic differs: the CPU computes in f32 from the
+// rounded inputs, the GPU computes in `dtype` (with whatever internal precision its kernels use).
+// The upstream gradient is random too, rounded the same way. Outputs and every input gradient are
+// compared with |gpu - cpu| <= atol + rtol * |cpu|; the first mismatches are printed so a person
+// can judge them. Non-floating inputs (labels, indices) are copied unchanged.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tandem::testing {
+
+struct Tolerance {
+  double rtol;
+  double atol;
+  const char* why;  // the reason for these numbers, printed on failure
+};
+
+// Returns "" on success, else a report. `inputs` are CPU tensors (f32 or integer); floating inputs
+// get requires_grad unless listed in `no_grad_inputs`.
+std::string parity_check(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f,
+                         const std::vector<Tensor>& inputs, DType dtype, Tolerance tol,
+                         std::vector<size_t> no_grad_inputs = {}, uint64_t seed = 99);
+
+// Compares two host value lists; returns "" or the first mismatches.
+std::string compare_values(const std::string& what, const std::vector<float>& ref, const std::vector<float>& got,
+                           Tolerance tol);
+
+}  // namespace tandem::testing

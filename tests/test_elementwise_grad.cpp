@@ -1,0 +1,41 @@
+// tests/test_elementwise_grad.cpp: finite-difference checks of the elementwise ops in f64.
+#include <doctest/doctest.h>
+
+#include "core/ops/ops.h"
+#include "tests/support/gradcheck.h"
+
+using namespace tandem;
+using testing::gradcheck;
+using testing::rand_f64;
+
+TEST_CASE("add/sub/mul with and without trailing broadcast") {
+  for (auto op : {ops::add, ops::sub, ops::mul}) {
+    auto f = [&](const std::vector<Tensor>& in) { return op(in[0], in[1]); };
+    CHECK(gradcheck(f, {rand_f64({2, 3, 4}, 1), rand_f64({2, 3, 4}, 2)}) == "");
+    CHECK(gradcheck(f, {rand_f64({2, 3, 4}, 3), rand_f64({4}, 4)}) == "");
+    CHECK(gradcheck(f, {rand_f64({2, 3, 4}, 5), rand_f64({3, 4}, 6)}) == "");
+  }
+}
+
+TEST_CASE("scale, add_scalar, axpby, square") {
+  CHECK(gradcheck([](auto& in) { return ops::scale(in[0], -1.5f); }, {rand_f64({7}, 1)}) == "");
+  CHECK(gradcheck([](auto& in) { return ops::add_scalar(in[0], 0.25f); }, {rand_f64({7}, 2)}) == "");
+  CHECK(gradcheck([](auto& in) { return ops::axpby(in[0], in[1], 0.5f, -2.0f); }, {rand_f64({5}, 3), rand_f64({5}, 4)}) == "");
+  CHECK(gradcheck([](auto& in) { return ops::square(in[0]); }, {rand_f64({6}, 5)}) == "");
+}
+
+TEST_CASE("relu away from the kink, gelu everywhere") {
+  // Shift inputs away from 0: finite differences straddling the kink are meaningless.
+  Tensor x = rand_f64({40}, 7, 0.05, 1.0, false);
+  std::vector<double> v = x.to_vector_f64();
+  for (size_t i = 0; i < v.size(); i += 2) v[i] = -v[i];
+  Tensor xr = Tensor::from_vector_f64(v, {40});
+  xr.set_requires_grad(true);
+  CHECK(gradcheck([](auto& in) { return ops::relu(in[0]); }, {xr}) == "");
+  CHECK(gradcheck([](auto& in) { return ops::gelu(in[0]); }, {rand_f64({40}, 8, -3, 3)}) == "");
+}
+
+TEST_CASE("cast is differentiable") {
+  CHECK(gradcheck([](auto& in) { return ops::cast(ops::scale(ops::cast(in[0], DType::F32), 2.0f), DType::F64); },
+                  {rand_f64({5}, 9)}, {1e-3, 1e-5, 1e-4}) == "");
+}
