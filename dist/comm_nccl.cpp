@@ -1,0 +1,220 @@
+// dist/comm_nccl.cpp: the NCCL communicator (CUDA builds only; not run on the CPU-only CI).
+//
+// Streams and events - the whole trick of overlapping communication with backward:
+//   compute stream:  ... grad kernels of bucket k | record E_k | more backward kernels ...
+//   comm stream:                                wait E_k | ncclAllReduce(bucket k) | record D_k
+//   compute stream (end of backward):                                    wait D_k | scale by 1/N
+// The comm stream waits for E_k, so the all-reduce reads finished gradients; the compute stream
+// waits for D_k before using the averaged gradients. Neither wait blocks the host: the CPU keeps
+// enqueueing backward kernels while NCCL runs. A host sync here would serialise the two streams.
+//
+// Timing uses CUDA events recorded on the streams (Mark = event), so the timeline shows when the
+// GPU actually started and finished each all-reduce, not when the host enqueued it.
+// NVTX ranges named like the trace events ("allreduce bucket 3") mark the enqueue on the host.
+//
+// Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
+// outstanding collective's end event; past comm_timeout_s it calls watchdog_abort (bootstrap.cpp),
+// which names the rank(s) that never reached it and aborts the job.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/cuda/context.h"
+#include "dist/bootstrap.h"
+
+namespace tandem::dist {
+namespace {
+
+struct EventMark final : Mark {
+  cudaEvent_t ev = nullptr;
+  explicit EventMark(cudaStream_t s) {
+    CUDA_CHECK(cudaEventCreate(&ev));
+    CUDA_CHECK(cudaEventRecord(ev, s));
+  }
+  ~EventMark() override { cudaEventDestroy(ev); }
+  double us_since(const Mark& origin) const override {
+    const auto& o = static_cast<const EventMark&>(origin);
+    CUDA_CHECK(cudaEventSynchronize(o.ev));
+    CUDA_CHECK(cudaEventSynchronize(ev));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, o.ev, ev));
+    return 1000.0 * ms;
+  }
+};
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+  }
+  TANDEM_THROW("no NCCL type for ", dtype_name(t));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Avg ? ncclAvg : ncclSum; }
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(int device, std::shared_ptr<EventMark> start, std::shared_ptr<EventMark> end, std::vector<Tensor> keep)
+      : device_(device), start_(std::move(start)), end_(std::move(end)), keep_(std::move(keep)) {}
+  void wait() override {
+    // The compute stream waits for the comm stream; the host returns at once.
+    CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(device_), end_->ev, 0));
+  }
+  bool done() override { return cudaEventQuery(end_->ev) == cudaSuccess; }
+  MarkPtr started() const override { return start_; }
+  MarkPtr finished() const override { return end_; }
+
+ private:
+  int device_;
+  std::shared_ptr<EventMark> start_, end_;
+  std::vector<Tensor> keep_;  // the buffers stay alive while NCCL may still use them
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm world, Device gpu, double timeout_s) : device_(gpu.index), timeout_s_(timeout_s) {
+    MPI_CHECK(MPI_Comm_rank(world, &rank_));
+    MPI_CHECK(MPI_Comm_size(world, &size_));
+    MPI_CHECK(MPI_Comm_dup(world, &watch_));
+    // NCCL's rendezvous: rank 0 makes a unique id, MPI carries it to everyone.
+    ncclUniqueId id;
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, world));
+    CUDA_CHECK(cudaSetDevice(device_));
+    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_), "check that every rank sees its own GPU");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    scratch_ = Tensor::zeros({1}, DType::F32, gpu);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+  ~NcclCommunicator() override {
+    stop_ = true;
+    watchdog_.join();
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+    MPI_Comm_free(&watch_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "nccl"; }
+  MarkPtr mark() override { return std::make_shared<EventMark>(cuda::compute_stream(device_)); }
+
+  WorkPtr all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
+    check_gpu(t, name);
+    return enqueue(name, {t}, [&] {
+      NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_, stream_));
+    });
+  }
+  WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
+    check_gpu(in, name);
+    check_gpu(out, name);
+    check_same_dtype(in, out, "reduce_scatter");
+    TANDEM_CHECK(in.numel() == out.numel() * size_, name, ": input has ", in.numel(), " elements, expected ", size_,
+                 " x ", out.numel());
+    return enqueue(name, {in, out}, [&] {
+      NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.dtype()), nccl_op(op),
+                                   comm_, stream_));
+    });
+  }
+  WorkPtr all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
+    check_gpu(in, name);
+    check_gpu(out, name);
+    check_same_dtype(in, out, "all_gather");
+    TANDEM_CHECK(out.numel() == in.numel() * size_, name, ": output has ", out.numel(), " elements, expected ",
+                 size_, " x ", in.numel());
+    return enqueue(name, {in, out}, [&] {
+      NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.dtype()), comm_, stream_));
+    });
+  }
+  WorkPtr broadcast(Tensor& t, int root, const std::string& name) override {
+    check_gpu(t, name);
+    return enqueue(name, {t}, [&] {
+      NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), root, comm_, stream_));
+    });
+  }
+  WorkPtr barrier(const std::string& name) override {
+    Tensor s = scratch_;  // NCCL has no barrier: a one-element all-reduce is one
+    return all_reduce(s, ReduceOp::Sum, name);
+  }
+
+ private:
+  void check_gpu(const Tensor& t, const std::string& name) const {
+    TANDEM_CHECK(t.is_cuda() && t.device().index == device_, name, ": NCCL works on tensors on cuda:", device_,
+                 ", got ", t.str(), "; use comm_for(tensor.device())");
+  }
+
+  template <typename F>
+  WorkPtr enqueue(const std::string& name, std::vector<Tensor> keep, F&& call) {
+    nvtxRangePushA(name.c_str());
+    // Hand-off from the compute stream: everything enqueued so far (the gradients) before NCCL.
+    cudaEvent_t ready;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ready, cuda::compute_stream(device_)));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
+    CUDA_CHECK(cudaEventDestroy(ready));  // released by the driver once the wait has consumed it
+    auto start = std::make_shared<EventMark>(stream_);
+    call();
+    auto end = std::make_shared<EventMark>(stream_);
+    nvtxRangePop();
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      outstanding_.push_back({++issued_, name, end, std::chrono::steady_clock::now()});
+    }
+    return std::make_shared<NcclWork>(device_, start, end, std::move(keep));
+  }
+
+  // Watchdog thread: retires finished collectives, aborts the job when the oldest one is overdue.
+  void watch() {
+    CUDA_CHECK(cudaSetDevice(device_));
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::lock_guard<std::mutex> lock(m_);
+      while (!outstanding_.empty() && cudaEventQuery(outstanding_.front().end->ev) == cudaSuccess)
+        outstanding_.pop_front();
+      if (outstanding_.empty()) continue;
+      const Pending& p = outstanding_.front();
+      watchdog_answer(watch_, p.seq);
+      if (std::chrono::steady_clock::now() - p.issued > std::chrono::duration<double>(timeout_s_))
+        watchdog_abort(watch_, p.seq, p.name, timeout_s_);
+    }
+  }
+
+  struct Pending {
+    long long seq;
+    std::string name;
+    std::shared_ptr<EventMark> end;
+    std::chrono::steady_clock::time_point issued;
+  };
+  int device_;
+  double timeout_s_;
+  int rank_ = 0, size_ = 1;
+  MPI_Comm watch_ = MPI_COMM_NULL;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  Tensor scratch_;
+  std::mutex m_;
+  std::deque<Pending> outstanding_;
+  long long issued_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm world, Device gpu, double timeout_s) {
+  return std::make_unique<NcclCommunicator>(world, gpu, timeout_s);
+}
+
+}  // namespace tandem::dist
