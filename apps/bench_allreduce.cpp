@@ -1,0 +1,114 @@
+// apps/bench_allreduce.cpp: all-reduce time and bandwidth over message sizes, per backend.
+//
+//   mpiexec -n 4 bench_allreduce --max-bytes 64M --json allreduce.json
+//
+// For each size (8 B, 16 B, ... doubling up to --max-bytes, 256 MiB by default) and backend
+// (MPI on CPU tensors; NCCL on GPU tensors when a GPU is present) it times --reps all-reduces
+// (after --warmup untimed ones), each started after a barrier, and reports the median. Bandwidths
+// follow nccl-tests (doc/PERFORMANCE.md there):
+//   algbw = bytes / time
+//   busbw = algbw * 2 (n - 1) / n   - what each link carries in a ring all-reduce, comparable
+//                                     across world sizes and with the hardware's link speed.
+// Times are averaged over ranks. The table shows why dist/ buckets gradients: small messages are
+// latency-bound (tiny busbw); only messages of megabytes approach the link's bandwidth.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dist/bootstrap.h"
+#ifdef TANDEM_WITH_CUDA
+#include "core/cuda/context.h"
+#endif
+
+using namespace tandem;
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Median seconds of one all-reduce of `bytes` bytes of `dtype` on `device`, averaged over ranks.
+double time_allreduce(Device device, DType dtype, size_t bytes, int warmup, int reps) {
+  dist::Communicator& comm = dist::comm_for(device);
+  dist::Communicator& cpu = dist::comm_for(Device::cpu());
+  const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(bytes / dtype_size(dtype)));
+  Tensor t = Tensor::ones({n}, dtype, device);
+  std::vector<double> secs;
+  for (int i = 0; i < warmup + reps; ++i) {
+    cpu.barrier("bench barrier")->wait();
+    auto t0 = std::chrono::steady_clock::now();
+    comm.all_reduce(t, dist::ReduceOp::Sum, "bench allreduce")->wait();
+#ifdef TANDEM_WITH_CUDA
+    if (device.is_cuda()) cuda::synchronize();  // wait() only ordered the compute stream
+#endif
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) secs.push_back(s);
+  }
+  Tensor m = Tensor::from_vector({static_cast<float>(median(secs))}, {1});
+  cpu.all_reduce(m, dist::ReduceOp::Avg, "bench average")->wait();
+  return m.item();
+}
+
+size_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  double v = std::stod(s, &pos);
+  std::string unit = s.substr(pos);
+  if (unit == "K" || unit == "KiB") v *= 1024;
+  else if (unit == "M" || unit == "MiB") v *= 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") v *= 1024.0 * 1024 * 1024;
+  else TANDEM_CHECK(unit.empty() || unit == "B", "unknown size unit '", unit, "': use B, K, M or G (powers of 1024)");
+  return static_cast<size_t>(v);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"All-reduce time, algbw and busbw over message sizes (MPI on CPU, NCCL on GPU)"};
+  std::string max_bytes = "256M", min_bytes = "8", backend = "all", dtype_name = "f32", json_path;
+  int warmup = 3, reps = 11;
+  app.add_option("--min-bytes", min_bytes, "smallest message (B, K, M, G)")->capture_default_str();
+  app.add_option("--max-bytes", max_bytes, "largest message; small values keep CI runs quick")->capture_default_str();
+  app.add_option("--backend", backend, "mpi, nccl or all")->check(CLI::IsMember({"mpi", "nccl", "all"}))->capture_default_str();
+  app.add_option("--dtype", dtype_name, "f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed all-reduces per size")->capture_default_str();
+  app.add_option("--reps", reps, "timed all-reduces per size (the median is reported)")->capture_default_str();
+  app.add_option("--json", json_path, "also write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  const dist::World& w = dist::init();
+  const DType dtype = dtype_from_name(dtype_name);
+  std::vector<std::pair<std::string, Device>> backends;
+  if (backend != "nccl") backends.emplace_back("mpi/cpu", Device::cpu());
+  if (backend != "mpi") {
+    if (w.device.is_cuda()) backends.emplace_back(std::string(dist::comm_for(w.device).backend()) + "/gpu", w.device);
+    else if (w.rank == 0) std::printf("# no GPU: skipping the NCCL sweep\n");
+  }
+  nlohmann::json results = nlohmann::json::array();
+  const double bus_factor = 2.0 * (w.size - 1) / w.size;
+  for (auto& [name, device] : backends) {
+    if (w.rank == 0)
+      std::printf("# %s, %d ranks, %s\n%12s %12s %12s %12s %12s\n", name.c_str(), w.size, dtype_name.c_str(), "bytes",
+                  "elements", "time_us", "algbw_GB/s", "busbw_GB/s");
+    for (size_t bytes = parse_bytes(min_bytes); bytes <= parse_bytes(max_bytes); bytes *= 2) {
+      double s = time_allreduce(device, dtype, bytes, warmup, reps);
+      double algbw = bytes / s / 1e9;
+      if (w.rank == 0) {
+        std::printf("%12zu %12zu %12.1f %12.3f %12.3f\n", bytes, bytes / dtype_size(dtype), s * 1e6, algbw,
+                    algbw * bus_factor);
+        std::fflush(stdout);
+      }
+      results.push_back({{"backend", name}, {"ranks", w.size}, {"dtype", dtype_name}, {"bytes", bytes},
+                         {"time_us", s * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", algbw * bus_factor}});
+    }
+  }
+  if (w.rank == 0 && !json_path.empty()) {
+    std::ofstream f(json_path);
+    TANDEM_CHECK(f.good(), "cannot write ", json_path);
+    f << results.dump(2) << "\n";
+  }
+  dist::finalize();
+  return 0;
+}
