@@ -6,7 +6,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+
 #include "core/autograd.h"
+#include "core/profile.h"
 #include "core/ops/elementwise.h"
 #include "dist/bootstrap.h"
 #include "dist/reducer.h"
@@ -173,4 +179,30 @@ TEST_CASE("compute_overlap: exposed is the communication after backward ended") 
   CHECK(s.comm_us == doctest::Approx(75));
   CHECK(s.exposed_us == doctest::Approx(30));
   CHECK(s.overlap == doctest::Approx(45.0 / 75));
+}
+
+TEST_CASE("write_trace: one Chrome trace on rank 0, a process per rank, bucket all-reduces on track 1") {
+  Communicator& c = comm_for(Device::cpu());
+  profile::take_events();  // start clean
+  profile::enable_trace(profile::Level::Step);
+  Toy toy;
+  ReducerOptions o;
+  o.bucketing = {1000, 3000};
+  Reducer red(toy.params, c, o);
+  toy.zero_grad();
+  toy.backward(c.rank());
+  red.timeline().steps();  // resolving the timings adds the bucket events
+  const std::string path = "dist_trace_test_" + std::to_string(c.size()) + ".json";
+  write_trace(path);
+  profile::disable_trace();
+  if (c.rank() == 0) {
+    std::ifstream f(path);
+    REQUIRE(f.good());
+    nlohmann::json j = nlohmann::json::parse(f);
+    std::set<int> pids_with_buckets;
+    for (const auto& e : j["traceEvents"])
+      if (e["ph"] == "X" && e["name"] == "allreduce bucket 0" && e["tid"] == 1) pids_with_buckets.insert(e["pid"].get<int>());
+    CHECK(pids_with_buckets.size() == static_cast<size_t>(c.size()));
+    std::remove(path.c_str());
+  }
 }
