@@ -7,7 +7,8 @@
 // of cuBLASLt / cuDNN called directly (apps/bench_ops_gpu.h) and tandem / direct: 1.00 means no
 // overhead. Times are medians of --reps CUDA-event timings after --warmup runs.
 // CPU part (always): GFLOP/s of ops::matmul in f32 next to cblas_sgemm on the same shapes (smaller
-// than the GPU ones so the part finishes in seconds).
+// than the GPU ones so the part finishes in seconds), and ops::conv2d next to the one sgemm that its
+// im2col reduces to, so that ratio is im2col's cost.
 // --json FILE writes every row. Performance is reported, never asserted.
 #include <cblas.h>
 
@@ -83,6 +84,33 @@ void cpu_part(const Options& o, json& rows) {
     rows.push_back({{"part", "cpu_gemm"}, {"name", s.name}, {"dtype", "f32"}, {"m", s.m}, {"n", s.n}, {"k", s.k},
                     {"tandem_ms", t_tandem}, {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b},
                     {"ratio", t_tandem / t_blas}});
+  }
+  // Conv: the direct baseline is the single sgemm that im2col reduces the conv to (on pre-built
+  // columns), so the ratio is the price of im2col and of tandem's chunking.
+  struct C {
+    const char* name;
+    int64_t n, h, c, o, k, stride, pad;
+  };
+  const C convs[] = {{"3x3 64->64 @56, batch 2", 2, 56, 64, 64, 3, 1, 1},
+                     {"1x1 256->64 @56, batch 2", 2, 56, 256, 64, 1, 1, 0},
+                     {"3x3/2 128->128 @28, batch 2", 2, 28, 128, 128, 3, 2, 1}};
+  std::printf("\nCPU conv2d forward, f32, NHWC                        tandem GFLOP/s   im2col-GEMM GFLOP/s   ratio\n");
+  for (const C& s : convs) {
+    int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1, npix = s.n * oh * oh, kk = s.k * s.k * s.c;
+    Tensor x = Tensor::full({s.n, s.h, s.h, s.c}, 0.01), w = Tensor::full({s.o, s.k, s.k, s.c}, 0.01);
+    ops::Conv2dParams p;
+    p.stride_h = p.stride_w = static_cast<int>(s.stride);
+    p.pad_h = p.pad_w = static_cast<int>(s.pad);
+    std::vector<float> col(npix * kk, 0.01f), y(npix * s.o);
+    double t_tandem = cpu_median_ms(1, o.cpu_reps, [&] { ops::conv2d(x, w, Tensor(), p); });
+    double t_blas = cpu_median_ms(1, o.cpu_reps, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, npix, s.o, kk, 1.0f, col.data(), kk, w.data<float>(), kk,
+                  0.0f, y.data(), s.o);
+    });
+    double flop = 2.0 * npix * s.o * kk, g_t = flop / t_tandem / 1e6, g_b = flop / t_blas / 1e6;
+    std::printf("  %-50s %14.1f   %19.1f   %5.2f\n", s.name, g_t, g_b, t_tandem / t_blas);
+    rows.push_back({{"part", "cpu_conv"}, {"name", s.name}, {"dtype", "f32"}, {"tandem_ms", t_tandem},
+                    {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b}, {"ratio", t_tandem / t_blas}});
   }
 }
 
