@@ -97,6 +97,8 @@ TEST_CASE("linear gradients with and without bias") {
   CHECK(gradcheck(no_bias, {rand_f64({3, 5}, 17), rand_f64({4, 5}, 18)}) == "");
   // Frozen weight, trainable input: only dx is computed.
   CHECK(gradcheck(no_bias, {rand_f64({3, 5}, 19), rand_f64({4, 5}, 20, -1, 1, false)}) == "");
+  // Frozen weight, trainable bias: db cannot ride on the dW GEMM and takes the separate column sum.
+  CHECK(gradcheck(with_bias, {rand_f64({3, 5}, 21), rand_f64({4, 5}, 22, -1, 1, false), rand_f64({4}, 23)}) == "");
 }
 
 TEST_CASE("shape errors say what to fix") {

@@ -122,8 +122,10 @@ bool try_build(const GemmArgs& g, DType dt, bool tf32, const int64_t align[4], b
     p.fused = with_epilogue;
     return true;
   }
-  // NOT_SUPPORTED / zero results mean "no kernel for this combination", not a user error.
-  TANDEM_CHECK(st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED,
+  // With an epilogue, any failure means "not fusable here" (cuBLASLt reports unsupported epilogue
+  // combinations as NOT_SUPPORTED or INVALID_VALUE depending on version): the caller retries
+  // without it. Without one, only "no kernel" (NOT_SUPPORTED / zero results) is tolerated here.
+  TANDEM_CHECK(with_epilogue || st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED,
                "cublasLtMatmulAlgoGetHeuristic failed: ", cublasGetStatusName(st));
   for (auto* l : {&p.a, &p.b, &p.c}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(*l));
   CUBLAS_CHECK(cublasLtMatmulDescDestroy(p.desc));
