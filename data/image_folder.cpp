@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "core/check.h"
 
@@ -26,16 +27,18 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageFolderOptions opt) :
 
   for (size_t k = 0; k < classes_.size(); ++k) {
     fs::path class_dir = fs::path(split_dir) / classes_[k];
-    std::vector<std::string> rel;
+    // (folder, file name) pairs sorted as torchvision's sorted(os.walk(...)) + sorted(fnames) visits
+    // them: by the folder's full path string first, then by name within the folder.
+    std::vector<std::pair<std::string, std::string>> found;
     for (auto it = fs::recursive_directory_iterator(class_dir, fs::directory_options::follow_directory_symlink);
          it != fs::recursive_directory_iterator(); ++it) {
       if (it->is_directory()) continue;
-      std::string name = it->path().string();
-      if (has_image_extension(name)) rel.push_back(fs::relative(it->path(), class_dir).string());
+      if (has_image_extension(it->path().string()))
+        found.emplace_back(it->path().parent_path().string(), it->path().filename().string());
     }
-    std::sort(rel.begin(), rel.end());
-    for (const auto& r : rel) {
-      files_.push_back((class_dir / r).string());
+    std::sort(found.begin(), found.end());
+    for (const auto& [folder, name] : found) {
+      files_.push_back((fs::path(folder) / name).string());
       labels_.push_back(static_cast<int64_t>(k));
     }
   }

@@ -2,9 +2,9 @@
 //
 // Layout: <split>/<class>/<...>/<file>. Class folders are sorted by name in byte order (Python's
 // sorted() on str, which torchvision uses), and class k is the k-th folder. Files are found
-// recursively below each class folder (torchvision walks with os.walk, sorted); within a class they
-// are sorted by their path relative to the class folder, so sample indices are the same on every
-// machine and rank. A file counts as an image when its extension is .jpg, .jpeg, .png or .bmp in
+// recursively below each class folder and ordered as torchvision's sorted(os.walk()) visits them:
+// by containing folder (full path string), then by file name. So class/z.jpg comes before
+// class/sub/a.jpg, and sample indices match torchvision's on every machine and rank. A file counts as an image when its extension is .jpg, .jpeg, .png or .bmp in
 // any letter case; anything else (README, .DS_Store) is ignored. Hidden folders are not skipped,
 // as in torchvision. Empty class folders are kept (the class exists, it just has no samples).
 //
