@@ -5,7 +5,6 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 
 #include "core/check.h"
 
@@ -61,8 +60,13 @@ bool try_decode_file(const std::string& path, Image& out, std::string* reason) {
     if (reason) *reason = "the file cannot be opened (missing or no read permission)";
     return false;
   }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
+  // One read of the whole file: far faster than streaming iterators for multi-100 KB JPEGs.
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  std::vector<uint8_t> bytes(size > 0 ? static_cast<size_t>(size) : 0);
+  if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
+  if (size < 0 || !in) {
     if (reason) *reason = "reading the file failed (I/O error)";
     return false;
   }
