@@ -1,5 +1,6 @@
 // tests/test_safetensors.cpp: the safetensors reader/writer - round trips of every dtype, the byte
-// layout the format prescribes, atomic writes, and clear errors on damaged files.
+// layout the format prescribes, atomic writes, clear errors on damaged files, and the conv layout
+// conversion (OIHW in the file, OHWI in tandem) on a hand-built file.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include "core/random.h"
 #include "core/safetensors.h"
+#include "layers/state_dict.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;
@@ -219,4 +221,62 @@ TEST_CASE("damaged files fail with an error naming the file and the problem") {
     std::string e = error_for(make_file(R"({"__metadata__":{"step":3}})", ""));
     CHECK(e.find("is not a string") != std::string::npos);
   }
+}
+
+// ---- layout conversion: a PyTorch (OIHW) conv weight in a hand-built file lands OHWI in tandem ----
+
+namespace {
+// Stands in for layers' Conv2d: state_dict recognises conv weights by type_name() == "Conv2d".
+struct ConvLike : Module {
+  ConvLike(int64_t o, int64_t k, int64_t i) {
+    register_parameter("weight", Tensor::zeros({o, k, k, i}));  // OHWI, tandem's layout
+    register_parameter("bias", Tensor::zeros({o}));
+  }
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Conv2d"; }
+};
+struct Net : Module {
+  std::shared_ptr<ConvLike> conv;
+  Net() { conv = register_module("conv1", std::make_shared<ConvLike>(2, 3, 4)); }
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Net"; }
+};
+}  // namespace
+
+TEST_CASE("an OIHW conv weight written by hand loads as OHWI, element by element, and saves back as OIHW") {
+  TempDir dir;
+  const int64_t O = 2, I = 4, K = 3;
+  // PyTorch's layout: w[o][i][h][w] at ((o*I + i)*K + h)*K + w. The value encodes its index, so any
+  // misplaced element shows up.
+  std::vector<float> oihw(O * I * K * K);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < I; ++i)
+      for (int64_t h = 0; h < K; ++h)
+        for (int64_t w = 0; w < K; ++w) oihw[((o * I + i) * K + h) * K + w] = 1000.f * o + 100.f * i + 10.f * h + w;
+  std::string header = R"({"conv1.weight":{"dtype":"F32","shape":[2,4,3,3],"data_offsets":[0,288]},)"
+                       R"("conv1.bias":{"dtype":"F32","shape":[2],"data_offsets":[288,296]}})";
+  float bias[2] = {0.25f, -0.5f};
+  std::string data(reinterpret_cast<const char*>(oihw.data()), oihw.size() * 4);
+  data += std::string(reinterpret_cast<const char*>(bias), 8);
+  write_bytes(dir.file("torch.safetensors"), make_file(header, data));
+
+  Net net;
+  load_model(dir.file("torch.safetensors"), net);
+  const Tensor& w = net.conv->named_parameters()[0].second;
+  REQUIRE(w.shape() == Shape{O, K, K, I});
+  std::vector<float> got = w.to_vector();
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t h = 0; h < K; ++h)
+      for (int64_t x = 0; x < K; ++x)
+        for (int64_t i = 0; i < I; ++i) {
+          INFO("o=", o, " h=", h, " w=", x, " i=", i);
+          CHECK(got[((o * K + h) * K + x) * I + i] == 1000.f * o + 100.f * i + 10.f * h + x);
+        }
+  CHECK(net.conv->named_parameters()[1].second.to_vector() == std::vector<float>{0.25f, -0.5f});
+
+  // And back: the saved file holds exactly the bytes PyTorch wrote.
+  save_model(dir.file("back.safetensors"), net);
+  auto f = safetensors::load(dir.file("back.safetensors"));
+  CHECK(f.at("conv1.weight").shape() == Shape{O, I, K, K});
+  CHECK(f.at("conv1.weight").to_vector() == oihw);
 }
