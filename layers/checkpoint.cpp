@@ -24,6 +24,14 @@ T parse_int(const safetensors::Metadata& m, const std::string& key, const std::s
   return v;
 }
 
+// The conv weight that optimizer tensor `name` belongs to ("conv1.weight.momentum_buffer" ->
+// "conv1.weight"), or "" when it belongs to none.
+std::string conv_owner(const std::string& name, const std::vector<std::string>& convs) {
+  for (const std::string& c : convs)
+    if (name.size() > c.size() + 1 && name.compare(0, c.size(), c) == 0 && name[c.size()] == '.') return c;
+  return "";
+}
+
 std::string get(const safetensors::Metadata& m, const std::string& key) {
   auto it = m.find(key);
   return it == m.end() ? "" : it->second;
@@ -36,7 +44,15 @@ void save_checkpoint(const std::string& path, const Module& model, const NamedTe
   // A model tensor named "optimizer.*" would be read back as optimizer state: refuse it.
   for (const auto& [n, t] : all)
     TANDEM_CHECK(n.rfind(kOpt, 0) != 0, "model tensor '", n, "' clashes with the checkpoint's optimizer prefix");
-  for (const auto& [n, t] : optimizer_state) all.emplace_back(kOpt + n, t);
+  const std::vector<std::string> convs = conv_weight_names(model);
+  const NamedTensors params = model.named_parameters();
+  for (const auto& [n, t] : optimizer_state) {
+    std::string owner = conv_owner(n, convs);
+    bool permute = false;
+    for (const auto& [pn, p] : params)
+      if (pn == owner) permute = t.shape() == p.shape();
+    all.emplace_back(kOpt + n, permute ? ohwi_to_oihw(t) : t);
+  }
 
   safetensors::Metadata m;
   m["format"] = kCheckpointFormat;
@@ -95,6 +111,18 @@ Checkpoint load_checkpoint(const std::string& path, Module& model) {
   LoadOptions opt;
   opt.source = "checkpoint '" + path + "'";
   load_state_dict(model, c.model, opt);
+  // The model loaded, so its conv weights now hold the file's values; an optimizer tensor that
+  // belongs to one and has its OIHW shape goes back to OHWI.
+  const std::vector<std::string> convs = conv_weight_names(model);
+  const NamedTensors params = model.named_parameters();
+  for (auto& [n, t] : c.optimizer) {
+    std::string owner = conv_owner(n, convs);
+    if (owner.empty() || t.dim() != 4) continue;
+    for (const auto& [pn, p] : params) {
+      const Shape& s = p.shape();  // OHWI; the file holds OIHW
+      if (pn == owner && t.shape() == Shape{s[0], s[3], s[1], s[2]}) t = oihw_to_ohwi(t);
+    }
+  }
   return c;
 }
 

@@ -4,7 +4,9 @@
 // File contents:
 //   <model names>            the model's state_dict (PyTorch names and layouts, see state_dict.h)
 //   optimizer.<name>         each optimizer state tensor (e.g. "optimizer.momentum.fc.weight"),
-//                            named by the optimizer; this file does not interpret them
+//                            named by the optimizer; this file does not interpret them, except
+//                            that state named "<conv weight>.<x>" with the weight's shape is
+//                            stored OIHW like the weight, so every tensor is in PyTorch's layout
 //   __metadata__             strings: format, tandem_version, model, step, epoch, world_size,
 //                            data.sampler_epoch, data.index_in_epoch, rng.<name>.seed/.offset,
 //                            and any extra.<key> the caller adds (e.g. the LR schedule's settings)
@@ -52,7 +54,8 @@ struct TrainState {
 
 struct Checkpoint {
   NamedTensors model;      // PyTorch names and layouts: pass to load_state_dict
-  NamedTensors optimizer;  // names with the "optimizer." prefix removed
+  NamedTensors optimizer;  // names with the "optimizer." prefix removed (file layout from
+                           // read_checkpoint, tandem layout from load_checkpoint)
   TrainState state;
 };
 
@@ -64,7 +67,8 @@ void save_checkpoint(const std::string& path, const Module& model, const NamedTe
 // checkpoint or a field is malformed.
 Checkpoint read_checkpoint(const std::string& path);
 
-// read_checkpoint + load_state_dict(model, ..., strict) with the file named in errors.
+// read_checkpoint + load_state_dict(model, ..., strict) with the file named in errors, and the
+// optimizer state of conv weights converted back to tandem's OHWI layout.
 Checkpoint load_checkpoint(const std::string& path, Module& model);
 
 // "<dir>/checkpoint_epoch<N>.safetensors" and the newest such file in dir ("" when none).

@@ -84,6 +84,13 @@ Tensor oihw_to_ohwi(const Tensor& w) {
   return permute4(w, perm);
 }
 
+std::vector<std::string> conv_weight_names(const Module& m) {
+  std::vector<std::string> out;
+  for (const Slot& s : slots(m))
+    if (s.conv_weight) out.push_back(s.name);
+  return out;
+}
+
 NamedTensors state_dict(const Module& m) {
   NamedTensors out;
   for (const Slot& s : slots(m)) out.emplace_back(s.name, s.conv_weight ? ohwi_to_oihw(s.tensor) : s.tensor.detach());

@@ -54,6 +54,10 @@ LoadResult load_state_dict(Module& m, const NamedTensors& sd, const LoadOptions&
 void save_model(const std::string& path, const Module& m, const safetensors::Metadata& metadata = {});
 LoadResult load_model(const std::string& path, Module& m, LoadOptions opt = {});
 
+// Names of the tensors stored OHWI in tandem and OIHW in files (conv weights), for code that keeps
+// per-parameter state of the same shape (optimizer momentum) and wants the file layout for it too.
+std::vector<std::string> conv_weight_names(const Module& m);
+
 // The layout permutations, exposed for tests and tools. Both take a 4-D tensor on any device and
 // return a host tensor of the same dtype.
 Tensor ohwi_to_oihw(const Tensor& w);
