@@ -75,7 +75,7 @@ optim::LrScheduleOptions make_schedule(const apps::TrainOptions& o, int world, i
   s.base_lr = o.lr * scale;
   s.warmup_steps = o.warmup_steps >= 0    ? o.warmup_steps
                    : o.warmup_epochs >= 0 ? std::llround(o.warmup_epochs * spe)
-                   : world > 1            ? spe
+                   : world > 1            ? std::min(spe, total / 5)  // short runs: at most a fifth
                                           : 0;
   // Goyal et al.: ramp from the one-rank LR to the scaled one; with nothing to scale, from 0.
   s.warmup_start_factor = scale > 1 ? 1.0 / scale : 0.0;

@@ -39,7 +39,7 @@ struct TrainOptions {
   std::string lr_schedule = "cosine";  // step | cosine | constant
   std::vector<double> lr_milestones{30, 60, 80};  // step: epochs where lr *= lr_gamma (torchvision)
   double lr_gamma = 0.1;
-  double warmup_epochs = -1;        // -1: 1 epoch when world size > 1 (Goyal et al.), else none
+  double warmup_epochs = -1;        // -1: 1 epoch (at most 1/5 of the run) when world size > 1, else none
   int64_t warmup_steps = -1;        // overrides warmup_epochs when >= 0
   double label_smoothing = 0.0;     // torchvision's newer recipes use 0.1
   // communication
