@@ -21,6 +21,8 @@
 
 #include "apps/train/options.h"  // defines: TrainOptions, parse_options, validate
 #include "apps/train/report.h"   // defines: Interval, progress_line, evaluate, device_sync
+#include "core/ops/elementwise.h"  // defines: add (the device-side running loss)
+#include "core/profile.h"        // defines: enable_trace
 #include "core/random.h"         // defines: default_generator (restored on resume)
 #include "data/image_folder.h"   // defines: ImageFolder (train/ and val/ splits)
 #include "data/synthetic.h"      // defines: SyntheticDataset
@@ -123,6 +125,10 @@ int run(apps::TrainOptions& o) {
     TANDEM_CHECK(state.index_in_epoch == 0 || state.world_size == w.size, "checkpoint '", resume,
                  "' was written mid-epoch by ", state.world_size, " ranks; resume it with mpiexec -n ",
                  state.world_size, " (epoch-end checkpoints resume on any number of ranks)");
+    if (auto it = state.extra.find("total_steps"); rank0 && it != state.extra.end() && it->second != std::to_string(total))
+      std::printf("warning: the checkpoint's run was %s steps long, this one is %lld: the LR schedule changes, so "
+                  "the result will differ from an uninterrupted run (pass the same --epochs/--steps)\n",
+                  it->second.c_str(), (long long)total);
     if (auto it = state.rng.find("default"); it != state.rng.end())
       default_generator().set_state(it->second.seed, it->second.offset);
     if (rank0) std::printf("resumed from %s at epoch %lld, step %lld\n", resume.c_str(), (long long)state.epoch,
@@ -188,7 +194,8 @@ int run(apps::TrainOptions& o) {
   int64_t iv_steps = 0;
   size_t tl_from = 0;
   data::Batch b;
-  for (int64_t epoch = state.epoch; epoch < epochs && step < total; ++epoch) {
+  const int64_t end_epoch = o.run_epochs > 0 ? std::min(epochs, state.epoch + o.run_epochs) : epochs;
+  for (int64_t epoch = state.epoch; epoch < end_epoch && step < total; ++epoch) {
     train.start_epoch(epoch);
     int64_t index = 0;
     if (epoch == state.epoch && state.index_in_epoch > 0) {  // mid-epoch resume: same batches as before
@@ -197,7 +204,7 @@ int run(apps::TrainOptions& o) {
     bool epoch_done = false;
     while (step < total) {
       if (!train.next(b)) { epoch_done = true; break; }
-      if (init_s < 0) init_s = seconds_since(kProcessStart), t_first = t_log = Clock::now();
+      if (init_s < 0) init_s = apps::seconds_since(kProcessStart), t_first = t_log = Clock::now();
       opt.set_lr(optim::lr_at(sched, step));
       Tensor logits = ddp(b.images);
       Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
@@ -234,7 +241,7 @@ int run(apps::TrainOptions& o) {
     }
     // Validation and checkpoints are paused time: left out of the training rates.
     Clock::time_point t_pause = Clock::now();
-    const bool last_step = step >= total;
+    const bool last_step = step >= total || epoch + 1 == end_epoch;
     json h{{"epoch", epoch}, {"step", step}, {"lr", opt.lr()}, {"train_loss", last.loss}, {"train_top1", last.top1}};
     if (val && ((o.val_every > 0 && (epoch + 1) % o.val_every == 0) || last_step)) {
       last_eval = apps::evaluate(*model, *val, classes);
@@ -255,6 +262,7 @@ int run(apps::TrainOptions& o) {
       s.rng["default"] = {default_generator().seed(), default_generator().offset()};
       s.extra["lr_schedule"] = o.lr_schedule;
       s.extra["base_lr"] = std::to_string(sched.base_lr);
+      s.extra["total_steps"] = std::to_string(total);
       if (rank0) {
         std::filesystem::create_directories(o.checkpoint_dir);
         std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);

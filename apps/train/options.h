@@ -30,6 +30,8 @@ struct TrainOptions {
   int64_t epochs = 0;               // exactly one of epochs and steps is set (defaults to 1 epoch)
   int64_t steps = 0;                // optimizer steps in total (across resumes)
   int64_t batch = 64;               // per rank
+  int64_t run_epochs = 0;           // >0: stop this invocation after that many epochs (the schedule
+                                    // still spans --epochs/--steps); for time-limited jobs + --resume
   // optimizer and schedule (torchvision's ResNet recipe for batch 256: lr 0.1, momentum 0.9, wd 1e-4)
   double lr = 0.1;                  // for one rank; multiplied by the world size unless no_lr_scaling
   bool no_lr_scaling = false;
@@ -86,6 +88,9 @@ inline int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total");
   ep->excludes(st);
   app.add_option("--batch", o.batch, "batch size per rank")->capture_default_str();
+  app.add_option("--run-epochs", o.run_epochs,
+                 "stop after this many epochs in this run (the LR schedule still spans --epochs); resume later")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--lr", o.lr, "learning rate of one rank (scaled by the world size)")->capture_default_str();
   app.add_flag("--no-lr-scaling", o.no_lr_scaling, "do not multiply --lr by the world size");
   app.add_option("--momentum", o.momentum)->capture_default_str();
