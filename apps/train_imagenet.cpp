@@ -125,10 +125,6 @@ int run(apps::TrainOptions& o) {
     TANDEM_CHECK(state.index_in_epoch == 0 || state.world_size == w.size, "checkpoint '", resume,
                  "' was written mid-epoch by ", state.world_size, " ranks; resume it with mpiexec -n ",
                  state.world_size, " (epoch-end checkpoints resume on any number of ranks)");
-    if (auto it = state.extra.find("total_steps"); rank0 && it != state.extra.end() && it->second != std::to_string(total))
-      std::printf("warning: the checkpoint's run was %s steps long, this one is %lld: the LR schedule changes, so "
-                  "the result will differ from an uninterrupted run (pass the same --epochs/--steps)\n",
-                  it->second.c_str(), (long long)total);
     if (auto it = state.rng.find("default"); it != state.rng.end())
       default_generator().set_state(it->second.seed, it->second.offset);
     if (rank0) std::printf("resumed from %s at epoch %lld, step %lld\n", resume.c_str(), (long long)state.epoch,
@@ -173,6 +169,10 @@ int run(apps::TrainOptions& o) {
   const int64_t total = o.steps > 0 ? o.steps : o.epochs * spe;
   const int64_t epochs = (total + spe - 1) / spe;
   const optim::LrScheduleOptions sched = make_schedule(o, w.size, spe, total);
+  if (auto it = state.extra.find("total_steps"); rank0 && it != state.extra.end() && it->second != std::to_string(total))
+    std::printf("warning: the checkpoint's run was %s steps long, this one is %lld: the LR schedule changes, so "
+                "the result will differ from an uninterrupted run (pass the same --epochs/--steps)\n",
+                it->second.c_str(), (long long)total);
   const int64_t run_steps = std::max<int64_t>(total - state.step, 0);
   const int64_t bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
