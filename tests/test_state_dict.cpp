@@ -7,6 +7,7 @@
 
 #include "core/random.h"
 #include "layers/checkpoint.h"
+#include "layers/models/models.h"
 #include "layers/state_dict.h"
 
 using namespace tandem;
@@ -160,4 +161,27 @@ TEST_CASE("cast loads an f32 state dict into a bf16 model") {
   load_state_dict(b, state_dict(a), c);
   CHECK(b.named_parameters()[0].second.dtype() == DType::BF16);
   CHECK(b.named_parameters()[0].second.to_vector() == a.named_parameters()[0].second.to(DType::BF16).to_vector());
+}
+
+TEST_CASE("resnet18's state dict has torchvision's names, shapes (OIHW) and dtypes") {
+  models::ModelOptions mo;
+  mo.init = false;  // shapes and names only: skip drawing 11 M values
+  ModulePtr m = models::create_model("resnet18", 1000, 0, mo);
+  NamedTensors sd = state_dict(*m);
+  // len(torchvision.models.resnet18().state_dict()) == 122: 62 parameters + 20 BNs x 3 buffers.
+  CHECK(sd.size() == 122);
+  auto find = [&](const std::string& n) -> Tensor {
+    for (auto& [k, t] : sd)
+      if (k == n) return t;
+    FAIL("missing ", n);
+    return {};
+  };
+  CHECK(sd.front().first == "conv1.weight");
+  CHECK(find("conv1.weight").shape() == Shape{64, 3, 7, 7});
+  CHECK(find("layer2.0.downsample.0.weight").shape() == Shape{128, 64, 1, 1});
+  CHECK(find("layer4.1.conv2.weight").shape() == Shape{512, 512, 3, 3});
+  CHECK(find("bn1.num_batches_tracked").dtype() == DType::I64);
+  CHECK(find("fc.weight").shape() == Shape{1000, 512});
+  CHECK(sd.back().first == "fc.bias");
+  CHECK(conv_weight_names(*m).size() == 20);
 }
