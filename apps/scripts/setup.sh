@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# apps/scripts/setup.sh: installs what tandem needs (if missing), configures and builds it.
+#
+# Used by the README's two commands; safe to run again (it only does what is missing).
+#   - Debian packages: mpich, OpenBLAS, doctest, stb, nlohmann-json, CLI11, cmake, ninja, ccache.
+#     Installed with apt-get when absent (as root, or through sudo).
+#   - CUDA: used when nvcc is found (PATH or /usr/local/cuda/bin); otherwise a CPU-only build.
+#     Override with TANDEM_CMAKE_ARGS="-DTANDEM_CUDA=OFF" or "-DCMAKE_CUDA_ARCHITECTURES=90;100".
+#   - Build folder: $TANDEM_BUILD_DIR (default: build/ in the project root).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${TANDEM_BUILD_DIR:-$root/build}
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in build-essential cmake ninja-build ccache mpich libmpich-dev libopenblas-dev doctest-dev libstb-dev \
+         nlohmann-json3-dev libcli11-dev; do
+  have_pkg "$p" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+# ccache keeps rebuilds (and CI runs on a reused machine) fast; its cache is keyed by content.
+export CCACHE_BASEDIR=$root
+jobs=$(nproc)
+if [ ! -f "$build/build.ninja" ]; then
+  # shellcheck disable=SC2086
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TANDEM_CMAKE_ARGS:-}
+fi
+echo "setup: building in $build with $jobs jobs"
+cmake --build "$build" -j "$jobs"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# apps/scripts/train_default.sh: the README's main job.
+# Sets up and builds, generates the default data set (data_default/, once), then trains a small
+# ResNet on it with 2 ranks: mpiexec -n 2 train_imagenet. Runs on the GPU when there is one.
+# Extra arguments go to train_imagenet (e.g. --epochs 1).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${TANDEM_BUILD_DIR:-$root/build}
+data=${TANDEM_DATA_DIR:-$root/data_default}
+bash "$root/apps/scripts/setup.sh"
+"$build/apps/make_dataset" --out "$data"
+export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}
+# One BLAS thread per rank: two ranks on two cores would otherwise fight over them.
+mpiexec -n 2 -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 "$build/apps/train_imagenet" \
+  --data "$data" --model resnet_tiny --image-size 64 --batch 32 --epochs 4 --lr 0.1 \
+  --checkpoint-dir "$root/runs/default" --metrics "$root/runs/default/summary.json" "$@"
