@@ -13,8 +13,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int kernel_size, Conv2
                opt_.padding, "): sizes and stride must be positive, padding non-negative");
   TANDEM_CHECK(opt_.groups > 0 && in_ % opt_.groups == 0 && out_ % opt_.groups == 0, "Conv2d: groups=",
                opt_.groups, " must divide in_channels=", in_, " and out_channels=", out_);
-  weight_ = register_parameter("weight", Tensor::zeros({out_, k_, k_, in_ / opt_.groups}));
-  if (opt_.bias) bias_ = register_parameter("bias", Tensor::zeros({out_}));
+  weight_ = register_parameter("weight", Tensor::empty({out_, k_, k_, in_ / opt_.groups}));
+  if (opt_.bias) bias_ = register_parameter("bias", Tensor::empty({out_}));
   if (gen) reset_parameters(*gen);
 }
 

@@ -5,9 +5,10 @@
 // state dict lines up with torchvision's one name at a time.
 //
 // Initialisation: a layer with parameters draws its PyTorch default init in its constructor from
-// `gen` (default: the process-wide generator). Pass gen = nullptr to leave the parameters at
-// zero/one (BatchNorm, LayerNorm) for a caller that applies its own scheme afterwards - models do
-// this and then run one pass of layers/init.h in module order, so init costs one draw per value.
+// `gen` (default: the process-wide generator). Pass gen = nullptr to leave Linear/Conv2d/Embedding
+// weights UNINITIALISED (contents unspecified) for a caller that applies its own scheme right after
+// - models do this and then run one pass of layers/init.h in module order, so building VGG-16 costs
+// one draw per value and never touches 550 MB twice. Norm layers always start at weight 1, bias 0.
 // reset_parameters(gen) re-draws the defaults at any time.
 //
 // Layout notes that matter to checkpoints:

@@ -12,8 +12,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator* 
     : in_(in_features), out_(out_features) {
   TANDEM_CHECK(in_features > 0 && out_features > 0, "Linear(", in_features, ", ", out_features,
                "): feature counts must be positive");
-  weight_ = register_parameter("weight", Tensor::zeros({out_, in_}));
-  if (bias) bias_ = register_parameter("bias", Tensor::zeros({out_}));
+  weight_ = register_parameter("weight", Tensor::empty({out_, in_}));
+  if (bias) bias_ = register_parameter("bias", Tensor::empty({out_}));
   if (gen) reset_parameters(*gen);
 }
 
@@ -36,7 +36,7 @@ std::string Linear::extra_repr() const {
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator* gen)
     : num_(num_embeddings), dim_(embedding_dim) {
   TANDEM_CHECK(num_ > 0 && dim_ > 0, "Embedding(", num_, ", ", dim_, "): sizes must be positive");
-  weight_ = register_parameter("weight", Tensor::zeros({num_, dim_}));
+  weight_ = register_parameter("weight", Tensor::empty({num_, dim_}));
   if (gen) reset_parameters(*gen);
 }
 

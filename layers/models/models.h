@@ -19,8 +19,9 @@
 namespace tandem::models {
 
 struct ModelOptions {
-  // false: skip the random init (parameters stay zero, BN at weight 1) - for counting parameters or
-  // right before loading a checkpoint, where drawing 100 M+ values would be wasted time.
+  // false: skip the random init - conv/linear weights are left UNINITIALISED (BN at weight 1, bias 0).
+  // Only for counting parameters or immediately loading a checkpoint, where drawing and writing
+  // 100 M+ values would be wasted time.
   bool init = true;
   bool zero_init_residual = false;  // ResNets only (torchvision's flag; layers/init.h)
   double dropout = 0.5;             // VGG/AlexNet classifier dropout (torchvision's default)

@@ -62,7 +62,7 @@ class Bottleneck : public Module {
 class ResNet : public Module {
  public:
   // Builds and initialises (torchvision's scheme, layers/init.h) from `seed`; init = false leaves
-  // parameters at zero/one (for counting or before loading a checkpoint).
+  // conv/linear weights uninitialised (for counting or right before loading a checkpoint).
   ResNet(const ResNetConfig& cfg, uint64_t seed, bool init = true);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ResNet"; }
