@@ -63,7 +63,14 @@ class FunctionNode : public Node {
 
 class AccumulateGrad : public Node {
  public:
-  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) { num_outputs = 1; }
+  // The highest sequence number: an accumulator runs as soon as its gradient is complete, not
+  // after every newer node (it is created once per leaf, so its creation order is stale after the
+  // first step). Grad-ready hooks then fire during backward - what dist/ overlaps with (PyTorch
+  // gives AccumulateGrad UINT64_MAX for the same reason).
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {
+    num_outputs = 1;
+    sequence_nr = UINT64_MAX;
+  }
   std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) override;
   std::string name() const override { return "AccumulateGrad"; }
 

@@ -1,0 +1,179 @@
+// dist/bootstrap.cpp: MPI setup, device choice, communicator creation and the watchdog.
+// See bootstrap.h for the contract.
+#include "dist/bootstrap.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "core/check.h"
+
+namespace tandem::dist {
+
+// Backends (comm_mpi.cpp, comm_nccl.cpp).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm world, bool staging, Device gpu, double timeout_s);
+#ifdef TANDEM_WITH_CUDA
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm world, Device gpu, double timeout_s);
+#endif
+
+namespace {
+struct State {
+  World world;
+  bool owns_mpi = false;
+  std::unique_ptr<Communicator> mpi;   // CPU tensors, and GPU tensors when staging
+  std::unique_ptr<Communicator> nccl;  // GPU tensors otherwise
+};
+std::unique_ptr<State> g_state;
+
+constexpr int kPingTag = 7001, kReplyTag = 7002;
+
+void apply_env(InitOptions& o) {
+  if (const char* s = std::getenv("TANDEM_HOST_STAGING")) o.host_staging = std::atoi(s) != 0;
+  if (const char* s = std::getenv("TANDEM_COMM_TIMEOUT_S")) {
+    o.comm_timeout_s = std::atof(s);
+    TANDEM_CHECK(o.comm_timeout_s > 0, "TANDEM_COMM_TIMEOUT_S must be a positive number of seconds, got '", s, "'");
+  }
+}
+}  // namespace
+
+const World& init(InitOptions options) {
+  if (g_state) return g_state->world;
+  apply_env(options);
+  auto st = std::make_unique<State>();
+  int inited = 0, provided = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    // Without mpiexec this is MPI's singleton init: a world of one process.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    st->owns_mpi = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  // The communication thread calls MPI while the training thread may call it too.
+  TANDEM_CHECK(provided == MPI_THREAD_MULTIPLE, "MPI was initialised without MPI_THREAD_MULTIPLE: call "
+               "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let dist::init() initialise MPI");
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  World& w = st->world;
+  w.options = options;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &w.rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &w.size));
+  set_error_rank(w.rank);
+  // Processes that share memory are on one machine: their order among themselves is the local rank.
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &w.local_rank));
+  MPI_CHECK(MPI_Comm_size(local, &w.local_size));
+  MPI_Comm_free(&local);
+
+  const int gpus = options.use_gpu ? cuda_device_count() : 0;
+  w.device = gpus > 0 ? Device::cuda(w.local_rank % gpus) : Device::cpu();
+  set_device(w.device);
+  // NCCL refuses two ranks on one GPU; MPI through host memory does not.
+  if (gpus > 0 && w.local_size > gpus && !w.options.host_staging) {
+    if (w.rank == 0)
+      std::fprintf(stderr, "[tandem] %d ranks share %d GPU(s) on one machine: GPU tensors go over MPI with host "
+                   "staging\n", w.local_size, gpus);
+    w.options.host_staging = true;
+  }
+  bool use_nccl = w.device.is_cuda() && !w.options.host_staging;
+  st->mpi = make_mpi_communicator(MPI_COMM_WORLD, !use_nccl, w.device, options.comm_timeout_s);
+#ifdef TANDEM_WITH_CUDA
+  if (use_nccl) st->nccl = make_nccl_communicator(MPI_COMM_WORLD, w.device, options.comm_timeout_s);
+#endif
+  g_state = std::move(st);
+  return g_state->world;
+}
+
+void finalize() {
+  if (!g_state) return;
+  bool owns = g_state->owns_mpi;
+  g_state.reset();  // joins the communication threads, frees the MPI/NCCL communicators
+  if (owns) MPI_Finalize();
+}
+
+bool initialized() { return g_state != nullptr; }
+
+const World& world() {
+  TANDEM_CHECK(g_state, "dist::world() before dist::init(): call dist::init() at the start of main");
+  return g_state->world;
+}
+
+Communicator& comm_for(Device d) {
+  TANDEM_CHECK(g_state, "dist::comm_for() before dist::init(): call dist::init() at the start of main");
+  if (d.is_cuda() && g_state->nccl) return *g_state->nccl;
+  return *g_state->mpi;
+}
+
+std::vector<std::string> all_gather_strings(const std::string& mine) {
+  Communicator& c = comm_for(Device::cpu());
+  const int n = c.size();
+  Tensor len = Tensor::from_vector_i64({static_cast<int64_t>(mine.size())}, {1});
+  Tensor lens = Tensor::empty({n}, DType::I64);
+  c.all_gather(len, lens, "all_gather_strings")->wait();
+  int64_t longest = 0;
+  for (int64_t l : lens.to_vector_i64()) longest = std::max(longest, l);
+  const int64_t words = (longest + 7) / 8;  // characters packed into i64 words
+  Tensor in = Tensor::zeros({words}, DType::I64), out = Tensor::empty({n * words}, DType::I64);
+  if (!mine.empty()) std::memcpy(in.data_ptr(), mine.data(), mine.size());
+  c.all_gather(in, out, "all_gather_strings")->wait();
+  std::vector<std::string> all(n);
+  const int64_t* l = lens.data<int64_t>();
+  for (int r = 0; r < n; ++r) all[r].assign(static_cast<const char*>(out.data_ptr()) + r * words * 8, l[r]);
+  return all;
+}
+
+void watchdog_answer(MPI_Comm watch, long long seq) {
+  int flag = 0;
+  MPI_Status st;
+  MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, watch, &flag, &st);
+  if (!flag) return;
+  long long ping = 0;
+  MPI_Recv(&ping, 1, MPI_LONG_LONG, st.MPI_SOURCE, kPingTag, watch, MPI_STATUS_IGNORE);
+  MPI_Send(&seq, 1, MPI_LONG_LONG, st.MPI_SOURCE, kReplyTag, watch);  // 8 bytes: sent eagerly
+}
+
+void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s) {
+  // A live peer answers from inside its own collective's wait loop within milliseconds; 3 s covers
+  // ranks that share oversubscribed cores. No answer means dead, hung in compute, or on another path.
+  constexpr double kGraceS = 3;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(watch, &rank);
+  MPI_Comm_size(watch, &size);
+  std::vector<long long> reached(size, -1);
+  std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL), sends(size, MPI_REQUEST_NULL);
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    MPI_Irecv(&reached[p], 1, MPI_LONG_LONG, p, kReplyTag, watch, &recvs[p]);
+    MPI_Isend(&seq, 1, MPI_LONG_LONG, p, kPingTag, watch, &sends[p]);
+  }
+  reached[rank] = seq;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(kGraceS);
+  while (std::chrono::steady_clock::now() < end) {
+    int all = 0;
+    MPI_Testall(size, recvs.data(), &all, MPI_STATUSES_IGNORE);
+    if (all) break;
+    watchdog_answer(watch, seq);  // peers that timed out too are asking us the same question
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::string missing;
+  for (int p = 0; p < size; ++p)
+    if (reached[p] < seq) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+  if (missing.empty())
+    std::fprintf(stderr, "[rank %d] tandem watchdog: every rank reached collective #%lld (%s) but it did not "
+                 "finish within %.0f s: the network or a GPU is stuck. Aborting the job.\n",
+                 rank, seq, what.c_str(), timeout_s);
+  else
+    std::fprintf(stderr, "[rank %d] tandem watchdog: rank(s) %s did not reach collective #%lld (%s) within %.0f s "
+                 "(dead, hung, or on a different code path). Aborting the job; raise TANDEM_COMM_TIMEOUT_S if a "
+                 "rank legitimately works alone for longer.\n",
+                 rank, missing.c_str(), seq, what.c_str(), timeout_s);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
+}
+
+}  // namespace tandem::dist

@@ -1,0 +1,73 @@
+// dist/bootstrap.h: from "N processes started by mpiexec" to "N ranks with communicators".
+//
+// dist::init() calls MPI_Init_thread (unless someone already did), reads rank and world size,
+// splits MPI_COMM_WORLD by shared memory to find the local rank (the rank among processes on the
+// same machine), picks the GPU local_rank % device_count, and creates the communicators: MPI always,
+// NCCL when the build has CUDA and a GPU is visible (its unique id is made on rank 0 and broadcast
+// over MPI). A single process started without mpiexec is a world of size 1: MPI's singleton init.
+//
+// Failure handling lives here too, because it is about processes, not algorithms:
+//   - MPI errors are returned (MPI_ERRORS_RETURN) and become tandem::Error through MPI_CHECK;
+//   - every collective has a deadline (InitOptions::comm_timeout_s). A rank that passes it asks
+//     the other ranks how far they got, prints which rank(s) did not reach the collective, and
+//     calls MPI_Abort so that no rank hangs (watchdog_abort below).
+#pragma once
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "dist/communicator.h"
+
+namespace tandem::dist {
+
+struct InitOptions {
+  // Send GPU tensors over MPI through host memory instead of NCCL (ranks sharing one GPU, or no
+  // NCCL). Default false. Environment: TANDEM_HOST_STAGING=1.
+  bool host_staging = false;
+  // Use a GPU when one is visible. Default true; false keeps everything on the CPU.
+  bool use_gpu = true;
+  // Seconds a rank waits inside one collective before it declares a peer lost. Default 45 s:
+  // far longer than any legitimate wait inside a step (a collective waits for the slowest rank's
+  // compute, which is seconds at most even on the first, autotuning step), and with the 5 s
+  // exchange that names the missing rank the job still ends within a minute. Raise it for long
+  // single-rank phases between collectives (e.g. rank 0 writing a huge checkpoint).
+  // Environment: TANDEM_COMM_TIMEOUT_S.
+  double comm_timeout_s = 45;
+};
+
+struct World {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // rank among the processes on this machine
+  int local_size = 1;
+  Device device;       // cuda:(local_rank % device_count), or cpu
+  InitOptions options;
+};
+
+// Idempotent: the second call returns the first call's world. Environment variables override
+// the options given here.
+const World& init(InitOptions options = {});
+// Destroys the communicators and finalizes MPI if init() initialized it.
+void finalize();
+bool initialized();
+const World& world();  // init() must have run
+
+// The communicator for tensors on device d: NCCL for GPU tensors unless host staging was asked
+// for; MPI (through its communication thread) for CPU tensors.
+Communicator& comm_for(Device d);
+// Blocking helper for setup and reporting: every rank's string, in rank order (goes through the
+// MPI communicator, so it is ordered with its collectives and covered by the watchdog).
+std::vector<std::string> all_gather_strings(const std::string& mine);
+
+// Called by a communicator whose collective #seq (named `what`) passed its deadline: exchanges
+// progress counters with the other ranks over `watch` (a communicator used only for this), prints
+// "[rank R] ... rank(s) X did not reach collective #N within T s" and calls MPI_Abort.
+// seq counts from 1 in issue order; a peer that has started collective #seq has reached it.
+// Called from every collective's wait loop: answers a timed-out peer's question "how far did you
+// get?" with `seq`, the collective this rank is in. A rank that never answers did not reach it.
+void watchdog_answer(MPI_Comm watch, long long seq);
+[[noreturn]] void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s);
+
+}  // namespace tandem::dist

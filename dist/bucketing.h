@@ -1,0 +1,28 @@
+// dist/bucketing.h: which gradients share a bucket - a pure function, testable without a GPU.
+//
+// Parameters are visited in reverse registration order, because backward produces gradients
+// roughly in that order (the last layer's first), so a bucket fills up with gradients that become
+// ready close together. A bucket is closed as soon as it holds at least its byte limit. The first
+// bucket's limit is small (1 MiB): its all-reduce can start early in backward instead of waiting
+// for 25 MiB of gradients; the rest use a larger limit (25 MiB, PyTorch DDP's default) because
+// one large message uses the link far better than many small ones (see apps/bench_allreduce).
+// A bucket holds a single dtype and device (one flat buffer, one collective), so parameters with
+// different group keys never share a bucket. A parameter larger than the limit gets its own bucket.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+namespace tandem::dist {
+
+struct BucketingOptions {
+  size_t first_bucket_bytes = size_t{1} << 20;  // 1 MiB: the first bucket launches early in backward
+  size_t bucket_bytes = size_t{25} << 20;       // 25 MiB: large enough to reach link bandwidth
+};
+
+// bytes[i] and group[i] describe parameter i, in registration order. Returns the buckets in launch
+// order, each a list of parameter indices in the order their gradients sit in the bucket (which is
+// the reverse registration order). Every parameter appears in exactly one bucket.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& bytes, const std::vector<int>& group,
+                                                const BucketingOptions& options = {});
+
+}  // namespace tandem::dist

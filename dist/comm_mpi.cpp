@@ -1,0 +1,294 @@
+// dist/comm_mpi.cpp: the MPI communicator and its communication thread.
+//
+// Why a thread: MPI's nonblocking collectives (MPI_Iallreduce, ...) only make progress while some
+// thread calls into MPI; MPICH has no progress thread of its own by default. If the training thread
+// started a bucket's all-reduce and went back to computing backward, the bytes would sit still
+// until its next MPI call. So a communication thread takes collectives from a queue, starts each
+// one and polls MPI_Test until it is done, while the training thread keeps computing.
+//
+// Why one collective at a time, in queue order: every rank must issue the same collectives in the
+// same order, and the queue order *is* the issue order. Running one at a time keeps the picture
+// simple (one all-reduce is already bandwidth-bound on a CPU link).
+//
+// Host staging: a GPU tensor is copied to host memory on the communication thread, reduced with
+// MPI and copied back before the Work counts as finished. Tensor::copy_ orders the copies on the
+// device's compute stream and synchronises - acceptable here, because this is the fallback path
+// (ranks sharing a GPU, no NCCL), not the fast one.
+//
+// 16-bit floats: MPI has no f16/bf16 type, so they travel as 16-bit integers with a user-defined
+// MPI_Op that widens each pair to f32, adds and rounds back (the same per-step rounding as NCCL).
+//
+// Deadline: a collective that is not done after comm_timeout_s calls watchdog_abort (bootstrap.cpp).
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/ops/elementwise.h"
+#include "core/profile.h"
+#include "dist/bootstrap.h"
+
+namespace tandem::dist {
+namespace {
+
+struct HostMark final : Mark {
+  double us;
+  explicit HostMark(double u) : us(u) {}
+  double us_since(const Mark& origin) const override { return us - static_cast<const HostMark&>(origin).us; }
+};
+
+template <typename H>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = H(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::F16:
+    case DType::BF16: return MPI_UINT16_T;  // reduced with the user ops above
+  }
+  TANDEM_THROW("no MPI type for ", dtype_name(t));
+}
+
+// Divides a host tensor by n in place (ReduceOp::Avg), in f32 for 16-bit types.
+void divide(Tensor& t, int n) {
+  if (t.dtype() == DType::F32 || t.dtype() == DType::F64) return ops::scale_(t, 1.0f / static_cast<float>(n));
+  auto each = [&](auto* p) {
+    using H = std::remove_pointer_t<decltype(p)>;
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = H(static_cast<float>(p[i]) / static_cast<float>(n));
+  };
+  if (t.dtype() == DType::F16) each(t.data<Half>());
+  else each(t.data<BFloat16>());
+}
+
+class MpiWork final : public Work {
+ public:
+  long long seq = 0;                                    // issue order on this communicator, from 1
+  std::string name;
+  std::function<void(MPI_Comm, MPI_Request*)> start;    // comm thread: stage in, start the MPI call
+  std::function<void()> finish;                         // comm thread: average, stage out
+
+  void wait() override {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return finished_; });
+    if (!error_.empty()) throw Error(error_);
+  }
+  bool done() override {
+    std::lock_guard<std::mutex> lock(m_);
+    return finished_;
+  }
+  MarkPtr started() const override { return std::make_shared<HostMark>(t_start_); }
+  MarkPtr finished() const override { return std::make_shared<HostMark>(t_finish_); }
+
+  void set_started() { t_start_ = profile::now_us(); }
+  void set_finished(std::string error) {
+    std::lock_guard<std::mutex> lock(m_);
+    t_finish_ = profile::now_us();
+    error_ = std::move(error);
+    finished_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+  std::string error_;
+  double t_start_ = 0, t_finish_ = 0;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm world, bool staging, Device gpu, double timeout_s)
+      : staging_(staging), gpu_(gpu), timeout_s_(timeout_s) {
+    // Private duplicates: tandem's collectives can never match a user's MPI calls, and the watchdog's
+    // messages never match a collective.
+    MPI_CHECK(MPI_Comm_dup(world, &comm_));
+    MPI_CHECK(MPI_Comm_dup(world, &watch_));
+    MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    MPI_CHECK(MPI_Op_create(&sum16<Half>, 1, &sum_f16_));
+    MPI_CHECK(MPI_Op_create(&sum16<BFloat16>, 1, &sum_bf16_));
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    MPI_Op_free(&sum_f16_);
+    MPI_Op_free(&sum_bf16_);
+    MPI_Comm_free(&watch_);
+    MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return staging_ ? "mpi+host-staging" : "mpi"; }
+  MarkPtr mark() override { return std::make_shared<HostMark>(profile::now_us()); }
+
+  WorkPtr all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
+    check_reducible(t, name);
+    Tensor h = host_of(t, name);
+    MPI_Op mop = reduce_op(t.dtype());
+    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
+      stage_in(h, t);
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h.data_ptr(), count(h), mpi_type(h.dtype()), mop, c, r));
+    }, [=, this]() mutable {
+      if (op == ReduceOp::Avg) divide(h, size_);
+      stage_out(t, h);
+    });
+  }
+
+  WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
+    check_reducible(in, name);
+    check_same_dtype(in, out, "reduce_scatter");
+    TANDEM_CHECK(in.numel() == out.numel() * size_, name, ": input has ", in.numel(), " elements, expected ",
+                 size_, " x ", out.numel(), " (world size x output)");
+    Tensor hi = host_of(in, name), ho = host_of(out, name);
+    MPI_Op mop = reduce_op(in.dtype());
+    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
+      stage_in(hi, in);
+      MPI_CHECK(MPI_Ireduce_scatter_block(hi.data_ptr(), ho.data_ptr(), count(ho), mpi_type(ho.dtype()), mop, c, r));
+    }, [=, this]() mutable {
+      if (op == ReduceOp::Avg) divide(ho, size_);
+      stage_out(out, ho);
+    });
+  }
+
+  WorkPtr all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
+    check_same_dtype(in, out, "all_gather");
+    TANDEM_CHECK(out.numel() == in.numel() * size_, name, ": output has ", out.numel(), " elements, expected ",
+                 size_, " x ", in.numel(), " (world size x input)");
+    Tensor hi = host_of(in, name), ho = host_of(out, name);
+    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
+      stage_in(hi, in);
+      MPI_Datatype ty = mpi_type(hi.dtype());
+      MPI_CHECK(MPI_Iallgather(hi.data_ptr(), count(hi), ty, ho.data_ptr(), count(hi), ty, c, r));
+    }, [=]() mutable { stage_out(out, ho); });
+  }
+
+  WorkPtr broadcast(Tensor& t, int root, const std::string& name) override {
+    TANDEM_CHECK(root >= 0 && root < size_, name, ": root ", root, " is not a rank of a world of size ", size_);
+    Tensor h = host_of(t, name);
+    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
+      stage_in(h, t);
+      MPI_CHECK(MPI_Ibcast(h.data_ptr(), count(h), mpi_type(h.dtype()), root, c, r));
+    }, [=]() mutable { stage_out(t, h); });
+  }
+
+  WorkPtr barrier(const std::string& name) override {
+    return submit(name, [](MPI_Comm c, MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(c, r)); }, [] {});
+  }
+
+ private:
+  static int count(const Tensor& t) {
+    TANDEM_CHECK(t.numel() <= INT32_MAX, "MPI counts are 32-bit: split tensors above 2^31 elements");
+    return static_cast<int>(t.numel());
+  }
+  void check_reducible(const Tensor& t, const std::string& name) const {
+    TANDEM_CHECK(is_floating(t.dtype()), name, ": reductions take f32, f64, f16 or bf16 tensors, got ", t.str());
+  }
+  MPI_Op reduce_op(DType t) const { return t == DType::F16 ? sum_f16_ : t == DType::BF16 ? sum_bf16_ : MPI_SUM; }
+  // The buffer MPI works on: the tensor itself on the CPU, a host copy of a GPU tensor when staging.
+  Tensor host_of(const Tensor& t, const std::string& name) const {
+    if (!t.is_cuda()) return t;
+    TANDEM_CHECK(staging_, name, ": ", t.str(), " is on a GPU but this is the MPI communicator without host "
+                 "staging; use comm_for(tensor.device()), or init with host_staging = true");
+    return Tensor::empty(t.shape(), t.dtype(), Device::cpu());
+  }
+  static void stage_in(Tensor& host, const Tensor& t) {
+    if (!host.shares_storage(t)) host.copy_(t);
+  }
+  static void stage_out(Tensor& t, const Tensor& host) {
+    if (!host.shares_storage(t)) t.copy_(host);
+  }
+
+  WorkPtr submit(const std::string& name, std::function<void(MPI_Comm, MPI_Request*)> start,
+                 std::function<void()> finish) {
+    auto w = std::make_shared<MpiWork>();
+    w->name = name;
+    w->start = std::move(start);
+    w->finish = std::move(finish);
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      w->seq = ++issued_;
+      queue_.push_back(w);
+    }
+    cv_.notify_one();
+    return w;
+  }
+
+  void loop() {
+    if (staging_ && gpu_.is_cuda()) set_device(gpu_);  // host-staging copies run from this thread
+    for (;;) {
+      std::shared_ptr<MpiWork> w;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_ with nothing left to do
+        w = queue_.front();
+        queue_.pop_front();
+      }
+      run(*w);
+    }
+  }
+
+  void run(MpiWork& w) {
+    using clock = std::chrono::steady_clock;
+    std::string error;
+    try {
+      w.set_started();
+      MPI_Request req = MPI_REQUEST_NULL;
+      w.start(comm_, &req);
+      const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
+      int flag = 0;
+      for (long polls = 0;; ++polls) {
+        MPI_CHECK(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "collective '", w.name, "' failed");
+        if (flag) break;
+        // Spin briefly for small messages, then back off: ranks may share cores with compute.
+        if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        watchdog_answer(watch_, w.seq);  // tell a timed-out peer that we reached this collective
+        if (clock::now() > deadline) watchdog_abort(watch_, w.seq, w.name, timeout_s_);
+      }
+      w.finish();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    w.set_finished(std::move(error));
+  }
+
+  bool staging_;
+  Device gpu_;
+  double timeout_s_;
+  MPI_Comm comm_ = MPI_COMM_NULL, watch_ = MPI_COMM_NULL;
+  MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
+  int rank_ = 0, size_ = 1;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<MpiWork>> queue_;
+  long long issued_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm world, bool staging, Device gpu, double timeout_s) {
+  return std::make_unique<MpiCommunicator>(world, staging, gpu, timeout_s);
+}
+
+}  // namespace tandem::dist

@@ -1,0 +1,78 @@
+// dist/communicator.h: collective operations as asynchronous work handles.
+//
+// A Communicator connects the same process on every rank. Each call *starts* a collective and
+// returns a Work; Work::wait() orders the caller's next operations after it. Two backends:
+//   - MPI (comm_mpi.cpp): CPU tensors, and GPU tensors staged through host memory. The collective
+//     runs on a communication thread, because MPI's nonblocking collectives only make progress
+//     while someone calls into MPI: the thread polls MPI_Test so backward keeps computing.
+//   - NCCL (comm_nccl.cpp, CUDA builds): GPU tensors, on a dedicated communication stream. The
+//     hand-off from the compute stream is an event, never a host sync, so wait() does not block
+//     the host: it makes the compute stream wait for the communication stream.
+//
+// Rules every caller must keep (they are what makes collectives match across ranks):
+//   - every rank issues the same collectives, in the same order, with the same sizes and dtypes;
+//   - a tensor handed to a collective is not touched until its Work was waited for.
+// Supported dtypes: f32, f16 and bf16 for reductions (16-bit sums are accumulated in f32 per
+// pairwise step and rounded back, as NCCL does); any dtype for broadcast and all_gather.
+// ReduceOp::Avg is the sum divided by the world size.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace tandem::dist {
+
+enum class ReduceOp { Sum, Avg };
+
+// A moment on the timeline that a communicator's collectives run on: the host's steady clock for
+// MPI, a CUDA event on a stream for NCCL. Comparing two marks of the same communicator gives a
+// duration that means the same thing on both backends.
+class Mark {
+ public:
+  virtual ~Mark() = default;
+  // Microseconds from `origin` to this mark. A GPU mark waits for the GPU to reach both marks, so
+  // call this when reporting, not in the training loop's hot path.
+  virtual double us_since(const Mark& origin) const = 0;
+};
+using MarkPtr = std::shared_ptr<Mark>;
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // MPI: blocks until the communication thread finished the collective (rethrows its error).
+  // NCCL: makes the compute stream wait for the collective; returns at once.
+  virtual void wait() = 0;
+  // True once the collective has finished (never blocks).
+  virtual bool done() = 0;
+  // When the collective started and finished on its timeline. Valid after wait().
+  virtual MarkPtr started() const = 0;
+  virtual MarkPtr finished() const = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "mpi", "mpi+host-staging", "nccl"
+
+  // `name` labels the collective in NVTX ranges and watchdog messages ("allreduce bucket 3").
+  // In place: t becomes the reduction over ranks.
+  virtual WorkPtr all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, const std::string& name = "all_reduce") = 0;
+  // in.numel() == size() * out.numel(); rank r receives the reduction of chunk r.
+  virtual WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum,
+                                 const std::string& name = "reduce_scatter") = 0;
+  // out.numel() == size() * in.numel(); chunk r of out is rank r's `in`.
+  virtual WorkPtr all_gather(const Tensor& in, Tensor& out, const std::string& name = "all_gather") = 0;
+  // t on every rank becomes root's t.
+  virtual WorkPtr broadcast(Tensor& t, int root = 0, const std::string& name = "broadcast") = 0;
+  virtual WorkPtr barrier(const std::string& name = "barrier") = 0;
+
+  // "Now" on this communicator's timeline, recorded after the work already issued on this rank's
+  // compute stream (GPU) or at this instant (CPU). The reducer uses it for bucket-ready times.
+  virtual MarkPtr mark() = 0;
+};
+
+}  // namespace tandem::dist

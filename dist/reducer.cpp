@@ -1,0 +1,161 @@
+// dist/reducer.cpp: buckets, grad-ready hooks, in-order launches, the end-of-backward wait.
+// See reducer.h for the algorithm and the reasons behind it.
+#include "dist/reducer.h"
+
+#include "core/autograd.h"
+#include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
+#include "core/profile.h"
+
+namespace tandem::dist {
+
+Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Communicator& comm,
+                 ReducerOptions options)
+    : params_(std::move(named_params)), comm_(comm), options_(options), self_(std::make_shared<Reducer*>(this)) {
+  TANDEM_CHECK(!params_.empty(), "the reducer got no parameters that require grad: nothing to synchronise");
+  std::vector<size_t> bytes;
+  std::vector<int> group;
+  for (auto& [name, p] : params_) {
+    TANDEM_CHECK(p.requires_grad(), "parameter ", name, " does not require grad; pass only trainable parameters");
+    bytes.push_back(p.nbytes());
+    // A bucket is one buffer, so one dtype on one device.
+    group.push_back(static_cast<int>(p.dtype()) * 1024 + (p.is_cuda() ? 512 + p.device().index : 0));
+  }
+  // Bucketing off is the limit of tiny buckets: every parameter closes its own.
+  BucketingOptions limits = options_.bucketed ? options_.bucketing : BucketingOptions{0, 0};
+  locators_.resize(params_.size());
+  ready_.assign(params_.size(), 0);
+  for (const std::vector<size_t>& members : assign_buckets(bytes, group, limits)) {
+    Bucket b;
+    b.params = members;
+    int64_t total = 0;
+    for (size_t p : members) {
+      b.offsets.push_back(total);
+      b.lengths.push_back(params_[p].second.numel());
+      total += params_[p].second.numel();
+    }
+    const Tensor& first = params_[members.front()].second;
+    b.buffer = Tensor::zeros({total}, first.dtype(), first.device());
+    for (size_t j = 0; j < members.size(); ++j) {
+      Tensor& p = params_[members[j]].second;
+      Tensor view = b.buffer.slice(b.offsets[j], b.offsets[j] + b.lengths[j]).view(p.shape());
+      if (p.grad().defined()) view.copy_(p.grad());  // keep a gradient accumulated before wrapping
+      p.set_grad(view);  // autograd accumulates in place, so gradients land in the bucket
+      locators_[members[j]] = {buckets_.size(), j};
+    }
+    buckets_.push_back(std::move(b));
+  }
+  std::weak_ptr<Reducer*> weak = self_;
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].second.register_grad_ready_hook([weak, i](Tensor&) {
+      if (auto self = weak.lock()) (*self)->on_grad_ready(i);
+    });
+}
+
+Reducer::~Reducer() {
+  for (Bucket& b : buckets_)
+    if (b.work) {
+      try {
+        b.work->wait();  // the communicator must not write into a freed buffer
+      } catch (...) {
+      }
+    }
+}
+
+void Reducer::start_step() {
+  raw_.origin = comm_.mark();
+  raw_.origin_host_us = profile::now_us();
+}
+
+void Reducer::on_grad_ready(size_t i) {
+  if (!sync_) return;  // no_sync: autograd already accumulated into .grad; nothing to communicate
+  if (!in_backward_) {  // the first gradient of this backward
+    in_backward_ = true;
+    for (Bucket& b : buckets_) b.pending = b.params.size();
+    ready_.assign(params_.size(), 0);
+    next_launch_ = 0;
+    if (!raw_.origin) start_step();  // used without DDP: the step starts at the first gradient
+    std::weak_ptr<Reducer*> weak = self_;
+    autograd::queue_callback([weak] {
+      if (auto self = weak.lock()) (*self)->finish_backward();
+    });
+  }
+  const VariableLocator& loc = locators_[i];
+  const Tensor g = params_[i].second.grad();
+  TANDEM_CHECK(g.defined() && g.shares_storage(buckets_[loc.bucket].buffer), "the .grad of ", params_[i].first,
+               " is no longer a view into its DDP bucket (it was replaced, e.g. with set_grad); zero "
+               "gradients in place with Module::zero_grad() instead");
+  mark_ready(i);
+}
+
+void Reducer::mark_ready(size_t i) {
+  TANDEM_CHECK(!ready_[i], "parameter ", params_[i].first, " received its gradient twice in one backward");
+  ready_[i] = 1;
+  Bucket& b = buckets_[locators_[i].bucket];
+  if (--b.pending == 0) {
+    b.ready = comm_.mark();
+    if (options_.overlap) launch_ready_buckets();
+  }
+}
+
+void Reducer::launch_ready_buckets() {
+  // Strictly in index order: bucket k+1 may be ready first, but every rank must launch bucket k
+  // first or the ranks' all-reduces would pair up different buckets.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+}
+
+void Reducer::launch(size_t i) {
+  Bucket& b = buckets_[i];
+  const std::string name = "allreduce bucket " + std::to_string(i);
+  if (options_.compression != Compression::None && b.buffer.dtype() == DType::F32) {
+    // Divide before the cast: the sum of N f16 gradients could overflow where their mean does not.
+    DType wire = options_.compression == Compression::BF16 ? DType::BF16 : DType::F16;
+    b.wire = ops::cast_raw(ops::scale(b.buffer, 1.0f / static_cast<float>(comm_.size())), wire);
+    b.work = comm_.all_reduce(b.wire, ReduceOp::Sum, name);
+  } else {
+    b.work = comm_.all_reduce(b.buffer, ReduceOp::Sum, name);
+  }
+}
+
+void Reducer::finish_backward() {
+  raw_.backward_end = comm_.mark();
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!ready_[i]) unused.push_back(i);
+  if (!unused.empty() && !options_.find_unused_parameters) {
+    for (Bucket& b : buckets_)
+      if (b.work) b.work->wait(), b.work.reset();
+    in_backward_ = false;
+    raw_ = {};
+    std::string names;
+    for (size_t k = 0; k < unused.size() && k < 8; ++k) names += (k ? ", " : "") + params_[unused[k]].first;
+    if (unused.size() > 8) names += ", ... (" + std::to_string(unused.size()) + " in all)";
+    TANDEM_THROW("parameter(s) ", names, " received no gradient in this backward, so their buckets can never be "
+                 "all-reduced. Make every parameter take part in the loss, or set "
+                 "find_unused_parameters = true in the DDP options to treat their gradients as zero");
+  }
+  for (size_t i : unused) mark_ready(i);  // their gradient is whatever .grad holds: zero after zero_grad
+  launch_ready_buckets();                 // with overlap off, every bucket launches here
+  TANDEM_CHECK(next_launch_ == buckets_.size(), "internal: ", buckets_.size() - next_launch_,
+               " bucket(s) not launched at the end of backward");
+  const float inv = 1.0f / static_cast<float>(comm_.size());
+  for (Bucket& b : buckets_) {
+    b.work->wait();  // GPU: the compute stream waits for the comm stream; the host does not block
+    raw_.bytes.push_back(static_cast<int64_t>(b.wire.defined() ? b.wire.nbytes() : b.buffer.nbytes()));
+    if (b.wire.defined()) {
+      b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // already divided before the cast
+      b.wire = Tensor();
+    } else if (comm_.size() > 1) {
+      ops::scale_(b.buffer, inv);
+    }
+    raw_.ready.push_back(b.ready);
+    raw_.launch.push_back(b.work->started());
+    raw_.finish.push_back(b.work->finished());
+    b.work.reset();
+  }
+  timeline_.record(std::move(raw_));
+  raw_ = {};
+  in_backward_ = false;
+}
+
+}  // namespace tandem::dist

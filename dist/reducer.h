@@ -1,0 +1,104 @@
+// dist/reducer.h: averages gradients across ranks while backward is still running.
+//
+// The heart of data parallelism. At construction every parameter's .grad becomes a view into a
+// flat bucket buffer (dist/bucketing.h decides which bucket). During backward:
+//   1. autograd fires a parameter's grad-ready hook when its gradient is complete;
+//   2. the hook decrements its bucket's pending count; at zero the bucket is ready;
+//   3. ready buckets are launched strictly in index order (a bucket that is ready early waits for
+//      the ones before it), because every rank must issue the same all-reduces in the same order
+//      or the collectives would pair up different buckets across ranks;
+//   4. a launch hands the flat buffer to the communicator: NCCL on the comm stream after an event
+//      recorded on the compute stream, or MPI on the comm thread;
+//   5. when backward ends (autograd::queue_callback), the reducer waits for every bucket and
+//      divides by the world size. On a GPU "waits" is a stream wait: the host never blocks.
+// The buckets' sum is averaged after the all-reduce (in f32, exact for the equivalence tests);
+// with 16-bit compression the gradients are divided before the cast instead, so the sum on the
+// wire cannot overflow f16.
+//
+// What it leaves out: rebuilding buckets from the observed order (PyTorch does this after the first
+// iteration), static-graph optimisations, and gradients of sparse or non-contiguous parameters.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dist/bucketing.h"
+#include "dist/communicator.h"
+#include "dist/timeline.h"
+
+namespace tandem::dist {
+
+enum class Compression { None, BF16, F16 };
+
+struct ReducerOptions {
+  BucketingOptions bucketing;           // 1 MiB first bucket, 25 MiB after (bucketing.h)
+  bool bucketed = true;                 // false: one all-reduce per parameter (baseline)
+  bool overlap = true;                  // false: all-reduces start after backward ends (baseline)
+  Compression compression = Compression::None;  // dtype of gradients on the wire
+  // Parameters that get no gradient in a backward: true marks them ready (their gradient counts as
+  // zero); false (default, as PyTorch) fails with their names, since a bucket that never fills
+  // would stall every rank. Detection is at the end of backward, so buckets holding unused
+  // parameters launch late - put such parameters early in registration order, or turn this off.
+  bool find_unused_parameters = false;
+};
+
+// One flat gradient buffer and the parameters whose .grad are views into it.
+struct Bucket {
+  Tensor buffer;                 // flat gradients, back to back; dtype and device of its parameters
+  std::vector<size_t> params;    // indices into the reducer's parameter list, in buffer order
+  std::vector<int64_t> offsets;  // element offset of each parameter's gradient in `buffer`
+  std::vector<int64_t> lengths;  // element count of each parameter's gradient
+  size_t pending = 0;            // gradients not yet ready in this backward; launch at 0
+  Tensor wire;                   // `buffer` cast to the wire dtype while in flight (compression only)
+  WorkPtr work;                  // the all-reduce in flight; null before launch
+  MarkPtr ready;                 // when pending reached 0, on the compute timeline
+};
+
+// Where a parameter's gradient lives.
+struct VariableLocator {
+  size_t bucket = 0;  // index into buckets()
+  size_t index = 0;   // position within that bucket's params/offsets/lengths
+};
+
+class Reducer {
+ public:
+  // named_params: the parameters that require grad, in registration order.
+  Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Communicator& comm, ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Marks the start of a step (the timeline's origin). DDP calls it at the start of forward.
+  void start_step();
+  // false: backward only accumulates into .grad locally (no_sync); true: the next backward syncs.
+  void set_sync(bool on) { sync_ = on; }
+  bool sync() const { return sync_; }
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const VariableLocator& locator(size_t param) const { return locators_[param]; }
+  const ReducerOptions& options() const { return options_; }
+  Timeline& timeline() { return timeline_; }
+
+ private:
+  void on_grad_ready(size_t param);
+  void mark_ready(size_t param);
+  void launch_ready_buckets();
+  void launch(size_t b);
+  void finish_backward();
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  Communicator& comm_;
+  ReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<VariableLocator> locators_;
+  std::vector<char> ready_;     // per parameter: gradient seen in this backward
+  size_t next_launch_ = 0;      // the next bucket index allowed to launch
+  bool in_backward_ = false;    // a synchronised backward is running (its callback is queued)
+  bool sync_ = true;
+  Timeline timeline_;
+  Timeline::Raw raw_;           // marks of the step in progress
+  std::shared_ptr<Reducer*> self_;  // hooks hold a weak_ptr: they outlive a destroyed reducer safely
+};
+
+}  // namespace tandem::dist

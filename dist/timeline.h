@@ -1,0 +1,73 @@
+// dist/timeline.h: when each bucket was ready, launched and finished - and what that means.
+//
+// Every synchronised backward records, per bucket, three moments (microseconds from the step's
+// origin, the start of DDP's forward):
+//   ready   - the bucket's last gradient was produced (compute timeline),
+//   launch  - its all-reduce started (communication timeline),
+//   finish  - its all-reduce finished,
+// and backward_end, when the last gradient was produced. On a GPU these are CUDA events on the
+// compute and communication streams; on the CPU, steady-clock readings. From them:
+//   comm     = length of the union of the [launch, finish] intervals,
+//   exposed  = the part of that union after backward_end: communication that nothing hid,
+//   overlap  = (comm - exposed) / comm, the fraction of communication hidden behind backward.
+// Reading GPU timings waits for the events, so steps() is for log intervals, not every step.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+
+namespace tandem::dist {
+
+struct BucketTiming {
+  double ready_us = 0, launch_us = 0, finish_us = 0;
+  int64_t bytes = 0;  // bytes on the wire
+};
+
+struct StepTiming {
+  int64_t step = 0;
+  double backward_end_us = 0;
+  std::vector<BucketTiming> buckets;  // in launch order
+  double comm_us = 0, exposed_us = 0;
+  double overlap = 1;  // 1 when there was nothing to hide
+};
+
+// Pure: fills comm_us, exposed_us and overlap from the bucket times and backward_end_us.
+void compute_overlap(StepTiming& s);
+
+struct TimelineSummary {
+  int64_t steps = 0;       // steps averaged (the first, warm-up step is left out when there are more)
+  double comm_ms = 0;      // mean per step
+  double exposed_ms = 0;   // mean per step
+  double overlap = 1;      // total hidden / total comm over those steps
+  std::string str() const; // "comm 3.1 ms/step, exposed 0.4 ms, overlap 87%"
+};
+
+class Timeline {
+ public:
+  // The raw marks of one step, as the reducer collects them.
+  struct Raw {
+    MarkPtr origin;
+    double origin_host_us = 0;  // profile::now_us() at the origin, to place GPU times in the trace
+    MarkPtr backward_end;
+    std::vector<MarkPtr> ready, launch, finish;
+    std::vector<int64_t> bytes;
+  };
+  void record(Raw raw);
+  // All steps so far, resolved (waits for outstanding GPU events).
+  const std::vector<StepTiming>& steps();
+  TimelineSummary summary();
+
+ private:
+  void resolve();
+  std::vector<Raw> pending_;
+  std::vector<StepTiming> steps_;
+};
+
+// Collects every rank's profile events (profile::take_events) on rank 0 and writes one Chrome
+// trace with a process per rank. Collective: every rank must call it. Clocks are aligned with a
+// barrier (good to the barrier's exit skew, microseconds on one machine).
+void write_trace(const std::string& path);
+
+}  // namespace tandem::dist

@@ -1,0 +1,63 @@
+// tests/test_dist_failures.cpp: failures end the job quickly and say which rank is to blame.
+// Runs tests/dist_fault_helper under mpiexec -n 2 (a child process, under `timeout` so that a hang
+// fails this test instead of stalling CI) and checks exit status, elapsed time and output.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+namespace {
+struct Run {
+  int status = -1;
+  double seconds = 0;
+  std::string output;
+};
+
+Run run(const std::string& env, const std::string& mpiexec_flags, const std::string& mode) {
+  std::string cmd = env + " timeout -s KILL 120 " TANDEM_MPIEXEC " " + mpiexec_flags + " -n 2 " DIST_FAULT_HELPER " " +
+                    mode + " 2>&1";
+  Run r;
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* f = popen(cmd.c_str(), "r");
+  REQUIRE(f != nullptr);
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) r.output.append(buf, n);
+  int st = pclose(f);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("a rank that builds a different model: every rank fails, naming the first difference") {
+  Run r = run("", "", "mismatch");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.seconds < 30);
+  // Both ranks report the same first difference (rank 1's fc.weight is [4, 5]).
+  for (const char* rank : {"[rank 0] error", "[rank 1] error"}) CHECK(r.output.find(rank) != std::string::npos);
+  CHECK(r.output.find("rank 1 built a different model") != std::string::npos);
+  CHECK(r.output.find("fc.weight f32[4, 5]") != std::string::npos);
+  CHECK(r.output.find("no error") == std::string::npos);
+}
+
+TEST_CASE("a rank that dies mid-training: the launcher ends the job") {
+  Run r = run("TANDEM_COMM_TIMEOUT_S=20", "", "die");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.seconds < 60);
+  CHECK(r.output.find("exiting on purpose") != std::string::npos);
+}
+
+TEST_CASE("a rank that dies mid-training, launcher told not to clean up: tandem's watchdog names it") {
+  // -disable-auto-cleanup keeps MPICH's launcher from killing the survivors, so only tandem's own
+  // deadline (5 s here) can end the job.
+  Run r = run("TANDEM_COMM_TIMEOUT_S=5", "-disable-auto-cleanup", "die");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.seconds < 60);
+  CHECK(r.output.find("[rank 0] tandem watchdog: rank(s) 1 did not reach collective") != std::string::npos);
+}
