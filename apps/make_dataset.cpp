@@ -151,7 +151,17 @@ int run(const Params& p) {
   }
 
   std::ofstream(tmp / "COMPLETE") << want.dump(2) << "\n";
-  fs::rename(tmp, out);  // atomic on one file system: <out> appears complete or not at all
+  std::error_code ec;
+  fs::rename(tmp, out, ec);  // atomic on one file system: <out> appears complete or not at all
+  if (ec) {
+    // A concurrent run (e.g. one per rank on a node) may have finished first with the same bytes.
+    fs::remove_all(tmp);
+    std::ifstream in(marker);
+    TANDEM_CHECK(in && nlohmann::json::parse(in, nullptr, false) == want, "could not rename ", tmp.string(),
+                 " to ", out.string(), ": ", ec.message());
+    std::printf("make_dataset: another run completed %s first; using it\n", out.c_str());
+    return 0;
+  }
   std::printf("make_dataset: wrote %zu images (%d classes) to %s in %.1f s\n", total, p.classes, out.c_str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
