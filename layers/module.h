@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -40,6 +41,13 @@ class Module {
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   int64_t num_parameters() const;
+  // This module and every descendant, pre-order ("" for this one, then "layer1", "layer1.0", ...),
+  // the order torch.nn.Module.named_modules() uses. Init schemes walk this list.
+  std::vector<std::pair<std::string, Module*>> named_modules() const;
+
+  // Re-draws this module's own parameters with its PyTorch default init (not the children's; see
+  // layers/init.h for whole-model schemes). Layers without parameters do nothing.
+  virtual void reset_parameters(Generator& gen) {}
 
   virtual void train(bool on = true);
   void eval() { train(false); }

@@ -4,6 +4,11 @@
 // stats in place, PyTorch's way: running = (1 - momentum) running + momentum * batch, with the
 // unbiased variance (n / (n - 1)) in running_var. Eval mode uses the running stats and records a
 // cheaper backward. Works for [N, H, W, C] and [N, C].
+// Dtypes: weight, bias and the running stats are f32 for f32/f16/bf16 inputs (f64 for f64 inputs),
+// so 16-bit activations keep f32 statistics and affine parameters; statistics accumulate in f32 on
+// the GPU and f64 on the CPU. weight/bias may be undefined (no affine); the running stats may be
+// undefined in training (not tracked) but are required in eval. Training needs more than one value
+// per channel (the variance of one sample is undefined).
 #pragma once
 #include "core/tensor.h"
 

@@ -1,0 +1,231 @@
+// apps/bench_ops.cpp: tandem's GEMM and conv against the libraries called directly.
+//
+// GPU part (skipped, with a message, when there is no GPU or with --cpu): the GEMMs of ResNet-50's
+// classifier and of a BERT-large layer, and ResNet-50's convolutions, forward, in f32 (TF32 as
+// ops::allow_tf32 says, on by default) and bf16. Each line shows tandem's median time (ops::linear /
+// ops::conv2d under no-grad, i.e. with tandem's checks, allocation and plan cache), the median time
+// of cuBLASLt / cuDNN called directly (apps/bench_ops_gpu.h) and tandem / direct: 1.00 means no
+// overhead. Times are medians of --reps CUDA-event timings after --warmup runs.
+// CPU part (always): GFLOP/s of ops::matmul in f32 next to cblas_sgemm on the same shapes (smaller
+// than the GPU ones so the part finishes in seconds), and ops::conv2d next to the one sgemm that its
+// im2col reduces to, so that ratio is im2col's cost.
+// --json FILE writes every row. Performance is reported, never asserted.
+#include <cblas.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops/ops.h"
+#ifdef TANDEM_WITH_CUDA
+#include "apps/bench_ops_gpu.h"
+#include "core/cuda/context.h"
+#endif
+
+using namespace tandem;
+using json = nlohmann::json;
+
+namespace {
+
+struct Options {
+  int reps = 20;          // timed repetitions per row (the median is reported)
+  int warmup = 5;         // untimed runs first: plans get built, memory pools grow
+  int conv_batch = 32;    // ResNet-50 conv batch (64 is the other common choice)
+  int cpu_reps = 5;       // CPU rows are slower: fewer repetitions
+  bool cpu_only = false;  // skip the GPU part even when a GPU is present
+  std::string json_path;  // empty: no JSON file
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double cpu_median_ms(int warmup, int reps, F f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(ms);
+}
+
+void cpu_part(const Options& o, json& rows) {
+  struct G {
+    const char* name;
+    int64_t m, n, k;
+  };
+  const G shapes[] = {{"square 512", 512, 512, 512},         {"square 1024", 1024, 1024, 1024},
+                      {"encoder FFN1 (256 tok)", 256, 1024, 256}, {"encoder FFN2 (256 tok)", 256, 256, 1024},
+                      {"classifier 64x512->1000", 64, 1000, 512}};
+  std::printf("\nCPU GEMM, f32 (OpenBLAS)                    m     n     k   tandem GFLOP/s   cblas GFLOP/s   ratio\n");
+  for (const G& s : shapes) {
+    Tensor a = Tensor::full({s.m, s.k}, 0.01), b = Tensor::full({s.k, s.n}, 0.01);
+    std::vector<float> c(s.m * s.n);
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    double t_tandem = cpu_median_ms(1, o.cpu_reps, [&] { ops::matmul(a, b); });
+    double t_blas = cpu_median_ms(1, o.cpu_reps, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, pa, s.k, pb, s.n, 0.0f, c.data(), s.n);
+    });
+    double flop = 2.0 * s.m * s.n * s.k;
+    double g_t = flop / t_tandem / 1e6, g_b = flop / t_blas / 1e6;
+    std::printf("  %-38s %5lld %5lld %5lld   %14.1f   %13.1f   %5.2f\n", s.name, (long long)s.m, (long long)s.n,
+                (long long)s.k, g_t, g_b, t_tandem / t_blas);
+    rows.push_back({{"part", "cpu_gemm"}, {"name", s.name}, {"dtype", "f32"}, {"m", s.m}, {"n", s.n}, {"k", s.k},
+                    {"tandem_ms", t_tandem}, {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b},
+                    {"ratio", t_tandem / t_blas}});
+  }
+  // Conv: the direct baseline is the single sgemm that im2col reduces the conv to (on pre-built
+  // columns), so the ratio is the price of im2col and of tandem's chunking.
+  struct C {
+    const char* name;
+    int64_t n, h, c, o, k, stride, pad;
+  };
+  const C convs[] = {{"3x3 64->64 @56, batch 2", 2, 56, 64, 64, 3, 1, 1},
+                     {"1x1 256->64 @56, batch 2", 2, 56, 256, 64, 1, 1, 0},
+                     {"3x3/2 128->128 @28, batch 2", 2, 28, 128, 128, 3, 2, 1}};
+  std::printf("\nCPU conv2d forward, f32, NHWC                        tandem GFLOP/s   im2col-GEMM GFLOP/s   ratio\n");
+  for (const C& s : convs) {
+    int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1, npix = s.n * oh * oh, kk = s.k * s.k * s.c;
+    Tensor x = Tensor::full({s.n, s.h, s.h, s.c}, 0.01), w = Tensor::full({s.o, s.k, s.k, s.c}, 0.01);
+    ops::Conv2dParams p;
+    p.stride_h = p.stride_w = static_cast<int>(s.stride);
+    p.pad_h = p.pad_w = static_cast<int>(s.pad);
+    std::vector<float> col(npix * kk, 0.01f), y(npix * s.o);
+    double t_tandem = cpu_median_ms(1, o.cpu_reps, [&] { ops::conv2d(x, w, Tensor(), p); });
+    double t_blas = cpu_median_ms(1, o.cpu_reps, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, npix, s.o, kk, 1.0f, col.data(), kk, w.data<float>(), kk,
+                  0.0f, y.data(), s.o);
+    });
+    double flop = 2.0 * npix * s.o * kk, g_t = flop / t_tandem / 1e6, g_b = flop / t_blas / 1e6;
+    std::printf("  %-50s %14.1f   %19.1f   %5.2f\n", s.name, g_t, g_b, t_tandem / t_blas);
+    rows.push_back({{"part", "cpu_conv"}, {"name", s.name}, {"dtype", "f32"}, {"tandem_ms", t_tandem},
+                    {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b}, {"ratio", t_tandem / t_blas}});
+  }
+}
+
+#ifdef TANDEM_WITH_CUDA
+void gpu_part(const Options& o, json& rows) {
+  bench::Timing t{o.warmup, o.reps};
+  cudaStream_t tandem_stream = cuda::compute_stream();
+  cudaStream_t direct_stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));
+  struct Lin {
+    const char* name;
+    int64_t m, n, k;  // y [m, n] = x [m, k] w^T + b
+  };
+  const int64_t tok = 512 * 8;  // BERT-large: sequence 512 x batch 8
+  const Lin gemms[] = {{"ResNet-50 FC (batch 256)", 256, 1000, 2048}, {"BERT-large QKV", tok, 3072, 1024},
+                       {"BERT-large attn-out", tok, 1024, 1024},      {"BERT-large FFN1", tok, 4096, 1024},
+                       {"BERT-large FFN2", tok, 1024, 4096}};
+  const int64_t nb = o.conv_batch;
+  struct Conv {
+    const char* name;
+    bench::ConvShape s;
+  };
+  const Conv convs[] = {{"stem 7x7/2 3->64 @224", {nb, 224, 224, 3, 64, 7, 2, 3}},
+                        {"1x1 64->64 @56", {nb, 56, 56, 64, 64, 1, 1, 0}},
+                        {"3x3 64->64 @56", {nb, 56, 56, 64, 64, 3, 1, 1}},
+                        {"1x1 64->256 @56", {nb, 56, 56, 64, 256, 1, 1, 0}},
+                        {"1x1 256->64 @56", {nb, 56, 56, 256, 64, 1, 1, 0}},
+                        {"3x3/2 128->128 @56", {nb, 56, 56, 128, 128, 3, 2, 1}},
+                        {"3x3 256->256 @14", {nb, 14, 14, 256, 256, 3, 1, 1}},
+                        {"1x1/2 1024->2048 @14", {nb, 14, 14, 1024, 2048, 1, 2, 0}},
+                        {"3x3 512->512 @7", {nb, 7, 7, 512, 512, 3, 1, 1}}};
+  autograd::NoGradGuard no_grad;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const bool tf32 = dt == DType::F32 && ops::allow_tf32();
+    const char* label = dt == DType::BF16 ? "bf16" : (tf32 ? "f32 (tf32)" : "f32");
+    const cudaDataType_t cdt = dt == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudnnDataType_t ddt = dt == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    const size_t es = dtype_size(dt);
+    std::printf("\nGPU linear forward, %s (y = x w^T + b)          m      n      k   tandem ms  cuBLASLt ms  ratio  TFLOP/s\n",
+                label);
+    for (const Lin& g : gemms) {
+      Device d = Device::cuda(cuda::current_device());
+      Tensor x = Tensor::full({g.m, g.k}, 0.01, dt, d), w = Tensor::full({g.n, g.k}, 0.01, dt, d),
+             b = Tensor::full({g.n}, 0.01, dt, d);
+      double tt = bench::median_ms(tandem_stream, t, [&] { ops::linear(x, w, b); });
+      double td = bench::cublaslt_linear_ms(direct_stream, t, cdt, es, tf32, g.m, g.n, g.k);
+      double tflops = 2.0 * g.m * g.n * g.k / td / 1e9;
+      std::printf("  %-40s %6lld %6lld %6lld  %9.3f  %11.3f  %5.2f  %7.1f\n", g.name, (long long)g.m, (long long)g.n,
+                  (long long)g.k, tt, td, tt / td, tflops);
+      rows.push_back({{"part", "gpu_linear"}, {"name", g.name}, {"dtype", label}, {"m", g.m}, {"n", g.n}, {"k", g.k},
+                      {"tandem_ms", tt}, {"direct_ms", td}, {"ratio", tt / td}});
+    }
+    std::printf("\nGPU conv2d forward, %s, NHWC, batch %lld                   tandem ms  cuDNN ms  ratio\n", label,
+                (long long)nb);
+    for (const Conv& c : convs) {
+      Device d = Device::cuda(cuda::current_device());
+      Tensor x = Tensor::full({c.s.n, c.s.h, c.s.w, c.s.c}, 0.01, dt, d);
+      Tensor w = Tensor::full({c.s.o, c.s.k, c.s.k, c.s.c}, 0.01, dt, d);
+      ops::Conv2dParams p;
+      p.stride_h = p.stride_w = static_cast<int>(c.s.stride);
+      p.pad_h = p.pad_w = static_cast<int>(c.s.pad);
+      double tt = bench::median_ms(tandem_stream, t, [&] { ops::conv2d(x, w, Tensor(), p); });
+      double td = bench::cudnn_conv_ms(direct_stream, t, ddt, es, c.s);
+      std::printf("  %-56s %9.3f  %8.3f  %5.2f\n", c.name, tt, td, td > 0 ? tt / td : 0.0);
+      rows.push_back({{"part", "gpu_conv"}, {"name", c.name}, {"dtype", label}, {"batch", nb}, {"tandem_ms", tt},
+                      {"direct_ms", td}, {"ratio", td > 0 ? tt / td : 0.0}});
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(direct_stream));
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"bench_ops: tandem's GEMM and conv next to cuBLASLt/cuDNN (GPU) and OpenBLAS (CPU)"};
+  app.add_option("--reps", o.reps, "timed repetitions per GPU row; the median is printed")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
+  app.add_option("--conv-batch", o.conv_batch, "batch size of the ResNet-50 conv rows")->check(CLI::PositiveNumber);
+  app.add_option("--cpu-reps", o.cpu_reps, "timed repetitions per CPU row")->check(CLI::PositiveNumber);
+  app.add_flag("--cpu", o.cpu_only, "run only the CPU part, even if a GPU is present");
+  app.add_option("--json", o.json_path, "also write all rows to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+
+  json rows = json::array();
+  std::string gpu_status;
+  try {
+    if (o.cpu_only) {
+      gpu_status = "skipped (--cpu)";
+    } else if (!cuda_available()) {
+      gpu_status = built_with_cuda() ? "skipped (no CUDA device visible)" : "skipped (CPU-only build)";
+    } else {
+#ifdef TANDEM_WITH_CUDA
+      gpu_part(o, rows);
+      gpu_status = "ran";
+#endif
+    }
+    if (gpu_status != "ran") std::printf("GPU part %s: only the CPU GEMM rows follow.\n", gpu_status.c_str());
+    cpu_part(o, rows);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_ops: %s\n", e.what());
+    return 1;
+  }
+  if (!o.json_path.empty()) {
+    json out = {{"bench", "bench_ops"}, {"gpu", gpu_status}, {"reps", o.reps}, {"warmup", o.warmup},
+                {"allow_tf32", ops::allow_tf32()}, {"rows", rows}};
+    std::ofstream f(o.json_path);
+    if (!f) {
+      std::fprintf(stderr, "bench_ops: cannot write %s: check the directory exists and is writable\n",
+                   o.json_path.c_str());
+      return 1;
+    }
+    f << out.dump(2) << "\n";
+    std::printf("\nwrote %s\n", o.json_path.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,46 @@
+// core/ops/cpu/embedding.cpp: embedding gather and scatter-add on the CPU (the reference path).
+// Row copies for the forward; the backward zeroes dtable and adds each dout row into its index's
+// row in order, so repeated indices accumulate deterministically (in T: f32 or f64).
+#include <cstring>
+
+#include "core/ops/dispatch.h"
+#include "core/ops/kernels/embedding.h"
+
+namespace tandem::kernels {
+namespace {
+template <typename F>
+void with_indices(const Tensor& idx, F&& f) {
+  if (idx.dtype() == DType::I64)
+    f(idx.data<int64_t>());
+  else
+    f(idx.data<int32_t>());
+}
+}  // namespace
+
+void embedding_fwd_cpu(const Tensor& indices, const Tensor& table, Tensor& out) {
+  TANDEM_CPU_FLOAT_TYPES(table.dtype(), T, [&] {
+    with_indices(indices, [&](const auto* ix) {
+      int64_t k = indices.numel(), d = table.size(1);
+      const T* t = table.data<T>();
+      T* o = out.data<T>();
+      for (int64_t i = 0; i < k; ++i) std::memcpy(o + i * d, t + ix[i] * d, static_cast<size_t>(d) * sizeof(T));
+    });
+  });
+}
+
+void embedding_bwd_cpu(const Tensor& indices, const Tensor& dout, Tensor& dtable) {
+  TANDEM_CPU_FLOAT_TYPES(dtable.dtype(), T, [&] {
+    with_indices(indices, [&](const auto* ix) {
+      int64_t k = indices.numel(), d = dtable.size(1);
+      const T* g = dout.data<T>();
+      T* dt = dtable.data<T>();
+      std::memset(static_cast<void*>(dt), 0, dtable.nbytes());
+      for (int64_t i = 0; i < k; ++i) {
+        T* row = dt + ix[i] * d;
+        for (int64_t j = 0; j < d; ++j) row[j] += g[i * d + j];
+      }
+    });
+  });
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,89 @@
+// core/ops/cpu/loss.cpp: cross-entropy and top-k counting on the CPU (the reference path).
+//
+// Row-wise, max-subtracted log-sum-exp, accumulated in double whatever T is: the CPU is what the
+// parity tests trust, so it is the most accurate path, not the fastest. The label range has already
+// been checked by core/ops/loss.cpp.
+#include <cmath>
+
+#include "core/ops/dispatch.h"
+#include "core/ops/kernels/loss.h"
+
+namespace tandem::kernels {
+namespace {
+
+// Calls f with a typed pointer to the labels (i32 or i64).
+template <typename F>
+void with_labels(const Tensor& labels, F&& f) {
+  if (labels.dtype() == DType::I64)
+    f(labels.data<int64_t>());
+  else
+    f(labels.data<int32_t>());
+}
+
+}  // namespace
+
+void cross_entropy_fwd_cpu(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss) {
+  TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
+    with_labels(labels, [&](const auto* lab) {
+      int64_t n = logits.size(0), c = logits.size(1);
+      const T* x = logits.data<T>();
+      T* plse = lse.data<T>();
+      double s = smoothing, total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const T* row = x + i * c;
+        double m = row[0];
+        for (int64_t j = 1; j < c; ++j) m = std::max(m, static_cast<double>(row[j]));
+        double se = 0, sx = 0;
+        for (int64_t j = 0; j < c; ++j) {
+          se += std::exp(row[j] - m);
+          sx += row[j];
+        }
+        double l = m + std::log(se);
+        plse[i] = static_cast<T>(l);
+        // -sum_c target_c log p_c with target = (1-s) onehot + s/C, and -log p_c = lse - x_c.
+        total += l - (1.0 - s) * row[lab[i]] - (s / static_cast<double>(c)) * sx;
+      }
+      loss.data<T>()[0] = static_cast<T>(total / static_cast<double>(n));
+    });
+  });
+}
+
+void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
+                           float smoothing, Tensor& dlogits) {
+  TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
+    with_labels(labels, [&](const auto* lab) {
+      int64_t n = logits.size(0), c = logits.size(1);
+      const T* x = logits.data<T>();
+      const T* plse = lse.data<T>();
+      T* d = dlogits.data<T>();
+      double scale = static_cast<double>(grad_loss.data<T>()[0]) / static_cast<double>(n);
+      double s = smoothing, off = s / static_cast<double>(c);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < c; ++j) {
+          double p = std::exp(static_cast<double>(x[i * c + j]) - plse[i]);
+          double target = off + (j == lab[i] ? 1.0 - s : 0.0);
+          d[i * c + j] = static_cast<T>(scale * (p - target));
+        }
+      }
+    });
+  });
+}
+
+int64_t topk_correct_cpu(const Tensor& logits, const Tensor& labels, int k) {
+  return TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
+    int64_t correct = 0;
+    with_labels(labels, [&](const auto* lab) {
+      int64_t n = logits.size(0), c = logits.size(1);
+      const T* x = logits.data<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        T ref = x[i * c + lab[i]];
+        int64_t greater = 0;  // strictly greater, so ties with the label count in its favour
+        for (int64_t j = 0; j < c; ++j) greater += x[i * c + j] > ref;
+        correct += greater < k;
+      }
+    });
+    return correct;
+  });
+}
+
+}  // namespace tandem::kernels

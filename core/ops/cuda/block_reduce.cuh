@@ -1,0 +1,36 @@
+// core/ops/cuda/block_reduce.cuh: warp and block reductions in float (internal, CUDA only).
+//
+// Used by the loss, norm and reduce kernels. All reductions combine values in a fixed order (a
+// butterfly over lanes, then warps in index order), so a kernel that uses them is deterministic
+// for a given launch shape: no atomics, and ranks that run the same shapes get the same bits.
+#pragma once
+#include <cuda_runtime.h>
+
+namespace tandem::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Every lane of the warp returns the full result.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024). Every thread must call it;
+// every thread gets the result. `scratch` is caller-provided shared memory of 32 floats; it may be
+// reused after the call returns.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : 0.f;
+  return warp_sum(v);
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,264 @@
+// core/ops/cuda/conv.cpp: conv2d forward / backward-data / backward-filter through cuDNN's graph
+// (backend) API, with the finalized execution plan cached per problem.
+//
+// Why the backend API: cuDNN 9 marks the legacy cudnnConvolutionForward family CUDNN_DEPRECATED
+// (cudnn_cnn.h). Each problem becomes a one-node operation graph:
+//   tensor descriptors (uid 1 = x-shaped, 2 = w-shaped, 3 = y-shaped) -> convolution descriptor
+//   -> CONVOLUTION_{FORWARD, BACKWARD_DATA, BACKWARD_FILTER} operation -> operation graph
+//   -> engine heuristics (mode A, then FALLBACK) -> the first engine config whose execution plan
+//   finalizes -> plan, executed with a variant pack (uid -> device pointer, workspace).
+// The same three uids serve all three ops: forward reads 1, 2 and writes 3; backward data reads 2, 3
+// and writes 1; backward filter reads 1, 3 and writes 2.
+//
+// Layout: cuDNN dimensions are always in N, C, H, W order; NHWC is said with strides
+// ([H W C, 1, W C, C]) and the OHWI filter likewise ([KH KW Cg, 1, KW Cg, Cg]). Groups are implied
+// by the filter's channel count (C / groups), as the graph API expects.
+// Precision: compute type f32 for every data type. For f32 data, engines that use TF32 tensor cores
+// (numerical notes TENSOR_CORE / DOWN_CONVERT_INPUTS) are skipped when ops::allow_tf32() is off.
+// Caching: building a plan runs the heuristics and may compile kernels (milliseconds), so one plan
+// per (device, dtype, op, TF32 switch, shapes, params, pointer alignments) is built once and kept.
+// The graph and the plan take the cuDNN handle through the *_HANDLE attributes, which cuDNN 9.19
+// marks deprecated in favour of device-property descriptors; we keep them because the GPU machines
+// may run any cuDNN 9.x (pip wheels lag the toolkit) and older 9.x have no device-property path.
+// Workspaces come from the stream-ordered allocator per call: freeing right after the enqueue is
+// safe because the free is ordered on the same compute stream.
+#include <cudnn.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cuda/context.h"
+#include "core/ops/cuda/dnn_handle.h"
+#include "core/ops/kernels/conv.h"
+#include "core/ops/matmul.h"
+#include "core/storage.h"
+
+namespace tandem::kernels {
+namespace {
+
+enum class ConvOp : int64_t { Forward, BackwardData, BackwardFilter };
+
+// Owns one backend descriptor.
+struct Desc {
+  cudnnBackendDescriptor_t d = nullptr;
+  explicit Desc(cudnnBackendDescriptorType_t type) { CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d)); }
+  ~Desc() {
+    if (d) cudnnBackendDestroyDescriptor(d);
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+};
+using DescPtr = std::shared_ptr<Desc>;
+
+void set(const DescPtr& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+         const void* values) {
+  CUDNN_CHECK(cudnnBackendSetAttribute(d->d, name, type, count, values));
+}
+void set_desc(const DescPtr& d, cudnnBackendAttributeName_t name, const DescPtr& value) {
+  set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value->d);
+}
+
+struct Plan {
+  std::vector<DescPtr> keep;  // tensors, conv, op and graph: alive as long as the plan refers to them
+  DescPtr plan;
+  int64_t workspace = 0;
+};
+
+using Key = std::array<int64_t, 22>;
+std::map<Key, Plan> g_plans;  // one entry per distinct conv problem of the model
+std::mutex g_mutex;
+
+cudnnDataType_t dnn_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::F16: return CUDNN_DATA_HALF;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    default: TANDEM_THROW("CUDA conv2d takes f32, f16 or bf16, got ", dtype_name(t), ": cast the tensors first");
+  }
+}
+
+int64_t alignment(const void* p) {  // largest power of two <= 16 dividing the address
+  auto u = reinterpret_cast<uintptr_t>(p);
+  int64_t a = 16;
+  while (a > 1 && u % a != 0) a /= 2;
+  return a;
+}
+
+// A 4-D NHWC tensor [n, h, w, c] described to cuDNN as dims (n, c, h, w) with NHWC strides.
+DescPtr tensor(int64_t uid, cudnnDataType_t t, int64_t n, int64_t h, int64_t w, int64_t c, int64_t align) {
+  auto d = std::make_shared<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const int64_t dims[4] = {n, c, h, w};
+  const int64_t strides[4] = {h * w * c, 1, w * c, c};
+  set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t);
+  set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+  set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+  set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+  CUDNN_CHECK(cudnnBackendFinalize(d->d));
+  return d;
+}
+
+// True when this engine config may be used under the current TF32 setting.
+bool allowed(const DescPtr& cfg, bool f32_strict) {
+  if (!f32_strict) return true;
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  int64_t n = 0;
+  CUDNN_CHECK(cudnnBackendGetAttribute(cfg->d, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                       &engine.d));
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  CUDNN_CHECK(cudnnBackendGetAttribute(engine.d, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                       static_cast<int64_t>(notes.size()), &n, notes.data()));
+  for (int64_t i = 0; i < n; ++i)
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+      return false;
+  return true;
+}
+
+// Runs the heuristics in `mode` and returns the first engine config that finalizes into a plan.
+bool pick_plan(cudnnHandle_t handle, const DescPtr& graph, cudnnBackendHeurMode_t mode, bool f32_strict, Plan& out) {
+  auto heur = std::make_shared<Desc>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (cudnnBackendFinalize(heur->d) != CUDNN_STATUS_SUCCESS) return false;
+  int64_t count = 0;
+  CUDNN_CHECK(cudnnBackendGetAttribute(heur->d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                       &count, nullptr));
+  if (count <= 0) return false;
+  std::vector<DescPtr> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    cfgs.push_back(std::make_shared<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(cfgs.back()->d);
+  }
+  CUDNN_CHECK(cudnnBackendGetAttribute(heur->d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                       &count, raw.data()));
+  for (int64_t i = 0; i < count; ++i) {
+    if (!allowed(cfgs[i], f32_strict)) continue;
+    auto plan = std::make_shared<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    set_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[i]);
+    // A config the heuristic ranks can still be unsupported for this exact problem: try the next.
+    if (cudnnBackendFinalize(plan->d) != CUDNN_STATUS_SUCCESS) continue;
+    int64_t n = 0;
+    CUDNN_CHECK(cudnnBackendGetAttribute(plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                         &out.workspace));
+    out.keep.push_back(cfgs[i]);
+    out.plan = plan;
+    return true;
+  }
+  return false;
+}
+
+Plan build(const ConvGeom& g, ConvOp op, DType dt, bool f32_strict, const int64_t align[3]) {
+  cudnnHandle_t handle = cuda::dnn_handle();
+  cudnnDataType_t t = dnn_type(dt);
+  const int64_t cg = g.c / g.p.groups;
+  DescPtr x = tensor(1, t, g.n, g.h, g.w, g.c, align[0]);
+  DescPtr w = tensor(2, t, g.o, g.kh, g.kw, cg, align[1]);  // OHWI is NHWC-shaped: (O, KH, KW, Cg)
+  DescPtr y = tensor(3, t, g.n, g.oh, g.ow, g.o, align[2]);
+
+  auto conv = std::make_shared<Desc>(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // f32 accumulation for every dtype
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t dims = 2;
+  const int64_t dil[2] = {g.p.dilation_h, g.p.dilation_w}, str[2] = {g.p.stride_h, g.p.stride_w},
+                pad[2] = {g.p.pad_h, g.p.pad_w};
+  set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  set(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims);
+  set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
+  set(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
+  set(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+  set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+  CUDNN_CHECK(cudnnBackendFinalize(conv->d));
+
+  const float alpha = 1.0f, beta = 0.0f;  // outputs are overwritten, never accumulated into
+  DescPtr node;
+  if (op == ConvOp::Forward) {
+    node = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
+    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+  } else if (op == ConvOp::BackwardData) {
+    node = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
+    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+  } else {
+    node = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y);
+    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
+    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+  }
+  CUDNN_CHECK(cudnnBackendFinalize(node->d));
+
+  auto graph = std::make_shared<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &node->d);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  CUDNN_CHECK(cudnnBackendFinalize(graph->d));
+
+  Plan p;
+  p.keep = {x, w, y, conv, node, graph};
+  bool ok = pick_plan(handle, graph, CUDNN_HEUR_MODE_A, f32_strict, p) ||
+            pick_plan(handle, graph, CUDNN_HEUR_MODE_FALLBACK, f32_strict, p);
+  static const char* names[] = {"forward", "backward data", "backward filter"};
+  TANDEM_CHECK(ok, "cuDNN has no engine for conv2d ", names[static_cast<int>(op)], " (", dtype_name(dt), ", x [",
+               g.n, ", ", g.h, ", ", g.w, ", ", g.c, "], w [", g.o, ", ", g.kh, ", ", g.kw, ", ", cg, "], groups ",
+               g.p.groups, f32_strict ? ", TF32 disabled" : "", "): try another dtype or enable TF32");
+  return p;
+}
+
+void run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const Tensor& ys) {
+  if (g.n == 0) return;
+  const DType dt = xs.dtype();
+  const bool f32_strict = dt == DType::F32 && !ops::allow_tf32();
+  void* ptrs[3] = {xs.data_ptr(), ws.data_ptr(), ys.data_ptr()};
+  const int64_t align[3] = {alignment(ptrs[0]), alignment(ptrs[1]), alignment(ptrs[2])};
+  const int device = cuda::current_device();
+  Key key{device, static_cast<int64_t>(dt), static_cast<int64_t>(op), f32_strict, g.n, g.h, g.w, g.c, g.o, g.kh, g.kw,
+          g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups,
+          align[0], align[1], align[2], 0};
+
+  std::lock_guard<std::mutex> lock(g_mutex);  // plans are shared; execution is a cheap enqueue
+  auto it = g_plans.find(key);
+  if (it == g_plans.end()) it = g_plans.emplace(key, build(g, op, dt, f32_strict, align)).first;
+  const Plan& p = it->second;
+
+  Storage workspace(static_cast<size_t>(p.workspace), Device::cuda(device));
+  void* ws_ptr = workspace.data();
+  const int64_t uids[3] = {1, 2, 3};
+  auto pack = std::make_shared<Desc>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+  set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+  set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr);
+  CUDNN_CHECK(cudnnBackendFinalize(pack->d));
+  CUDNN_CHECK(cudnnBackendExecute(cuda::dnn_handle(), p.plan->d, pack->d), "conv2d on x [", g.n, ", ", g.h, ", ",
+              g.w, ", ", g.c, "] with ", g.o, " filters ", g.kh, "x", g.kw);
+}
+
+}  // namespace
+
+void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y) {
+  run(ConvOp::Forward, g, x, w, y);
+}
+void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  run(ConvOp::BackwardData, g, dx, w, dy);
+}
+void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw) {
+  run(ConvOp::BackwardFilter, g, x, dw, dy);
+}
+
+}  // namespace tandem::kernels

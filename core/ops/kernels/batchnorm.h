@@ -1,0 +1,35 @@
+// core/ops/kernels/batchnorm.h: backend entry points for batch normalisation (internal).
+//
+// Tensors arrive viewed as [M, C]: M = N*H*W (or N) rows, C channels, channels fastest (NHWC).
+// Per-channel tensors (weight, bias, running stats, saved stats, their gradients) have the
+// "parameter dtype": f64 for f64 inputs, f32 otherwise (also for f16/bf16 inputs, so statistics
+// and affine parameters keep f32 precision in mixed-precision training). weight/bias may be
+// undefined (no affine: 1 and 0); running stats may be undefined in training (not tracked).
+#pragma once
+#include "core/tensor.h"
+
+namespace tandem::kernels {
+
+// training: save_mean/save_invstd get the batch mean and 1/sqrt(biased var + eps); defined running
+//           stats are updated in place with the unbiased variance M/(M-1) * var and `momentum`.
+// eval:     save_mean = running_mean, save_invstd = 1/sqrt(running_var + eps).
+// Both:     y = (x - save_mean) * save_invstd * weight + bias.
+void batchnorm_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                           Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
+                           Tensor& save_mean, Tensor& save_invstd);
+// With xhat = (x - save_mean) * save_invstd, and sums over the M rows:
+//   dbias = sum dy, dweight = sum dy * xhat;
+//   training: dx = weight * invstd * (dy - sum(dy)/M - xhat * sum(dy * xhat)/M)  (through the stats)
+//   eval:     dx = weight * invstd * dy                                          (stats are constants)
+// Outputs that are undefined are not computed.
+void batchnorm_backward_cpu(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                            const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias);
+#ifdef TANDEM_WITH_CUDA
+void batchnorm_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                            Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
+                            Tensor& save_mean, Tensor& save_invstd);
+void batchnorm_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                             const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias);
+#endif
+
+}  // namespace tandem::kernels

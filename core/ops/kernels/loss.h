@@ -1,0 +1,28 @@
+// core/ops/kernels/loss.h: backend entry points for cross-entropy and top-k accuracy (internal).
+//
+// The op layer (core/ops/loss.cpp) validates shapes, dtypes and label range and records autograd;
+// these functions only compute. Shapes: logits [N, C]; labels [N] (i32 or i64); lse [N] and loss [1]
+// in the statistics dtype (f64 for f64 logits, f32 otherwise); dlogits like logits.
+#pragma once
+#include "core/tensor.h"
+
+namespace tandem::kernels {
+
+// loss[0] = mean_n ( lse_n - (1-s) x[n, label_n] - (s/C) sum_c x[n, c] ), lse_n = log sum_c exp x[n, c].
+// lse is written for the backward, which then needs no second pass to find the row maxima.
+void cross_entropy_fwd_cpu(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss);
+// dlogits[n, c] = grad_loss[0] / N * (exp(x[n, c] - lse_n) - (1-s)[c == label_n] - s/C).
+// grad_loss stays a tensor (not a host float) so the CUDA path never syncs to read it.
+void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
+                           float smoothing, Tensor& dlogits);
+// Rows where fewer than k logits are strictly greater than the label's logit.
+int64_t topk_correct_cpu(const Tensor& logits, const Tensor& labels, int k);
+
+#ifdef TANDEM_WITH_CUDA
+void cross_entropy_fwd_cuda(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss);
+void cross_entropy_bwd_cuda(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
+                            float smoothing, Tensor& dlogits);
+int64_t topk_correct_cuda(const Tensor& logits, const Tensor& labels, int k);
+#endif
+
+}  // namespace tandem::kernels

@@ -1,0 +1,75 @@
+// core/ops/loss.cpp: validation, backend dispatch and autograd for cross-entropy and top-k accuracy.
+//
+// Label range is checked here, once, on the host, for both backends: a wrong label is almost always
+// a data-pipeline bug (class ids counted from 1, or a dataset with more classes than the model),
+// and a readable error beats a NaN loss or an out-of-bounds read. For CUDA labels this copies N
+// integers to the host and waits for the compute stream: a few microseconds once per step, and
+// the same contract core/ops/embedding.h states for its indices.
+// Statistics (lse, loss) are f32 for f32/f16/bf16 logits and f64 for f64 logits (gradient checks).
+#include "core/ops/loss.h"
+
+#include "core/autograd.h"
+#include "core/ops/copy.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/kernels/loss.h"
+
+namespace tandem::ops {
+namespace {
+
+void check_inputs(const Tensor& logits, const Tensor& labels, const char* op) {
+  TANDEM_CHECK(logits.dim() == 2, op, ": logits must be [N, C], got ", logits.str(),
+               "; flatten the leading dimensions first");
+  TANDEM_CHECK(is_floating(logits.dtype()), op, ": logits must be floating point, got ", logits.str());
+  TANDEM_CHECK(labels.dtype() == DType::I64 || labels.dtype() == DType::I32, op,
+               ": labels must be i64 (or i32) class indices, got ", labels.str());
+  TANDEM_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0), op, ": labels ", labels.str(),
+               " do not match logits ", logits.str(), "; expected one label per row, shape [",
+               logits.size(0), "]");
+  TANDEM_CHECK(logits.size(0) > 0 && logits.size(1) > 0, op, ": empty logits ", logits.str());
+  check_same_device(logits, labels, op);
+}
+
+void check_label_range(const Tensor& labels, int64_t classes, const char* op) {
+  std::vector<int64_t> v = labels.to_vector_i64();  // copies (and syncs) when labels are on a GPU
+  for (size_t i = 0; i < v.size(); ++i)
+    TANDEM_CHECK(v[i] >= 0 && v[i] < classes, op, ": label ", v[i], " at row ", i, " is outside [0, ", classes,
+                 "); labels must be class indices counted from 0, and the model needs one output per class");
+}
+
+DType stats_dtype(DType logits) { return logits == DType::F64 ? DType::F64 : DType::F32; }
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
+  check_inputs(logits, labels, "cross_entropy");
+  TANDEM_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f,
+               "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  check_label_range(labels, logits.size(1), "cross_entropy");
+  DType st = stats_dtype(logits.dtype());
+  Tensor lse = Tensor::empty({logits.size(0)}, st, logits.device());
+  Tensor loss = Tensor::empty({1}, st, logits.device());
+  TANDEM_BACKEND(logits, kernels::cross_entropy_fwd_cpu(logits, labels, label_smoothing, lse, loss),
+                 kernels::cross_entropy_fwd_cuda(logits, labels, label_smoothing, lse, loss));
+  autograd::record("CrossEntropyBackward", {logits, labels}, loss,
+                   [logits = logits.detach(), labels, lse, st, s = label_smoothing](std::vector<Tensor>& g) {
+                     // A caller-provided root gradient may come in another dtype: bring it to ours.
+                     Tensor gl = g[0].dtype() == st ? g[0] : cast_raw(g[0], st);
+                     Tensor d = Tensor::empty_like(logits);
+                     TANDEM_BACKEND(logits, kernels::cross_entropy_bwd_cpu(logits, labels, lse, gl, s, d),
+                                    kernels::cross_entropy_bwd_cuda(logits, labels, lse, gl, s, d));
+                     return std::vector<Tensor>{d, Tensor()};
+                   });
+  return loss;
+}
+
+int64_t topk_correct(const Tensor& logits, const Tensor& labels, int k) {
+  check_inputs(logits, labels, "topk_correct");
+  TANDEM_CHECK(k >= 1, "topk_correct: k must be at least 1, got ", k);
+  check_label_range(labels, logits.size(1), "topk_correct");
+  int64_t n = 0;
+  TANDEM_BACKEND(logits, n = kernels::topk_correct_cpu(logits, labels, k),
+                 n = kernels::topk_correct_cuda(logits, labels, k));
+  return n;
+}
+
+}  // namespace tandem::ops

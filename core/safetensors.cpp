@@ -1,0 +1,240 @@
+// core/safetensors.cpp: safetensors writer (atomic) and validating reader. See safetensors.h.
+#include "core/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace tandem::safetensors {
+
+// The format is little-endian and so is every machine tandem targets (x86-64, aarch64); a
+// big-endian port would need byte swaps on every tensor.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+using json = nlohmann::json;
+
+const std::pair<DType, const char*> kDtypeNames[] = {
+    {DType::F32, "F32"}, {DType::F16, "F16"}, {DType::BF16, "BF16"},
+    {DType::F64, "F64"}, {DType::I32, "I32"}, {DType::I64, "I64"},
+};
+
+// Writes all of `n` bytes, retrying short writes (large buffers, signals).
+void write_all(int fd, const void* p, size_t n, const std::string& path) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    TANDEM_CHECK(w > 0, "writing '", path, "' failed: ", std::strerror(errno),
+                 ". Check that the disk is not full and the directory is writable.");
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// Makes the rename itself durable: without this a crash could forget the new directory entry.
+void fsync_directory(const std::filesystem::path& file) {
+  std::filesystem::path dir = file.parent_path();
+  if (dir.empty()) dir = ".";
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // some filesystems do not allow opening directories; the data is still synced
+  ::fsync(fd);
+  ::close(fd);
+}
+}  // namespace
+
+const char* dtype_to_safetensors(DType t) {
+  for (const auto& [d, name] : kDtypeNames)
+    if (d == t) return name;
+  TANDEM_THROW("dtype ", dtype_name(t), " has no safetensors name");
+}
+
+DType dtype_from_safetensors(const std::string& name, const std::string& context) {
+  for (const auto& [d, n] : kDtypeNames)
+    if (name == n) return d;
+  TANDEM_THROW(context, ": dtype \"", name,
+               "\" is not supported by tandem (supported: F32, F16, BF16, F64, I32, I64). Convert the tensor "
+               "to one of these before saving, e.g. tensor.float() in PyTorch.");
+}
+
+const Tensor* File::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+const Tensor& File::at(const std::string& name) const {
+  if (const Tensor* t = find(name)) return *t;
+  std::string have;
+  for (size_t i = 0; i < tensors.size() && i < 8; ++i) have += (i ? ", " : "") + tensors[i].first;
+  if (tensors.size() > 8) have += ", ...";
+  TANDEM_THROW("no tensor named '", name, "' in the file (it holds ", tensors.size(), " tensors: ", have, ")");
+}
+
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+  // Host copies first: a GPU tensor's bytes are only readable after a device-to-host copy.
+  std::vector<Tensor> host;
+  host.reserve(tensors.size());
+  json header = json::object();
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    TANDEM_CHECK(!name.empty() && name != "__metadata__", "cannot save a tensor named '", name,
+                 "' to '", path, "': the name is empty or reserved by the format. Rename it.");
+    TANDEM_CHECK(seen.insert(name).second, "cannot save '", path, "': the tensor name '", name,
+                 "' appears twice. Names in a safetensors file must be unique.");
+    TANDEM_CHECK(t.defined(), "cannot save '", path, "': tensor '", name, "' is undefined");
+    host.push_back(t.is_cuda() ? t.to(Device::cpu()) : t);
+    uint64_t end = offset + t.nbytes();
+    header[name] = {{"dtype", dtype_to_safetensors(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+
+  std::string text = header.dump();
+  // Pad with spaces (valid JSON whitespace) so the data section, and so every tensor written at an
+  // offset that is a multiple of its element size, starts 8-byte aligned in the file.
+  text.append((8 - (8 + text.size()) % 8) % 8, ' ');
+  uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TANDEM_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno),
+               ". Check that the directory exists and is writable.");
+  try {
+    write_all(fd, len, 8, tmp);
+    write_all(fd, text.data(), text.size(), tmp);
+    for (const Tensor& t : host) write_all(fd, t.data_ptr(), t.nbytes(), tmp);
+    TANDEM_CHECK(::fsync(fd) == 0, "fsync of '", tmp, "' failed: ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    TANDEM_THROW("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err),
+                 ". Check that the destination is writable and not a directory.");
+  }
+  fsync_directory(path);
+}
+
+File load(const std::string& path) {
+  // Every message names the file; `bad` adds the common advice for a damaged file.
+  const std::string where = "'" + path + "'";
+  const char* bad = " The file is corrupt or not a safetensors file: re-create it (or re-export it with "
+                    "safetensors.torch.save_file).";
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  TANDEM_CHECK(!ec, "cannot read ", where, ": ", ec.message(), ". Check the path.");
+  std::ifstream in(path, std::ios::binary);
+  TANDEM_CHECK(in, "cannot open ", where, ": ", std::strerror(errno), ". Check the path and its permissions.");
+
+  TANDEM_CHECK(size >= 8, where, " is ", size, " bytes long, shorter than the 8-byte header length.", bad);
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
+  TANDEM_CHECK(n <= kMaxHeaderBytes, where, " declares a ", n, "-byte JSON header (limit ", kMaxHeaderBytes,
+               ").", bad);
+  TANDEM_CHECK(n <= size - 8, where, " declares a ", n, "-byte JSON header but only ", size - 8,
+               " bytes follow: the file is truncated.", bad);
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  TANDEM_CHECK(in, "reading the header of ", where, " failed.", bad);
+
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::parse_error& e) {
+    TANDEM_THROW("the JSON header of ", where, " does not parse (", e.what(), ").", bad);
+  }
+  TANDEM_CHECK(header.is_object(), "the JSON header of ", where, " is not an object.", bad);
+
+  File out;
+  const uint64_t data_size = size - 8 - n;
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      TANDEM_CHECK(v.is_object(), where, ": __metadata__ must be an object of strings.", bad);
+      for (const auto& [k, s] : v.items()) {
+        TANDEM_CHECK(s.is_string(), where, ": __metadata__ value for '", k, "' is not a string.", bad);
+        out.metadata[k] = s.get<std::string>();
+      }
+      continue;
+    }
+    const std::string ctx = where + ", tensor '" + name + "'";
+    TANDEM_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), ctx,
+                 ": the entry needs dtype, shape and data_offsets.", bad);
+    TANDEM_CHECK(v["dtype"].is_string(), ctx, ": dtype is not a string.", bad);
+    Entry e{name, dtype_from_safetensors(v["dtype"].get<std::string>(), ctx), {}, 0, 0};
+    TANDEM_CHECK(v["shape"].is_array(), ctx, ": shape is not an array.", bad);
+    uint64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      TANDEM_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), ctx,
+                   ": shape holds something other than a non-negative integer.", bad);
+      uint64_t dim = d.get<uint64_t>();
+      // Reject shapes whose element count cannot fit in the file before multiplying further.
+      TANDEM_CHECK(dim <= size && (dim == 0 || numel <= size / dim), ctx, ": shape ", v["shape"].dump(),
+                   " is larger than the whole file.", bad);
+      numel *= dim;
+      e.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const auto& off = v["data_offsets"];
+    TANDEM_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                 ctx, ": data_offsets must be two non-negative integers [begin, end].", bad);
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    TANDEM_CHECK(e.begin <= e.end && e.end <= data_size, ctx, ": data_offsets [", e.begin, ", ", e.end,
+                 "] fall outside the ", data_size, "-byte data section (the file may be truncated).", bad);
+    TANDEM_CHECK(e.end - e.begin == numel * dtype_size(e.dtype), ctx, ": data_offsets span ", e.end - e.begin,
+                 " bytes but ", v["dtype"].get<std::string>(), v["shape"].dump(), " needs ",
+                 numel * dtype_size(e.dtype), ".", bad);
+    entries.push_back(std::move(e));
+  }
+
+  // The format requires the data section to be covered exactly: sorted by offset, each tensor
+  // starts where the previous one ended. Overlaps would alias tensors; holes hide unknown bytes.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expect = 0;
+  for (const Entry& e : entries) {
+    TANDEM_CHECK(e.begin >= expect, where, ": tensor '", e.name, "' at [", e.begin, ", ", e.end,
+                 ") overlaps the previous tensor, which ends at ", expect, ".", bad);
+    TANDEM_CHECK(e.begin == expect, where, ": bytes [", expect, ", ", e.begin,
+                 ") of the data section belong to no tensor.", bad);
+    expect = e.end;
+  }
+  TANDEM_CHECK(expect == data_size, where, ": the data section is ", data_size, " bytes but its tensors cover ",
+               expect, ".", bad);
+
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
+    TANDEM_CHECK(in, "reading tensor '", e.name, "' from ", where, " failed.", bad);
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace tandem::safetensors

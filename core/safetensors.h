@@ -1,0 +1,61 @@
+// core/safetensors.h: read and write the safetensors file format.
+//
+// A safetensors file is: 8 bytes holding N, the header length (unsigned 64-bit, little-endian);
+// N bytes of JSON, {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
+// "__metadata__": {"<key>": "<string>"}}; then the raw tensor bytes, row-major, little-endian.
+// Offsets are relative to the start of the data section and the data section is covered exactly
+// (no holes, no overlaps). This is the format PyTorch's `safetensors` package reads and writes, so
+// files move freely between tandem and PyTorch.
+//
+// What this file does:
+//   - save(): writes host copies of the tensors (GPU tensors are copied to the host first), pads
+//     the header with spaces to a multiple of 8 bytes (so every tensor starts 8-byte aligned),
+//     and writes atomically: path + ".tmp.<pid>", fsync, rename, fsync of the directory. A crash
+//     leaves either the old file or the new one, never a torn one.
+//   - load(): validates everything before trusting it (length, JSON, dtypes, shapes, offsets,
+//     coverage) and returns CPU tensors. Every error names the file and says what to do.
+// What it leaves out: tensor layouts (conv OIHW vs OHWI is layers/state_dict's concern), lazy or
+// memory-mapped loading (checkpoints here are at most a few hundred MB), and dtypes tandem has no
+// tensor type for (BOOL, U8, I8, I16, F8...): such files are rejected with the list of supported ones.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tandem::safetensors {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using Metadata = std::map<std::string, std::string>;
+
+// The contents of one file. Tensors are in data-offset order (the order they were written).
+struct File {
+  NamedTensors tensors;
+  Metadata metadata;
+
+  // nullptr when absent.
+  const Tensor* find(const std::string& name) const;
+  // Throws naming the file's tensors when absent.
+  const Tensor& at(const std::string& name) const;
+};
+
+// "F32", "F16", "BF16", "F64", "I32", "I64": the safetensors spelling of tandem's dtypes.
+const char* dtype_to_safetensors(DType t);
+// Throws, listing the supported names, for anything else ("BOOL", "U8", ...). `context` names the
+// file and tensor in the message.
+DType dtype_from_safetensors(const std::string& name, const std::string& context);
+
+// Writes `tensors` (names must be unique and non-empty, and not "__metadata__") and `metadata`
+// to `path` atomically. Tensors may live on any device.
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+
+// Reads and validates `path`. All tensors are returned on the CPU.
+File load(const std::string& path);
+
+// The limit on the JSON header's size. The real format caps it at 100 MB as well; a larger value
+// means the file is not safetensors (or is corrupt), and refusing avoids a huge allocation.
+inline constexpr uint64_t kMaxHeaderBytes = 100ull * 1000 * 1000;
+
+}  // namespace tandem::safetensors

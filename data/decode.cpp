@@ -1,0 +1,117 @@
+// data/decode.cpp: the one translation unit that compiles stb_image and stb_image_write.
+#include "data/decode.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+
+#include "core/check.h"
+
+// stb is compiled here and only here (its implementation macros must appear in exactly one .cpp).
+// Only the decoders tandem promises are built: fewer formats, less attack surface for odd files.
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_PNG
+#define STBI_ONLY_BMP
+#define STBI_NO_STDIO  // files are read with std::ifstream so an unreadable file gets its own reason
+#define STBI_FAILURE_USERMSG
+#include <stb_image.h>
+
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#include <stb_image_write.h>
+
+namespace tandem::data {
+
+Image Image::blank(int width, int height) {
+  Image img;
+  img.width = width;
+  img.height = height;
+  img.pixels.assign(static_cast<size_t>(width) * height * 3, 0);
+  return img;
+}
+
+bool try_decode_memory(const uint8_t* bytes, size_t size, Image& out, std::string* reason) {
+  auto fail = [&](const std::string& why) {
+    if (reason) *reason = why;
+    return false;
+  };
+  if (size == 0) return fail("the file is empty");
+  if (size > static_cast<size_t>(INT32_MAX)) return fail("the file is larger than 2 GiB");
+  int w = 0, h = 0, channels_in_file = 0;
+  // Asking for 3 channels makes stb do the grey->RGB replication and alpha dropping for us.
+  stbi_uc* px = stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &channels_in_file, 3);
+  if (!px) {
+    const char* why = stbi_failure_reason();
+    return fail(std::string("stb_image: ") + (why ? why : "unknown error"));
+  }
+  out.width = w;
+  out.height = h;
+  out.pixels.assign(px, px + static_cast<size_t>(w) * h * 3);
+  stbi_image_free(px);
+  return true;
+}
+
+bool try_decode_file(const std::string& path, Image& out, std::string* reason) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (reason) *reason = "the file cannot be opened (missing or no read permission)";
+    return false;
+  }
+  // One read of the whole file: far faster than streaming iterators for multi-100 KB JPEGs.
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  std::vector<uint8_t> bytes(size > 0 ? static_cast<size_t>(size) : 0);
+  if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
+  if (size < 0 || !in) {
+    if (reason) *reason = "reading the file failed (I/O error)";
+    return false;
+  }
+  return try_decode_memory(bytes.data(), bytes.size(), out, reason);
+}
+
+Image decode_file(const std::string& path) {
+  Image img;
+  std::string reason;
+  if (!try_decode_file(path, img, &reason))
+    TANDEM_THROW("cannot decode image ", path, ": ", reason, ". Remove or replace the file.");
+  return img;
+}
+
+namespace {
+std::string lower_extension(const std::string& path) {
+  size_t dot = path.find_last_of('.');
+  size_t slash = path.find_last_of('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  std::string ext = path.substr(dot);
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext;
+}
+}  // namespace
+
+bool has_image_extension(const std::string& path) {
+  std::string ext = lower_extension(path);
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".bmp";
+}
+
+void write_image(const std::string& path, int width, int height, int channels, const uint8_t* pixels,
+                 int jpeg_quality) {
+  TANDEM_CHECK(width > 0 && height > 0 && channels >= 1 && channels <= 4, "write_image(", path,
+               "): bad geometry ", width, "x", height, "x", channels);
+  std::string ext = lower_extension(path);
+  int ok = 0;
+  if (ext == ".jpg" || ext == ".jpeg")
+    ok = stbi_write_jpg(path.c_str(), width, height, channels, pixels, std::clamp(jpeg_quality, 1, 100));
+  else if (ext == ".png")
+    ok = stbi_write_png(path.c_str(), width, height, channels, pixels, width * channels);
+  else if (ext == ".bmp")
+    ok = stbi_write_bmp(path.c_str(), width, height, channels, pixels);
+  else
+    TANDEM_THROW("write_image(", path, "): unknown extension '", ext, "'; use .jpg, .jpeg, .png or .bmp");
+  TANDEM_CHECK(ok != 0, "could not write ", path, ": check that the folder exists and is writable");
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,47 @@
+// layers/container.cpp: Sequential and Flatten, plus the Python-style float printing for reprs.
+#include <cstdio>
+
+#include "core/ops/shape.h"
+#include "layers/layers.h"
+
+namespace tandem {
+
+std::string py_float(double v) {
+  // %g drops trailing zeros and switches to exponent form below 1e-4 with a two-digit exponent,
+  // which is exactly how Python prints the eps/momentum/p values that appear in reprs.
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos && s.find("inf") == std::string::npos) s += ".0";
+  return s;
+}
+
+Sequential::Sequential(std::vector<ModulePtr> mods) {
+  for (auto& m : mods) add(std::move(m));
+}
+
+ModulePtr Sequential::add(ModulePtr m) {
+  TANDEM_CHECK(m != nullptr, "Sequential::add: got a null module");
+  register_module(std::to_string(mods_.size()), m);
+  mods_.push_back(m);
+  return m;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& m : mods_) h = (*m)(h);
+  return h;
+}
+
+Tensor Flatten::forward(const Tensor& x) {
+  TANDEM_CHECK(x.dim() >= 2, "Flatten expects [N, ...] with at least 2 dims, got ", x.str());
+  if (x.dim() == 4 && x.size(1) * x.size(2) > 1 && x.size(3) > 1) {
+    // NHWC -> (C, H*W) per sample: view as [N, HW, C, 1] and swap dims 1 and 2.
+    int64_t n = x.size(0), hw = x.size(1) * x.size(2), c = x.size(3);
+    Tensor t = ops::transpose12(ops::reshape(x, {n, hw, c, 1}));
+    return ops::reshape(t, {n, c * hw});
+  }
+  return ops::flatten(x);  // 1x1 spatial or a single channel: both orders agree, no copy
+}
+
+}  // namespace tandem

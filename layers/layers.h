@@ -1,0 +1,249 @@
+// layers/layers.h: the building blocks of the models, with torch.nn's names, parameters and reprs.
+//
+// Every layer takes NHWC image activations [N, H, W, C] (or [N, F] / [..., F] for Linear, LayerNorm
+// and friends) and registers its parameters and buffers under exactly PyTorch's names, so a
+// state dict lines up with torchvision's one name at a time.
+//
+// Initialisation: a layer with parameters draws its PyTorch default init in its constructor from
+// `gen` (default: the process-wide generator). Pass gen = nullptr to leave Linear/Conv2d/Embedding
+// weights UNINITIALISED (contents unspecified) for a caller that applies its own scheme right after
+// - models do this and then run one pass of layers/init.h in module order, so building VGG-16 costs
+// one draw per value and never touches 550 MB twice. Norm layers always start at weight 1, bias 0.
+// reset_parameters(gen) re-draws the defaults at any time.
+//
+// Layout notes that matter to checkpoints:
+//   - Conv2d stores its weight OHWI [out, kh, kw, in/groups] (what cuDNN wants next to NHWC, see
+//     core/ops/conv.h). PyTorch's parameter name "weight" is kept; checkpoints convert OHWI <-> OIHW
+//     on save/load, nothing else ever sees OIHW.
+//   - Flatten of a 4-D NHWC tensor emits PyTorch's NCHW flatten order (C, H, W), so the Linear
+//     after it (VGG's classifier.0, AlexNet's classifier.1) has bit-for-bit torchvision's weight
+//     layout [out, C*H*W] and needs no conversion. It costs one small transpose copy.
+// Leaves out: in-place ReLU/Dropout (PyTorch's inplace=True is a memory trick, not semantics),
+// non-square kernels, padding modes other than zeros.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ops/conv.h"
+#include "core/ops/pool.h"
+#include "core/random.h"
+#include "layers/module.h"
+
+namespace tandem {
+
+// ---- containers ----
+
+// Runs its children in order; children are named "0", "1", ... like torch.nn.Sequential.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<ModulePtr> mods);
+  // Appends a module under the next index name; returns it for chaining.
+  ModulePtr add(ModulePtr m);
+  size_t size() const { return mods_.size(); }
+  const ModulePtr& operator[](size_t i) const { return mods_.at(i); }
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sequential"; }
+
+ private:
+  std::vector<ModulePtr> mods_;
+};
+
+// [N, d1, d2, ...] -> [N, d1*d2*...] (torch.nn.Flatten(start_dim=1)). A 4-D input is taken as NHWC
+// and flattened in (C, H, W) order to match PyTorch's NCHW flatten (see the header comment).
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Flatten"; }
+  std::string extra_repr() const override { return "start_dim=1, end_dim=-1"; }
+};
+
+// ---- linear maps ----
+
+// y = x W^T + b, W [out, in]. Default init (PyTorch's reset_parameters): W ~ kaiming_uniform(a=sqrt(5)),
+// i.e. U(-1/sqrt(in), 1/sqrt(in)), and b ~ U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator* gen = &default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Linear"; }
+  std::string extra_repr() const override;
+  void reset_parameters(Generator& gen) override;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // undefined when bias = false
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  Tensor weight_, bias_;
+};
+
+// Defaults are torch.nn.Conv2d's.
+struct Conv2dOptions {
+  int stride = 1;
+  int padding = 0;
+  int dilation = 1;
+  int groups = 1;
+  bool bias = true;
+};
+
+// Square-kernel 2-D convolution on NHWC input. Weight OHWI [out, k, k, in/groups] (see above).
+// Default init as PyTorch: kaiming_uniform(a=sqrt(5)) with fan_in = in/groups * k * k, and bias
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int kernel_size, Conv2dOptions opt = {},
+         Generator* gen = &default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  std::string extra_repr() const override;
+  void reset_parameters(Generator& gen) override;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+  int64_t in_channels() const { return in_; }
+  int64_t out_channels() const { return out_; }
+  int kernel_size() const { return k_; }
+  const Conv2dOptions& options() const { return opt_; }
+  int64_t fan_in() const { return in_ / opt_.groups * k_ * k_; }
+  int64_t fan_out() const { return out_ / opt_.groups * k_ * k_; }
+
+ private:
+  int64_t in_, out_;
+  int k_;
+  Conv2dOptions opt_;
+  Tensor weight_, bias_;
+};
+
+// Token lookup: indices [...] -> [..., dim]. Default init N(0, 1) as torch.nn.Embedding.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator* gen = &default_generator());
+  Tensor forward(const Tensor& indices) override;
+  std::string type_name() const override { return "Embedding"; }
+  std::string extra_repr() const override;
+  void reset_parameters(Generator& gen) override;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  int64_t num_, dim_;
+  Tensor weight_;
+};
+
+// ---- normalisation ----
+
+// Batch norm over the channel (last) dim of NHWC input. Parameters weight (1), bias (0); buffers
+// running_mean (0), running_var (1), num_batches_tracked (i64 scalar, shape []) - PyTorch's names.
+// momentum is PyTorch's (weight of the new batch). num_batches_tracked is informational (it would
+// only matter for momentum=None, which is not offered); on a GPU it is counted on the host and
+// written with an async fill so training never syncs for it.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  std::string extra_repr() const override;
+  void reset_parameters(Generator& gen) override;  // weight 1, bias 0, running stats reset
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+  const Tensor& running_mean() const { return running_mean_; }
+  const Tensor& running_var() const { return running_var_; }
+  const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
+
+ private:
+  int64_t c_;
+  double eps_, momentum_;
+  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
+  int64_t host_batches_ = -1;  // GPU only: host mirror of num_batches_tracked, read once
+};
+
+// Layer norm over the last dim (transformers). weight 1, bias 0.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+  void reset_parameters(Generator& gen) override;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  int64_t d_;
+  double eps_;
+  Tensor weight_, bias_;
+};
+
+// ---- activations and regularisation ----
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ReLU"; }
+};
+
+// Exact (erf) GELU, PyTorch's default approximate='none'.
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GELU"; }
+  std::string extra_repr() const override { return "approximate='none'"; }
+};
+
+// Inverted dropout in training mode, identity in eval. Masks come from `gen` (default: the
+// process-wide generator); the generator must outlive the module.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator* gen = &default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Dropout"; }
+  std::string extra_repr() const override;
+
+ private:
+  double p_;
+  Generator* gen_;
+};
+
+// ---- pooling (NHWC) ----
+
+// stride defaults to kernel_size (PyTorch's stride=None).
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int kernel_size, int stride = 0, int padding = 0, bool ceil_mode = false);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  ops::Pool2dParams p_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(int kernel_size, int stride = 0, int padding = 0, bool ceil_mode = false,
+                     bool count_include_pad = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AvgPool2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  ops::Pool2dParams p_;
+};
+
+// [N, H, W, C] -> [N, out_h, out_w, C]. (1, 1) takes the global-average fast path.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  AdaptiveAvgPool2d(int out_h, int out_w);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+  std::string extra_repr() const override;
+
+ private:
+  int oh_, ow_;
+};
+
+// Python's repr of a float as PyTorch's extra_repr prints it ("1e-05", "0.1", "0.5").
+std::string py_float(double v);
+
+}  // namespace tandem

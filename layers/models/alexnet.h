@@ -1,0 +1,34 @@
+// layers/models/alexnet.h: AlexNet as torchvision builds it (the "one weird trick" variant).
+//
+// features: Conv2d(3, 64, 11, stride 4, pad 2) ReLU MaxPool(3, 2) Conv2d(64, 192, 5, pad 2) ReLU
+// MaxPool(3, 2) Conv2d(192, 384, 3, pad 1) ReLU Conv2d(384, 256, 3, pad 1) ReLU Conv2d(256, 256, 3,
+// pad 1) ReLU MaxPool(3, 2)  (indices 0..12: convs at 0, 3, 6, 8, 10);
+// avgpool: AdaptiveAvgPool2d((6, 6)); classifier: Dropout, Linear(9216, 4096), ReLU, Dropout,
+// Linear(4096, 4096), ReLU, Linear(4096, num_classes) (linears at 1, 4, 6).
+// Init: PyTorch's module defaults (torchvision does not override them). NHWC in, logits out.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "layers/layers.h"
+
+namespace tandem::models {
+
+struct AlexNetConfig {
+  int num_classes = 1000;
+  double dropout = 0.5;  // torchvision's default
+};
+
+class AlexNet : public Module {
+ public:
+  AlexNet(const AlexNetConfig& cfg, uint64_t seed, bool init = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AlexNet"; }
+
+ private:
+  std::shared_ptr<Sequential> features_, classifier_;
+  std::shared_ptr<AdaptiveAvgPool2d> avgpool_;
+  std::shared_ptr<Flatten> flatten_;
+};
+
+}  // namespace tandem::models

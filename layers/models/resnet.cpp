@@ -1,0 +1,124 @@
+// layers/models/resnet.cpp: torchvision's ResNet (v1.5) on NHWC tensors.
+#include "layers/models/resnet.h"
+
+#include "core/ops/elementwise.h"
+#include "layers/init.h"
+
+namespace tandem::models {
+namespace {
+// Models construct without drawing (gen = nullptr) and run one init pass at the end.
+std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int k, int stride) {
+  Conv2dOptions o;
+  o.stride = stride;
+  o.padding = k / 2;
+  o.bias = false;
+  return std::make_shared<Conv2d>(in, out, k, o, nullptr);
+}
+}  // namespace
+
+BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample) {
+  conv1_ = register_module("conv1", conv(inplanes, planes, 3, stride));
+  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
+  relu_ = register_module("relu", std::make_shared<ReLU>());
+  conv2_ = register_module("conv2", conv(planes, planes, 3, 1));
+  bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
+  if (downsample) downsample_ = register_module("downsample", downsample);
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  Tensor out = (*relu_)((*bn1_)((*conv1_)(x)));
+  out = (*bn2_)((*conv2_)(out));
+  Tensor identity = downsample_ ? (*downsample_)(x) : x;
+  return (*relu_)(ops::add(out, identity));
+}
+
+Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample) {
+  int64_t width = planes;  // groups = 1, base_width = 64 in every model built here
+  conv1_ = register_module("conv1", conv(inplanes, width, 1, 1));
+  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(width));
+  conv2_ = register_module("conv2", conv(width, width, 3, stride));
+  bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(width));
+  conv3_ = register_module("conv3", conv(width, planes * kExpansion, 1, 1));
+  bn3_ = register_module("bn3", std::make_shared<BatchNorm2d>(planes * kExpansion));
+  relu_ = register_module("relu", std::make_shared<ReLU>());
+  if (downsample) downsample_ = register_module("downsample", downsample);
+}
+
+Tensor Bottleneck::forward(const Tensor& x) {
+  Tensor out = (*relu_)((*bn1_)((*conv1_)(x)));
+  out = (*relu_)((*bn2_)((*conv2_)(out)));
+  out = (*bn3_)((*conv3_)(out));
+  Tensor identity = downsample_ ? (*downsample_)(x) : x;
+  return (*relu_)(ops::add(out, identity));
+}
+
+ResNet::ResNet(const ResNetConfig& cfg, uint64_t seed, bool init) : cfg_(cfg), inplanes_(cfg.stem_width) {
+  TANDEM_CHECK(cfg.num_classes > 0, "ResNet: num_classes must be positive, got ", cfg.num_classes);
+  conv1_ = register_module("conv1", conv(3, cfg.stem_width, 7, 2));
+  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(cfg.stem_width));
+  relu_ = register_module("relu", std::make_shared<ReLU>());
+  maxpool_ = register_module("maxpool", std::make_shared<MaxPool2d>(3, 2, 1));
+  layer1_ = register_module("layer1", make_layer(cfg.widths[0], cfg.layers[0], 1));
+  layer2_ = register_module("layer2", make_layer(cfg.widths[1], cfg.layers[1], 2));
+  layer3_ = register_module("layer3", make_layer(cfg.widths[2], cfg.layers[2], 2));
+  layer4_ = register_module("layer4", make_layer(cfg.widths[3], cfg.layers[3], 2));
+  avgpool_ = register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(1, 1));
+  flatten_ = std::make_shared<Flatten>();
+  fc_ = register_module("fc", std::make_shared<Linear>(inplanes_, cfg.num_classes, true, nullptr));
+  if (init) {
+    Generator gen(seed);
+    init::resnet_init(*this, gen, cfg.zero_init_residual);
+  }
+}
+
+std::shared_ptr<Sequential> ResNet::make_layer(int64_t planes, int blocks, int stride) {
+  const int expansion = cfg_.block == BlockKind::Basic ? BasicBlock::kExpansion : Bottleneck::kExpansion;
+  auto make_block = [&](int64_t in, int s, std::shared_ptr<Sequential> ds) -> ModulePtr {
+    if (cfg_.block == BlockKind::Basic) return std::make_shared<BasicBlock>(in, planes, s, ds);
+    return std::make_shared<Bottleneck>(in, planes, s, ds);
+  };
+  std::shared_ptr<Sequential> downsample;
+  if (stride != 1 || inplanes_ != planes * expansion) {
+    downsample = std::make_shared<Sequential>();
+    downsample->add(conv(inplanes_, planes * expansion, 1, stride));
+    downsample->add(std::make_shared<BatchNorm2d>(planes * expansion));
+  }
+  auto layer = std::make_shared<Sequential>();
+  layer->add(make_block(inplanes_, stride, downsample));
+  inplanes_ = planes * expansion;
+  for (int i = 1; i < blocks; ++i) layer->add(make_block(inplanes_, 1, nullptr));
+  return layer;
+}
+
+Tensor ResNet::forward(const Tensor& x) {
+  TANDEM_CHECK(x.dim() == 4 && x.size(3) == 3, "ResNet expects NHWC images [N, H, W, 3], got ", x.str());
+  Tensor h = (*maxpool_)((*relu_)((*bn1_)((*conv1_)(x))));
+  h = (*layer4_)((*layer3_)((*layer2_)((*layer1_)(h))));
+  return (*fc_)((*flatten_)((*avgpool_)(h)));
+}
+
+ResNetConfig resnet_config(int depth, int num_classes) {
+  ResNetConfig c;
+  c.num_classes = num_classes;
+  switch (depth) {
+    case 18: c.block = BlockKind::Basic; c.layers = {2, 2, 2, 2}; break;
+    case 34: c.block = BlockKind::Basic; c.layers = {3, 4, 6, 3}; break;
+    case 50: c.block = BlockKind::Bottleneck; c.layers = {3, 4, 6, 3}; break;
+    case 101: c.block = BlockKind::Bottleneck; c.layers = {3, 4, 23, 3}; break;
+    case 152: c.block = BlockKind::Bottleneck; c.layers = {3, 8, 36, 3}; break;
+    default: TANDEM_THROW("resnet depth ", depth, " is not one of 18, 34, 50, 101, 152");
+  }
+  return c;
+}
+
+ResNetConfig resnet_tiny_config(int num_classes) {
+  ResNetConfig c;
+  c.block = BlockKind::Basic;
+  c.layers = {1, 1, 1, 1};
+  c.widths = {16, 32, 64, 128};
+  c.stem_width = 16;
+  c.num_classes = num_classes;
+  return c;
+}
+
+}  // namespace tandem::models

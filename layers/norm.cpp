@@ -1,0 +1,71 @@
+// layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers) and LayerNorm.
+#include "core/ops/batchnorm.h"
+#include "core/ops/copy.h"
+#include "core/ops/norm.h"
+#include "layers/layers.h"
+
+namespace tandem {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
+    : c_(num_features), eps_(eps), momentum_(momentum) {
+  TANDEM_CHECK(c_ > 0, "BatchNorm2d(", c_, "): num_features must be positive");
+  TANDEM_CHECK(momentum_ >= 0 && momentum_ <= 1, "BatchNorm2d: momentum must be in [0, 1], got ", momentum_);
+  weight_ = register_parameter("weight", Tensor::ones({c_}));
+  bias_ = register_parameter("bias", Tensor::zeros({c_}));
+  running_mean_ = register_buffer("running_mean", Tensor::zeros({c_}));
+  running_var_ = register_buffer("running_var", Tensor::ones({c_}));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::I64));
+}
+
+void BatchNorm2d::reset_parameters(Generator&) {
+  weight_.fill_(1.0);
+  bias_.zero_();
+  running_mean_.zero_();
+  running_var_.fill_(1.0);
+  num_batches_tracked_.zero_();
+  host_batches_ = -1;
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  TANDEM_CHECK(x.dim() >= 2 && x.size(-1) == c_, "BatchNorm2d(", c_, "): expects channels-last input [..., ",
+               c_, "], got ", x.str());
+  Tensor y = ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_);
+  if (is_training()) {
+    if (num_batches_tracked_.device().is_cpu()) {
+      ++*num_batches_tracked_.data<int64_t>();
+    } else {
+      // One sync the first time (the buffer may have been loaded from a checkpoint), then host-side.
+      if (host_batches_ < 0) host_batches_ = static_cast<int64_t>(num_batches_tracked_.item());
+      ops::fill_(num_batches_tracked_, static_cast<double>(++host_batches_));
+    }
+  }
+  return y;
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return std::to_string(c_) + ", eps=" + py_float(eps_) + ", momentum=" + py_float(momentum_) +
+         ", affine=True, track_running_stats=True";
+}
+
+LayerNorm::LayerNorm(int64_t normalized_shape, double eps) : d_(normalized_shape), eps_(eps) {
+  TANDEM_CHECK(d_ > 0, "LayerNorm(", d_, "): normalized_shape must be positive");
+  weight_ = register_parameter("weight", Tensor::ones({d_}));
+  bias_ = register_parameter("bias", Tensor::zeros({d_}));
+}
+
+void LayerNorm::reset_parameters(Generator&) {
+  weight_.fill_(1.0);
+  bias_.zero_();
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  TANDEM_CHECK(x.dim() >= 1 && x.size(-1) == d_, "LayerNorm(", d_, "): the last dim of ", x.str(),
+               " must be ", d_);
+  return ops::layer_norm(x, weight_, bias_, eps_);
+}
+
+std::string LayerNorm::extra_repr() const {
+  return "(" + std::to_string(d_) + ",), eps=" + py_float(eps_) + ", elementwise_affine=True";
+}
+
+}  // namespace tandem

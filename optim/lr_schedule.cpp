@@ -1,0 +1,45 @@
+// optim/lr_schedule.cpp: see optim/lr_schedule.h for the formulas.
+#include "optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+
+namespace tandem::optim {
+
+double lr_at(const LrScheduleOptions& opt, int64_t step) {
+  TANDEM_CHECK(step >= 0, "lr_at: step must be >= 0, got ", step);
+  TANDEM_CHECK(opt.warmup_steps >= 0, "lr schedule: warmup_steps must be >= 0, got ", opt.warmup_steps);
+  if (step < opt.warmup_steps) {
+    double frac = static_cast<double>(step) / static_cast<double>(opt.warmup_steps);
+    return opt.base_lr * (opt.warmup_start_factor + (1.0 - opt.warmup_start_factor) * frac);
+  }
+  switch (opt.decay) {
+    case LrDecay::Constant:
+      return opt.base_lr;
+    case LrDecay::Step: {
+      TANDEM_CHECK(std::is_sorted(opt.milestones.begin(), opt.milestones.end()),
+                   "lr schedule: step milestones must be in ascending order");
+      int64_t k = std::upper_bound(opt.milestones.begin(), opt.milestones.end(), step) - opt.milestones.begin();
+      return opt.base_lr * std::pow(opt.gamma, static_cast<double>(k));
+    }
+    case LrDecay::Cosine: {
+      TANDEM_CHECK(opt.total_steps > opt.warmup_steps, "lr schedule: cosine decay needs total_steps (",
+                   opt.total_steps, ") > warmup_steps (", opt.warmup_steps, ")");
+      double p = static_cast<double>(step - opt.warmup_steps) / static_cast<double>(opt.total_steps - opt.warmup_steps);
+      p = std::clamp(p, 0.0, 1.0);
+      return opt.min_lr + (opt.base_lr - opt.min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
+    }
+  }
+  TANDEM_THROW("lr schedule: unknown decay kind");
+}
+
+LrDecay lr_decay_from_name(const std::string& name) {
+  if (name == "constant") return LrDecay::Constant;
+  if (name == "step") return LrDecay::Step;
+  if (name == "cosine") return LrDecay::Cosine;
+  TANDEM_THROW("unknown lr schedule \"", name, "\"; valid names are: constant, step, cosine");
+}
+
+}  // namespace tandem::optim

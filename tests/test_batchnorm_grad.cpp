@@ -1,0 +1,113 @@
+// tests/test_batchnorm_grad.cpp: batch_norm forward values against a hand computation, running
+// statistic updates, and f64 finite-difference gradient checks in training and eval mode.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "core/ops/ops.h"
+#include "tests/support/gradcheck.h"
+
+using namespace tandem;
+using testing::gradcheck;
+using testing::rand_f64;
+
+namespace {
+
+// Per-channel mean and biased variance of a [M, C] row-major buffer, the slow obvious way.
+void channel_stats(const std::vector<double>& x, int64_t C, std::vector<double>& mean, std::vector<double>& var) {
+  int64_t M = static_cast<int64_t>(x.size()) / C;
+  mean.assign(C, 0.0);
+  var.assign(C, 0.0);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t r = 0; r < M; ++r) mean[c] += x[r * C + c];
+    mean[c] /= M;
+    for (int64_t r = 0; r < M; ++r) var[c] += (x[r * C + c] - mean[c]) * (x[r * C + c] - mean[c]);
+    var[c] /= M;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("training forward and running statistics match a hand computation, both layouts") {
+  for (Shape shape : {Shape{2, 3, 2, 4}, Shape{6, 4}}) {
+    const int64_t C = 4, M = shape_numel(shape) / C;
+    Tensor x = rand_f64(shape, 11, -2.0, 3.0, false);
+    Tensor w = rand_f64({C}, 12, 0.5, 1.5, false), b = rand_f64({C}, 13, -0.5, 0.5, false);
+    Tensor rm = rand_f64({C}, 14, -1.0, 1.0, false), rv = rand_f64({C}, 15, 0.5, 2.0, false);
+    std::vector<double> rm0 = rm.to_vector_f64(), rv0 = rv.to_vector_f64();
+    const double momentum = 0.25, eps = 1e-3;
+    Tensor y = ops::batch_norm(x, w, b, rm, rv, true, momentum, eps);
+
+    std::vector<double> xv = x.to_vector_f64(), wv = w.to_vector_f64(), bv = b.to_vector_f64();
+    std::vector<double> mean, var;
+    channel_stats(xv, C, mean, var);
+    std::vector<double> yv = y.to_vector_f64(), rmv = rm.to_vector_f64(), rvv = rv.to_vector_f64();
+    for (int64_t c = 0; c < C; ++c) {
+      CHECK(rmv[c] == doctest::Approx((1 - momentum) * rm0[c] + momentum * mean[c]).epsilon(1e-12));
+      // The running variance uses the unbiased estimate M / (M - 1) * var.
+      CHECK(rvv[c] == doctest::Approx((1 - momentum) * rv0[c] + momentum * var[c] * M / (M - 1)).epsilon(1e-12));
+    }
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t c = i % C;
+      double expect = (xv[i] - mean[c]) / std::sqrt(var[c] + eps) * wv[c] + bv[c];
+      CHECK(yv[i] == doctest::Approx(expect).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("eval forward uses the running statistics and leaves them unchanged") {
+  const int64_t C = 3;
+  Tensor x = rand_f64({2, 2, 2, C}, 21, -1, 1, false);
+  Tensor w = rand_f64({C}, 22, 0.5, 1.5, false), b = rand_f64({C}, 23, -0.5, 0.5, false);
+  Tensor rm = rand_f64({C}, 24, -1, 1, false), rv = rand_f64({C}, 25, 0.5, 2, false);
+  std::vector<double> rm0 = rm.to_vector_f64(), rv0 = rv.to_vector_f64();
+  Tensor y = ops::batch_norm(x, w, b, rm, rv, false);
+  CHECK(rm.to_vector_f64() == rm0);
+  CHECK(rv.to_vector_f64() == rv0);
+  std::vector<double> xv = x.to_vector_f64(), yv = y.to_vector_f64(), wv = w.to_vector_f64(), bv = b.to_vector_f64();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    int64_t c = i % C;
+    CHECK(yv[i] == doctest::Approx((xv[i] - rm0[c]) / std::sqrt(rv0[c] + 1e-5) * wv[c] + bv[c]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("training backward goes through the batch statistics (gradcheck, both layouts)") {
+  for (Shape shape : {Shape{2, 3, 2, 3}, Shape{5, 3}}) {
+    Tensor rm = Tensor::zeros({3}, DType::F64), rv = Tensor::ones({3}, DType::F64);
+    auto f = [&](const std::vector<Tensor>& in) { return ops::batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1, 1e-5); };
+    CHECK(gradcheck(f, {rand_f64(shape, 31, -2, 2), rand_f64({3}, 32, 0.5, 1.5), rand_f64({3}, 33)}) == "");
+  }
+}
+
+TEST_CASE("training without affine parameters or running statistics") {
+  Tensor none;
+  auto f = [&](const std::vector<Tensor>& in) { return ops::batch_norm(in[0], none, none, none, none, true); };
+  CHECK(gradcheck(f, {rand_f64({4, 2, 2, 2}, 41, -1, 1)}) == "");
+  // Normalised output: zero mean, unit (biased) variance per channel, up to eps.
+  Tensor y = f({rand_f64({8, 2}, 42, -3, 5, false)});
+  std::vector<double> mean, var;
+  channel_stats(y.to_vector_f64(), 2, mean, var);
+  for (int c = 0; c < 2; ++c) {
+    CHECK(std::fabs(mean[c]) < 1e-12);
+    CHECK(var[c] == doctest::Approx(1.0).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("eval backward is the affine map with running statistics (gradcheck)") {
+  Tensor rm = rand_f64({3}, 51, -1, 1, false), rv = rand_f64({3}, 52, 0.5, 2, false);
+  auto f = [&](const std::vector<Tensor>& in) { return ops::batch_norm(in[0], in[1], in[2], rm, rv, false); };
+  CHECK(gradcheck(f, {rand_f64({2, 2, 3, 3}, 53), rand_f64({3}, 54, 0.5, 1.5), rand_f64({3}, 55)}) == "");
+  CHECK(gradcheck(f, {rand_f64({4, 3}, 56), rand_f64({3}, 57, 0.5, 1.5), rand_f64({3}, 58)}) == "");
+}
+
+TEST_CASE("batch_norm rejects what it cannot normalise") {
+  Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3}), w = Tensor::ones({3}), b = Tensor::zeros({3});
+  // One value per channel in training: the variance is undefined.
+  CHECK_THROWS_AS(ops::batch_norm(Tensor::ones({1, 3}), w, b, rm, rv, true), Error);
+  // Parameters must be [C] in the parameter dtype.
+  CHECK_THROWS_AS(ops::batch_norm(Tensor::ones({4, 2}), w, b, rm, rv, true), Error);
+  Tensor w64 = Tensor::ones({3}, DType::F64);
+  CHECK_THROWS_AS(ops::batch_norm(Tensor::ones({4, 3}), w64, b, rm, rv, true), Error);
+  Tensor none;
+  CHECK_THROWS_AS(ops::batch_norm(Tensor::ones({4, 3}), w, b, none, none, false), Error);
+}
