@@ -69,6 +69,8 @@ Datasets make_datasets(const apps::TrainOptions& o) {
   d.train = std::make_shared<data::ImageFolder>((fs::path(o.data) / "train").string(), tr);
   if (fs::is_directory(fs::path(o.data) / "val"))
     d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), va);
+  else if (env_rank0())
+    std::printf("note: %s has no val/ folder, so there will be no validation\n", o.data.c_str());
   return d;
 }
 
