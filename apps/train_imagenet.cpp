@@ -63,11 +63,14 @@ Datasets make_datasets(const apps::TrainOptions& o) {
   }
   data::ImageFolderOptions tr, va;
   tr.transform.size = va.transform.size = o.image_size;
+  tr.transform.scale_min = o.crop_scale_min;
   va.train = false;
   namespace fs = std::filesystem;
   d.train = std::make_shared<data::ImageFolder>((fs::path(o.data) / "train").string(), tr);
   if (fs::is_directory(fs::path(o.data) / "val"))
     d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), va);
+  else if (env_rank0())
+    std::printf("note: %s has no val/ folder, so there will be no validation\n", o.data.c_str());
   return d;
 }
 
@@ -239,6 +242,7 @@ int run(apps::TrainOptions& o) {
         iv_steps = 0, data_ms = 0, loss_sum = Tensor(), t_log = Clock::now();
       }
     }
+    epoch_done = epoch_done || index >= spe * o.batch;  // the last step may also end the epoch
     // Validation and checkpoints are paused time: left out of the training rates.
     Clock::time_point t_pause = Clock::now();
     const bool last_step = step >= total || epoch + 1 == end_epoch;

@@ -23,6 +23,8 @@ struct TrainOptions {
   int num_classes = 1000;           // synthetic only; image folders count their class folders
   std::string model = "resnet50";   // layers/models/models.h create_model names
   int image_size = 224;             // torchvision's training crop
+  double crop_scale_min = 0.08;     // RandomResizedCrop's smallest area fraction (torchvision); small
+                                    // generated datasets learn faster with milder crops (e.g. 0.35)
   int workers = 4;                  // loader decoding threads per rank
   uint64_t seed = 0;                // model init, shuffling and augmentation
   std::string device = "auto";      // auto: the GPU when one is visible, else the CPU
@@ -80,6 +82,8 @@ inline int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--model", o.model, "resnet18/34/50/101/152, vgg11..19[_bn], alexnet, resnet_tiny, small_cnn")
       ->capture_default_str();
   app.add_option("--image-size", o.image_size, "training crop size (pixels)")->capture_default_str();
+  app.add_option("--crop-scale-min", o.crop_scale_min, "smallest training crop, as a fraction of the image area")
+      ->check(CLI::Range(0.01, 1.0))->capture_default_str();
   app.add_option("--workers", o.workers, "data loading threads per rank")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of init, shuffling and augmentation")->capture_default_str();
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
