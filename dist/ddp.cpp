@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/profile.h"
 #include "dist/bootstrap.h"
+#include "dist/sync_batchnorm.h"
 
 namespace tandem::dist {
 namespace {
@@ -59,6 +60,7 @@ void check_same_model(const Module& m) {
 DistributedDataParallel::DistributedDataParallel(ModulePtr module, DdpOptions options)
     : module_(std::move(module)), options_(options) {
   TANDEM_CHECK(module_, "DistributedDataParallel got a null module");
+  if (options_.sync_batchnorm) module_ = convert_sync_batchnorm(module_);
   check_same_model(*module_);  // first: any other collective could mismatch on a different model
   broadcast_all(module_->named_parameters(), "parameters");
   broadcast_all(module_->named_buffers(), "buffers");

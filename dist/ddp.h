@@ -9,6 +9,7 @@
 //   3. builds a Reducer (reducer.h) over the parameters that require grad.
 // Each training forward first broadcasts rank 0's buffers (BatchNorm running statistics), as
 // PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank.
+// With sync_batchnorm the module is converted first (sync_batchnorm.h; module_ptr() returns it).
 // Gradient accumulation: backward calls inside a no_sync() scope only accumulate locally; the
 // first backward after it averages the accumulated sum.
 #pragma once
@@ -22,6 +23,7 @@ namespace tandem::dist {
 struct DdpOptions {
   ReducerOptions reducer;          // buckets, overlap, compression, unused parameters (reducer.h)
   bool broadcast_buffers = true;   // rank 0's buffers to every rank before each training forward
+  bool sync_batchnorm = false;     // convert_sync_batchnorm first: BN statistics over all ranks
 };
 
 class DistributedDataParallel {

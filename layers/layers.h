@@ -150,6 +150,8 @@ class BatchNorm2d : public Module {
   const Tensor& running_mean() const { return running_mean_; }
   const Tensor& running_var() const { return running_var_; }
   const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
+  double eps() const { return eps_; }
+  double momentum() const { return momentum_; }
 
  private:
   int64_t c_;

@@ -61,10 +61,23 @@ std::string repr(const Module& m) {
 }  // namespace
 
 Tensor Module::operator()(const Tensor& x) {
+  if (forward_to_) return (*forward_to_)(x);
   // The range name is the layer type: Nsight groups the timeline by it, and it is cheap to build.
   std::string label = name_.empty() ? type_name() : type_name() + " " + name_;
   profile::Range range(label.c_str(), profile::Level::Layer);
   return forward(x);
+}
+
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  TANDEM_CHECK(m, "replace_child(\"", name, "\"): the new module is null");
+  for (auto& [n, child] : children_) {
+    if (n != name) continue;
+    m->name_ = name;
+    child->forward_to_ = m;
+    child = std::move(m);
+    return;
+  }
+  TANDEM_THROW(type_name(), " has no child named \"", name, "\" to replace");
 }
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t) {

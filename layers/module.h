@@ -58,6 +58,11 @@ class Module {
   // Multi-line tree like print(model) in PyTorch, plus the parameter count.
   std::string describe() const;
   const std::string& name() const { return name_; }  // this module's name within its parent
+  // Replaces the child registered as `name` by `m` (PyTorch: setattr(parent, name, m)): the tree
+  // walks (parameters, buffers, train, to, describe) see `m` from then on, and the old child
+  // forwards every call to `m`, so a parent holding a typed pointer to it (ResNet's bn1_) runs `m`.
+  // Used by dist::convert_sync_batchnorm.
+  void replace_child(const std::string& name, std::shared_ptr<Module> m);
 
  protected:
   Tensor& register_parameter(const std::string& name, Tensor t);  // sets requires_grad
@@ -76,6 +81,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
   std::string name_;
+  std::shared_ptr<Module> forward_to_;  // set on a child that replace_child() replaced
 };
 
 using ModulePtr = std::shared_ptr<Module>;

@@ -136,6 +136,14 @@ Tensor square(const Tensor& x) {
   return y;
 }
 
+Tensor pow(const Tensor& x, float exponent) {
+  Tensor y = run_unary(Unary::Pow, x, exponent);
+  autograd::record("PowBackward", {x}, y, [x = x.detach(), exponent](std::vector<Tensor>& g) {
+    return std::vector<Tensor>{run_binary(Binary::PowBackward, g[0], x, exponent)};
+  });
+  return y;
+}
+
 void add_(Tensor& a, const Tensor& b) {
   check_binary(a, b, "add_", true);
   TANDEM_BACKEND(a, kernels::binary_cpu(Binary::Add, a, b, a, 1, 1), kernels::binary_cuda(Binary::Add, a, b, a, 1, 1));

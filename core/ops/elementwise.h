@@ -18,6 +18,7 @@ Tensor axpby(const Tensor& a, const Tensor& b, float alpha, float beta);  // alp
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);                      // exact erf form
 Tensor square(const Tensor& x);
+Tensor pow(const Tensor& x, float exponent);       // x^exponent (rsqrt: -0.5, reciprocal: -1)
 
 // In place, not recorded by autograd (optimizers, gradient accumulation): a += b, a *= alpha.
 void add_(Tensor& a, const Tensor& b);

@@ -38,6 +38,12 @@ struct Gelu {
 struct Square {
   template <typename T> TANDEM_HD T operator()(T x) const { return x * x; }
 };
+// x^alpha: rsqrt is alpha = -0.5, the reciprocal alpha = -1 (dist/sync_batchnorm.cpp). NaN for
+// x < 0 unless alpha is an integer, as std::pow.
+struct Pow {
+  float alpha;
+  template <typename T> TANDEM_HD T operator()(T x) const { return pow(x, static_cast<T>(alpha)); }
+};
 
 // ---- binary: y = f(a, b) ----
 struct Add {
@@ -66,6 +72,13 @@ struct GeluBackward {
     T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
     T pdf = exp(T(-0.5) * x * x) * T(0.39894228040143267794);
     return dy * (cdf + x * pdf);
+  }
+};
+// d/dx x^alpha = alpha x^(alpha - 1)
+struct PowBackward {
+  float alpha;
+  template <typename T> TANDEM_HD T operator()(T dy, T x) const {
+    return dy * static_cast<T>(alpha) * pow(x, static_cast<T>(alpha) - T(1));
   }
 };
 

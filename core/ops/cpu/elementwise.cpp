@@ -38,6 +38,7 @@ void unary_cpu(Unary op, const Tensor& x, Tensor& y, float alpha) {
       case Unary::Relu: return map1<T>(x, y, fn::Relu{});
       case Unary::Gelu: return map1<T>(x, y, fn::Gelu{});
       case Unary::Square: return map1<T>(x, y, fn::Square{});
+      case Unary::Pow: return map1<T>(x, y, fn::Pow{alpha});
     }
   });
 }
@@ -51,6 +52,7 @@ void binary_cpu(Binary op, const Tensor& a, const Tensor& b, Tensor& y, float al
       case Binary::Axpby: return map2<T>(a, b, y, fn::Axpby{alpha, beta});
       case Binary::ReluBackward: return map2<T>(a, b, y, fn::ReluBackward{});
       case Binary::GeluBackward: return map2<T>(a, b, y, fn::GeluBackward{});
+      case Binary::PowBackward: return map2<T>(a, b, y, fn::PowBackward{alpha});
     }
   });
 }

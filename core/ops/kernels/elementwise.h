@@ -9,8 +9,8 @@
 
 namespace tandem::kernels {
 
-enum class Unary { Scale, AddScalar, Relu, Gelu, Square };
-enum class Binary { Add, Sub, Mul, Axpby, ReluBackward, GeluBackward };
+enum class Unary { Scale, AddScalar, Relu, Gelu, Square, Pow };
+enum class Binary { Add, Sub, Mul, Axpby, ReluBackward, GeluBackward, PowBackward };
 
 void unary_cpu(Unary op, const Tensor& x, Tensor& y, float alpha);
 void binary_cpu(Binary op, const Tensor& a, const Tensor& b, Tensor& y, float alpha, float beta);

@@ -1,0 +1,120 @@
+// dist/sync_batchnorm.cpp: the two all-reduces of synchronised batch norm, composed from ops.
+//
+// With n the global count, xhat = (x - mean) * invstd and k = weight * invstd (per channel):
+//   y  = x * k + (bias - mean * k)
+//   dx = k * (dy - sum(dy)/n - xhat * sum(dy * xhat)/n)     sums over every rank's rows
+// Per-channel [C] vectors are scaled by the global 1/n, a [1] tensor on the device (viewed as
+// [C, 1] so it broadcasts): the host never waits for the count, so a GPU step does not sync.
+#include "dist/sync_batchnorm.h"
+
+#include "core/autograd.h"
+#include "core/ops/ops.h"
+#include "dist/bootstrap.h"
+
+namespace tandem::dist {
+namespace {
+
+Tensor sync_batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean, Tensor& running_var,
+                       double momentum, double eps) {
+  const int64_t c = w.numel();
+  const DType dt = w.dtype(), xdt = x.dtype();
+  Communicator& comm = comm_for(x.device());
+  auto widen = [dt](const Tensor& t) { return t.dtype() == dt ? t : ops::cast(t, dt); };
+  auto per_n = [c](const Tensor& v, const Tensor& inv_n) { return ops::mul(v.view({c, 1}), inv_n).view({c}); };
+
+  Tensor xw = widen(x.detach());
+  Tensor n_local = Tensor::full({1}, static_cast<double>(x.numel() / c), dt, x.device());
+  Tensor stats = ops::concat_channels(
+      {ops::sum_to_trailing(xw, {c}), ops::sum_to_trailing(ops::square(xw), {c}), n_local});
+  comm.all_reduce(stats, ReduceOp::Sum, "sync_batchnorm stats")->wait();
+  Tensor sum = stats.slice(0, c), n = stats.slice(2 * c, 2 * c + 1);
+  Tensor inv_n = ops::pow(n, -1.0f);
+  Tensor mean = per_n(sum, inv_n);
+  Tensor sq_dev = ops::sub(stats.slice(c, 2 * c), ops::mul(sum, mean));  // sum (x - mean)^2 = Q - S*mean
+  Tensor invstd = ops::pow(ops::add_scalar(per_n(sq_dev, inv_n), static_cast<float>(eps)), -0.5f);
+  const float m = static_cast<float>(momentum);
+  ops::axpby_(running_mean, mean, 1 - m, m);
+  ops::axpby_(running_var, per_n(sq_dev, ops::pow(ops::add_scalar(n, -1.0f), -1.0f)), 1 - m, m);  // unbiased
+
+  Tensor k = ops::mul(w.detach(), invstd);
+  Tensor y = ops::add(ops::mul(xw, k), ops::sub(b.detach(), ops::mul(mean, k)));
+  if (xdt != dt) y = ops::cast(y, xdt);
+  autograd::record("SyncBatchNormBackward", {x, w, b}, y,
+                   [=, &comm, need_dx = x.requires_grad()](std::vector<Tensor>& g) {
+                     Tensor dy = widen(g[0]);
+                     Tensor xhat = ops::mul(ops::sub(xw, mean), invstd);
+                     Tensor db = ops::sum_to_trailing(dy, {c}), dw = ops::sum_to_trailing(ops::mul(dy, xhat), {c});
+                     Tensor dx;
+                     if (need_dx) {  // the same decision on every rank: the graphs are the same
+                       Tensor sums = ops::concat_channels({db, dw});
+                       comm.all_reduce(sums, ReduceOp::Sum, "sync_batchnorm grads")->wait();
+                       Tensor centred = ops::sub(dy, per_n(sums.slice(0, c), inv_n));
+                       dx = ops::mul(ops::sub(centred, ops::mul(xhat, per_n(sums.slice(c, 2 * c), inv_n))), k);
+                       if (xdt != dt) dx = ops::cast(dx, xdt);
+                     }
+                     return std::vector<Tensor>{dx, dw, db};
+                   });
+  return y;
+}
+
+}  // namespace
+
+SyncBatchNorm::SyncBatchNorm(int64_t num_features, double eps, double momentum)
+    : c_(num_features), eps_(eps), momentum_(momentum) {
+  TANDEM_CHECK(c_ > 0, "SyncBatchNorm(", c_, "): num_features must be positive");
+  init(Tensor::ones({c_}), Tensor::zeros({c_}), Tensor::zeros({c_}), Tensor::ones({c_}), Tensor::zeros({}, DType::I64));
+}
+
+SyncBatchNorm::SyncBatchNorm(const BatchNorm2d& bn)
+    : c_(bn.weight().numel()), eps_(bn.eps()), momentum_(bn.momentum()) {
+  init(bn.weight(), bn.bias(), bn.running_mean(), bn.running_var(), bn.num_batches_tracked());
+  train(bn.is_training());
+}
+
+void SyncBatchNorm::init(Tensor w, Tensor b, Tensor rm, Tensor rv, Tensor nbt) {
+  weight_ = register_parameter("weight", std::move(w));
+  bias_ = register_parameter("bias", std::move(b));
+  running_mean_ = register_buffer("running_mean", std::move(rm));
+  running_var_ = register_buffer("running_var", std::move(rv));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", std::move(nbt));
+}
+
+void SyncBatchNorm::reset_parameters(Generator&) {
+  weight_.fill_(1.0);
+  bias_.zero_();
+  running_mean_.zero_();
+  running_var_.fill_(1.0);
+  num_batches_tracked_.zero_();
+  host_batches_ = -1;
+}
+
+Tensor SyncBatchNorm::forward(const Tensor& x) {
+  TANDEM_CHECK(x.dim() >= 2 && x.size(-1) == c_, "SyncBatchNorm(", c_, "): expects channels-last input [..., ",
+               c_, "], got ", x.str());
+  if (!is_training()) return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+  if (num_batches_tracked_.device().is_cpu()) {
+    ++*num_batches_tracked_.data<int64_t>();
+  } else {  // as BatchNorm2d: one sync the first time, then counted on the host
+    if (host_batches_ < 0) host_batches_ = static_cast<int64_t>(num_batches_tracked_.item());
+    ops::fill_(num_batches_tracked_, static_cast<double>(++host_batches_));
+  }
+  if (!initialized() || world().size == 1)
+    return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
+  return sync_batch_norm(x, weight_, bias_, running_mean_, running_var_, momentum_, eps_);
+}
+
+std::string SyncBatchNorm::extra_repr() const {
+  return std::to_string(c_) + ", eps=" + py_float(eps_) + ", momentum=" + py_float(momentum_) +
+         ", affine=True, track_running_stats=True";
+}
+
+ModulePtr convert_sync_batchnorm(ModulePtr m) {
+  if (auto* bn = dynamic_cast<BatchNorm2d*>(m.get())) return std::make_shared<SyncBatchNorm>(*bn);
+  for (auto& [name, child] : m->named_children()) {
+    ModulePtr converted = convert_sync_batchnorm(child);
+    if (converted != child) m->replace_child(name, converted);
+  }
+  return m;
+}
+
+}  // namespace tandem::dist

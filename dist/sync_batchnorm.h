@@ -1,0 +1,50 @@
+// dist/sync_batchnorm.h: batch normalisation whose batch is the union of every rank's batch.
+//
+// Plain BatchNorm2d under DDP normalises each rank's b samples with their own statistics; with
+// small per-rank batches (detection, segmentation, large models) those are noisy. SyncBatchNorm
+// makes N ranks x batch b compute exactly what one process computes on the batch N*b:
+//   forward:  per channel, the local sum, sum of squares and count are packed into one [2C+1]
+//             vector and all-reduced; mean = S/n, biased var = Q/n - mean^2 over the global n;
+//   backward: dx needs the global sums of dy and dy*xhat per channel: a second all-reduce [2C].
+//             dweight/dbias are the LOCAL sums, like any parameter gradient: DDP averages them.
+// Running stats are updated with the global statistics (unbiased var with the global n), so they
+// agree on every rank. Eval mode, and a world of one rank, is plain ops::batch_norm.
+// Parameter and buffer names are BatchNorm2d's, so checkpoints load either way.
+//
+// Numerics: statistics and affine math run in the parameters' dtype (f32 for f32/f16/bf16
+// activations, f64 for f64) and the output is cast back to the input's. The variance is
+// E[x^2] - mean^2: cheap to all-reduce, but it loses digits when |mean| >> std (as PyTorch's
+// sum-based kernels do); normalised activations are far from that regime.
+// Collectives: every rank must run the same layers in the same order (DDP's rule). The backward
+// all-reduce runs only when the input needs a gradient - the same on every rank.
+// Left out: process groups (sync across a subset of ranks) and channels-first layouts.
+#pragma once
+#include "layers/layers.h"
+
+namespace tandem::dist {
+
+class SyncBatchNorm : public Module {
+ public:
+  explicit SyncBatchNorm(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+  // Takes over bn's parameters and buffers: the same tensors, not copies, so an optimizer or
+  // checkpoint holding them keeps working.
+  explicit SyncBatchNorm(const BatchNorm2d& bn);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SyncBatchNorm"; }
+  std::string extra_repr() const override;
+  void reset_parameters(Generator& gen) override;
+
+ private:
+  void init(Tensor w, Tensor b, Tensor rm, Tensor rv, Tensor nbt);
+  int64_t c_;
+  double eps_, momentum_;
+  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
+  int64_t host_batches_ = -1;  // GPU: host mirror of num_batches_tracked (as BatchNorm2d)
+};
+
+// Replaces every BatchNorm2d in the tree by a SyncBatchNorm sharing its tensors (PyTorch's
+// nn.SyncBatchNorm.convert_sync_batchnorm); returns the new module if `m` itself is one. Call it
+// after initialisation (init schemes look for BatchNorm2d). DdpOptions::sync_batchnorm does this.
+ModulePtr convert_sync_batchnorm(ModulePtr m);
+
+}  // namespace tandem::dist
