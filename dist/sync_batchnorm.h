@@ -14,7 +14,8 @@
 // Numerics: statistics and affine math run in the parameters' dtype (f32 for f32/f16/bf16
 // activations, f64 for f64) and the output is cast back to the input's. The variance is
 // E[x^2] - mean^2: cheap to all-reduce, but it loses digits when |mean| >> std (as PyTorch's
-// sum-based kernels do); normalised activations are far from that regime.
+// sum-based kernels do); normalised activations are far from that regime. momentum and eps
+// reach the ops as f32 scalars (0.1 is off by 1.5e-9 absolute, visible only in f64 runs).
 // Collectives: every rank must run the same layers in the same order (DDP's rule). The backward
 // all-reduce runs only when the input needs a gradient - the same on every rank.
 // Left out: process groups (sync across a subset of ranks) and channels-first layouts.
