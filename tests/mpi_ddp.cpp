@@ -3,7 +3,8 @@
 // N ranks with batch b must take the same SGD steps as one process with batch N*b: the loss is a
 // mean over the batch, so the mean of the ranks' gradients is the full batch's gradient. Each rank
 // computes that one-process reference itself, on the whole batch, so no separate run is needed.
-// The model has no BatchNorm or dropout (their batch statistics / randomness would differ).
+// The model has no BatchNorm or dropout (their batch statistics / randomness would differ). Also:
+// no_sync accumulation, 16-bit gradient compression, and broadcast_buffers on a BatchNorm model.
 // Tolerance 1e-5 relative in f32: the two sides sum the same products in a different order
 // (per-rank partial sums, then the all-reduce), a few ulps per step over 3 steps.
 #include <doctest/doctest.h>
@@ -12,6 +13,7 @@
 
 #include "core/ops/ops.h"
 #include "core/random.h"
+#include "layers/layers.h"
 #include "dist/bootstrap.h"
 #include "dist/ddp.h"
 
@@ -81,7 +83,8 @@ double max_rel_diff(Module& a, Module& b) {
 }
 
 // Trains a DDP replica and the local full-batch reference side by side; returns the DDP model.
-std::shared_ptr<SmallCnn> train(const ReducerOptions& ro) {
+// check: the replica must match the reference to 1e-5 (off for lossy compression).
+std::shared_ptr<SmallCnn> train(const ReducerOptions& ro, bool check = true) {
   const World& w = world();
   Data d = make_data(w.size);
   auto ref = std::make_shared<SmallCnn>(7);
@@ -98,15 +101,16 @@ std::shared_ptr<SmallCnn> train(const ReducerOptions& ro) {
     ops::cross_entropy((*ref)(d.x), d.y).backward();
     sgd_step(*ref);
   }
-  double diff = max_rel_diff(*model, *ref);
-  CHECK(diff <= 1e-5);
+  if (check) CHECK(max_rel_diff(*model, *ref) <= 1e-5);
   return model;
 }
 
-// Every rank's parameters, bit for bit, equal rank 0's.
-bool bit_identical(Module& m) {
+std::string bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()); }
+
+// Every rank's parameters (or their gradients), bit for bit, equal rank 0's.
+bool bit_identical(Module& m, bool grads = false) {
   std::string mine;
-  for (Tensor& p : m.parameters()) mine.append(static_cast<const char*>(p.data_ptr()), p.nbytes());
+  for (Tensor& p : m.parameters()) mine += bytes(grads ? p.grad() : p);
   std::vector<std::string> all = all_gather_strings(mine);
   for (const std::string& s : all)
     if (s != all[0]) return false;
@@ -178,4 +182,114 @@ TEST_CASE("overlap is real: with many buckets, some all-reduce starts before bac
 TEST_CASE("model check passes for identical models and names the parameter that differs") {
   SmallCnn same(1);
   check_same_model(same);  // no throw
+}
+
+TEST_CASE("no_sync: two micro-batches, the first under no_sync, == one step on the concatenated batch") {
+  // Each micro-batch's loss is scaled by 1/2 (the usual loss / accumulation_steps), so the
+  // accumulated gradient is the mean over both; averaged over ranks it is the full batch's.
+  const World& w = world();
+  Data d = make_data(2 * w.size);  // rank r's two micro-batches: rows [2rb, 2rb + b) and [2rb + b, 2rb + 2b)
+  auto rows = [&](const Tensor& t, int micro) { return t.slice((2 * w.rank + micro) * kB, (2 * w.rank + micro + 1) * kB); };
+  auto ref = std::make_shared<SmallCnn>(7);
+  auto model = std::make_shared<SmallCnn>(7);
+  DdpOptions o;
+  o.reducer.bucketing = {256, 1024};
+  DistributedDataParallel ddp(model, o);
+  for (int step = 0; step < kSteps; ++step) {
+    zero_grads(*model);
+    {
+      auto guard = ddp.no_sync();
+      ops::scale(ops::cross_entropy(ddp(rows(d.x, 0)), rows(d.y, 0)), 0.5f).backward();
+    }
+    if (w.size > 1) CHECK_FALSE(bit_identical(*model, true));  // nothing was communicated yet
+    ops::scale(ops::cross_entropy(ddp(rows(d.x, 1)), rows(d.y, 1)), 0.5f).backward();
+    sgd_step(*model);
+    zero_grads(*ref);
+    ops::cross_entropy((*ref)(d.x), d.y).backward();
+    sgd_step(*ref);
+  }
+  CHECK(max_rel_diff(*model, *ref) <= 1e-5);
+  CHECK(bit_identical(*model));
+  CHECK(ddp.timeline().steps().size() == kSteps);  // only the synchronised backwards were recorded
+}
+
+TEST_CASE("bf16/f16 gradient compression: close to uncompressed, ranks still bit-identical") {
+  // Tolerance, relative to the size of the whole 3-step update (max |p_exact - p_init|): on the
+  // wire each averaged gradient picks up at most N roundings of relative size u (the cast of g/N,
+  // then up to N - 1 pairwise sums rounded back; u = 2^-8 bf16, 2^-11 f16) of values no larger
+  // than max_r |g_r|, so each step's update is off by <= N u max|g_r| lr. A factor 4 covers local
+  // gradients up to 2x the averaged one and the small propagation of errors through 3 steps.
+  ReducerOptions ro;
+  ro.bucketing = {256, 1024};
+  auto exact = train(ro);
+  SmallCnn init(7);
+  for (Compression c : {Compression::BF16, Compression::F16}) {
+    CAPTURE(static_cast<int>(c));
+    ro.compression = c;
+    auto model = train(ro, false);
+    CHECK(bit_identical(*model));  // every rank applies the same all-reduced (rounded) gradient
+    double diff = 0, update = 0;
+    auto pc = model->parameters(), pe = exact->parameters(), p0 = init.parameters();
+    for (size_t i = 0; i < pc.size(); ++i) {
+      std::vector<float> vc = pc[i].to_vector(), ve = pe[i].to_vector(), v0 = p0[i].to_vector();
+      for (size_t j = 0; j < vc.size(); ++j) {
+        diff = std::max(diff, std::abs(double(vc[j]) - ve[j]));
+        update = std::max(update, std::abs(double(ve[j]) - v0[j]));
+      }
+    }
+    const double u = c == Compression::BF16 ? 1.0 / 256 : 1.0 / 2048;
+    if (world().rank == 0) MESSAGE("compression ", std::string(c == Compression::BF16 ? "bf16" : "f16"), ": max diff / max update = ", diff / update,
+            " (bound ", 4 * world().size * u, ")");
+    CHECK(diff > 0);  // the wire really was 16-bit
+    CHECK(diff / update <= 4 * world().size * u);
+  }
+}
+
+namespace {
+// Wraps a model and records every buffer's bytes at the start of each forward, i.e. right after
+// DDP's broadcast: what every rank's BatchNorm normalises and updates from.
+struct BufferProbe : Module {
+  ModulePtr net;
+  std::string seen;
+  explicit BufferProbe(ModulePtr m) : net(register_module("net", std::move(m))) {}
+  Tensor forward(const Tensor& x) override {
+    for (auto& [name, t] : named_buffers()) seen += bytes(t);
+    return (*net)(x);
+  }
+  std::string type_name() const override { return "BufferProbe"; }
+};
+}  // namespace
+
+TEST_CASE("broadcast_buffers: every training forward starts from rank 0's BatchNorm statistics") {
+  // PyTorch's semantics: rank 0's buffers are broadcast before each training forward, and each
+  // rank then folds its own batch into them, so after the last step the ranks differ again by
+  // one update; the guarantee is bit-identical buffers at the start of every forward. The
+  // control run (broadcast_buffers = false) must see them drift apart: each rank's data differs.
+  const World& w = world();
+  Data d = make_data(w.size);
+  Tensor xs = d.x.slice(w.rank * kB, (w.rank + 1) * kB), ys = d.y.slice(w.rank * kB, (w.rank + 1) * kB);
+  for (bool broadcast : {true, false}) {
+    CAPTURE(broadcast);
+    Generator g(9);
+    auto net = std::make_shared<Sequential>();
+    net->add(std::make_shared<Conv2d>(3, 4, 3, Conv2dOptions{1, 1, 1, 1, true}, &g));
+    net->add(std::make_shared<BatchNorm2d>(4));
+    net->add(std::make_shared<ReLU>());
+    net->add(std::make_shared<Flatten>());
+    net->add(std::make_shared<Linear>(256, 10, true, &g));
+    auto probe = std::make_shared<BufferProbe>(net);
+    DdpOptions o;
+    o.broadcast_buffers = broadcast;
+    DistributedDataParallel ddp(probe, o);
+    for (int step = 0; step < kSteps; ++step) {
+      zero_grads(*probe);
+      ops::cross_entropy(ddp(xs), ys).backward();
+      sgd_step(*probe);
+    }
+    std::vector<std::string> all = all_gather_strings(probe->seen);
+    bool same = true;
+    for (const std::string& s : all) same = same && s == all[0];
+    if (broadcast || w.size == 1) CHECK(same);
+    else CHECK_FALSE(same);
+  }
 }
