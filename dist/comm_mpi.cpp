@@ -145,11 +145,11 @@ class MpiCommunicator final : public Communicator {
     Tensor h = host_of(t, name);
     MPI_Op mop = reduce_op(t.dtype());
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage_in(h, t);
+      stage(h, t);
       MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h.data_ptr(), count(h), mpi_type(h.dtype()), mop, c, r));
     }, [=, this]() mutable {
       if (op == ReduceOp::Avg) divide(h, size_);
-      stage_out(t, h);
+      stage(t, h);
     });
   }
 
@@ -161,11 +161,11 @@ class MpiCommunicator final : public Communicator {
     Tensor hi = host_of(in, name), ho = host_of(out, name);
     MPI_Op mop = reduce_op(in.dtype());
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage_in(hi, in);
+      stage(hi, in);
       MPI_CHECK(MPI_Ireduce_scatter_block(hi.data_ptr(), ho.data_ptr(), count(ho), mpi_type(ho.dtype()), mop, c, r));
     }, [=, this]() mutable {
       if (op == ReduceOp::Avg) divide(ho, size_);
-      stage_out(out, ho);
+      stage(out, ho);
     });
   }
 
@@ -175,19 +175,19 @@ class MpiCommunicator final : public Communicator {
                  size_, " x ", in.numel(), " (world size x input)");
     Tensor hi = host_of(in, name), ho = host_of(out, name);
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage_in(hi, in);
+      stage(hi, in);
       MPI_Datatype ty = mpi_type(hi.dtype());
       MPI_CHECK(MPI_Iallgather(hi.data_ptr(), count(hi), ty, ho.data_ptr(), count(hi), ty, c, r));
-    }, [=]() mutable { stage_out(out, ho); });
+    }, [=]() mutable { stage(out, ho); });
   }
 
   WorkPtr broadcast(Tensor& t, int root, const std::string& name) override {
     TANDEM_CHECK(root >= 0 && root < size_, name, ": root ", root, " is not a rank of a world of size ", size_);
     Tensor h = host_of(t, name);
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage_in(h, t);
+      stage(h, t);
       MPI_CHECK(MPI_Ibcast(h.data_ptr(), count(h), mpi_type(h.dtype()), root, c, r));
-    }, [=]() mutable { stage_out(t, h); });
+    }, [=]() mutable { stage(t, h); });
   }
 
   WorkPtr barrier(const std::string& name) override {
@@ -210,12 +210,8 @@ class MpiCommunicator final : public Communicator {
                  "staging; use comm_for(tensor.device()), or init with host_staging = true");
     return Tensor::empty(t.shape(), t.dtype(), Device::cpu());
   }
-  static void stage_in(Tensor& host, const Tensor& t) {
-    if (!host.shares_storage(t)) host.copy_(t);
-  }
-  static void stage_out(Tensor& t, const Tensor& host) {
-    if (!host.shares_storage(t)) t.copy_(host);
-  }
+  // Host staging copies (no-ops when MPI works on the tensor itself).
+  static void stage(Tensor& dst, const Tensor& src) { if (!dst.shares_storage(src)) dst.copy_(src); }
 
   WorkPtr submit(const std::string& name, std::function<void(MPI_Comm, MPI_Request*)> start,
                  std::function<void()> finish) {

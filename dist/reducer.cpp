@@ -53,13 +53,8 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Commu
 }
 
 Reducer::~Reducer() {
-  for (Bucket& b : buckets_)
-    if (b.work) {
-      try {
-        b.work->wait();  // the communicator must not write into a freed buffer
-      } catch (...) {
-      }
-    }
+  for (Bucket& b : buckets_)  // the communicator must not write into a freed buffer
+    if (b.work) try { b.work->wait(); } catch (...) {}  // NOLINT: a destructor must not throw
 }
 
 void Reducer::start_step() {

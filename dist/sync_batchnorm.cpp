@@ -59,24 +59,18 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 
 }  // namespace
 
+// A fresh BatchNorm2d checks the arguments and makes the tensors, which this layer then takes over.
 SyncBatchNorm::SyncBatchNorm(int64_t num_features, double eps, double momentum)
-    : c_(num_features), eps_(eps), momentum_(momentum) {
-  TANDEM_CHECK(c_ > 0, "SyncBatchNorm(", c_, "): num_features must be positive");
-  init(Tensor::ones({c_}), Tensor::zeros({c_}), Tensor::zeros({c_}), Tensor::ones({c_}), Tensor::zeros({}, DType::I64));
-}
+    : SyncBatchNorm(BatchNorm2d(num_features, eps, momentum)) {}
 
 SyncBatchNorm::SyncBatchNorm(const BatchNorm2d& bn)
     : c_(bn.weight().numel()), eps_(bn.eps()), momentum_(bn.momentum()) {
-  init(bn.weight(), bn.bias(), bn.running_mean(), bn.running_var(), bn.num_batches_tracked());
+  weight_ = register_parameter("weight", bn.weight());
+  bias_ = register_parameter("bias", bn.bias());
+  running_mean_ = register_buffer("running_mean", bn.running_mean());
+  running_var_ = register_buffer("running_var", bn.running_var());
+  num_batches_tracked_ = register_buffer("num_batches_tracked", bn.num_batches_tracked());
   train(bn.is_training());
-}
-
-void SyncBatchNorm::init(Tensor w, Tensor b, Tensor rm, Tensor rv, Tensor nbt) {
-  weight_ = register_parameter("weight", std::move(w));
-  bias_ = register_parameter("bias", std::move(b));
-  running_mean_ = register_buffer("running_mean", std::move(rm));
-  running_var_ = register_buffer("running_var", std::move(rv));
-  num_batches_tracked_ = register_buffer("num_batches_tracked", std::move(nbt));
 }
 
 void SyncBatchNorm::reset_parameters(Generator&) {

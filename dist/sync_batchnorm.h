@@ -36,7 +36,6 @@ class SyncBatchNorm : public Module {
   void reset_parameters(Generator& gen) override;
 
  private:
-  void init(Tensor w, Tensor b, Tensor rm, Tensor rv, Tensor nbt);
   int64_t c_;
   double eps_, momentum_;
   Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
