@@ -28,6 +28,14 @@ struct Rgb {
   float r, g, b;
 };
 Rgb random_colour(Draws& d) { return {float(d.u(0, 255)), float(d.u(0, 255)), float(d.u(0, 255))}; }
+// A random colour whose brightness is far from `other`'s (>= ~100 of 255 apart): the object must
+// stand out from what it lies on, or the class is invisible at 64 px. Which side (darker or
+// brighter) depends on `other`, so colour itself still says nothing about the class.
+Rgb contrasting_colour(Draws& d, Rgb other) {
+  double lum = (other.r + other.g + other.b) / 3.0;
+  double lo = lum > 128 ? 0 : std::min(255.0, lum + 100), hi = lum > 128 ? std::max(0.0, lum - 100) : 255;
+  return {float(d.u(lo, hi)), float(d.u(lo, hi)), float(d.u(lo, hi))};
+}
 
 // Shape membership in the object's frame, unit radius.
 bool inside_shape(int shape, double u, double v) {
@@ -100,16 +108,19 @@ Image draw_procedural(int label, uint64_t seed, uint64_t sample_id, int width, i
       set_pixel(px, width, height, x, y,
                 {float(bg.r + t * (bg2.r - bg.r)), float(bg.g + t * (bg2.g - bg.g)), float(bg.b + t * (bg2.b - bg.b))});
     }
-  const int clutter = d.i(3, 11), in_front = d.i(0, 3);
+  // Clutter is light on purpose: the default set must be learnable by a small ResNet in a few CPU
+  // minutes (the README's main job), while colour and position still carry no class information.
+  const int clutter = d.i(0, 5), in_front = d.i(0, 2);
   for (int c = 0; c < clutter - in_front; ++c) draw_stroke(px, width, height, d);
 
   // The object: random centre, radius, rotation; texture frequency from the class's scale band.
   const double m = std::min(width, height);
-  const double radius = d.u(0.22, 0.45) * m;
+  const double radius = d.u(0.28, 0.45) * m;
   const double cx = d.u(radius * 0.6, width - radius * 0.6), cy = d.u(radius * 0.6, height - radius * 0.6);
   const double angle = d.u(0, 2 * M_PI), ca = std::cos(angle), sa = std::sin(angle);
   const double freq = d.u(2.0, 3.5) * (1.0 + 0.6 * band);  // cells per unit radius
-  Rgb fg1 = random_colour(d), fg2 = random_colour(d);
+  Rgb fg1 = contrasting_colour(d, bg);
+  Rgb fg2 = contrasting_colour(d, fg1);  // stripes/checks must be visible too
   for (int y = 0; y < height; ++y)
     for (int x = 0; x < width; ++x) {
       double dx = (x + 0.5 - cx) / radius, dy = (y + 0.5 - cy) / radius;

@@ -12,5 +12,6 @@ bash "$root/apps/scripts/setup.sh"
 export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}
 # One BLAS thread per rank: two ranks on two cores would otherwise fight over them.
 mpiexec -n 2 -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 "$build/apps/train_imagenet" \
-  --data "$data" --model resnet_tiny --image-size 64 --batch 32 --epochs 4 --lr 0.1 \
+  --data "$data" --model resnet_tiny --image-size 64 --batch 32 --epochs 24 --lr 0.1 --crop-scale-min 0.35 \
+  --val-every 4 \
   --checkpoint-dir "$root/runs/default" --metrics "$root/runs/default/summary.json" "$@"
