@@ -17,16 +17,6 @@ using testing::compare_values;
 using testing::Tolerance;
 
 namespace {
-// tests/CMakeLists.txt defines TANDEM_TEST_REQUIRES_GPU for gpu_* files, but the shared main.cpp is
-// an OBJECT library compiled without it, so main() cannot see it: skip here until that is fixed.
-const bool kSkipWithoutGpu = [] {
-  if (!cuda_available()) {
-    std::printf("SKIPPED: no CUDA device visible (%s)\n", built_with_cuda() ? "built with CUDA" : "CPU-only build");
-    std::exit(77);
-  }
-  return false;
-}();
-
 const std::vector<int64_t> kSizes{1, 64, 32768, 100003, 7};
 
 // Runs 3 steps of SGD with the given options on `device`/`dtype` from identical f32 starting values

@@ -18,16 +18,6 @@ using namespace tandem;
 using testing::parity_check;
 using testing::Tolerance;
 
-namespace {
-const bool kSkipWithoutGpu = [] {  // same reason as in gpu_elementwise_parity.cpp
-  if (!cuda_available()) {
-    std::printf("SKIPPED: no CUDA device visible (%s)\n", built_with_cuda() ? "built with CUDA" : "CPU-only build");
-    std::exit(77);
-  }
-  return false;
-}();
-}  // namespace
-
 TEST_CASE("pow: rsqrt, reciprocal, cube") {
   Generator g(11);
   Tensor x = Tensor::empty({48});
