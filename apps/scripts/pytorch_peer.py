@@ -134,9 +134,12 @@ def make_model(name, num_classes):
     if name != "resnet_tiny":
         try:
             import torchvision
-            return getattr(torchvision.models, name)(weights=None, num_classes=num_classes), "torchvision"
+            if hasattr(torchvision.models, name):
+                return getattr(torchvision.models, name)(weights=None, num_classes=num_classes), "torchvision"
         except ImportError:
             pass
+    if name not in BUILTIN:
+        sys.exit(f"pytorch_peer: unknown model '{name}': give a torchvision model name (built in, for when torchvision is missing: {', '.join(sorted(BUILTIN))})")
     return BUILTIN[name](num_classes), "builtin"
 
 
@@ -200,6 +203,8 @@ def run(a):
         "app": "pytorch_peer", "model": a.model, "model_source": source, "parameters": params,
         "batch": a.batch, "image_size": a.image_size, "precision": a.precision,
         "channels_last": a.channels_last, "cudnn_benchmark": a.cudnn_benchmark,
+        # read back, not assumed: what PyTorch actually ran with
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "steps": a.steps, "warmup_steps": warm, "warmup_s": warm_s,
         "images_per_s": timed * a.batch / wall,
         "images_per_s_median": a.batch / (med / 1e3),
@@ -224,7 +229,8 @@ def run(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="resnet50", choices=sorted(BUILTIN))
+    p.add_argument("--model", default="resnet50",
+                   help=f"a torchvision model name; without torchvision one of {', '.join(sorted(BUILTIN))}")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)

@@ -72,9 +72,11 @@ def ctest_counts(log):
 
 def training(raw):
     rows = []
-    for tp in sorted(glob.glob(os.path.join(raw, "tandem_*.json"))):
-        tag = os.path.basename(tp)[len("tandem_"):-len(".json")]
-        t, p = load(tp), load(os.path.join(raw, f"torch_{tag}.json"))
+    # A config shows when either side left its JSON (the other side may have failed).
+    tags = {os.path.basename(f).split("_", 1)[1][:-len(".json")]
+            for f in glob.glob(os.path.join(raw, "tandem_*.json")) + glob.glob(os.path.join(raw, "torch_*.json"))}
+    for tag in sorted(t for t in tags if not t.endswith("_cudnnbench")):
+        t, p = load(os.path.join(raw, f"tandem_{tag}.json")), load(os.path.join(raw, f"torch_{tag}.json"))
         r = {"config": tag}
         if t:
             ips = t.get("images_per_s") or None
@@ -188,6 +190,18 @@ def main():
                 "|---|---|---|---|---|"]
         out += [f"| {r['run']} | {r['backend']} | {r['ranks']} | {r['small_bytes']}, {r['small_us']:.1f} "
                 f"| {r['big_bytes']}, {r['big_busbw_GBps']:.2f} |" for r in s["allreduce"]]
+    # What went wrong, readable without unpacking the tarball: compiler errors for the build, the
+    # log's tail otherwise.
+    bad = [k for k, r in st.items() if r["status"] in ("fail", "timeout")]
+    if bad:
+        out += ["", "## Failures (log excerpts)"]
+    for k in bad:
+        lines = read(os.path.join(a.raw, f"{k}.log")).splitlines()
+        if k == "build":
+            lines = [l for l in lines if re.search(r"error|FAILED", l)][:15] or lines[-10:]
+        else:
+            lines = lines[-10:]
+        out += ["", f"### {k}", "```"] + [l[:240] for l in lines] + ["```"]
     print("\n".join(out))
     if a.json:
         with open(a.json, "w") as f:
