@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# apps/scripts/gpu_session.sh: build, test, measure and collect on a GPU node, in as few calls as possible.
+#
+#   source .devkit/env.sh && bash apps/scripts/gpu_session.sh [options] [phase ...]
+#
+# Phases, in this order (default: all of them):
+#   build  configure + build build-gpu (Release, sm_90 from TANDEM_CMAKE_ARGS, ninja, -j16; never apt)
+#   info   nvidia-smi, driver, nvcc, cuDNN / NCCL versions (headers, PyTorch, what tandem links)
+#   test   ctest -L gpu (the parity tests), then every other ctest entry (CPU and multi-rank)
+#   dist   mpi_* tests with 1 rank (NCCL is created) and 2 ranks sharing the GPU with
+#          TANDEM_HOST_STAGING=1; train_imagenet on 2 host-staged ranks (GPU tensors through MPI)
+#   bench  bench_ops (tandem vs cuBLASLt/cuDNN), bench_allreduce (1 rank NCCL; 2 ranks host-staged)
+#   train  per config: train_imagenet --synthetic, then the PyTorch peer (pytorch_peer.py) with the
+#          same model, batch, precision (f32 + TF32) and steps
+# Every step runs under `timeout`, logs to its own file and is recorded in steps.tsv; a failing step
+# never ends the session. After every step summary.md (session_summary.py) and results.tar.gz are
+# rewritten, so a call killed by the device tool's time limit still returns what it had.
+#
+# Where things go: the results folder is $OUT when set (the device tool returns at most 8 files from
+# it, so it gets only summary.md, summary.json and results.tar.gz; the raw logs and JSON live in
+# <build>/session-raw, which survives between calls on a warm machine and so accumulates over calls),
+# otherwise apps/results/<date>-<gpu>/ with the raw files in its raw/ folder.
+#
+# --cpu-smoke runs the same pipeline on a CPU-only machine (CPU build in build-cpu, only the needed
+# targets, tiny settings); GPU-only steps report "skipped", so the script is known to work end to
+# end before the GPU minutes are spent.
+set -uo pipefail  # no -e: one failing step must not end the session
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here=$root/apps/scripts
+smoke=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; cat <<'EOF'
+Options:
+  --cpu-smoke        CPU-only rehearsal with tiny settings (see above)
+  --build-dir DIR    default build-gpu (build-cpu with --cpu-smoke)
+  --results DIR      default $OUT, else apps/results/<date>-<gpu>
+  --deadline S       start no step after S seconds, keeping time to pack (default 560 when $OUT is
+                     set: the device tool stops a command at 600 s; 0: no deadline)
+  --steps N          training steps per run, warm-up included (default 60; 10 are warm-up)
+  --configs LIST     model:batch list (default resnet50:64,resnet50:128,resnet18:128,vgg16:64)
+  --jobs N           build parallelism (default 16)
+  --fresh            forget earlier calls' raw results
+EOF
+}
+phases=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cpu-smoke) smoke=1 ;;
+    --build-dir) build_dir=$2; shift ;;
+    --results) results=$2; shift ;;
+    --deadline) deadline=$2; shift ;;
+    --steps) steps=$2; shift ;;
+    --configs) configs=$2; shift ;;
+    --jobs) jobs=$2; shift ;;
+    --fresh) fresh=1 ;;
+    -h|--help) usage; exit 0 ;;
+    build|info|test|dist|bench|train|all) phases+=("$1") ;;
+    *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ ${#phases[@]} -eq 0 ] && phases=(all)
+want() { local p; for p in "${phases[@]}"; do [ "$p" = all ] || [ "$p" = "$1" ] && return 0; done; return 1; }
+
+cd "$root" || exit 1
+export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}  # local ranks by fork: hydra must not look for ssh
+export CCACHE_BASEDIR=$root
+t_start=$(date +%s)
+if [ "$smoke" = 1 ]; then
+  build_dir=${build_dir:-$root/build-cpu}
+  configs=${configs:-resnet_tiny:8}
+  steps=6 image=32 jobs=2
+  gpu_name=cpu
+else
+  build_dir=${build_dir:-$root/build-gpu}
+  configs=${configs:-resnet50:64,resnet50:128,resnet18:128,vgg16:64}
+  image=224
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  gpu_name=${gpu_name:-nogpu}
+  [ -n "${TANDEM_CMAKE_ARGS:-}" ] || echo "gpu_session: TANDEM_CMAKE_ARGS is empty: was 'source .devkit/env.sh' run?" >&2
+fi
+case $build_dir in /*) ;; *) build_dir=$root/$build_dir ;; esac
+if [ -z "$results" ] && [ -n "${OUT:-}" ]; then
+  results=$OUT raw=$build_dir/session-raw
+  deadline=${deadline:-560}
+else
+  results=${results:-$root/apps/results/$(date +%Y%m%d)-${gpu_name// /-}}
+  raw=$results/raw
+fi
+deadline=${deadline:-0}
+[ "$fresh" = 1 ] && rm -rf "$raw"
+mkdir -p "$raw" "$results"
+bin=$build_dir  # executables: $bin/apps/<name>, $bin/tests/<name>
+warm=$(( steps / 4 < 10 ? steps / 4 : 10 ))  # train_imagenet's --bench-warmup default, given to both sides
+
+# Rewrites summary.md / summary.json and the tarball: run after every step (cheap).
+pack() {
+  python3 "$here/session_summary.py" "$raw" --json "$results/summary.json" > "$results/summary.md" 2> "$raw/summary.err"
+  cp "$results/summary.md" "$raw/summary.md"
+  tar czf "$results/results.tar.gz.tmp" -C "$(dirname "$raw")" "$(basename "$raw")" && mv "$results/results.tar.gz.tmp" "$results/results.tar.gz"
+}
+
+# run_step NAME LIMIT_S CMD...: runs CMD under timeout, logs to $raw/NAME.log, appends
+# "name status rc seconds" to steps.tsv. Status: ok, fail, timeout, skipped (rc 77 or no time left).
+run_step() {
+  local name=$1 limit=$2; shift 2
+  local log=$raw/$name.log t0 rc status
+  if [ "$deadline" -gt 0 ]; then
+    local left=$(( t_start + deadline - $(date +%s) ))
+    if [ "$left" -lt 20 ]; then
+      printf '%s\tskipped\t-\t0\tno time left before the deadline\n' "$name" >> "$raw/steps.tsv"
+      echo "== $name: skipped (deadline)"; return 0
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+  fi
+  echo "== $name (limit ${limit}s)"
+  { echo "\$ $*"; echo "# $(date -Is) limit ${limit}s"; } > "$log"
+  t0=$(date +%s)
+  timeout -k 10 "$limit" "$@" >> "$log" 2>&1
+  rc=$?
+  case $rc in 0) status=ok ;; 77) status=skipped ;; 124|137) status=timeout ;; *) status=fail ;; esac
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$(( $(date +%s) - t0 ))" "$*" >> "$raw/steps.tsv"
+  echo "   $status (rc $rc, $(( $(date +%s) - t0 )) s); last lines:"; tail -n 3 "$log" | sed 's/^/   | /'
+  pack
+  return 0
+}
+# A step that needs something absent (no GPU, no binary) is recorded as skipped with the reason.
+skip_step() { printf '%s\tskipped\t-\t0\t%s\n' "$1" "$2" >> "$raw/steps.tsv"; echo "== $1: skipped ($2)"; }
+have_gpu() { [ "$smoke" = 0 ] && nvidia-smi -L >/dev/null 2>&1; }
+need() { [ -x "$1" ] || { skip_step "$2" "$1 was not built"; return 1; }; }
+
+# The versions that matter for reading the numbers later; each probe may fail on its own.
+info_probe() {
+  echo "## date"; date -Is; hostname
+  echo "## nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit,compute_cap \
+    --format=csv 2>&1; nvidia-smi 2>&1 | head -20
+  echo "## nvcc"; nvcc --version 2>&1 | tail -2
+  echo "## cuDNN / NCCL headers (CUDNN_ROOT=${CUDNN_ROOT:-} NCCL_ROOT=${NCCL_ROOT:-})"
+  for h in "${CUDNN_ROOT:-/nonexistent}/include/cudnn_version.h" /usr/include/cudnn_version.h \
+           /usr/local/cuda/include/cudnn_version.h /usr/include/x86_64-linux-gnu/cudnn_version.h; do
+    [ -f "$h" ] && echo "$h: $(grep -E '^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' "$h" | awk '{print $3}' | paste -sd.)"
+  done
+  for h in "${NCCL_ROOT:-/nonexistent}/include/nccl.h" /usr/include/nccl.h /usr/local/cuda/include/nccl.h; do
+    [ -f "$h" ] && echo "$h: $(grep -E '^#define NCCL_(MAJOR|MINOR|PATCH) ' "$h" | awk '{print $3}' | paste -sd.)"
+  done
+  echo "## PyTorch"; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+"cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None,
+"gpu", torch.cuda.get_device_name() if torch.cuda.is_available() else None)' 2>&1
+  python3 -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>&1 | tail -1
+  echo "## libraries train_imagenet loads"; ldd "$bin/apps/train_imagenet" 2>&1 | grep -E 'cudnn|nccl|cublas|cudart|mpi|openblas'
+  echo "## cmake cache"; grep -E '^(CMAKE_CUDA_ARCHITECTURES|CMAKE_BUILD_TYPE|TANDEM_CUDA|CUDNN_|NCCL_)' "$build_dir/CMakeCache.txt" 2>&1
+}
+export -f info_probe
+export bin build_dir
+
+if want build; then
+  if [ "$smoke" = 1 ]; then
+    # shellcheck disable=SC2086
+    run_step configure 300 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF
+    # Only what the smoke steps below run: a full CPU build takes long on a small machine.
+    run_step build 1800 cmake --build "$build_dir" -j "$jobs" --target train_imagenet bench_ops bench_allreduce \
+      mpi_collectives mpi_ddp mpi_reducer test_core test_autograd gpu_elementwise_parity -- -k 0
+  else
+    # CUDAToolkit_ROOT: env.sh puts links to Python's nvidia/* libraries on CMAKE_LIBRARY_PATH so that
+    # cuDNN and NCCL are found, but that path also outranks the toolkit for cudart/cuBLAS(Lt), which
+    # may then come from PyTorch's wheels (another CUDA major than nvcc's). A package root is searched
+    # before CMAKE_LIBRARY_PATH, so naming nvcc's toolkit keeps its own libraries (checked on Debian
+    # with pip's cu13 wheels: cudart/cublasLt from /usr/local/cuda, cuDNN/NCCL from the wheels).
+    tk=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
+    # shellcheck disable=SC2086
+    run_step configure 300 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DCUDAToolkit_ROOT="$tk" ${TANDEM_CMAKE_ARGS:-}
+    # -k 0: a target that fails to compile must not stop the others; the session uses what built.
+    run_step build 3600 cmake --build "$build_dir" -j "$jobs" -- -k 0
+  fi
+fi
+
+if want info; then
+  run_step info 60 bash -c info_probe
+fi
+
+if want test; then
+  ctest_args=(--test-dir "$build_dir" --output-on-failure --timeout 300)
+  # The smoke run keeps to the targets it built; on the node everything is built and run.
+  if [ "$smoke" = 1 ]; then
+    run_step ctest_gpu 300 ctest "${ctest_args[@]}" -L gpu -R '^gpu_elementwise_parity$'
+    run_step ctest_rest 300 ctest "${ctest_args[@]}" -LE gpu -R '^(core|autograd|mpi_collectives_np2)$'
+  else
+    run_step ctest_gpu 300 ctest "${ctest_args[@]}" -L gpu
+    run_step ctest_rest 540 ctest "${ctest_args[@]}" -LE gpu -j 8
+  fi
+fi
+
+if want dist; then
+  # Note: tests/mpi_*.cpp exercise CPU tensors; on the node they still create the NCCL communicator
+  # (1 rank) or the host-staged path (2 ranks on one GPU). GPU tensors through DDP are exercised by the
+  # 2-rank train_imagenet run below.
+  for t in mpi_collectives mpi_reducer mpi_ddp; do
+    need "$bin/tests/$t" "${t}_np1" && run_step "${t}_np1" 180 mpiexec -n 1 "$bin/tests/$t"
+  done
+  for t in mpi_collectives mpi_ddp; do
+    need "$bin/tests/$t" "${t}_np2_staged" && \
+      run_step "${t}_np2_staged" 240 mpiexec -n 2 -env TANDEM_HOST_STAGING 1 -env OMP_NUM_THREADS 1 "$bin/tests/$t"
+  done
+  m=resnet18 b=32
+  [ "$smoke" = 1 ] && m=resnet_tiny b=4
+  need "$bin/apps/train_imagenet" train_np2_staged && \
+    run_step train_np2_staged 240 mpiexec -n 2 -env TANDEM_HOST_STAGING 1 -env OMP_NUM_THREADS 1 \
+      "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 --model "$m" --batch "$b" --steps 20 \
+      --image-size $(( smoke ? 32 : 112 )) --log-every 10 --metrics "$raw/train_np2_staged.json"
+fi
+
+if want bench; then
+  if need "$bin/apps/bench_ops" bench_ops; then
+    if [ "$smoke" = 1 ]; then
+      run_step bench_ops 300 "$bin/apps/bench_ops" --cpu-reps 1 --reps 2 --warmup 1 --json "$raw/bench_ops.json"
+    else
+      run_step bench_ops 300 "$bin/apps/bench_ops" --json "$raw/bench_ops.json"
+    fi
+  fi
+  if need "$bin/apps/bench_allreduce" bench_allreduce_np1; then
+    if have_gpu; then
+      run_step bench_allreduce_np1 120 mpiexec -n 1 "$bin/apps/bench_allreduce" --backend nccl --max-bytes 256M \
+        --json "$raw/bench_allreduce_np1.json"
+    else
+      skip_step bench_allreduce_np1 "no GPU: the 1-rank sweep is the NCCL one"
+    fi
+    run_step bench_allreduce_np2_staged 180 mpiexec -n 2 -env TANDEM_HOST_STAGING 1 "$bin/apps/bench_allreduce" \
+      --max-bytes "$([ "$smoke" = 1 ] && echo 64K || echo 64M)" --reps "$([ "$smoke" = 1 ] && echo 3 || echo 10)" \
+      --json "$raw/bench_allreduce_np2_staged.json"
+  fi
+fi
+
+if want train; then
+  dev_args=() peer_dev=cuda
+  [ "$smoke" = 1 ] && dev_args=(--device cpu) peer_dev=cpu
+  IFS=, read -r -a cfgs <<< "$configs"
+  for c in "${cfgs[@]}"; do
+    m=${c%%:*} b=${c##*:} tag=${c%%:*}_b${c##*:}
+    # Tandem, then PyTorch, back to back: same GPU state, same settings (see pytorch_peer.py's header).
+    need "$bin/apps/train_imagenet" "tandem_$tag" && \
+      run_step "tandem_$tag" 240 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
+        "${dev_args[@]}" --model "$m" --batch "$b" --steps "$steps" --bench-warmup "$warm" --image-size "$image" \
+        --log-every 20 --metrics "$raw/tandem_$tag.json"
+    run_step "torch_$tag" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" --batch "$b" \
+      --steps "$steps" --warmup "$warm" --image-size "$image" --json "$raw/torch_$tag.json"
+  done
+  # What cuDNN autotuning would add on top of heuristics (tandem does not autotune): one config.
+  m=${cfgs[0]%%:*} b=${cfgs[0]##*:}
+  run_step "torch_${m}_b${b}_cudnnbench" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" \
+    --batch "$b" --steps "$steps" --warmup "$warm" --image-size "$image" --cudnn-benchmark \
+    --json "$raw/torch_${m}_b${b}_cudnnbench.json"
+fi
+
+pack
+echo
+cat "$results/summary.md"
+echo
+echo "gpu_session: $(( $(date +%s) - t_start )) s; results in $results (raw: $raw)"

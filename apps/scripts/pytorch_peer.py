@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""apps/scripts/pytorch_peer.py: the PyTorch run that tandem's train_imagenet --synthetic is compared with.
+
+Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same work per step:
+  - model: torchvision's resnet18/resnet50/vgg16 (weights=None, 1000 classes), or a built-in copy of
+    the same architecture when torchvision is missing (the GPU node ships PyTorch, not necessarily
+    torchvision); resnet_tiny is tandem's small ResNet (layers/models/resnet.h) for CPU smoke runs.
+    The parameter count is printed and written so a mismatch with tandem's metrics shows;
+  - data: one synthetic batch made once and kept on the device (tandem's LoaderOptions::resident),
+    so no input pipeline is measured;
+  - layout: channels_last (NHWC), tandem's only activation layout;
+  - precision "tf32" (default): f32 storage, TF32 tensor cores for matmul AND convolution. That is
+    tandem's default: ops::allow_tf32() is on (core/ops/matmul.h) and governs cuBLASLt
+    (CUBLAS_COMPUTE_32F_FAST_TF32, core/ops/cuda/matmul.cpp) and cuDNN engine choice
+    (core/ops/cuda/conv.cpp). PyTorch's own default differs (matmul TF32 off), hence the explicit
+    switches. "f32" turns TF32 off on both sides' equivalent switches (tandem: set_allow_tf32(false));
+  - cuDNN algorithms: heuristics by default (cudnn.benchmark=False), as tandem picks the first engine
+    of cuDNN's heuristics without timing; --cudnn-benchmark shows what autotuning would add;
+  - optimizer: SGD momentum 0.9, weight decay 1e-4 (PyTorch's default foreach implementation), loss
+    cross-entropy; the learning rate is a constant 0.1 (tandem's schedule changes the value, not the
+    work);
+  - timing: the first --warmup steps are left out (tandem: --bench-warmup, default min(10, steps/4)).
+    images_per_s is tandem's definition (steady steps x batch / wall time of those steps, synchronised
+    at both ends); ms_per_step_median comes from a CUDA-event pair around every step (host clock on
+    the CPU), and images_per_s_median = batch / that median.
+Leaves out: mixed precision, torch.compile, DDP (one process, one device).
+--check-cpu is a seconds-long smoke test on the CPU (tiny model, tiny images) that also checks its
+own output; the GPU session's --cpu-smoke mode uses --device cpu the same way.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+# ---- the built-in architectures (torchvision's, used when torchvision is absent) ----
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inp, planes, stride, down):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inp, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = down
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4  # ResNet v1.5: the stride sits on the 3x3 conv, as in torchvision and tandem
+
+    def __init__(self, inp, planes, stride, down):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inp, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = down
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers, widths=(64, 128, 256, 512), stem=64, num_classes=1000):
+        super().__init__()
+        self.inp = stem
+        self.conv1 = nn.Conv2d(3, stem, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(stem)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        stages = [self._layer(block, w, n, 1 if i == 0 else 2) for i, (w, n) in enumerate(zip(widths, layers))]
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(self.inp, num_classes)
+
+    def _layer(self, block, planes, blocks, stride):
+        down = None
+        if stride != 1 or self.inp != planes * block.expansion:
+            down = nn.Sequential(nn.Conv2d(self.inp, planes * block.expansion, 1, stride, bias=False),
+                                 nn.BatchNorm2d(planes * block.expansion))
+        mods = [block(self.inp, planes, stride, down)]
+        self.inp = planes * block.expansion
+        mods += [block(self.inp, planes, 1, None) for _ in range(1, blocks)]
+        return nn.Sequential(*mods)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def vgg16(num_classes):
+    cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+    feats, c = [], 3
+    for v in cfg:
+        if v == "M":
+            feats.append(nn.MaxPool2d(2, 2))
+        else:
+            feats += [nn.Conv2d(c, v, 3, padding=1), nn.ReLU(inplace=True)]
+            c = v
+    return nn.Sequential(nn.Sequential(*feats), nn.AdaptiveAvgPool2d(7), nn.Flatten(),
+                         nn.Linear(512 * 49, 4096), nn.ReLU(True), nn.Dropout(0.5),
+                         nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(0.5), nn.Linear(4096, num_classes))
+
+
+BUILTIN = {
+    "resnet18": lambda nc: ResNet(BasicBlock, [2, 2, 2, 2], num_classes=nc),
+    "resnet50": lambda nc: ResNet(Bottleneck, [3, 4, 6, 3], num_classes=nc),
+    "vgg16": vgg16,
+    # tandem's resnet_tiny: BasicBlocks [1,1,1,1], widths 16..128, stem 16 (layers/models/resnet.h)
+    "resnet_tiny": lambda nc: ResNet(BasicBlock, [1, 1, 1, 1], (16, 32, 64, 128), 16, nc),
+}
+
+
+def make_model(name, num_classes):
+    if name != "resnet_tiny":
+        try:
+            import torchvision
+            if hasattr(torchvision.models, name):
+                return getattr(torchvision.models, name)(weights=None, num_classes=num_classes), "torchvision"
+        except ImportError:
+            pass
+    if name not in BUILTIN:
+        sys.exit(f"pytorch_peer: unknown model '{name}': give a torchvision model name (built in, for when torchvision is missing: {', '.join(sorted(BUILTIN))})")
+    return BUILTIN[name](num_classes), "builtin"
+
+
+def run(a):
+    dev = torch.device(a.device)
+    torch.manual_seed(0)
+    # TF32 switches (see the header): both on for "tf32", both off for "f32".
+    tf32 = a.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
+    model, source = make_model(a.model, a.num_classes)
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+    model = model.to(dev, memory_format=fmt).train()
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev).contiguous(memory_format=fmt)
+    y = torch.randint(0, a.num_classes, (a.batch,), device=dev)
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    warm = a.warmup if a.warmup >= 0 else min(10, a.steps // 4)  # tandem's --bench-warmup default
+    t_init = time.perf_counter()
+    for _ in range(warm):
+        step()
+    sync()
+    warm_s = time.perf_counter() - t_init
+    timed = a.steps - warm
+    if timed < 1:
+        sys.exit(f"pytorch_peer: --steps {a.steps} leaves no timed step after {warm} warm-up steps: raise --steps")
+    ms, events = [], []
+    t0 = time.perf_counter()
+    for _ in range(timed):
+        if cuda:  # an event pair per step: no host sync inside the timed window
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            loss = step()
+            e1.record()
+            events.append((e0, e1))
+        else:
+            s0 = time.perf_counter()
+            loss = step()
+            ms.append((time.perf_counter() - s0) * 1e3)
+    sync()
+    wall = time.perf_counter() - t0
+    if cuda:
+        ms = [e0.elapsed_time(e1) for e0, e1 in events]
+    med = statistics.median(ms)
+    final_loss = float(loss.detach())
+    r = {
+        "app": "pytorch_peer", "model": a.model, "model_source": source, "parameters": params,
+        "batch": a.batch, "image_size": a.image_size, "precision": a.precision,
+        "channels_last": a.channels_last, "cudnn_benchmark": a.cudnn_benchmark,
+        # read back, not assumed: what PyTorch actually ran with
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "steps": a.steps, "warmup_steps": warm, "warmup_s": warm_s,
+        "images_per_s": timed * a.batch / wall,
+        "images_per_s_median": a.batch / (med / 1e3),
+        "ms_per_step_median": med, "ms_per_step_min": min(ms), "ms_per_step_max": max(ms),
+        "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
+        "final_loss": final_loss,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "device": str(dev),
+    }
+    peak = f"{r['peak_mem_bytes'] / 2**20:.0f} MiB" if cuda else "n/a"
+    print(f"pytorch_peer: {a.model} ({source}, {params / 1e6:.2f} M params) batch {a.batch} {a.precision} "
+          f"on {r['gpu']}: {r['images_per_s']:.1f} img/s (window), median {med:.2f} ms/step "
+          f"({r['images_per_s_median']:.1f} img/s), peak {peak}, loss {final_loss:.4f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=2)
+    return r
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="resnet50",
+                   help=f"a torchvision model name; without torchvision one of {', '.join(sorted(BUILTIN))}")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--steps", type=int, default=60, help="steps in total, warm-up included")
+    p.add_argument("--warmup", type=int, default=-1, help="untimed steps first (-1: min(10, steps/4), as tandem)")
+    p.add_argument("--precision", default="tf32", choices=["tf32", "f32"])
+    p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time algorithms (tandem does not)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--json", help="write the result here")
+    p.add_argument("--check-cpu", action="store_true", help="seconds-long CPU smoke test of this script")
+    a = p.parse_args()
+    if a.check_cpu:
+        a.device, a.model, a.batch, a.image_size, a.num_classes, a.steps, a.warmup = "cpu", "resnet_tiny", 4, 32, 10, 4, 1
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit("pytorch_peer: no CUDA device visible to PyTorch: run on the GPU node or pass --device cpu")
+    r = run(a)
+    if a.check_cpu:
+        # A self-check: the numbers must be real, and resnet_tiny must have tandem's parameter count
+        # (310746 with 10 classes: `train_imagenet --synthetic --model resnet_tiny --num-classes 10 --describe`).
+        ok = math.isfinite(r["final_loss"]) and r["images_per_s"] > 0 and r["ms_per_step_median"] > 0
+        ok = ok and r["parameters"] == 310746
+        print("pytorch_peer --check-cpu:", "ok" if ok else "FAILED")
+        sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""apps/scripts/session_summary.py: the short report of a gpu_session.sh run, from its raw folder.
+
+Reads what gpu_session.sh left in RAW (steps.tsv, *.log, tandem_*.json, torch_*.json,
+bench_ops.json, bench_allreduce_*.json, info.log) and prints Markdown: the machine, the step
+statuses, ctest pass/fail/skip counts, tandem vs PyTorch images/s per config, bench_ops median
+ratios and all-reduce bandwidth. --json FILE also writes the same numbers as JSON.
+Anything missing (a step that did not run yet, a run killed by its time limit) shows as "-": the
+summary is rewritten after every step and must never fail on partial results. Standard library only.
+
+Conventions: a ratio is tandem / reference for times (bench_ops: < 1 means tandem is faster) and
+tandem / PyTorch for images/s (> 1 means tandem is faster). Training images/s on both sides is the
+steady-window mean (steps after the warm-up x batch / wall time, synchronised at both ends); the
+PyTorch median-step rate is shown next to it.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def fmt(v, spec=".1f"):
+    return "-" if v is None else format(v, spec)
+
+
+def steps_table(raw):
+    """Last entry per step name (a step re-run in a later call replaces the earlier one), in order."""
+    rows = {}
+    for line in read(os.path.join(raw, "steps.tsv")).splitlines():
+        f = line.split("\t")
+        if len(f) >= 4:
+            rows.pop(f[0], None)
+            rows[f[0]] = {"status": f[1], "rc": f[2], "seconds": f[3], "note": f[4] if len(f) > 4 else ""}
+    return rows
+
+
+# ctest's per-test line: "  3/7 Test  #3: gpu_data .......   Passed    0.52 sec" (or ***Failed,
+# ***Skipped, ***Not Run, ***Timeout, ***Exception: SegFault, ...).
+CTEST_LINE = re.compile(r"Test\s+#\d+:\s+(\S+)\s+\.*\s*\**([A-Za-z][A-Za-z ]*?)(?::.*?)?\s+[\d.]+\s+sec")
+
+
+def ctest_counts(log):
+    tests = {}
+    for m in CTEST_LINE.finditer(read(log)):
+        word = m.group(2).strip()
+        # "Not Run" is a missing executable (a build failure), so it counts as failed, unlike "Skipped"
+        # (exit code 77: no GPU visible to the test).
+        tests[m.group(1)] = {"Passed": "passed", "Skipped": "skipped"}.get(word, "failed")
+    c = {k: sum(1 for s in tests.values() if s == k) for k in ("passed", "failed", "skipped")}
+    c["failed_names"] = sorted(n for n, s in tests.items() if s == "failed")
+    return c if tests else None
+
+
+def training(raw):
+    rows = []
+    # A config shows when either side left its JSON (the other side may have failed).
+    tags = {os.path.basename(f).split("_", 1)[1][:-len(".json")]
+            for f in glob.glob(os.path.join(raw, "tandem_*.json")) + glob.glob(os.path.join(raw, "torch_*.json"))}
+    for tag in sorted(t for t in tags if not t.endswith("_cudnnbench")):
+        t, p = load(os.path.join(raw, f"tandem_{tag}.json")), load(os.path.join(raw, f"torch_{tag}.json"))
+        r = {"config": tag}
+        if t:
+            ips = t.get("images_per_s") or None
+            r.update(tandem_ips=ips, tandem_ms=1e3 * t["batch_per_rank"] / ips if ips else None,
+                     tandem_peak_mib=t.get("memory", {}).get("peak_bytes", 0) / 2**20, tandem_params=t.get("parameters"),
+                     tandem_loss=t.get("final", {}).get("train_loss"))
+        if p:
+            r.update(torch_ips=p.get("images_per_s"), torch_median_ips=p.get("images_per_s_median"),
+                     torch_ms=p.get("ms_per_step_median"), torch_params=p.get("parameters"),
+                     torch_peak_mib=(p.get("peak_mem_bytes") or 0) / 2**20 or None)
+        b = load(os.path.join(raw, f"torch_{tag}_cudnnbench.json"))
+        if b:
+            r["torch_cudnnbench_ips"] = b.get("images_per_s")
+        if r.get("tandem_ips") and r.get("torch_ips"):
+            r["ratio"] = r["tandem_ips"] / r["torch_ips"]
+        if r.get("tandem_params") and r.get("torch_params") and r["tandem_params"] != r["torch_params"]:
+            r["warning"] = f"parameter counts differ: tandem {r['tandem_params']}, torch {r['torch_params']}"
+        rows.append(r)
+    return rows
+
+
+def bench_ops(raw):
+    j = load(os.path.join(raw, "bench_ops.json"))
+    if not j:
+        return None
+    groups = {}
+    for row in j.get("rows", []):
+        if row.get("ratio"):
+            groups.setdefault((row["part"], row["dtype"]), []).append(row["ratio"])
+    return {"gpu": j.get("gpu"), "groups": [{"part": k[0], "dtype": k[1], "rows": len(v), "median_ratio": statistics.median(v),
+                                              "worst_ratio": max(v)} for k, v in groups.items()]}
+
+
+def allreduce(raw):
+    out = []
+    for path in sorted(glob.glob(os.path.join(raw, "bench_allreduce_*.json"))):
+        rows = load(path) or []
+        for backend in sorted({r["backend"] for r in rows}):
+            rs = [r for r in rows if r["backend"] == backend]
+            small, big = min(rs, key=lambda r: r["bytes"]), max(rs, key=lambda r: r["bytes"])
+            out.append({"run": os.path.basename(path)[:-5], "backend": backend, "ranks": big["ranks"],
+                        "small_bytes": small["bytes"], "small_us": small["time_us"], "big_bytes": big["bytes"],
+                        "big_busbw_GBps": big["busbw_GBps"], "big_algbw_GBps": big["algbw_GBps"]})
+    return out
+
+
+def machine(raw):
+    text = read(os.path.join(raw, "info.log"))
+    m = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("name, driver_version") and i + 1 < len(lines):
+            m["gpu"] = lines[i + 1]
+        if "release" in line and "nvcc" not in m and "Cuda compilation tools" in line:
+            m["nvcc"] = line.strip()
+        if line.startswith("torch "):
+            m["torch"] = line.strip()
+        if "cudnn_version.h:" in line and "cudnn_header" not in m:
+            m["cudnn_header"] = line.split(": ", 1)[-1]
+        if "nccl.h:" in line and "nccl_header" not in m:
+            m["nccl_header"] = line.split(": ", 1)[-1]
+    return m
+
+
+def main():
+    ap = argparse.ArgumentParser(description="summarise a gpu_session.sh raw folder")
+    ap.add_argument("raw")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    s = {"machine": machine(a.raw), "steps": steps_table(a.raw),
+         "ctest": {k: ctest_counts(os.path.join(a.raw, f"ctest_{k}.log")) for k in ("gpu", "rest")},
+         "training": training(a.raw), "bench_ops": bench_ops(a.raw), "allreduce": allreduce(a.raw),
+         "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json"))}
+    out = ["# tandem GPU session", ""]
+    for k, v in s["machine"].items():
+        out.append(f"- {k}: {v}")
+    st = s["steps"]
+    n = {x: sum(1 for r in st.values() if r["status"] == x) for x in ("ok", "fail", "timeout", "skipped")}
+    out += ["", f"## Steps: {n['ok']} ok, {n['fail']} failed, {n['timeout']} timed out, {n['skipped']} skipped", "",
+            "| step | status | rc | s |", "|---|---|---|---|"]
+    out += [f"| {k} | {r['status']} | {r['rc']} | {r['seconds']} |" for k, r in st.items()]
+    out += ["", "## ctest", "", "| set | passed | failed | skipped | failing |", "|---|---|---|---|---|"]
+    for k, c in s["ctest"].items():
+        if c:
+            out.append(f"| {k} | {c['passed']} | {c['failed']} | {c['skipped']} | {' '.join(c['failed_names'][:12])} |")
+        else:
+            out.append(f"| {k} | - | - | - | (no ctest output) |")
+    g = s["ctest"]["gpu"]
+    if g and g["skipped"] and not g["passed"] and not g["failed"]:
+        out.append("- every GPU test skipped: no GPU was visible to tandem (expected only in --cpu-smoke runs)")
+    out += ["", "## Training, synthetic data, f32 + TF32 (images/s: steady-window mean; ratio = tandem / PyTorch)", "",
+            "| config | tandem img/s | PyTorch img/s | ratio | PyTorch median-step img/s | PyTorch cudnn.benchmark img/s "
+            "| tandem ms/step | PyTorch median ms | tandem peak MiB | PyTorch peak MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in s["training"]:
+        out.append(f"| {r['config']} | {fmt(r.get('tandem_ips'))} | {fmt(r.get('torch_ips'))} | {fmt(r.get('ratio'), '.2f')} "
+                   f"| {fmt(r.get('torch_median_ips'))} | {fmt(r.get('torch_cudnnbench_ips'))} | {fmt(r.get('tandem_ms'), '.2f')} "
+                   f"| {fmt(r.get('torch_ms'), '.2f')} | {fmt(r.get('tandem_peak_mib'), '.0f')} | {fmt(r.get('torch_peak_mib'), '.0f')} |")
+    out += [f"- warning ({r['config']}): {r['warning']}" for r in s["training"] if "warning" in r]
+    t2 = s["train_np2_staged"]
+    if t2:
+        out.append(f"- 2 ranks, host-staged ({t2.get('backend')}, {t2.get('model')}): {fmt(t2.get('images_per_s'))} img/s, "
+                   f"final train loss {fmt(t2.get('final', {}).get('train_loss'), '.4f')}")
+    b = s["bench_ops"]
+    if b:
+        out += ["", f"## bench_ops (ratio = tandem time / direct library time; GPU part: {b['gpu']})", "",
+                "| part | dtype | rows | median ratio | worst ratio |", "|---|---|---|---|---|"]
+        out += [f"| {g['part']} | {g['dtype']} | {g['rows']} | {g['median_ratio']:.2f} | {g['worst_ratio']:.2f} |"
+                for g in b["groups"]]
+    if s["allreduce"]:
+        out += ["", "## bench_allreduce", "", "| run | backend | ranks | smallest: bytes, us | largest: bytes, busbw GB/s |",
+                "|---|---|---|---|---|"]
+        out += [f"| {r['run']} | {r['backend']} | {r['ranks']} | {r['small_bytes']}, {r['small_us']:.1f} "
+                f"| {r['big_bytes']}, {r['big_busbw_GBps']:.2f} |" for r in s["allreduce"]]
+    # What went wrong, readable without unpacking the tarball: compiler errors for the build, the
+    # log's tail otherwise.
+    bad = [k for k, r in st.items() if r["status"] in ("fail", "timeout")]
+    if bad:
+        out += ["", "## Failures (log excerpts)"]
+    for k in bad:
+        lines = read(os.path.join(a.raw, f"{k}.log")).splitlines()
+        if k == "build":
+            lines = [l for l in lines if re.search(r"error|FAILED", l)][:15] or lines[-10:]
+        else:
+            lines = lines[-10:]
+        out += ["", f"### {k}", "```"] + [l[:240] for l in lines] + ["```"]
+    print("\n".join(out))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(s, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
