@@ -1,26 +1,21 @@
 // tests/mpi_collectives.cpp: every collective on the CPU (MPI) path, against closed forms.
 // Rank r contributes values that depend on r, so the expected result is a formula in the world
-// size n: sum over ranks of (r + 1) * k = k * n (n + 1) / 2. Values are small integers or halves,
-// exact in f16 and bf16, so every dtype is checked for equality, not within a tolerance.
+// size n: sum over ranks of (r + 1) * k = k * n (n + 1) / 2 (tests/support/collective_values.h).
+// Values are small integers or halves, exact in f16 and bf16, so every dtype is checked for
+// equality, not within a tolerance. tests/mpi_gpu_collectives.cpp does the same on GPU tensors.
 #include <doctest/doctest.h>
 
 #include "dist/bootstrap.h"
+#include "tests/support/collective_values.h"
 
 using namespace tandem;
 using namespace tandem::dist;
+using testing::k_of;
+using testing::rank_tensor;
 
 namespace {
 const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
 const int64_t kSizes[] = {1, 7, 1023, 4099};  // odd sizes: no reliance on alignment or chunking
-
-// k(i) in 1..5, so sums stay below 2^8 (exact in bf16's 8-bit significand) for n <= 8.
-float k_of(int64_t i) { return static_cast<float>(i % 5 + 1); }
-
-Tensor rank_tensor(int64_t n, DType t, int rank) {
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = (rank + 1) * k_of(i);
-  return Tensor::from_vector(v, {n}, t);
-}
 }  // namespace
 
 TEST_CASE("all_reduce sum and avg: closed form, every dtype, odd sizes") {

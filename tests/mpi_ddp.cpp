@@ -1,9 +1,7 @@
 // tests/mpi_ddp.cpp: DistributedDataParallel on a small CNN, against one process on the full batch.
 //
-// N ranks with batch b must take the same SGD steps as one process with batch N*b: the loss is a
-// mean over the batch, so the mean of the ranks' gradients is the full batch's gradient. Each rank
-// computes that one-process reference itself, on the whole batch, so no separate run is needed.
-// The model has no BatchNorm or dropout (their batch statistics / randomness would differ). Also:
+// N ranks with batch b must take the same SGD steps as one process with batch N*b (the experiment
+// and its model live in tests/support/ddp_fixture.h, shared with tests/mpi_gpu_ddp.cpp). Also:
 // no_sync accumulation, 16-bit gradient compression, and broadcast_buffers on a BatchNorm model.
 // Tolerance 1e-5 relative in f32: the two sides sum the same products in a different order
 // (per-rank partial sums, then the all-reduce), a few ulps per step over 3 steps.
@@ -16,105 +14,21 @@
 #include "layers/layers.h"
 #include "dist/bootstrap.h"
 #include "dist/ddp.h"
+#include "tests/support/ddp_fixture.h"
 
 using namespace tandem;
 using namespace tandem::dist;
+using namespace tandem::testing::ddp_fixture;
 
 namespace {
-constexpr int64_t kB = 4;   // per-rank batch
-constexpr int kSteps = 3;
-constexpr float kLr = 0.1f;
+constexpr int64_t kB = kBatch;
 
-// conv 3x3 (3->4) -> relu -> maxpool 2 -> conv 3x3 (4->6) -> relu -> flatten -> linear (96->10)
-struct SmallCnn : Module {
-  Tensor c1w, c1b, c2w, c2b, fw, fb;
-  explicit SmallCnn(uint64_t seed) {
-    Generator g(seed);
-    auto param = [&](const char* name, const Shape& s, double scale) {
-      Tensor t = randn(s, g);
-      ops::scale_(t, static_cast<float>(scale));
-      return register_parameter(name, t);
-    };
-    c1w = param("conv1.weight", {4, 3, 3, 3}, 0.3);
-    c1b = param("conv1.bias", {4}, 0.1);
-    c2w = param("conv2.weight", {6, 3, 3, 4}, 0.3);
-    c2b = param("conv2.bias", {6}, 0.1);
-    fw = param("fc.weight", {10, 96}, 0.1);
-    fb = param("fc.bias", {10}, 0.1);
-  }
-  Tensor forward(const Tensor& x) override {
-    ops::Conv2dParams same{1, 1, 1, 1};
-    Tensor h = ops::relu(ops::conv2d(x, c1w, c1b, same));
-    h = ops::max_pool2d(h, {});
-    h = ops::relu(ops::conv2d(h, c2w, c2b, same));
-    return ops::linear(ops::flatten(h), fw, fb);
-  }
-  std::string type_name() const override { return "SmallCnn"; }
-};
-
-struct Data {
-  Tensor x, y;  // the full batch of N * b samples, identical on every rank
-};
-Data make_data(int world) {
-  Generator g(1234);
-  Data d{randn({world * kB, 8, 8, 3}, g), Tensor::empty({world * kB}, DType::I64)};
-  randint_(d.y, 10, g);
-  return d;
-}
-
-void sgd_step(Module& m) {
-  for (Tensor& p : m.parameters()) ops::axpby_(p, p.grad(), 1.0f, -kLr);
-}
-
-void zero_grads(Module& m) {
-  for (Tensor& p : m.parameters())
-    if (p.grad().defined()) p.grad().zero_();
-}
-
-double max_rel_diff(Module& a, Module& b) {
-  double worst = 0;
-  auto pa = a.parameters(), pb = b.parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    std::vector<float> va = pa[i].to_vector(), vb = pb[i].to_vector();
-    for (size_t j = 0; j < va.size(); ++j)
-      worst = std::max(worst, std::abs(double(va[j]) - vb[j]) / std::max(1e-3, std::abs(double(vb[j]))));
-  }
-  return worst;
-}
-
-// Trains a DDP replica and the local full-batch reference side by side; returns the DDP model.
-// check: the replica must match the reference to 1e-5 (off for lossy compression).
+// Trains a DDP replica and the local full-batch reference side by side (ddp_fixture.h); returns
+// the DDP model. check: the replica must match the reference to 1e-5 (off for lossy compression).
 std::shared_ptr<SmallCnn> train(const ReducerOptions& ro, bool check = true) {
-  const World& w = world();
-  Data d = make_data(w.size);
-  auto ref = std::make_shared<SmallCnn>(7);
-  auto model = std::make_shared<SmallCnn>(7 + 100 * w.rank);  // DDP must broadcast rank 0's weights
-  DdpOptions o;
-  o.reducer = ro;
-  auto ddp = std::make_unique<DistributedDataParallel>(model, o);
-  Tensor xs = d.x.slice(w.rank * kB, (w.rank + 1) * kB), ys = d.y.slice(w.rank * kB, (w.rank + 1) * kB);
-  for (int step = 0; step < kSteps; ++step) {
-    zero_grads(*model);
-    ops::cross_entropy((*ddp)(xs), ys).backward();
-    sgd_step(*model);
-    zero_grads(*ref);
-    ops::cross_entropy((*ref)(d.x), d.y).backward();
-    sgd_step(*ref);
-  }
-  if (check) CHECK(max_rel_diff(*model, *ref) <= 1e-5);
-  return model;
-}
-
-std::string bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()); }
-
-// Every rank's parameters (or their gradients), bit for bit, equal rank 0's.
-bool bit_identical(Module& m, bool grads = false) {
-  std::string mine;
-  for (Tensor& p : m.parameters()) mine += bytes(grads ? p.grad() : p);
-  std::vector<std::string> all = all_gather_strings(mine);
-  for (const std::string& s : all)
-    if (s != all[0]) return false;
-  return true;
+  Trained t = train_ddp_and_reference(ro);
+  if (check) CHECK(max_rel_diff(*t.model, *t.ref) <= 1e-5);
+  return t.model;
 }
 }  // namespace
 
@@ -188,7 +102,7 @@ TEST_CASE("no_sync: two micro-batches, the first under no_sync, == one step on t
   // Each micro-batch's loss is scaled by 1/2 (the usual loss / accumulation_steps), so the
   // accumulated gradient is the mean over both; averaged over ranks it is the full batch's.
   const World& w = world();
-  Data d = make_data(2 * w.size);  // rank r's two micro-batches: rows [2rb, 2rb + b) and [2rb + b, 2rb + 2b)
+  Data d = make_data(2 * w.size * kB);  // rank r's two micro-batches: rows [2rb, 2rb + b) and [2rb + b, 2rb + 2b)
   auto rows = [&](const Tensor& t, int micro) { return t.slice((2 * w.rank + micro) * kB, (2 * w.rank + micro + 1) * kB); };
   auto ref = std::make_shared<SmallCnn>(7);
   auto model = std::make_shared<SmallCnn>(7);
@@ -253,7 +167,7 @@ struct BufferProbe : Module {
   std::string seen;
   explicit BufferProbe(ModulePtr m) : net(register_module("net", std::move(m))) {}
   Tensor forward(const Tensor& x) override {
-    for (auto& [name, t] : named_buffers()) seen += bytes(t);
+    for (auto& [name, t] : named_buffers()) seen += host_bytes(t);
     return (*net)(x);
   }
   std::string type_name() const override { return "BufferProbe"; }
@@ -266,8 +180,8 @@ TEST_CASE("broadcast_buffers: every training forward starts from rank 0's BatchN
   // one update; the guarantee is bit-identical buffers at the start of every forward. The
   // control run (broadcast_buffers = false) must see them drift apart: each rank's data differs.
   const World& w = world();
-  Data d = make_data(w.size);
-  Tensor xs = d.x.slice(w.rank * kB, (w.rank + 1) * kB), ys = d.y.slice(w.rank * kB, (w.rank + 1) * kB);
+  Data d = make_data(w.size * kB);
+  Tensor xs = rank_rows(d.x, w.rank), ys = rank_rows(d.y, w.rank);
   for (bool broadcast : {true, false}) {
     CAPTURE(broadcast);
     Generator g(9);

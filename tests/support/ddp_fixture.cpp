@@ -1,0 +1,117 @@
+// tests/support/ddp_fixture.cpp: see ddp_fixture.h.
+#include "tests/support/ddp_fixture.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/ops/ops.h"
+#include "core/random.h"
+#include "dist/bootstrap.h"
+#include "dist/ddp.h"
+
+namespace tandem::testing::ddp_fixture {
+
+SmallCnn::SmallCnn(uint64_t seed) {
+  Generator g(seed);
+  auto param = [&](const char* name, const Shape& s, double scale) {
+    Tensor t = randn(s, g);
+    ops::scale_(t, static_cast<float>(scale));
+    return register_parameter(name, t);
+  };
+  c1w = param("conv1.weight", {4, 3, 3, 3}, 0.3);
+  c1b = param("conv1.bias", {4}, 0.1);
+  c2w = param("conv2.weight", {6, 3, 3, 4}, 0.3);
+  c2b = param("conv2.bias", {6}, 0.1);
+  fw = param("fc.weight", {10, 96}, 0.1);
+  fb = param("fc.bias", {10}, 0.1);
+}
+
+Tensor SmallCnn::forward(const Tensor& x) {
+  ops::Conv2dParams same{1, 1, 1, 1};
+  Tensor h = ops::relu(ops::conv2d(x, c1w, c1b, same));
+  h = ops::max_pool2d(h, {});
+  h = ops::relu(ops::conv2d(h, c2w, c2b, same));
+  return ops::linear(ops::flatten(h), fw, fb);
+}
+
+Data make_data(int64_t samples, Device device) {
+  Generator g(1234);
+  Tensor x = randn({samples, 8, 8, 3}, g), y = Tensor::empty({samples}, DType::I64);
+  randint_(y, 10, g);
+  if (device.is_cpu()) return {x, y};
+  return {x.to(device), y.to(device)};
+}
+
+Tensor rank_rows(const Tensor& t, int rank) { return t.slice(rank * kBatch, (rank + 1) * kBatch); }
+
+void sgd_step(Module& m) {
+  for (Tensor& p : m.parameters()) ops::axpby_(p, p.grad(), 1.0f, -kLr);
+}
+
+void zero_grads(Module& m) {
+  for (Tensor& p : m.parameters())
+    if (p.grad().defined()) p.grad().zero_();
+}
+
+double max_rel_diff(Module& a, Module& b) {
+  double worst = 0;
+  auto pa = a.parameters(), pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    std::vector<float> va = pa[i].to_vector(), vb = pb[i].to_vector();
+    for (size_t j = 0; j < va.size(); ++j)
+      worst = std::max(worst, std::abs(double(va[j]) - vb[j]) / std::max(1e-3, std::abs(double(vb[j]))));
+  }
+  return worst;
+}
+
+double max_tensor_rel_diff(Module& a, Module& b) {
+  double worst = 0;
+  auto pa = a.parameters(), pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    std::vector<float> va = pa[i].to_vector(), vb = pb[i].to_vector();
+    double diff = 0, size = 0;
+    for (size_t j = 0; j < va.size(); ++j) {
+      diff = std::max(diff, std::abs(double(va[j]) - vb[j]));
+      size = std::max(size, std::abs(double(vb[j])));
+    }
+    worst = std::max(worst, diff / std::max(size, 1e-30));
+  }
+  return worst;
+}
+
+std::string host_bytes(const Tensor& t) {
+  Tensor h = t.is_cuda() ? t.to(Device::cpu()) : t;
+  return std::string(static_cast<const char*>(h.data_ptr()), h.nbytes());
+}
+
+bool bit_identical(Module& m, bool grads) {
+  std::string mine;
+  for (Tensor& p : m.parameters()) mine += host_bytes(grads ? p.grad() : p);
+  std::vector<std::string> all = dist::all_gather_strings(mine);
+  for (const std::string& s : all)
+    if (s != all[0]) return false;
+  return true;
+}
+
+Trained train_ddp_and_reference(const dist::ReducerOptions& ro, Device device) {
+  const dist::World& w = dist::world();
+  Data d = make_data(w.size * kBatch, device);
+  Trained t{std::make_shared<SmallCnn>(7 + 100 * w.rank), std::make_shared<SmallCnn>(7)};
+  t.model->to(device);
+  t.ref->to(device);
+  dist::DdpOptions o;
+  o.reducer = ro;
+  dist::DistributedDataParallel ddp(t.model, o);
+  Tensor xs = rank_rows(d.x, w.rank), ys = rank_rows(d.y, w.rank);
+  for (int step = 0; step < kSteps; ++step) {
+    zero_grads(*t.model);
+    ops::cross_entropy(ddp(xs), ys).backward();
+    sgd_step(*t.model);
+    zero_grads(*t.ref);
+    ops::cross_entropy((*t.ref)(d.x), d.y).backward();
+    sgd_step(*t.ref);
+  }
+  return t;
+}
+
+}  // namespace tandem::testing::ddp_fixture

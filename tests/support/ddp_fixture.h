@@ -1,0 +1,67 @@
+// tests/support/ddp_fixture.h: the DDP equivalence experiment shared by tests/mpi_ddp.cpp (CPU
+// tensors) and tests/mpi_gpu_ddp.cpp (GPU tensors).
+//
+// The experiment: N ranks with batch b take the same SGD steps as one process with batch N*b. The
+// loss is a mean over the batch, so the mean of the ranks' gradients is the full batch's gradient.
+// Each rank also trains the one-process reference itself, on the whole batch (same seed, same
+// device), so no separate run is needed. The model (SmallCnn) has no BatchNorm or dropout: their
+// batch statistics / randomness would differ between the two sides.
+// Left to the callers: the tolerance (it depends on the device and its math modes), and the extra
+// cases (no_sync, compression, buffers). All helpers here call collectives only through
+// all_gather_strings, so every rank must call them together.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/reducer.h"
+#include "layers/module.h"
+
+namespace tandem::testing::ddp_fixture {
+
+constexpr int64_t kBatch = 4;  // per-rank batch: small, so CI stays fast; 4 still has a batch sum
+constexpr int kSteps = 3;      // >1 so a wrong step (stale buckets, missed zeroing) shows up
+constexpr float kLr = 0.1f;    // large enough that every step visibly moves the parameters
+
+// conv 3x3 (3->4) -> relu -> maxpool 2 -> conv 3x3 (4->6) -> relu -> flatten -> linear (96->10),
+// on 8x8x3 NHWC images. Parameters are drawn on the CPU from `seed`, so every device starts from
+// the same values; move the model with to(device).
+struct SmallCnn : Module {
+  Tensor c1w, c1b, c2w, c2b, fw, fb;
+  explicit SmallCnn(uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SmallCnn"; }
+};
+
+struct Data {
+  Tensor x, y;  // the full batch of `samples` images and labels, identical on every rank
+};
+// Drawn on the CPU from a fixed seed, then copied to `device`.
+Data make_data(int64_t samples, Device device = Device::cpu());
+// Rows [rank * kBatch, (rank + 1) * kBatch) of t: this rank's share of the full batch.
+Tensor rank_rows(const Tensor& t, int rank);
+
+void sgd_step(Module& m);  // p -= kLr * grad
+void zero_grads(Module& m);
+
+// max over elements of |a - b| / max(|b|, 1e-3): the CPU measure (every summation there is plain
+// f32, so even near-zero parameters agree to a few ulps of their gradient sums).
+double max_rel_diff(Module& a, Module& b);
+// max over parameter tensors of max|a - b| / max|b|: the norm-wise measure for GPU libraries,
+// whose algorithms (cuDNN Winograd/FFT, split-K GEMMs) bound the error relative to the size of
+// the terms summed, not relative to each (possibly near-zero) result.
+double max_tensor_rel_diff(Module& a, Module& b);
+
+// The tensor's bytes, copied to the host first when it lives on a GPU.
+std::string host_bytes(const Tensor& t);
+// Every rank's parameters (or their gradients), bit for bit, equal rank 0's. Collective.
+bool bit_identical(Module& m, bool grads = false);
+
+struct Trained {
+  std::shared_ptr<SmallCnn> model;  // the DDP replica (rank r started from seed 7 + 100 r)
+  std::shared_ptr<SmallCnn> ref;    // one process, full batch, seed 7
+};
+// Runs kSteps of the experiment on `device` with the given reducer options; returns both models.
+// The replicas start from different seeds on purpose: DDP must broadcast rank 0's weights.
+Trained train_ddp_and_reference(const dist::ReducerOptions& ro, Device device = Device::cpu());
+
+}  // namespace tandem::testing::ddp_fixture
