@@ -38,13 +38,13 @@ Communicator& comm() { return comm_for(gpu()); }
 
 bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
-// Elements of `got` further than rel * |want| from want(i).
+// Elements of `got` further than rel * |want| from want(i); NaN counts as a mismatch.
 template <typename F>
 int mismatches(const std::vector<float>& got, F want, double rel = 0) {
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double w = want(static_cast<int64_t>(i));
-    bad += std::abs(got[i] - w) > rel * std::abs(w);
+    bad += !(std::abs(got[i] - w) <= rel * std::abs(w));
   }
   return bad;
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/ops/ops.h"
 #include "core/random.h"
@@ -10,6 +11,11 @@
 #include "dist/ddp.h"
 
 namespace tandem::testing::ddp_fixture {
+namespace {
+// What the diffs report for a NaN or infinite parameter, so that no tolerance check passes
+// (std::max would silently drop a NaN).
+constexpr double kNotFinite = std::numeric_limits<double>::infinity();
+}  // namespace
 
 SmallCnn::SmallCnn(uint64_t seed) {
   Generator g(seed);
@@ -58,8 +64,10 @@ double max_rel_diff(Module& a, Module& b) {
   auto pa = a.parameters(), pb = b.parameters();
   for (size_t i = 0; i < pa.size(); ++i) {
     std::vector<float> va = pa[i].to_vector(), vb = pb[i].to_vector();
-    for (size_t j = 0; j < va.size(); ++j)
+    for (size_t j = 0; j < va.size(); ++j) {
+      if (!std::isfinite(va[j]) || !std::isfinite(vb[j])) return kNotFinite;
       worst = std::max(worst, std::abs(double(va[j]) - vb[j]) / std::max(1e-3, std::abs(double(vb[j]))));
+    }
   }
   return worst;
 }
@@ -71,6 +79,7 @@ double max_tensor_rel_diff(Module& a, Module& b) {
     std::vector<float> va = pa[i].to_vector(), vb = pb[i].to_vector();
     double diff = 0, size = 0;
     for (size_t j = 0; j < va.size(); ++j) {
+      if (!std::isfinite(va[j]) || !std::isfinite(vb[j])) return kNotFinite;
       diff = std::max(diff, std::abs(double(va[j]) - vb[j]));
       size = std::max(size, std::abs(double(vb[j])));
     }

@@ -43,6 +43,7 @@ Tensor rank_rows(const Tensor& t, int rank);
 void sgd_step(Module& m);  // p -= kLr * grad
 void zero_grads(Module& m);
 
+// Both diffs below return infinity when a parameter is NaN or infinite.
 // max over elements of |a - b| / max(|b|, 1e-3): the CPU measure (every summation there is plain
 // f32, so even near-zero parameters agree to a few ulps of their gradient sums).
 double max_rel_diff(Module& a, Module& b);
