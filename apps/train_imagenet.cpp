@@ -272,6 +272,7 @@ int run(apps::TrainOptions& o) {
         std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
         save_checkpoint(path, *model, opt.state(), s);
         std::printf("checkpoint: %s\n", path.c_str());
+        prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
       }
       ++ckpt_count;
     }

@@ -14,7 +14,10 @@
 //
 // Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
 // outstanding collective's end event; past comm_timeout_s it calls watchdog_abort (bootstrap.cpp),
-// which names the rank(s) that never reached it and aborts the job.
+// which names the rank(s) that never reached it and aborts the job. It also polls
+// ncclCommGetAsyncError: NCCL reports network / peer failures there (the collective's end event then
+// never fires), and its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's
+// reason instead of sitting out the whole timeout.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -22,6 +25,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -181,6 +186,16 @@ class NcclCommunicator final : public Communicator {
     while (!stop_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       std::lock_guard<std::mutex> lock(m_);
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+        std::fprintf(stderr, "[rank %d] tandem watchdog: NCCL reported an asynchronous error (%s) on cuda:%d; "
+                     "aborting the job. Rerun with NCCL_DEBUG=WARN to see which link or peer failed.\n",
+                     rank_, ncclGetErrorString(async), device_);
+        std::fflush(stderr);
+        ncclCommAbort(comm_);  // frees NCCL's kernels and proxy threads so MPI_Abort is not stuck behind them
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        std::_Exit(1);
+      }
       while (!outstanding_.empty() && cudaEventQuery(outstanding_.front().end->ev) == cudaSuccess)
         outstanding_.pop_front();
       if (outstanding_.empty()) continue;

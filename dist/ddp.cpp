@@ -78,6 +78,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
     profile::Range r("broadcast buffers");
     broadcast_all(module_->named_buffers(), "buffers");
   }
+  profile::Range r("forward");  // the step-level range, beside "backward" and "optimizer"
   return (*module_)(x);
 }
 

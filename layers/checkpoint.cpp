@@ -1,6 +1,7 @@
 // layers/checkpoint.cpp: training checkpoints as safetensors files. See checkpoint.h.
 #include "layers/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <regex>
@@ -130,22 +131,38 @@ std::string checkpoint_path(const std::string& dir, int64_t epoch) {
   return (std::filesystem::path(dir) / ("checkpoint_epoch" + std::to_string(epoch) + ".safetensors")).string();
 }
 
-std::string latest_checkpoint(const std::string& dir) {
+namespace {
+// The checkpoints in dir as (epoch, path), newest first.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
   namespace fs = std::filesystem;
+  std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return "";
+  if (!fs::is_directory(dir, ec)) return out;
   static const std::regex re(R"(checkpoint_epoch(\d+)\.safetensors)");
-  int64_t best = -1;
-  std::string out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch mt;
     std::string name = e.path().filename().string();
-    if (std::regex_match(name, mt, re)) {
-      int64_t ep = std::stoll(mt[1].str());
-      if (ep > best) best = ep, out = e.path().string();
-    }
+    if (std::regex_match(name, mt, re)) out.emplace_back(std::stoll(mt[1].str()), e.path().string());
   }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
+}
+}  // namespace
+
+std::string latest_checkpoint(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  return all.empty() ? "" : all.front().second;
+}
+
+int prune_checkpoints(const std::string& dir, int keep) {
+  if (keep <= 0) return 0;
+  auto all = list_checkpoints(dir);
+  int removed = 0;
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    std::error_code ec;
+    if (std::filesystem::remove(all[i].second, ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace tandem

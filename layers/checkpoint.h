@@ -74,5 +74,8 @@ Checkpoint load_checkpoint(const std::string& path, Module& model);
 // "<dir>/checkpoint_epoch<N>.safetensors" and the newest such file in dir ("" when none).
 std::string checkpoint_path(const std::string& dir, int64_t epoch);
 std::string latest_checkpoint(const std::string& dir);
+// Deletes all but the `keep` newest checkpoints in dir (keep <= 0: keeps all). Returns how many
+// were removed. Only called after a new checkpoint was written (atomically), so the newest is safe.
+int prune_checkpoints(const std::string& dir, int keep);
 
 }  // namespace tandem

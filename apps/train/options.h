@@ -58,6 +58,7 @@ struct TrainOptions {
   // checkpoints
   std::string checkpoint_dir;       // empty: no checkpoints
   std::string resume;               // a checkpoint file, or "auto": the newest in checkpoint_dir
+  int keep_checkpoints = 2;         // newest checkpoints kept in checkpoint_dir (0: all); a ResNet-50 one is ~300 MB
   // output
   int val_every = 1;                // epochs between validations (0: only after the last step)
   int log_every = 50;               // steps between progress lines
@@ -120,6 +121,8 @@ inline int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (1/2 not implemented yet)")->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_epoch<N>.safetensors here");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "checkpoint file to resume from, or 'auto' (newest in --checkpoint-dir)");
   app.add_option("--val-every", o.val_every, "epochs between validations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -69,7 +69,13 @@ struct Plan {
 };
 
 using Key = std::array<int64_t, 22>;
-std::map<Key, Plan> g_plans;  // one entry per distinct conv problem of the model
+// One entry per distinct conv problem of the model. Leaked on purpose, like the handles: a static
+// map would destroy its execution plans after the CUDA runtime's own atexit teardown, and cuDNN
+// 9.10+ is reported to segfault there (pytorch/pytorch#169153 leaks its plan cache for this).
+std::map<Key, Plan>& plans() {
+  static auto* m = new std::map<Key, Plan>;
+  return *m;
+}
 std::mutex g_mutex;
 
 cudnnDataType_t dnn_type(DType t) {
@@ -233,8 +239,8 @@ void run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
           align[0], align[1], align[2], 0};
 
   std::lock_guard<std::mutex> lock(g_mutex);  // plans are shared; execution is a cheap enqueue
-  auto it = g_plans.find(key);
-  if (it == g_plans.end()) it = g_plans.emplace(key, build(g, op, dt, f32_strict, align)).first;
+  auto it = plans().find(key);
+  if (it == plans().end()) it = plans().emplace(key, build(g, op, dt, f32_strict, align)).first;
   const Plan& p = it->second;
 
   Storage workspace(static_cast<size_t>(p.workspace), Device::cuda(device));
