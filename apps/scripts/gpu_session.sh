@@ -7,7 +7,7 @@
 #   build  configure + build build-gpu (Release, sm_90 from TANDEM_CMAKE_ARGS, ninja, -j16; never apt)
 #   info   nvidia-smi, driver, nvcc, cuDNN / NCCL versions (headers, PyTorch, what tandem links)
 #   test   ctest -L gpu (the parity tests), then every other ctest entry (CPU and multi-rank)
-#   dist   mpi_* tests with 1 rank (NCCL is created) and 2 ranks sharing the GPU with
+#   dist   mpi_gpu_* tests (GPU tensors) with 1 rank over NCCL and 2 ranks sharing the GPU with
 #          TANDEM_HOST_STAGING=1; train_imagenet on 2 host-staged ranks (GPU tensors through MPI)
 #   bench  bench_ops (tandem vs cuBLASLt/cuDNN), bench_allreduce (1 rank NCCL; 2 ranks host-staged)
 #   train  per config: train_imagenet --synthetic, then the PyTorch peer (pytorch_peer.py) with the
@@ -159,7 +159,7 @@ if want build; then
     run_step configure 300 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF
     # Only what the smoke steps below run: a full CPU build takes long on a small machine.
     run_step build 1800 cmake --build "$build_dir" -j "$jobs" --target train_imagenet bench_ops bench_allreduce \
-      mpi_collectives mpi_ddp mpi_reducer test_core test_autograd gpu_elementwise_parity -- -k 0
+      mpi_gpu_collectives mpi_gpu_ddp mpi_collectives test_core test_autograd gpu_elementwise_parity -- -k 0
   else
     # CUDAToolkit_ROOT: env.sh puts links to Python's nvidia/* libraries on CMAKE_LIBRARY_PATH so that
     # cuDNN and NCCL are found, but that path also outranks the toolkit for cudart/cuBLAS(Lt), which
@@ -192,13 +192,11 @@ if want test; then
 fi
 
 if want dist; then
-  # Note: tests/mpi_*.cpp exercise CPU tensors; on the node they still create the NCCL communicator
-  # (1 rank) or the host-staged path (2 ranks on one GPU). GPU tensors through DDP are exercised by the
-  # 2-rank train_imagenet run below.
-  for t in mpi_collectives mpi_reducer mpi_ddp; do
+  # tests/mpi_gpu_*.cpp run collectives and the DDP equivalence test on GPU tensors: with 1 rank over
+  # NCCL, and with 2 ranks sharing the one GPU through host-staged MPI (the two GPU checks).
+  # ctest -L gpu runs them too; here they get their own logs. The smoke run has no GPU: they skip (77).
+  for t in mpi_gpu_collectives mpi_gpu_ddp; do
     need "$bin/tests/$t" "${t}_np1" && run_step "${t}_np1" 180 mpiexec -n 1 "$bin/tests/$t"
-  done
-  for t in mpi_collectives mpi_ddp; do
     need "$bin/tests/$t" "${t}_np2_staged" && \
       run_step "${t}_np2_staged" 240 mpiexec -n 2 -env TANDEM_HOST_STAGING 1 -env OMP_NUM_THREADS 1 "$bin/tests/$t"
   done
