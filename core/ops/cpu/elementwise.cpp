@@ -1,7 +1,7 @@
 // core/ops/cpu/elementwise.cpp: CPU loops over the shared functors (core/ops/functors.h).
 #include "core/ops/dispatch.h"
 #include "core/ops/functors.h"
-#include "core/ops/kernels/elementwise.h"
+#include "core/ops/elementwise_visit.h"
 
 namespace tandem::kernels {
 namespace {
@@ -31,30 +31,11 @@ void map2(const Tensor& a, const Tensor& b, Tensor& y, F f) {
 }  // namespace
 
 void unary_cpu(Unary op, const Tensor& x, Tensor& y, float alpha) {
-  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
-    switch (op) {
-      case Unary::Scale: return map1<T>(x, y, fn::Scale{alpha});
-      case Unary::AddScalar: return map1<T>(x, y, fn::AddScalar{alpha});
-      case Unary::Relu: return map1<T>(x, y, fn::Relu{});
-      case Unary::Gelu: return map1<T>(x, y, fn::Gelu{});
-      case Unary::Square: return map1<T>(x, y, fn::Square{});
-      case Unary::Pow: return map1<T>(x, y, fn::Pow{alpha});
-    }
-  });
+  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { visit_unary(op, alpha, [&](auto f) { map1<T>(x, y, f); }); });
 }
 
 void binary_cpu(Binary op, const Tensor& a, const Tensor& b, Tensor& y, float alpha, float beta) {
-  TANDEM_CPU_FLOAT_TYPES(a.dtype(), T, [&] {
-    switch (op) {
-      case Binary::Add: return map2<T>(a, b, y, fn::Add{});
-      case Binary::Sub: return map2<T>(a, b, y, fn::Sub{});
-      case Binary::Mul: return map2<T>(a, b, y, fn::Mul{});
-      case Binary::Axpby: return map2<T>(a, b, y, fn::Axpby{alpha, beta});
-      case Binary::ReluBackward: return map2<T>(a, b, y, fn::ReluBackward{});
-      case Binary::GeluBackward: return map2<T>(a, b, y, fn::GeluBackward{});
-      case Binary::PowBackward: return map2<T>(a, b, y, fn::PowBackward{alpha});
-    }
-  });
+  TANDEM_CPU_FLOAT_TYPES(a.dtype(), T, [&] { visit_binary(op, alpha, beta, [&](auto f) { map2<T>(a, b, y, f); }); });
 }
 
 void sum_leading_cpu(const Tensor& src, Tensor& dst) {

@@ -2,7 +2,7 @@
 // Loads widen to float, the functor runs in float, stores narrow to the tensor's dtype.
 #include "core/ops/cuda/dispatch.cuh"
 #include "core/ops/functors.h"
-#include "core/ops/kernels/elementwise.h"
+#include "core/ops/elementwise_visit.h"
 
 namespace tandem::kernels {
 namespace {
@@ -54,30 +54,11 @@ __global__ void sum_leading_kernel(const T* src, T* dst, long long m, long long 
 }  // namespace
 
 void unary_cuda(Unary op, const Tensor& x, Tensor& y, float alpha) {
-  TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
-    switch (op) {
-      case Unary::Scale: return map1<T>(x, y, fn::Scale{alpha});
-      case Unary::AddScalar: return map1<T>(x, y, fn::AddScalar{alpha});
-      case Unary::Relu: return map1<T>(x, y, fn::Relu{});
-      case Unary::Gelu: return map1<T>(x, y, fn::Gelu{});
-      case Unary::Square: return map1<T>(x, y, fn::Square{});
-      case Unary::Pow: return map1<T>(x, y, fn::Pow{alpha});
-    }
-  });
+  TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] { visit_unary(op, alpha, [&](auto f) { map1<T>(x, y, f); }); });
 }
 
 void binary_cuda(Binary op, const Tensor& a, const Tensor& b, Tensor& y, float alpha, float beta) {
-  TANDEM_CUDA_FLOAT_TYPES(a.dtype(), T, [&] {
-    switch (op) {
-      case Binary::Add: return map2<T>(a, b, y, fn::Add{});
-      case Binary::Sub: return map2<T>(a, b, y, fn::Sub{});
-      case Binary::Mul: return map2<T>(a, b, y, fn::Mul{});
-      case Binary::Axpby: return map2<T>(a, b, y, fn::Axpby{alpha, beta});
-      case Binary::ReluBackward: return map2<T>(a, b, y, fn::ReluBackward{});
-      case Binary::GeluBackward: return map2<T>(a, b, y, fn::GeluBackward{});
-      case Binary::PowBackward: return map2<T>(a, b, y, fn::PowBackward{alpha});
-    }
-  });
+  TANDEM_CUDA_FLOAT_TYPES(a.dtype(), T, [&] { visit_binary(op, alpha, beta, [&](auto f) { map2<T>(a, b, y, f); }); });
 }
 
 void sum_leading_cuda(const Tensor& src, Tensor& dst) {
