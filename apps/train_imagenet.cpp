@@ -159,6 +159,7 @@ int run(apps::TrainOptions& o) {
   lo.world_size = w.size;
   lo.device = dev;
   lo.resident = o.synthetic;
+  lo.strict = o.strict;
   data::Loader train(ds.train, lo);
   std::unique_ptr<data::Loader> val;
   if (ds.val) {
@@ -334,7 +335,7 @@ int run(apps::TrainOptions& o) {
              {"final", {{"train_loss", last.loss}, {"train_top1", last.top1}, {"val_top1", last_eval.top1},
                         {"val_top5", last_eval.top5}, {"val_loss", last_eval.loss}, {"val_images", last_eval.samples}}},
              {"checkpoints_written", ckpt_count},
-             {"skipped_files", train.skipped_files()},
+             {"skipped_files", train.skipped_files() + (val ? val->skipped_files() : 0)},
              {"history", history}};
       std::filesystem::path mp(o.metrics);
       if (mp.has_parent_path()) std::filesystem::create_directories(mp.parent_path());

@@ -151,3 +151,22 @@ TEST_CASE("bad flags fail with a message that says what to do") {
   fails_with("--synthetic --epochs 1 --steps 3", "excludes");
   fails_with("--data /nonexistent/dir", "--data");
 }
+
+TEST_CASE("a corrupt image is skipped with a warning and counted; --strict makes it fatal") {
+  // A copy of the tiny dataset with one training image replaced by garbage bytes.
+  fs::path data = scratch().root / "data_corrupt";
+  fs::remove_all(data);
+  fs::copy(scratch().data, data, fs::copy_options::recursive);
+  fs::path victim;
+  for (const auto& e : fs::recursive_directory_iterator(data / "train"))
+    if (e.is_regular_file()) { victim = e.path(); break; }
+  REQUIRE(!victim.empty());
+  std::ofstream(victim, std::ios::binary | std::ios::trunc) << "this is not a JPEG";
+  std::string metrics = (scratch().root / "corrupt.json").string();
+  CHECK(train(1, "--data " + data.string() + " --epochs 1 --metrics " + metrics, "corrupt.log") == 0);
+  std::string log = slurp((scratch().root / "corrupt.log").string());
+  CHECK(log.find(victim.filename().string()) != std::string::npos);  // the warning names the file
+  CHECK(json::parse(slurp(metrics))["skipped_files"].get<int>() == 1);
+  CHECK(train(1, "--data " + data.string() + " --epochs 1 --strict", "strict.log") != 0);
+  CHECK(slurp((scratch().root / "strict.log").string()).find(victim.filename().string()) != std::string::npos);
+}

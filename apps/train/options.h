@@ -26,6 +26,7 @@ struct TrainOptions {
   double crop_scale_min = 0.08;     // RandomResizedCrop's smallest area fraction (torchvision); small
                                     // generated datasets learn faster with milder crops (e.g. 0.35)
   int workers = 4;                  // loader decoding threads per rank
+  bool strict = false;              // a corrupt/unreadable image is fatal instead of skipped with a warning
   uint64_t seed = 0;                // model init, shuffling and augmentation
   std::string device = "auto";      // auto: the GPU when one is visible, else the CPU
   // length and batch
@@ -86,6 +87,7 @@ inline int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--crop-scale-min", o.crop_scale_min, "smallest training crop, as a fraction of the image area")
       ->check(CLI::Range(0.01, 1.0))->capture_default_str();
   app.add_option("--workers", o.workers, "data loading threads per rank")->capture_default_str();
+  app.add_flag("--strict", o.strict, "stop at the first corrupt or unreadable image (default: skip it with a warning)");
   app.add_option("--seed", o.seed, "seed of init, shuffling and augmentation")->capture_default_str();
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
