@@ -80,7 +80,7 @@ const World& init(InitOptions options) {
     w.options.host_staging = true;
   }
   bool use_nccl = w.device.is_cuda() && !w.options.host_staging;
-  st->mpi = make_mpi_communicator(MPI_COMM_WORLD, !use_nccl, w.device, options.comm_timeout_s);
+  st->mpi = make_mpi_communicator(MPI_COMM_WORLD, w.device.is_cuda() && !use_nccl, w.device, options.comm_timeout_s);
 #ifdef TANDEM_WITH_CUDA
   if (use_nccl) st->nccl = make_nccl_communicator(MPI_COMM_WORLD, w.device, options.comm_timeout_s);
 #endif
