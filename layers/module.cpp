@@ -140,6 +140,9 @@ void Module::train(bool on) {
   for (auto& [_, child] : children_) child->train(on);
 }
 
+// Gradients move/cast with their parameters (as in PyTorch). A .grad that is a view into a dist/
+// bucket would be detached from its bucket by this, so move and cast a model before wrapping it in
+// DDP - which is also the order PyTorch requires.
 void Module::to(Device d) {
   for (const auto& [_, t] : named_parameters()) {
     move_tensor(t, d);
