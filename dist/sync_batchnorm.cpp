@@ -59,50 +59,14 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 
 }  // namespace
 
-// A fresh BatchNorm2d checks the arguments and makes the tensors, which this layer then takes over.
-SyncBatchNorm::SyncBatchNorm(int64_t num_features, double eps, double momentum)
-    : SyncBatchNorm(BatchNorm2d(num_features, eps, momentum)) {}
-
-SyncBatchNorm::SyncBatchNorm(const BatchNorm2d& bn)
-    : c_(bn.weight().numel()), eps_(bn.eps()), momentum_(bn.momentum()) {
-  weight_ = register_parameter("weight", bn.weight());
-  bias_ = register_parameter("bias", bn.bias());
-  running_mean_ = register_buffer("running_mean", bn.running_mean());
-  running_var_ = register_buffer("running_var", bn.running_var());
-  num_batches_tracked_ = register_buffer("num_batches_tracked", bn.num_batches_tracked());
-  train(bn.is_training());
-}
-
-void SyncBatchNorm::reset_parameters(Generator&) {
-  weight_.fill_(1.0);
-  bias_.zero_();
-  running_mean_.zero_();
-  running_var_.fill_(1.0);
-  num_batches_tracked_.zero_();
-  host_batches_ = -1;
-}
-
-Tensor SyncBatchNorm::forward(const Tensor& x) {
-  TANDEM_CHECK(x.dim() >= 2 && x.size(-1) == c_, "SyncBatchNorm(", c_, "): expects channels-last input [..., ",
-               c_, "], got ", x.str());
-  if (!is_training()) return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
-  if (num_batches_tracked_.device().is_cpu()) {
-    ++*num_batches_tracked_.data<int64_t>();
-  } else {  // as BatchNorm2d: one sync the first time, then counted on the host
-    if (host_batches_ < 0) host_batches_ = static_cast<int64_t>(num_batches_tracked_.item());
-    ops::fill_(num_batches_tracked_, static_cast<double>(++host_batches_));
-  }
-  if (!initialized() || world().size == 1)
-    return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
-  return sync_batch_norm(x, weight_, bias_, running_mean_, running_var_, momentum_, eps_);
-}
-
-std::string SyncBatchNorm::extra_repr() const {
-  return std::to_string(c_) + ", eps=" + py_float(eps_) + ", momentum=" + py_float(momentum_) +
-         ", affine=True, track_running_stats=True";
+Tensor SyncBatchNorm::normalize_training(const Tensor& x) {
+  // One rank has nothing to synchronise with: plain batch norm is the same computation, cheaper.
+  if (!initialized() || world().size == 1) return BatchNorm2d::normalize_training(x);
+  return sync_batch_norm(x, weight_, bias_, running_mean_, running_var_, momentum(), eps());
 }
 
 ModulePtr convert_sync_batchnorm(ModulePtr m) {
+  if (dynamic_cast<SyncBatchNorm*>(m.get())) return m;  // already synchronised
   if (auto* bn = dynamic_cast<BatchNorm2d*>(m.get())) return std::make_shared<SyncBatchNorm>(*bn);
   for (auto& [name, child] : m->named_children()) {
     ModulePtr converted = convert_sync_batchnorm(child);

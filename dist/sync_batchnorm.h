@@ -24,27 +24,25 @@
 
 namespace tandem::dist {
 
-class SyncBatchNorm : public Module {
+// A BatchNorm2d (same parameters, buffers, eval path, batch counter and repr) whose training-mode
+// statistics are taken over every rank's batch.
+class SyncBatchNorm : public BatchNorm2d {
  public:
-  explicit SyncBatchNorm(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+  explicit SyncBatchNorm(int64_t num_features, double eps = 1e-5, double momentum = 0.1)
+      : BatchNorm2d(num_features, eps, momentum) {}
   // Takes over bn's parameters and buffers: the same tensors, not copies, so an optimizer or
   // checkpoint holding them keeps working.
-  explicit SyncBatchNorm(const BatchNorm2d& bn);
-  Tensor forward(const Tensor& x) override;
+  explicit SyncBatchNorm(const BatchNorm2d& bn) : BatchNorm2d(ShareTensorsOf{bn}) {}
   std::string type_name() const override { return "SyncBatchNorm"; }
-  std::string extra_repr() const override;
-  void reset_parameters(Generator& gen) override;
 
- private:
-  int64_t c_;
-  double eps_, momentum_;
-  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
-  int64_t host_batches_ = -1;  // GPU: host mirror of num_batches_tracked (as BatchNorm2d)
+ protected:
+  Tensor normalize_training(const Tensor& x) override;
 };
 
 // Replaces every BatchNorm2d in the tree by a SyncBatchNorm sharing its tensors (PyTorch's
 // nn.SyncBatchNorm.convert_sync_batchnorm); returns the new module if `m` itself is one. Call it
-// after initialisation (init schemes look for BatchNorm2d). DdpOptions::sync_batchnorm does this.
+// before or after initialisation (a SyncBatchNorm is a BatchNorm2d to the init schemes).
+// DdpOptions::sync_batchnorm does this.
 ModulePtr convert_sync_batchnorm(ModulePtr m);
 
 }  // namespace tandem::dist

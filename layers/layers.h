@@ -153,10 +153,21 @@ class BatchNorm2d : public Module {
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
 
+ protected:
+  // Registers `other`'s tensors (the same TensorImpls, not copies) under the same names: how
+  // dist::SyncBatchNorm takes over a BatchNorm2d without breaking optimizers that hold them.
+  struct ShareTensorsOf {
+    const BatchNorm2d& other;
+  };
+  explicit BatchNorm2d(ShareTensorsOf from);
+  // Training-mode normalisation with batch statistics, updating the running stats in place. The
+  // one step SyncBatchNorm (dist/) replaces, with statistics over every rank's batch.
+  virtual Tensor normalize_training(const Tensor& x);
+  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
+
  private:
   int64_t c_;
   double eps_, momentum_;
-  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
   int64_t host_batches_ = -1;  // GPU only: host mirror of num_batches_tracked, read once
 };
 

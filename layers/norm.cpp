@@ -26,20 +26,33 @@ void BatchNorm2d::reset_parameters(Generator&) {
   host_batches_ = -1;
 }
 
+BatchNorm2d::BatchNorm2d(ShareTensorsOf from)
+    : c_(from.other.c_), eps_(from.other.eps_), momentum_(from.other.momentum_) {
+  weight_ = register_parameter("weight", from.other.weight_);
+  bias_ = register_parameter("bias", from.other.bias_);
+  running_mean_ = register_buffer("running_mean", from.other.running_mean_);
+  running_var_ = register_buffer("running_var", from.other.running_var_);
+  num_batches_tracked_ = register_buffer("num_batches_tracked", from.other.num_batches_tracked_);
+  train(from.other.is_training());
+}
+
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  TANDEM_CHECK(x.dim() >= 2 && x.size(-1) == c_, "BatchNorm2d(", c_, "): expects channels-last input [..., ",
+  TANDEM_CHECK(x.dim() >= 2 && x.size(-1) == c_, type_name(), "(", c_, "): expects channels-last input [..., ",
                c_, "], got ", x.str());
-  Tensor y = ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_);
-  if (is_training()) {
-    if (num_batches_tracked_.device().is_cpu()) {
-      ++*num_batches_tracked_.data<int64_t>();
-    } else {
-      // One sync the first time (the buffer may have been loaded from a checkpoint), then host-side.
-      if (host_batches_ < 0) host_batches_ = static_cast<int64_t>(num_batches_tracked_.item());
-      ops::fill_(num_batches_tracked_, static_cast<double>(++host_batches_));
-    }
+  if (!is_training())
+    return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+  if (num_batches_tracked_.device().is_cpu()) {
+    ++*num_batches_tracked_.data<int64_t>();
+  } else {
+    // One sync the first time (the buffer may have been loaded from a checkpoint), then host-side.
+    if (host_batches_ < 0) host_batches_ = static_cast<int64_t>(num_batches_tracked_.item());
+    ops::fill_(num_batches_tracked_, static_cast<double>(++host_batches_));
   }
-  return y;
+  return normalize_training(x);
+}
+
+Tensor BatchNorm2d::normalize_training(const Tensor& x) {
+  return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
 }
 
 std::string BatchNorm2d::extra_repr() const {
