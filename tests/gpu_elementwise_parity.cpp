@@ -25,15 +25,10 @@ using testing::parity_check;
 using testing::Tolerance;
 
 namespace {
-
-const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
-
+const auto& kDtypes = testing::kParityDtypes;
+// Results rounded once to the tested dtype (tests/support/parity.h); the f32 reason is this file's.
 Tolerance rounded_once(DType t) {
-  switch (t) {
-    case DType::BF16: return {1e-2, 1e-6, "bf16: one rounding of an f32 result is up to 1 ulp = 2^-8 relative"};
-    case DType::F16: return {2e-3, 1e-6, "f16: one rounding of an f32 result is up to 1 ulp = 2^-11 relative"};
-    default: return {1e-5, 1e-6, "f32: libm vs CUDA math functions, f32 vs double row sums"};
-  }
+  return testing::rounded_once(t, "f32: libm vs CUDA math functions, f32 vs double row sums");
 }
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;

@@ -19,7 +19,7 @@ using testing::Tolerance;
 
 namespace {
 
-const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
+const auto& kDtypes = testing::kParityDtypes;
 
 Tensor randn_cpu(const Shape& s, uint64_t seed) {
   Generator g(seed);

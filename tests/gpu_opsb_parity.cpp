@@ -24,19 +24,10 @@ using testing::parity_check;
 using testing::Tolerance;
 
 namespace {
-
-const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
-
-// The default tolerance for results computed in f32 and rounded once to the dtype. atol is kept
-// small (1e-6) because many compared values are small (cross-entropy gradients ~1e-5 for C = 1000):
-// a large atol would make those comparisons vacuous. f16 below 6.1e-5 is subnormal, with an
-// absolute spacing of 6e-8, well inside 1e-6.
+const auto& kDtypes = testing::kParityDtypes;
+// Results rounded once to the tested dtype (tests/support/parity.h); the f32 reason is this file's.
 Tolerance rounded_once(DType t) {
-  switch (t) {
-    case DType::BF16: return {1e-2, 1e-6, "bf16: one rounding of an f32 result is up to 1 ulp = 2^-8 relative"};
-    case DType::F16: return {2e-3, 1e-6, "f16: one rounding of an f32 result is up to 1 ulp = 2^-11 relative"};
-    default: return {1e-5, 1e-6, "f32: GPU f32 accumulation vs CPU double, different summation order"};
-  }
+  return testing::rounded_once(t, "f32: GPU f32 accumulation vs CPU double, different summation order");
 }
 
 Tensor labels(int64_t n, int64_t classes, Generator& g, DType t = DType::I64) {

@@ -22,6 +22,21 @@ struct Tolerance {
   const char* why;  // the reason for these numbers, printed on failure
 };
 
+// The dtypes every parity test covers.
+inline constexpr DType kParityDtypes[] = {DType::F32, DType::BF16, DType::F16};
+
+// The tolerance for a result computed in f32 and rounded once to `t`. atol stays small (1e-6)
+// because many compared values are small (cross-entropy gradients ~1e-5 for C = 1000): a large
+// atol would make those comparisons vacuous. f16 below 6.1e-5 is subnormal, with an absolute
+// spacing of 6e-8, well inside 1e-6. `f32_why` says what separates the backends in f32.
+inline Tolerance rounded_once(DType t, const char* f32_why) {
+  switch (t) {
+    case DType::BF16: return {1e-2, 1e-6, "bf16: one rounding of an f32 result is up to 1 ulp = 2^-8 relative"};
+    case DType::F16: return {2e-3, 1e-6, "f16: one rounding of an f32 result is up to 1 ulp = 2^-11 relative"};
+    default: return {1e-5, 1e-6, f32_why};
+  }
+}
+
 // Returns "" on success, else a report. `inputs` are CPU tensors (f32 or integer); floating inputs
 // get requires_grad unless listed in `no_grad_inputs`.
 std::string parity_check(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f,
