@@ -22,14 +22,12 @@ Sequential::Sequential(std::vector<ModulePtr> mods) {
 
 ModulePtr Sequential::add(ModulePtr m) {
   TANDEM_CHECK(m != nullptr, "Sequential::add: got a null module");
-  register_module(std::to_string(mods_.size()), m);
-  mods_.push_back(m);
-  return m;
+  return register_module(std::to_string(size()), std::move(m)).get();
 }
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& m : mods_) h = (*m)(h);
+  for (size_t i = 0; i < size(); ++i) h = (*child_at(i))(h);
   return h;
 }
 

@@ -26,6 +26,15 @@ void default_bias_(Tensor& b, int64_t fan_in, Generator& gen) {
   uniform_(b, -bound, bound, gen);
 }
 
+namespace {
+// The conv init ResNet and VGG share (torchvision): kaiming_normal_(mode="fan_out", relu), bias 0.
+void conv_fan_out_init(Conv2d& conv, Generator& gen) {
+  Tensor w = conv.weight();
+  kaiming_normal_(w, conv.fan_out(), gain_relu(), gen);
+  if (Tensor b = conv.bias(); b.defined()) b.zero_();
+}
+}  // namespace
+
 void default_init(Module& model, Generator& gen) {
   for (auto& [_, m] : model.named_modules()) m->reset_parameters(gen);
 }
@@ -33,9 +42,7 @@ void default_init(Module& model, Generator& gen) {
 void resnet_init(Module& model, Generator& gen, bool zero_init_residual) {
   for (auto& [name, m] : model.named_modules()) {
     if (auto* conv = dynamic_cast<Conv2d*>(m)) {
-      Tensor w = conv->weight();
-      kaiming_normal_(w, conv->fan_out(), gain_relu(), gen);
-      if (Tensor b = conv->bias(); b.defined()) b.zero_();
+      conv_fan_out_init(*conv, gen);
     } else if (auto* bn = dynamic_cast<BatchNorm2d*>(m)) {
       bn->reset_parameters(gen);  // weight 1, bias 0
     } else {
@@ -58,9 +65,7 @@ void resnet_init(Module& model, Generator& gen, bool zero_init_residual) {
 void vgg_init(Module& model, Generator& gen) {
   for (auto& [_, m] : model.named_modules()) {
     if (auto* conv = dynamic_cast<Conv2d*>(m)) {
-      Tensor w = conv->weight();
-      kaiming_normal_(w, conv->fan_out(), gain_relu(), gen);
-      if (Tensor b = conv->bias(); b.defined()) b.zero_();
+      conv_fan_out_init(*conv, gen);
     } else if (auto* lin = dynamic_cast<Linear*>(m)) {
       Tensor w = lin->weight();
       normal_(w, 0.0, 0.01, gen);

@@ -34,20 +34,18 @@ namespace tandem {
 
 // ---- containers ----
 
-// Runs its children in order; children are named "0", "1", ... like torch.nn.Sequential.
+// Runs its children in order; children are named "0", "1", ... like torch.nn.Sequential. The
+// children are Module's list itself (any module may replace an entry).
 class Sequential : public Module {
  public:
   Sequential() = default;
   explicit Sequential(std::vector<ModulePtr> mods);
   // Appends a module under the next index name; returns it for chaining.
   ModulePtr add(ModulePtr m);
-  size_t size() const { return mods_.size(); }
-  const ModulePtr& operator[](size_t i) const { return mods_.at(i); }
+  size_t size() const { return num_children(); }
+  const ModulePtr& operator[](size_t i) const { return child_at(i); }
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
-
- private:
-  std::vector<ModulePtr> mods_;
 };
 
 // [N, d1, d2, ...] -> [N, d1*d2*...] (torch.nn.Flatten(start_dim=1)). A 4-D input is taken as NHWC

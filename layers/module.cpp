@@ -61,23 +61,40 @@ std::string repr(const Module& m) {
 }  // namespace
 
 Tensor Module::operator()(const Tensor& x) {
-  if (forward_to_) return (*forward_to_)(x);
   // The range name is the layer type: Nsight groups the timeline by it, and it is cheap to build.
   std::string label = name_.empty() ? type_name() : type_name() + " " + name_;
   profile::Range range(label.c_str(), profile::Level::Layer);
   return forward(x);
 }
 
+size_t Module::add_child(const std::string& name, std::shared_ptr<Module> m, TypeCheck accepts) {
+  TANDEM_CHECK(m, "register_module(\"", name, "\"): the module is null");
+  for (const auto& slot : children_)
+    TANDEM_CHECK(slot.name != name, "child \"", name, "\" is registered twice in ", type_name());
+  m->name_ = name;
+  children_.push_back({name, std::move(m), accepts});
+  return children_.size() - 1;
+}
+
 void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
   TANDEM_CHECK(m, "replace_child(\"", name, "\"): the new module is null");
-  for (auto& [n, child] : children_) {
-    if (n != name) continue;
+  for (auto& slot : children_) {
+    if (slot.name != name) continue;
+    TANDEM_CHECK(slot.accepts(*m), type_name(), "'s child \"", name, "\" (a ", slot.module->type_name(),
+                 ") cannot be replaced by a ", m->type_name(), ": ", type_name(),
+                 " uses it through the type it was registered with, and the new module does not derive from it");
     m->name_ = name;
-    child->forward_to_ = m;
-    child = std::move(m);
+    slot.module = std::move(m);
     return;
   }
   TANDEM_THROW(type_name(), " has no child named \"", name, "\" to replace");
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  out.reserve(children_.size());
+  for (const auto& slot : children_) out.emplace_back(slot.name, slot.module);
+  return out;
 }
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t) {
@@ -100,7 +117,7 @@ Tensor& Module::register_buffer(const std::string& name, Tensor t) {
 void Module::collect(const std::string& prefix, bool params,
                      std::vector<std::pair<std::string, Tensor>>& out) const {
   for (const auto& [n, t] : params ? params_ : buffers_) out.emplace_back(prefix + n, t);
-  for (const auto& [n, child] : children_) child->collect(prefix + n + ".", params, out);
+  for (const auto& c : children_) c.module->collect(prefix + c.name + ".", params, out);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
@@ -130,14 +147,14 @@ int64_t Module::num_parameters() const {
 std::vector<std::pair<std::string, Module*>> Module::named_modules() const {
   std::vector<std::pair<std::string, Module*>> out;
   out.emplace_back("", const_cast<Module*>(this));
-  for (const auto& [n, child] : children_)
-    for (auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? n : n + "." + sub, m);
+  for (const auto& c : children_)
+    for (auto& [sub, m] : c.module->named_modules()) out.emplace_back(sub.empty() ? c.name : c.name + "." + sub, m);
   return out;
 }
 
 void Module::train(bool on) {
   training_ = on;
-  for (auto& [_, child] : children_) child->train(on);
+  for (auto& c : children_) c.module->train(on);
 }
 
 // Gradients move/cast with their parameters (as in PyTorch). A .grad that is a view into a dist/

@@ -131,7 +131,7 @@ TEST_CASE("DDP with sync_batchnorm: N ranks x b == one process x N*b with BatchN
   o.sync_batchnorm = true;
   o.reducer.bucketing = {256, 1024};
   DistributedDataParallel ddp(small_bn_net(), o);
-  // The BatchNorm2d child was replaced; the old object only forwards (Sequential still holds it).
+  // The BatchNorm2d child was replaced in the Sequential's list: no BatchNorm2d is left anywhere.
   CHECK(ddp.module().describe().find("SyncBatchNorm(4, eps=1e-05") != std::string::npos);
   CHECK(ddp.module().describe().find("BatchNorm2d") == std::string::npos);
   const int n = world().size;

@@ -70,6 +70,47 @@ TEST_CASE("train/eval reaches every descendant") {
   for (auto& [_, m] : net.named_modules()) CHECK(m->is_training());
 }
 
+namespace {
+// A BatchNorm2d that counts its forwards: shows which object a parent's handle runs.
+struct CountingBN : BatchNorm2d {
+  explicit CountingBN(int64_t c) : BatchNorm2d(c) {}
+  Tensor forward(const Tensor& x) override {
+    ++calls;
+    return BatchNorm2d::forward(x);
+  }
+  int calls = 0;
+};
+
+// Holds its child only in the module's list, through a typed handle (as ResNet does).
+struct Block : Module {
+  Block() { bn = register_module("bn", std::make_shared<BatchNorm2d>(4)); }
+  Tensor forward(const Tensor& x) override { return bn(x); }
+  std::string type_name() const override { return "Block"; }
+  Child<BatchNorm2d> bn;
+};
+}  // namespace
+
+TEST_CASE("replace_child swaps the child in place: tree walks and typed handles see the new module") {
+  Block b;
+  auto counting = std::make_shared<CountingBN>(4);
+  b.replace_child("bn", counting);
+  CHECK(b.named_children().at(0).second == counting);
+  CHECK(b.named_modules().at(1).second == counting.get());
+  CHECK(&*b.bn == counting.get());
+  b(Tensor::ones({2, 2, 2, 4}));
+  CHECK(counting->calls == 1);
+  // The handle expects a BatchNorm2d: anything else is refused, and the old child stays.
+  CHECK_THROWS_WITH_AS(b.replace_child("bn", std::make_shared<ReLU>()),
+                       doctest::Contains("cannot be replaced by a ReLU"), Error);
+  CHECK(&*b.bn == counting.get());
+  CHECK_THROWS_AS(b.replace_child("conv", counting), Error);
+  // A Sequential's entries are plain Modules: any module may take their place.
+  Sequential s(std::vector<ModulePtr>{std::make_shared<ReLU>()});
+  s.replace_child("0", std::make_shared<GELU>());
+  CHECK(s[0]->type_name() == "GELU");
+  CHECK(s[0]->name() == "0");
+}
+
 TEST_CASE("to(dtype) casts in place: earlier handles see the new dtype and values") {
   Generator gen(7);
   Net net(&gen);

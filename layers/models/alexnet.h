@@ -5,12 +5,13 @@
 // pad 1) ReLU MaxPool(3, 2)  (indices 0..12: convs at 0, 3, 6, 8, 10);
 // avgpool: AdaptiveAvgPool2d((6, 6)); classifier: Dropout, Linear(9216, 4096), ReLU, Dropout,
 // Linear(4096, 4096), ReLU, Linear(4096, num_classes) (linears at 1, 4, 6).
+// Skeleton and head: layers/models/features_classifier.h.
 // Init: PyTorch's module defaults (torchvision does not override them). NHWC in, logits out.
 #pragma once
 #include <cstdint>
 #include <memory>
 
-#include "layers/layers.h"
+#include "layers/models/features_classifier.h"
 
 namespace tandem::models {
 
@@ -19,16 +20,10 @@ struct AlexNetConfig {
   double dropout = 0.5;  // torchvision's default
 };
 
-class AlexNet : public Module {
+class AlexNet : public FeaturesClassifier {
  public:
   AlexNet(const AlexNetConfig& cfg, uint64_t seed, bool init = true);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "AlexNet"; }
-
- private:
-  std::shared_ptr<Sequential> features_, classifier_;
-  std::shared_ptr<AdaptiveAvgPool2d> avgpool_;
-  std::shared_ptr<Flatten> flatten_;
 };
 
 }  // namespace tandem::models

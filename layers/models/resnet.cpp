@@ -16,41 +16,37 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int k, int stride) {
 }
 }  // namespace
 
-BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample) {
-  conv1_ = register_module("conv1", conv(inplanes, planes, 3, stride));
-  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
-  relu_ = register_module("relu", std::make_shared<ReLU>());
-  conv2_ = register_module("conv2", conv(planes, planes, 3, 1));
-  bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
-  if (downsample) downsample_ = register_module("downsample", downsample);
+ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after,
+                             std::shared_ptr<Sequential> downsample) {
+  TANDEM_CHECK(relu_after >= 1 && relu_after <= stages.size(), "ResidualBlock: relu_after=", relu_after,
+               " must name one of the ", stages.size(), " stages");
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const Stage& s = stages[i];
+    const std::string n = std::to_string(i + 1);
+    convs_.push_back(register_module("conv" + n, conv(s.in, s.out, s.kernel, s.stride)));
+    bns_.push_back(register_module("bn" + n, std::make_shared<BatchNorm2d>(s.out)));
+    if (i + 1 == relu_after) relu_ = register_module("relu", std::make_shared<ReLU>());
+  }
+  if (downsample) downsample_ = register_module("downsample", std::move(downsample));
 }
 
-Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = (*relu_)((*bn1_)((*conv1_)(x)));
-  out = (*bn2_)((*conv2_)(out));
-  Tensor identity = downsample_ ? (*downsample_)(x) : x;
-  return (*relu_)(ops::add(out, identity));
+Tensor ResidualBlock::forward(const Tensor& x) {
+  Tensor out = x;
+  for (size_t i = 0; i < convs_.size(); ++i) {
+    out = bns_[i](convs_[i](out));
+    if (i + 1 < convs_.size()) out = relu_(out);
+  }
+  Tensor identity = downsample_ ? downsample_(x) : x;
+  return relu_(ops::add(out, identity));
 }
 
-Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample) {
-  int64_t width = planes;  // groups = 1, base_width = 64 in every model built here
-  conv1_ = register_module("conv1", conv(inplanes, width, 1, 1));
-  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(width));
-  conv2_ = register_module("conv2", conv(width, width, 3, stride));
-  bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(width));
-  conv3_ = register_module("conv3", conv(width, planes * kExpansion, 1, 1));
-  bn3_ = register_module("bn3", std::make_shared<BatchNorm2d>(planes * kExpansion));
-  relu_ = register_module("relu", std::make_shared<ReLU>());
-  if (downsample) downsample_ = register_module("downsample", downsample);
-}
+BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample)
+    : ResidualBlock({{inplanes, planes, 3, stride}, {planes, planes, 3, 1}}, 1, std::move(downsample)) {}
 
-Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = (*relu_)((*bn1_)((*conv1_)(x)));
-  out = (*relu_)((*bn2_)((*conv2_)(out)));
-  out = (*bn3_)((*conv3_)(out));
-  Tensor identity = downsample_ ? (*downsample_)(x) : x;
-  return (*relu_)(ops::add(out, identity));
-}
+// width = planes: groups = 1 and base_width = 64 in every model built here.
+Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample)
+    : ResidualBlock({{inplanes, planes, 1, 1}, {planes, planes, 3, stride}, {planes, planes * kExpansion, 1, 1}}, 3,
+                    std::move(downsample)) {}
 
 ResNet::ResNet(const ResNetConfig& cfg, uint64_t seed, bool init) : cfg_(cfg), inplanes_(cfg.stem_width) {
   TANDEM_CHECK(cfg.num_classes > 0, "ResNet: num_classes must be positive, got ", cfg.num_classes);
@@ -58,12 +54,10 @@ ResNet::ResNet(const ResNetConfig& cfg, uint64_t seed, bool init) : cfg_(cfg), i
   bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(cfg.stem_width));
   relu_ = register_module("relu", std::make_shared<ReLU>());
   maxpool_ = register_module("maxpool", std::make_shared<MaxPool2d>(3, 2, 1));
-  layer1_ = register_module("layer1", make_layer(cfg.widths[0], cfg.layers[0], 1));
-  layer2_ = register_module("layer2", make_layer(cfg.widths[1], cfg.layers[1], 2));
-  layer3_ = register_module("layer3", make_layer(cfg.widths[2], cfg.layers[2], 2));
-  layer4_ = register_module("layer4", make_layer(cfg.widths[3], cfg.layers[3], 2));
+  for (int i = 0; i < 4; ++i)
+    layers_[i] = register_module("layer" + std::to_string(i + 1),
+                                 make_layer(cfg.widths[i], cfg.layers[i], i == 0 ? 1 : 2));
   avgpool_ = register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(1, 1));
-  flatten_ = std::make_shared<Flatten>();
   fc_ = register_module("fc", std::make_shared<Linear>(inplanes_, cfg.num_classes, true, nullptr));
   if (init) {
     Generator gen(seed);
@@ -92,9 +86,9 @@ std::shared_ptr<Sequential> ResNet::make_layer(int64_t planes, int blocks, int s
 
 Tensor ResNet::forward(const Tensor& x) {
   TANDEM_CHECK(x.dim() == 4 && x.size(3) == 3, "ResNet expects NHWC images [N, H, W, 3], got ", x.str());
-  Tensor h = (*maxpool_)((*relu_)((*bn1_)((*conv1_)(x))));
-  h = (*layer4_)((*layer3_)((*layer2_)((*layer1_)(h))));
-  return (*fc_)((*flatten_)((*avgpool_)(h)));
+  Tensor h = maxpool_(relu_(bn1_(conv1_(x))));
+  for (const auto& layer : layers_) h = layer(h);
+  return fc_(flatten_(avgpool_(h)));
 }
 
 ResNetConfig resnet_config(int depth, int num_classes) {

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "layers/layers.h"
 
@@ -29,34 +30,44 @@ struct ResNetConfig {
   bool zero_init_residual = false;               // torchvision's flag (see layers/init.h)
 };
 
+// What BasicBlock and Bottleneck share: a chain of conv-BN stages with ReLU between them, the
+// shortcut (identity, or `downsample` when the shape changes) added to the last stage's output,
+// then ReLU. The two blocks differ only in their stages.
+class ResidualBlock : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  struct Stage {
+    int64_t in, out;
+    int kernel, stride;
+  };
+  // Registers conv{i}/bn{i} (1-based, bias-free convs with padding kernel/2) for each stage, "relu"
+  // after the first `relu_after` stages, then "downsample" if given: torchvision's attribute order,
+  // which describe() prints.
+  ResidualBlock(const std::vector<Stage>& stages, size_t relu_after, std::shared_ptr<Sequential> downsample);
+
+ private:
+  std::vector<Child<Conv2d>> convs_;
+  std::vector<Child<BatchNorm2d>> bns_;
+  Child<ReLU> relu_;
+  Child<Sequential> downsample_;  // empty when the shortcut is the identity
+};
+
 // conv3x3-BN-ReLU-conv3x3-BN, plus the shortcut, then ReLU. expansion 1.
-class BasicBlock : public Module {
+class BasicBlock : public ResidualBlock {
  public:
   static constexpr int kExpansion = 1;
   BasicBlock(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BasicBlock"; }
-
- private:
-  std::shared_ptr<Conv2d> conv1_, conv2_;
-  std::shared_ptr<BatchNorm2d> bn1_, bn2_;
-  std::shared_ptr<ReLU> relu_;
-  std::shared_ptr<Sequential> downsample_;  // null when the shortcut is the identity
 };
 
 // 1x1 (width) - 3x3 stride (width) - 1x1 (planes * 4), v1.5. expansion 4.
-class Bottleneck : public Module {
+class Bottleneck : public ResidualBlock {
  public:
   static constexpr int kExpansion = 4;
   Bottleneck(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Bottleneck"; }
-
- private:
-  std::shared_ptr<Conv2d> conv1_, conv2_, conv3_;
-  std::shared_ptr<BatchNorm2d> bn1_, bn2_, bn3_;
-  std::shared_ptr<ReLU> relu_;
-  std::shared_ptr<Sequential> downsample_;
 };
 
 class ResNet : public Module {
@@ -71,14 +82,14 @@ class ResNet : public Module {
   std::shared_ptr<Sequential> make_layer(int64_t planes, int blocks, int stride);
   ResNetConfig cfg_;
   int64_t inplanes_;
-  std::shared_ptr<Conv2d> conv1_;
-  std::shared_ptr<BatchNorm2d> bn1_;
-  std::shared_ptr<ReLU> relu_;
-  std::shared_ptr<MaxPool2d> maxpool_;
-  std::shared_ptr<Sequential> layer1_, layer2_, layer3_, layer4_;
-  std::shared_ptr<AdaptiveAvgPool2d> avgpool_;
-  std::shared_ptr<Flatten> flatten_;  // not registered: torchvision calls torch.flatten in forward
-  std::shared_ptr<Linear> fc_;
+  Child<Conv2d> conv1_;
+  Child<BatchNorm2d> bn1_;
+  Child<ReLU> relu_;
+  Child<MaxPool2d> maxpool_;
+  std::array<Child<Sequential>, 4> layers_;  // layer1..layer4
+  Child<AdaptiveAvgPool2d> avgpool_;
+  Flatten flatten_;  // not a child: torchvision calls torch.flatten in forward
+  Child<Linear> fc_;
 };
 
 ResNetConfig resnet_config(int depth, int num_classes);  // depth in {18, 34, 50, 101, 152}

@@ -5,13 +5,13 @@
 // features.28 and vgg16_bn's is features.40. Then avgpool = AdaptiveAvgPool2d((7, 7)), flatten, and
 // classifier = Linear(512*7*7, 4096), ReLU, Dropout, Linear(4096, 4096), ReLU, Dropout,
 // Linear(4096, num_classes) (indices 0..6). The flatten emits PyTorch's (C, H, W) order, so
-// classifier.0.weight has torchvision's layout (see layers/layers.h).
+// classifier.0.weight has torchvision's layout (layers/models/features_classifier.h).
 // Init: torchvision's VGG scheme (layers/init.h). Input NHWC [N, H, W, 3], output [N, num_classes].
 #pragma once
 #include <cstdint>
 #include <memory>
 
-#include "layers/layers.h"
+#include "layers/models/features_classifier.h"
 
 namespace tandem::models {
 
@@ -22,16 +22,10 @@ struct VGGConfig {
   double dropout = 0.5;      // torchvision's default
 };
 
-class VGG : public Module {
+class VGG : public FeaturesClassifier {
  public:
   VGG(const VGGConfig& cfg, uint64_t seed, bool init = true);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "VGG"; }
-
- private:
-  std::shared_ptr<Sequential> features_, classifier_;
-  std::shared_ptr<AdaptiveAvgPool2d> avgpool_;
-  std::shared_ptr<Flatten> flatten_;  // not registered: torchvision flattens in forward
 };
 
 }  // namespace tandem::models
