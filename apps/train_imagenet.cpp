@@ -17,6 +17,7 @@
 // (clock.h holds every timing).
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "apps/train/checkpointing.h"  // defines: resume_path, checkpoint_if_due

@@ -11,7 +11,7 @@
 
 #include "apps/train/clock.h"    // defines: RunClock
 #include "apps/train/options.h"  // defines: TrainOptions
-#include "apps/train/report.h"   // defines: Interval
+#include "apps/train/report.h"   // defines: Interval, timeline_interval, progress_line
 #include "apps/train/setup.h"    // defines: Training
 #include "core/tensor.h"         // defines: Tensor
 #include "data/loader.h"         // defines: Batch
