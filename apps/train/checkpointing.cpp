@@ -1,0 +1,57 @@
+// apps/train/checkpointing.cpp: resume and epoch-end checkpoints (see checkpointing.h).
+#include "apps/train/checkpointing.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/train/setup.h"  // defines: Training
+#include "core/random.h"       // defines: default_generator (saved and restored)
+
+namespace tandem::apps {
+
+std::string resume_path(const TrainOptions& o) {
+  return o.resume == "auto" ? latest_checkpoint(o.checkpoint_dir) : o.resume;
+}
+
+Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w) {
+  Checkpoint ck = load_checkpoint(path, model);
+  Restored r{ck.state, std::move(ck.optimizer)};
+  const TrainState& state = r.state;
+  TANDEM_CHECK(state.model == o.model, "checkpoint '", path, "' holds a ", state.model, " but --model is ", o.model,
+               ": pass --model ", state.model, " or start without --resume");
+  TANDEM_CHECK(state.index_in_epoch == 0 || state.world_size == w.size, "checkpoint '", path,
+               "' was written mid-epoch by ", state.world_size, " ranks; resume it with mpiexec -n ",
+               state.world_size, " (epoch-end checkpoints resume on any number of ranks)");
+  if (auto it = state.rng.find("default"); it != state.rng.end())
+    default_generator().set_state(it->second.seed, it->second.offset);
+  if (w.rank == 0)
+    std::printf("resumed from %s at epoch %lld, step %lld\n", path.c_str(), (long long)state.epoch,
+                (long long)state.step);
+  return r;
+}
+
+bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, int64_t step, int64_t index,
+                       bool epoch_done, bool last_step) {
+  if (o.checkpoint_dir.empty() || !(epoch_done || last_step)) return false;
+  TrainState s;
+  s.step = step;
+  s.epoch = epoch_done ? epoch + 1 : epoch;
+  s.sampler_epoch = s.epoch;
+  s.index_in_epoch = epoch_done ? 0 : index;
+  s.world_size = t.world->size;
+  s.model = o.model;
+  s.rng["default"] = {default_generator().seed(), default_generator().offset()};
+  s.extra["lr_schedule"] = o.lr_schedule;
+  s.extra["base_lr"] = std::to_string(t.sched.base_lr);
+  s.extra["total_steps"] = std::to_string(t.total_steps);
+  if (t.world->rank == 0) {
+    std::filesystem::create_directories(o.checkpoint_dir);
+    std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
+    save_checkpoint(path, *t.model, t.opt->state(), s);
+    std::printf("checkpoint: %s\n", path.c_str());
+    prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
+  }
+  return true;
+}
+
+}  // namespace tandem::apps

@@ -1,0 +1,82 @@
+// apps/train/loop.cpp: one epoch of steps and its progress lines (see loop.h).
+#include "apps/train/loop.h"
+
+#include <cstdio>
+
+#include "core/autograd.h"          // defines: NoGradGuard
+#include "core/ops/elementwise.h"   // defines: add (the device-side running loss)
+#include "core/ops/loss.h"          // defines: cross_entropy, topk_correct
+#include "dist/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
+#include "optim/lr_schedule.h"      // defines: lr_at
+
+namespace tandem::apps {
+
+namespace {
+
+// One optimizer step on s.batch. Returns the logits (the progress line's top-1 reads them).
+Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock) {
+  const data::Batch& b = s.batch;
+  t.opt->set_lr(optim::lr_at(t.sched, s.step));
+  Tensor logits = (*t.ddp)(b.images);
+  Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
+  t.opt->zero_grad();
+  loss.backward();
+  t.opt->step();
+  ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
+  {
+    autograd::NoGradGuard ng;  // a device-side running sum: no host sync inside the interval
+    s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
+  }
+  return logits;
+}
+
+// Closes the progress interval: global loss (mean of per-step means) and last-batch top-1, reduced
+// in one collective, into `last`; rank 0 prints it. Then starts the next interval.
+void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s, RunClock& clock,
+                  const TrainOptions& o, Interval& last) {
+  const data::Batch& b = s.batch;
+  const int world = t.world->size;
+  double c1 = static_cast<double>(ops::topk_correct(logits, b.labels, 1));
+  Tensor sums = Tensor::from_vector({float(s.loss_sum.to_vector()[0]), float(c1), float(b.labels.numel())}, {3});
+  dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "progress")->wait();
+  std::vector<float> v = sums.to_vector();
+  last.steps = s.interval_steps;
+  last.wall_ms = clock.interval_ms();
+  last.data_ms = clock.interval_data_ms;
+  last.loss = v[0] / (s.interval_steps * world);
+  last.top1 = v[1] / v[2];
+  last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
+  timeline_interval(t.ddp->timeline(), s.timeline_from, last);
+  if (t.world->rank == 0)
+    std::printf("%s\n", progress_line(epoch, s.step, t.total_steps, t.opt->lr(), last, world, t.dev).c_str());
+  std::fflush(stdout);
+  s.timeline_from = t.ddp->timeline().steps().size();
+  s.interval_steps = 0, s.loss_sum = Tensor();
+  clock.start_interval();
+}
+
+}  // namespace
+
+EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, RunClock& clock,
+                     Interval& last) {
+  t.train->start_epoch(epoch);
+  EpochEnd e;
+  if (epoch == t.start.epoch && t.start.index_in_epoch > 0) {  // mid-epoch resume: same batches as before
+    for (int64_t k = 0; k < t.start.index_in_epoch / o.batch && t.train->next(s.batch); ++k) e.index += o.batch;
+  }
+  while (s.step < t.total_steps) {
+    if (!t.train->next(s.batch)) {
+      e.done = true;
+      break;
+    }
+    clock.step_started();
+    Tensor logits = train_step(t, o, s, clock);
+    e.index += o.batch;
+    if (s.step - t.start.step == t.bench_warmup) clock.start_steady(s.step, t.dev);
+    if (s.step % o.log_every == 0 || s.step == t.total_steps) log_progress(t, epoch, logits, s, clock, o, last);
+  }
+  e.done = e.done || e.index >= t.steps_per_epoch * o.batch;  // the last step may also end the epoch
+  return e;
+}
+
+}  // namespace tandem::apps

@@ -1,0 +1,40 @@
+// apps/train/loop.h: train_imagenet's step loop over one epoch.
+//
+// Each step: forward through DDP (which broadcasts BN buffers), cross-entropy, backward (gradients
+// all-reduced in buckets while backward runs), SGD, with the LR of optim/lr_schedule.h for that
+// step. The loss is summed on the device and read only when a progress line is due (every
+// --log-every steps and after the last), so no step waits for the host; the line's loss and top-1
+// are reduced across ranks in one collective.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "apps/train/clock.h"    // defines: RunClock
+#include "apps/train/options.h"  // defines: TrainOptions
+#include "apps/train/report.h"   // defines: Interval, timeline_interval, progress_line
+#include "apps/train/setup.h"    // defines: Training
+#include "core/tensor.h"         // defines: Tensor
+#include "data/loader.h"         // defines: Batch
+
+namespace tandem::apps {
+
+// The step loop's state, carried from epoch to epoch.
+struct LoopState {
+  int64_t step = 0;            // optimizer steps done since the start of training (across resumes)
+  int64_t interval_steps = 0;  // steps since the last progress line
+  Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
+  size_t timeline_from = 0;    // the DDP timeline's first step of the interval
+  data::Batch batch;           // reused from step to step
+};
+
+struct EpochEnd {
+  int64_t index = 0;  // samples of the epoch this rank has consumed (resumed ones included)
+  bool done = false;  // the epoch ran out (else the run's last step came first)
+};
+
+// Trains `epoch` from where `s` stands (mid-epoch on resume) until the loader runs out or the run's
+// last step; fills `last` at each progress line.
+EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, RunClock& clock,
+                     Interval& last);
+
+}  // namespace tandem::apps

@@ -1,0 +1,98 @@
+// apps/train/options.cpp: train_imagenet's command line (CLI11) and the checks between options.
+#include "apps/train/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/check.h"  // defines: TANDEM_CHECK
+
+namespace tandem::apps {
+
+int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
+  CLI::App app{"train_imagenet: data-parallel ImageNet-style training (launch with mpiexec -n N)"};
+  auto* data = app.add_option("--data", o.data, "dataset folder with train/ and val/ (ImageNet layout)")
+                   ->check(CLI::ExistingDirectory);
+  auto* syn = app.add_flag("--synthetic", o.synthetic, "synthetic data, batch resident on the device (compute only)");
+  data->excludes(syn);
+  app.add_option("--synthetic-size", o.synthetic_size, "synthetic training samples per epoch")->capture_default_str();
+  app.add_option("--synthetic-val-size", o.synthetic_val_size, "synthetic validation samples (0: none)")
+      ->capture_default_str();
+  app.add_option("--num-classes", o.num_classes, "classes of the synthetic data")->capture_default_str();
+  app.add_option("--model", o.model, "resnet18/34/50/101/152, vgg11..19[_bn], alexnet, resnet_tiny, small_cnn")
+      ->capture_default_str();
+  app.add_option("--image-size", o.image_size, "training crop size (pixels)")->capture_default_str();
+  app.add_option("--crop-scale-min", o.crop_scale_min, "smallest training crop, as a fraction of the image area")
+      ->check(CLI::Range(0.01, 1.0))->capture_default_str();
+  app.add_option("--workers", o.workers, "data loading threads per rank")->capture_default_str();
+  app.add_flag("--strict", o.strict, "stop at the first corrupt or unreadable image (default: skip it with a warning)");
+  app.add_option("--seed", o.seed, "seed of init, shuffling and augmentation")->capture_default_str();
+  app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)");
+  auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total");
+  ep->excludes(st);
+  app.add_option("--batch", o.batch, "batch size per rank")->capture_default_str();
+  app.add_option("--run-epochs", o.run_epochs,
+                 "stop after this many epochs in this run (the LR schedule still spans --epochs); resume later")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", o.lr, "learning rate of one rank (scaled by the world size)")->capture_default_str();
+  app.add_flag("--no-lr-scaling", o.no_lr_scaling, "do not multiply --lr by the world size");
+  app.add_option("--momentum", o.momentum)->capture_default_str();
+  app.add_option("--wd", o.wd, "weight decay")->capture_default_str();
+  app.add_flag("--nesterov", o.nesterov);
+  app.add_option("--lr-schedule", o.lr_schedule)->check(CLI::IsMember({"step", "cosine", "constant"}))
+      ->capture_default_str();
+  app.add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= --lr-gamma")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--lr-gamma", o.lr_gamma)->capture_default_str();
+  app.add_option("--warmup-epochs", o.warmup_epochs, "linear warmup from the one-rank lr (default: 1 when >1 rank)");
+  app.add_option("--warmup-steps", o.warmup_steps, "warmup length in steps (overrides --warmup-epochs)");
+  app.add_option("--label-smoothing", o.label_smoothing)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--no-overlap", o.no_overlap, "all-reduce after backward instead of during it");
+  app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
+  app.add_option("--compress", o.compress, "gradient dtype on the wire")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--amp", o.amp, "mixed precision: off (bf16/fp16 not implemented yet)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage: 0 (1/2 not implemented yet)")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_epoch<N>.safetensors here");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", o.resume, "checkpoint file to resume from, or 'auto' (newest in --checkpoint-dir)");
+  app.add_option("--val-every", o.val_every, "epochs between validations (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--bench-warmup", o.bench_warmup, "steps excluded from steady-state images/s");
+  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
+  app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
+  app.add_flag("--describe", o.describe, "print the model and the settings, then exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (!print) return e.get_exit_code();
+    return app.exit(e);
+  }
+  return -1;
+}
+
+void validate(TrainOptions& o) {
+  TANDEM_CHECK(o.synthetic || !o.data.empty(), "no data: pass --data DIR (train/ and val/ inside, e.g. made by "
+               "apps/make_dataset) or --synthetic for a compute-only benchmark");
+  TANDEM_CHECK(o.amp == "off", "--amp ", o.amp, " is not implemented yet in train_imagenet: use --amp off");
+  TANDEM_CHECK(o.zero == 0, "--zero ", o.zero, " is not implemented yet in train_imagenet: use --zero 0");
+  TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
+  TANDEM_CHECK(o.image_size >= 8, "--image-size ", o.image_size, " is too small (at least 8 pixels)");
+  TANDEM_CHECK(o.workers >= 0, "--workers must be >= 0, got ", o.workers);
+  TANDEM_CHECK(o.epochs >= 0 && o.steps >= 0, "--epochs and --steps must be positive");
+  if (o.epochs == 0 && o.steps == 0) o.epochs = 1;
+  TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
+               "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
+  TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
+}
+
+}  // namespace tandem::apps

@@ -1,0 +1,151 @@
+// apps/train/report.cpp: progress lines, the done line and the --metrics JSON (see report.h).
+#include "apps/train/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/train/setup.h"   // defines: Training
+#include "core/storage.h"       // defines: memory_stats
+#include "dist/bootstrap.h"     // defines: comm_for (its backend name)
+#include "layers/checkpoint.h"  // defines: kTandemVersion
+
+namespace tandem::apps {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f MiB", bytes / 1048576.0);
+  return b;
+}
+
+// The run's totals, shared by the done line and the summary.
+struct Totals {
+  int64_t steps_this_run = 0;
+  double init_s = 0, train_s = 0, wall_s = 0;
+  double steady_ips = 0;     // global images/s over the steady window
+  double whole_run_ips = 0;  // global images/s over all of this run's training time
+  dist::TimelineSummary comm;
+  MemoryStats mem;
+};
+
+json history_json(const std::vector<EpochRecord>& history) {
+  json a = json::array();
+  for (const EpochRecord& e : history) {
+    json h{{"epoch", e.epoch}, {"step", e.step}, {"lr", e.lr}, {"train_loss", e.train_loss},
+           {"train_top1", e.train_top1}};
+    if (e.val) h["val_top1"] = e.val->top1, h["val_top5"] = e.val->top5, h["val_loss"] = e.val->loss;
+    a.push_back(h);
+  }
+  return a;
+}
+
+json summary_json(const TrainOptions& o, const Training& t, const RunClock& clock, const RunRecord& rec,
+                  int64_t step, const Totals& x) {
+  const int world = t.world->size;
+  const Interval& last = rec.last;
+  const EvalResult& ev = rec.last_eval;
+  return json{
+      {"app", "train_imagenet"},
+      {"tandem_version", kTandemVersion},
+      {"model", o.model},
+      {"parameters", t.model->num_parameters()},
+      {"world_size", world},
+      {"device", t.dev.str()},
+      {"backend", dist::comm_for(t.dev).backend()},
+      {"data", o.synthetic ? "synthetic" : o.data},
+      {"image_size", o.image_size},
+      {"batch_per_rank", o.batch},
+      {"global_batch", t.global_batch},
+      {"base_lr", t.sched.base_lr},
+      {"steps_per_epoch", t.steps_per_epoch},
+      {"steps", step},
+      {"steps_this_run", x.steps_this_run},
+      {"resumed_from", t.resumed_from},
+      {"epochs", t.epochs},
+      {"init_s", x.init_s},
+      {"train_s", x.train_s},
+      {"paused_s", clock.paused_s},
+      {"wall_s", x.wall_s},
+      {"images_per_s", x.steady_ips},
+      {"images_per_s_per_rank", x.steady_ips / world},
+      {"images_per_s_whole_run", x.whole_run_ips},
+      {"bench_warmup_steps", t.bench_warmup},
+      {"last_interval_ms_per_step",
+       {{"total", last.step_ms()}, {"data", last.data_ms / std::max<int64_t>(last.steps, 1)},
+        {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}}},
+      {"comm", {{"comm_ms_per_step", x.comm.comm_ms}, {"exposed_ms_per_step", x.comm.exposed_ms},
+                {"overlap", x.comm.overlap}, {"steps", x.comm.steps}}},
+      {"ddp", {{"bucket_mb", o.bucket_mb}, {"first_bucket_mb", o.first_bucket_mb}, {"overlap", !o.no_overlap},
+               {"bucketing", !o.no_bucketing}, {"compress", o.compress}}},
+      {"memory", {{"current_bytes", x.mem.current_bytes}, {"peak_bytes", x.mem.peak_bytes}}},
+      {"final", {{"train_loss", last.loss}, {"train_top1", last.top1}, {"val_top1", ev.top1},
+                 {"val_top5", ev.top5}, {"val_loss", ev.loss}, {"val_images", ev.samples}}},
+      {"checkpoints_written", rec.checkpoints_written},
+      {"skipped_files", t.train->skipped_files() + (t.val ? t.val->skipped_files() : 0)},
+      {"history", history_json(rec.history)}};
+}
+
+void write_json(const std::string& file, const json& j) {
+  std::filesystem::path mp(file);
+  if (mp.has_parent_path()) std::filesystem::create_directories(mp.parent_path());
+  std::ofstream(file) << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+void timeline_interval(dist::Timeline& tl, size_t from, Interval& iv) {
+  const auto& steps = tl.steps();
+  double comm = 0, exposed = 0;
+  size_t n = 0;
+  for (size_t i = from; i < steps.size(); ++i, ++n) comm += steps[i].comm_us, exposed += steps[i].exposed_us;
+  iv.exposed_ms = n ? exposed / n / 1000.0 : 0;
+  iv.overlap = comm > 0 ? (comm - exposed) / comm : 1;
+}
+
+std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr, const Interval& iv, int world,
+                          Device dev) {
+  MemoryStats m = memory_stats(dev);
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "epoch %lld step %lld/%lld | loss %.4f top1 %.1f%% | lr %.4g | %.0f img/s (%.0f/rank) | "
+                "%.1f ms/step: data %.1f compute %.1f exposed-comm %.1f (overlap %.0f%%) | mem %s peak %s",
+                (long long)epoch, (long long)step, (long long)total, iv.loss, 100 * iv.top1, lr, iv.images_per_s,
+                iv.images_per_s / world, iv.step_ms(), iv.data_ms / std::max<int64_t>(iv.steps, 1),
+                iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, mib(m.current_bytes).c_str(),
+                mib(m.peak_bytes).c_str());
+  return b;
+}
+
+void print_start(const TrainOptions& o, const Training& t) {
+  if (t.world->rank != 0) return;
+  std::printf("%s on %d rank(s) (%s, %s), %lld params, batch %lld/rank, %lld steps/epoch, %lld steps, lr %.4g\n",
+              o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
+              (long long)t.model->num_parameters(), (long long)o.batch, (long long)t.steps_per_epoch,
+              (long long)t.total_steps, t.sched.base_lr);
+}
+
+void report(const TrainOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step) {
+  Totals x;
+  x.steps_this_run = step - t.start.step;
+  x.init_s = clock.init_or_zero_s();
+  x.train_s = clock.train_s();
+  x.steady_ips = clock.steady_images_per_s(step, x.steps_this_run, t.global_batch);
+  x.whole_run_ips = x.train_s > 0 ? x.steps_this_run * t.global_batch / x.train_s : 0.0;
+  if (!o.trace.empty()) dist::write_trace(o.trace);
+  x.comm = t.ddp->timeline().summary();
+  x.mem = memory_stats(t.dev);
+  x.wall_s = clock.wall_s();
+  if (t.world->rank != 0) return;
+  std::printf("done: %lld steps, init %.2f s, train %.2f s, steady %.0f img/s (%.0f/rank), wall %.2f s, %s\n",
+              (long long)x.steps_this_run, x.init_s, x.train_s, x.steady_ips, x.steady_ips / t.world->size, x.wall_s,
+              x.comm.str().c_str());
+  if (!o.metrics.empty()) write_json(o.metrics, summary_json(o, t, clock, rec, step, x));
+}
+
+}  // namespace tandem::apps

@@ -1,0 +1,65 @@
+// apps/train/setup.h: everything train_imagenet builds before its first step.
+//
+// The order is part of the run's determinism and is fixed here, in one place: the model is created
+// (its init drawn from --seed, or skipped when a checkpoint will overwrite every tensor), moved to
+// the device, the default generator reseeded, the checkpoint restored (which may set the generator
+// again), and only then wrapped in DDP (which broadcasts rank 0's tensors) and handed to SGD and
+// the loaders. --describe stops after the model is created, before any of that.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "apps/train/options.h"  // defines: TrainOptions
+#include "data/dataset.h"        // defines: Dataset
+#include "data/loader.h"         // defines: Loader
+#include "dist/bootstrap.h"      // defines: World, init
+#include "dist/ddp.h"            // defines: DistributedDataParallel
+#include "layers/checkpoint.h"   // defines: TrainState
+#include "layers/module.h"       // defines: ModulePtr
+#include "optim/lr_schedule.h"   // defines: LrScheduleOptions
+#include "optim/sgd.h"           // defines: SGD
+
+namespace tandem::apps {
+
+// Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK).
+bool env_rank0();
+
+struct Datasets {
+  std::shared_ptr<const data::Dataset> train, val;  // val may be null (no validation)
+};
+
+// Starts MPI (and NCCL on GPUs) and checks that --device can be honoured.
+const dist::World& init_world(const TrainOptions& o);
+// --synthetic, or <data>/train and (when present) <data>/val.
+Datasets make_datasets(const TrainOptions& o);
+// The model --model names, for `classes` classes; `resume` non-empty skips drawing its init.
+ModulePtr make_model(const TrainOptions& o, int classes, const std::string& resume);
+// LR schedule for `total` steps of `spe` steps per epoch on `world` ranks (Goyal et al. scaling).
+optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, int64_t spe, int64_t total);
+
+// One run's pieces, ready for its first step.
+struct Training {
+  const dist::World* world = nullptr;
+  Device dev;
+  Datasets data;
+  int classes = 0;
+  std::string resumed_from;  // the checkpoint this run continues ("" for a fresh start)
+  TrainState start;          // where this run begins (all zeros for a fresh start)
+  ModulePtr model;
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<optim::SGD> opt;
+  std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
+  int64_t global_batch = 0;   // --batch x ranks
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;    // of the whole training, across resumes (--steps or --epochs)
+  int64_t epochs = 0;         // total_steps in epochs, rounded up
+  int64_t end_epoch = 0;      // this invocation stops before it (--run-epochs)
+  int64_t bench_warmup = 0;   // steps left out of steady images/s
+  optim::LrScheduleOptions sched;
+};
+
+// Restores `resume` into `model` (when non-empty), then builds DDP, SGD, loaders and the schedule.
+Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, ModulePtr model, const std::string& resume);
+
+}  // namespace tandem::apps

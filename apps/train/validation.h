@@ -1,0 +1,30 @@
+// apps/train/validation.h: top-1/top-5 accuracy and loss on the validation set, across ranks.
+//
+// Every rank runs its shard of the validation loader (file order, no padding, so each sample is
+// seen exactly once), then the *counts* are reduced, not per-rank accuracies, so uneven shards
+// still give the exact global accuracy. Counts travel as f32, exact below 2^24 = 16.7 M samples.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "apps/train/options.h"  // defines: TrainOptions
+#include "data/loader.h"         // defines: Loader
+#include "layers/module.h"       // defines: Module
+
+namespace tandem::apps {
+
+struct Training;
+
+struct EvalResult {
+  double top1 = 0, top5 = 0, loss = 0;  // fractions of the samples, mean cross-entropy
+  int64_t samples = 0;                  // validation images seen, over all ranks
+};
+
+// Runs the whole validation loader on every rank and reduces the counts. Collective.
+EvalResult evaluate(Module& model, data::Loader& loader, int num_classes);
+
+// Validates after `epoch` when due (every --val-every epochs, and after the run's last epoch) and
+// prints the result on rank 0. Nothing when there is no validation set. Collective.
+std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, int64_t epoch, bool last_step);
+
+}  // namespace tandem::apps
