@@ -64,6 +64,13 @@ std::shared_ptr<MlmDataset> sample_dataset(const WordPiece& wp, int64_t seq_len,
   return std::make_shared<MlmDataset>(std::move(stream), wp.special(), wp.vocab().size(), o);
 }
 
+TextLoaderOptions loader_options(int64_t batch_size, uint64_t seed) {
+  TextLoaderOptions o;
+  o.batch_size = batch_size;
+  o.seed = seed;
+  return o;
+}
+
 // One batch row as a tuple of its four rows, for set comparisons.
 using Row = std::vector<int64_t>;
 std::vector<Row> rows(const TextBatch& b) {
@@ -128,9 +135,7 @@ TEST_CASE("text corpus: errors for missing paths and corpora without text") {
   Vocab no_mask(std::vector<std::string>{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"});
   CHECK_THROWS_WITH_AS(SpecialIds::from(no_mask), doctest::Contains("[MASK]"), Error);
   auto tiny = sample_dataset(wp, 512);
-  TextLoaderOptions lo;
-  lo.batch_size = 64;
-  CHECK_THROWS_WITH_AS(TextLoader(tiny, lo), doctest::Contains("no full batch"), Error);
+  CHECK_THROWS_WITH_AS(TextLoader(tiny, loader_options(64, 0)), doctest::Contains("no full batch"), Error);
 }
 
 TEST_CASE("vocab builder: specials first, common words whole, every corpus word known, deterministic") {
@@ -221,9 +226,7 @@ TEST_CASE("mlm: masks depend on (seed, epoch, index) only") {
 TEST_CASE("text loader: 2 ranks x batch 2 see exactly 1 rank x batch 4, masks included") {
   WordPiece wp = sample_tokenizer();
   auto ds = sample_dataset(wp, 16);
-  TextLoaderOptions one;
-  one.batch_size = 4;
-  one.seed = 11;
+  TextLoaderOptions one = loader_options(4, 11);
   one.pad_shards = false;
   TextLoader single(ds, one);
   std::vector<std::unique_ptr<TextLoader>> shards;
@@ -257,10 +260,7 @@ TEST_CASE("text loader: 2 ranks x batch 2 see exactly 1 rank x batch 4, masks in
 TEST_CASE("text loader: resume mid-epoch equals the uninterrupted run") {
   WordPiece wp = sample_tokenizer();
   auto ds = sample_dataset(wp, 16);
-  TextLoaderOptions o;
-  o.batch_size = 3;
-  o.seed = 5;
-  TextLoader full(ds, o), resumed(ds, o);
+  TextLoader full(ds, loader_options(3, 5)), resumed(ds, loader_options(3, 5));
   std::vector<std::vector<Row>> all;
   full.start_epoch(1);
   TextBatch b;
