@@ -169,7 +169,9 @@ void Optimizer::load_state(const NamedTensors& state) {
       s.bufs.resize(names.size());
       s.bufs[static_cast<size_t>(k)] = buf;
     }
-    TANDEM_CHECK(found, name(), "::load_state: no parameter named \"", pname,
+    // A shard (built from segments) holds only some parameters and skips the others' entries.
+    const bool sharded = !slots_.empty() && !slots_[0].whole.defined();
+    TANDEM_CHECK(found || sharded, name(), "::load_state: no parameter named \"", pname,
                  "\"; was the checkpoint written for another model?");
     seen[pname] += 1;
   }

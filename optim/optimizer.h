@@ -128,6 +128,8 @@ class Optimizer {
   // Copies state in from unsharded tensors (any shape with the parameter's element count; dtype is
   // converted). Parameters not named start fresh at their next step, as after PyTorch's
   // load_state_dict; a parameter's entries must be complete ("step", "exp_avg" and "exp_avg_sq").
+  // An optimizer built from segments takes its ranges and skips entries of parameters it does not
+  // hold (every rank loads the same unsharded checkpoint); one built from parameters fails on them.
   void load_state(const NamedTensors& state);
 
  protected:
