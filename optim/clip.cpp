@@ -68,7 +68,7 @@ double clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const S
                " (leave --clip-grad-norm unset to disable clipping)");
   const double total = grad_norm(grads, reduce);
   const double scale = max_norm / (total + 1e-6);
-  if (!(scale < 1.0)) return total;  // also false for NaN: see the header
+  if (!std::isfinite(total) || !(scale < 1.0)) return total;  // inf/NaN: see the header
   for_each_group(grads, [&](DType dt, Device dev, const std::vector<Tensor>& group) {
     if (dev.is_cuda()) {
 #ifdef TANDEM_WITH_CUDA
