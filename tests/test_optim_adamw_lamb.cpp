@@ -154,6 +154,17 @@ TEST_CASE("LAMB matches the f64 reference LAMB (You et al. 2019, apex FusedLAMB)
   check_close(run_whole("lamb", kLamb, DType::F64, 2, 2), reference(true, kLamb, 2, 2), 1e-6, 1e-12);
 }
 
+TEST_CASE("the f64 references agree with apps/scripts/optim_reference.py (a second, Python implementation)") {
+  // Values printed by the script's formula runs (17 significant digits).
+  const auto adamw = reference(false, kAdamW), lamb = reference(true, kLamb);
+  CHECK(adamw[0][0] == doctest::Approx(0.46845513287001173).epsilon(1e-12));
+  CHECK(adamw[1][0] == doctest::Approx(-0.020453998012844681).epsilon(1e-12));
+  CHECK(adamw[2][6] == doctest::Approx(0.28185747931092775).epsilon(1e-12));
+  CHECK(lamb[0][0] == doctest::Approx(0.49063881908592089).epsilon(1e-12));
+  CHECK(lamb[1][0] == doctest::Approx(-0.0099929617875938095).epsilon(1e-12));
+  CHECK(lamb[2][3] == doctest::Approx(-0.00056143028706789107).epsilon(1e-12));
+}
+
 TEST_CASE("defaults are PyTorch's and apex's, and bad options fail clearly") {
   NamedTensors params = make_params(DType::F32);
   auto adamw = make_optimizer("adamw", params, {});
