@@ -14,6 +14,7 @@ struct Resolved {
 };
 
 Resolved resolve(const OptimizerOptions& o, const char* who, double default_wd, double default_eps) {
+  // lr 1e-3: torch.optim.AdamW's and apex FusedLAMB's default.
   Resolved r{o.lr.value_or(1e-3), o.weight_decay.value_or(default_wd), o.beta1, o.beta2, o.eps.value_or(default_eps)};
   TANDEM_CHECK(r.lr >= 0, who, ": lr must be >= 0, got ", r.lr);
   TANDEM_CHECK(r.weight_decay >= 0, who, ": weight_decay must be >= 0, got ", r.weight_decay);
@@ -26,17 +27,15 @@ Resolved resolve(const OptimizerOptions& o, const char* who, double default_wd, 
 }
 }  // namespace
 
-AdamBase::AdamBase(NamedTensors named_params, const OptimizerOptions& opt, const char* who, double default_wd,
-                   double default_eps)
-    : Optimizer(std::move(named_params), resolve(opt, who, default_wd, default_eps).lr), opt_(opt) {
-  Resolved r = resolve(opt, who, default_wd, default_eps);
+AdamBase::AdamBase(NamedTensors named_params, const OptimizerOptions& opt, AdamDefaults d)
+    : Optimizer(std::move(named_params), resolve(opt, d.name, d.weight_decay, d.eps).lr), opt_(opt) {
+  const Resolved r = resolve(opt, d.name, d.weight_decay, d.eps);
   h_ = {r.weight_decay, r.beta1, r.beta2, r.eps};
 }
 
-AdamBase::AdamBase(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt,
-                   const char* who, double default_wd, double default_eps)
-    : Optimizer(std::move(segments), num_params, resolve(opt, who, default_wd, default_eps).lr), opt_(opt) {
-  Resolved r = resolve(opt, who, default_wd, default_eps);
+AdamBase::AdamBase(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt, AdamDefaults d)
+    : Optimizer(std::move(segments), num_params, resolve(opt, d.name, d.weight_decay, d.eps).lr), opt_(opt) {
+  const Resolved r = resolve(opt, d.name, d.weight_decay, d.eps);
   h_ = {r.weight_decay, r.beta1, r.beta2, r.eps};
 }
 

@@ -16,16 +16,20 @@
 
 namespace tandem::optim {
 
+// What an unset OptimizerOptions field means for one optimizer (its reference's defaults).
+struct AdamDefaults {
+  const char* name;  // for error messages
+  double weight_decay, eps;
+};
+
 class AdamBase : public Optimizer {
  protected:
   // Resolved hyperparameters (OptimizerOptions with each unset optional given its default).
   struct Hyper {
     double weight_decay, beta1, beta2, eps;
   };
-  AdamBase(NamedTensors named_params, const OptimizerOptions& opt, const char* who, double default_wd,
-           double default_eps);
-  AdamBase(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt, const char* who,
-           double default_wd, double default_eps);
+  AdamBase(NamedTensors named_params, const OptimizerOptions& opt, AdamDefaults d);
+  AdamBase(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt, AdamDefaults d);
 
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   bool has_step_count() const override { return true; }

@@ -8,12 +8,6 @@
 
 namespace tandem::optim {
 
-// torch.optim.AdamW's defaults: weight_decay 1e-2, eps 1e-8.
-AdamW::AdamW(NamedTensors named_params, const OptimizerOptions& opt)
-    : AdamBase(std::move(named_params), opt, "AdamW", 1e-2, 1e-8) {}
-AdamW::AdamW(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt)
-    : AdamBase(std::move(segments), num_params, opt, "AdamW", 1e-2, 1e-8) {}
-
 namespace {
 template <typename T>
 void adamw_cpu(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, double b1, double b2, double eps,

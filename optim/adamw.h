@@ -12,17 +12,22 @@
 // segment (ZeRO, optim/optimizer.h) updates exactly like those elements of the whole parameter.
 // State: "<name>.step", "<name>.exp_avg", "<name>.exp_avg_sq" (optim/optimizer.h).
 #pragma once
+#include <utility>
+
 #include "optim/adam_base.h"
 
 namespace tandem::optim {
 
 class AdamW : public AdamBase {
  public:
-  AdamW(NamedTensors named_params, const OptimizerOptions& opt = {});
-  AdamW(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {});
+  AdamW(NamedTensors named_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(named_params), opt, kDefaults) {}
+  AdamW(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(segments), num_params, opt, kDefaults) {}
   const char* name() const override { return "AdamW"; }
 
  private:
+  static constexpr AdamDefaults kDefaults{"AdamW", 1e-2, 1e-8};  // torch.optim.AdamW's defaults
   void update(std::vector<Slot*>& active) override;
 };
 

@@ -8,12 +8,6 @@
 
 namespace tandem::optim {
 
-// apex FusedLAMB's defaults: weight_decay 1e-2, eps 1e-6.
-LAMB::LAMB(NamedTensors named_params, const OptimizerOptions& opt)
-    : AdamBase(std::move(named_params), opt, "LAMB", 1e-2, 1e-6) {}
-LAMB::LAMB(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt)
-    : AdamBase(std::move(segments), num_params, opt, "LAMB", 1e-2, 1e-6) {}
-
 namespace {
 // The scalars of one step t, in the storage type.
 template <typename T>

@@ -22,17 +22,22 @@
 // CPU: two loops per segment, sums in f64. CUDA: two fused multi-tensor launches (optim/cuda/lamb.cu).
 // All parameters of one LAMB must live on one device.
 #pragma once
+#include <utility>
+
 #include "optim/adam_base.h"
 
 namespace tandem::optim {
 
 class LAMB : public AdamBase {
  public:
-  LAMB(NamedTensors named_params, const OptimizerOptions& opt = {});
-  LAMB(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {});
+  LAMB(NamedTensors named_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(named_params), opt, kDefaults) {}
+  LAMB(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(segments), num_params, opt, kDefaults) {}
   const char* name() const override { return "LAMB"; }
 
  private:
+  static constexpr AdamDefaults kDefaults{"LAMB", 1e-2, 1e-6};  // apex FusedLAMB's defaults
   void update(std::vector<Slot*>& active) override;
   void update_cpu(std::vector<std::vector<Slot*>>& groups);
   void update_cuda(std::vector<std::vector<Slot*>>& groups);

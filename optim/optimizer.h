@@ -21,10 +21,10 @@
 //
 // State names follow PyTorch's optimizer state dict, prefixed by the parameter name:
 //   SGD:        "<name>.momentum_buffer"  (momentum != 0; created at the parameter's first step)
-//   AdamW/LAMB: "<name>.step"             1-element f32 tensor on the CPU: the parameter's own step
-//                                         count (PyTorch also keeps a float step per parameter; f32
-//                                         counts exactly to 2^24 = 16.7 M steps), replicated on
-//                                         every segment of the parameter
+//   AdamW/LAMB: "<name>.step"             0-d f32 tensor (shape [], as PyTorch's) on the CPU: the
+//                                         parameter's own step count (PyTorch also keeps a float
+//                                         step per parameter; f32 counts exactly to 2^24 = 16.7 M
+//                                         steps), replicated on every segment of the parameter
 //               "<name>.exp_avg", "<name>.exp_avg_sq"   first and second moments
 // state() returns them with the parameter's shape for an unsharded optimizer; buffers of a partial
 // segment are 1-D.

@@ -22,65 +22,10 @@ using testing::Tolerance;
 namespace {
 const std::vector<int64_t> kSizes{1, 64, 32768, 100003, 7};
 
-// Runs 3 steps of SGD with the given options on `device`/`dtype` from identical f32 starting values
-// and returns the final parameters and buffers as f32 host vectors.
-std::vector<std::vector<float>> run(Device device, DType dtype, const SGDOptions& opt) {
-  Generator gen(2024);
-  std::vector<std::pair<std::string, Tensor>> named;
-  std::vector<Tensor> params;
-  for (size_t i = 0; i < kSizes.size(); ++i) {
-    Tensor p = randn({kSizes[i]}, gen).to(dtype).to(device);
-    p.set_requires_grad(true);
-    params.push_back(p);
-    named.emplace_back("p" + std::to_string(i), p);
-  }
-  SGD sgd(named, opt);
-  for (int step = 0; step < 3; ++step) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor g = randn({kSizes[i]}, gen);   // drawn even when unused, so streams stay aligned
-      if (i == 2 && step == 1) continue;     // p2 has no gradient in step 1: skipped there
-      params[i].set_grad(g.to(dtype).to(device));
-    }
-    if (step == 1) params[2].set_grad(Tensor());
-    sgd.step();
-  }
-  std::vector<std::vector<float>> out;
-  for (auto& p : params) out.push_back(p.to_vector());
-  for (auto& [_, b] : sgd.state()) out.push_back(b.to_vector());
-  return out;
-}
-
-void check_parity(DType dtype, const SGDOptions& opt, Tolerance tol) {
-  auto cpu = run(Device::cpu(), DType::F32, opt);
-  auto gpu = run(Device::cuda(0), dtype, opt);
-  REQUIRE(cpu.size() == gpu.size());
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    std::string r = compare_values("tensor " + std::to_string(i), cpu[i], gpu[i], tol);
-    CHECK_MESSAGE(r.empty(), r);
-  }
-}
-}  // namespace
-
-TEST_CASE("fused CUDA SGD matches the CPU loop in f32") {
-  // Same formula in float on both sides; only FMA contraction can differ (a few ulps per step).
-  Tolerance tol{1e-5, 1e-6, "f32, same order of operations, FMA contraction differs"};
-  check_parity(DType::F32, {0.1, 0.9, 0.0, 1e-4, false}, tol);
-  check_parity(DType::F32, {0.1, 0.9, 0.0, 1e-4, true}, tol);
-  check_parity(DType::F32, {0.05, 0.8, 0.3, 0.0, false}, tol);
-  check_parity(DType::F32, {0.1, 0.0, 0.0, 5e-4, false}, tol);
-}
-
-TEST_CASE("fused CUDA SGD in bf16 and f16 tracks the f32 reference") {
-  // Params, grads and buffers are stored in 16 bits (rounded after every step): bf16 has an 8-bit
-  // mantissa (relative step 2^-8 = 0.4%), three steps of rounding stay within ~1.5%; f16 has 11 bits.
-  check_parity(DType::BF16, {0.1, 0.9, 0.0, 1e-4, true}, Tolerance{2e-2, 2e-2, "bf16 storage, 3 roundings"});
-  check_parity(DType::F16, {0.1, 0.9, 0.0, 1e-4, true}, Tolerance{4e-3, 4e-3, "f16 storage, 3 roundings"});
-}
-
-namespace {
-// As run() above, for any optimizer from make_optimizer. `split` builds the GPU optimizer from
-// segments instead: the 100003-element parameter is cut in two, listed apart (first and last), to
-// exercise LAMB's per-parameter sums over non-adjacent segments.
+// Runs 3 steps of optimizer `name` (make_optimizer) on `device`/`dtype` from identical f32 starting
+// values and returns the final parameters and state tensors as f32 host vectors. `split` builds the
+// optimizer from segments instead: the 100003-element parameter is cut in two, listed apart (first
+// and last), to exercise LAMB's per-parameter sums over non-adjacent segments.
 std::vector<std::vector<float>> run_named(const std::string& name, Device device, DType dtype,
                                           const OptimizerOptions& opt, bool split = false) {
   Generator gen(2024);
@@ -139,6 +84,32 @@ void check_named(const std::string& name, DType dtype, const OptimizerOptions& o
   }
 }
 
+// SGD through the factory, from its own options struct.
+void check_parity(DType dtype, const SGDOptions& so, Tolerance tol) {
+  OptimizerOptions o;
+  o.lr = so.lr, o.momentum = so.momentum, o.dampening = so.dampening, o.weight_decay = so.weight_decay;
+  o.nesterov = so.nesterov;
+  check_named("sgd", dtype, o, tol);
+}
+}  // namespace
+
+TEST_CASE("fused CUDA SGD matches the CPU loop in f32") {
+  // Same formula in float on both sides; only FMA contraction can differ (a few ulps per step).
+  Tolerance tol{1e-5, 1e-6, "f32, same order of operations, FMA contraction differs"};
+  check_parity(DType::F32, {0.1, 0.9, 0.0, 1e-4, false}, tol);
+  check_parity(DType::F32, {0.1, 0.9, 0.0, 1e-4, true}, tol);
+  check_parity(DType::F32, {0.05, 0.8, 0.3, 0.0, false}, tol);
+  check_parity(DType::F32, {0.1, 0.0, 0.0, 5e-4, false}, tol);
+}
+
+TEST_CASE("fused CUDA SGD in bf16 and f16 tracks the f32 reference") {
+  // Params, grads and buffers are stored in 16 bits (rounded after every step): bf16 has an 8-bit
+  // mantissa (relative step 2^-8 = 0.4%), three steps of rounding stay within ~1.5%; f16 has 11 bits.
+  check_parity(DType::BF16, {0.1, 0.9, 0.0, 1e-4, true}, Tolerance{2e-2, 2e-2, "bf16 storage, 3 roundings"});
+  check_parity(DType::F16, {0.1, 0.9, 0.0, 1e-4, true}, Tolerance{4e-3, 4e-3, "f16 storage, 3 roundings"});
+}
+
+namespace {
 OptimizerOptions adam_options(double lr, double wd) {
   OptimizerOptions o;
   o.lr = lr;
