@@ -24,12 +24,16 @@ double lr_at(const LrScheduleOptions& opt, int64_t step) {
       int64_t k = std::upper_bound(opt.milestones.begin(), opt.milestones.end(), step) - opt.milestones.begin();
       return opt.base_lr * std::pow(opt.gamma, static_cast<double>(k));
     }
-    case LrDecay::Cosine: {
-      TANDEM_CHECK(opt.total_steps > opt.warmup_steps, "lr schedule: cosine decay needs total_steps (",
-                   opt.total_steps, ") > warmup_steps (", opt.warmup_steps, ")");
+    case LrDecay::Cosine:
+    case LrDecay::Poly: {
+      const bool cosine = opt.decay == LrDecay::Cosine;
+      TANDEM_CHECK(opt.total_steps > opt.warmup_steps, "lr schedule: ", cosine ? "cosine" : "poly",
+                   " decay needs total_steps (", opt.total_steps, ") > warmup_steps (", opt.warmup_steps, ")");
       double p = static_cast<double>(step - opt.warmup_steps) / static_cast<double>(opt.total_steps - opt.warmup_steps);
       p = std::clamp(p, 0.0, 1.0);
-      return opt.min_lr + (opt.base_lr - opt.min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
+      if (cosine) return opt.min_lr + (opt.base_lr - opt.min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
+      TANDEM_CHECK(opt.power > 0, "lr schedule: poly decay needs power > 0, got ", opt.power);
+      return opt.min_lr + (opt.base_lr - opt.min_lr) * std::pow(1.0 - p, opt.power);
     }
   }
   TANDEM_THROW("lr schedule: unknown decay kind");
@@ -39,7 +43,8 @@ LrDecay lr_decay_from_name(const std::string& name) {
   if (name == "constant") return LrDecay::Constant;
   if (name == "step") return LrDecay::Step;
   if (name == "cosine") return LrDecay::Cosine;
-  TANDEM_THROW("unknown lr schedule \"", name, "\"; valid names are: constant, step, cosine");
+  if (name == "poly") return LrDecay::Poly;
+  TANDEM_THROW("unknown lr schedule \"", name, "\"; valid names are: constant, step, cosine, poly");
 }
 
 }  // namespace tandem::optim

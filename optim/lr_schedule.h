@@ -9,6 +9,9 @@
 //               (torch MultiStepLR; ResNet's ImageNet recipe divides by 10 at epochs 30, 60, 80)
 //     Cosine:   p = clamp((t - warmup_steps) / (total_steps - warmup_steps), 0, 1),
 //               lr = min_lr + (base_lr - min_lr) * (1 + cos(pi p)) / 2   (SGDR without restarts)
+//     Poly:     p as for Cosine, lr = min_lr + (base_lr - min_lr) * (1 - p)^power
+//               (BERT's schedule: with warmup_start_factor 0 and power 1 it is Hugging Face's
+//               get_polynomial_decay_schedule_with_warmup, lr_end = min_lr; power 1 = linear decay)
 // Steps count optimizer updates; the apps convert epochs to steps (epoch * steps_per_epoch).
 #pragma once
 #include <cstdint>
@@ -17,7 +20,7 @@
 
 namespace tandem::optim {
 
-enum class LrDecay { Constant, Step, Cosine };
+enum class LrDecay { Constant, Step, Cosine, Poly };
 
 struct LrScheduleOptions {
   double base_lr = 0.1;
@@ -26,12 +29,13 @@ struct LrScheduleOptions {
   LrDecay decay = LrDecay::Constant;
   std::vector<int64_t> milestones;      // Step: absolute steps where lr *= gamma (ascending)
   double gamma = 0.1;                   // Step: the factor per milestone
-  int64_t total_steps = 0;              // Cosine: the step where lr reaches min_lr (required > warmup)
-  double min_lr = 0.0;                  // Cosine: the floor
+  int64_t total_steps = 0;              // Cosine, Poly: the step where lr reaches min_lr (required > warmup)
+  double min_lr = 0.0;                  // Cosine, Poly: the floor (HF's lr_end, whose default is 1e-7)
+  double power = 1.0;                   // Poly: the exponent (HF's default, 1: linear)
 };
 
 double lr_at(const LrScheduleOptions& opt, int64_t step);
-// "constant", "step", "cosine" (for command lines); throws with the valid names otherwise.
+// "constant", "step", "cosine", "poly" (for command lines); throws with the valid names otherwise.
 LrDecay lr_decay_from_name(const std::string& name);
 
 }  // namespace tandem::optim

@@ -10,7 +10,9 @@
 // Parameters whose .grad is undefined are skipped (their buffer is untouched), as in PyTorch.
 // CPU: a plain loop per tensor in f32/f64. CUDA: one fused multi-tensor launch per step over every
 // parameter (optim/cuda/sgd.cu); param, grad and buffer share a dtype, math is in f32.
-// The lr can change between steps (set_lr, driven by optim/lr_schedule.h).
+// The lr can change between steps (set_lr, driven by optim/lr_schedule.h). The update is
+// elementwise, so a segment (optim/optimizer.h, ZeRO) updates like the same elements of the whole
+// parameter. State: "<name>.momentum_buffer" (momentum != 0), as PyTorch's state dict.
 // Leaves out: parameter groups (one lr for all), maximize, foreach/fused switches.
 #pragma once
 #include <cstdint>
@@ -19,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "optim/optimizer.h"
 
 namespace tandem::optim {
 
@@ -37,40 +39,26 @@ struct SGDOptions {
   bool nesterov = false;  // needs momentum > 0 and dampening == 0 (PyTorch's rule)
 };
 
-class SGD {
+class SGD : public Optimizer {
  public:
-  SGD(const SGD&) = delete;
-  SGD& operator=(const SGD&) = delete;
   // Parameters with their names (Module::named_parameters()); the names key the state.
-  SGD(std::vector<std::pair<std::string, Tensor>> named_params, SGDOptions opt);
+  SGD(NamedTensors named_params, SGDOptions opt);
   // Unnamed parameters are named "0", "1", ... in order.
   SGD(const std::vector<Tensor>& params, SGDOptions opt);
+  // Segments of parameters (ZeRO); num_params: see optim/optimizer.h.
+  SGD(std::vector<ParamSegment> segments, int64_t num_params, SGDOptions opt);
+  ~SGD() override;
 
-  void step();
-  void zero_grad();  // zeroes existing .grad buffers in place
-  void set_lr(double lr) { opt_.lr = lr; }
-  double lr() const { return opt_.lr; }
-  const SGDOptions& options() const { return opt_; }
-  int64_t steps() const { return steps_; }
-
-  // The momentum buffers, named "<param name>.momentum_buffer", for parameters that have one
-  // (none before the first step, or with momentum == 0). The tensors are the live buffers.
-  std::vector<std::pair<std::string, Tensor>> state() const;
-  // Copies buffers in by name (shapes must match their parameters); parameters not named keep no
-  // buffer, so their next step starts fresh (buf = d_p), as after PyTorch's load_state_dict.
-  void load_state(const std::vector<std::pair<std::string, Tensor>>& state);
+  const char* name() const override { return "SGD"; }
+  SGDOptions options() const;  // with the current lr
 
  private:
-  struct Slot {
-    std::string name;
-    Tensor param;
-    Tensor buf;  // undefined until the first step with a gradient
-  };
+  std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
+  bool has_step_count() const override { return false; }
+  void update(std::vector<Slot*>& active) override;
   void step_cpu(Slot& s);
   void step_cuda(std::vector<Slot*>& slots);
-  std::vector<Slot> slots_;
-  SGDOptions opt_;
-  int64_t steps_ = 0;
+  SGDOptions opt_;  // lr lives in Optimizer (set_lr)
   std::shared_ptr<kernels::SgdCudaTable> cuda_table_;  // CUDA builds only; null until the first GPU step
 };
 

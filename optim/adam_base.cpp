@@ -1,0 +1,98 @@
+// optim/adam_base.cpp: see optim/adam_base.h.
+#include "optim/adam_base.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace tandem::optim {
+
+namespace {
+struct Resolved {
+  double lr;
+  double weight_decay, beta1, beta2, eps;
+};
+
+Resolved resolve(const OptimizerOptions& o, const char* who, double default_wd, double default_eps) {
+  // lr 1e-3: torch.optim.AdamW's and apex FusedLAMB's default.
+  Resolved r{o.lr.value_or(1e-3), o.weight_decay.value_or(default_wd), o.beta1, o.beta2, o.eps.value_or(default_eps)};
+  TANDEM_CHECK(r.lr >= 0, who, ": lr must be >= 0, got ", r.lr);
+  TANDEM_CHECK(r.weight_decay >= 0, who, ": weight_decay must be >= 0, got ", r.weight_decay);
+  TANDEM_CHECK(r.beta1 >= 0 && r.beta1 < 1 && r.beta2 >= 0 && r.beta2 < 1, who, ": betas must lie in [0, 1), got (",
+               r.beta1, ", ", r.beta2, ")");
+  TANDEM_CHECK(r.eps >= 0, who, ": eps must be >= 0, got ", r.eps);
+  TANDEM_CHECK(o.momentum == 0 && o.dampening == 0 && !o.nesterov, who,
+               " takes no momentum, dampening or nesterov (those are SGD's); use betas instead");
+  return r;
+}
+}  // namespace
+
+AdamBase::AdamBase(NamedTensors named_params, const OptimizerOptions& opt, AdamDefaults d)
+    : Optimizer(std::move(named_params), resolve(opt, d.name, d.weight_decay, d.eps).lr), opt_(opt) {
+  const Resolved r = resolve(opt, d.name, d.weight_decay, d.eps);
+  h_ = {r.weight_decay, r.beta1, r.beta2, r.eps};
+}
+
+AdamBase::AdamBase(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt, AdamDefaults d)
+    : Optimizer(std::move(segments), num_params, resolve(opt, d.name, d.weight_decay, d.eps).lr), opt_(opt) {
+  const Resolved r = resolve(opt, d.name, d.weight_decay, d.eps);
+  h_ = {r.weight_decay, r.beta1, r.beta2, r.eps};
+}
+
+void AdamBase::begin_step(Slot& s) {
+  if (s.bufs.size() != 2 || !s.bufs[0].defined() || !s.bufs[1].defined())
+    s.bufs = {Tensor::zeros_like(s.seg.param), Tensor::zeros_like(s.seg.param)};
+  ++s.step;
+}
+
+std::vector<std::vector<Optimizer::Slot*>> AdamBase::launch_groups(const std::vector<Slot*>& active) {
+  std::vector<std::vector<Slot*>> groups;
+  for (Slot* s : active) {
+    const Tensor& p = s->seg.param;
+    bool placed = false;
+    for (auto& g : groups) {
+      const Tensor& q = g[0]->seg.param;
+      if (q.dtype() == p.dtype() && q.device() == p.device() && g[0]->step == s->step) {
+        g.push_back(s);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) groups.push_back({s});
+  }
+  return groups;
+}
+
+kernels::AdamHyper AdamBase::device_hyper(int64_t t) const {
+  const double bc1 = 1.0 - std::pow(h_.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(h_.beta2, static_cast<double>(t));
+  kernels::AdamHyper h{};
+  h.beta1 = static_cast<float>(h_.beta1);
+  h.beta2 = static_cast<float>(h_.beta2);
+  h.eps = static_cast<float>(h_.eps);
+  h.weight_decay = static_cast<float>(h_.weight_decay);
+  h.one_minus_beta1 = static_cast<float>(1.0 - h_.beta1);
+  h.one_minus_beta2 = static_cast<float>(1.0 - h_.beta2);
+  h.lr = static_cast<float>(lr());
+  h.bias_correction1 = static_cast<float>(bc1);
+  h.bias_correction2_sqrt = static_cast<float>(std::sqrt(bc2));
+  h.step_size = static_cast<float>(lr() / bc1);
+  h.decay = static_cast<float>(1.0 - lr() * h_.weight_decay);
+  return h;
+}
+
+std::vector<kernels::AdamTensor> AdamBase::device_tensors(const std::vector<Slot*>& group) {
+  std::vector<kernels::AdamTensor> ts;
+  for (Slot* s : group)
+    ts.push_back({s->seg.param.data_ptr(), s->grad.data_ptr(), s->bufs[0].data_ptr(), s->bufs[1].data_ptr(),
+                  s->seg.param.numel(), s->seg.param_index});
+  return ts;
+}
+
+std::shared_ptr<kernels::DeviceTable>& AdamBase::table(size_t group, size_t which) {
+  const size_t i = group * 2 + which;
+  if (tables_.size() <= i) tables_.resize(i + 1);
+  return tables_[i];
+}
+
+}  // namespace tandem::optim

@@ -1,0 +1,55 @@
+// optim/adamw.cpp: AdamW's CPU reference loop and its CUDA dispatch (see optim/adamw.h).
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "core/ops/dispatch.h"
+#include "optim/kernels/adamw.h"
+
+namespace tandem::optim {
+
+namespace {
+template <typename T>
+void adamw_cpu(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, double b1, double b2, double eps,
+               int64_t t) {
+  const T beta1 = static_cast<T>(b1), beta2 = static_cast<T>(b2);
+  const T keep1 = static_cast<T>(1.0 - b1), keep2 = static_cast<T>(1.0 - b2), e = static_cast<T>(eps);
+  const T decay = static_cast<T>(1.0 - lr * wd);
+  const T step_size = static_cast<T>(lr / (1.0 - std::pow(b1, static_cast<double>(t))));
+  const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t))));
+  for (int64_t i = 0; i < n; ++i) {
+    const T pv = p[i] * decay;
+    const T mv = beta1 * m[i] + keep1 * g[i];
+    const T vv = beta2 * v[i] + keep2 * g[i] * g[i];
+    m[i] = mv;
+    v[i] = vv;
+    p[i] = pv - step_size * (mv / (std::sqrt(vv) / bc2_sqrt + e));
+  }
+}
+}  // namespace
+
+void AdamW::update(std::vector<Slot*>& active) {
+  for (Slot* s : active) begin_step(*s);
+  const auto groups = launch_groups(active);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& group = groups[gi];
+    const Tensor& p0 = group[0]->seg.param;
+    const int64_t t = group[0]->step;
+    if (!p0.is_cuda()) {
+      for (Slot* s : group)
+        TANDEM_CPU_FLOAT_TYPES(p0.dtype(), T, [&] {
+          adamw_cpu<T>(s->seg.param.data<T>(), s->grad.data<T>(), s->bufs[0].data<T>(), s->bufs[1].data<T>(),
+                       s->seg.param.numel(), lr(), h_.weight_decay, h_.beta1, h_.beta2, h_.eps, t);
+        });
+      continue;
+    }
+#ifdef TANDEM_WITH_CUDA
+    const kernels::AdamHyper h = device_hyper(t);
+    kernels::adamw_step_cuda(table(gi, 0), p0.dtype(), p0.device().index, device_tensors(group), h);
+#else
+    TANDEM_THROW("AdamW: CUDA parameters in a CPU-only build");
+#endif
+  }
+}
+
+}  // namespace tandem::optim

@@ -1,0 +1,103 @@
+// optim/lamb.cpp: LAMB's CPU reference loops and its CUDA dispatch (see optim/lamb.h).
+#include "optim/lamb.h"
+
+#include <cmath>
+
+#include "core/ops/dispatch.h"
+#include "optim/kernels/lamb.h"
+
+namespace tandem::optim {
+
+namespace {
+// The scalars of one step t, in the storage type.
+template <typename T>
+struct LambScalars {
+  T beta1, beta2, keep1, keep2, eps, wd, bc1, bc2_sqrt;
+  LambScalars(double b1, double b2, double e, double w, int64_t t)
+      : beta1(static_cast<T>(b1)), beta2(static_cast<T>(b2)), keep1(static_cast<T>(1.0 - b1)),
+        keep2(static_cast<T>(1.0 - b2)), eps(static_cast<T>(e)), wd(static_cast<T>(w)),
+        bc1(static_cast<T>(1.0 - std::pow(b1, static_cast<double>(t)))),
+        bc2_sqrt(static_cast<T>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t))))) {}
+  T direction(T m, T v, T w) const { return (m / bc1) / (std::sqrt(v) / bc2_sqrt + eps) + wd * w; }
+};
+}  // namespace
+
+void LAMB::update(std::vector<Slot*>& active) {
+  for (Slot* s : active) begin_step(*s);
+  auto groups = launch_groups(active);
+  const Device dev = active[0]->seg.param.device();
+  for (Slot* s : active)
+    TANDEM_CHECK(s->seg.param.device() == dev, "LAMB: all parameters must be on one device, but \"",
+                 active[0]->seg.name, "\" is on ", dev.str(), " and \"", s->seg.name, "\" on ",
+                 s->seg.param.device().str());
+  if (dev.is_cuda()) {
+    update_cuda(groups);
+  } else {
+    update_cpu(groups);
+  }
+}
+
+void LAMB::update_cpu(std::vector<std::vector<Slot*>>& groups) {
+  // Phase 1: moments, and the per-parameter sums of squares of w and u.
+  std::vector<double> sums(static_cast<size_t>(2 * num_params()), 0.0);
+  for (auto& group : groups)
+    for (Slot* s : group)
+      TANDEM_CPU_FLOAT_TYPES(s->seg.param.dtype(), T, [&] {
+        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, s->step);
+        const T* p = s->seg.param.data<T>();
+        const T* g = s->grad.data<T>();
+        T* m = s->bufs[0].data<T>();
+        T* v = s->bufs[1].data<T>();
+        double wsq = 0, usq = 0;
+        for (int64_t i = 0; i < s->seg.param.numel(); ++i) {
+          m[i] = k.beta1 * m[i] + k.keep1 * g[i];
+          v[i] = k.beta2 * v[i] + k.keep2 * g[i] * g[i];
+          const double u = static_cast<double>(k.direction(m[i], v[i], p[i]));
+          wsq += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+          usq += u * u;
+        }
+        sums[static_cast<size_t>(2 * s->seg.param_index)] += wsq;
+        sums[static_cast<size_t>(2 * s->seg.param_index + 1)] += usq;
+      });
+  if (opt_.norm_reduce) opt_.norm_reduce(sums);
+  // Phase 2: u again from the stored moments (bit-identical to phase 1), scaled by the trust ratio.
+  for (auto& group : groups)
+    for (Slot* s : group)
+      TANDEM_CPU_FLOAT_TYPES(s->seg.param.dtype(), T, [&] {
+        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, s->step);
+        const double wn = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index)]);
+        const double un = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index + 1)]);
+        const T step = static_cast<T>(lr() * (wn > 0 && un > 0 ? wn / un : 1.0));
+        T* p = s->seg.param.data<T>();
+        const T* m = s->bufs[0].data<T>();
+        const T* v = s->bufs[1].data<T>();
+        for (int64_t i = 0; i < s->seg.param.numel(); ++i) p[i] -= step * k.direction(m[i], v[i], p[i]);
+      });
+}
+
+void LAMB::update_cuda(std::vector<std::vector<Slot*>>& groups) {
+#ifdef TANDEM_WITH_CUDA
+  const Device dev = groups[0][0]->seg.param.device();
+  Tensor sums = Tensor::zeros({2 * num_params()}, DType::F32, dev);
+  std::vector<std::vector<kernels::AdamTensor>> ts;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    ts.push_back(device_tensors(groups[gi]));
+    kernels::lamb_phase1_cuda(table(gi, 0), table(gi, 1), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi],
+                              device_hyper(groups[gi][0]->step), sums.data<float>());
+  }
+  if (opt_.norm_reduce) {
+    const std::vector<float> local = sums.to_vector();  // the one host round trip, only with a hook
+    std::vector<double> all(local.begin(), local.end());
+    opt_.norm_reduce(all);
+    sums = Tensor::from_vector(std::vector<float>(all.begin(), all.end()), {2 * num_params()}, DType::F32, dev);
+  }
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    kernels::lamb_phase2_cuda(table(gi, 0), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi],
+                              device_hyper(groups[gi][0]->step), sums.data<float>());
+#else
+  (void)groups;
+  TANDEM_THROW("LAMB: CUDA parameters in a CPU-only build");
+#endif
+}
+
+}  // namespace tandem::optim

@@ -1,0 +1,112 @@
+// tests/test_optim_clip_schedule.cpp: gradient-norm clipping (torch.nn.utils.clip_grad_norm_'s
+// semantics) and the polynomial LR decay, against closed-form values; the factory's SGD.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "optim/clip.h"
+#include "optim/lr_schedule.h"
+#include "optim/sgd.h"
+
+using namespace tandem;
+using namespace tandem::optim;
+
+TEST_CASE("clip_grad_norm returns the global L2 norm and scales by max_norm / (norm + 1e-6) when above") {
+  // ||(3, 4)||^2 + ||(12)||^2 = 169: the global norm is 13, not the mean or max of 5 and 12.
+  auto grads = [] {
+    return std::vector<Tensor>{Tensor::from_vector({3, 4}, {2}), Tensor(), Tensor::from_vector_f64({12}, {1})};
+  };
+  auto g = grads();
+  CHECK(grad_norm(g) == doctest::Approx(13.0).epsilon(1e-12));
+  CHECK(clip_grad_norm(g, 6.5) == doctest::Approx(13.0).epsilon(1e-12));
+  const double scale = 6.5 / (13.0 + 1e-6);
+  CHECK(g[0].to_vector()[0] == doctest::Approx(3 * scale).epsilon(1e-6));
+  CHECK(g[0].to_vector()[1] == doctest::Approx(4 * scale).epsilon(1e-6));
+  CHECK(g[2].item() == doctest::Approx(12 * scale).epsilon(1e-12));
+  CHECK(grad_norm(g) == doctest::Approx(6.5).epsilon(1e-6));
+
+  g = grads();
+  CHECK(clip_grad_norm(g, 13.0) == doctest::Approx(13.0));  // scale = 13/(13 + 1e-6) < 1: still applied
+  CHECK(g[2].item() < 12.0);
+  g = grads();
+  CHECK(clip_grad_norm(g, 20.0) == doctest::Approx(13.0));  // below max_norm: untouched
+  CHECK(g[0].to_vector() == std::vector<float>{3, 4});
+  CHECK(g[2].item() == 12.0);
+  CHECK_THROWS_AS(clip_grad_norm(g, 0.0), Error);
+}
+
+TEST_CASE("clip_grad_norm under ZeRO: the hook sums the squares of every shard") {
+  // Two "ranks" hold (3, 4) and (12); each adds the other's 144 or 25 through the hook.
+  std::vector<Tensor> rank0{Tensor::from_vector({3, 4}, {2})};
+  const double n = clip_grad_norm(rank0, 6.5, [](std::vector<double>& v) {
+    REQUIRE(v.size() == 1);
+    CHECK(v[0] == doctest::Approx(25.0));
+    v[0] += 144.0;
+  });
+  CHECK(n == doctest::Approx(13.0));
+  CHECK(rank0[0].to_vector()[1] == doctest::Approx(4 * 6.5 / 13.0).epsilon(1e-6));
+}
+
+TEST_CASE("clip_grad_norm over an optimizer's gradients, then its step") {
+  Tensor w = Tensor::from_vector({1.0f, 1.0f}, {2});
+  w.set_requires_grad(true);
+  SGD sgd({{"w", w}}, {1.0});
+  w.set_grad(Tensor::from_vector({30.0f, 40.0f}, {2}));
+  CHECK(clip_grad_norm(sgd, 5.0) == doctest::Approx(50.0));
+  sgd.step();  // the step uses the clipped gradient (3, 4) * 50 / (50 + 1e-6)
+  CHECK(w.to_vector()[0] == doctest::Approx(1.0 - 3.0).epsilon(1e-6));
+  CHECK(w.to_vector()[1] == doctest::Approx(1.0 - 4.0).epsilon(1e-6));
+}
+
+TEST_CASE("clip_grad_norm leaves gradients alone when the norm is not finite") {
+  std::vector<Tensor> g{Tensor::from_vector({INFINITY, 1.0f}, {2})};
+  CHECK(std::isinf(clip_grad_norm(g, 1.0)));
+  CHECK(g[0].to_vector()[1] == 1.0f);
+}
+
+TEST_CASE("LR polynomial decay after linear warmup (BERT's schedule)") {
+  LrScheduleOptions o;
+  o.base_lr = 0.4;
+  o.decay = lr_decay_from_name("poly");
+  o.warmup_steps = 10;
+  o.total_steps = 110;
+  o.min_lr = 0.04;
+  CHECK(lr_at(o, 0) == doctest::Approx(0.0));
+  CHECK(lr_at(o, 5) == doctest::Approx(0.2));
+  CHECK(lr_at(o, 10) == doctest::Approx(0.4));
+  CHECK(lr_at(o, 35) == doctest::Approx(0.04 + 0.36 * 0.75));  // power 1: linear, p = 1/4
+  CHECK(lr_at(o, 60) == doctest::Approx(0.04 + 0.36 * 0.5));
+  CHECK(lr_at(o, 110) == doctest::Approx(0.04));
+  CHECK(lr_at(o, 500) == doctest::Approx(0.04));  // after total_steps: the floor (HF: lr_end)
+  o.power = 2.0;
+  CHECK(lr_at(o, 60) == doctest::Approx(0.04 + 0.36 * 0.25));
+  CHECK(lr_at(o, 85) == doctest::Approx(0.04 + 0.36 * 0.0625));
+  o.power = 0.5;
+  CHECK(lr_at(o, 35) == doctest::Approx(0.04 + 0.36 * std::sqrt(0.75)));
+  o.total_steps = 10;
+  CHECK_THROWS_AS(lr_at(o, 20), Error);
+  CHECK_THROWS_AS(lr_decay_from_name("polynomial"), Error);
+}
+
+TEST_CASE("make_optimizer(\"sgd\") is SGD with the same options") {
+  auto run = [](bool factory) {
+    Tensor p = Tensor::from_vector({0.5f, -1.0f}, {2});
+    p.set_requires_grad(true);
+    std::unique_ptr<Optimizer> opt;
+    if (factory) {
+      OptimizerOptions o;
+      o.lr = 0.1, o.momentum = 0.9, o.nesterov = true, o.weight_decay = 1e-2;
+      opt = make_optimizer("sgd", {{"p", p}}, o);
+    } else {
+      opt = std::make_unique<SGD>(NamedTensors{{"p", p}}, SGDOptions{0.1, 0.9, 0.0, 1e-2, true});
+    }
+    for (int t = 0; t < 3; ++t) {
+      p.set_grad(Tensor::from_vector({std::sin(float(t)), std::cos(float(t))}, {2}));
+      opt->step();
+    }
+    CHECK(opt->state().size() == 1);
+    CHECK(opt->state()[0].first == "p.momentum_buffer");
+    return p.to_vector();
+  };
+  CHECK(run(true) == run(false));
+}
