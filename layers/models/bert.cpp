@@ -29,7 +29,7 @@ void hf_init(Module& model, const BertConfig& cfg, Generator& gen) {
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       Tensor w = emb->weight();
       normal_(w, 0.0, cfg.initializer_range, gen);
-      if (name == "bert.embeddings.word_embeddings") w.slice(0, 1).zero_();  // pad_token_id = 0
+      if (name == "bert.embeddings.word_embeddings") w.detach().slice(0, 1).zero_();  // pad_token_id = 0
     } else {
       m->reset_parameters(gen);  // LayerNorm: weight 1, bias 0
     }
