@@ -23,7 +23,17 @@ Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same w
     images_per_s is tandem's definition (steady steps x batch / wall time of those steps, synchronised
     at both ends); ms_per_step_median comes from a CUDA-event pair around every step (host clock on
     the CPU), and images_per_s_median = batch / that median.
-Leaves out: mixed precision, torch.compile, DDP (one process, one device).
+Leaves out: mixed precision (images), torch.compile, DDP (one process, one device).
+
+--encoder NAME runs the encoder peer instead (tandem's layers/models/bert.h, issue 10):
+transformers' BertForMaskedLM (no pretrained weights; BertConfig with tandem's sizes, vocab
+--vocab 30522, dropout 0.1), attn_implementation="sdpa" (PyTorch's fused scaled-dot-product
+attention, flash/cuDNN kernels on an H100), bf16 autocast (f32 master weights, as tandem's
+--amp bf16), sequence --seq 128, the same --batch as tandem. One synthetic batch stays on the device:
+random token ids, every sequence padded over its last eighth (attention_mask 0 there, so the
+padding path is exercised), 15% of the real tokens predicted (labels = ids there, -100 elsewhere).
+SGD momentum 0.9, lr 1e-4, no weight decay. Reports tokens_per_s (batch x seq per step, padding
+included, tandem's definition) alongside the same timing fields as the image run.
 --check-cpu is a seconds-long smoke test on the CPU (tiny model, tiny images) that also checks its
 own output; the GPU session's --cpu-smoke mode uses --device cpu the same way.
 """
@@ -143,6 +153,37 @@ def make_model(name, num_classes):
     return BUILTIN[name](num_classes), "builtin"
 
 
+BERT_SIZES = {  # name: (layers, hidden, heads), tandem's layers/models/bert.h
+    "bert_tiny": (2, 128, 2), "bert_mini": (4, 256, 4), "bert_small": (4, 512, 8),
+    "bert_medium": (8, 512, 8), "bert_base": (12, 768, 12), "bert_large": (24, 1024, 16),
+}
+
+
+def make_encoder(a):
+    try:
+        from transformers import BertConfig, BertForMaskedLM
+    except ImportError:
+        sys.exit("pytorch_peer --encoder: needs the transformers package (pip install transformers)")
+    layers, hidden, heads = BERT_SIZES[a.encoder]
+    cfg = BertConfig(vocab_size=a.vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                     intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2,
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12)
+    try:
+        return BertForMaskedLM._from_config(cfg, attn_implementation="sdpa")
+    except TypeError:  # transformers older than 4.36: SDPA is not selectable, report the eager path
+        return BertForMaskedLM(cfg)
+
+
+def encoder_batch(a, dev):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, a.vocab, (a.batch, a.seq), generator=g)
+    mask = torch.ones(a.batch, a.seq, dtype=torch.long)
+    mask[:, a.seq - a.seq // 8:] = 0
+    predict = (torch.rand(a.batch, a.seq, generator=g) < 0.15) & (mask == 1)
+    labels = torch.where(predict, ids, torch.full_like(ids, -100))
+    return ids.to(dev), mask.to(dev), labels.to(dev)
+
+
 def run(a):
     dev = torch.device(a.device)
     torch.manual_seed(0)
@@ -151,25 +192,42 @@ def run(a):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
-    model, source = make_model(a.model, a.num_classes)
-    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
-    model = model.to(dev, memory_format=fmt).train()
-    params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    loss_fn = nn.CrossEntropyLoss()
-    x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev).contiguous(memory_format=fmt)
-    y = torch.randint(0, a.num_classes, (a.batch,), device=dev)
     cuda = dev.type == "cuda"
+    if a.encoder:
+        model = make_encoder(a).to(dev).train()
+        source = "transformers:" + getattr(model.config, "_attn_implementation", "eager")
+        # parameters() lists the tied decoder weight once: tandem's --describe count
+        params = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+        ids, mask, labels = encoder_batch(a, dev)
+        amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with amp:
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            opt.step()
+            return loss
+    else:
+        model, source = make_model(a.model, a.num_classes)
+        fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+        model = model.to(dev, memory_format=fmt).train()
+        params = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        loss_fn = nn.CrossEntropyLoss()
+        x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev).contiguous(memory_format=fmt)
+        y = torch.randint(0, a.num_classes, (a.batch,), device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
     sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
 
     warm = a.warmup if a.warmup >= 0 else min(10, a.steps // 4)  # tandem's --bench-warmup default
     t_init = time.perf_counter()
@@ -211,6 +269,8 @@ def run(a):
         "ms_per_step_median": med, "ms_per_step_min": min(ms), "ms_per_step_max": max(ms),
         "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
         "final_loss": final_loss,
+        "encoder": a.encoder, "seq": a.seq if a.encoder else None, "amp": a.amp if a.encoder else None,
+        "tokens_per_s": timed * a.batch * a.seq / wall if a.encoder else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
@@ -218,6 +278,15 @@ def run(a):
         "device": str(dev),
     }
     peak = f"{r['peak_mem_bytes'] / 2**20:.0f} MiB" if cuda else "n/a"
+    if a.encoder:
+        r["model"] = a.encoder
+        print(f"pytorch_peer: {a.encoder} ({source}, {params / 1e6:.2f} M params) batch {a.batch} seq {a.seq} "
+              f"amp {a.amp} on {r['gpu']}: {r['tokens_per_s']:.0f} tokens/s (window), median {med:.2f} ms/step, "
+              f"peak {peak}, loss {final_loss:.4f}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(r, f, indent=2)
+        return r
     print(f"pytorch_peer: {a.model} ({source}, {params / 1e6:.2f} M params) batch {a.batch} {a.precision} "
           f"on {r['gpu']}: {r['images_per_s']:.1f} img/s (window), median {med:.2f} ms/step "
           f"({r['images_per_s_median']:.1f} img/s), peak {peak}, loss {final_loss:.4f}")
@@ -242,9 +311,14 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", help="write the result here")
     p.add_argument("--check-cpu", action="store_true", help="seconds-long CPU smoke test of this script")
+    p.add_argument("--encoder", choices=sorted(BERT_SIZES), help="run the BERT masked-LM peer (e.g. bert_large)")
+    p.add_argument("--seq", type=int, default=128, help="encoder sequence length")
+    p.add_argument("--vocab", type=int, default=30522, help="encoder vocabulary size")
+    p.add_argument("--amp", default="bf16", choices=["bf16", "off"], help="encoder autocast dtype")
     a = p.parse_args()
     if a.check_cpu:
         a.device, a.model, a.batch, a.image_size, a.num_classes, a.steps, a.warmup = "cpu", "resnet_tiny", 4, 32, 10, 4, 1
+        a.encoder = None  # the smoke test covers the image path (transformers may be absent)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("pytorch_peer: no CUDA device visible to PyTorch: run on the GPU node or pass --device cpu")
     r = run(a)

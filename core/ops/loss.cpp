@@ -11,7 +11,10 @@
 #include "core/autograd.h"
 #include "core/ops/copy.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
 #include "core/ops/kernels/loss.h"
+#include "core/ops/reduce.h"
 
 namespace tandem::ops {
 namespace {
@@ -60,6 +63,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
                      return std::vector<Tensor>{d, Tensor()};
                    });
   return loss;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing, int64_t ignore_index) {
+  check_inputs(logits, labels, "cross_entropy");
+  std::vector<int64_t> v = labels.to_vector_i64();  // one host copy, as the range check makes anyway
+  std::vector<int64_t> rows, kept;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == ignore_index) continue;
+    rows.push_back(static_cast<int64_t>(i));
+    kept.push_back(v[i]);
+  }
+  if (kept.size() == v.size()) return cross_entropy(logits, labels, label_smoothing);
+  if (kept.empty()) return scale(sum(logits), 0.0f);  // 0, still connected to the graph
+  const auto n = static_cast<int64_t>(kept.size());
+  Tensor idx = Tensor::from_vector_i64(rows, {n}, DType::I64, logits.device());
+  Tensor lab = Tensor::from_vector_i64(kept, {n}, DType::I64, logits.device());
+  return cross_entropy(embedding(idx, logits), lab, label_smoothing);
 }
 
 int64_t topk_correct(const Tensor& logits, const Tensor& labels, int k) {

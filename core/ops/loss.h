@@ -10,6 +10,11 @@
 namespace tandem::ops {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing = 0.0f);
+// The same with PyTorch's ignore_index (masked-LM labels use -100): rows whose label equals
+// ignore_index are left out and the mean is over the others. Unlike PyTorch (0/0 = NaN), a batch
+// where every row is ignored gives a loss of 0 with zero gradients, so one unlucky batch cannot
+// poison a run. The kept rows are gathered (a differentiable row lookup) before the loss.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing, int64_t ignore_index);
 // Number of rows whose label is among the k largest logits (ties count as correct). Not differentiable.
 int64_t topk_correct(const Tensor& logits, const Tensor& labels, int k);
 

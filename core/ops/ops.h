@@ -1,5 +1,6 @@
 // core/ops/ops.h: every differentiable op, in one include. Each header documents its op family.
 #pragma once
+#include "core/ops/attention.h"    // defines: attention, scale_mask_softmax, split_qkv_heads, merge_heads
 #include "core/ops/batchnorm.h"    // defines: batch_norm (train/eval, running stats)
 #include "core/ops/conv.h"         // defines: conv2d (NHWC, OHWI weights), Conv2dParams
 #include "core/ops/copy.h"         // defines: cast, to_device, cast_raw, fill_

@@ -6,6 +6,7 @@
 #include "layers/init.h"
 #include "layers/layers.h"
 #include "layers/models/alexnet.h"
+#include "layers/models/bert.h"
 #include "layers/models/resnet.h"
 #include "layers/models/vgg.h"
 
@@ -36,6 +37,12 @@ const std::vector<std::pair<std::string, Builder>>& registry() {
     v.emplace_back("alexnet", [](int nc, uint64_t seed, const ModelOptions& o) {
       return std::make_shared<AlexNet>(AlexNetConfig{nc, o.dropout}, seed, o.init);
     });
+    for (const char* bert : {"bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"}) {
+      // For the encoders num_classes is the vocabulary size (the MLM head's outputs).
+      v.emplace_back(bert, [name = std::string(bert)](int vocab, uint64_t seed, const ModelOptions& o) {
+        return std::make_shared<BertForMaskedLM>(bert_config(name, vocab), seed, o.init);
+      });
+    }
     v.emplace_back("resnet_tiny", [](int nc, uint64_t seed, const ModelOptions& o) {
       ResNetConfig c = resnet_tiny_config(nc);
       c.zero_init_residual = o.zero_init_residual;

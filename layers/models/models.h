@@ -2,7 +2,9 @@
 //
 // Names: resnet18 resnet34 resnet50 resnet101 resnet152 vgg11 vgg11_bn vgg13 vgg13_bn vgg16
 // vgg16_bn vgg19 vgg19_bn alexnet (torchvision's architectures, names and parameter counts), and
-// two small models for CPU work and tests:
+// BERT encoders with a masked-LM head, bert_tiny bert_mini bert_small bert_medium bert_base bert_large
+// (layers/models/bert.h; for these num_classes is the vocabulary size and the input is token ids
+// [B, S]), and two small models for CPU work and tests:
 //   resnet_tiny  ResNet with BasicBlocks [1, 1, 1, 1], widths 16..128 (layers/models/resnet.h)
 //   small_cnn    3 x (Conv3x3-BN-ReLU), max-pools after the first two, global average pool, Linear:
 //                16/32/64 channels, ~24 K parameters; learns simple 16x16-64x64 image tasks in

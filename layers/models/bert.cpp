@@ -1,0 +1,96 @@
+// layers/models/bert.cpp: the BERT sizes, BertForMaskedLM and HF's init.
+#include "layers/models/bert.h"
+
+#include <utility>
+#include <vector>
+
+#include "core/ops/embedding.h"
+#include "core/ops/loss.h"
+#include "core/ops/shape.h"
+
+namespace tandem::models {
+namespace {
+
+struct Size {
+  const char* name;
+  int64_t layers, hidden, heads;
+};
+constexpr Size kSizes[] = {{"bert_tiny", 2, 128, 2},    {"bert_mini", 4, 256, 4},   {"bert_small", 4, 512, 8},
+                           {"bert_medium", 8, 512, 8},  {"bert_base", 12, 768, 12}, {"bert_large", 24, 1024, 16}};
+
+// HF BertPreTrainedModel._init_weights, walked in module order so the draws depend only on the
+// structure and the seed.
+void hf_init(Module& model, const BertConfig& cfg, Generator& gen) {
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* lin = dynamic_cast<Linear*>(m)) {
+      Tensor w = lin->weight();
+      normal_(w, 0.0, cfg.initializer_range, gen);
+      if (lin->bias().defined()) Tensor(lin->bias()).zero_();
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
+      Tensor w = emb->weight();
+      normal_(w, 0.0, cfg.initializer_range, gen);
+      if (name == "bert.embeddings.word_embeddings") w.detach().slice(0, 1).zero_();  // pad_token_id = 0
+    } else {
+      m->reset_parameters(gen);  // LayerNorm: weight 1, bias 0
+    }
+  }
+}
+
+}  // namespace
+
+bool is_bert_name(const std::string& name) {
+  for (const Size& s : kSizes)
+    if (name == s.name) return true;
+  return false;
+}
+
+BertConfig bert_config(const std::string& name, int64_t vocab_size) {
+  TANDEM_CHECK(vocab_size > 0, "bert_config: vocab_size must be positive, got ", vocab_size);
+  for (const Size& s : kSizes) {
+    if (name != s.name) continue;
+    BertConfig c;
+    c.vocab_size = vocab_size;
+    c.num_hidden_layers = s.layers;
+    c.hidden_size = s.hidden;
+    c.num_attention_heads = s.heads;
+    c.intermediate_size = 4 * s.hidden;
+    return c;
+  }
+  std::string valid;
+  for (const Size& s : kSizes) valid += (valid.empty() ? "" : ", ") + std::string(s.name);
+  TANDEM_THROW("unknown BERT size \"", name, "\"; valid names are: ", valid);
+}
+
+BertForMaskedLM::BertForMaskedLM(const BertConfig& cfg, uint64_t seed, bool init) : cfg_(cfg) {
+  bert_ = register_module("bert", std::make_shared<BertModel>(cfg));
+  cls_ = register_module("cls", std::make_shared<BertOnlyMLMHead>(cfg, bert_->embeddings().word_weight()));
+  if (init) {
+    Generator gen(seed);
+    hf_init(*this, cfg, gen);
+  }
+}
+
+Tensor BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
+  return (*cls_)(bert_->forward(input_ids, attention_mask, token_type_ids));
+}
+
+Tensor BertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids,
+                                 const Tensor& labels, int64_t ignore_index) {
+  TANDEM_CHECK(labels.shape() == input_ids.shape(), "BertForMaskedLM::mlm_loss: labels ", labels.str(),
+               " must have the shape of input_ids ", input_ids.str(), " (", ignore_index, " = not predicted)");
+  Tensor h = bert_->forward(input_ids, attention_mask, token_type_ids);
+  const int64_t n = h.size(0) * h.size(1);
+  std::vector<int64_t> lab = labels.to_vector_i64(), rows, kept;  // one small host copy per step
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[i] == ignore_index) continue;
+    rows.push_back(i);
+    kept.push_back(lab[i]);
+  }
+  const auto m = static_cast<int64_t>(rows.size());
+  Tensor h2 = ops::reshape(h, {n, h.size(2)});
+  if (m == 0) return ops::cross_entropy(h2, labels.view({n}), 0.0f, ignore_index);  // 0, see core/ops/loss.h
+  Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, h.device()), h2);  // [m, H]
+  return ops::cross_entropy((*cls_)(picked), Tensor::from_vector_i64(kept, {m}, DType::I64, h.device()));
+}
+
+}  // namespace tandem::models

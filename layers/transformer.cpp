@@ -1,0 +1,203 @@
+// layers/transformer.cpp: BERT's embeddings, encoder layers and masked-LM head (see transformer.h).
+#include "layers/transformer.h"
+
+#include "core/ops/ops.h"
+#include "core/profile.h"
+
+namespace tandem {
+
+ModulePtr ModuleList::add(ModulePtr m) {
+  register_module(std::to_string(mods_.size()), m);
+  mods_.push_back(m);
+  return m;
+}
+
+Tensor ModuleList::forward(const Tensor&) {
+  TANDEM_THROW("ModuleList has no forward of its own: iterate over its modules instead");
+}
+
+// ---- embeddings ----
+
+BertEmbeddings::BertEmbeddings(const BertConfig& cfg) : max_pos_(cfg.max_position_embeddings) {
+  // Weights are drawn by the model's init (layers/models/bert.cpp), not here: gen = nullptr.
+  word_ = register_module("word_embeddings", std::make_shared<Embedding>(cfg.vocab_size, cfg.hidden_size, nullptr));
+  position_ = register_module("position_embeddings",
+                              std::make_shared<Embedding>(cfg.max_position_embeddings, cfg.hidden_size, nullptr));
+  token_type_ = register_module("token_type_embeddings",
+                                std::make_shared<Embedding>(cfg.type_vocab_size, cfg.hidden_size, nullptr));
+  norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob));
+}
+
+Tensor BertEmbeddings::position_ids(int64_t seq, Device d) {
+  if (!pos_ids_.defined() || pos_ids_.size(0) != seq || pos_ids_.device() != d) {
+    std::vector<int64_t> ids(static_cast<size_t>(seq));
+    for (int64_t i = 0; i < seq; ++i) ids[i] = i;
+    pos_ids_ = Tensor::from_vector_i64(ids, {seq}, DType::I64, d);
+  }
+  return pos_ids_;
+}
+
+Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+  TANDEM_CHECK(input_ids.dim() == 2, "BertEmbeddings: input_ids must be [batch, seq], got ", input_ids.str());
+  const int64_t S = input_ids.size(1);
+  TANDEM_CHECK(S <= max_pos_, "BertEmbeddings: sequence length ", S, " exceeds max_position_embeddings = ",
+               max_pos_, "; truncate the input or build the model with a larger max_position_embeddings");
+  Tensor h = (*word_)(input_ids);                                    // [B, S, H]
+  h = ops::add(h, (*position_)(position_ids(S, input_ids.device())));  // + [S, H], broadcast over B
+  if (token_type_ids.defined()) {
+    TANDEM_CHECK(token_type_ids.shape() == input_ids.shape(), "BertEmbeddings: token_type_ids ",
+                 token_type_ids.str(), " must have the shape of input_ids ", input_ids.str());
+    h = ops::add(h, (*token_type_)(token_type_ids));
+  } else {
+    // HF's default: every token in segment 0. One row, broadcast over [B, S].
+    Tensor zero = position_ids(S, input_ids.device()).slice(0, 1);  // position 0 is the id 0
+    h = ops::add(h, ops::reshape((*token_type_)(zero), {h.size(2)}));
+  }
+  return (*dropout_)((*norm_)(h));
+}
+
+// ---- attention ----
+
+BertSelfAttention::BertSelfAttention(const BertConfig& cfg)
+    : heads_(cfg.num_attention_heads),
+      attn_dropout_(static_cast<float>(cfg.attention_probs_dropout_prob)),
+      backend_(cfg.attention_backend) {
+  TANDEM_CHECK(heads_ > 0 && cfg.hidden_size % heads_ == 0, "BertSelfAttention: hidden_size ", cfg.hidden_size,
+               " must be a multiple of num_attention_heads ", heads_);
+  const int64_t H = cfg.hidden_size;
+  query_ = register_module("query", std::make_shared<Linear>(H, H, true, nullptr));
+  key_ = register_module("key", std::make_shared<Linear>(H, H, true, nullptr));
+  value_ = register_module("value", std::make_shared<Linear>(H, H, true, nullptr));
+}
+
+Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& attention_mask) {
+  TANDEM_CHECK(x.dim() == 3, "BertSelfAttention: expects [batch, seq, hidden], got ", x.str());
+  const int64_t H = query_->in_features();
+  // One [3H, H] GEMM: the weights are concatenated as flat rows (see transformer.h for the cost).
+  Tensor w = ops::reshape(ops::concat_channels({ops::reshape(query_->weight(), {1, H * H}),
+                                                ops::reshape(key_->weight(), {1, H * H}),
+                                                ops::reshape(value_->weight(), {1, H * H})}),
+                          {3 * H, H});
+  Tensor b = ops::concat_channels({query_->bias(), key_->bias(), value_->bias()});
+  auto [q, k, v] = ops::split_qkv_heads(ops::linear(x, w, b), heads_);
+  ops::AttentionOptions opt;
+  opt.dropout_p = attn_dropout_;
+  opt.training = is_training();
+  opt.backend = backend_;
+  return ops::merge_heads(ops::attention(q, k, v, attention_mask, opt));
+}
+
+BertResidualOutput::BertResidualOutput(const BertConfig& cfg, int64_t in_features, std::string type)
+    : pre_ln_(cfg.pre_layer_norm), type_(std::move(type)) {
+  dense_ = register_module("dense", std::make_shared<Linear>(in_features, cfg.hidden_size, true, nullptr));
+  norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob));
+}
+
+Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
+  Tensor y = ops::add((*dropout_)((*dense_)(h)), residual);
+  return pre_ln_ ? y : (*norm_)(y);
+}
+
+Tensor BertResidualOutput::forward(const Tensor&) {
+  TANDEM_THROW(type_, " needs the residual input: call forward(hidden, residual)");
+}
+
+// ---- layer, encoder, model ----
+
+namespace {
+// HF's BertAttention ("attention") holds "self" and "output"; BertIntermediate ("intermediate")
+// holds "dense". Those containers carry no computation of their own (BertLayer runs their
+// children), so here they are plain Modules that only give the names their prefix.
+struct Holder : Module {
+  explicit Holder(std::string t) : type(std::move(t)) {}
+  Tensor forward(const Tensor&) override { TANDEM_THROW(type, " is called through BertLayer"); }
+  std::string type_name() const override { return type; }
+  using Module::register_module;
+  std::string type;
+};
+}  // namespace
+
+BertLayer::BertLayer(const BertConfig& cfg) : pre_ln_(cfg.pre_layer_norm) {
+  auto attention = register_module("attention", std::make_shared<Holder>("BertAttention"));
+  self_ = attention->register_module("self", std::make_shared<BertSelfAttention>(cfg));
+  attn_out_ = attention->register_module(
+      "output", std::make_shared<BertResidualOutput>(cfg, cfg.hidden_size, "BertSelfOutput"));
+  auto intermediate = register_module("intermediate", std::make_shared<Holder>("BertIntermediate"));
+  intermediate_ = intermediate->register_module(
+      "dense", std::make_shared<Linear>(cfg.hidden_size, cfg.intermediate_size, true, nullptr));
+  out_ = register_module("output", std::make_shared<BertResidualOutput>(cfg, cfg.intermediate_size, "BertOutput"));
+}
+
+Tensor BertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
+  const std::string label = "BertLayer " + name();  // the layer index, so a trace tells layers apart
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  if (pre_ln_) {
+    Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
+    return out_->forward(ops::gelu((*intermediate_)(out_->norm()(a))), a);
+  }
+  Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
+  return out_->forward(ops::gelu((*intermediate_)(a)), a);
+}
+
+BertEncoder::BertEncoder(const BertConfig& cfg) {
+  TANDEM_CHECK(cfg.num_hidden_layers > 0, "BertEncoder: num_hidden_layers must be positive, got ",
+               cfg.num_hidden_layers);
+  auto list = register_module("layer", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    layers_.push_back(std::make_shared<BertLayer>(cfg));
+    list->add(layers_.back());
+  }
+  if (cfg.pre_layer_norm)
+    final_ln_ = register_module("ln", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
+}
+
+Tensor BertEncoder::forward(const Tensor& x, const Tensor& attention_mask) {
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->forward(h, attention_mask);
+  return final_ln_ ? (*final_ln_)(h) : h;
+}
+
+BertModel::BertModel(const BertConfig& cfg) {
+  embeddings_ = register_module("embeddings", std::make_shared<BertEmbeddings>(cfg));
+  encoder_ = register_module("encoder", std::make_shared<BertEncoder>(cfg));
+}
+
+Tensor BertModel::forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) {
+  if (attention_mask.defined())
+    TANDEM_CHECK(attention_mask.shape() == input_ids.shape(), "BertModel: attention_mask ", attention_mask.str(),
+                 " must have the shape of input_ids ", input_ids.str(), " (1 = token, 0 = padding)");
+  return encoder_->forward(embeddings_->forward(input_ids, token_type_ids), attention_mask);
+}
+
+// ---- masked-LM head ----
+
+BertPredictionHeadTransform::BertPredictionHeadTransform(const BertConfig& cfg) {
+  dense_ = register_module("dense", std::make_shared<Linear>(cfg.hidden_size, cfg.hidden_size, true, nullptr));
+  norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
+}
+
+Tensor BertPredictionHeadTransform::forward(const Tensor& h) { return (*norm_)(ops::gelu((*dense_)(h))); }
+
+BertLMPredictionHead::BertLMPredictionHead(const BertConfig& cfg, Tensor tied_word_weight)
+    : decoder_weight_(std::move(tied_word_weight)) {
+  TANDEM_CHECK(decoder_weight_.defined() && decoder_weight_.dim() == 2 && decoder_weight_.size(0) == cfg.vocab_size &&
+                   decoder_weight_.size(1) == cfg.hidden_size,
+               "BertLMPredictionHead: the tied word-embedding weight must be [vocab_size, hidden_size] = [",
+               cfg.vocab_size, ", ", cfg.hidden_size, "]");
+  bias_ = register_parameter("bias", Tensor::zeros({cfg.vocab_size}));
+  transform_ = register_module("transform", std::make_shared<BertPredictionHeadTransform>(cfg));
+}
+
+Tensor BertLMPredictionHead::forward(const Tensor& h) {
+  // The tied weight is the embedding's own TensorImpl: Module::to() moves it in place, so this
+  // handle follows device and dtype changes, and both uses' gradients accumulate into one .grad.
+  return ops::linear((*transform_)(h), decoder_weight_, bias_);
+}
+
+BertOnlyMLMHead::BertOnlyMLMHead(const BertConfig& cfg, Tensor tied_word_weight) {
+  predictions_ = register_module("predictions", std::make_shared<BertLMPredictionHead>(cfg, std::move(tied_word_weight)));
+}
+
+}  // namespace tandem

@@ -1,0 +1,197 @@
+// layers/transformer.h: the BERT encoder's building blocks, with Hugging Face's module names.
+//
+// The tree mirrors transformers' BertModel (add_pooling_layer=False), so named_parameters() gives
+// HF's names once the model prefixes "bert." (layers/models/bert.h):
+//   embeddings.{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}
+//   encoder.layer.<i>.attention.self.{query, key, value}
+//   encoder.layer.<i>.attention.output.{dense, LayerNorm}
+//   encoder.layer.<i>.intermediate.dense       encoder.layer.<i>.output.{dense, LayerNorm}
+// Activations are [B, S, hidden]; attention_mask is HF's [B, S] (1 = token, 0 = padding, any dtype;
+// undefined = no padding) and masks keys only (core/ops/attention.h), so padded query rows still
+// produce (ignored) outputs, as in HF.
+//
+// Fused QKV: query/key/value stay three Linear modules - the storage IS HF's names, so checkpoints
+// and optimizers see plain [H, H] tensors - and the forward concatenates the three weights and
+// biases into one [3H, H] GEMM (ops::concat_channels on flat views). The concat copies 3H^2 values
+// per layer per step (3 M for BERT-large, ~0.1% of the layer's GEMM traffic at B*S = 4096 tokens),
+// which buys one large GEMM instead of three and no name mapping at checkpoint time.
+//
+// post-LN (BERT, the default): h = LN(x + Dropout(Sublayer(x))).
+// pre-LN (BertConfig::pre_layer_norm): h = x + Dropout(Sublayer(LN(x))), reusing the same
+// LayerNorm slots (attention.output.LayerNorm normalises the attention input, output.LayerNorm the
+// feed-forward input), plus one final LayerNorm after the last layer, named encoder.ln as in
+// Megatron-BERT; it trains deep stacks without warm-up tricks (Xiong et al., 2020).
+//
+// Each class has forward(x) for the Module interface (no mask) and a typed forward with the extra
+// inputs, which the parent calls directly.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ops/attention.h"
+#include "layers/layers.h"
+
+namespace tandem {
+
+// Hugging Face's BertConfig fields (same names, same defaults as bert-base-uncased).
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;     // 4 * hidden_size in every published BERT
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  double layer_norm_eps = 1e-12;
+  double initializer_range = 0.02;      // std of the N(0, std) init of every Linear and Embedding
+  bool pre_layer_norm = false;          // see the header comment
+  ops::AttentionBackend attention_backend = ops::AttentionBackend::Auto;
+};
+
+// Holds numbered children "0", "1", ... for a parent that calls them itself (torch.nn.ModuleList).
+class ModuleList : public Module {
+ public:
+  ModulePtr add(ModulePtr m);
+  size_t size() const { return mods_.size(); }
+  const ModulePtr& operator[](size_t i) const { return mods_.at(i); }
+  Tensor forward(const Tensor& x) override;  // an error: the owner iterates the list
+  std::string type_name() const override { return "ModuleList"; }
+
+ private:
+  std::vector<ModulePtr> mods_;
+};
+
+class BertEmbeddings : public Module {
+ public:
+  explicit BertEmbeddings(const BertConfig& cfg);
+  // input_ids [B, S] (i32/i64), token_type_ids [B, S] or undefined (all segment 0) -> [B, S, H].
+  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids);
+  Tensor forward(const Tensor& input_ids) override { return forward(input_ids, Tensor()); }
+  std::string type_name() const override { return "BertEmbeddings"; }
+  const Tensor& word_weight() const { return word_->weight(); }
+
+ private:
+  Tensor position_ids(int64_t seq, Device d);
+  std::shared_ptr<Embedding> word_, position_, token_type_;
+  std::shared_ptr<LayerNorm> norm_;
+  std::shared_ptr<Dropout> dropout_;
+  int64_t max_pos_;
+  Tensor pos_ids_;  // [S] cached 0..S-1 on the last device used, so a step does no host copy
+};
+
+class BertSelfAttention : public Module {
+ public:
+  explicit BertSelfAttention(const BertConfig& cfg);
+  // x [B, S, H] -> context [B, S, H] (before the output projection).
+  Tensor forward(const Tensor& x, const Tensor& attention_mask);
+  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  std::string type_name() const override { return "BertSelfAttention"; }
+
+ private:
+  std::shared_ptr<Linear> query_, key_, value_;
+  int64_t heads_;
+  float attn_dropout_;
+  ops::AttentionBackend backend_;
+};
+
+// dense + dropout + residual, with LayerNorm after (post-LN) or none here (pre-LN; see above).
+// Used for both attention.output (BertSelfOutput) and output (BertOutput): HF's two classes differ
+// only in the dense layer's input width.
+class BertResidualOutput : public Module {
+ public:
+  BertResidualOutput(const BertConfig& cfg, int64_t in_features, std::string type);
+  Tensor forward(const Tensor& h, const Tensor& residual);
+  Tensor forward(const Tensor& x) override;  // an error: needs the residual
+  std::string type_name() const override { return type_; }
+  LayerNorm& norm() { return *norm_; }
+
+ private:
+  std::shared_ptr<Linear> dense_;
+  std::shared_ptr<LayerNorm> norm_;
+  std::shared_ptr<Dropout> dropout_;
+  bool pre_ln_;
+  std::string type_;
+};
+
+class BertLayer : public Module {
+ public:
+  explicit BertLayer(const BertConfig& cfg);
+  Tensor forward(const Tensor& x, const Tensor& attention_mask);
+  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  std::string type_name() const override { return "BertLayer"; }
+
+ private:
+  std::shared_ptr<BertSelfAttention> self_;
+  std::shared_ptr<BertResidualOutput> attn_out_, out_;
+  std::shared_ptr<Linear> intermediate_;
+  bool pre_ln_;
+};
+
+class BertEncoder : public Module {
+ public:
+  explicit BertEncoder(const BertConfig& cfg);
+  Tensor forward(const Tensor& x, const Tensor& attention_mask);
+  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  std::string type_name() const override { return "BertEncoder"; }
+
+ private:
+  std::vector<std::shared_ptr<BertLayer>> layers_;
+  std::shared_ptr<LayerNorm> final_ln_;  // pre-LN only
+};
+
+// BertModel without the pooler: embeddings + encoder -> last hidden state [B, S, H].
+class BertModel : public Module {
+ public:
+  explicit BertModel(const BertConfig& cfg);
+  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids);
+  Tensor forward(const Tensor& input_ids) override { return forward(input_ids, Tensor(), Tensor()); }
+  std::string type_name() const override { return "BertModel"; }
+  BertEmbeddings& embeddings() { return *embeddings_; }
+
+ private:
+  std::shared_ptr<BertEmbeddings> embeddings_;
+  std::shared_ptr<BertEncoder> encoder_;
+};
+
+// cls.predictions.transform: dense -> GELU -> LayerNorm (HF's BertPredictionHeadTransform).
+class BertPredictionHeadTransform : public Module {
+ public:
+  explicit BertPredictionHeadTransform(const BertConfig& cfg);
+  Tensor forward(const Tensor& h) override;
+  std::string type_name() const override { return "BertPredictionHeadTransform"; }
+
+ private:
+  std::shared_ptr<Linear> dense_;
+  std::shared_ptr<LayerNorm> norm_;
+};
+
+// cls.predictions: transform, then the decoder whose weight is `tied_word_weight` (the word
+// embeddings: held, not registered here, so named_parameters() lists it once and describe() counts
+// it once) plus the head's own "bias" [V]. HF's state_dict also lists cls.predictions.decoder.weight
+// and .bias as aliases of those two; tandem's does not, and HF re-ties them when it loads ours.
+class BertLMPredictionHead : public Module {
+ public:
+  BertLMPredictionHead(const BertConfig& cfg, Tensor tied_word_weight);
+  Tensor forward(const Tensor& h) override;  // [..., H] -> logits [..., V]
+  std::string type_name() const override { return "BertLMPredictionHead"; }
+
+ private:
+  Tensor bias_, decoder_weight_;
+  std::shared_ptr<BertPredictionHeadTransform> transform_;
+};
+
+// cls: holds "predictions" (HF's BertOnlyMLMHead).
+class BertOnlyMLMHead : public Module {
+ public:
+  BertOnlyMLMHead(const BertConfig& cfg, Tensor tied_word_weight);
+  Tensor forward(const Tensor& h) override { return (*predictions_)(h); }
+  std::string type_name() const override { return "BertOnlyMLMHead"; }
+
+ private:
+  std::shared_ptr<BertLMPredictionHead> predictions_;
+};
+
+}  // namespace tandem
