@@ -1,9 +1,9 @@
-// optim/sgd.cpp: SGD bookkeeping and the CPU reference update (see optim/sgd.h for the math).
+// optim/sgd.cpp: SGD bookkeeping and backend dispatch (see optim/sgd.h for the math; the updates
+// themselves are optim/cpu/sgd.cpp and optim/cuda/sgd.cu).
 #include "optim/sgd.h"
 
-#include "core/ops/dispatch.h"
 #include "core/profile.h"
-#include "optim/kernels.h"
+#include "optim/kernels/sgd.h"
 
 namespace tandem::optim {
 
@@ -33,23 +33,7 @@ void SGD::step_cpu(Slot& s) {
   const Tensor g = s.param.grad();
   const bool first = !s.buf.defined();
   if (opt_.momentum != 0 && first) s.buf = Tensor::empty_like(s.param);
-  TANDEM_CPU_FLOAT_TYPES(s.param.dtype(), T, [&] {
-    T* p = s.param.data<T>();
-    const T* gr = g.data<T>();
-    T* buf = opt_.momentum != 0 ? s.buf.data<T>() : nullptr;
-    const T lr = static_cast<T>(opt_.lr), wd = static_cast<T>(opt_.weight_decay);
-    const T mom = static_cast<T>(opt_.momentum), damp = static_cast<T>(1.0 - opt_.dampening);
-    const int64_t n = s.param.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      T d = gr[i] + wd * p[i];
-      if (buf) {
-        T b = first ? d : mom * buf[i] + damp * d;
-        buf[i] = b;
-        d = opt_.nesterov ? d + mom * b : b;
-      }
-      p[i] -= lr * d;
-    }
-  });
+  kernels::sgd_step_cpu(s.param, g, s.buf, first, opt_);
 }
 
 void SGD::step() {
@@ -73,8 +57,6 @@ void SGD::step() {
 
 void SGD::step_cuda(std::vector<Slot*>& slots) {
 #ifdef TANDEM_WITH_CUDA
-  kernels::SgdHyper h{static_cast<float>(opt_.lr), static_cast<float>(opt_.momentum),
-                      static_cast<float>(opt_.dampening), static_cast<float>(opt_.weight_decay), opt_.nesterov};
   // One launch per (device, dtype) group: a model on one GPU in one dtype is exactly one launch.
   std::vector<bool> done(slots.size(), false);
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -91,7 +73,7 @@ void SGD::step_cuda(std::vector<Slot*>& slots) {
       group.push_back({s.param.data_ptr(), s.param.grad().data_ptr(),
                        opt_.momentum != 0 ? s.buf.data_ptr() : nullptr, s.param.numel(), first});
     }
-    kernels::sgd_step_cuda(cuda_table_, dt, dev.index, group, h);
+    kernels::sgd_step_cuda(cuda_table_, dt, dev.index, group, opt_);
   }
 #else
   TANDEM_THROW("SGD: CUDA parameters in a CPU-only build");
