@@ -13,7 +13,7 @@
 namespace tandem::autograd {
 namespace {
 thread_local bool t_grad_mode = true;
-thread_local bool t_in_backward = false;
+thread_local bool t_in_backward = false;  // guards against a re-entrant backward
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 std::atomic<uint64_t> g_next_seq{0};
 
@@ -88,8 +88,6 @@ void record(const std::string& name, const std::vector<Tensor>& inputs, std::vec
     o.output_nr = i;
   }
 }
-
-bool in_backward() { return t_in_backward; }
 
 void queue_callback(std::function<void()> cb) {
   TANDEM_CHECK(t_callbacks != nullptr, "queue_callback must be called during a backward pass");

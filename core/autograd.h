@@ -115,6 +115,5 @@ Edge gradient_edge(const Tensor& t);
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);
 // Runs `cb` once the current backward has finished all nodes (must be called during a backward).
 void queue_callback(std::function<void()> cb);
-bool in_backward();
 
 }  // namespace tandem::autograd

@@ -17,7 +17,6 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "f32", "f64", ... (the names used in flags and messages)
 DType dtype_from_name(const std::string& name);  // throws with the list of valid names
 inline bool is_floating(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
-inline bool is_half(DType t) { return t == DType::F16 || t == DType::BF16; }
 
 inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }

@@ -1,4 +1,5 @@
-// core/storage.cpp: CPU (aligned) and CUDA (stream-ordered pool) allocation with byte counters.
+// core/storage.cpp: CPU (aligned or pinned) and CUDA (stream-ordered pool) allocation with byte
+// counters.
 #include "core/storage.h"
 
 #include <array>
@@ -52,8 +53,19 @@ void configure_pool(int device) {
 
 }  // namespace
 
-Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), device_(device) {
   if (bytes == 0) return;
+#ifdef TANDEM_WITH_CUDA
+  if (device.is_cpu() && host == HostMemory::Pinned && cuda_available()) {
+    // Portable: the loader may copy to a device other than the one current at allocation time.
+    CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable), "pinning ", bytes,
+               " bytes of host memory failed; lower the batch size or set pin_memory = false");
+    pinned_ = true;
+    count(device, static_cast<int64_t>(bytes));
+    return;
+  }
+#endif
+  (void)host;
   if (device.is_cpu()) {
     size_t rounded = (bytes + 63) / 64 * 64;
     data_ = std::aligned_alloc(64, rounded);
@@ -78,7 +90,11 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
 
 Storage::~Storage() {
   if (!data_) return;
-  if (device_.is_cpu()) {
+  if (pinned_) {
+#ifdef TANDEM_WITH_CUDA
+    cudaFreeHost(data_);  // no throw in a destructor; a failure here leaks at worst
+#endif
+  } else if (device_.is_cpu()) {
     std::free(data_);
   } else {
 #ifdef TANDEM_WITH_CUDA

@@ -6,6 +6,9 @@
 // driver: that is what makes cudaMallocAsync as cheap as a caching allocator). Frees are ordered on
 // the compute stream too, so a block can be reused by the next kernel without a host sync.
 // Work on the communication stream that reads a block must be fenced by events (see dist/).
+// A CPU block can also be page-locked (HostMemory::Pinned, cudaHostAlloc): the staging buffers of
+// the data loader (data/pinned.h) are such blocks, so there is one owning byte buffer in tandem.
+// Every block, pinned or not, counts towards its device's memory counters.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,9 +18,16 @@
 
 namespace tandem {
 
+// How a CPU block is allocated. Pinned (page-locked) memory lets cudaMemcpyAsync run as a true DMA
+// transfer that overlaps with kernels; from pageable memory the driver stages through its own
+// pinned buffer and the copy blocks the host. Pinned is honoured only in a CUDA build with a
+// visible GPU; otherwise the block is ordinary aligned memory (see Storage::pinned()).
+enum class HostMemory { Pageable, Pinned };
+
 class Storage {
  public:
-  Storage(size_t bytes, Device device);
+  // `host` is ignored for CUDA devices.
+  Storage(size_t bytes, Device device, HostMemory host = HostMemory::Pageable);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -25,15 +35,17 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }  // page-locked host memory (cudaHostAlloc)
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  bool pinned_ = false;
 };
 
 struct MemoryStats {
-  int64_t current_bytes = 0;  // bytes held by live tensors now
+  int64_t current_bytes = 0;  // bytes held by live Storage blocks now (tensors, pinned staging)
   int64_t peak_bytes = 0;     // high-water mark since start or the last reset_peak_memory
 };
 MemoryStats memory_stats(Device d);

@@ -68,7 +68,6 @@ class Tensor {
   static Tensor from_vector_i64(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::I64,
                                 Device device = Device::cpu());
   static Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
-  static Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }
@@ -104,10 +103,12 @@ class Tensor {
   // Same data, no autograd history, requires_grad false.
   Tensor detach() const;
 
-  // ---- copies and fills (not recorded by autograd) ----
+  // ---- copies and fills ----
+  // to() is recorded by autograd (it calls ops::to_device / ops::cast) and returns *this when
+  // nothing changes; clone, copy_, zero_ and fill_ are not recorded.
   Tensor clone() const;
-  Tensor to(Device d) const;          // copy to another device (differentiable: see ops::to_device)
-  Tensor to(DType t) const;           // cast (differentiable: see ops::cast)
+  Tensor to(Device d) const;          // copy to another device
+  Tensor to(DType t) const;           // cast
   void copy_(const Tensor& src);      // same shape (numel) and dtype; any devices
   void zero_();
   void fill_(double value);

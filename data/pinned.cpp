@@ -1,8 +1,6 @@
-// data/pinned.cpp: cudaHostAlloc/cudaMemcpyAsync/cudaEvent in CUDA builds, plain memory otherwise.
+// data/pinned.cpp: cudaMemcpyAsync/cudaEvent in CUDA builds, no-ops otherwise (HostBuffer's
+// allocation is core/storage.cpp's).
 #include "data/pinned.h"
-
-#include <cstdlib>
-#include <utility>
 
 #include "core/check.h"
 #ifdef TANDEM_WITH_CUDA
@@ -12,39 +10,6 @@
 #endif
 
 namespace tandem::data {
-
-HostBuffer::HostBuffer(size_t bytes, bool try_pin) : bytes_(bytes) {
-  if (bytes == 0) return;
-#ifdef TANDEM_WITH_CUDA
-  if (try_pin && cuda_available()) {
-    // Portable: the loader may copy to a device other than the one current at allocation time.
-    CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable),
-               "pinning ", bytes, " bytes of host memory failed; lower the batch size or set pin_memory = false");
-    pinned_ = true;
-    return;
-  }
-#endif
-  (void)try_pin;
-  data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  TANDEM_CHECK(data_ != nullptr, "out of host memory allocating a ", bytes, "-byte batch buffer");
-}
-
-HostBuffer::~HostBuffer() {
-  if (!data_) return;
-#ifdef TANDEM_WITH_CUDA
-  if (pinned_) {
-    cudaFreeHost(data_);  // no throw in a destructor; a failure here leaks at worst
-    return;
-  }
-#endif
-  std::free(data_);
-}
-
-void HostBuffer::swap(HostBuffer& o) noexcept {
-  std::swap(data_, o.data_);
-  std::swap(bytes_, o.bytes_);
-  std::swap(pinned_, o.pinned_);
-}
 
 void copy_to_device_async(const void* src, Tensor& dst) {
   TANDEM_CHECK(dst.is_cuda(), "copy_to_device_async: destination ", dst.str(), " is not a CUDA tensor");

@@ -1,9 +1,11 @@
 // data/pinned.h: host staging buffers and the host-to-device copy of a batch.
 //
-// A HostBuffer is page-locked (cudaHostAlloc) when tandem is built with CUDA, a GPU is visible and
-// pinning was asked for; otherwise it is ordinary 64-byte aligned memory. Pinned memory is what
-// lets cudaMemcpyAsync run as a true DMA transfer that overlaps with kernels; from pageable memory
-// the driver stages through its own pinned buffer and the copy blocks the host.
+// A HostBuffer is a movable owner of one CPU Storage block (core/storage.h): page-locked
+// (HostMemory::Pinned, cudaHostAlloc) when tandem is built with CUDA, a GPU is visible and pinning
+// was asked for; otherwise ordinary 64-byte aligned memory. Pinned memory is what lets
+// cudaMemcpyAsync run as a true DMA transfer that overlaps with kernels; from pageable memory the
+// driver stages through its own pinned buffer and the copy blocks the host. Like every Storage,
+// its bytes count towards the CPU's memory counters.
 //
 // CopyFence marks the end of a batch's copies on the compute stream (one CUDA event). The loader
 // reuses a staging buffer only after wait() on the fence of the batch that last used it: that is
@@ -12,6 +14,7 @@
 // classes are plain memory and no-ops.
 #pragma once
 #include <cstddef>
+#include <memory>
 
 #include "core/tensor.h"
 
@@ -20,22 +23,16 @@ namespace tandem::data {
 class HostBuffer {
  public:
   HostBuffer() = default;
-  HostBuffer(size_t bytes, bool try_pin);
-  ~HostBuffer();
-  HostBuffer(HostBuffer&& o) noexcept { swap(o); }
-  HostBuffer& operator=(HostBuffer&& o) noexcept { swap(o); return *this; }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
+  HostBuffer(size_t bytes, bool try_pin)
+      : storage_(std::make_unique<Storage>(bytes, Device::cpu(),
+                                           try_pin ? HostMemory::Pinned : HostMemory::Pageable)) {}
 
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
-  bool pinned() const { return pinned_; }
+  void* data() const { return storage_ ? storage_->data() : nullptr; }
+  size_t bytes() const { return storage_ ? storage_->bytes() : 0; }
+  bool pinned() const { return storage_ && storage_->pinned(); }
 
  private:
-  void swap(HostBuffer& o) noexcept;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-  bool pinned_ = false;
+  std::unique_ptr<Storage> storage_;  // null when default-constructed or moved from
 };
 
 // Enqueues a copy of dst.nbytes() bytes from host memory `src` into the CUDA tensor dst on the

@@ -1,8 +1,8 @@
-// optim/sgd.cpp: SGD's CPU reference update and its CUDA dispatch (see optim/sgd.h for the math).
+// optim/sgd.cpp: SGD bookkeeping and backend dispatch (see optim/sgd.h for the math; the updates
+// themselves are optim/cpu/sgd.cpp and optim/cuda/sgd.cu).
 #include "optim/sgd.h"
 
-#include "core/ops/dispatch.h"
-#include "optim/kernels.h"
+#include "optim/kernels/sgd.h"
 
 namespace tandem::optim {
 
@@ -52,32 +52,15 @@ void SGD::update(std::vector<Slot*>& active) {
 }
 
 void SGD::step_cpu(Slot& s) {
-  const Tensor& param = s.seg.param;
+  Tensor param = s.seg.param;  // a handle: the kernel writes through it into the parameter
   const bool first = s.bufs.empty() || !s.bufs[0].defined();
   if (opt_.momentum != 0 && first) s.bufs = {Tensor::empty_like(param)};
-  TANDEM_CPU_FLOAT_TYPES(param.dtype(), T, [&] {
-    T* p = param.data<T>();
-    const T* gr = s.grad.data<T>();
-    T* buf = opt_.momentum != 0 ? s.bufs[0].data<T>() : nullptr;
-    const T lr = static_cast<T>(this->lr()), wd = static_cast<T>(opt_.weight_decay);
-    const T mom = static_cast<T>(opt_.momentum), damp = static_cast<T>(1.0 - opt_.dampening);
-    const int64_t n = param.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      T d = gr[i] + wd * p[i];
-      if (buf) {
-        T b = first ? d : mom * buf[i] + damp * d;
-        buf[i] = b;
-        d = opt_.nesterov ? d + mom * b : b;
-      }
-      p[i] -= lr * d;
-    }
-  });
+  Tensor buf = s.bufs.empty() ? Tensor() : s.bufs[0];
+  kernels::sgd_step_cpu(param, s.grad, buf, first, options());
 }
 
 void SGD::step_cuda(std::vector<Slot*>& slots) {
 #ifdef TANDEM_WITH_CUDA
-  kernels::SgdHyper h{static_cast<float>(lr()), static_cast<float>(opt_.momentum),
-                      static_cast<float>(opt_.dampening), static_cast<float>(opt_.weight_decay), opt_.nesterov};
   // One launch per (device, dtype) group: a model on one GPU in one dtype is exactly one launch.
   std::vector<bool> done(slots.size(), false);
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -95,7 +78,7 @@ void SGD::step_cuda(std::vector<Slot*>& slots) {
       group.push_back({p.data_ptr(), s.grad.data_ptr(), opt_.momentum != 0 ? s.bufs[0].data_ptr() : nullptr,
                        p.numel(), first});
     }
-    kernels::sgd_step_cuda(cuda_table_, dt, dev.index, group, h);
+    kernels::sgd_step_cuda(cuda_table_, dt, dev.index, group, options());
   }
 #else
   (void)slots;

@@ -8,8 +8,8 @@
 //   p  -= lr * d_p
 //
 // Parameters whose .grad is undefined are skipped (their buffer is untouched), as in PyTorch.
-// CPU: a plain loop per tensor in f32/f64. CUDA: one fused multi-tensor launch per step over every
-// parameter (optim/cuda/sgd.cu); param, grad and buffer share a dtype, math is in f32.
+// CPU: a plain loop per tensor in f32/f64 (optim/cpu/sgd.cpp). CUDA: one fused multi-tensor launch per
+// step over every parameter (optim/cuda/sgd.cu); param, grad and buffer share a dtype, math is in f32.
 // The lr can change between steps (set_lr, driven by optim/lr_schedule.h). The update is
 // elementwise, so a segment (optim/optimizer.h, ZeRO) updates like the same elements of the whole
 // parameter. State: "<name>.momentum_buffer" (momentum != 0), as PyTorch's state dict.

@@ -21,9 +21,11 @@
 
 #include "core/ops/ops.h"
 #include "core/random.h"
+#include "tests/support/conv_params.h"
 #include "tests/support/parity.h"
 
 using namespace tandem;
+using testing::conv_params;
 using testing::parity_check;
 using testing::Tolerance;
 
@@ -58,15 +60,6 @@ void for_each_precision(F body) {
     body(p);
   }
   ops::set_allow_tf32(prev);
-}
-
-ops::Conv2dParams params(int s, int pad, int d, int groups) {
-  ops::Conv2dParams p;
-  p.stride_h = p.stride_w = s;
-  p.pad_h = p.pad_w = pad;
-  p.dilation_h = p.dilation_w = d;
-  p.groups = groups;
-  return p;
 }
 
 }  // namespace
@@ -106,14 +99,14 @@ TEST_CASE("conv2d parity (cuDNN graph API) across stride, padding, dilation, gro
     ops::Conv2dParams p;
   };
   const Case cases[] = {
-      {"3x3 same", {2, 8, 8, 16}, {16, 3, 3, 16}, params(1, 1, 1, 1)},
-      {"3x3 stride 2", {2, 9, 9, 16}, {24, 3, 3, 16}, params(2, 1, 1, 1)},
-      {"1x1", {2, 6, 6, 32}, {16, 1, 1, 32}, params(1, 0, 1, 1)},
-      {"1x1 stride 2 (downsample)", {2, 8, 8, 16}, {32, 1, 1, 16}, params(2, 0, 1, 1)},
-      {"7x7 stride 2 stem, 3 channels", {2, 16, 16, 3}, {8, 7, 7, 3}, params(2, 3, 1, 1)},
-      {"dilated", {1, 10, 10, 8}, {8, 3, 3, 8}, params(1, 2, 2, 1)},
-      {"grouped", {2, 6, 6, 16}, {16, 3, 3, 4}, params(1, 1, 1, 4)},
-      {"depthwise", {2, 7, 7, 16}, {16, 3, 3, 1}, params(1, 1, 1, 16)},
+      {"3x3 same", {2, 8, 8, 16}, {16, 3, 3, 16}, conv_params(1, 1, 1, 1)},
+      {"3x3 stride 2", {2, 9, 9, 16}, {24, 3, 3, 16}, conv_params(2, 1, 1, 1)},
+      {"1x1", {2, 6, 6, 32}, {16, 1, 1, 32}, conv_params(1, 0, 1, 1)},
+      {"1x1 stride 2 (downsample)", {2, 8, 8, 16}, {32, 1, 1, 16}, conv_params(2, 0, 1, 1)},
+      {"7x7 stride 2 stem, 3 channels", {2, 16, 16, 3}, {8, 7, 7, 3}, conv_params(2, 3, 1, 1)},
+      {"dilated", {1, 10, 10, 8}, {8, 3, 3, 8}, conv_params(1, 2, 2, 1)},
+      {"grouped", {2, 6, 6, 16}, {16, 3, 3, 4}, conv_params(1, 1, 1, 4)},
+      {"depthwise", {2, 7, 7, 16}, {16, 3, 3, 1}, conv_params(1, 1, 1, 16)},
   };
   for_each_precision([&](const Precision& p) {
     for (const Case& c : cases) {
@@ -130,8 +123,8 @@ TEST_CASE("cached plans are reused correctly when the same shape runs again") {
   // The second call hits the plan caches (cuBLASLt algorithm, cuDNN execution plan): results must
   // not depend on whether the plan was fresh.
   Tensor x = rnd({2, 8, 8, 16}, 40).to(Device::cuda(0)), w = rnd({16, 3, 3, 16}, 41).to(Device::cuda(0));
-  std::vector<float> first = ops::conv2d(x, w, Tensor(), params(1, 1, 1, 1)).to_vector();
-  std::vector<float> second = ops::conv2d(x, w, Tensor(), params(1, 1, 1, 1)).to_vector();
+  std::vector<float> first = ops::conv2d(x, w, Tensor(), conv_params(1, 1, 1, 1)).to_vector();
+  std::vector<float> second = ops::conv2d(x, w, Tensor(), conv_params(1, 1, 1, 1)).to_vector();
   CHECK(first == second);
   Tensor a = rnd({33, 64}, 42).to(Device::cuda(0)), b = rnd({64, 40}, 43).to(Device::cuda(0));
   CHECK(ops::matmul(a, b).to_vector() == ops::matmul(a, b).to_vector());

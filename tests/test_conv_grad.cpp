@@ -6,9 +6,11 @@
 #include <cmath>
 
 #include "core/ops/ops.h"
+#include "tests/support/conv_params.h"
 #include "tests/support/gradcheck.h"
 
 using namespace tandem;
+using testing::conv_params;
 using testing::gradcheck;
 using testing::rand_f64;
 
@@ -47,25 +49,16 @@ std::vector<double> direct_conv(const Case& t, const std::vector<double>& x, con
   return y;
 }
 
-ops::Conv2dParams params(int s, int pad, int d, int groups) {
-  ops::Conv2dParams p;
-  p.stride_h = p.stride_w = s;
-  p.pad_h = p.pad_w = pad;
-  p.dilation_h = p.dilation_w = d;
-  p.groups = groups;
-  return p;
-}
-
 const Case kCases[] = {
-    {"3x3 same", 2, 5, 5, 3, 4, 3, 3, params(1, 1, 1, 1)},
-    {"3x3 stride 2", 2, 6, 5, 3, 4, 3, 3, params(2, 1, 1, 1)},
-    {"1x1 direct path", 2, 4, 3, 5, 6, 1, 1, params(1, 0, 1, 1)},
-    {"1x1 stride 2", 1, 5, 5, 4, 3, 1, 1, params(2, 0, 1, 1)},
-    {"dilated 3x3", 1, 7, 6, 2, 3, 3, 3, params(1, 2, 2, 1)},
-    {"grouped", 2, 4, 4, 4, 6, 3, 3, params(1, 1, 1, 2)},
-    {"depthwise", 2, 5, 4, 3, 3, 3, 3, params(2, 1, 1, 3)},
-    {"depthwise multiplier 2", 1, 4, 4, 2, 4, 3, 3, params(1, 1, 1, 2)},
-    {"7x7 stride 2 stem-like", 1, 9, 9, 3, 2, 7, 7, params(2, 3, 1, 1)},
+    {"3x3 same", 2, 5, 5, 3, 4, 3, 3, conv_params(1, 1, 1, 1)},
+    {"3x3 stride 2", 2, 6, 5, 3, 4, 3, 3, conv_params(2, 1, 1, 1)},
+    {"1x1 direct path", 2, 4, 3, 5, 6, 1, 1, conv_params(1, 0, 1, 1)},
+    {"1x1 stride 2", 1, 5, 5, 4, 3, 1, 1, conv_params(2, 0, 1, 1)},
+    {"dilated 3x3", 1, 7, 6, 2, 3, 3, 3, conv_params(1, 2, 2, 1)},
+    {"grouped", 2, 4, 4, 4, 6, 3, 3, conv_params(1, 1, 1, 2)},
+    {"depthwise", 2, 5, 4, 3, 3, 3, 3, conv_params(2, 1, 1, 3)},
+    {"depthwise multiplier 2", 1, 4, 4, 2, 4, 3, 3, conv_params(1, 1, 1, 2)},
+    {"7x7 stride 2 stem-like", 1, 9, 9, 3, 2, 7, 7, conv_params(2, 3, 1, 1)},
 };
 
 }  // namespace
@@ -103,7 +96,7 @@ TEST_CASE("conv2d gradients (x, w, bias) by finite differences") {
 }
 
 TEST_CASE("conv2d without bias, gradient to one input only") {
-  const ops::Conv2dParams p = params(1, 1, 1, 1);
+  const ops::Conv2dParams p = conv_params(1, 1, 1, 1);
   auto f = [&](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], Tensor(), p); };
   CHECK(gradcheck(f, {rand_f64({1, 4, 4, 2}, 7), rand_f64({3, 3, 3, 2}, 8, -1, 1, false)}) == "");
   CHECK(gradcheck(f, {rand_f64({1, 4, 4, 2}, 9, -1, 1, false), rand_f64({3, 3, 3, 2}, 10)}) == "");
@@ -115,6 +108,6 @@ TEST_CASE("conv2d rejects bad shapes with an actionable message") {
                        doctest::Contains("C/groups"), Error);
   CHECK_THROWS_WITH_AS(ops::conv2d(x, rand_f64({2, 5, 5, 3}, 3, -1, 1, false), Tensor(), {}),
                        doctest::Contains("does not fit"), Error);
-  CHECK_THROWS_WITH_AS(ops::conv2d(x, rand_f64({2, 3, 3, 3}, 4, -1, 1, false), Tensor(), params(1, 1, 1, 2)),
+  CHECK_THROWS_WITH_AS(ops::conv2d(x, rand_f64({2, 3, 3, 3}, 4, -1, 1, false), Tensor(), conv_params(1, 1, 1, 2)),
                        doctest::Contains("must divide"), Error);
 }

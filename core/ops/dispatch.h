@@ -4,6 +4,8 @@
 // f32/f64 only; a 16-bit CPU tensor must be cast first, and the error says so.
 // TANDEM_BACKEND(t, cpu_call, cuda_call) picks the backend by t's device; in a CPU-only build the
 // CUDA branch is compiled out (no CUDA tensor can exist there).
+// with_index_ptr(idx, f) calls f with a typed pointer to an i32/i64 index tensor (embedding indices,
+// class labels) on either backend.
 #pragma once
 #include "core/check.h"
 #include "core/tensor.h"
@@ -18,6 +20,18 @@
                      ": cast the tensor with .to(DType::F32) first");                                    \
     }                                                                                                    \
   }()
+
+namespace tandem::kernels {
+// f(const int64_t*) for i64 indices, f(const int32_t*) otherwise: the op layer has already checked
+// that the dtype is one of the two (and the range), so the kernels only read.
+template <typename F>
+void with_index_ptr(const Tensor& idx, F&& f) {
+  if (idx.dtype() == DType::I64)
+    f(static_cast<const int64_t*>(idx.data_ptr()));
+  else
+    f(static_cast<const int32_t*>(idx.data_ptr()));
+}
+}  // namespace tandem::kernels
 
 #ifdef TANDEM_WITH_CUDA
 #define TANDEM_BACKEND(t, cpu_call, cuda_call) \

@@ -1,4 +1,6 @@
 // core/ops/elementwise.cpp: shape checks, backend dispatch and autograd for elementwise ops.
+// Each op names its functor (fn::Relu, fn::Axpby, ...): run_unary<F> / run_binary<F> turn it into
+// the op code that the backends share (see core/ops/functors.h for the op table).
 #include "core/ops/elementwise.h"
 
 #include "core/autograd.h"
@@ -6,8 +8,6 @@
 #include "core/ops/kernels/elementwise.h"
 
 namespace tandem::ops {
-using kernels::Binary;
-using kernels::Unary;
 
 namespace {
 
@@ -26,15 +26,33 @@ void check_binary(const Tensor& a, const Tensor& b, const char* op, bool allow_b
                shape_str(b.shape()), " do not match", allow_broadcast ? " (b may only broadcast along leading dims of a)" : "");
 }
 
-Tensor run_unary(Unary op, const Tensor& x, float alpha) {
-  Tensor y = Tensor::empty_like(x);
+// y = F(x) into an existing y (which may be x), F a functor of fn::UnaryOps whose parameter (if
+// any) is alpha.
+template <typename F>
+void unary_into(const Tensor& x, Tensor& y, float alpha) {
+  constexpr kernels::Unary op = kernels::unary_op<F>();
   TANDEM_BACKEND(x, kernels::unary_cpu(op, x, y, alpha), kernels::unary_cuda(op, x, y, alpha));
+}
+
+// y = F(a, b) into an existing y (which may be a), F a functor of fn::BinaryOps whose parameters
+// (if any) are alpha, beta.
+template <typename F>
+void binary_into(const Tensor& a, const Tensor& b, Tensor& y, float alpha, float beta) {
+  constexpr kernels::Binary op = kernels::binary_op<F>();
+  TANDEM_BACKEND(a, kernels::binary_cpu(op, a, b, y, alpha, beta), kernels::binary_cuda(op, a, b, y, alpha, beta));
+}
+
+template <typename F>
+Tensor run_unary(const Tensor& x, float alpha = 0) {
+  Tensor y = Tensor::empty_like(x);
+  unary_into<F>(x, y, alpha);
   return y;
 }
 
-Tensor run_binary(Binary op, const Tensor& a, const Tensor& b, float alpha = 1, float beta = 1) {
+template <typename F>
+Tensor run_binary(const Tensor& a, const Tensor& b, float alpha = 1, float beta = 1) {
   Tensor y = Tensor::empty_like(a);
-  TANDEM_BACKEND(a, kernels::binary_cpu(op, a, b, y, alpha, beta), kernels::binary_cuda(op, a, b, y, alpha, beta));
+  binary_into<F>(a, b, y, alpha, beta);
   return y;
 }
 
@@ -57,7 +75,7 @@ Tensor sum_to_trailing(const Tensor& g, const Shape& trailing) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   check_binary(a, b, "add", true);
-  Tensor y = run_binary(Binary::Add, a, b);
+  Tensor y = run_binary<fn::Add>(a, b);
   autograd::record("AddBackward", {a, b}, y, [sa = a.shape(), sb = b.shape()](std::vector<Tensor>& g) {
     return std::vector<Tensor>{g[0], sa == sb ? g[0] : sum_to_trailing(g[0], sb)};
   });
@@ -66,7 +84,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   check_binary(a, b, "sub", true);
-  Tensor y = run_binary(Binary::Sub, a, b);
+  Tensor y = run_binary<fn::Sub>(a, b);
   autograd::record("SubBackward", {a, b}, y, [sa = a.shape(), sb = b.shape()](std::vector<Tensor>& g) {
     Tensor gb = scale(g[0], -1.0f);
     return std::vector<Tensor>{g[0], sa == sb ? gb : sum_to_trailing(gb, sb)};
@@ -76,87 +94,86 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   check_binary(a, b, "mul", true);
-  Tensor y = run_binary(Binary::Mul, a, b);
+  Tensor y = run_binary<fn::Mul>(a, b);
   bool ga = a.requires_grad(), gb = b.requires_grad();
   autograd::record("MulBackward", {a, b}, y,
                    [a = gb ? a.detach() : Tensor(), b = ga ? b.detach() : Tensor(), ga, gb](std::vector<Tensor>& g) {
                      Tensor da, db;
-                     if (ga) da = run_binary(Binary::Mul, g[0], b);
-                     if (gb) db = reduce_like(run_binary(Binary::Mul, g[0], a), b);
+                     if (ga) da = run_binary<fn::Mul>(g[0], b);
+                     if (gb) db = reduce_like(run_binary<fn::Mul>(g[0], a), b);
                      return std::vector<Tensor>{da, db};
                    });
   return y;
 }
 
 Tensor scale(const Tensor& x, float alpha) {
-  Tensor y = run_unary(Unary::Scale, x, alpha);
+  Tensor y = run_unary<fn::Scale>(x, alpha);
   autograd::record("ScaleBackward", {x}, y,
-                   [alpha](std::vector<Tensor>& g) { return std::vector<Tensor>{run_unary(Unary::Scale, g[0], alpha)}; });
+                   [alpha](std::vector<Tensor>& g) { return std::vector<Tensor>{run_unary<fn::Scale>(g[0], alpha)}; });
   return y;
 }
 
 Tensor add_scalar(const Tensor& x, float alpha) {
-  Tensor y = run_unary(Unary::AddScalar, x, alpha);
+  Tensor y = run_unary<fn::AddScalar>(x, alpha);
   autograd::record("AddScalarBackward", {x}, y, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return y;
 }
 
 Tensor axpby(const Tensor& a, const Tensor& b, float alpha, float beta) {
   check_binary(a, b, "axpby", false);
-  Tensor y = run_binary(Binary::Axpby, a, b, alpha, beta);
+  Tensor y = run_binary<fn::Axpby>(a, b, alpha, beta);
   autograd::record("AxpbyBackward", {a, b}, y, [alpha, beta](std::vector<Tensor>& g) {
-    return std::vector<Tensor>{run_unary(Unary::Scale, g[0], alpha), run_unary(Unary::Scale, g[0], beta)};
+    return std::vector<Tensor>{run_unary<fn::Scale>(g[0], alpha), run_unary<fn::Scale>(g[0], beta)};
   });
   return y;
 }
 
 Tensor relu(const Tensor& x) {
-  Tensor y = run_unary(Unary::Relu, x, 0);
+  Tensor y = run_unary<fn::Relu>(x);
   // Saving the output instead of the input is equivalent for ReLU (y > 0 iff x > 0) and lets the
   // input be freed; a detached alias avoids the output->node->output cycle.
   autograd::record("ReluBackward", {x}, y, [y = y.detach()](std::vector<Tensor>& g) {
-    return std::vector<Tensor>{run_binary(Binary::ReluBackward, g[0], y)};
+    return std::vector<Tensor>{run_binary<fn::ReluBackward>(g[0], y)};
   });
   return y;
 }
 
 Tensor gelu(const Tensor& x) {
-  Tensor y = run_unary(Unary::Gelu, x, 0);
+  Tensor y = run_unary<fn::Gelu>(x);
   autograd::record("GeluBackward", {x}, y, [x = x.detach()](std::vector<Tensor>& g) {
-    return std::vector<Tensor>{run_binary(Binary::GeluBackward, g[0], x)};
+    return std::vector<Tensor>{run_binary<fn::GeluBackward>(g[0], x)};
   });
   return y;
 }
 
 Tensor square(const Tensor& x) {
-  Tensor y = run_unary(Unary::Square, x, 0);
+  Tensor y = run_unary<fn::Square>(x);
   autograd::record("SquareBackward", {x}, y, [x = x.detach()](std::vector<Tensor>& g) {
-    return std::vector<Tensor>{run_binary(Binary::Axpby, run_binary(Binary::Mul, g[0], x), x, 2.0f, 0.0f)};
+    return std::vector<Tensor>{run_binary<fn::Axpby>(run_binary<fn::Mul>(g[0], x), x, 2.0f, 0.0f)};
   });
   return y;
 }
 
 Tensor pow(const Tensor& x, float exponent) {
-  Tensor y = run_unary(Unary::Pow, x, exponent);
+  Tensor y = run_unary<fn::Pow>(x, exponent);
   autograd::record("PowBackward", {x}, y, [x = x.detach(), exponent](std::vector<Tensor>& g) {
-    return std::vector<Tensor>{run_binary(Binary::PowBackward, g[0], x, exponent)};
+    return std::vector<Tensor>{run_binary<fn::PowBackward>(g[0], x, exponent)};
   });
   return y;
 }
 
 void add_(Tensor& a, const Tensor& b) {
   check_binary(a, b, "add_", true);
-  TANDEM_BACKEND(a, kernels::binary_cpu(Binary::Add, a, b, a, 1, 1), kernels::binary_cuda(Binary::Add, a, b, a, 1, 1));
+  binary_into<fn::Add>(a, b, a, 1, 1);
 }
 
 void scale_(Tensor& a, float alpha) {
-  TANDEM_BACKEND(a, kernels::unary_cpu(Unary::Scale, a, a, alpha), kernels::unary_cuda(Unary::Scale, a, a, alpha));
+  unary_into<fn::Scale>(a, a, alpha);
 }
 
 void axpby_(Tensor& a, const Tensor& b, float alpha, float beta) {
   check_binary(a, b, "axpby_", false);
-  TANDEM_BACKEND(a, kernels::binary_cpu(Binary::Axpby, a, b, a, alpha, beta),
-                 kernels::binary_cuda(Binary::Axpby, a, b, a, alpha, beta));
+  binary_into<fn::Axpby>(a, b, a, alpha, beta);
 }
 
 }  // namespace tandem::ops

@@ -1,9 +1,9 @@
-// core/ops/elementwise_visit.h: the one mapping from an elementwise op code to its functor.
+// core/ops/elementwise_visit.h: turns an elementwise op code back into its functor (internal).
 //
 // Both backends call visit_unary/visit_binary with a callable that receives the functor object
-// (fn::Relu{}, fn::Axpby{alpha, beta}, ...) and runs its own loop or kernel over it. Adding an op
-// means one enum value (kernels/elementwise.h), one functor (functors.h) and one case here; the
-// CPU loop and the CUDA kernel pick it up unchanged. Host code only (the switch runs before launch).
+// (fn::Relu{}, fn::Axpby{alpha, beta}, ...) and runs its own loop or kernel over it. The code is
+// the functor's position in fn::UnaryOps / fn::BinaryOps (core/ops/functors.h), so this file never
+// changes when an op is added. Host code only (the lookup runs before launch).
 #pragma once
 #include "core/check.h"
 #include "core/ops/functors.h"
@@ -11,31 +11,33 @@
 
 namespace tandem::kernels {
 
+// F with its float fields filled from (alpha, beta) in declaration order (none, alpha, or both).
+template <typename F>
+F make_functor(float alpha, float beta) {
+  if constexpr (requires { F{alpha, beta}; })
+    return F{alpha, beta};
+  else if constexpr (requires { F{alpha}; })
+    return F{alpha};
+  else
+    return F{};
+}
+
+// Calls run(functor) for the functor at position `index` of the list.
+template <typename... Fs, typename Run>
+void visit_op(fn::OpList<Fs...>, int index, float alpha, float beta, Run&& run, const char* kind) {
+  int i = 0;
+  bool found = ((i++ == index ? (run(make_functor<Fs>(alpha, beta)), true) : false) || ...);
+  TANDEM_CHECK(found, "unknown ", kind, " op code ", index);
+}
+
 template <typename Run>
 void visit_unary(Unary op, float alpha, Run&& run) {
-  switch (op) {
-    case Unary::Scale: return run(fn::Scale{alpha});
-    case Unary::AddScalar: return run(fn::AddScalar{alpha});
-    case Unary::Relu: return run(fn::Relu{});
-    case Unary::Gelu: return run(fn::Gelu{});
-    case Unary::Square: return run(fn::Square{});
-    case Unary::Pow: return run(fn::Pow{alpha});
-  }
-  TANDEM_THROW("unknown unary op code ", static_cast<int>(op));
+  visit_op(fn::UnaryOps{}, op.index, alpha, 0.0f, run, "unary");
 }
 
 template <typename Run>
 void visit_binary(Binary op, float alpha, float beta, Run&& run) {
-  switch (op) {
-    case Binary::Add: return run(fn::Add{});
-    case Binary::Sub: return run(fn::Sub{});
-    case Binary::Mul: return run(fn::Mul{});
-    case Binary::Axpby: return run(fn::Axpby{alpha, beta});
-    case Binary::ReluBackward: return run(fn::ReluBackward{});
-    case Binary::GeluBackward: return run(fn::GeluBackward{});
-    case Binary::PowBackward: return run(fn::PowBackward{alpha});
-  }
-  TANDEM_THROW("unknown binary op code ", static_cast<int>(op));
+  visit_op(fn::BinaryOps{}, op.index, alpha, beta, run, "binary");
 }
 
 }  // namespace tandem::kernels

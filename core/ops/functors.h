@@ -5,9 +5,17 @@
 // CUDA kernels (core/ops/cuda/) instantiate the same functors, so forward and backward math cannot
 // drift apart between backends. T is double (CPU gradient checks) or float (everything else:
 // 16-bit inputs are widened to float before the functor runs and narrowed after).
-// A functor may carry parameters (alpha, beta) as fields.
+// A functor may carry parameters as float fields: the op's alpha and beta fill them in declaration
+// order (core/ops/elementwise_visit.h), so a one-field functor gets alpha and a two-field one
+// alpha and beta.
+//
+// The two lists at the end are the elementwise op table: a functor's position in its list is its
+// op code (kernels::Unary / kernels::Binary), and nothing else maps codes to functors. A new
+// elementwise op is a functor here, appended to its list, plus its op function in
+// core/ops/elementwise.h/.cpp; both backends pick it up unchanged.
 #pragma once
 #include <cmath>
+#include <type_traits>
 
 #ifdef __CUDACC__
 #define TANDEM_HD __host__ __device__ __forceinline__
@@ -81,5 +89,20 @@ struct PowBackward {
     return dy * static_cast<T>(alpha) * pow(x, static_cast<T>(alpha) - T(1));
   }
 };
+
+// ---- the op table: position = op code ----
+template <typename... Fs>
+struct OpList {};
+using UnaryOps = OpList<Scale, AddScalar, Relu, Gelu, Square, Pow>;
+using BinaryOps = OpList<Add, Sub, Mul, Axpby, ReluBackward, GeluBackward, PowBackward>;
+
+// The position of F in the list, or -1 when it is not listed.
+template <typename F, typename... Fs>
+constexpr int index_in(OpList<Fs...>) {
+  constexpr bool same[] = {std::is_same_v<F, Fs>..., false};
+  for (int i = 0; i < static_cast<int>(sizeof...(Fs)); ++i)
+    if (same[i]) return i;
+  return -1;
+}
 
 }  // namespace tandem::fn

@@ -109,8 +109,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor y2 = y.view({M, out});
   if (!run_gemm(g, x.view({M, in}), w, y2, b) && b.defined()) {
     Tensor y2c = y2;  // the backend had no fused bias for this shape: add it as a broadcast
-    TANDEM_BACKEND(y2, kernels::binary_cpu(kernels::Binary::Add, y2, b, y2c, 1, 1),
-                   kernels::binary_cuda(kernels::Binary::Add, y2, b, y2c, 1, 1));
+    TANDEM_BACKEND(y2, kernels::binary_cpu(kernels::binary_op<fn::Add>(), y2, b, y2c, 1, 1),
+                   kernels::binary_cuda(kernels::binary_op<fn::Add>(), y2, b, y2c, 1, 1));
   }
 
   bool gx = x.requires_grad(), gw = w.requires_grad(), gbias = b.defined() && b.requires_grad();

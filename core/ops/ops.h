@@ -1,4 +1,21 @@
 // core/ops/ops.h: every differentiable op, in one include. Each header documents its op family.
+//
+// How an op family is laid out (the same scheme in optim/ for the fused optimizer updates):
+//   core/ops/<family>.h            the public ops, documented (listed below)
+//   core/ops/<family>.cpp          shape/dtype checks, backend dispatch (TANDEM_BACKEND), autograd
+//   core/ops/kernels/<family>.h    the backend entry points: <name>_cpu and <name>_cuda, compute only
+//   core/ops/cpu/<family>.cpp      the CPU reference implementation of those entry points
+//   core/ops/cuda/<family>.cu      the CUDA implementation (or .cpp when it only calls a CUDA library)
+// Math shared by both backends lives once, in a __host__ __device__ header (functors.h,
+// pool_functors.h, dropout_functors.h). core/CMakeLists.txt globs these folders, so it is not edited.
+//
+// A new elementwise op touches three files:
+//   1. core/ops/functors.h: the functor, appended to fn::UnaryOps or fn::BinaryOps (its position
+//      is its op code; the CPU loop and the CUDA kernel pick it up unchanged);
+//   2. core/ops/elementwise.h: the declaration;
+//   3. core/ops/elementwise.cpp: the op (run_unary<fn::X> / run_binary<fn::X>) and its backward.
+// A new op family adds the five files above and one line below; both need tests: a finite-
+// difference gradient check (tests/test_*_grad.cpp) and a CPU/CUDA parity test (tests/gpu_*.cpp).
 #pragma once
 #include "core/ops/attention.h"    // defines: attention, scale_mask_softmax, split_qkv_heads, merge_heads
 #include "core/ops/batchnorm.h"    // defines: batch_norm (train/eval, running stats)

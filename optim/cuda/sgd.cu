@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/ops/cuda/dispatch.cuh"
-#include "optim/kernels.h"
+#include "optim/kernels/sgd.h"
 
 namespace tandem::optim::kernels {
 namespace {
@@ -105,7 +105,7 @@ class SgdCudaTable {
 };
 
 void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device, const std::vector<SgdTensor>& ts,
-                   const SgdHyper& h) {
+                   const SGDOptions& opt) {
   if (ts.empty()) return;
   if (!table) table = std::make_shared<SgdCudaTable>();
   int64_t n_chunks = 0;
@@ -113,9 +113,12 @@ void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device
   if (n_chunks == 0) return;  // every tensor is empty
   TANDEM_CHECK(n_chunks < (int64_t{1} << 31), "SGD: ", n_chunks, " chunks exceed the grid limit");
   cudaStream_t stream = cuda::compute_stream(device);
+  // The hyper-parameters go to the kernel as f32, rounded once from SGDOptions' doubles.
+  const float lr = static_cast<float>(opt.lr), momentum = static_cast<float>(opt.momentum);
+  const float dampening = static_cast<float>(opt.dampening), wd = static_cast<float>(opt.weight_decay);
   TANDEM_CUDA_FLOAT_TYPES(dtype, T, [&] {
-    sgd_kernel<T><<<static_cast<unsigned>(n_chunks), kThreads, 0, stream>>>(
-        chunks, h.lr, h.momentum, 1.0f - h.dampening, h.weight_decay, h.nesterov);
+    sgd_kernel<T><<<static_cast<unsigned>(n_chunks), kThreads, 0, stream>>>(chunks, lr, momentum, 1.0f - dampening,
+                                                                              wd, opt.nesterov);
     CUDA_CHECK_LAUNCH("fused SGD step");
   });
 }

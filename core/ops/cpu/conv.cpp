@@ -116,19 +116,29 @@ void col2im(const ConvGeom& g, const Plan& pl, const T* col, int64_t n0, int64_t
   }
 }
 
-template <typename T>
-void forward(const ConvGeom& g, const T* x, const T* w, T* y) {
-  Plan pl = make_plan<T>(g);
+// The loop that forward and backward filter share: for each (image chunk, group), in that order,
+// calls gemm_step(n0, rows, grp, cm) with cm the chunk's column matrix for the group ([rows, K]:
+// x itself on the direct path, else im2col's output).
+template <typename T, typename F>
+void for_each_column_block(const ConvGeom& g, const Plan& pl, const T* x, F&& gemm_step) {
   std::vector<T> col(pl.direct ? 0 : pl.chunk * pl.pix * pl.k);
   for (int64_t n0 = 0; n0 < g.n; n0 += pl.chunk) {
     int64_t nc = std::min(pl.chunk, g.n - n0), rows = nc * pl.pix;
     for (int64_t grp = 0; grp < pl.groups; ++grp) {
       const T* cm = pl.direct ? x + n0 * pl.pix * g.c : col.data();
       if (!pl.direct) im2col(g, pl, x, n0, nc, grp, col.data());
-      gemm(false, true, rows, pl.og, pl.k, cm, pl.k, w + grp * pl.og * pl.k, pl.k, T(0),
-           y + n0 * pl.pix * g.o + grp * pl.og, g.o);
+      gemm_step(n0, rows, grp, cm);
     }
   }
+}
+
+template <typename T>
+void forward(const ConvGeom& g, const T* x, const T* w, T* y) {
+  Plan pl = make_plan<T>(g);
+  for_each_column_block(g, pl, x, [&](int64_t n0, int64_t rows, int64_t grp, const T* cm) {
+    gemm(false, true, rows, pl.og, pl.k, cm, pl.k, w + grp * pl.og * pl.k, pl.k, T(0),
+         y + n0 * pl.pix * g.o + grp * pl.og, g.o);
+  });
 }
 
 template <typename T>
@@ -154,16 +164,10 @@ template <typename T>
 void backward_filter(const ConvGeom& g, const T* x, const T* dy, T* dw) {
   Plan pl = make_plan<T>(g);
   if (g.n == 0) std::fill(dw, dw + g.o * pl.k, T(0));
-  std::vector<T> col(pl.direct ? 0 : pl.chunk * pl.pix * pl.k);
-  for (int64_t n0 = 0; n0 < g.n; n0 += pl.chunk) {
-    int64_t nc = std::min(pl.chunk, g.n - n0), rows = nc * pl.pix;
-    for (int64_t grp = 0; grp < pl.groups; ++grp) {
-      const T* cm = pl.direct ? x + n0 * pl.pix * g.c : col.data();
-      if (!pl.direct) im2col(g, pl, x, n0, nc, grp, col.data());
-      gemm(true, false, pl.og, pl.k, rows, dy + n0 * pl.pix * g.o + grp * pl.og, g.o, cm, pl.k,
-           n0 == 0 ? T(0) : T(1), dw + grp * pl.og * pl.k, pl.k);
-    }
-  }
+  for_each_column_block(g, pl, x, [&](int64_t n0, int64_t rows, int64_t grp, const T* cm) {
+    gemm(true, false, pl.og, pl.k, rows, dy + n0 * pl.pix * g.o + grp * pl.og, g.o, cm, pl.k,
+         n0 == 0 ? T(0) : T(1), dw + grp * pl.og * pl.k, pl.k);
+  });
 }
 
 }  // namespace

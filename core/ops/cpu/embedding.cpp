@@ -7,19 +7,10 @@
 #include "core/ops/kernels/embedding.h"
 
 namespace tandem::kernels {
-namespace {
-template <typename F>
-void with_indices(const Tensor& idx, F&& f) {
-  if (idx.dtype() == DType::I64)
-    f(idx.data<int64_t>());
-  else
-    f(idx.data<int32_t>());
-}
-}  // namespace
 
 void embedding_fwd_cpu(const Tensor& indices, const Tensor& table, Tensor& out) {
   TANDEM_CPU_FLOAT_TYPES(table.dtype(), T, [&] {
-    with_indices(indices, [&](const auto* ix) {
+    with_index_ptr(indices, [&](const auto* ix) {
       int64_t k = indices.numel(), d = table.size(1);
       const T* t = table.data<T>();
       T* o = out.data<T>();
@@ -30,7 +21,7 @@ void embedding_fwd_cpu(const Tensor& indices, const Tensor& table, Tensor& out) 
 
 void embedding_bwd_cpu(const Tensor& indices, const Tensor& dout, Tensor& dtable) {
   TANDEM_CPU_FLOAT_TYPES(dtable.dtype(), T, [&] {
-    with_indices(indices, [&](const auto* ix) {
+    with_index_ptr(indices, [&](const auto* ix) {
       int64_t k = indices.numel(), d = dtable.size(1);
       const T* g = dout.data<T>();
       T* dt = dtable.data<T>();

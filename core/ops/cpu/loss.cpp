@@ -9,22 +9,9 @@
 #include "core/ops/kernels/loss.h"
 
 namespace tandem::kernels {
-namespace {
-
-// Calls f with a typed pointer to the labels (i32 or i64).
-template <typename F>
-void with_labels(const Tensor& labels, F&& f) {
-  if (labels.dtype() == DType::I64)
-    f(labels.data<int64_t>());
-  else
-    f(labels.data<int32_t>());
-}
-
-}  // namespace
-
 void cross_entropy_fwd_cpu(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss) {
   TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
-    with_labels(labels, [&](const auto* lab) {
+    with_index_ptr(labels, [&](const auto* lab) {
       int64_t n = logits.size(0), c = logits.size(1);
       const T* x = logits.data<T>();
       T* plse = lse.data<T>();
@@ -51,7 +38,7 @@ void cross_entropy_fwd_cpu(const Tensor& logits, const Tensor& labels, float smo
 void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
                            float smoothing, Tensor& dlogits) {
   TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
-    with_labels(labels, [&](const auto* lab) {
+    with_index_ptr(labels, [&](const auto* lab) {
       int64_t n = logits.size(0), c = logits.size(1);
       const T* x = logits.data<T>();
       const T* plse = lse.data<T>();
@@ -72,7 +59,7 @@ void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Ten
 int64_t topk_correct_cpu(const Tensor& logits, const Tensor& labels, int k) {
   return TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
     int64_t correct = 0;
-    with_labels(labels, [&](const auto* lab) {
+    with_index_ptr(labels, [&](const auto* lab) {
       int64_t n = logits.size(0), c = logits.size(1);
       const T* x = logits.data<T>();
       for (int64_t i = 0; i < n; ++i) {

@@ -14,6 +14,37 @@
 #include "core/ops/kernels/pool.h"
 
 namespace tandem::kernels {
+namespace {
+
+// One output cell (n, oh, ow): `out` is its offset in y / dy, [h0, h1) x [w0, w1) the input cells
+// its window reads, `div` the average's divisor.
+struct Window {
+  int n;
+  int64_t out;
+  int h0, h1, w0, w1, div;
+};
+
+// Calls f(Window) for every output cell in (n, oh, ow) order: the loop that the max forward and
+// both average passes share.
+template <typename F>
+void for_each_window(const pool::Geom& g, F&& f) {
+  for (int n = 0; n < g.N; ++n)
+    for (int oh = 0; oh < g.OH; ++oh)
+      for (int ow = 0; ow < g.OW; ++ow) {
+        Window win;
+        win.n = n;
+        win.out = ((static_cast<int64_t>(n) * g.OH + oh) * g.OW + ow) * g.C;
+        pool::window(g, oh, ow, win.h0, win.h1, win.w0, win.w1, win.div);
+        f(win);
+      }
+}
+
+// Offset of input cell (n, h, w)'s C channels.
+int64_t in_offset(const pool::Geom& g, int n, int h, int w) {
+  return ((static_cast<int64_t>(n) * g.H + h) * g.W + w) * g.C;
+}
+
+}  // namespace
 
 void max_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y, Tensor& argmax) {
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
@@ -22,31 +53,27 @@ void max_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y, Ten
     int32_t* pa = argmax.data<int32_t>();
     const int64_t C = g.C;
     std::vector<T> best(static_cast<size_t>(C));
-    for (int n = 0; n < g.N; ++n)
-      for (int oh = 0; oh < g.OH; ++oh)
-        for (int ow = 0; ow < g.OW; ++ow) {
-          int h0, h1, w0, w1, div;
-          pool::window(g, oh, ow, h0, h1, w0, w1, div);
-          int64_t o = ((static_cast<int64_t>(n) * g.OH + oh) * g.OW + ow) * C;
+    for_each_window(g, [&](const Window& win) {
+      const int64_t o = win.out;
+      for (int64_t c = 0; c < C; ++c) {
+        best[c] = -std::numeric_limits<T>::infinity();
+        pa[o + c] = -1;
+      }
+      for (int h = win.h0; h < win.h1; ++h)
+        for (int w = win.w0; w < win.w1; ++w) {
+          const T* row = px + in_offset(g, win.n, h, w);
+          int32_t idx = h * g.W + w;
           for (int64_t c = 0; c < C; ++c) {
-            best[c] = -std::numeric_limits<T>::infinity();
-            pa[o + c] = -1;
-          }
-          for (int h = h0; h < h1; ++h)
-            for (int w = w0; w < w1; ++w) {
-              const T* row = px + ((static_cast<int64_t>(n) * g.H + h) * g.W + w) * C;
-              int32_t idx = h * g.W + w;
-              for (int64_t c = 0; c < C; ++c) {
-                // Strict '>' keeps the first maximum; a NaN wins once and then sticks (propagates).
-                bool take = pa[o + c] < 0 || row[c] > best[c] || (std::isnan(row[c]) && !std::isnan(best[c]));
-                if (take) {
-                  best[c] = row[c];
-                  pa[o + c] = idx;
-                }
-              }
+            // Strict '>' keeps the first maximum; a NaN wins once and then sticks (propagates).
+            bool take = pa[o + c] < 0 || row[c] > best[c] || (std::isnan(row[c]) && !std::isnan(best[c]));
+            if (take) {
+              best[c] = row[c];
+              pa[o + c] = idx;
             }
-          for (int64_t c = 0; c < C; ++c) py[o + c] = best[c];
+          }
         }
+      for (int64_t c = 0; c < C; ++c) py[o + c] = best[c];
+    });
   });
 }
 
@@ -72,20 +99,16 @@ void avg_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y) {
     T* py = y.data<T>();
     const int64_t C = g.C;
     std::vector<double> acc(static_cast<size_t>(C));
-    for (int n = 0; n < g.N; ++n)
-      for (int oh = 0; oh < g.OH; ++oh)
-        for (int ow = 0; ow < g.OW; ++ow) {
-          int h0, h1, w0, w1, div;
-          pool::window(g, oh, ow, h0, h1, w0, w1, div);
-          std::fill(acc.begin(), acc.end(), 0.0);
-          for (int h = h0; h < h1; ++h)
-            for (int w = w0; w < w1; ++w) {
-              const T* row = px + ((static_cast<int64_t>(n) * g.H + h) * g.W + w) * C;
-              for (int64_t c = 0; c < C; ++c) acc[c] += row[c];
-            }
-          T* out = py + ((static_cast<int64_t>(n) * g.OH + oh) * g.OW + ow) * C;
-          for (int64_t c = 0; c < C; ++c) out[c] = static_cast<T>(acc[c] / div);
+    for_each_window(g, [&](const Window& win) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int h = win.h0; h < win.h1; ++h)
+        for (int w = win.w0; w < win.w1; ++w) {
+          const T* row = px + in_offset(g, win.n, h, w);
+          for (int64_t c = 0; c < C; ++c) acc[c] += row[c];
         }
+      T* out = py + win.out;
+      for (int64_t c = 0; c < C; ++c) out[c] = static_cast<T>(acc[c] / win.div);
+    });
   });
 }
 
@@ -95,19 +118,15 @@ void avg_pool2d_backward_cpu(const Tensor& dy, const pool::Geom& g, Tensor& dx) 
     T* pdx = dx.data<T>();
     std::fill(pdx, pdx + dx.numel(), T(0));
     const int64_t C = g.C;
-    for (int n = 0; n < g.N; ++n)
-      for (int oh = 0; oh < g.OH; ++oh)
-        for (int ow = 0; ow < g.OW; ++ow) {
-          int h0, h1, w0, w1, div;
-          pool::window(g, oh, ow, h0, h1, w0, w1, div);
-          const T* grow = pdy + ((static_cast<int64_t>(n) * g.OH + oh) * g.OW + ow) * C;
-          T inv = T(1) / static_cast<T>(div);
-          for (int h = h0; h < h1; ++h)
-            for (int w = w0; w < w1; ++w) {
-              T* row = pdx + ((static_cast<int64_t>(n) * g.H + h) * g.W + w) * C;
-              for (int64_t c = 0; c < C; ++c) row[c] += grow[c] * inv;
-            }
+    for_each_window(g, [&](const Window& win) {
+      const T* grow = pdy + win.out;
+      T inv = T(1) / static_cast<T>(win.div);
+      for (int h = win.h0; h < win.h1; ++h)
+        for (int w = win.w0; w < win.w1; ++w) {
+          T* row = pdx + in_offset(g, win.n, h, w);
+          for (int64_t c = 0; c < C; ++c) row[c] += grow[c] * inv;
         }
+    });
   });
 }
 

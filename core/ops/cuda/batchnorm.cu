@@ -13,6 +13,7 @@
 // (one thread per channel) combines the R partials in a fixed order, so results are deterministic
 // (no atomics). Statistics use Welford/Chan updates in f32 (numerically stable without f64);
 // gradient sums are plain f32 sums.
+#include "core/ops/cuda/block_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
 #include "core/ops/kernels/batchnorm.h"
 
@@ -116,7 +117,6 @@ __global__ void apply_kernel(const T* x, T* y, long long total, int C, const flo
 template <typename T>
 __global__ void partial_grad_kernel(const T* dy, const T* x, long long M, int C, long long rpc, const float* mean,
                                     const float* invstd, float* psum_dy, float* psum_dyx) {
-  __shared__ float s1[kTy][kTx], s2[kTy][kTx];
   int c = blockIdx.x * kTx + threadIdx.x;
   long long r0 = blockIdx.y * rpc, r1 = min(M, r0 + rpc);
   float a = 0.f, bsum = 0.f;
@@ -128,14 +128,8 @@ __global__ void partial_grad_kernel(const T* dy, const T* x, long long M, int C,
       bsum += g * (to_float(x[r * C + c]) - mu) * is;
     }
   }
-  s1[threadIdx.y][threadIdx.x] = a;
-  s2[threadIdx.y][threadIdx.x] = bsum;
-  __syncthreads();
+  cuda::column_sum2<kTx, kTy>(a, bsum);
   if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < kTy; ++k) {
-      a += s1[k][threadIdx.x];
-      bsum += s2[k][threadIdx.x];
-    }
     psum_dy[blockIdx.y * (long long)C + c] = a;
     psum_dyx[blockIdx.y * (long long)C + c] = bsum;
   }

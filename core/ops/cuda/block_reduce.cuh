@@ -1,6 +1,6 @@
 // core/ops/cuda/block_reduce.cuh: warp and block reductions in float (internal, CUDA only).
 //
-// Used by the loss, norm and reduce kernels. All reductions combine values in a fixed order (a
+// Used by the loss, norm, batchnorm and reduce kernels. All reductions combine values in a fixed order (a
 // butterfly over lanes, then warps in index order), so a kernel that uses them is deterministic
 // for a given launch shape: no atomics, and ranks that run the same shapes get the same bits.
 #pragma once
@@ -31,6 +31,26 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   __syncthreads();
   v = lane < nwarps ? scratch[lane] : 0.f;
   return warp_sum(v);
+}
+
+// Column sums of two values in a block of shape (kCols, kRows), the layout of the per-channel
+// partial-sum kernels (batchnorm, layer-norm weight gradients): threadIdx.x is the column,
+// threadIdx.y a row lane. Every thread passes its (a, b) and must call it; threads with
+// threadIdx.y == 0 get back a and b summed over the kRows lanes of their column, added in lane
+// order (deterministic). The others keep their own values.
+template <int kCols, int kRows>
+__device__ __forceinline__ void column_sum2(float& a, float& b) {
+  __shared__ float sa[kRows][kCols + 1];  // +1: a padded row starts in another bank
+  __shared__ float sb[kRows][kCols + 1];
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    for (int k = 1; k < kRows; ++k) {
+      a += sa[k][threadIdx.x];
+      b += sb[k][threadIdx.x];
+    }
+  }
 }
 
 }  // namespace tandem::cuda

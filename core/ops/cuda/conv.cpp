@@ -42,6 +42,29 @@ namespace {
 
 enum class ConvOp : int64_t { Forward, BackwardData, BackwardFilter };
 
+// What differs between the three operations is only which descriptor type and attribute names
+// they use; the roles (x-shaped, w-shaped, y-shaped tensor, conv descriptor, alpha, beta) are the
+// same. Indexed by ConvOp.
+struct OpAttrs {
+  const char* name;  // for error messages
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+const OpAttrs kOpAttrs[] = {
+    {"forward", CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+    {"backward data", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+    {"backward filter", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+};
+
 // Owns one backend descriptor.
 struct Desc {
   cudnnBackendDescriptor_t d = nullptr;
@@ -68,7 +91,7 @@ struct Plan {
   int64_t workspace = 0;
 };
 
-using Key = std::array<int64_t, 22>;
+using Key = std::array<int64_t, 21>;
 // One entry per distinct conv problem of the model. Leaked on purpose, like the handles: a static
 // map would destroy its execution plans after the CUDA runtime's own atexit teardown, and cuDNN
 // 9.10+ is reported to segfault there (pytorch/pytorch#169153 leaks its plan cache for this).
@@ -183,32 +206,14 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, bool f32_strict, const int64_
   CUDNN_CHECK(cudnnBackendFinalize(conv->d));
 
   const float alpha = 1.0f, beta = 0.0f;  // outputs are overwritten, never accumulated into
-  DescPtr node;
-  if (op == ConvOp::Forward) {
-    node = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
-    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
-    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-  } else if (op == ConvOp::BackwardData) {
-    node = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
-    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
-    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-  } else {
-    node = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y);
-    set_desc(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
-    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
-    set(node, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-  }
+  const OpAttrs& a = kOpAttrs[static_cast<int>(op)];
+  auto node = std::make_shared<Desc>(a.type);
+  set_desc(node, a.x, x);
+  set_desc(node, a.w, w);
+  set_desc(node, a.y, y);
+  set_desc(node, a.conv, conv);
+  set(node, a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha);
+  set(node, a.beta, CUDNN_TYPE_FLOAT, 1, &beta);
   CUDNN_CHECK(cudnnBackendFinalize(node->d));
 
   auto graph = std::make_shared<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -220,8 +225,7 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, bool f32_strict, const int64_
   p.keep = {x, w, y, conv, node, graph};
   bool ok = pick_plan(handle, graph, CUDNN_HEUR_MODE_A, f32_strict, p) ||
             pick_plan(handle, graph, CUDNN_HEUR_MODE_FALLBACK, f32_strict, p);
-  static const char* names[] = {"forward", "backward data", "backward filter"};
-  TANDEM_CHECK(ok, "cuDNN has no engine for conv2d ", names[static_cast<int>(op)], " (", dtype_name(dt), ", x [",
+  TANDEM_CHECK(ok, "cuDNN has no engine for conv2d ", a.name, " (", dtype_name(dt), ", x [",
                g.n, ", ", g.h, ", ", g.w, ", ", g.c, "], w [", g.o, ", ", g.kh, ", ", g.kw, ", ", cg, "], groups ",
                g.p.groups, f32_strict ? ", TF32 disabled" : "", "): try another dtype or enable TF32");
   return p;
@@ -236,7 +240,7 @@ void run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
   const int device = cuda::current_device();
   Key key{device, static_cast<int64_t>(dt), static_cast<int64_t>(op), f32_strict, g.n, g.h, g.w, g.c, g.o, g.kh, g.kw,
           g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups,
-          align[0], align[1], align[2], 0};
+          align[0], align[1], align[2]};
 
   std::lock_guard<std::mutex> lock(g_mutex);  // plans are shared; execution is a cheap enqueue
   auto it = plans().find(key);

@@ -16,20 +16,13 @@
 #include <type_traits>
 
 #include "core/ops/cuda/dispatch.cuh"
+#include "core/ops/dispatch.h"
 #include "core/ops/kernels/copy.h"
 #include "core/ops/kernels/embedding.h"
 
 namespace tandem::kernels {
 namespace {
 using cuda::to_float;
-
-template <typename F>
-void with_indices(const Tensor& idx, F&& f) {
-  if (idx.dtype() == DType::I64)
-    f(static_cast<const int64_t*>(idx.data_ptr()));
-  else
-    f(static_cast<const int32_t*>(idx.data_ptr()));
-}
 
 template <typename T, typename I>
 __global__ void gather_kernel(const I* ix, const T* table, long long k, long long d, T* out) {
@@ -55,7 +48,7 @@ void embedding_fwd_cuda(const Tensor& indices, const Tensor& table, Tensor& out)
   long long k = indices.numel(), d = table.size(1);
   if (k * d == 0) return;
   TANDEM_CUDA_FLOAT_TYPES(table.dtype(), T, [&] {
-    with_indices(indices, [&](const auto* ix) {
+    with_index_ptr(indices, [&](const auto* ix) {
       gather_kernel<<<cuda::grid_for(k * d), 256, 0, cuda::compute_stream()>>>(
           ix, static_cast<const T*>(table.data_ptr()), k, d, static_cast<T*>(out.data_ptr()));
       CUDA_CHECK_LAUNCH();
@@ -71,7 +64,7 @@ void embedding_bwd_cuda(const Tensor& indices, const Tensor& dout, Tensor& dtabl
              "zeroing the embedding gradient");
   if (k * d > 0) {
     TANDEM_CUDA_FLOAT_TYPES(dout.dtype(), T, [&] {
-      with_indices(indices, [&](const auto* ix) {
+      with_index_ptr(indices, [&](const auto* ix) {
         scatter_add_kernel<<<cuda::grid_for(k * d), 256, 0, cuda::compute_stream()>>>(
             ix, static_cast<const T*>(dout.data_ptr()), k, d, acc.data<float>());
         CUDA_CHECK_LAUNCH();

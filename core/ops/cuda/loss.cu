@@ -12,6 +12,7 @@
 
 #include "core/ops/cuda/block_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
+#include "core/ops/dispatch.h"
 #include "core/ops/kernels/loss.h"
 
 namespace tandem::kernels {
@@ -20,14 +21,6 @@ using cuda::from_float;
 using cuda::to_float;
 
 constexpr int kWarpsPerBlock = 8;  // 256 threads: enough resident warps to hide load latency
-
-template <typename F>
-void with_labels(const Tensor& labels, F&& f) {
-  if (labels.dtype() == DType::I64)
-    f(static_cast<const int64_t*>(labels.data_ptr()));
-  else
-    f(static_cast<const int32_t*>(labels.data_ptr()));
-}
 
 unsigned row_blocks(long long rows) { return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
@@ -100,7 +93,7 @@ void cross_entropy_fwd_cuda(const Tensor& logits, const Tensor& labels, float sm
   long long n = logits.size(0), c = logits.size(1);
   Tensor row_loss = Tensor::empty({n}, DType::F32, logits.device());
   TANDEM_CUDA_FLOAT_TYPES(logits.dtype(), T, [&] {
-    with_labels(labels, [&](const auto* lab) {
+    with_index_ptr(labels, [&](const auto* lab) {
       ce_rows_kernel<<<row_blocks(n), kWarpsPerBlock * 32, 0, cuda::compute_stream()>>>(
           static_cast<const T*>(logits.data_ptr()), lab, n, c, smoothing, lse.data<float>(),
           row_loss.data<float>());
@@ -115,7 +108,7 @@ void cross_entropy_bwd_cuda(const Tensor& logits, const Tensor& labels, const Te
                             float smoothing, Tensor& dlogits) {
   long long n = logits.size(0), c = logits.size(1);
   TANDEM_CUDA_FLOAT_TYPES(logits.dtype(), T, [&] {
-    with_labels(labels, [&](const auto* lab) {
+    with_index_ptr(labels, [&](const auto* lab) {
       ce_bwd_kernel<<<cuda::grid_for(n * c), 256, 0, cuda::compute_stream()>>>(
           static_cast<const T*>(logits.data_ptr()), lab, lse.data<float>(), grad_loss.data<float>(), n, c,
           smoothing, static_cast<T*>(dlogits.data_ptr()));
@@ -128,7 +121,7 @@ int64_t topk_correct_cuda(const Tensor& logits, const Tensor& labels, int k) {
   long long n = logits.size(0), c = logits.size(1);
   Tensor correct = Tensor::zeros({1}, DType::I64, logits.device());
   TANDEM_CUDA_FLOAT_TYPES(logits.dtype(), T, [&] {
-    with_labels(labels, [&](const auto* lab) {
+    with_index_ptr(labels, [&](const auto* lab) {
       topk_kernel<<<row_blocks(n), kWarpsPerBlock * 32, 0, cuda::compute_stream()>>>(
           static_cast<const T*>(logits.data_ptr()), lab, n, c, k,
           reinterpret_cast<unsigned long long*>(correct.data_ptr()));

@@ -72,8 +72,6 @@ __global__ void ln_bwd_dx_kernel(const T* dy, const T* x, const T* w, const floa
 template <typename T>
 __global__ void ln_bwd_partial_kernel(const T* dy, const T* x, const float* mean, const float* rstd, long long m,
                                       long long d, long long rows_per_chunk, float* pw, float* pb) {
-  __shared__ float sw[kRowLanes][33];  // 33: pad so the column reads below avoid bank conflicts
-  __shared__ float sb[kRowLanes][33];
   long long col = blockIdx.x * 32LL + threadIdx.x;
   long long start = blockIdx.y * rows_per_chunk;
   long long end = min(m, start + rows_per_chunk);
@@ -85,14 +83,8 @@ __global__ void ln_bwd_partial_kernel(const T* dy, const T* x, const float* mean
       ab += g;
     }
   }
-  sw[threadIdx.y][threadIdx.x] = aw;
-  sb[threadIdx.y][threadIdx.x] = ab;
-  __syncthreads();
+  cuda::column_sum2<32, kRowLanes>(aw, ab);
   if (threadIdx.y == 0 && col < d) {
-    for (int k = 1; k < kRowLanes; ++k) {
-      aw += sw[k][threadIdx.x];
-      ab += sb[k][threadIdx.x];
-    }
     pw[blockIdx.y * d + col] = aw;
     pb[blockIdx.y * d + col] = ab;
   }

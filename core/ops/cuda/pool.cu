@@ -16,22 +16,51 @@ namespace {
 using cuda::from_float;
 using cuda::to_float;
 
+// Element i of a contiguous [N, rows, cols, C] tensor: the output cell for forwards (rows, cols =
+// OH, OW), the input cell for backwards (H, W).
+struct Cell {
+  long long n;
+  int h, w, c;
+};
+__device__ __forceinline__ Cell unflatten(long long i, int rows, int cols, int C) {
+  Cell p;
+  p.c = static_cast<int>(i % C);
+  long long r = i / C;
+  p.w = static_cast<int>(r % cols);
+  r /= cols;
+  p.h = static_cast<int>(r % rows);
+  p.n = r / rows;
+  return p;
+}
+
+// The pooling kernels below are per-element functors; this one grid-stride kernel runs each.
+template <typename Op>
+__global__ void each_element_kernel(Op op, long long total) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x)
+    op(i);
+}
+
+template <typename Op>
+void launch(const char* what, long long total, const Op& op) {
+  each_element_kernel<<<cuda::grid_for(total), 256, 0, cuda::compute_stream()>>>(op, total);
+  CUDA_CHECK_LAUNCH(what);
+}
+
 template <typename T>
-__global__ void max_fwd_kernel(const T* x, T* y, int32_t* argmax, pool::Geom g, long long total) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-    int c = static_cast<int>(i % g.C);
-    long long r = i / g.C;
-    int ow = static_cast<int>(r % g.OW);
-    r /= g.OW;
-    int oh = static_cast<int>(r % g.OH);
-    long long n = r / g.OH;
+struct MaxForward {  // element i of y
+  const T* x;
+  T* y;
+  int32_t* argmax;
+  pool::Geom g;
+  __device__ void operator()(long long i) const {
+    const Cell o = unflatten(i, g.OH, g.OW, g.C);
     int h0, h1, w0, w1, div;
-    pool::window(g, oh, ow, h0, h1, w0, w1, div);
+    pool::window(g, o.h, o.w, h0, h1, w0, w1, div);
     float best = -INFINITY;
     int32_t arg = -1;
     for (int h = h0; h < h1; ++h)
       for (int w = w0; w < w1; ++w) {
-        float v = to_float(x[((n * g.H + h) * g.W + w) * g.C + c]);
+        float v = to_float(x[((o.n * g.H + h) * g.W + w) * g.C + o.c]);
         // Same rule as the CPU: first maximum wins, a NaN wins once and sticks.
         if (arg < 0 || v > best || (isnan(v) && !isnan(best))) {
           best = v;
@@ -41,109 +70,94 @@ __global__ void max_fwd_kernel(const T* x, T* y, int32_t* argmax, pool::Geom g, 
     y[i] = from_float<T>(best);
     argmax[i] = arg;
   }
-}
+};
 
 template <typename T>
-__global__ void max_bwd_kernel(const T* dy, const int32_t* argmax, T* dx, pool::Geom g, long long total) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-    int c = static_cast<int>(i % g.C);
-    long long r = i / g.C;
-    int w = static_cast<int>(r % g.W);
-    r /= g.W;
-    int h = static_cast<int>(r % g.H);
-    long long n = r / g.H;
-    int oh0, oh1, ow0, ow1;
-    pool::covering(g, h, w, oh0, oh1, ow0, ow1);
-    int32_t me = h * g.W + w;
-    float acc = 0.f;
-    for (int oh = oh0; oh <= oh1; ++oh)
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        long long o = ((n * g.OH + oh) * g.OW + ow) * g.C + c;
-        if (argmax[o] == me) acc += to_float(dy[o]);
-      }
-    dx[i] = from_float<T>(acc);
-  }
-}
-
-template <typename T>
-__global__ void avg_fwd_kernel(const T* x, T* y, pool::Geom g, long long total) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-    int c = static_cast<int>(i % g.C);
-    long long r = i / g.C;
-    int ow = static_cast<int>(r % g.OW);
-    r /= g.OW;
-    int oh = static_cast<int>(r % g.OH);
-    long long n = r / g.OH;
+struct AvgForward {  // element i of y
+  const T* x;
+  T* y;
+  pool::Geom g;
+  __device__ void operator()(long long i) const {
+    const Cell o = unflatten(i, g.OH, g.OW, g.C);
     int h0, h1, w0, w1, div;
-    pool::window(g, oh, ow, h0, h1, w0, w1, div);
+    pool::window(g, o.h, o.w, h0, h1, w0, w1, div);
     float acc = 0.f;
     for (int h = h0; h < h1; ++h)
-      for (int w = w0; w < w1; ++w) acc += to_float(x[((n * g.H + h) * g.W + w) * g.C + c]);
+      for (int w = w0; w < w1; ++w) acc += to_float(x[((o.n * g.H + h) * g.W + w) * g.C + o.c]);
     y[i] = from_float<T>(acc / static_cast<float>(div));
   }
-}
+};
 
-template <typename T>
-__global__ void avg_bwd_kernel(const T* dy, T* dx, pool::Geom g, long long total) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-    int c = static_cast<int>(i % g.C);
-    long long r = i / g.C;
-    int w = static_cast<int>(r % g.W);
-    r /= g.W;
-    int h = static_cast<int>(r % g.H);
-    long long n = r / g.H;
+// Both backwards gather: dx at input cell i sums Term's contribution of every output (oh, ow)
+// whose window covers it, in row-major order; `o` is that output's flat offset in dy.
+template <typename T, typename Term>
+struct GatherBackward {  // element i of dx
+  T* dx;
+  pool::Geom g;
+  Term term;
+  __device__ void operator()(long long i) const {
+    const Cell in = unflatten(i, g.H, g.W, g.C);
     int oh0, oh1, ow0, ow1;
-    pool::covering(g, h, w, oh0, oh1, ow0, ow1);
+    pool::covering(g, in.h, in.w, oh0, oh1, ow0, ow1);
     float acc = 0.f;
     for (int oh = oh0; oh <= oh1; ++oh)
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        int h0, h1, w0, w1, div;
-        pool::window(g, oh, ow, h0, h1, w0, w1, div);
-        acc += to_float(dy[((n * g.OH + oh) * g.OW + ow) * g.C + c]) / static_cast<float>(div);
-      }
+      for (int ow = ow0; ow <= ow1; ++ow) term.add(acc, ((in.n * g.OH + oh) * g.OW + ow) * g.C + in.c, in, oh, ow, g);
     dx[i] = from_float<T>(acc);
   }
-}
+};
+
+// Max: dy goes to the cell that won the window (argmax holds its plane index h * W + w).
+template <typename T>
+struct MaxTerm {
+  const T* dy;
+  const int32_t* argmax;
+  __device__ void add(float& acc, long long o, const Cell& in, int, int, const pool::Geom& g) const {
+    if (argmax[o] == in.h * g.W + in.w) acc += to_float(dy[o]);
+  }
+};
+
+// Average: dy is shared out evenly over the window's divisor.
+template <typename T>
+struct AvgTerm {
+  const T* dy;
+  __device__ void add(float& acc, long long o, const Cell&, int oh, int ow, const pool::Geom& g) const {
+    int h0, h1, w0, w1, div;
+    pool::window(g, oh, ow, h0, h1, w0, w1, div);
+    acc += to_float(dy[o]) / static_cast<float>(div);
+  }
+};
+
+template <typename T> const T* src(const Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
+template <typename T> T* dst(Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 
 }  // namespace
 
 void max_pool2d_forward_cuda(const Tensor& x, const pool::Geom& g, Tensor& y, Tensor& argmax) {
-  long long total = y.numel();
-  if (total == 0) return;
+  if (y.numel() == 0) return;
   TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
-    max_fwd_kernel<T><<<cuda::grid_for(total), 256, 0, cuda::compute_stream()>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), argmax.data<int32_t>(), g, total);
-    CUDA_CHECK_LAUNCH("max_pool2d forward");
+    launch("max_pool2d forward", y.numel(), MaxForward<T>{src<T>(x), dst<T>(y), argmax.data<int32_t>(), g});
   });
 }
 
 void max_pool2d_backward_cuda(const Tensor& dy, const Tensor& argmax, const pool::Geom& g, Tensor& dx) {
-  long long total = dx.numel();
-  if (total == 0) return;
+  if (dx.numel() == 0) return;
   TANDEM_CUDA_FLOAT_TYPES(dy.dtype(), T, [&] {
-    max_bwd_kernel<T><<<cuda::grid_for(total), 256, 0, cuda::compute_stream()>>>(
-        static_cast<const T*>(dy.data_ptr()), argmax.data<int32_t>(), static_cast<T*>(dx.data_ptr()), g, total);
-    CUDA_CHECK_LAUNCH("max_pool2d backward");
+    launch("max_pool2d backward", dx.numel(),
+           GatherBackward<T, MaxTerm<T>>{dst<T>(dx), g, MaxTerm<T>{src<T>(dy), argmax.data<int32_t>()}});
   });
 }
 
 void avg_pool2d_forward_cuda(const Tensor& x, const pool::Geom& g, Tensor& y) {
-  long long total = y.numel();
-  if (total == 0) return;
+  if (y.numel() == 0) return;
   TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
-    avg_fwd_kernel<T><<<cuda::grid_for(total), 256, 0, cuda::compute_stream()>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), g, total);
-    CUDA_CHECK_LAUNCH("avg_pool2d forward");
+    launch("avg_pool2d forward", y.numel(), AvgForward<T>{src<T>(x), dst<T>(y), g});
   });
 }
 
 void avg_pool2d_backward_cuda(const Tensor& dy, const pool::Geom& g, Tensor& dx) {
-  long long total = dx.numel();
-  if (total == 0) return;
+  if (dx.numel() == 0) return;
   TANDEM_CUDA_FLOAT_TYPES(dy.dtype(), T, [&] {
-    avg_bwd_kernel<T><<<cuda::grid_for(total), 256, 0, cuda::compute_stream()>>>(
-        static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dx.data_ptr()), g, total);
-    CUDA_CHECK_LAUNCH("avg_pool2d backward");
+    launch("avg_pool2d backward", dx.numel(), GatherBackward<T, AvgTerm<T>>{dst<T>(dx), g, AvgTerm<T>{src<T>(dy)}});
   });
 }
 

@@ -4,13 +4,32 @@
 // functions only compute. `b` may be smaller than `a` when it broadcasts over leading dimensions
 // (b.numel() divides a.numel(), b index = i % b.numel()): that covers per-channel bias in NHWC and
 // per-feature bias in linear layers.
+// An op is named by its functor: unary_op<fn::Relu>() is the op code of ReLU, its index in
+// fn::UnaryOps (core/ops/functors.h); elementwise_visit.h turns the code back into the functor.
 #pragma once
+#include "core/ops/functors.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels {
 
-enum class Unary { Scale, AddScalar, Relu, Gelu, Square, Pow };
-enum class Binary { Add, Sub, Mul, Axpby, ReluBackward, GeluBackward, PowBackward };
+struct Unary {
+  int index;  // position in fn::UnaryOps
+};
+struct Binary {
+  int index;  // position in fn::BinaryOps
+};
+template <typename F>
+constexpr Unary unary_op() {
+  constexpr int i = fn::index_in<F>(fn::UnaryOps{});
+  static_assert(i >= 0, "append the functor to fn::UnaryOps in core/ops/functors.h");
+  return Unary{i};
+}
+template <typename F>
+constexpr Binary binary_op() {
+  constexpr int i = fn::index_in<F>(fn::BinaryOps{});
+  static_assert(i >= 0, "append the functor to fn::BinaryOps in core/ops/functors.h");
+  return Binary{i};
+}
 
 void unary_cpu(Unary op, const Tensor& x, Tensor& y, float alpha);
 void binary_cpu(Binary op, const Tensor& a, const Tensor& b, Tensor& y, float alpha, float beta);
