@@ -6,9 +6,8 @@
 // NCCL when the build has CUDA and a GPU is visible (its unique id is made on rank 0 and broadcast
 // over MPI). A single process started without mpiexec is a world of size 1: MPI's singleton init.
 //
-// Failure handling starts here, because it is about processes, not algorithms: MPI errors are
-// returned (MPI_ERRORS_RETURN) and become tandem::Error through MPI_CHECK, and every collective
-// gets a deadline (InitOptions::comm_timeout_s) that dist/watchdog.h enforces.
+// MPI errors are returned (MPI_ERRORS_RETURN) and become tandem::Error through MPI_CHECK; every
+// collective gets a deadline (InitOptions::comm_timeout_s) that dist/watchdog.h enforces.
 #pragma once
 #include <mpi.h>
 

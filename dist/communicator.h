@@ -2,12 +2,9 @@
 //
 // A Communicator connects the same process on every rank. Each call *starts* a collective and
 // returns a Work; Work::wait() orders the caller's next operations after it. Two backends:
-//   - MPI (comm_mpi.cpp): CPU tensors, and GPU tensors staged through host memory. The collective
-//     runs on a communication thread, because MPI's nonblocking collectives only make progress
-//     while someone calls into MPI: the thread polls MPI_Test so backward keeps computing.
-//   - NCCL (comm_nccl.cpp, CUDA builds): GPU tensors, on a dedicated communication stream. The
-//     hand-off from the compute stream is an event, never a host sync, so wait() does not block
-//     the host: it makes the compute stream wait for the communication stream.
+// MPI (comm_mpi.cpp: CPU tensors, and GPU tensors staged through host memory, on a communication
+// thread) and NCCL (comm_nccl.cpp: GPU tensors on a communication stream; wait() does not block
+// the host, it makes the compute stream wait). Each file says why it works the way it does.
 //
 // Rules every caller must keep (they are what makes collectives match across ranks):
 //   - every rank issues the same collectives, in the same order, with the same sizes and dtypes;

@@ -93,16 +93,12 @@ void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
 }
 
-DType Reducer::wire_dtype(const Bucket& b) const {
-  if (options_.compression == Compression::None || b.buffer.dtype() != DType::F32) return b.buffer.dtype();
-  return options_.compression == Compression::BF16 ? DType::BF16 : DType::F16;
-}
-
 void Reducer::launch(size_t i) {
   Bucket& b = buckets_[i];
   const std::string name = "allreduce bucket " + std::to_string(i);
-  if (const DType wire = wire_dtype(b); wire != b.buffer.dtype()) {
+  if (options_.compression != Compression::None && b.buffer.dtype() == DType::F32) {
     // Divide before the cast: the sum of N f16 gradients could overflow where their mean does not.
+    DType wire = options_.compression == Compression::BF16 ? DType::BF16 : DType::F16;
     b.wire = ops::cast_raw(ops::scale(b.buffer, 1.0f / static_cast<float>(comm_.size())), wire);
     b.work = comm_.all_reduce(b.wire, ReduceOp::Sum, name);
   } else {
@@ -146,19 +142,16 @@ void Reducer::wait_and_average() {
   const float inv = 1.0f / static_cast<float>(comm_.size());
   for (Bucket& b : buckets_) {
     b.work->wait();  // GPU: the compute stream waits for the comm stream; the host does not block
-    if (b.wire.defined()) {
-      b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // already divided before the cast
-      b.wire = Tensor();
-    } else if (comm_.size() > 1) {
-      ops::scale_(b.buffer, inv);
-    }
+    if (b.wire.defined()) b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // divided before the cast
+    else if (comm_.size() > 1) ops::scale_(b.buffer, inv);
   }
 }
 
 void Reducer::record_timing(MarkPtr backward_end) {
   for (Bucket& b : buckets_) {
-    timeline_.bucket_done(b.ready, *b.work, b.buffer.numel() * static_cast<int64_t>(dtype_size(wire_dtype(b))));
-    b.work.reset();
+    timeline_.bucket_done(b.ready, *b.work, static_cast<int64_t>((b.wire.defined() ? b.wire : b.buffer).nbytes()));
+    b.work.reset();  // the step's collective and its wire copy are done with
+    b.wire = Tensor();
   }
   timeline_.end_step(std::move(backward_end));
 }

@@ -92,7 +92,6 @@ class Reducer {
   void check_unused();
   void wait_and_average();
   void record_timing(MarkPtr backward_end);
-  DType wire_dtype(const Bucket& b) const;  // the bucket's dtype on the wire (compression)
 
   std::vector<std::pair<std::string, Tensor>> params_;
   Communicator& comm_;
