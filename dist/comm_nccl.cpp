@@ -125,16 +125,14 @@ class NcclCommunicator final : public Communicator {
     });
   }
   WorkPtr do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
-    check_gpu(in, name);
-    check_gpu(out, name);
+    for (const Tensor& t : {in, out}) check_gpu(t, name);
     return enqueue(name, {in, out}, [&] {
       NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.dtype()), nccl_op(op),
                                    comm_, stream_));
     });
   }
   WorkPtr do_all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
-    check_gpu(in, name);
-    check_gpu(out, name);
+    for (const Tensor& t : {in, out}) check_gpu(t, name);
     return enqueue(name, {in, out}, [&] {
       NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.dtype()), comm_, stream_));
     });
