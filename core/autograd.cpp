@@ -44,7 +44,8 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
   } else {
     leaf.set_grad(g.dtype() == leaf.dtype() ? g.clone() : ops::cast_raw(g, leaf.dtype()));
   }
-  for (auto& hook : leaf_impl->grad_ready_hooks) hook(leaf);
+  // By index: a hook may drop hook handles, which erases from this vector.
+  for (size_t k = 0; k < leaf_impl->grad_ready_hooks.size(); ++k) leaf_impl->grad_ready_hooks[k].second(leaf);
   return {};
 }
 

@@ -224,12 +224,28 @@ void Tensor::backward(const Tensor& gradient) const {
   autograd::backward({*this}, {gradient});
 }
 
-void Tensor::register_grad_ready_hook(GradReadyHook hook) {
+GradReadyHookHandle Tensor::register_grad_ready_hook(GradReadyHook hook) {
   TANDEM_CHECK(is_leaf() && requires_grad(), "grad-ready hooks attach to leaves that require grad, not ", str());
-  impl().grad_ready_hooks.push_back(std::move(hook));
+  const uint64_t id = impl().next_hook_id++;
+  impl().grad_ready_hooks.emplace_back(id, std::move(hook));
+  return GradReadyHookHandle(impl_, id);
 }
 
-void Tensor::clear_grad_ready_hooks() { impl().grad_ready_hooks.clear(); }
+GradReadyHookHandle& GradReadyHookHandle::operator=(GradReadyHookHandle&& o) noexcept {
+  if (this != &o) {
+    reset();
+    leaf_ = std::move(o.leaf_);
+    id_ = o.id_;
+    o.leaf_.reset();
+  }
+  return *this;
+}
+
+void GradReadyHookHandle::reset() {
+  if (auto leaf = leaf_.lock())
+    std::erase_if(leaf->grad_ready_hooks, [&](const auto& h) { return h.first == id_; });
+  leaf_.reset();
+}
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   TANDEM_CHECK(a.device() == b.device(), op, ": inputs on different devices (", a.str(), " vs ", b.str(),

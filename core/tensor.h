@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -34,6 +35,26 @@ class AccumulateGrad;
 class Tensor;
 // Called once per backward after a leaf's .grad holds its complete gradient.
 using GradReadyHook = std::function<void(Tensor& param)>;
+struct TensorImpl;
+
+// Owns one registered grad-ready hook: destroying it (or reset()) removes that hook from its leaf,
+// so whoever registers a hook decides how long it lives. It holds the leaf weakly: a handle that
+// outlives its leaf does nothing. Movable, not copyable (one owner per hook).
+class GradReadyHookHandle {
+ public:
+  GradReadyHookHandle() = default;
+  GradReadyHookHandle(std::weak_ptr<TensorImpl> leaf, uint64_t id) : leaf_(std::move(leaf)), id_(id) {}
+  GradReadyHookHandle(GradReadyHookHandle&& o) noexcept : leaf_(std::move(o.leaf_)), id_(o.id_) { o.leaf_.reset(); }
+  GradReadyHookHandle& operator=(GradReadyHookHandle&& o) noexcept;
+  GradReadyHookHandle(const GradReadyHookHandle&) = delete;
+  GradReadyHookHandle& operator=(const GradReadyHookHandle&) = delete;
+  ~GradReadyHookHandle() { reset(); }
+  void reset();  // removes the hook now; a no-op when already removed or the leaf is gone
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+  uint64_t id_ = 0;  // the hook's id on its leaf
+};
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -47,7 +68,8 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;           // non-leaves: the op that produced this
   uint32_t output_nr = 0;                            // which output of grad_fn this is
   std::shared_ptr<autograd::AccumulateGrad> grad_accumulator;  // leaves: created on first use
-  std::vector<GradReadyHook> grad_ready_hooks;
+  std::vector<std::pair<uint64_t, GradReadyHook>> grad_ready_hooks;  // (id, hook), in registration order
+  uint64_t next_hook_id = 0;
 };
 
 class Tensor {
@@ -127,9 +149,10 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   // Backpropagates from this tensor. A scalar gets an implicit gradient of 1.
   void backward(const Tensor& gradient = Tensor()) const;
-  // Registers a hook fired once per backward when this leaf's gradient is complete.
-  void register_grad_ready_hook(GradReadyHook hook);
-  void clear_grad_ready_hooks();
+  // Registers a hook fired once per backward when this leaf's gradient is complete. The hook
+  // stays registered while the returned handle lives.
+  [[nodiscard]] GradReadyHookHandle register_grad_ready_hook(GradReadyHook hook);
+  size_t num_grad_ready_hooks() const { return impl().grad_ready_hooks.size(); }
 
   TensorImpl& impl() const {
     TANDEM_CHECK(impl_ != nullptr, "operation on an undefined Tensor");

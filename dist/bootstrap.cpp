@@ -1,14 +1,12 @@
-// dist/bootstrap.cpp: MPI setup, device choice, communicator creation and the watchdog.
+// dist/bootstrap.cpp: MPI setup, device choice and communicator creation.
 // See bootstrap.h for the contract.
 #include "dist/bootstrap.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 
 #include "core/check.h"
 
@@ -28,8 +26,6 @@ struct State {
   std::unique_ptr<Communicator> nccl;  // GPU tensors otherwise
 };
 std::unique_ptr<State> g_state;
-
-constexpr int kPingTag = 7001, kReplyTag = 7002;
 
 void apply_env(InitOptions& o) {
   if (const char* s = std::getenv("TANDEM_HOST_STAGING")) o.host_staging = std::atoi(s) != 0;
@@ -124,56 +120,6 @@ std::vector<std::string> all_gather_strings(const std::string& mine) {
   const int64_t* l = lens.data<int64_t>();
   for (int r = 0; r < n; ++r) all[r].assign(static_cast<const char*>(out.data_ptr()) + r * words * 8, l[r]);
   return all;
-}
-
-void watchdog_answer(MPI_Comm watch, long long seq) {
-  int flag = 0;
-  MPI_Status st;
-  MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, watch, &flag, &st);
-  if (!flag) return;
-  long long ping = 0;
-  MPI_Recv(&ping, 1, MPI_LONG_LONG, st.MPI_SOURCE, kPingTag, watch, MPI_STATUS_IGNORE);
-  MPI_Send(&seq, 1, MPI_LONG_LONG, st.MPI_SOURCE, kReplyTag, watch);  // 8 bytes: sent eagerly
-}
-
-void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s) {
-  // A live peer answers from inside its own collective's wait loop within milliseconds; 3 s covers
-  // ranks that share oversubscribed cores. No answer means dead, hung in compute, or on another path.
-  constexpr double kGraceS = 3;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(watch, &rank);
-  MPI_Comm_size(watch, &size);
-  std::vector<long long> reached(size, -1);
-  std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL), sends(size, MPI_REQUEST_NULL);
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    MPI_Irecv(&reached[p], 1, MPI_LONG_LONG, p, kReplyTag, watch, &recvs[p]);
-    MPI_Isend(&seq, 1, MPI_LONG_LONG, p, kPingTag, watch, &sends[p]);
-  }
-  reached[rank] = seq;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(kGraceS);
-  while (std::chrono::steady_clock::now() < end) {
-    int all = 0;
-    MPI_Testall(size, recvs.data(), &all, MPI_STATUSES_IGNORE);
-    if (all) break;
-    watchdog_answer(watch, seq);  // peers that timed out too are asking us the same question
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::string missing;
-  for (int p = 0; p < size; ++p)
-    if (reached[p] < seq) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-  if (missing.empty())
-    std::fprintf(stderr, "[rank %d] tandem watchdog: every rank reached collective #%lld (%s) but it did not "
-                 "finish within %.0f s: the network or a GPU is stuck. Aborting the job.\n",
-                 rank, seq, what.c_str(), timeout_s);
-  else
-    std::fprintf(stderr, "[rank %d] tandem watchdog: rank(s) %s did not reach collective #%lld (%s) within %.0f s "
-                 "(dead, hung, or on a different code path). Aborting the job; raise TANDEM_COMM_TIMEOUT_S if a "
-                 "rank legitimately works alone for longer.\n",
-                 rank, missing.c_str(), seq, what.c_str(), timeout_s);
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
 }
 
 }  // namespace tandem::dist

@@ -6,11 +6,8 @@
 // NCCL when the build has CUDA and a GPU is visible (its unique id is made on rank 0 and broadcast
 // over MPI). A single process started without mpiexec is a world of size 1: MPI's singleton init.
 //
-// Failure handling lives here too, because it is about processes, not algorithms:
-//   - MPI errors are returned (MPI_ERRORS_RETURN) and become tandem::Error through MPI_CHECK;
-//   - every collective has a deadline (InitOptions::comm_timeout_s). A rank that passes it asks
-//     the other ranks how far they got, prints which rank(s) did not reach the collective, and
-//     calls MPI_Abort so that no rank hangs (watchdog_abort below).
+// MPI errors are returned (MPI_ERRORS_RETURN) and become tandem::Error through MPI_CHECK; every
+// collective gets a deadline (InitOptions::comm_timeout_s) that dist/watchdog.h enforces.
 #pragma once
 #include <mpi.h>
 
@@ -30,10 +27,10 @@ struct InitOptions {
   bool use_gpu = true;
   // Seconds a rank waits inside one collective before it declares a peer lost. Default 45 s:
   // far longer than any legitimate wait inside a step (a collective waits for the slowest rank's
-  // compute, which is seconds at most even on the first, autotuning step), and with the 5 s
-  // exchange that names the missing rank the job still ends within a minute. Raise it for long
-  // single-rank phases between collectives (e.g. rank 0 writing a huge checkpoint).
-  // Environment: TANDEM_COMM_TIMEOUT_S.
+  // compute, which is seconds at most even on the first, autotuning step). The watchdog then asks
+  // the peers for at most 3 s which rank is missing (watchdog.h) and aborts, so the job ends within
+  // a minute. Raise it for long single-rank phases between collectives (e.g. rank 0 writing a
+  // huge checkpoint). Environment: TANDEM_COMM_TIMEOUT_S.
   double comm_timeout_s = 45;
 };
 
@@ -60,14 +57,5 @@ Communicator& comm_for(Device d);
 // Blocking helper for setup and reporting: every rank's string, in rank order (goes through the
 // MPI communicator, so it is ordered with its collectives and covered by the watchdog).
 std::vector<std::string> all_gather_strings(const std::string& mine);
-
-// Called by a communicator whose collective #seq (named `what`) passed its deadline: exchanges
-// progress counters with the other ranks over `watch` (a communicator used only for this), prints
-// "[rank R] ... rank(s) X did not reach collective #N within T s" and calls MPI_Abort.
-// seq counts from 1 in issue order; a peer that has started collective #seq has reached it.
-// Called from every collective's wait loop: answers a timed-out peer's question "how far did you
-// get?" with `seq`, the collective this rank is in. A rank that never answers did not reach it.
-void watchdog_answer(MPI_Comm watch, long long seq);
-[[noreturn]] void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s);
 
 }  // namespace tandem::dist

@@ -2,25 +2,26 @@
 #include "dist/bucketing.h"
 
 #include <algorithm>
-#include <map>
+#include <utility>
 
 #include "core/check.h"
 
 namespace tandem::dist {
 
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& bytes, const std::vector<int>& group,
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& bytes, const std::vector<BucketKey>& keys,
                                                 const BucketingOptions& options) {
-  TANDEM_CHECK(bytes.size() == group.size(), "assign_buckets: ", bytes.size(), " sizes but ", group.size(),
-               " group keys");
+  TANDEM_CHECK(bytes.size() == keys.size(), "assign_buckets: ", bytes.size(), " sizes but ", keys.size(),
+               " bucket keys");
   struct Open {
     std::vector<size_t> params;
     size_t bytes = 0;
-    bool first = true;  // no bucket of this group was closed yet: the small limit applies
+    bool first = true;  // no bucket of this key was closed yet: the small limit applies
   };
-  std::map<int, Open> open;                 // one bucket being filled per group
-  std::vector<std::vector<size_t>> closed;  // in the order they filled up
-  for (size_t k = bytes.size(); k-- > 0;) {  // reverse registration order
-    Open& b = open[group[k]];
+  std::vector<std::pair<BucketKey, Open>> open;  // one bucket being filled per key (a model has few)
+  std::vector<std::vector<size_t>> closed;       // in the order they filled up
+  for (size_t k = bytes.size(); k-- > 0;) {      // reverse registration order
+    auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == keys[k]; });
+    Open& b = it != open.end() ? it->second : open.emplace_back(keys[k], Open{}).second;
     b.params.push_back(k);
     b.bytes += bytes[k];
     const size_t limit = b.first ? options.first_bucket_bytes : options.bucket_bytes;
@@ -32,8 +33,8 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& bytes
   for (auto& [key, b] : open)
     if (!b.params.empty()) closed.push_back(std::move(b.params));
   // Launch order = the order in which buckets are expected to become ready: by their first
-  // parameter in reverse registration order. With one group this is the order they filled up in;
-  // with several it interleaves the groups' buckets, partly filled ones included.
+  // parameter in reverse registration order. With one key this is the order they filled up in;
+  // with several it interleaves the keys' buckets, partly filled ones included.
   std::stable_sort(closed.begin(), closed.end(),
                    [](const std::vector<size_t>& a, const std::vector<size_t>& b) { return a.front() > b.front(); });
   return closed;

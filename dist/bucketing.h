@@ -7,10 +7,13 @@
 // for 25 MiB of gradients; the rest use a larger limit (25 MiB, PyTorch DDP's default) because
 // one large message uses the link far better than many small ones (see apps/bench_allreduce).
 // A bucket holds a single dtype and device (one flat buffer, one collective), so parameters with
-// different group keys never share a bucket. A parameter larger than the limit gets its own bucket.
+// different BucketKeys never share a bucket. A parameter larger than the limit gets its own bucket.
 #pragma once
 #include <cstddef>
 #include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
 
 namespace tandem::dist {
 
@@ -19,10 +22,17 @@ struct BucketingOptions {
   size_t bucket_bytes = size_t{25} << 20;       // 25 MiB: large enough to reach link bandwidth
 };
 
-// bytes[i] and group[i] describe parameter i, in registration order. Returns the buckets in launch
+// What parameters are grouped by: one bucket is one flat buffer, so one dtype on one device.
+struct BucketKey {
+  DType dtype = DType::F32;
+  Device device;
+  bool operator==(const BucketKey&) const = default;
+};
+
+// bytes[i] and keys[i] describe parameter i, in registration order. Returns the buckets in launch
 // order, each a list of parameter indices in the order their gradients sit in the bucket (which is
 // the reverse registration order). Every parameter appears in exactly one bucket.
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& bytes, const std::vector<int>& group,
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& bytes, const std::vector<BucketKey>& keys,
                                                 const BucketingOptions& options = {});
 
 }  // namespace tandem::dist

@@ -18,7 +18,7 @@
 // 16-bit floats: MPI has no f16/bf16 type, so they travel as 16-bit integers with a user-defined
 // MPI_Op that widens each pair to f32, adds and rounds back (the same per-step rounding as NCCL).
 //
-// Deadline: a collective that is not done after comm_timeout_s calls watchdog_abort (bootstrap.cpp).
+// Deadline: a collective that is not done after comm_timeout_s calls watchdog_abort (watchdog.h).
 #include <mpi.h>
 
 #include <chrono>
@@ -30,7 +30,8 @@
 
 #include "core/ops/elementwise.h"
 #include "core/profile.h"
-#include "dist/bootstrap.h"
+#include "dist/communicator.h"
+#include "dist/watchdog.h"
 
 namespace tandem::dist {
 namespace {
@@ -140,8 +141,8 @@ class MpiCommunicator final : public Communicator {
   const char* backend() const override { return staging_ ? "mpi+host-staging" : "mpi"; }
   MarkPtr mark() override { return std::make_shared<HostMark>(profile::now_us()); }
 
-  WorkPtr all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
-    check_reducible(t, name);
+ private:  // the collectives, after Communicator checked their arguments
+  WorkPtr do_all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
     Tensor h = host_of(t, name);
     MPI_Op mop = reduce_op(t.dtype());
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
@@ -153,11 +154,7 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
-    check_reducible(in, name);
-    check_same_dtype(in, out, "reduce_scatter");
-    TANDEM_CHECK(in.numel() == out.numel() * size_, name, ": input has ", in.numel(), " elements, expected ",
-                 size_, " x ", out.numel(), " (world size x output)");
+  WorkPtr do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
     Tensor hi = host_of(in, name), ho = host_of(out, name);
     MPI_Op mop = reduce_op(in.dtype());
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
@@ -169,10 +166,7 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  WorkPtr all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
-    check_same_dtype(in, out, "all_gather");
-    TANDEM_CHECK(out.numel() == in.numel() * size_, name, ": output has ", out.numel(), " elements, expected ",
-                 size_, " x ", in.numel(), " (world size x input)");
+  WorkPtr do_all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
     Tensor hi = host_of(in, name), ho = host_of(out, name);
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
       stage(hi, in);
@@ -181,8 +175,7 @@ class MpiCommunicator final : public Communicator {
     }, [=]() mutable { stage(out, ho); });
   }
 
-  WorkPtr broadcast(Tensor& t, int root, const std::string& name) override {
-    TANDEM_CHECK(root >= 0 && root < size_, name, ": root ", root, " is not a rank of a world of size ", size_);
+  WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) override {
     Tensor h = host_of(t, name);
     return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
       stage(h, t);
@@ -190,17 +183,13 @@ class MpiCommunicator final : public Communicator {
     }, [=]() mutable { stage(t, h); });
   }
 
-  WorkPtr barrier(const std::string& name) override {
+  WorkPtr do_barrier(const std::string& name) override {
     return submit(name, [](MPI_Comm c, MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(c, r)); }, [] {});
   }
 
- private:
   static int count(const Tensor& t) {
     TANDEM_CHECK(t.numel() <= INT32_MAX, "MPI counts are 32-bit: split tensors above 2^31 elements");
     return static_cast<int>(t.numel());
-  }
-  void check_reducible(const Tensor& t, const std::string& name) const {
-    TANDEM_CHECK(is_floating(t.dtype()), name, ": reductions take f32, f64, f16 or bf16 tensors, got ", t.str());
   }
   MPI_Op reduce_op(DType t) const { return t == DType::F16 ? sum_f16_ : t == DType::BF16 ? sum_bf16_ : MPI_SUM; }
   // The buffer MPI works on: the tensor itself on the CPU, a host copy of a GPU tensor when staging.

@@ -13,7 +13,7 @@
 // NVTX ranges named like the trace events ("allreduce bucket 3") mark the enqueue on the host.
 //
 // Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
-// outstanding collective's end event; past comm_timeout_s it calls watchdog_abort (bootstrap.cpp),
+// outstanding collective's end event; past comm_timeout_s it calls watchdog_abort (watchdog.h),
 // which names the rank(s) that never reached it and aborts the job. It also polls
 // ncclCommGetAsyncError: NCCL reports network / peer failures there (the collective's end event then
 // never fires), and its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's
@@ -32,7 +32,8 @@
 #include <thread>
 
 #include "core/cuda/context.h"
-#include "dist/bootstrap.h"
+#include "dist/communicator.h"
+#include "dist/watchdog.h"
 
 namespace tandem::dist {
 namespace {
@@ -116,45 +117,37 @@ class NcclCommunicator final : public Communicator {
   const char* backend() const override { return "nccl"; }
   MarkPtr mark() override { return std::make_shared<EventMark>(cuda::compute_stream(device_)); }
 
-  WorkPtr all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
+ private:  // the collectives, after Communicator checked their arguments
+  WorkPtr do_all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
     check_gpu(t, name);
     return enqueue(name, {t}, [&] {
       NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_, stream_));
     });
   }
-  WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
-    check_gpu(in, name);
-    check_gpu(out, name);
-    check_same_dtype(in, out, "reduce_scatter");
-    TANDEM_CHECK(in.numel() == out.numel() * size_, name, ": input has ", in.numel(), " elements, expected ", size_,
-                 " x ", out.numel());
+  WorkPtr do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
+    for (const Tensor& t : {in, out}) check_gpu(t, name);
     return enqueue(name, {in, out}, [&] {
       NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.dtype()), nccl_op(op),
                                    comm_, stream_));
     });
   }
-  WorkPtr all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
-    check_gpu(in, name);
-    check_gpu(out, name);
-    check_same_dtype(in, out, "all_gather");
-    TANDEM_CHECK(out.numel() == in.numel() * size_, name, ": output has ", out.numel(), " elements, expected ",
-                 size_, " x ", in.numel());
+  WorkPtr do_all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
+    for (const Tensor& t : {in, out}) check_gpu(t, name);
     return enqueue(name, {in, out}, [&] {
       NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.dtype()), comm_, stream_));
     });
   }
-  WorkPtr broadcast(Tensor& t, int root, const std::string& name) override {
+  WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) override {
     check_gpu(t, name);
     return enqueue(name, {t}, [&] {
       NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), root, comm_, stream_));
     });
   }
-  WorkPtr barrier(const std::string& name) override {
+  WorkPtr do_barrier(const std::string& name) override {
     Tensor s = scratch_;  // NCCL has no barrier: a one-element all-reduce is one
     return all_reduce(s, ReduceOp::Sum, name);
   }
 
- private:
   void check_gpu(const Tensor& t, const std::string& name) const {
     TANDEM_CHECK(t.is_cuda() && t.device().index == device_, name, ": NCCL works on tensors on cuda:", device_,
                  ", got ", t.str(), "; use comm_for(tensor.device())");

@@ -2,12 +2,9 @@
 //
 // A Communicator connects the same process on every rank. Each call *starts* a collective and
 // returns a Work; Work::wait() orders the caller's next operations after it. Two backends:
-//   - MPI (comm_mpi.cpp): CPU tensors, and GPU tensors staged through host memory. The collective
-//     runs on a communication thread, because MPI's nonblocking collectives only make progress
-//     while someone calls into MPI: the thread polls MPI_Test so backward keeps computing.
-//   - NCCL (comm_nccl.cpp, CUDA builds): GPU tensors, on a dedicated communication stream. The
-//     hand-off from the compute stream is an event, never a host sync, so wait() does not block
-//     the host: it makes the compute stream wait for the communication stream.
+// MPI (comm_mpi.cpp: CPU tensors, and GPU tensors staged through host memory, on a communication
+// thread) and NCCL (comm_nccl.cpp: GPU tensors on a communication stream; wait() does not block
+// the host, it makes the compute stream wait). Each file says why it works the way it does.
 //
 // Rules every caller must keep (they are what makes collectives match across ranks):
 //   - every rank issues the same collectives, in the same order, with the same sizes and dtypes;
@@ -51,6 +48,9 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+// The collectives are non-virtual: each checks its arguments here, once for every backend, then
+// starts the backend's do_* (the non-virtual interface idiom). Backends check only what is theirs
+// (NCCL: the tensor is on its GPU; MPI: a GPU tensor needs host staging).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -60,19 +60,51 @@ class Communicator {
 
   // `name` labels the collective in NVTX ranges and watchdog messages ("allreduce bucket 3").
   // In place: t becomes the reduction over ranks.
-  virtual WorkPtr all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, const std::string& name = "all_reduce") = 0;
+  WorkPtr all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, const std::string& name = "all_reduce") {
+    check_reducible(t, name);
+    return do_all_reduce(t, op, name);
+  }
   // in.numel() == size() * out.numel(); rank r receives the reduction of chunk r.
-  virtual WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum,
-                                 const std::string& name = "reduce_scatter") = 0;
+  WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum,
+                         const std::string& name = "reduce_scatter") {
+    check_reducible(in, name);
+    check_chunks(in, out, name);
+    return do_reduce_scatter(in, out, op, name);
+  }
   // out.numel() == size() * in.numel(); chunk r of out is rank r's `in`.
-  virtual WorkPtr all_gather(const Tensor& in, Tensor& out, const std::string& name = "all_gather") = 0;
+  WorkPtr all_gather(const Tensor& in, Tensor& out, const std::string& name = "all_gather") {
+    check_chunks(out, in, name);
+    return do_all_gather(in, out, name);
+  }
   // t on every rank becomes root's t.
-  virtual WorkPtr broadcast(Tensor& t, int root = 0, const std::string& name = "broadcast") = 0;
-  virtual WorkPtr barrier(const std::string& name = "barrier") = 0;
+  WorkPtr broadcast(Tensor& t, int root = 0, const std::string& name = "broadcast") {
+    TANDEM_CHECK(root >= 0 && root < size(), name, ": root ", root, " is not a rank of a world of size ", size());
+    return do_broadcast(t, root, name);
+  }
+  WorkPtr barrier(const std::string& name = "barrier") { return do_barrier(name); }
 
   // "Now" on this communicator's timeline, recorded after the work already issued on this rank's
   // compute stream (GPU) or at this instant (CPU). The reducer uses it for bucket-ready times.
   virtual MarkPtr mark() = 0;
+
+ protected:
+  // Called with checked arguments only.
+  virtual WorkPtr do_all_reduce(Tensor& t, ReduceOp op, const std::string& name) = 0;
+  virtual WorkPtr do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) = 0;
+  virtual WorkPtr do_all_gather(const Tensor& in, Tensor& out, const std::string& name) = 0;
+  virtual WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) = 0;
+  virtual WorkPtr do_barrier(const std::string& name) = 0;
+
+ private:
+  static void check_reducible(const Tensor& t, const std::string& name) {
+    TANDEM_CHECK(is_floating(t.dtype()), name, ": reductions take f32, f64, f16 or bf16 tensors, got ", t.str());
+  }
+  // `whole` is size() chunks the size of `part`: reduce_scatter's input, all_gather's output.
+  void check_chunks(const Tensor& whole, const Tensor& part, const std::string& name) const {
+    check_same_dtype(whole, part, name.c_str());
+    TANDEM_CHECK(whole.numel() == part.numel() * size(), name, ": ", whole.numel(), " elements where world size x ",
+                 part.numel(), " = ", part.numel() * size(), " were expected");
+  }
 };
 
 }  // namespace tandem::dist

@@ -9,7 +9,7 @@
 //   3. builds a Reducer (reducer.h) over the parameters that require grad.
 // Each training forward first broadcasts rank 0's buffers (BatchNorm running statistics), as
 // PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank.
-// With sync_batchnorm the module is converted first (sync_batchnorm.h; module_ptr() returns it).
+// With sync_batchnorm the module is converted first (sync_batchnorm.h; module() returns it).
 // Gradient accumulation: backward calls inside a no_sync() scope only accumulate locally; the
 // first backward after it averages the accumulated sum.
 #pragma once
@@ -51,7 +51,6 @@ class DistributedDataParallel {
   [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
 
   Module& module() { return *module_; }
-  const ModulePtr& module_ptr() const { return module_; }
   Reducer& reducer() { return *reducer_; }
   Timeline& timeline() { return reducer_->timeline(); }
 

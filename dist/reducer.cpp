@@ -11,21 +11,20 @@ namespace tandem::dist {
 
 Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Communicator& comm,
                  ReducerOptions options)
-    : params_(std::move(named_params)), comm_(comm), options_(options), self_(std::make_shared<Reducer*>(this)) {
+    : params_(std::move(named_params)), comm_(comm), options_(options) {
   TANDEM_CHECK(!params_.empty(), "the reducer got no parameters that require grad: nothing to synchronise");
   std::vector<size_t> bytes;
-  std::vector<int> group;
+  std::vector<BucketKey> keys;
   for (auto& [name, p] : params_) {
     TANDEM_CHECK(p.requires_grad(), "parameter ", name, " does not require grad; pass only trainable parameters");
     bytes.push_back(p.nbytes());
-    // A bucket is one buffer, so one dtype on one device.
-    group.push_back(static_cast<int>(p.dtype()) * 1024 + (p.is_cuda() ? 512 + p.device().index : 0));
+    keys.push_back({p.dtype(), p.device()});
   }
   // Bucketing off is the limit of tiny buckets: every parameter closes its own.
   BucketingOptions limits = options_.bucketed ? options_.bucketing : BucketingOptions{0, 0};
   locators_.resize(params_.size());
   ready_.assign(params_.size(), 0);
-  for (const std::vector<size_t>& members : assign_buckets(bytes, group, limits)) {
+  for (const std::vector<size_t>& members : assign_buckets(bytes, keys, limits)) {
     Bucket b;
     b.params = members;
     int64_t total = 0;
@@ -45,22 +44,18 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Commu
     }
     buckets_.push_back(std::move(b));
   }
-  std::weak_ptr<Reducer*> weak = self_;
+  // Capturing `this` is safe: hooks_ removes every hook before the reducer is gone.
   for (size_t i = 0; i < params_.size(); ++i)
-    params_[i].second.register_grad_ready_hook([weak, i](Tensor&) {
-      if (auto self = weak.lock()) (*self)->on_grad_ready(i);
-    });
+    hooks_.push_back(params_[i].second.register_grad_ready_hook([this, i](Tensor&) { on_grad_ready(i); }));
 }
 
 Reducer::~Reducer() {
+  hooks_.clear();
   for (Bucket& b : buckets_)  // the communicator must not write into a freed buffer
     if (b.work) try { b.work->wait(); } catch (...) {}  // NOLINT: a destructor must not throw
 }
 
-void Reducer::start_step() {
-  raw_.origin = comm_.mark();
-  raw_.origin_host_us = profile::now_us();
-}
+void Reducer::start_step() { timeline_.start_step(comm_.mark()); }
 
 void Reducer::on_grad_ready(size_t i) {
   if (!sync_) return;  // no_sync: autograd already accumulated into .grad; nothing to communicate
@@ -69,11 +64,10 @@ void Reducer::on_grad_ready(size_t i) {
     for (Bucket& b : buckets_) b.pending = b.params.size();
     ready_.assign(params_.size(), 0);
     next_launch_ = 0;
-    if (!raw_.origin) start_step();  // used without DDP: the step starts at the first gradient
-    std::weak_ptr<Reducer*> weak = self_;
-    autograd::queue_callback([weak] {
-      if (auto self = weak.lock()) (*self)->finish_backward();
-    });
+    if (!timeline_.step_started()) start_step();  // used without DDP: the step starts at the first gradient
+    // `this` outlives the callback: autograd runs or drops it before backward() returns, and the
+    // reducer cannot be destroyed from inside the backward whose hooks it owns.
+    autograd::queue_callback([this] { finish_backward(); });
   }
   const VariableLocator& loc = locators_[i];
   const Tensor g = params_[i].second.grad();
@@ -112,16 +106,28 @@ void Reducer::launch(size_t i) {
   }
 }
 
+// Step 5: autograd ran the last node of this backward.
 void Reducer::finish_backward() {
-  raw_.backward_end = comm_.mark();
+  const MarkPtr backward_end = comm_.mark();
+  check_unused();
+  launch_ready_buckets();  // with overlap off, every bucket launches here
+  TANDEM_CHECK(next_launch_ == buckets_.size(), "internal: ", buckets_.size() - next_launch_,
+               " bucket(s) not launched at the end of backward");
+  wait_and_average();
+  record_timing(backward_end);
+  in_backward_ = false;
+}
+
+// A parameter without a gradient leaves its bucket pending forever: fail (default) or count it as zero.
+void Reducer::check_unused() {
   std::vector<size_t> unused;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!ready_[i]) unused.push_back(i);
   if (!unused.empty() && !options_.find_unused_parameters) {
-    for (Bucket& b : buckets_)
+    for (Bucket& b : buckets_)  // leave no collective in flight, so the next backward starts clean
       if (b.work) b.work->wait(), b.work.reset();
     in_backward_ = false;
-    raw_ = {};
+    timeline_.drop_step();
     std::string names;
     for (size_t k = 0; k < unused.size() && k < 8; ++k) names += (k ? ", " : "") + params_[unused[k]].first;
     if (unused.size() > 8) names += ", ... (" + std::to_string(unused.size()) + " in all)";
@@ -130,27 +136,24 @@ void Reducer::finish_backward() {
                  "find_unused_parameters = true in the DDP options to treat their gradients as zero");
   }
   for (size_t i : unused) mark_ready(i);  // their gradient is whatever .grad holds: zero after zero_grad
-  launch_ready_buckets();                 // with overlap off, every bucket launches here
-  TANDEM_CHECK(next_launch_ == buckets_.size(), "internal: ", buckets_.size() - next_launch_,
-               " bucket(s) not launched at the end of backward");
+}
+
+void Reducer::wait_and_average() {
   const float inv = 1.0f / static_cast<float>(comm_.size());
   for (Bucket& b : buckets_) {
     b.work->wait();  // GPU: the compute stream waits for the comm stream; the host does not block
-    raw_.bytes.push_back(static_cast<int64_t>(b.wire.defined() ? b.wire.nbytes() : b.buffer.nbytes()));
-    if (b.wire.defined()) {
-      b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // already divided before the cast
-      b.wire = Tensor();
-    } else if (comm_.size() > 1) {
-      ops::scale_(b.buffer, inv);
-    }
-    raw_.ready.push_back(b.ready);
-    raw_.launch.push_back(b.work->started());
-    raw_.finish.push_back(b.work->finished());
-    b.work.reset();
+    if (b.wire.defined()) b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // divided before the cast
+    else if (comm_.size() > 1) ops::scale_(b.buffer, inv);
   }
-  timeline_.record(std::move(raw_));
-  raw_ = {};
-  in_backward_ = false;
+}
+
+void Reducer::record_timing(MarkPtr backward_end) {
+  for (Bucket& b : buckets_) {
+    timeline_.bucket_done(b.ready, *b.work, static_cast<int64_t>((b.wire.defined() ? b.wire : b.buffer).nbytes()));
+    b.work.reset();  // the step's collective and its wire copy are done with
+    b.wire = Tensor();
+  }
+  timeline_.end_step(std::move(backward_end));
 }
 
 }  // namespace tandem::dist

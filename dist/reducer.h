@@ -9,8 +9,9 @@
 //      or the collectives would pair up different buckets across ranks;
 //   4. a launch hands the flat buffer to the communicator: NCCL on the comm stream after an event
 //      recorded on the compute stream, or MPI on the comm thread;
-//   5. when backward ends (autograd::queue_callback), the reducer waits for every bucket and
-//      divides by the world size. On a GPU "waits" is a stream wait: the host never blocks.
+//   5. when backward ends (autograd::queue_callback), the reducer checks for unused parameters,
+//      waits for every bucket and divides by the world size (on a GPU "waits" is a stream wait:
+//      the host never blocks), and records the step's timing.
 // The buckets' sum is averaged after the all-reduce (in f32, exact for the equivalence tests);
 // with 16-bit compression the gradients are divided before the cast instead, so the sum on the
 // wire cannot overflow f16.
@@ -52,7 +53,7 @@ struct Bucket {
   size_t pending = 0;            // gradients not yet ready in this backward; launch at 0
   Tensor wire;                   // `buffer` cast to the wire dtype while in flight (compression only)
   WorkPtr work;                  // the all-reduce in flight; null before launch
-  MarkPtr ready;                 // when pending reached 0, on the compute timeline
+  MarkPtr ready;                 // when pending reached 0, on the compute timeline (for the Timeline)
 };
 
 // Where a parameter's gradient lives.
@@ -81,11 +82,16 @@ class Reducer {
   Timeline& timeline() { return timeline_; }
 
  private:
+  // The five steps above, in order; finish_backward (5) = check_unused, launch the rest,
+  // wait_and_average, record_timing.
   void on_grad_ready(size_t param);
   void mark_ready(size_t param);
   void launch_ready_buckets();
   void launch(size_t b);
   void finish_backward();
+  void check_unused();
+  void wait_and_average();
+  void record_timing(MarkPtr backward_end);
 
   std::vector<std::pair<std::string, Tensor>> params_;
   Communicator& comm_;
@@ -97,8 +103,9 @@ class Reducer {
   bool in_backward_ = false;    // a synchronised backward is running (its callback is queued)
   bool sync_ = true;
   Timeline timeline_;
-  Timeline::Raw raw_;           // marks of the step in progress
-  std::shared_ptr<Reducer*> self_;  // hooks hold a weak_ptr: they outlive a destroyed reducer safely
+  // One per parameter. The destructor drops them, so no hook outlives the reducer (a new reducer
+  // over the same parameters starts clean), as PyTorch's reducer removes its own hooks.
+  std::vector<GradReadyHookHandle> hooks_;
 };
 
 }  // namespace tandem::dist

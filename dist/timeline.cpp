@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "core/profile.h"
@@ -42,8 +43,18 @@ std::string TimelineSummary::str() const {
   return buf;
 }
 
-void Timeline::record(Raw raw) {
-  pending_.push_back(std::move(raw));
+void Timeline::start_step(MarkPtr origin) {
+  step_.origin = std::move(origin);
+  step_.origin_host_us = profile::now_us();
+}
+
+void Timeline::bucket_done(MarkPtr ready, const Work& work, int64_t wire_bytes) {
+  step_.buckets.push_back({std::move(ready), work.started(), work.finished(), wire_bytes});
+}
+
+void Timeline::end_step(MarkPtr backward_end) {
+  step_.backward_end = std::move(backward_end);
+  pending_.push_back(std::exchange(step_, {}));
   // Old GPU events are long complete; resolving them now keeps the pending list short.
   if (pending_.size() > 16) resolve();
 }
@@ -53,9 +64,9 @@ void Timeline::resolve() {
     StepTiming s;
     s.step = static_cast<int64_t>(steps_.size());
     s.backward_end_us = r.backward_end->us_since(*r.origin);
-    for (size_t b = 0; b < r.ready.size(); ++b) {
-      BucketTiming t{r.ready[b]->us_since(*r.origin), r.launch[b]->us_since(*r.origin),
-                     r.finish[b]->us_since(*r.origin), r.bytes[b]};
+    for (size_t b = 0; b < r.buckets.size(); ++b) {
+      const Raw::Bucket& m = r.buckets[b];
+      BucketTiming t{m.ready->us_since(*r.origin), m.launch->us_since(*r.origin), m.finish->us_since(*r.origin), m.bytes};
       s.buckets.push_back(t);
       // The bucket's all-reduce on the trace's communication track, timed by the comm timeline.
       if (profile::trace_enabled())

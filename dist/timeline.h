@@ -44,23 +44,29 @@ struct TimelineSummary {
   std::string str() const; // "comm 3.1 ms/step, exposed 0.4 ms, overlap 87%"
 };
 
+// The reducer reports each synchronised backward at these named points, in this order. Marks are
+// kept raw until steps() or summary() reads them (reading a GPU mark waits for it).
 class Timeline {
  public:
-  // The raw marks of one step, as the reducer collects them.
-  struct Raw {
-    MarkPtr origin;
-    double origin_host_us = 0;  // profile::now_us() at the origin, to place GPU times in the trace
-    MarkPtr backward_end;
-    std::vector<MarkPtr> ready, launch, finish;
-    std::vector<int64_t> bytes;
-  };
-  void record(Raw raw);
+  void start_step(MarkPtr origin);  // the step's zero (DDP: each forward; a later call moves it)
+  bool step_started() const { return step_.origin != nullptr; }
+  // One bucket, in launch order, after its Work was waited for; wire_bytes: its size on the wire.
+  void bucket_done(MarkPtr ready, const Work& work, int64_t wire_bytes);
+  void end_step(MarkPtr backward_end);  // keeps the step
+  void drop_step() { step_ = {}; }      // a failed backward: forgets it
   // All steps so far, resolved (waits for outstanding GPU events).
   const std::vector<StepTiming>& steps();
   TimelineSummary summary();
 
  private:
+  struct Raw {  // the marks of one step
+    MarkPtr origin, backward_end;
+    double origin_host_us = 0;  // profile::now_us() at the origin, to place GPU times in the trace
+    struct Bucket { MarkPtr ready, launch, finish; int64_t bytes; };
+    std::vector<Bucket> buckets;
+  };
   void resolve();
+  Raw step_;  // the step in progress
   std::vector<Raw> pending_;
   std::vector<StepTiming> steps_;
 };

@@ -1,7 +1,8 @@
 // tests/mpi_ddp.cpp: DistributedDataParallel on a small CNN, against one process on the full batch.
 //
-// N ranks with batch b must take the same SGD steps as one process with batch N*b (the experiment
-// and its model live in tests/support/ddp_fixture.h, shared with tests/mpi_gpu_ddp.cpp). Also:
+// N ranks with batch b must take the same SGD steps as one process with batch N*b (the experiment,
+// its model and the equivalence grid live in tests/support/ddp_fixture.h, shared with
+// tests/mpi_gpu_ddp.cpp). Also:
 // no_sync accumulation, 16-bit gradient compression, and broadcast_buffers on a BatchNorm model.
 // Tolerance 1e-5 relative in f32: the two sides sum the same products in a different order
 // (per-rank partial sums, then the all-reduce), a few ulps per step over 3 steps.
@@ -22,33 +23,10 @@ using namespace tandem::testing::ddp_fixture;
 
 namespace {
 constexpr int64_t kB = kBatch;
-
-// Trains a DDP replica and the local full-batch reference side by side (ddp_fixture.h); returns
-// the DDP model. check: the replica must match the reference to 1e-5 (off for lossy compression).
-std::shared_ptr<SmallCnn> train(const ReducerOptions& ro, bool check = true) {
-  Trained t = train_ddp_and_reference(ro);
-  if (check) CHECK(max_rel_diff(*t.model, *t.ref) <= 1e-5);
-  return t.model;
-}
 }  // namespace
 
-TEST_CASE("N ranks x batch b == 1 process x batch N*b; ranks stay bit-identical") {
-  for (bool bucketed : {true, false})
-    for (bool overlap : {true, false}) {
-      CAPTURE(bucketed);
-      CAPTURE(overlap);
-      ReducerOptions ro;
-      ro.bucketing = {256, 1024};  // several buckets even in this tiny model
-      ro.bucketed = bucketed;
-      ro.overlap = overlap;
-      auto model = train(ro);
-      CHECK(bit_identical(*model));
-    }
-}
-
-TEST_CASE("default bucket sizes put the tiny model in one bucket, and it still matches") {
-  auto model = train({});
-  CHECK(bit_identical(*model));
+TEST_CASE("N ranks x batch b == 1 process x batch N*b (several buckets or the default one); ranks bit-identical") {
+  check_equivalence_grid(Device::cpu(), 1e-5);
 }
 
 // Deep enough that backward takes milliseconds: the first buckets' all-reduces can start while
@@ -135,12 +113,12 @@ TEST_CASE("bf16/f16 gradient compression: close to uncompressed, ranks still bit
   // gradients up to 2x the averaged one and the small propagation of errors through 3 steps.
   ReducerOptions ro;
   ro.bucketing = {256, 1024};
-  auto exact = train(ro);
+  auto exact = check_equivalence(ro, Device::cpu(), 1e-5).model;
   SmallCnn init(7);
   for (Compression c : {Compression::BF16, Compression::F16}) {
     CAPTURE(static_cast<int>(c));
     ro.compression = c;
-    auto model = train(ro, false);
+    auto model = train_ddp_and_reference(ro).model;
     CHECK(bit_identical(*model));  // every rank applies the same all-reduced (rounded) gradient
     double diff = 0, update = 0;
     auto pc = model->parameters(), pe = exact->parameters(), p0 = init.parameters();

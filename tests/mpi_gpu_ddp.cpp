@@ -45,45 +45,18 @@ struct Tf32Scope {
   ~Tf32Scope() { ops::set_allow_tf32(prev); }
 };
 
-bool all_on_gpu(Module& m) {
-  bool ok = true;
-  for (Tensor& p : m.parameters()) ok = ok && p.device() == world().device && p.grad().device() == world().device;
-  return ok;
-}
-
-// Trains on the GPU; checks residency, the norm-wise bound and bit-identical ranks.
-void check_equivalence(const ReducerOptions& ro, double bound) {
-  Trained t = train_ddp_and_reference(ro, world().device);
-  CHECK(all_on_gpu(*t.model));
-  const double diff = max_tensor_rel_diff(*t.model, *t.ref);
-  if (world().rank == 0)
-    MESSAGE(std::string(comm_for(world().device).backend()), ", TF32 ", std::string(ops::allow_tf32() ? "on" : "off"),
-            ": max norm-wise diff ", diff, " (bound ", bound, ")");
-  CHECK(diff <= bound);
-  CHECK(bit_identical(*t.model));
-}
 }  // namespace
 
 TEST_CASE("GPU, TF32 off: N ranks x batch b == 1 process x batch N*b to 1e-5; ranks bit-identical") {
   Tf32Scope tf32(false);
-  for (bool bucketed : {true, false})
-    for (bool overlap : {true, false}) {
-      CAPTURE(bucketed);
-      CAPTURE(overlap);
-      ReducerOptions ro;
-      ro.bucketing = {256, 1024};  // several buckets even in this tiny model
-      ro.bucketed = bucketed;
-      ro.overlap = overlap;
-      check_equivalence(ro, 1e-5);
-    }
-  check_equivalence({}, 1e-5);  // default bucket sizes: one bucket
+  check_equivalence_grid(world().device, 1e-5);  // the grid of tests/mpi_ddp.cpp, norm-wise
 }
 
 TEST_CASE("GPU, TF32 on (default): equivalence to 1e-3; ranks still bit-identical") {
   Tf32Scope tf32(true);
   ReducerOptions ro;
   ro.bucketing = {256, 1024};
-  check_equivalence(ro, 1e-3);
+  check_equivalence(ro, world().device, 1e-3);
 }
 
 TEST_CASE("GPU, bf16 gradient compression: lossy on the wire, ranks still bit-identical") {
@@ -96,7 +69,7 @@ TEST_CASE("GPU, bf16 gradient compression: lossy on the wire, ranks still bit-id
   ro.bucketing = {256, 1024};
   ro.compression = Compression::BF16;
   Trained t = train_ddp_and_reference(ro, world().device);
-  CHECK(all_on_gpu(*t.model));
+  CHECK(on_device(*t.model, world().device));
   CHECK(bit_identical(*t.model));
   const double diff = max_tensor_rel_diff(*t.model, *t.ref);
   if (world().rank == 0) MESSAGE("bf16 compression: max norm-wise diff ", diff, " (bound 5e-2)");

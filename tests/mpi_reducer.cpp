@@ -47,6 +47,10 @@ struct Toy {
   void zero_grad() {
     for (auto& [n, p] : params) p.grad().zero_();
   }
+  void step(int rank) {  // one training step's gradient work: zero, then backward
+    zero_grad();
+    backward(rank);
+  }
   int mismatches(int n, float factor = 1.0f, float tol = 0.0f, const std::vector<size_t>& skip = {}) const {
     int bad = 0;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -60,6 +64,13 @@ struct Toy {
     return bad;
   }
 };
+
+// Several buckets out of Toy's 12 small parameters (5 of them).
+ReducerOptions small_buckets() {
+  ReducerOptions o;
+  o.bucketing = {1000, 3000};
+  return o;
+}
 }  // namespace
 
 TEST_CASE("gradients are averaged over ranks: bucketed/unbucketed, overlap on/off") {
@@ -69,15 +80,13 @@ TEST_CASE("gradients are averaged over ranks: bucketed/unbucketed, overlap on/of
       CAPTURE(bucketed);
       CAPTURE(overlap);
       Toy toy;
-      ReducerOptions o;
-      o.bucketing = {1000, 3000};  // several buckets out of 12 small parameters
+      ReducerOptions o = small_buckets();
       o.bucketed = bucketed;
       o.overlap = overlap;
       Reducer red(toy.params, c, o);
       CHECK(red.buckets().size() == (bucketed ? 5u : 12u));
       for (int step = 0; step < 2; ++step) {  // twice: pending counts and views must reset
-        toy.zero_grad();
-        toy.backward(c.rank());
+        toy.step(c.rank());
         CHECK(toy.mismatches(c.size()) == 0);
       }
       // .grad is a view into its bucket, at the offset its locator says
@@ -122,8 +131,7 @@ TEST_CASE("unused parameters: named in the error by default, zero with find_unus
     }
     CHECK(msg.find("p3, p7") != std::string::npos);
     CHECK(msg.find("find_unused_parameters") != std::string::npos);
-    toy.zero_grad();  // the reducer recovers: a full backward works afterwards
-    toy.backward(c.rank());
+    toy.step(c.rank());  // the reducer recovers: a full backward works afterwards
     CHECK(toy.mismatches(c.size()) == 0);
   }
   {
@@ -137,6 +145,21 @@ TEST_CASE("unused parameters: named in the error by default, zero with find_unus
   }
 }
 
+TEST_CASE("a destroyed reducer removes its hooks: reducers built in a loop leave none behind") {
+  Communicator& c = comm_for(Device::cpu());
+  Toy toy;
+  for (int round = 0; round < 3; ++round) {
+    Reducer red(toy.params, c);
+    for (auto& [name, p] : toy.params) CHECK(p.num_grad_ready_hooks() == 1);  // only this reducer's
+    toy.step(c.rank());
+    CHECK(toy.mismatches(c.size()) == 0);
+    CHECK(red.timeline().steps().size() == 1);
+  }
+  for (auto& [name, p] : toy.params) CHECK(p.num_grad_ready_hooks() == 0);
+  toy.step(c.rank());  // no reducer left: a purely local backward, (r + 1) k
+  CHECK(toy.params[0].second.grad().to_vector()[0] == (c.rank() + 1) * toy.k(0, 0));
+}
+
 TEST_CASE("gradient compression: bf16 and f16 on the wire") {
   Communicator& c = comm_for(Device::cpu());
   for (Compression comp : {Compression::BF16, Compression::F16}) {
@@ -144,8 +167,7 @@ TEST_CASE("gradient compression: bf16 and f16 on the wire") {
     ReducerOptions o;
     o.compression = comp;
     Reducer red(toy.params, c, o);
-    toy.zero_grad();
-    toy.backward(c.rank());
+    toy.step(c.rank());
     // Each rank's (r + 1) k / n is rounded to 16 bits before the sum: bf16 keeps 8 significant
     // bits (relative error <= 2^-8 per rounding), f16 11 bits; a few roundings add up.
     CHECK(toy.mismatches(c.size(), 1.0f, comp == Compression::BF16 ? 2e-2f : 3e-3f) == 0);
@@ -156,11 +178,8 @@ TEST_CASE("gradient compression: bf16 and f16 on the wire") {
 TEST_CASE("timeline: every bucket has ready <= launch <= finish") {
   Communicator& c = comm_for(Device::cpu());
   Toy toy;
-  ReducerOptions o;
-  o.bucketing = {1000, 3000};
-  Reducer red(toy.params, c, o);
-  toy.zero_grad();
-  toy.backward(c.rank());
+  Reducer red(toy.params, c, small_buckets());
+  toy.step(c.rank());
   const StepTiming& s = red.timeline().steps().back();
   REQUIRE(s.buckets.size() == red.buckets().size());
   for (const BucketTiming& b : s.buckets) {
@@ -186,11 +205,8 @@ TEST_CASE("write_trace: one Chrome trace on rank 0, a process per rank, bucket a
   profile::take_events();  // start clean
   profile::enable_trace(profile::Level::Step);
   Toy toy;
-  ReducerOptions o;
-  o.bucketing = {1000, 3000};
-  Reducer red(toy.params, c, o);
-  toy.zero_grad();
-  toy.backward(c.rank());
+  Reducer red(toy.params, c, small_buckets());
+  toy.step(c.rank());
   red.timeline().steps();  // resolving the timings adds the bucket events
   const std::string path = "dist_trace_test_" + std::to_string(c.size()) + ".json";
   write_trace(path);

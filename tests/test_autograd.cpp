@@ -59,11 +59,11 @@ TEST_CASE("grad-ready hook fires once per parameter per backward, after the grad
   Tensor v = leaf({4, 5, 6});
   int fired_w = 0, fired_v = 0;
   std::vector<float> seen;
-  w.register_grad_ready_hook([&](Tensor& p) {
+  GradReadyHookHandle hw = w.register_grad_ready_hook([&](Tensor& p) {
     ++fired_w;
     seen = p.grad().to_vector();
   });
-  v.register_grad_ready_hook([&](Tensor&) { ++fired_v; });
+  GradReadyHookHandle hv = v.register_grad_ready_hook([&](Tensor&) { ++fired_v; });
   // w used three times: the hook must see the sum of all three contributions.
   Tensor y = ops::add(ops::add(ops::mul(w, v), w), ops::scale(w, 2.0f));
   y.backward(Tensor::ones({3}));
@@ -75,10 +75,35 @@ TEST_CASE("grad-ready hook fires once per parameter per backward, after the grad
   CHECK(fired_v == 1);  // v did not take part in the second backward
 }
 
+TEST_CASE("a hook handle removes exactly its own hook, and is safe after its leaf died") {
+  Tensor w = leaf({1, 2});
+  int a = 0, b = 0;
+  GradReadyHookHandle ha = w.register_grad_ready_hook([&](Tensor&) { ++a; });
+  {
+    GradReadyHookHandle hb = w.register_grad_ready_hook([&](Tensor&) { ++b; });
+    CHECK(w.num_grad_ready_hooks() == 2);
+    GradReadyHookHandle moved = std::move(hb);  // the moved-from handle removes nothing
+    CHECK(w.num_grad_ready_hooks() == 2);
+    ops::scale(w, 2.0f).backward(Tensor::ones({2}));
+  }
+  CHECK(w.num_grad_ready_hooks() == 1);
+  ops::scale(w, 2.0f).backward(Tensor::ones({2}));
+  CHECK(a == 2);
+  CHECK(b == 1);  // removed with its handle: it did not fire in the second backward
+  ha.reset();
+  CHECK(w.num_grad_ready_hooks() == 0);
+  GradReadyHookHandle outlives;
+  {
+    Tensor gone = leaf({3});
+    outlives = gone.register_grad_ready_hook([](Tensor&) {});
+  }
+  outlives.reset();  // the leaf is gone: nothing to remove, no crash
+}
+
 TEST_CASE("backward callbacks run after the last node") {
   Tensor w = leaf({1});
   bool hook_ran = false, cb_after_hook = false;
-  w.register_grad_ready_hook([&](Tensor&) {
+  GradReadyHookHandle h = w.register_grad_ready_hook([&](Tensor&) {
     hook_ran = true;
     autograd::queue_callback([&] { cb_after_hook = hook_ran; });
   });

@@ -1,38 +1,51 @@
-// tests/test_bucketing.cpp: the bucket assignment is a pure function of sizes and groups.
+// tests/test_bucketing.cpp: the bucket assignment is a pure function of sizes and bucket keys.
 #include <doctest/doctest.h>
 
 #include <set>
 
 #include "dist/bucketing.h"
 
+using namespace tandem;
 using namespace tandem::dist;
 using Buckets = std::vector<std::vector<size_t>>;
+
+namespace {
+const BucketKey kF32Cpu{DType::F32, Device::cpu()};
+const BucketKey kF16Gpu{DType::F16, Device::cuda(0)};
+// n parameters with the same key: one flat buffer could hold them all.
+std::vector<BucketKey> same(size_t n) { return std::vector<BucketKey>(n, kF32Cpu); }
+}  // namespace
 
 TEST_CASE("buckets fill in reverse registration order, first bucket small") {
   // 6 parameters of 400 bytes; first bucket closes at >= 500 bytes, later ones at >= 1000.
   std::vector<size_t> bytes(6, 400);
-  Buckets b = assign_buckets(bytes, std::vector<int>(6, 0), {500, 1000});
+  Buckets b = assign_buckets(bytes, same(6), {500, 1000});
   CHECK(b == Buckets{{5, 4}, {3, 2, 1}, {0}});
 }
 
 TEST_CASE("a parameter larger than the limit gets a bucket of its own") {
-  Buckets b = assign_buckets({10, 5000, 10, 10}, std::vector<int>(4, 0), {100, 100});
+  Buckets b = assign_buckets({10, 5000, 10, 10}, same(4), {100, 100});
   CHECK(b == Buckets{{3, 2, 1}, {0}});  // 10+10+5000 passes the limit when the large one joins
-  Buckets c = assign_buckets({10, 5000, 10, 10}, std::vector<int>(4, 0), {15, 15});
+  Buckets c = assign_buckets({10, 5000, 10, 10}, same(4), {15, 15});
   CHECK(c == Buckets{{3, 2}, {1}, {0}});
 }
 
 TEST_CASE("limits of zero put every parameter alone: the bucketing-off baseline") {
-  Buckets b = assign_buckets({4, 8, 12}, {0, 0, 0}, {0, 0});
+  Buckets b = assign_buckets({4, 8, 12}, same(3), {0, 0});
   CHECK(b == Buckets{{2}, {1}, {0}});
 }
 
-TEST_CASE("different groups (dtype/device) never share a bucket; launch order follows readiness") {
-  // Parameters alternate between two groups; with huge limits each group forms one bucket.
-  Buckets b = assign_buckets({4, 4, 4, 4, 4}, {0, 1, 0, 1, 0}, {1 << 20, 1 << 20});
+TEST_CASE("different keys (dtype/device) never share a bucket; launch order follows readiness") {
+  // Parameters alternate between two keys; with huge limits each key forms one bucket.
+  const BucketKey a = kF32Cpu, g = kF16Gpu;
+  Buckets b = assign_buckets({4, 4, 4, 4, 4}, {a, g, a, g, a}, {1 << 20, 1 << 20});
   CHECK(b == Buckets{{4, 2, 0}, {3, 1}});
-  Buckets c = assign_buckets({4, 4, 4, 4}, {1, 0, 1, 0}, {8, 8});
+  Buckets c = assign_buckets({4, 4, 4, 4}, {g, a, g, a}, {8, 8});
   CHECK(c == Buckets{{3, 1}, {2, 0}});
+  // Same dtype on two devices, or two dtypes on one device: still different buckets.
+  const BucketKey gpu1{DType::F16, Device::cuda(1)}, cpu16{DType::F16, Device::cpu()};
+  CHECK(assign_buckets({4, 4}, {kF16Gpu, gpu1}, {1 << 20, 1 << 20}) == Buckets{{1}, {0}});
+  CHECK(assign_buckets({4, 4}, {cpu16, kF32Cpu}, {1 << 20, 1 << 20}) == Buckets{{1}, {0}});
 }
 
 TEST_CASE("defaults are 1 MiB then 25 MiB; every parameter appears exactly once") {
@@ -41,7 +54,7 @@ TEST_CASE("defaults are 1 MiB then 25 MiB; every parameter appears exactly once"
   CHECK(o.bucket_bytes == (25u << 20));
   std::vector<size_t> bytes;
   for (int i = 0; i < 100; ++i) bytes.push_back(size_t(1 + (i * 7919) % 997) << 12);  // up to ~4 MiB
-  Buckets b = assign_buckets(bytes, std::vector<int>(bytes.size(), 0), o);
+  Buckets b = assign_buckets(bytes, same(bytes.size()), o);
   std::set<size_t> seen;
   size_t prev_front = bytes.size();
   for (size_t k = 0; k < b.size(); ++k) {
@@ -59,5 +72,5 @@ TEST_CASE("defaults are 1 MiB then 25 MiB; every parameter appears exactly once"
 }
 
 TEST_CASE("mismatched inputs are refused") {
-  CHECK_THROWS(assign_buckets({1, 2}, {0}, {}));
+  CHECK_THROWS(assign_buckets({1, 2}, same(1), {}));
 }

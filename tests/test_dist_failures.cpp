@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 
 namespace {
@@ -30,34 +31,31 @@ Run run(const std::string& env, const std::string& mpiexec_flags, const std::str
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return r;
 }
+
+// The job failed within limit_s and printed every string of `says` (its output shown on failure).
+void check_failed(const Run& r, double limit_s, std::initializer_list<const char*> says) {
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.seconds < limit_s);
+  for (const char* s : says) CHECK(r.output.find(s) != std::string::npos);
+}
 }  // namespace
 
 TEST_CASE("a rank that builds a different model: every rank fails, naming the first difference") {
   Run r = run("", "", "mismatch");
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.seconds < 30);
   // Both ranks report the same first difference (rank 1's fc.weight is [4, 5]).
-  for (const char* rank : {"[rank 0] error", "[rank 1] error"}) CHECK(r.output.find(rank) != std::string::npos);
-  CHECK(r.output.find("rank 1 built a different model") != std::string::npos);
-  CHECK(r.output.find("fc.weight f32[4, 5]") != std::string::npos);
+  check_failed(r, 30, {"[rank 0] error", "[rank 1] error", "rank 1 built a different model", "fc.weight f32[4, 5]"});
+  INFO(r.output);
   CHECK(r.output.find("no error") == std::string::npos);
 }
 
 TEST_CASE("a rank that dies mid-training: the launcher ends the job") {
-  Run r = run("TANDEM_COMM_TIMEOUT_S=20", "", "die");
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.seconds < 60);
-  CHECK(r.output.find("exiting on purpose") != std::string::npos);
+  check_failed(run("TANDEM_COMM_TIMEOUT_S=20", "", "die"), 60, {"exiting on purpose"});
 }
 
 TEST_CASE("a rank that dies mid-training, launcher told not to clean up: tandem's watchdog names it") {
   // -disable-auto-cleanup keeps MPICH's launcher from killing the survivors, so only tandem's own
   // deadline (5 s here) can end the job.
-  Run r = run("TANDEM_COMM_TIMEOUT_S=5", "-disable-auto-cleanup", "die");
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.seconds < 60);
-  CHECK(r.output.find("[rank 0] tandem watchdog: rank(s) 1 did not reach collective") != std::string::npos);
+  check_failed(run("TANDEM_COMM_TIMEOUT_S=5", "-disable-auto-cleanup", "die"), 60,
+               {"[rank 0] tandem watchdog: rank(s) 1 did not reach collective"});
 }

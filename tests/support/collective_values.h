@@ -1,5 +1,5 @@
 // tests/support/collective_values.h: rank-dependent inputs whose collective results have closed
-// forms, shared by tests/mpi_collectives.cpp (CPU tensors) and tests/mpi_gpu_collectives.cpp.
+// forms, used by the collective bodies of tests/support/collective_checks.h (CPU and GPU).
 //
 // Rank r holds (r + 1) * k(i) at element i, with k(i) = i % 5 + 1 in 1..5. Over n ranks:
 //   sum = k(i) * n (n + 1) / 2,   avg = k(i) * (n + 1) / 2,   chunk q of an all_gather = (q + 1) k(i).

@@ -1,6 +1,8 @@
 // tests/support/ddp_fixture.cpp: see ddp_fixture.h.
 #include "tests/support/ddp_fixture.h"
 
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -121,6 +123,38 @@ Trained train_ddp_and_reference(const dist::ReducerOptions& ro, Device device) {
     sgd_step(*t.ref);
   }
   return t;
+}
+
+bool on_device(Module& m, Device device) {
+  bool ok = true;
+  for (Tensor& p : m.parameters()) ok = ok && p.device() == device && p.grad().device() == device;
+  return ok;
+}
+
+Trained check_equivalence(const dist::ReducerOptions& ro, Device device, double bound) {
+  Trained t = train_ddp_and_reference(ro, device);
+  CHECK(on_device(*t.model, device));
+  const double diff = device.is_cpu() ? max_rel_diff(*t.model, *t.ref) : max_tensor_rel_diff(*t.model, *t.ref);
+  if (dist::world().rank == 0 && device.is_cuda())
+    MESSAGE(std::string(dist::comm_for(device).backend()), ", TF32 ", std::string(ops::allow_tf32() ? "on" : "off"),
+            ": max norm-wise diff ", diff, " (bound ", bound, ")");
+  CHECK(diff <= bound);
+  CHECK(bit_identical(*t.model));
+  return t;
+}
+
+void check_equivalence_grid(Device device, double bound) {
+  for (bool bucketed : {true, false})
+    for (bool overlap : {true, false}) {
+      CAPTURE(bucketed);
+      CAPTURE(overlap);
+      dist::ReducerOptions ro;
+      ro.bucketing = {256, 1024};  // several buckets even in this tiny model
+      ro.bucketed = bucketed;
+      ro.overlap = overlap;
+      check_equivalence(ro, device, bound);
+    }
+  check_equivalence({}, device, bound);  // default bucket sizes: one bucket
 }
 
 }  // namespace tandem::testing::ddp_fixture

@@ -7,8 +7,8 @@
 // device), so no separate run is needed. The model (SmallCnn) has no BatchNorm or dropout: their
 // batch statistics / randomness would differ between the two sides.
 // Left to the callers: the tolerance (it depends on the device and its math modes), and the extra
-// cases (no_sync, compression, buffers). All helpers here call collectives only through
-// all_gather_strings, so every rank must call them together.
+// cases (no_sync, compression, buffers). The helpers call collectives (DDP's, all_gather_strings),
+// so every rank must call them together; the check_* ones use doctest CHECKs.
 #pragma once
 #include <memory>
 #include <string>
@@ -64,5 +64,15 @@ struct Trained {
 // Runs kSteps of the experiment on `device` with the given reducer options; returns both models.
 // The replicas start from different seeds on purpose: DDP must broadcast rank 0's weights.
 Trained train_ddp_and_reference(const dist::ReducerOptions& ro, Device device = Device::cpu());
+
+// Every parameter and its gradient live on `device`.
+bool on_device(Module& m, Device device);
+// Runs the experiment and checks that the replica stayed on `device`, matches the reference within
+// `bound` (max_rel_diff on the CPU, max_tensor_rel_diff on a GPU) and is bit-identical on every
+// rank. Returns the trained pair.
+Trained check_equivalence(const dist::ReducerOptions& ro, Device device, double bound);
+// check_equivalence for bucketed x overlap on and off with several buckets (256 B, then 1 KiB),
+// then with the default sizes (one bucket for this model).
+void check_equivalence_grid(Device device, double bound);
 
 }  // namespace tandem::testing::ddp_fixture

@@ -1,0 +1,64 @@
+// dist/watchdog.cpp: the progress question, its answer and the abort (see watchdog.h).
+#include "dist/watchdog.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace tandem::dist {
+
+constexpr int kPingTag = 7001, kReplyTag = 7002;  // the question and the answer, on `watch`
+
+void watchdog_answer(MPI_Comm watch, long long seq) {
+  int flag = 0;
+  MPI_Status st;
+  MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, watch, &flag, &st);
+  if (!flag) return;
+  long long ping = 0;
+  MPI_Recv(&ping, 1, MPI_LONG_LONG, st.MPI_SOURCE, kPingTag, watch, MPI_STATUS_IGNORE);
+  MPI_Send(&seq, 1, MPI_LONG_LONG, st.MPI_SOURCE, kReplyTag, watch);  // 8 bytes: sent eagerly
+}
+
+void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s) {
+  // A live peer answers from inside its own collective's wait loop within milliseconds; 3 s covers
+  // ranks that share oversubscribed cores. No answer means dead, hung in compute, or on another path.
+  constexpr double kGraceS = 3;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(watch, &rank);
+  MPI_Comm_size(watch, &size);
+  std::vector<long long> reached(size, -1);
+  std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL), sends(size, MPI_REQUEST_NULL);
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    MPI_Irecv(&reached[p], 1, MPI_LONG_LONG, p, kReplyTag, watch, &recvs[p]);
+    MPI_Isend(&seq, 1, MPI_LONG_LONG, p, kPingTag, watch, &sends[p]);
+  }
+  reached[rank] = seq;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(kGraceS);
+  while (std::chrono::steady_clock::now() < end) {
+    int all = 0;
+    MPI_Testall(size, recvs.data(), &all, MPI_STATUSES_IGNORE);
+    if (all) break;
+    watchdog_answer(watch, seq);  // peers that timed out too are asking us the same question
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::string missing;
+  for (int p = 0; p < size; ++p)
+    if (reached[p] < seq) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+  if (missing.empty())
+    std::fprintf(stderr, "[rank %d] tandem watchdog: every rank reached collective #%lld (%s) but it did not "
+                 "finish within %.0f s: the network or a GPU is stuck. Aborting the job.\n",
+                 rank, seq, what.c_str(), timeout_s);
+  else
+    std::fprintf(stderr, "[rank %d] tandem watchdog: rank(s) %s did not reach collective #%lld (%s) within %.0f s "
+                 "(dead, hung, or on a different code path). Aborting the job; raise TANDEM_COMM_TIMEOUT_S if a "
+                 "rank legitimately works alone for longer.\n",
+                 rank, missing.c_str(), seq, what.c_str(), timeout_s);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
+}
+
+}  // namespace tandem::dist
