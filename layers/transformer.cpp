@@ -6,12 +6,6 @@
 
 namespace tandem {
 
-ModulePtr ModuleList::add(ModulePtr m) {
-  register_module(std::to_string(mods_.size()), m);
-  mods_.push_back(m);
-  return m;
-}
-
 Tensor ModuleList::forward(const Tensor&) {
   TANDEM_THROW("ModuleList has no forward of its own: iterate over its modules instead");
 }
@@ -145,10 +139,7 @@ BertEncoder::BertEncoder(const BertConfig& cfg) {
   TANDEM_CHECK(cfg.num_hidden_layers > 0, "BertEncoder: num_hidden_layers must be positive, got ",
                cfg.num_hidden_layers);
   auto list = register_module("layer", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    layers_.push_back(std::make_shared<BertLayer>(cfg));
-    list->add(layers_.back());
-  }
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) layers_.push_back(list->add(std::make_shared<BertLayer>(cfg)));
   if (cfg.pre_layer_norm)
     final_ln_ = register_module("ln", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
 }

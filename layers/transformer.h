@@ -52,16 +52,16 @@ struct BertConfig {
 };
 
 // Holds numbered children "0", "1", ... for a parent that calls them itself (torch.nn.ModuleList).
+// The children live only in Module's list; add() hands back the typed handle.
 class ModuleList : public Module {
  public:
-  ModulePtr add(ModulePtr m);
-  size_t size() const { return mods_.size(); }
-  const ModulePtr& operator[](size_t i) const { return mods_.at(i); }
+  template <class M>
+  Child<M> add(std::shared_ptr<M> m) {
+    return register_module(std::to_string(num_children()), std::move(m));
+  }
+  size_t size() const { return num_children(); }
   Tensor forward(const Tensor& x) override;  // an error: the owner iterates the list
   std::string type_name() const override { return "ModuleList"; }
-
- private:
-  std::vector<ModulePtr> mods_;
 };
 
 class BertEmbeddings : public Module {
@@ -75,9 +75,9 @@ class BertEmbeddings : public Module {
 
  private:
   Tensor position_ids(int64_t seq, Device d);
-  std::shared_ptr<Embedding> word_, position_, token_type_;
-  std::shared_ptr<LayerNorm> norm_;
-  std::shared_ptr<Dropout> dropout_;
+  Child<Embedding> word_, position_, token_type_;
+  Child<LayerNorm> norm_;
+  Child<Dropout> dropout_;
   int64_t max_pos_;
   Tensor pos_ids_;  // [S] cached 0..S-1 on the last device used, so a step does no host copy
 };
@@ -91,7 +91,7 @@ class BertSelfAttention : public Module {
   std::string type_name() const override { return "BertSelfAttention"; }
 
  private:
-  std::shared_ptr<Linear> query_, key_, value_;
+  Child<Linear> query_, key_, value_;
   int64_t heads_;
   float attn_dropout_;
   ops::AttentionBackend backend_;
@@ -109,9 +109,9 @@ class BertResidualOutput : public Module {
   LayerNorm& norm() { return *norm_; }
 
  private:
-  std::shared_ptr<Linear> dense_;
-  std::shared_ptr<LayerNorm> norm_;
-  std::shared_ptr<Dropout> dropout_;
+  Child<Linear> dense_;
+  Child<LayerNorm> norm_;
+  Child<Dropout> dropout_;
   bool pre_ln_;
   std::string type_;
 };
@@ -124,9 +124,9 @@ class BertLayer : public Module {
   std::string type_name() const override { return "BertLayer"; }
 
  private:
-  std::shared_ptr<BertSelfAttention> self_;
-  std::shared_ptr<BertResidualOutput> attn_out_, out_;
-  std::shared_ptr<Linear> intermediate_;
+  Child<BertSelfAttention> self_;
+  Child<BertResidualOutput> attn_out_, out_;
+  Child<Linear> intermediate_;
   bool pre_ln_;
 };
 
@@ -138,8 +138,8 @@ class BertEncoder : public Module {
   std::string type_name() const override { return "BertEncoder"; }
 
  private:
-  std::vector<std::shared_ptr<BertLayer>> layers_;
-  std::shared_ptr<LayerNorm> final_ln_;  // pre-LN only
+  std::vector<Child<BertLayer>> layers_;  // handles into "layer" (a ModuleList)
+  Child<LayerNorm> final_ln_;  // pre-LN only
 };
 
 // BertModel without the pooler: embeddings + encoder -> last hidden state [B, S, H].
@@ -152,8 +152,8 @@ class BertModel : public Module {
   BertEmbeddings& embeddings() { return *embeddings_; }
 
  private:
-  std::shared_ptr<BertEmbeddings> embeddings_;
-  std::shared_ptr<BertEncoder> encoder_;
+  Child<BertEmbeddings> embeddings_;
+  Child<BertEncoder> encoder_;
 };
 
 // cls.predictions.transform: dense -> GELU -> LayerNorm (HF's BertPredictionHeadTransform).
@@ -164,8 +164,8 @@ class BertPredictionHeadTransform : public Module {
   std::string type_name() const override { return "BertPredictionHeadTransform"; }
 
  private:
-  std::shared_ptr<Linear> dense_;
-  std::shared_ptr<LayerNorm> norm_;
+  Child<Linear> dense_;
+  Child<LayerNorm> norm_;
 };
 
 // cls.predictions: transform, then the decoder whose weight is `tied_word_weight` (the word
@@ -180,7 +180,7 @@ class BertLMPredictionHead : public Module {
 
  private:
   Tensor bias_, decoder_weight_;
-  std::shared_ptr<BertPredictionHeadTransform> transform_;
+  Child<BertPredictionHeadTransform> transform_;
 };
 
 // cls: holds "predictions" (HF's BertOnlyMLMHead).
@@ -191,7 +191,7 @@ class BertOnlyMLMHead : public Module {
   std::string type_name() const override { return "BertOnlyMLMHead"; }
 
  private:
-  std::shared_ptr<BertLMPredictionHead> predictions_;
+  Child<BertLMPredictionHead> predictions_;
 };
 
 }  // namespace tandem

@@ -47,8 +47,8 @@ class BertForMaskedLM : public Module {
 
  private:
   BertConfig cfg_;
-  std::shared_ptr<BertModel> bert_;
-  std::shared_ptr<BertOnlyMLMHead> cls_;
+  Child<BertModel> bert_;
+  Child<BertOnlyMLMHead> cls_;
 };
 
 }  // namespace tandem::models
