@@ -30,8 +30,17 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   // 0 would silently mean "the default" (1 epoch): reject it instead.
-  auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)")->check(CLI::PositiveNumber);
-  auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total")->check(CLI::PositiveNumber);
+  const CLI::Validator at_least_one(
+      [](std::string& v) -> std::string {
+        try {
+          if (std::stoll(v) >= 1) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be at least 1, got " + v;
+      },
+      "INT>=1");
+  auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)")->check(at_least_one);
+  auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total")->check(at_least_one);
   ep->excludes(st);
   app.add_option("--batch", o.batch, "batch size per rank")->capture_default_str();
   app.add_option("--run-epochs", o.run_epochs,
