@@ -5,7 +5,8 @@
 //   forward_check --model resnet50 --weights sd.safetensors --input x.safetensors --output y.safetensors
 //
 // --weights: a torchvision state dict saved with safetensors.torch.save_file (PyTorch names, OIHW
-// conv weights). --input: a tensor named "input", NCHW f32 as PyTorch holds images; it is permuted
+// conv weights), or a train_imagenet checkpoint (its model weights are used, its optimizer.*
+// state and run position are ignored). --input: a tensor named "input", NCHW f32 as PyTorch holds images; it is permuted
 // to tandem's NHWC here. --output: "logits" [N, classes] f32. --mode eval uses BatchNorm's running
 // statistics, --mode train the batch's (the running stats are then updated, as in PyTorch).
 // CPU only: this is a correctness tool, not a benchmark.
@@ -14,12 +15,26 @@
 
 #include "core/autograd.h"
 #include "core/safetensors.h"
+#include "layers/checkpoint.h"
 #include "layers/models/models.h"
 #include "layers/state_dict.h"
 
 using namespace tandem;
 
 namespace {
+// The model weights of `path`: a training checkpoint's model part, or a whole state-dict file.
+LoadResult load_weights(const std::string& path, Module& model) {
+  safetensors::File f = safetensors::load(path);
+  auto format = f.metadata.find("format");
+  if (format == f.metadata.end() || format->second != kCheckpointFormat) return load_model(path, model);
+  Checkpoint ck = read_checkpoint(path);
+  LoadOptions opt;
+  opt.source = "checkpoint '" + path + "'";
+  std::printf("forward_check: %s is a %s training checkpoint (step %lld): using its model weights\n", path.c_str(),
+              ck.state.model.c_str(), (long long)ck.state.step);
+  return load_state_dict(model, ck.model, opt);
+}
+
 // [N, C, H, W] -> [N, H, W, C] on the host.
 Tensor nchw_to_nhwc(const Tensor& x) {
   TANDEM_CHECK(x.dim() == 4 && x.dtype() == DType::F32, "--input must hold an f32 NCHW tensor, got ", x.str());
@@ -39,7 +54,7 @@ int main(int argc, char** argv) {
   std::string model_name, weights, input, output, mode = "eval";
   int num_classes = 1000;
   app.add_option("--model", model_name, "model name (see train_imagenet --help)")->required();
-  app.add_option("--weights", weights, "torchvision state dict as safetensors")->required()->check(CLI::ExistingFile);
+  app.add_option("--weights", weights, "torchvision state dict as safetensors, or a train_imagenet checkpoint")->required()->check(CLI::ExistingFile);
   app.add_option("--input", input, "safetensors file with an f32 NCHW tensor named 'input'")->required()->check(CLI::ExistingFile);
   app.add_option("--output", output, "where to write 'logits'")->required();
   app.add_option("--num-classes", num_classes, "classifier width")->capture_default_str();
@@ -50,7 +65,7 @@ int main(int argc, char** argv) {
     models::ModelOptions mo;
     mo.init = false;  // every tensor comes from --weights
     ModulePtr model = models::create_model(model_name, num_classes, 0, mo);
-    LoadResult r = load_model(weights, *model);
+    LoadResult r = load_weights(weights, *model);
     model->train(mode == "train");
     Tensor x = nchw_to_nhwc(safetensors::load(input).at("input"));
     autograd::NoGradGuard no_grad;

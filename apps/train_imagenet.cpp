@@ -11,10 +11,14 @@
 // epoch ends, atomically; --resume continues bit-exactly (same steps, same data order, same LR).
 // The summary separates init time (process start -> first step) from training time, and steady
 // images/s (first --bench-warmup steps excluded) from the whole-run rate.
+// A NaN/inf loss on any rank stops every rank (exit 3, no checkpoint from that state) or, with
+// --on-nonfinite skip, skips that step's update everywhere. --evaluate only validates a checkpoint.
+// TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
 // Left out (rejected with an error, never ignored): --amp bf16/fp16 and --zero 1/2.
 //
 // Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h
 // (clock.h holds every timing).
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -22,11 +26,13 @@
 
 #include "apps/train/checkpointing.h"  // defines: resume_path, checkpoint_if_due
 #include "apps/train/clock.h"          // defines: Clock, RunClock
+#include "apps/train/faults.h"         // defines: fault_from_env, parse_fault
 #include "apps/train/loop.h"           // defines: LoopState, train_epoch
+#include "apps/train/nonfinite.h"      // defines: RunStopped, on_nonfinite_from_name
 #include "apps/train/options.h"        // defines: TrainOptions, parse_options, validate
 #include "apps/train/report.h"         // defines: RunRecord, EpochRecord, print_start, report
 #include "apps/train/setup.h"          // defines: env_rank0, init_world, make_datasets, make_model, set_up
-#include "apps/train/validation.h"     // defines: validate_if_due
+#include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
 #include "core/check.h"                // defines: Error
 #include "dist/bootstrap.h"            // defines: initialized, world, finalize (and MPI_Abort via mpi.h)
 
@@ -39,11 +45,18 @@ const apps::Clock::time_point kProcessStart = apps::Clock::now();
 int run(apps::TrainOptions& o) {
   apps::RunClock clock(kProcessStart);
   const dist::World& w = apps::init_world(o);
+  if (o.describe) {
+    // Describing a model needs no data: the class count is --data's folder count or --num-classes.
+    const int classes = o.data.empty() ? o.num_classes : apps::make_datasets(o).train->num_classes();
+    ModulePtr model = apps::make_model(o, classes, "");
+    if (w.rank == 0) std::cout << model->describe() << "\n";
+    return 0;
+  }
   apps::Datasets ds = apps::make_datasets(o);
   const std::string resume = apps::resume_path(o);
   ModulePtr model = apps::make_model(o, ds.train->num_classes(), resume);
-  if (o.describe) {
-    if (w.rank == 0) std::cout << model->describe() << "\n";
+  if (o.evaluate) {
+    apps::evaluate_checkpoint(o, w, ds, *model, resume);
     return 0;
   }
   apps::Training t = apps::set_up(o, w, std::move(ds), std::move(model), resume);
@@ -51,9 +64,11 @@ int run(apps::TrainOptions& o) {
 
   apps::LoopState loop;
   loop.step = t.start.step;
+  loop.fault = apps::fault_from_env(w.size);
+  loop.on_nonfinite = apps::on_nonfinite_from_name(o.on_nonfinite);
   apps::RunRecord rec;
   for (int64_t epoch = t.start.epoch; epoch < t.end_epoch && loop.step < t.total_steps; ++epoch) {
-    const apps::EpochEnd end = apps::train_epoch(t, o, epoch, loop, clock, rec.last);
+    const apps::EpochEnd end = apps::train_epoch(t, o, epoch, loop, clock, rec);
     // Validation and checkpoints are paused time: left out of the training rates.
     const apps::Clock::time_point paused_at = clock.pause();
     const bool last_epoch = loop.step >= t.total_steps || epoch + 1 == t.end_epoch;
@@ -75,6 +90,7 @@ int main(int argc, char** argv) {
   if (int rc = apps::parse_options(argc, argv, o, apps::env_rank0()); rc >= 0) return rc;
   try {
     apps::validate(o);
+    if (const char* f = std::getenv("TANDEM_FAULT"); f && *f) apps::parse_fault(f);  // malformed: stop here
   } catch (const Error& e) {
     if (apps::env_rank0()) std::cerr << "train_imagenet: " << e.what() << "\nRun with --help for the options.\n";
     return 2;
@@ -82,6 +98,10 @@ int main(int argc, char** argv) {
   int rc = 1;
   try {
     rc = run(o);
+  } catch (const apps::RunStopped&) {
+    // Every rank stopped at the same step and printed why: an agreed, clean exit.
+    if (dist::initialized()) dist::finalize();
+    return 3;
   } catch (const std::exception& e) {
     std::cerr << "train_imagenet: error: " << e.what() << "\n";
     // Other ranks may be waiting in a collective this rank will never join: end them all now.

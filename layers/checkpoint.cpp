@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <regex>
 
+#include <unistd.h>  // getpid: the crash hook's temporary name matches safetensors::save's
+
 namespace tandem {
 
 namespace {
@@ -37,7 +39,21 @@ std::string get(const safetensors::Metadata& m, const std::string& key) {
   auto it = m.find(key);
   return it == m.end() ? "" : it->second;
 }
+
+CheckpointCrashHook crash_hook = nullptr;
+
+// The crash drill: the complete file is written under the temporary name, cut to half its size
+// and handed to the hook, so the disk holds exactly what an interrupted write leaves.
+void crash_midway(const std::string& path, const NamedTensors& all, const safetensors::Metadata& m) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  safetensors::save(tmp, all, m);
+  std::filesystem::resize_file(tmp, std::filesystem::file_size(tmp) / 2);
+  crash_hook(tmp);
+  TANDEM_THROW("the checkpoint crash hook returned; it must end the process (failure drills only)");
+}
 }  // namespace
+
+void set_checkpoint_crash_hook(CheckpointCrashHook hook) { crash_hook = hook; }
 
 void save_checkpoint(const std::string& path, const Module& model, const NamedTensors& optimizer_state,
                      const TrainState& s) {
@@ -70,6 +86,7 @@ void save_checkpoint(const std::string& path, const Module& model, const NamedTe
     m["rng." + name + ".offset"] = std::to_string(g.offset);
   }
   for (const auto& [k, v] : s.extra) m["extra." + k] = v;
+  if (crash_hook) crash_midway(path, all, m);
   safetensors::save(path, all, m);
 }
 

@@ -60,6 +60,7 @@ struct Checkpoint {
 };
 
 // Writes atomically (see safetensors::save). Call on one rank only (rank 0).
+// A crash hook (below), when set, is called instead of completing the write.
 void save_checkpoint(const std::string& path, const Module& model, const NamedTensors& optimizer_state,
                      const TrainState& state);
 
@@ -77,5 +78,13 @@ std::string latest_checkpoint(const std::string& dir);
 // Deletes all but the `keep` newest checkpoints in dir (keep <= 0: keeps all). Returns how many
 // were removed. Only called after a new checkpoint was written (atomically), so the newest is safe.
 int prune_checkpoints(const std::string& dir, int keep);
+
+// Failure drills only (TANDEM_FAULT=0:S:crash-in-checkpoint, apps/train/faults.h): when a hook is
+// set, save_checkpoint leaves what a process killed mid-write leaves - half of the file's bytes
+// under the atomic writer's temporary name ("<path>.tmp.<pid>") and no file at `path` - and calls
+// the hook with that temporary name. The hook is expected to end the process; if it returns,
+// save_checkpoint throws. nullptr (the default) turns it off.
+using CheckpointCrashHook = void (*)(const std::string& partial_path);
+void set_checkpoint_crash_hook(CheckpointCrashHook hook);
 
 }  // namespace tandem

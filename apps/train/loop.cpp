@@ -1,6 +1,8 @@
 // apps/train/loop.cpp: one epoch of steps and its progress lines (see loop.h).
 #include "apps/train/loop.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/autograd.h"          // defines: NoGradGuard
@@ -14,15 +16,27 @@ namespace tandem::apps {
 namespace {
 
 // One optimizer step on s.batch. Returns the logits (the progress line's top-1 reads them).
-Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock) {
+Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, RunRecord& rec) {
   const data::Batch& b = s.batch;
+  const int rank = t.world->rank;
+  const int64_t number = s.step + 1;  // 1-based, as progress lines and TANDEM_FAULT count
+  fault_before_step(s.fault, rank, number);
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
   Tensor logits = (*t.ddp)(b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
+  loss = fault_in_step(s.fault, rank, number, loss);
   t.opt->zero_grad();
-  loss.backward();
-  t.opt->step();
+  loss.backward();  // every rank, even with a bad loss: DDP's all-reduces must match across ranks
+  // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
+  const bool skip = s.on_nonfinite != OnNonfinite::Off &&
+                    skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
+  if (!skip) t.opt->step();
   ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
+  if (skip) {
+    ++rec.skipped_steps;
+    return logits;
+  }
+  ++s.interval_losses;
   {
     autograd::NoGradGuard ng;  // a device-side running sum: no host sync inside the interval
     s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
@@ -32,33 +46,41 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
 
 // Closes the progress interval: global loss (mean of per-step means) and last-batch top-1, reduced
 // in one collective, into `last`; rank 0 prints it. Then starts the next interval.
+// The interval's own compute time (wall minus data wait minus exposed communication) adds to
+// rec.compute_s, measured before the progress collective so a fast rank's wait there is left out.
 void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s, RunClock& clock,
-                  const TrainOptions& o, Interval& last) {
+                  const TrainOptions& o, RunRecord& rec) {
+  Interval& last = rec.last;
   const data::Batch& b = s.batch;
   const int world = t.world->size;
   double c1 = static_cast<double>(ops::topk_correct(logits, b.labels, 1));
-  Tensor sums = Tensor::from_vector({float(s.loss_sum.to_vector()[0]), float(c1), float(b.labels.numel())}, {3});
+  const float loss_sum = s.loss_sum.defined() ? s.loss_sum.to_vector()[0] : 0.0f;  // syncs the device
+  const double own_wall_ms = clock.interval_ms();
+  Tensor sums = Tensor::from_vector({loss_sum, float(c1), float(b.labels.numel())}, {3});
   dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "progress")->wait();
   std::vector<float> v = sums.to_vector();
   last.steps = s.interval_steps;
   last.wall_ms = clock.interval_ms();
   last.data_ms = clock.interval_data_ms;
-  last.loss = v[0] / (s.interval_steps * world);
+  // Skipped steps (every rank skipped the same ones) have no loss in the sums.
+  last.loss = s.interval_losses ? v[0] / (s.interval_losses * world) : std::nan("");
   last.top1 = v[1] / v[2];
   last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
+  last.skipped_steps = rec.skipped_steps;
   timeline_interval(t.ddp->timeline(), s.timeline_from, last);
+  rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
   if (t.world->rank == 0)
     std::printf("%s\n", progress_line(epoch, s.step, t.total_steps, t.opt->lr(), last, world, t.dev).c_str());
   std::fflush(stdout);
   s.timeline_from = t.ddp->timeline().steps().size();
-  s.interval_steps = 0, s.loss_sum = Tensor();
+  s.interval_steps = 0, s.interval_losses = 0, s.loss_sum = Tensor();
   clock.start_interval();
 }
 
 }  // namespace
 
 EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, RunClock& clock,
-                     Interval& last) {
+                     RunRecord& rec) {
   t.train->start_epoch(epoch);
   EpochEnd e;
   if (epoch == t.start.epoch && t.start.index_in_epoch > 0) {  // mid-epoch resume: same batches as before
@@ -70,10 +92,10 @@ EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopStat
       break;
     }
     clock.step_started();
-    Tensor logits = train_step(t, o, s, clock);
+    Tensor logits = train_step(t, o, s, clock, rec);
     e.index += o.batch;
     if (s.step - t.start.step == t.bench_warmup) clock.start_steady(s.step, t.dev);
-    if (s.step % o.log_every == 0 || s.step == t.total_steps) log_progress(t, epoch, logits, s, clock, o, last);
+    if (s.step % o.log_every == 0 || s.step == t.total_steps) log_progress(t, epoch, logits, s, clock, o, rec);
   }
   e.done = e.done || e.index >= t.steps_per_epoch * o.batch;  // the last step may also end the epoch
   return e;

@@ -4,17 +4,23 @@
 // all-reduced in buckets while backward runs), SGD, with the LR of optim/lr_schedule.h for that
 // step. The loss is summed on the device and read only when a progress line is due (every
 // --log-every steps and after the last), so no step waits for the host; the line's loss and top-1
-// are reduced across ranks in one collective.
+// are reduced across ranks in one collective. Unless --on-nonfinite off, every step also agrees
+// across ranks whether its loss is finite (apps/train/nonfinite.h: stop, or skip the update on every
+// rank), and TANDEM_FAULT's hooks run at their places in the step (apps/train/faults.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-#include "apps/train/clock.h"    // defines: RunClock
-#include "apps/train/options.h"  // defines: TrainOptions
-#include "apps/train/report.h"   // defines: Interval, timeline_interval, progress_line
-#include "apps/train/setup.h"    // defines: Training
-#include "core/tensor.h"         // defines: Tensor
-#include "data/loader.h"         // defines: Batch
+#include <optional>
+
+#include "apps/train/clock.h"      // defines: RunClock
+#include "apps/train/faults.h"     // defines: Fault
+#include "apps/train/nonfinite.h"  // defines: OnNonfinite
+#include "apps/train/options.h"    // defines: TrainOptions
+#include "apps/train/report.h"     // defines: RunRecord, Interval, timeline_interval, progress_line
+#include "apps/train/setup.h"      // defines: Training
+#include "core/tensor.h"           // defines: Tensor
+#include "data/loader.h"           // defines: Batch
 
 namespace tandem::apps {
 
@@ -22,7 +28,10 @@ namespace tandem::apps {
 struct LoopState {
   int64_t step = 0;            // optimizer steps done since the start of training (across resumes)
   int64_t interval_steps = 0;  // steps since the last progress line
+  int64_t interval_losses = 0; // of those, the steps whose loss is in loss_sum (not skipped)
   Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
+  std::optional<Fault> fault;  // TANDEM_FAULT (none: the normal case)
+  OnNonfinite on_nonfinite = OnNonfinite::Stop;
   size_t timeline_from = 0;    // the DDP timeline's first step of the interval
   data::Batch batch;           // reused from step to step
 };
@@ -33,8 +42,9 @@ struct EpochEnd {
 };
 
 // Trains `epoch` from where `s` stands (mid-epoch on resume) until the loader runs out or the run's
-// last step; fills `last` at each progress line.
+// last step; fills rec.last at each progress line and adds to rec's compute time and skipped steps.
+// Throws RunStopped on every rank when a loss is not finite under --on-nonfinite stop.
 EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, RunClock& clock,
-                     Interval& last);
+                     RunRecord& rec);
 
 }  // namespace tandem::apps

@@ -16,7 +16,9 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--synthetic-size", o.synthetic_size, "synthetic training samples per epoch")->capture_default_str();
   app.add_option("--synthetic-val-size", o.synthetic_val_size, "synthetic validation samples (0: none)")
       ->capture_default_str();
-  app.add_option("--num-classes", o.num_classes, "classes of the synthetic data")->capture_default_str();
+  auto* nc = app.add_option("--num-classes", o.num_classes,
+                            "classes of the synthetic data (with --data: must match the class folders)")
+                 ->capture_default_str();
   app.add_option("--model", o.model, "resnet18/34/50/101/152, vgg11..19[_bn], alexnet, resnet_tiny, small_cnn")
       ->capture_default_str();
   app.add_option("--image-size", o.image_size, "training crop size (pixels)")->capture_default_str();
@@ -27,8 +29,18 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--seed", o.seed, "seed of init, shuffling and augmentation")->capture_default_str();
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)");
-  auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total");
+  // 0 would silently mean "the default" (1 epoch): reject it instead.
+  const CLI::Validator at_least_one(
+      [](std::string& v) -> std::string {
+        try {
+          if (std::stoll(v) >= 1) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be at least 1, got " + v;
+      },
+      "INT>=1");
+  auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)")->check(at_least_one);
+  auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total")->check(at_least_one);
   ep->excludes(st);
   app.add_option("--batch", o.batch, "batch size per rank")->capture_default_str();
   app.add_option("--run-epochs", o.run_epochs,
@@ -69,18 +81,23 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--bench-warmup", o.bench_warmup, "steps excluded from steady-state images/s");
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
   app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
-  app.add_flag("--describe", o.describe, "print the model and the settings, then exit");
+  app.add_flag("--describe", o.describe, "print the model and the settings, then exit (no data needed)");
+  app.add_flag("--evaluate", o.evaluate, "print validation top-1/top-5 and loss of the --resume checkpoint, then exit");
+  app.add_option("--on-nonfinite", o.on_nonfinite,
+                 "a NaN/inf loss on any rank: stop the run, skip the step on every rank, or off (no check)")
+      ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (!print) return e.get_exit_code();
     return app.exit(e);
   }
+  o.num_classes_set = nc->count() > 0;
   return -1;
 }
 
 void validate(TrainOptions& o) {
-  TANDEM_CHECK(o.synthetic || !o.data.empty(), "no data: pass --data DIR (train/ and val/ inside, e.g. made by "
+  TANDEM_CHECK(o.synthetic || !o.data.empty() || o.describe, "no data: pass --data DIR (train/ and val/ inside, e.g. made by "
                "apps/make_dataset) or --synthetic for a compute-only benchmark");
   TANDEM_CHECK(o.amp == "off", "--amp ", o.amp, " is not implemented yet in train_imagenet: use --amp off");
   TANDEM_CHECK(o.zero == 0, "--zero ", o.zero, " is not implemented yet in train_imagenet: use --zero 0");
@@ -93,6 +110,7 @@ void validate(TrainOptions& o) {
                "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
+  TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");
 }
 
 }  // namespace tandem::apps

@@ -17,6 +17,7 @@ struct TrainOptions {
   int64_t synthetic_size = 1281167; // synthetic training samples per epoch (ImageNet-1k's train size)
   int64_t synthetic_val_size = 10000;  // synthetic validation samples (0: no validation)
   int num_classes = 1000;           // synthetic only; image folders count their class folders
+  bool num_classes_set = false;     // --num-classes was given: with --data it must match the folders
   std::string model = "resnet50";   // layers/models/models.h create_model names
   int image_size = 224;             // torchvision's training crop
   double crop_scale_min = 0.08;     // RandomResizedCrop's smallest area fraction (torchvision); small
@@ -62,7 +63,12 @@ struct TrainOptions {
   int bench_warmup = -1;            // steps left out of steady-state images/s (-1: min(10, steps/4))
   std::string trace;                // Chrome trace file (all ranks, written by rank 0)
   std::string metrics;              // JSON summary file (rank 0)
-  bool describe = false;            // print the model and settings, then exit
+  bool describe = false;            // print the model and settings, then exit (needs no data)
+  bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
+  // faults (apps/train/nonfinite.h)
+  std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss on any rank stops the
+                                      // run (no checkpoint from that state), skips the step on
+                                      // every rank, or is not checked (no per-step host sync)
 };
 
 // Fills `o` from the command line. Returns an exit code when the program should stop (--help or a
@@ -70,7 +76,7 @@ struct TrainOptions {
 int parse_options(int argc, char** argv, TrainOptions& o, bool print);
 
 // Throws tandem::Error for settings that parse but cannot work together (and sets --epochs 1 when
-// neither --epochs nor --steps was given).
+// neither --epochs nor --steps was given). --epochs 0 and --steps 0 are parse errors.
 void validate(TrainOptions& o);
 
 }  // namespace tandem::apps

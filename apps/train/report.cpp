@@ -7,7 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "apps/train/setup.h"   // defines: Training
+#include "apps/train/setup.h"       // defines: Training
+#include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
@@ -32,7 +33,18 @@ struct Totals {
   double whole_run_ips = 0;  // global images/s over all of this run's training time
   dist::TimelineSummary comm;
   MemoryStats mem;
+  int64_t skipped_train = 0, skipped_val = 0;  // unreadable files, summed over ranks
+  Stragglers stragglers;
 };
+
+// Unreadable files met by every rank's loaders. A rank counts the files of its own shard; a file
+// that shard padding hands to two ranks counts twice (rare: padding repeats at most world-1 files).
+void sum_skipped_files(const Training& t, Totals& x) {
+  Tensor n = Tensor::from_vector({float(t.train->skipped_files()), float(t.val ? t.val->skipped_files() : 0)}, {2});
+  dist::comm_for(Device::cpu()).all_reduce(n, dist::ReduceOp::Sum, "skipped files")->wait();
+  const std::vector<float> v = n.to_vector();
+  x.skipped_train = static_cast<int64_t>(v[0]), x.skipped_val = static_cast<int64_t>(v[1]);
+}
 
 json history_json(const std::vector<EpochRecord>& history) {
   json a = json::array();
@@ -87,7 +99,14 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"final", {{"train_loss", last.loss}, {"train_top1", last.top1}, {"val_top1", ev.top1},
                  {"val_top5", ev.top5}, {"val_loss", ev.loss}, {"val_images", ev.samples}}},
       {"checkpoints_written", rec.checkpoints_written},
-      {"skipped_files", t.train->skipped_files() + (t.val ? t.val->skipped_files() : 0)},
+      {"skipped_files", x.skipped_train + x.skipped_val},
+      {"skipped_files_train", x.skipped_train},
+      {"skipped_files_val", x.skipped_val},
+      {"skipped_steps", rec.skipped_steps},
+      {"on_nonfinite", o.on_nonfinite},
+      {"compute_s_per_rank", x.stragglers.compute_s},
+      {"straggler", {{"rank", x.stragglers.slowest}, {"compute_s", x.stragglers.compute_s[x.stragglers.slowest]},
+                     {"median_compute_s", x.stragglers.median_s}}},
       {"history", history_json(rec.history)}};
 }
 
@@ -119,7 +138,9 @@ std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr,
                 iv.images_per_s / world, iv.step_ms(), iv.data_ms / std::max<int64_t>(iv.steps, 1),
                 iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, mib(m.current_bytes).c_str(),
                 mib(m.peak_bytes).c_str());
-  return b;
+  std::string line = b;
+  if (iv.skipped_steps > 0) line += " | skipped " + std::to_string(iv.skipped_steps) + " step(s) (non-finite loss)";
+  return line;
 }
 
 void print_start(const TrainOptions& o, const Training& t) {
@@ -140,11 +161,17 @@ void report(const TrainOptions& o, Training& t, const RunClock& clock, const Run
   if (!o.trace.empty()) dist::write_trace(o.trace);
   x.comm = t.ddp->timeline().summary();
   x.mem = memory_stats(t.dev);
+  sum_skipped_files(t, x);
+  x.stragglers = gather_stragglers(rec.compute_s);
   x.wall_s = clock.wall_s();
   if (t.world->rank != 0) return;
-  std::printf("done: %lld steps, init %.2f s, train %.2f s, steady %.0f img/s (%.0f/rank), wall %.2f s, %s\n",
+  std::printf("done: %lld steps, init %.2f s, train %.2f s, steady %.0f img/s (%.0f/rank), wall %.2f s, %s, "
+              "skipped files: %lld train, %lld val",
               (long long)x.steps_this_run, x.init_s, x.train_s, x.steady_ips, x.steady_ips / t.world->size, x.wall_s,
-              x.comm.str().c_str());
+              x.comm.str().c_str(), (long long)x.skipped_train, (long long)x.skipped_val);
+  if (rec.skipped_steps > 0) std::printf(", skipped steps: %lld (non-finite loss)", (long long)rec.skipped_steps);
+  std::printf("\n");
+  if (t.world->size > 1) std::printf("stragglers: %s\n", x.stragglers.str().c_str());
   if (!o.metrics.empty()) write_json(o.metrics, summary_json(o, t, clock, rec, step, x));
 }
 

@@ -32,6 +32,7 @@ struct Interval {
   double wall_ms = 0, data_ms = 0, exposed_ms = 0, overlap = 1;
   double loss = 0, top1 = 0;  // global means over the interval's samples (top1: last batch only)
   double images_per_s = 0;    // global
+  int64_t skipped_steps = 0;  // steps skipped so far in this run (--on-nonfinite skip)
   double step_ms() const { return steps ? wall_ms / steps : 0; }
   double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
 };
@@ -56,13 +57,16 @@ struct RunRecord {
   EvalResult last_eval;   // the latest validation (zeros when none ran)
   std::vector<EpochRecord> history;
   int64_t checkpoints_written = 0;
+  int64_t skipped_steps = 0;  // steps whose update every rank skipped (non-finite loss)
+  double compute_s = 0;       // this rank's own compute time (apps/train/stragglers.h)
 };
 
 // "<model> on N rank(s) (...), params, batch, steps, lr" (rank 0).
 void print_start(const TrainOptions& o, const Training& t);
 
-// After the last step (clock stopped): writes the --trace (all ranks take part), then on rank 0
-// prints the "done:" line and writes the --metrics JSON.
+// After the last step (clock stopped): writes the --trace, sums the ranks' unreadable files and
+// gathers their compute times (all ranks take part), then on rank 0 prints the "done:" line (with
+// the skipped files) and the straggler line, and writes the --metrics JSON.
 void report(const TrainOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step);
 
 }  // namespace tandem::apps

@@ -47,7 +47,11 @@ Datasets make_datasets(const TrainOptions& o) {
   tr.transform.scale_min = o.crop_scale_min;
   va.train = false;
   namespace fs = std::filesystem;
-  d.train = std::make_shared<data::ImageFolder>((fs::path(o.data) / "train").string(), tr);
+  const std::string train_dir = (fs::path(o.data) / "train").string();
+  d.train = std::make_shared<data::ImageFolder>(train_dir, tr);
+  TANDEM_CHECK(!o.num_classes_set || o.num_classes == d.train->num_classes(), "--num-classes ", o.num_classes,
+               " does not match the ", d.train->num_classes(), " class folders in ", train_dir,
+               ": drop --num-classes (with --data the class folders set it)");
   if (fs::is_directory(fs::path(o.data) / "val"))
     d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), va);
   else if (env_rank0())
@@ -81,6 +85,29 @@ optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, int64_t
 }
 
 namespace {
+// The training loader's settings; the validation loader starts from them.
+data::LoaderOptions train_loader_options(const TrainOptions& o, const dist::World& w) {
+  data::LoaderOptions lo;
+  lo.batch_size = o.batch;
+  lo.num_workers = o.workers;
+  lo.seed = o.seed;
+  lo.rank = w.rank;
+  lo.world_size = w.size;
+  lo.device = w.device;
+  lo.resident = o.synthetic;
+  lo.strict = o.strict;
+  return lo;
+}
+}  // namespace
+
+std::unique_ptr<data::Loader> make_val_loader(const TrainOptions& o, const dist::World& w,
+                                              std::shared_ptr<const data::Dataset> val) {
+  data::LoaderOptions vo = train_loader_options(o, w);
+  vo.shuffle = false, vo.pad_shards = false, vo.drop_last = false, vo.resident = false;
+  return std::make_unique<data::Loader>(std::move(val), vo);
+}
+
+namespace {
 
 std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, ModulePtr model) {
   dist::DdpOptions dopt;
@@ -105,21 +132,8 @@ std::unique_ptr<optim::SGD> make_sgd(const TrainOptions& o, Module& model) {
 
 // Shuffled, sharded training batches; validation in file order, every sample exactly once.
 void make_loaders(const TrainOptions& o, Training& t) {
-  data::LoaderOptions lo;
-  lo.batch_size = o.batch;
-  lo.num_workers = o.workers;
-  lo.seed = o.seed;
-  lo.rank = t.world->rank;
-  lo.world_size = t.world->size;
-  lo.device = t.dev;
-  lo.resident = o.synthetic;
-  lo.strict = o.strict;
-  t.train = std::make_unique<data::Loader>(t.data.train, lo);
-  if (t.data.val) {
-    data::LoaderOptions vo = lo;
-    vo.shuffle = false, vo.pad_shards = false, vo.drop_last = false, vo.resident = false;
-    t.val = std::make_unique<data::Loader>(t.data.val, vo);
-  }
+  t.train = std::make_unique<data::Loader>(t.data.train, train_loader_options(o, *t.world));
+  if (t.data.val) t.val = make_val_loader(o, *t.world, t.data.val);
 }
 
 // Steps per epoch, the run's length and its LR schedule.

@@ -38,6 +38,10 @@ ModulePtr make_model(const TrainOptions& o, int classes, const std::string& resu
 // LR schedule for `total` steps of `spe` steps per epoch on `world` ranks (Goyal et al. scaling).
 optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, int64_t spe, int64_t total);
 
+// Validation batches in file order, each sample exactly once over the ranks (no padding).
+std::unique_ptr<data::Loader> make_val_loader(const TrainOptions& o, const dist::World& w,
+                                              std::shared_ptr<const data::Dataset> val);
+
 // One run's pieces, ready for its first step.
 struct Training {
   const dist::World* world = nullptr;

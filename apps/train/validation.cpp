@@ -8,6 +8,7 @@
 #include "core/autograd.h"     // defines: NoGradGuard
 #include "core/ops/loss.h"     // defines: cross_entropy, topk_correct
 #include "dist/bootstrap.h"    // defines: comm_for (the CPU communicator for the counts)
+#include "layers/checkpoint.h" // defines: load_checkpoint
 
 namespace tandem::apps {
 
@@ -42,6 +43,23 @@ std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, in
   if (t.world->rank == 0)
     std::printf("epoch %lld validation: top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)\n", (long long)epoch,
                 100 * r.top1, 100 * r.top5, r.loss, (long long)r.samples);
+  return r;
+}
+
+EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const Datasets& ds, Module& model,
+                               const std::string& path) {
+  TANDEM_CHECK(!path.empty(), "--evaluate: no checkpoint in ", o.checkpoint_dir, " (--resume auto found none)");
+  TANDEM_CHECK(ds.val != nullptr, "--evaluate needs a validation set: ",
+               o.synthetic ? "set --synthetic-val-size above 0" : "put one in " + o.data + "/val/<class>/");
+  model.to(w.device);
+  const Checkpoint ck = load_checkpoint(path, model);
+  TANDEM_CHECK(ck.state.model == o.model, "checkpoint '", path, "' holds a ", ck.state.model, " but --model is ",
+               o.model, ": pass --model ", ck.state.model);
+  std::unique_ptr<data::Loader> val = make_val_loader(o, w, ds.val);
+  const EvalResult r = evaluate(model, *val, ds.val->num_classes());
+  if (w.rank == 0)
+    std::printf("evaluate: %s (step %lld): val top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)\n", path.c_str(),
+                (long long)ck.state.step, 100 * r.top1, 100 * r.top5, r.loss, (long long)r.samples);
   return r;
 }
 

@@ -7,13 +7,17 @@
 #include <cstdint>
 #include <optional>
 
+#include <string>
+
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/loader.h"         // defines: Loader
-#include "layers/module.h"       // defines: Module
+#include "dist/bootstrap.h"      // defines: World
+#include "layers/module.h"       // defines: Module, ModulePtr
 
 namespace tandem::apps {
 
 struct Training;
+struct Datasets;
 
 struct EvalResult {
   double top1 = 0, top5 = 0, loss = 0;  // fractions of the samples, mean cross-entropy
@@ -26,5 +30,11 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes);
 // Validates after `epoch` when due (every --val-every epochs, and after the run's last epoch) and
 // prints the result on rank 0. Nothing when there is no validation set. Collective.
 std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, int64_t epoch, bool last_step);
+
+// train_imagenet --evaluate: loads the model weights of training checkpoint `path` into `model`
+// (the optimizer state is read but not needed), validates on ds.val and prints "evaluate: ..."
+// on rank 0. Collective. Fails clearly when there is no validation set or the model differs.
+EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const Datasets& ds, Module& model,
+                               const std::string& path);
 
 }  // namespace tandem::apps
