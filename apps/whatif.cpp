@@ -33,7 +33,7 @@ struct Args {
   long long batch = 0;
   double first_bucket_mb = 1, bucket_mb = 25;         // the layout to predict
   double traced_first_mb = -1, traced_bucket_mb = -1;  // the traced run's layout (-1: from --metrics)
-  double step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
+  double jitter_ms = -1, step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
   double alpha_us = 5, bandwidth_gbit = 100;
 };
 
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--step-ms", a.step_ms, "1-rank step time: assumed, or the trace rescaled to it");
   app.add_option("--backward-fraction", a.backward_fraction, "no trace: the step's last part that is backward")
       ->capture_default_str();
+  app.add_option("--jitter-ms", a.jitter_ms, "step-time standard deviation (default: from the trace; 0 without)");
   app.add_option("--skip", a.skip, "leading traced steps left out (warm-up)")->capture_default_str();
   app.add_option("--first-bucket-mb", a.first_bucket_mb, "first bucket of the predicted runs (MiB)")->capture_default_str();
   app.add_option("--bucket-mb", a.bucket_mb, "bucket size of the predicted runs (MiB; 0: one per parameter)")
@@ -125,14 +126,16 @@ int main(int argc, char** argv) {
       m.backward_start_ms = a.step_ms * (1 - a.backward_fraction);
       curve = linear_ready_curve(total, m.backward_start_ms, m.backward_end_ms);
     }
+    if (a.jitter_ms >= 0) m.jitter_ms = a.jitter_ms / scale;
     const StepProfile prof = make_profile(m, curve, buckets, a.batch, scale);
     Network net{a.alpha_us, a.bandwidth_gbit / 8};
     if (!a.allreduce_json.empty()) net = fit_network(a.allreduce_json, a.backend);
 
-    std::printf("# %s: %.1f M params in %zu buckets; 1-rank step %.2f ms (backward ends at %.2f, optimizer %.2f); "
+    std::printf("# %s: %.1f M params in %zu buckets; 1-rank step %.2f ms (backward ends at %.2f, optimizer %.2f, "
+                "jitter %.2f); "
                 "batch %lld/rank\n# network: alpha %.2f us, bandwidth %.3f GB/s (%.2f Gbit/s)%s\n",
                 a.model.empty() ? "model" : a.model.c_str(), total / 4e6, buckets.size(), prof.step_ms,
-                prof.backward_end_ms, prof.optimizer_ms, a.batch, net.alpha_us, net.bandwidth_GBps,
+                prof.backward_end_ms, prof.optimizer_ms, prof.jitter_ms, a.batch, net.alpha_us, net.bandwidth_GBps,
                 net.bandwidth_GBps * 8, a.cores > 0 ? (", " + std::to_string(a.cores) + " shared cores").c_str() : "");
     std::printf("%-15s %6s %10s %10s %10s %8s %12s %10s %8s %7s\n", "strategy", "ranks", "step_ms", "comm_ms",
                 "exposed_ms", "overlap", "images/s", "per_rank", "speedup", "eff");
@@ -145,7 +148,7 @@ int main(int argc, char** argv) {
                     p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
                     p.speedup, 100 * p.efficiency);
         rows.push_back({{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
-                        {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"overlap", p.overlap},
+                        {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms}, {"overlap", p.overlap},
                         {"images_per_s", p.images_per_s}, {"images_per_s_per_rank", p.images_per_s_per_rank},
                         {"speedup", p.speedup}, {"efficiency", p.efficiency}});
       }
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
       for (const Bucket& x : prof.buckets) b.push_back({{"bytes", x.bytes}, {"ready_ms", x.ready_ms}});
       json out{{"inputs", {{"model", a.model}, {"params_m", total / 4e6}, {"batch_per_rank", a.batch},
                            {"trace", a.trace}, {"step_ms", prof.step_ms}, {"backward_end_ms", prof.backward_end_ms},
-                           {"optimizer_ms", prof.optimizer_ms}, {"buckets", b}, {"wire", a.wire},
+                           {"optimizer_ms", prof.optimizer_ms}, {"jitter_ms", prof.jitter_ms}, {"buckets", b}, {"wire", a.wire},
                            {"ps_servers", a.ps_servers}, {"cores", a.cores},
                            {"network", {{"alpha_us", net.alpha_us}, {"bandwidth_GBps", net.bandwidth_GBps}}}}},
                {"predictions", rows}};

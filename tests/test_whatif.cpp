@@ -6,6 +6,7 @@
 // recovers the alpha and bandwidth it was generated from.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -143,4 +144,17 @@ TEST_CASE("the network fit recovers alpha and bandwidth from bench_allreduce's J
   std::remove(path.c_str());
   CHECK(net.alpha_us == doctest::Approx(20).epsilon(1e-6));
   CHECK(net.bandwidth_GBps == doctest::Approx(2).epsilon(1e-6));
+}
+
+TEST_CASE("stragglers: the slowest of N ranks sets the pace") {
+  CHECK(expected_max_normal(1) == 0);
+  CHECK(expected_max_normal(2) == doctest::Approx(1 / std::sqrt(3.14159265358979)).epsilon(1e-3));  // 1/sqrt(pi)
+  CHECK(expected_max_normal(1024) == doctest::Approx(3.2).epsilon(0.02));  // Blom; tables give ~3.2
+  CHECK(expected_max_normal(16) > expected_max_normal(8));
+  StepProfile p = one_bucket(100, 10, 1e3);
+  p.jitter_ms = 4;
+  Prediction r = predict(p, kNet, {Strategy::Ddp}, 4);
+  CHECK(r.straggler_ms == doctest::Approx(4 * 1.0294));
+  CHECK(r.step_ms == doctest::Approx(100 + 4 * 1.0294));
+  CHECK(predict(p, kNet, {Strategy::Ddp}, 1).step_ms == doctest::Approx(100));  // one rank waits for no one
 }

@@ -2,6 +2,7 @@
 #include "apps/whatif/inputs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -77,6 +78,9 @@ MeasuredStep read_trace(const std::string& path, int skip) {
   }
   TANDEM_CHECK(!step.empty(), path, " has no complete step with a backward range: was it written by train_imagenet?");
   m.steps_used = static_cast<int>(step.size());
+  std::vector<double> dev;  // median absolute deviation: one slow step (a log line's sync) does not count
+  for (double x : step) dev.push_back(std::abs(x - median(step)));
+  m.jitter_ms = 1.4826 * median(dev);
   m.step_ms = median(step), m.backward_start_ms = median(b0), m.backward_end_ms = median(b1), m.optimizer_ms = median(op);
   for (auto& r : ready) m.bucket_ready_ms.push_back(std::min(median(r), m.backward_end_ms));
   return m;
@@ -135,6 +139,7 @@ StepProfile make_profile(const MeasuredStep& m, const ReadyCurve& curve, const s
   p.step_ms = m.step_ms * time_scale;
   p.backward_end_ms = m.backward_end_ms * time_scale;
   p.optimizer_ms = m.optimizer_ms * time_scale;
+  p.jitter_ms = m.jitter_ms * time_scale;
   p.batch_per_rank = batch_per_rank;
   double cum = 0;
   for (double b : buckets) {

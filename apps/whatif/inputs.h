@@ -22,6 +22,7 @@ namespace tandem::whatif {
 // One rank's measured step, from a trace: times in ms after the step's start (its "forward").
 struct MeasuredStep {
   double step_ms = 0, backward_start_ms = 0, backward_end_ms = 0, optimizer_ms = 0;
+  double jitter_ms = 0;                 // robust standard deviation of the step times (1.4826 MAD)
   std::vector<double> bucket_ready_ms;  // in launch order
   int steps_used = 0;                   // steady steps the medians were taken over
 };

@@ -2,6 +2,7 @@
 #include "apps/whatif/model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -60,6 +61,22 @@ double ps_push_pull_ms(double bytes, int n, int servers, const Network& net) {
   return 2.0 * link * transfer_ms(bytes, net) + hops_ms(2, net);
 }
 
+double expected_max_normal(int n) {
+  // Tabulated (Harter 1961) for small n, where the approximation is worst.
+  static const double kExact[] = {0, 0, 0.5642, 0.8463, 1.0294, 1.1630, 1.2672, 1.3522, 1.4236};
+  if (n <= 1) return 0;
+  if (n <= 8) return kExact[n];
+  // Blom: the expected maximum is close to the normal quantile at (n - 0.375) / (n + 0.25).
+  const double q = (n - 0.375) / (n + 0.25);
+  // Inverse normal CDF by bisection on erfc (accurate enough for a model term).
+  double lo = 0, hi = 10;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (0.5 * std::erfc(-mid / std::sqrt(2.0)) < q ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
 Prediction predict(const StepProfile& p, const Network& net, const StrategyOptions& s, int ranks) {
   TANDEM_CHECK(ranks >= 1, "what-if: ranks must be at least 1, got ", ranks);
   TANDEM_CHECK(p.step_ms > 0, "what-if: the measured step time must be positive (is the profile empty?)");
@@ -96,8 +113,9 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     r.exposed_ms += gather;
   }
   r.comm_ms = comm;
-  r.overlap = comm > 0 ? (comm - r.exposed_ms) / comm : 1.0;
-  r.step_ms = r.compute_ms + std::max(0.0, channel - backward_end) + extra;
+  r.overlap = comm > 0 ? std::max(0.0, comm - r.exposed_ms) / comm : 1.0;
+  r.straggler_ms = p.jitter_ms * scale * expected_max_normal(ranks);
+  r.step_ms = r.compute_ms + std::max(0.0, channel - backward_end) + extra + r.straggler_ms;
   r.images_per_s = 1e3 * p.batch_per_rank * ranks / r.step_ms;
   r.images_per_s_per_rank = r.images_per_s / ranks;
   const double one = 1e3 * p.batch_per_rank / p.step_ms;  // the same profile at 1 rank

@@ -15,6 +15,10 @@
 // Strategies: DDP with and without overlap; ZeRO-1 (reduce-scatter after backward, the optimizer on
 // 1/N of the weights, then all-gather of the weights); ZeRO-2 (reduce-scatter per bucket during
 // backward, then as ZeRO-1); the parameter server (push/pull per bucket during backward).
+// Stragglers: a collective waits for the slowest rank. When one rank's step times vary with
+// standard deviation sigma (StepProfile::jitter_ms), the slowest of N independent ranks is late by
+// about sigma * E[max of N standard normals] (0.56 at N = 2, 1.03 at 4, ~sqrt(2 ln N) for large N),
+// added once per step. Small on a dedicated GPU node, large on a shared CPU machine.
 // Left out on purpose: congestion between concurrent jobs, hierarchical (intra-/inter-node)
 // algorithms, and compute slowed by communication sharing the cores (except oversubscription: N
 // ranks on C cores each get C/N of a core, see StrategyOptions::cores).
@@ -34,6 +38,7 @@ struct StepProfile {
   double step_ms = 0;          // data + forward + backward + optimizer, no communication to speak of
   double backward_end_ms = 0;  // ms after the step's start
   double optimizer_ms = 0;     // the optimizer's part of step_ms (ZeRO runs it on 1/N of the weights)
+  double jitter_ms = 0;        // standard deviation of step_ms from step to step (stragglers)
   std::vector<Bucket> buckets; // in launch order
   long long batch_per_rank = 1;
   double total_bytes() const;
@@ -60,10 +65,13 @@ double ring_allreduce_ms(double bytes, int n, const Network& net);
 double reduce_scatter_ms(double bytes, int n, const Network& net);
 double all_gather_ms(double bytes, int n, const Network& net);
 double ps_push_pull_ms(double bytes, int n, int servers, const Network& net);
+// E[max of n independent standard normals]: exact values for n <= 8, Blom's approximation above.
+double expected_max_normal(int n);
 
 struct Prediction {
   int ranks = 1;
   double step_ms = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0, overlap = 1;
+  double straggler_ms = 0;  // waiting for the slowest rank (part of step_ms, not of exposed_ms)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };
 
