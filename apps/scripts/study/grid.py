@@ -100,8 +100,9 @@ class Runner:
         text = open(log).read()
         if rc != 0:
             if strategy != "ddp" and ("not implemented" in text or "unknown" in text.lower()
-                                      or "not a valid" in text or "was not expected" in text):
-                self.unavailable[strategy] = text.strip().splitlines()[-1][:200] if text.strip() else "rejected"
+                                      or "not a valid" in text or "not expected" in text):
+                why = [ln for ln in text.splitlines() if "not implemented" in ln or "not expected" in ln]
+                self.unavailable[strategy] = (why[0] if why else "rejected by train_imagenet")[:200]
                 return None
             raise SystemExit(f"study: run {tag} failed (exit {rc}); see {log}:\n" + "\n".join(text.splitlines()[-8:]))
         return {"launch_s": launch_s, "rss_mib_per_rank": rss,
