@@ -113,7 +113,7 @@ def timeline(trace_path, model, batch, out):
         for e in b:
             k = int(e["name"].split()[-1])
             ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"], 1) / 1e3)], (base + 0.15, 0.7),
-                           color=COLORS[(3 + k) % 10], edgecolor="k", lw=0.3)
+                           color=("#d62728", "#ff7f0e", "#e377c2", "#bcbd22")[k % 4], edgecolor="k", lw=0.3)
             ax.text((e["ts"] - t0 + e["dur"] / 2) / 1e3, base + 0.5, str(k), ha="center", va="center", fontsize=6)
             ax.plot([(e["ts"] - t0) / 1e3], [base + 0.9], "kv", ms=3, label="launch" if r == 0 and k == 0 else None)
             ax.plot([(e["ts"] + e["dur"] - t0) / 1e3], [base + 0.1], "r^", ms=3,
