@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# apps/scripts/study.sh: the scaling study - models x strategies x rank counts x batch sizes, each
+# cell run R times under mpiexec, written to one folder as study.md, study.json and plots (PNG+SVG).
+#
+#   bash apps/scripts/study.sh --quick                      # < 10 min on a 2-core CPU machine
+#   bash apps/scripts/study.sh [--models resnet_tiny,resnet18] [--strategies ddp,ddp_no_overlap,ddp_bf16,
+#        ddp_no_bucketing,ddp_b0.25,zero1,zero2,ps] [--ranks 1,2,4] [--batches 32] [--repeats 3]
+#        [--steps 40] [--image-size 64] [--device cpu|cuda] [--hostfile hosts] [--out DIR]
+#   bash apps/scripts/study.sh whatif [apps/whatif options]  # the what-if table for N = 1..1024
+#
+# Strategies (apps/scripts/study/grid.py): ddp (overlap on), ddp_no_overlap, ddp_no_bucketing,
+# ddp_bf16 (bf16 on the wire), ddp_b<MB> (bucket size), zero1, zero2, ps. One that this build's
+# train_imagenet rejects is listed as unavailable in study.md instead of failing the study.
+# Measures per cell: per-rank and total images/s, speedup and efficiency against 1 rank (steady and
+# wall-time speedups side by side), ms/step split into data wait, compute and exposed
+# communication, overlap, init vs train time, peak memory per rank; median and min-max over repeats.
+# The what-if model (apps/whatif) is checked against the measured cells in the same study.md.
+# Output: --out (default runs/study-<date>). Needs python3 and python3-matplotlib (installed with
+# apt-get when missing).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${TANDEM_BUILD_DIR:-$root/build}
+if [ "${1:-}" = "whatif" ]; then
+  shift
+  [ -x "$build/apps/whatif" ] || bash "$root/apps/scripts/setup.sh"
+  exec "$build/apps/whatif" "$@"
+fi
+case " $* " in *" -h "*|*" --help "*) sed -n 2,21p "$0"; exit 0 ;; esac
+# The plots need matplotlib: the Debian package serves the system python (/usr/bin/python3), which
+# may not be the first python3 on PATH (pyenv, venvs).
+py=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c "import matplotlib" 2>/dev/null; then py=$p; break; fi
+done
+if [ -z "$py" ]; then
+  echo "study: installing python3-matplotlib (Debian) for the plots"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null
+  py=/usr/bin/python3
+fi
+[ -x "$build/apps/train_imagenet" ] && [ -x "$build/apps/whatif" ] && [ -x "$build/apps/bench_allreduce" ] ||
+  bash "$root/apps/scripts/setup.sh"
+out=$root/runs/study-$(date +%Y%m%d-%H%M%S)
+args=()
+while [ $# -gt 0 ]; do
+  case $1 in --out) out=$2; shift 2 ;; *) args+=("$1"); shift ;; esac
+done
+export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}
+exec "$py" "$root/apps/scripts/study/run.py" --build "$build" --out "$out" "${args[@]}"

@@ -1,0 +1,109 @@
+"""apps/scripts/study/grid.py: the study's grid - strategy names, their train_imagenet flags, runs.
+
+A strategy name says how gradients travel; its flags are what train_imagenet needs for it:
+  ddp               bucketed all-reduce overlapped with backward (the default)
+  ddp_no_overlap    all-reduce after backward (--no-overlap)
+  ddp_no_bucketing  one all-reduce per parameter (--no-bucketing)
+  ddp_bf16          bf16 gradients on the wire (--compress bf16)
+  ddp_b<MB>         bucket size <MB> MiB, first bucket min(1, MB) (e.g. ddp_b0.25, ddp_b4)
+  zero1, zero2      ZeRO stage 1/2 (--zero 1/2)
+  ps                parameter server (--strategy ps)
+A strategy that this build of train_imagenet rejects is reported as unavailable, not as a failure,
+so the grid can name strategies before they exist. The what-if model's name for each is whatif_args.
+"""
+import os
+import subprocess
+import time
+
+
+def flags(strategy):
+    if strategy == "ddp":
+        return []
+    if strategy == "ddp_no_overlap":
+        return ["--no-overlap"]
+    if strategy == "ddp_no_bucketing":
+        return ["--no-bucketing"]
+    if strategy == "ddp_bf16":
+        return ["--compress", "bf16"]
+    if strategy.startswith("ddp_b"):
+        mb = float(strategy[5:])
+        return ["--bucket-mb", str(mb), "--first-bucket-mb", str(min(1.0, mb))]
+    if strategy in ("zero1", "zero2"):
+        return ["--zero", strategy[-1]]
+    if strategy == "ps":
+        return ["--strategy", "ps"]
+    raise SystemExit(f"study: unknown strategy '{strategy}' (ddp, ddp_no_overlap, ddp_no_bucketing, ddp_bf16, "
+                     "ddp_b<MB>, zero1, zero2, ps)")
+
+
+def whatif_args(strategy):
+    """The same strategy in apps/whatif's terms."""
+    if strategy in ("ddp", "ddp_no_overlap", "zero1", "zero2", "ps"):
+        return ["--strategy", strategy]
+    if strategy == "ddp_no_bucketing":
+        return ["--strategy", "ddp", "--bucket-mb", "0", "--first-bucket-mb", "0"]
+    if strategy == "ddp_bf16":
+        return ["--strategy", "ddp", "--wire", "bf16"]
+    if strategy.startswith("ddp_b"):
+        mb = float(strategy[5:])
+        return ["--strategy", "ddp", "--bucket-mb", str(mb), "--first-bucket-mb", str(min(1.0, mb))]
+    raise ValueError(strategy)
+
+
+class Runner:
+    """Runs train_imagenet under mpiexec; one call = one cell repeat."""
+
+    def __init__(self, build, out, steps, image_size, hostfile=None, device="cpu"):
+        self.exe = os.path.join(build, "apps", "train_imagenet")
+        self.out, self.steps, self.size, self.hostfile, self.device = out, steps, image_size, hostfile, device
+        self.unavailable = {}
+
+    def command(self, model, strategy, ranks, batch, tag, trace=False):
+        warm = max(2, self.steps // 4)
+        # Progress lines every `warm` steps so the last interval is all steady state.
+        cmd = ["mpiexec", "-n", str(ranks)]
+        if self.hostfile:
+            cmd += ["-f", self.hostfile]
+        # One BLAS thread per rank: ranks share the cores, so the study compares strategies, not threads.
+        cmd += ["-env", "OPENBLAS_NUM_THREADS", "1", "-env", "OMP_NUM_THREADS", "1"]
+        if os.path.exists("/usr/bin/time"):  # each rank's peak resident memory, into <tag>.rss.<rank>
+            rss = os.path.join(self.out, "runs", tag + ".rss")
+            cmd += ["sh", "-c", 'exec /usr/bin/time -f %M -o "$0.$PMI_RANK" "$@"', rss]
+        cmd += [self.exe,
+                "--synthetic", "--synthetic-size", str(batch * ranks * self.steps), "--synthetic-val-size", "0",
+                "--num-classes", "10", "--model", model, "--image-size", str(self.size), "--batch", str(batch),
+                "--steps", str(self.steps), "--log-every", str(warm), "--bench-warmup", str(warm),
+                "--no-lr-scaling", "--device", self.device, "--metrics", os.path.join(self.out, "runs", tag + ".json")]
+        if trace:
+            cmd += ["--trace", os.path.join(self.out, "runs", tag + ".trace.json")]
+        return cmd + flags(strategy)
+
+    def run(self, model, strategy, ranks, batch, tag, trace=False):
+        """Returns a dict of the run's measures, or None (strategy unavailable: reason kept)."""
+        if strategy in self.unavailable:
+            return None
+        os.makedirs(os.path.join(self.out, "runs"), exist_ok=True)
+        log = os.path.join(self.out, "runs", tag + ".log")
+        env = dict(os.environ, HYDRA_LAUNCHER=os.environ.get("HYDRA_LAUNCHER", "fork"))
+        t0 = time.monotonic()
+        with open(log, "w") as f:
+            rc = subprocess.call(self.command(model, strategy, ranks, batch, tag, trace), stdout=f,
+                                 stderr=subprocess.STDOUT, env=env)
+        launch_s = time.monotonic() - t0
+        rss = []  # KiB per rank, from /usr/bin/time
+        for r in range(ranks):
+            path = os.path.join(self.out, "runs", f"{tag}.rss.{r}")
+            if os.path.exists(path):
+                lines = [ln for ln in open(path).read().split() if ln.isdigit()]
+                rss.append(int(lines[-1]) / 1024.0 if lines else 0.0)
+                os.remove(path)
+        text = open(log).read()
+        if rc != 0:
+            if strategy != "ddp" and ("not implemented" in text or "unknown" in text.lower()
+                                      or "not a valid" in text or "not expected" in text):
+                why = [ln for ln in text.splitlines() if "not implemented" in ln or "not expected" in ln]
+                self.unavailable[strategy] = (why[0] if why else "rejected by train_imagenet")[:200]
+                return None
+            raise SystemExit(f"study: run {tag} failed (exit {rc}); see {log}:\n" + "\n".join(text.splitlines()[-8:]))
+        return {"launch_s": launch_s, "rss_mib_per_rank": rss,
+                "metrics": os.path.join("runs", tag + ".json")}

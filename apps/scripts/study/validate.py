@@ -1,0 +1,72 @@
+"""apps/scripts/study/validate.py: the what-if model against this study's own measurements.
+
+For each (model, batch) with a traced 1-rank baseline: measure the network once (bench_allreduce at
+2 ranks, fitted to alpha and bandwidth by apps/whatif), then ask apps/whatif for every strategy at
+every measured rank count and put its step time beside the measured median. The traced step is
+rescaled to the untraced baseline's median ms/step (tracing costs a little), and --cores tells the
+model that the ranks share this machine's cores. Also writes each (model, batch)'s N = 1..1024
+table (whatif_<model>_b<batch>.txt), as if every rank had cores of its own.
+"""
+import json
+import os
+import subprocess
+
+import grid
+
+TARGET = 0.15  # the issue's target: predicted step time within 15 % of the measured one
+
+
+def bench(build, out):
+    path = os.path.join(out, "bench_allreduce_np2.json")
+    if not os.path.exists(path):
+        env = dict(os.environ, HYDRA_LAUNCHER=os.environ.get("HYDRA_LAUNCHER", "fork"))
+        with open(os.path.join(out, "runs", "bench_allreduce_np2.log"), "w") as f:
+            subprocess.check_call(["mpiexec", "-n", "2", os.path.join(build, "apps", "bench_allreduce"),
+                                   "--max-bytes", "16M", "--reps", "5", "--backend", "mpi", "--json", path],
+                                  stdout=f, stderr=subprocess.STDOUT, env=env)
+    return path
+
+
+def whatif(build, args, json_path):
+    subprocess.check_output([os.path.join(build, "apps", "whatif")] + args + ["--json", json_path], text=True)
+    with open(json_path) as f:
+        return json.load(f)
+
+
+def check(study, build, out):
+    rows, tables = [], {}
+    cells = study["cells"]
+    if not any(c["ranks"] > 1 for c in cells):
+        return {"rows": rows, "tables": tables}
+    net = bench(build, out)
+    os.makedirs(os.path.join(out, "whatif"), exist_ok=True)
+    for key, t in study["traces"].items():
+        model, batch, s, n = key.split("|")
+        if s != "-":
+            continue
+        batch = int(batch)
+        base = next(c for c in cells if c["model"] == model and c["batch_per_rank"] == batch and c["ranks"] == 1)
+        common = ["--trace", os.path.join(out, t["trace"]), "--metrics", os.path.join(out, t["metrics"]),
+                  "--num-classes", "10", "--allreduce-json", net, "--step-ms", str(base["ms_per_step"]["median"])]
+        ranks = [r for r in study["grid"]["ranks"] if r > 1]
+        for strategy in study["grid"]["strategies"]:
+            j = whatif(build, common + grid.whatif_args(strategy) + ["--ranks", ",".join(map(str, ranks)),
+                                                                      "--cores", str(study["cores"])],
+                       os.path.join(out, "whatif", f"{model}_b{batch}_{strategy}.json"))
+            for p in j["predictions"]:
+                meas = next((c for c in cells if c["model"] == model and c["batch_per_rank"] == batch
+                             and c["strategy"] == strategy and c["ranks"] == p["ranks"]), None)
+                m = meas["ms_per_step"]["median"] if meas else None
+                rows.append({"model": model, "batch_per_rank": batch, "strategy": strategy, "ranks": p["ranks"],
+                             "predicted_ms": p["step_ms"], "predicted_exposed_ms": p["exposed_ms"],
+                             "measured_ms": m, "measured_exposed_ms": meas["exposed_ms"]["median"] if meas else None,
+                             "error": (p["step_ms"] - m) / m if m else None,
+                             "within_target": abs(p["step_ms"] - m) / m <= TARGET if m else None,
+                             "network": j["inputs"]["network"]})
+        txt = subprocess.check_output([os.path.join(build, "apps", "whatif")] + common +
+                                      ["--strategy", "ddp,ddp_no_overlap,zero1,zero2,ps"], text=True)
+        name = f"whatif_{model}_b{batch}.txt"
+        with open(os.path.join(out, name), "w") as f:
+            f.write(txt)
+        tables[f"{model}|{batch}"] = name
+    return {"rows": rows, "tables": tables, "target": TARGET}

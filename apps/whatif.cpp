@@ -1,0 +1,172 @@
+// apps/whatif.cpp: what-if scaling - predicted step time, throughput and scaling efficiency at
+// N = 1..1024 ranks from one measured rank and a network description (model: apps/whatif/model.h).
+//
+//   whatif --trace t.json --metrics m.json --allreduce-json bench.json       # this machine
+//   whatif --model resnet50 --step-ms 300 --bandwidth-gbit 100 --alpha-us 5  # assumed compute
+//
+// The step comes from a 1-rank train_imagenet --trace (and its --metrics for the model, batch and
+// bucket sizes), or is assumed: --step-ms with gradients ready at a constant rate over the last
+// --backward-fraction of it. --step-ms with a trace rescales the traced step to that length (the
+// shape of backward from the trace, its length from elsewhere, e.g. a paper's per-GPU rate).
+// Bucket sizes come from the model through dist::assign_buckets (--params-m for a model tandem does
+// not have). Prints one table; --json writes it with its inputs.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/whatif/inputs.h"  // defines: read_trace, bucket_bytes, ready curves, fit_network
+#include "apps/whatif/model.h"   // defines: predict, the strategies and their costs
+#include "core/check.h"
+
+using namespace tandem;
+using namespace tandem::whatif;
+using json = nlohmann::json;
+
+namespace {
+
+struct Args {
+  std::string trace, metrics, model, allreduce_json, backend, json_out, strategies = "ddp", wire = "none";
+  std::string ranks = "1,2,4,8,16,32,64,128,256,512,1024";
+  int num_classes = 1000, ps_servers = 0, cores = 0, skip = 2;
+  long long batch = 0;
+  double first_bucket_mb = 1, bucket_mb = 25;         // the layout to predict
+  double traced_first_mb = -1, traced_bucket_mb = -1;  // the traced run's layout (-1: from --metrics)
+  double jitter_ms = -1, step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
+  double alpha_us = 5, bandwidth_gbit = 100;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+// Buckets of a model tandem does not build: --params-m million f32 parameters, cut like
+// assign_buckets would cut a long run of small parameters (first bucket, then full ones).
+std::vector<double> uniform_buckets(double bytes, double first_mb, double mb) {
+  std::vector<double> out;
+  double lim = first_mb * (1 << 20);
+  while (bytes > 0) {
+    out.push_back(std::min(bytes, std::max(lim, 1.0)));
+    bytes -= out.back();
+    lim = mb * (1 << 20);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"What-if scaling: step time, throughput and efficiency at N ranks from one measured rank"};
+  app.add_option("--trace", a.trace, "Chrome trace of a 1-rank train_imagenet run (--trace)");
+  app.add_option("--metrics", a.metrics, "its --metrics JSON (model, batch, bucket sizes)");
+  app.add_option("--model", a.model, "tandem model name (bucket sizes); default: from --metrics");
+  app.add_option("--params-m", a.params_m, "model tandem lacks: million f32 parameters, cut into buckets");
+  app.add_option("--num-classes", a.num_classes, "classes of the model's last layer")->capture_default_str();
+  app.add_option("--batch", a.batch, "batch per rank (default: from --metrics)");
+  app.add_option("--step-ms", a.step_ms, "1-rank step time: assumed, or the trace rescaled to it");
+  app.add_option("--backward-fraction", a.backward_fraction, "no trace: the step's last part that is backward")
+      ->capture_default_str();
+  app.add_option("--jitter-ms", a.jitter_ms, "step-time standard deviation (default: from the trace; 0 without)");
+  app.add_option("--skip", a.skip, "leading traced steps left out (warm-up)")->capture_default_str();
+  app.add_option("--first-bucket-mb", a.first_bucket_mb, "first bucket of the predicted runs (MiB)")->capture_default_str();
+  app.add_option("--bucket-mb", a.bucket_mb, "bucket size of the predicted runs (MiB; 0: one per parameter)")
+      ->capture_default_str();
+  app.add_option("--traced-first-bucket-mb", a.traced_first_mb, "first bucket of the traced run (default: --metrics)");
+  app.add_option("--traced-bucket-mb", a.traced_bucket_mb, "bucket size of the traced run (default: --metrics)");
+  app.add_option("--allreduce-json", a.allreduce_json, "bench_allreduce --json from the target: fits alpha and B");
+  app.add_option("--backend", a.backend, "its backend (mpi/cpu, nccl/gpu; default: the first)");
+  app.add_option("--alpha-us", a.alpha_us, "latency per message per hop (us)")->capture_default_str();
+  app.add_option("--bandwidth-gbit", a.bandwidth_gbit, "per-rank link bandwidth (Gbit/s)")->capture_default_str();
+  app.add_option("--strategy", a.strategies, "comma list: ddp ddp_no_overlap zero1 zero2 ps")->capture_default_str();
+  app.add_option("--wire", a.wire, "gradient dtype on the wire: none, bf16, fp16")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--ps-servers", a.ps_servers, "parameter server: 0 = one on every rank, else dedicated servers")
+      ->capture_default_str();
+  app.add_option("--cores", a.cores, "ranks share this many cores (CPU runs; 0: a device each)")->capture_default_str();
+  app.add_option("--ranks", a.ranks, "comma list of rank counts")->capture_default_str();
+  app.add_option("--json", a.json_out, "write the table and its inputs as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (!a.metrics.empty()) {
+      json m = json::parse(std::ifstream(a.metrics));
+      if (a.model.empty()) a.model = m.value("model", "");
+      if (a.batch == 0) a.batch = m.value("batch_per_rank", 0LL);
+      const json d = m.value("ddp", json::object());
+      if (a.traced_first_mb < 0) a.traced_first_mb = d.value("bucketing", true) ? d.value("first_bucket_mb", 1.0) : 0;
+      if (a.traced_bucket_mb < 0) a.traced_bucket_mb = d.value("bucketing", true) ? d.value("bucket_mb", 25.0) : 0;
+    }
+    if (a.traced_first_mb < 0) a.traced_first_mb = 1;
+    if (a.traced_bucket_mb < 0) a.traced_bucket_mb = 25;
+    TANDEM_CHECK(a.batch > 0, "whatif: give --batch (images per rank) or --metrics");
+    TANDEM_CHECK(!a.model.empty() || a.params_m > 0, "whatif: give --model (a tandem model) or --params-m");
+    auto layout = [&](double first, double mb) {
+      return a.params_m > 0 ? uniform_buckets(a.params_m * 4e6, first, mb) : bucket_bytes(a.model, a.num_classes, first, mb);
+    };
+    const std::vector<double> buckets = layout(a.first_bucket_mb, a.bucket_mb);
+    double total = 0;
+    for (double b : buckets) total += b;
+    MeasuredStep m;
+    ReadyCurve curve;
+    double scale = 1;
+    if (!a.trace.empty()) {
+      m = read_trace(a.trace, a.skip);
+      curve = ready_curve(m, layout(a.traced_first_mb, a.traced_bucket_mb));
+      if (a.step_ms > 0) scale = a.step_ms / m.step_ms;
+    } else {
+      TANDEM_CHECK(a.step_ms > 0, "whatif: give --trace (a measured rank) or --step-ms (an assumed one)");
+      m.step_ms = a.step_ms;
+      m.backward_end_ms = a.step_ms;  // optimizer time unknown: backward runs to the step's end
+      m.backward_start_ms = a.step_ms * (1 - a.backward_fraction);
+      curve = linear_ready_curve(total, m.backward_start_ms, m.backward_end_ms);
+    }
+    if (a.jitter_ms >= 0) m.jitter_ms = a.jitter_ms / scale;
+    const StepProfile prof = make_profile(m, curve, buckets, a.batch, scale);
+    Network net{a.alpha_us, a.bandwidth_gbit / 8};
+    if (!a.allreduce_json.empty()) net = fit_network(a.allreduce_json, a.backend);
+
+    std::printf("# %s: %.1f M params in %zu buckets; 1-rank step %.2f ms (backward ends at %.2f, optimizer %.2f, "
+                "jitter %.2f); "
+                "batch %lld/rank\n# network: alpha %.2f us, bandwidth %.3f GB/s (%.2f Gbit/s)%s\n",
+                a.model.empty() ? "model" : a.model.c_str(), total / 4e6, buckets.size(), prof.step_ms,
+                prof.backward_end_ms, prof.optimizer_ms, prof.jitter_ms, a.batch, net.alpha_us, net.bandwidth_GBps,
+                net.bandwidth_GBps * 8, a.cores > 0 ? (", " + std::to_string(a.cores) + " shared cores").c_str() : "");
+    std::printf("%-15s %6s %10s %10s %10s %8s %12s %10s %8s %7s\n", "strategy", "ranks", "step_ms", "comm_ms",
+                "exposed_ms", "overlap", "images/s", "per_rank", "speedup", "eff");
+    json rows = json::array();
+    for (const std::string& sname : split(a.strategies)) {
+      StrategyOptions so{strategy_from_name(sname), a.wire == "none" ? 1.0 : 0.5, a.ps_servers, a.cores};
+      for (const std::string& rs : split(a.ranks)) {
+        const Prediction p = predict(prof, net, so, std::stoi(rs));
+        std::printf("%-15s %6d %10.2f %10.2f %10.2f %7.0f%% %12.1f %10.1f %8.2f %6.1f%%\n", sname.c_str(), p.ranks,
+                    p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
+                    p.speedup, 100 * p.efficiency);
+        rows.push_back({{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
+                        {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms}, {"overlap", p.overlap},
+                        {"images_per_s", p.images_per_s}, {"images_per_s_per_rank", p.images_per_s_per_rank},
+                        {"speedup", p.speedup}, {"efficiency", p.efficiency}});
+      }
+    }
+    if (!a.json_out.empty()) {
+      json b = json::array();
+      for (const Bucket& x : prof.buckets) b.push_back({{"bytes", x.bytes}, {"ready_ms", x.ready_ms}});
+      json out{{"inputs", {{"model", a.model}, {"params_m", total / 4e6}, {"batch_per_rank", a.batch},
+                           {"trace", a.trace}, {"step_ms", prof.step_ms}, {"backward_end_ms", prof.backward_end_ms},
+                           {"optimizer_ms", prof.optimizer_ms}, {"jitter_ms", prof.jitter_ms}, {"buckets", b}, {"wire", a.wire},
+                           {"ps_servers", a.ps_servers}, {"cores", a.cores},
+                           {"network", {{"alpha_us", net.alpha_us}, {"bandwidth_GBps", net.bandwidth_GBps}}}}},
+               {"predictions", rows}};
+      std::ofstream(a.json_out) << out.dump(2) << "\n";
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "whatif: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

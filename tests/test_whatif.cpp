@@ -1,0 +1,160 @@
+// tests/test_whatif.cpp: the what-if model's formulas on cases with known answers (apps/whatif/).
+//
+// Closed forms: one rank is the measured step; a single bucket without overlap adds exactly the
+// ring formula; enough backward hides all communication but the last bucket's; ZeRO and the
+// parameter server cost what their formulas say; bucket sizes match the reducer's; the network fit
+// recovers the alpha and bandwidth it was generated from.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/whatif/inputs.h"
+#include "apps/whatif/model.h"
+
+using namespace tandem::whatif;
+
+namespace {
+// alpha 10 us, 1 GB/s: 1e6 bytes take 1 ms to transfer.
+const Network kNet{10, 1};
+
+StepProfile one_bucket(double step_ms, double ready_ms, double bytes) {
+  StepProfile p;
+  p.step_ms = step_ms;
+  p.backward_end_ms = step_ms;
+  p.buckets = {{bytes, ready_ms}};
+  p.batch_per_rank = 32;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("cost formulas: ring all-reduce, reduce-scatter, all-gather, parameter server") {
+  CHECK(ring_allreduce_ms(1e6, 1, kNet) == 0);
+  // 2(N-1)/N S/B + 2(N-1) alpha at N = 4: 1.5 ms + 60 us.
+  CHECK(ring_allreduce_ms(1e6, 4, kNet) == doctest::Approx(1.5 + 0.06));
+  CHECK(reduce_scatter_ms(1e6, 4, kNet) == doctest::Approx(0.75 + 0.03));
+  CHECK(reduce_scatter_ms(1e6, 4, kNet) + all_gather_ms(1e6, 4, kNet) ==
+        doctest::Approx(ring_allreduce_ms(1e6, 4, kNet)));
+  // Colocated servers move what a ring moves, with one round of latency each way.
+  CHECK(ps_push_pull_ms(1e6, 4, 0, kNet) == doctest::Approx(1.5 + 0.02));
+  // Incast: 8 workers, 2 dedicated servers - each server's link carries 4x a worker's share.
+  CHECK(ps_push_pull_ms(1e6, 8, 2, kNet) == doctest::Approx(2 * 4 * 1.0 + 0.02));
+  // Enough servers: the worker's own link (S each way) sets the pace.
+  CHECK(ps_push_pull_ms(1e6, 8, 8, kNet) == doctest::Approx(2 * 1.0 + 0.02));
+}
+
+TEST_CASE("one rank predicts the measured step") {
+  StepProfile p = one_bucket(100, 80, 5e7);
+  for (const char* s : {"ddp", "ddp_no_overlap", "zero1", "zero2", "ps"}) {
+    Prediction r = predict(p, kNet, {strategy_from_name(s)}, 1);
+    CHECK(r.step_ms == doctest::Approx(100));
+    CHECK(r.efficiency == doctest::Approx(1));
+    CHECK(r.images_per_s == doctest::Approx(320));
+  }
+}
+
+TEST_CASE("a single bucket without overlap adds the ring formula") {
+  StepProfile p = one_bucket(100, 50, 4e6);
+  Prediction r = predict(p, kNet, {Strategy::DdpNoOverlap}, 8);
+  const double ring = 2.0 * 7 / 8 * 4 + 2 * 7 * 0.01;
+  CHECK(r.step_ms == doctest::Approx(100 + ring));
+  CHECK(r.exposed_ms == doctest::Approx(ring));
+  CHECK(r.overlap == doctest::Approx(0));
+  CHECK(r.efficiency == doctest::Approx(100 / (100 + ring)));
+}
+
+TEST_CASE("overlap hides what finishes before backward ends") {
+  // Two buckets: the first ready early with plenty of backward left, the second at the end.
+  StepProfile p = one_bucket(100, 10, 4e6);
+  p.buckets.push_back({1e6, 100});
+  Prediction r = predict(p, kNet, {Strategy::Ddp}, 2);
+  // Bucket 0 (4 ms + 20 us) is hidden; bucket 1 (1 ms + 20 us) starts at 100 and is exposed.
+  CHECK(r.exposed_ms == doctest::Approx(1.02));
+  CHECK(r.comm_ms == doctest::Approx(4.02 + 1.02));
+  CHECK(r.step_ms == doctest::Approx(101.02));
+  // Fully hidden: a bucket ready long before backward ends costs nothing.
+  StepProfile q = one_bucket(100, 10, 4e6);
+  CHECK(predict(q, kNet, {Strategy::Ddp}, 64).step_ms == doctest::Approx(100));
+  // The channel is serial: a bucket ready while the previous one still runs waits for it.
+  StepProfile s = one_bucket(100, 90, 8e6);  // 8 ms at N=2: ends at 98.02
+  s.buckets.push_back({4e6, 95});            // waits until 98.02, ends at 102.04
+  CHECK(predict(s, kNet, {Strategy::Ddp}, 2).exposed_ms == doctest::Approx(2.04));
+}
+
+TEST_CASE("ZeRO: reduce-scatter, optimizer on a shard, all-gather") {
+  StepProfile p = one_bucket(100, 100, 4e6);
+  p.optimizer_ms = 8;  // inside the step, after backward (backward_end stays at the step's end here)
+  const int n = 4;
+  const double rs = 0.75 * 4 + 0.03, ag = rs, saved = 8 * 0.75;
+  CHECK(predict(p, kNet, {Strategy::Zero1}, n).step_ms == doctest::Approx(100 + rs + ag - saved));
+  CHECK(predict(p, kNet, {Strategy::Zero2}, n).step_ms == doctest::Approx(100 + rs + ag - saved));
+  // ZeRO-2 overlaps its reduce-scatter with backward, ZeRO-1 does not.
+  StepProfile e = one_bucket(100, 10, 4e6);
+  CHECK(predict(e, kNet, {Strategy::Zero2}, n).step_ms == doctest::Approx(100 + ag));
+  CHECK(predict(e, kNet, {Strategy::Zero1}, n).step_ms == doctest::Approx(100 + rs + ag));
+}
+
+TEST_CASE("bf16 on the wire halves the bytes; shared cores stretch compute") {
+  StepProfile p = one_bucket(100, 100, 4e6);
+  Prediction f32 = predict(p, kNet, {Strategy::Ddp}, 2);
+  Prediction b16 = predict(p, kNet, {Strategy::Ddp, 0.5}, 2);
+  CHECK(f32.exposed_ms == doctest::Approx(4 + 0.02));
+  CHECK(b16.exposed_ms == doctest::Approx(2 + 0.02));
+  StrategyOptions shared{Strategy::Ddp, 1, 0, 2};  // 4 ranks on 2 cores: each compute time doubles
+  CHECK(predict(p, kNet, shared, 4).compute_ms == doctest::Approx(200));
+  CHECK(predict(p, kNet, shared, 2).compute_ms == doctest::Approx(100));
+}
+
+TEST_CASE("bucket sizes follow the reducer's assignment and add up to the parameters") {
+  std::vector<double> b = bucket_bytes("resnet50", 1000, 1, 25);
+  double total = 0;
+  for (double x : b) total += x;
+  CHECK(total == doctest::Approx(25557032.0 * 4));  // torchvision's ResNet-50 count
+  CHECK(b.front() >= (1 << 20));                    // the first bucket closes at 1 MiB
+  CHECK(b.size() == 5);                             // ~102 MB in 1 MiB + 25 MiB pieces (+ the rest)
+  CHECK(bucket_bytes("resnet50", 1000, 0, 0).size() == 161);  // no bucketing: one per parameter
+}
+
+TEST_CASE("ready curve interpolates the measured buckets") {
+  MeasuredStep m;
+  m.backward_start_ms = 40, m.backward_end_ms = 100, m.step_ms = 110;
+  m.bucket_ready_ms = {50, 100};
+  ReadyCurve c = ready_curve(m, {1e6, 3e6});
+  CHECK(c.at(0) == doctest::Approx(40));
+  CHECK(c.at(1e6) == doctest::Approx(50));
+  CHECK(c.at(2.5e6) == doctest::Approx(75));  // halfway from (1e6, 50) to (4e6, 100)
+  StepProfile p = make_profile(m, c, {2e6, 2e6}, 8, 2.0);  // and time-scaled by 2
+  CHECK(p.buckets[0].ready_ms == doctest::Approx(2 * (50 + 50.0 / 3)));
+  CHECK(p.buckets[1].ready_ms == doctest::Approx(2 * 100));
+  CHECK(p.step_ms == doctest::Approx(220));
+}
+
+TEST_CASE("the network fit recovers alpha and bandwidth from bench_allreduce's JSON") {
+  const int n = 4;
+  const double alpha = 20e-6, bw = 2e9;  // 20 us, 2 GB/s
+  nlohmann::json doc = nlohmann::json::array();
+  for (double s = 8; s <= (1 << 26); s *= 2)
+    doc.push_back({{"backend", "mpi/cpu"}, {"ranks", n}, {"bytes", s},
+                   {"time_us", 1e6 * (2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * s / bw)}});
+  const std::string path = "whatif_fit_test.json";
+  std::ofstream(path) << doc.dump();
+  Network net = fit_network(path);
+  std::remove(path.c_str());
+  CHECK(net.alpha_us == doctest::Approx(20).epsilon(1e-6));
+  CHECK(net.bandwidth_GBps == doctest::Approx(2).epsilon(1e-6));
+}
+
+TEST_CASE("stragglers: the slowest of N ranks sets the pace") {
+  CHECK(expected_max_normal(1) == 0);
+  CHECK(expected_max_normal(2) == doctest::Approx(1 / std::sqrt(3.14159265358979)).epsilon(1e-3));  // 1/sqrt(pi)
+  CHECK(expected_max_normal(1024) == doctest::Approx(3.2).epsilon(0.02));  // Blom; tables give ~3.2
+  CHECK(expected_max_normal(16) > expected_max_normal(8));
+  StepProfile p = one_bucket(100, 10, 1e3);
+  p.jitter_ms = 4;
+  Prediction r = predict(p, kNet, {Strategy::Ddp}, 4);
+  CHECK(r.straggler_ms == doctest::Approx(4 * 1.0294));
+  CHECK(r.step_ms == doctest::Approx(100 + 4 * 1.0294));
+  CHECK(predict(p, kNet, {Strategy::Ddp}, 1).step_ms == doctest::Approx(100));  // one rank waits for no one
+}
