@@ -2,10 +2,20 @@
 #include "core/check.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 namespace tandem {
 namespace {
 std::atomic<int> g_rank{-1};
+}
+
+bool sync_check_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TANDEM_SYNC_CHECK");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 void set_error_rank(int rank) { g_rank.store(rank); }

@@ -54,8 +54,24 @@ std::string cat(const Args&... args) {
                                                       __VA_ARGS__));                              \
   } while (0)
 
-// After every kernel launch: catches bad launch configurations immediately, where they happen.
-#define CUDA_CHECK_LAUNCH(...) CUDA_CHECK(cudaGetLastError() __VA_OPT__(, ) __VA_ARGS__)
+namespace tandem {
+// TANDEM_SYNC_CHECK=1 (read once): after every kernel launch and every CUDA op, synchronise the
+// compute stream and check for a fault, so an illegal address is reported at the launch that made
+// it, with file:line, instead of at some later sync or as a "rank did not reach collective" timeout.
+// Slow (no overlap at all); for locating faults only. Off by default.
+bool sync_check_enabled();
+// Synchronises the current device's compute stream and throws naming `file:line` on a fault
+// (core/cuda/context.cpp; CUDA builds only).
+void sync_check_after(const char* file, int line);
+}  // namespace tandem
+
+// After every kernel launch: catches bad launch configurations immediately, where they happen
+// (and, with TANDEM_SYNC_CHECK=1, faults inside the kernel too).
+#define CUDA_CHECK_LAUNCH(...)                                                               \
+  do {                                                                                       \
+    CUDA_CHECK(cudaGetLastError() __VA_OPT__(, ) __VA_ARGS__);                               \
+    if (::tandem::sync_check_enabled()) ::tandem::sync_check_after(__FILE__, __LINE__);      \
+  } while (0)
 
 #define CUBLAS_CHECK(expr, ...)                                                                     \
   do {                                                                                              \

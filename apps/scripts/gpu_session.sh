@@ -161,6 +161,8 @@ if want build; then
     run_step build 1800 cmake --build "$build_dir" -j "$jobs" --target train_imagenet bench_ops bench_allreduce \
       mpi_gpu_collectives mpi_gpu_ddp mpi_collectives test_core test_autograd gpu_elementwise_parity -- -k 0
   else
+    # -DTANDEM_CUDA=ON: configure fails, naming what is missing, instead of quietly building a CPU-only
+    # tandem whose "GPU" figures would be CPU figures.
     # CUDAToolkit_ROOT: env.sh puts links to Python's nvidia/* libraries on CMAKE_LIBRARY_PATH so that
     # cuDNN and NCCL are found, but that path also outranks the toolkit for cudart/cuBLAS(Lt), which
     # may then come from PyTorch's wheels (another CUDA major than nvcc's). A package root is searched
@@ -169,7 +171,7 @@ if want build; then
     tk=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
     # shellcheck disable=SC2086
     run_step configure 300 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DCUDAToolkit_ROOT="$tk" ${TANDEM_CMAKE_ARGS:-}
+      -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCUDAToolkit_ROOT="$tk" ${TANDEM_CMAKE_ARGS:-}
     # -k 0: a target that fails to compile must not stop the others; the session uses what built.
     run_step build 3600 cmake --build "$build_dir" -j "$jobs" -- -k 0
   fi

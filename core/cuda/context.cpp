@@ -3,8 +3,10 @@
 
 #include <array>
 #include <mutex>
+#include <string>
 
 #include "core/check.h"
+#include "core/device.h"
 
 namespace tandem::cuda {
 namespace {
@@ -38,3 +40,24 @@ cudaStream_t compute_stream() { return compute_stream(current_device()); }
 void synchronize() { CUDA_CHECK(cudaStreamSynchronize(compute_stream()), "an earlier kernel failed"); }
 
 }  // namespace tandem::cuda
+
+namespace tandem {
+void sync_check_after(const char* file, int line) {
+  cudaError_t e = cudaStreamSynchronize(cuda::compute_stream());
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw_error(file, line, detail::cat("kernel fault: ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+                                        ") in the GPU work issued here (TANDEM_SYNC_CHECK=1 synchronised "
+                                        "right after it). Run under compute-sanitizer for the exact access"));
+}
+
+std::string cuda_fault() {
+  // A kernel fault is sticky: every later call on the context returns it. cudaStreamQuery does not
+  // block, so this is safe to call from a watchdog while the stream still runs.
+  cudaError_t e = cudaStreamQuery(cuda::compute_stream());
+  if (e == cudaSuccess || e == cudaErrorNotReady) e = cudaPeekAtLastError();
+  if (e == cudaSuccess || e == cudaErrorNotReady) return "";
+  return detail::cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+}  // namespace tandem

@@ -3,7 +3,8 @@
 // TANDEM_CPU_FLOAT_TYPES(dtype, T, body) runs body with T = float or double. CPU kernels compute in
 // f32/f64 only; a 16-bit CPU tensor must be cast first, and the error says so.
 // TANDEM_BACKEND(t, cpu_call, cuda_call) picks the backend by t's device; in a CPU-only build the
-// CUDA branch is compiled out (no CUDA tensor can exist there).
+// CUDA branch is compiled out (no CUDA tensor can exist there). With TANDEM_SYNC_CHECK=1 the CUDA
+// branch synchronises and checks for a fault after the call (core/check.h).
 // with_index_ptr(idx, f) calls f with a typed pointer to an i32/i64 index tensor (embedding indices,
 // class labels) on either backend.
 #pragma once
@@ -34,13 +35,14 @@ void with_index_ptr(const Tensor& idx, F&& f) {
 }  // namespace tandem::kernels
 
 #ifdef TANDEM_WITH_CUDA
-#define TANDEM_BACKEND(t, cpu_call, cuda_call) \
-  do {                                         \
-    if ((t).is_cuda()) {                       \
-      cuda_call;                               \
-    } else {                                   \
-      cpu_call;                                \
-    }                                          \
+#define TANDEM_BACKEND(t, cpu_call, cuda_call)                                           \
+  do {                                                                                   \
+    if ((t).is_cuda()) {                                                                 \
+      cuda_call;                                                                         \
+      if (::tandem::sync_check_enabled()) ::tandem::sync_check_after(__FILE__, __LINE__); \
+    } else {                                                                             \
+      cpu_call;                                                                          \
+    }                                                                                    \
   } while (0)
 #else
 #define TANDEM_BACKEND(t, cpu_call, cuda_call) \

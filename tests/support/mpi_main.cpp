@@ -6,17 +6,28 @@
 // no GPU, every rank finalizes MPI and exits 77 (ctest: Skipped). The decision is one all-reduce,
 // so the ranks agree even if only some of them see a GPU; all of them exit 77 cleanly, and
 // MPICH's mpiexec then returns 77 itself (a rank that exited alone would make it kill the others).
+// A rank whose machine has a GPU that CUDA cannot use fails instead (see support/main.cpp).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
 
 #include <cstdio>
 
+#include "core/device.h"
 #include "dist/bootstrap.h"
 
 int main(int argc, char** argv) {
   const tandem::dist::World& w = tandem::dist::init();
 #ifdef TANDEM_TEST_REQUIRES_GPU
+  const tandem::CudaProbe& probe = tandem::probe_cuda();
+  int broken = probe.broken() ? 1 : 0, any_broken = 0;
+  MPI_Allreduce(&broken, &any_broken, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any_broken) {
+    if (broken) std::printf("FAILED: [rank %d] this machine has a GPU that CUDA cannot use: %s\n", w.rank,
+                            probe.str().c_str());
+    tandem::dist::finalize();
+    return 1;
+  }
   int mine = w.device.is_cuda() ? 1 : 0, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all) {
