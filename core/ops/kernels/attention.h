@@ -72,7 +72,7 @@ struct FlashArgs {
 
 namespace flash {
 // Blocking shared by the CUDA kernels and their CPU twin (core/ops/cpu/flash_attention.cpp).
-inline constexpr int kTile = 32;         // keys per streamed tile (forward, dQ) = queries per tile (dK/dV): one per lane
+inline constexpr int kTile = 32;         // keys per tile (forward, dQ), queries per tile (dK/dV): one per lane
 inline constexpr int kWarps = 4;         // warps per block (128 threads)
 inline constexpr int kRowsPerWarp = 4;   // forward and dQ: query rows each warp owns
 inline constexpr int kKeysPerWarp = 4;   // dK/dV: keys each warp owns
