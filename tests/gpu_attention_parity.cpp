@@ -22,6 +22,8 @@
 // Exits 77 (Skipped) without a GPU.
 #include <doctest/doctest.h>
 
+#include <functional>
+
 #include "core/autograd.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
@@ -44,6 +46,21 @@ Tolerance three_roundings(DType t) {
   }
 }
 Tensor mask(const std::vector<int64_t>& v, int64_t b, int64_t s) { return Tensor::from_vector_i64(v, {b, s}); }
+
+// attention(q, k, v, mask) with training dropout p on the backend chosen per device; a fresh
+// generator per call, so the CPU and the GPU draw the same dropout mask.
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> attention_fn(float p, ops::AttentionBackend on_cpu,
+                                                                          ops::AttentionBackend on_gpu,
+                                                                          bool masked = true) {
+  return [=](const std::vector<Tensor>& in) {
+    Generator d(9);
+    ops::AttentionOptions o;
+    o.dropout_p = p;
+    o.training = true;
+    o.backend = in[0].is_cuda() ? on_gpu : on_cpu;
+    return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], masked ? in[3] : Tensor(), o, d)};
+  };
+}
 
 Tolerance flash_vs_cpu(DType t) {
   switch (t) {
@@ -77,6 +94,12 @@ struct FlashShape {
 };
 constexpr FlashShape kFlashShapes[] = {{3, 2, 37, 45, 64}, {3, 1, 37, 45, 40}, {3, 2, 16, 32, 8}, {2, 2, 20, 70, 128},
                                        {3, 1, 33, 17, 96}};
+
+// Random q, k, v (CPU f32) and the padding mask for one shape.
+std::vector<Tensor> flash_inputs(const FlashShape& s, Generator& g) {
+  return {randn({s.B, s.H, s.Sq, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g),
+          flash_mask(s.B, s.Sk)};
+}
 
 struct GpuRun {
   std::vector<float> out, dq, dk, dv;
@@ -130,13 +153,7 @@ TEST_CASE("attention (reference path) parity with a padding mask and dropout") {
     CAPTURE(dtype_name(t));
     for (float p : {0.0f, 0.1f}) {
       CAPTURE(p);
-      auto f = [&](const std::vector<Tensor>& in) {
-        Generator d(9);
-        ops::AttentionOptions o;
-        o.dropout_p = p;
-        o.training = true;
-        return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], in[3], o, d)};
-      };
+      auto f = attention_fn(p, ops::AttentionBackend::Auto, ops::AttentionBackend::Auto);
       CHECK(parity_check(f, {randn({2, 3, 20, 16}, g), randn({2, 3, 20, 16}, g), randn({2, 3, 20, 16}, g), m}, t,
                          three_roundings(t)) == "");
     }
@@ -182,18 +199,8 @@ TEST_CASE("flash attention (GPU) vs the reference path (CPU): forward and q/k/v 
         for (float p : {0.0f, 0.1f}) {
           CAPTURE(masked);
           CAPTURE(p);
-          auto f = [&](const std::vector<Tensor>& in) {
-            Generator d(9);
-            ops::AttentionOptions o;
-            o.dropout_p = p;
-            o.training = true;
-            o.backend = in[0].is_cuda() ? ops::AttentionBackend::Fused : ops::AttentionBackend::Reference;
-            return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], masked ? in[3] : Tensor(), o, d)};
-          };
-          CHECK(parity_check(f,
-                             {randn({s.B, s.H, s.Sq, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g),
-                              randn({s.B, s.H, s.Sk, s.D}, g), flash_mask(s.B, s.Sk)},
-                             t, flash_vs_cpu(t)) == "");
+          auto f = attention_fn(p, ops::AttentionBackend::Reference, ops::AttentionBackend::Fused, masked);
+          CHECK(parity_check(f, flash_inputs(s, g), t, flash_vs_cpu(t)) == "");
         }
     }
   }
@@ -204,18 +211,8 @@ TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests vali
   Generator g(21);
   for (const FlashShape& s : kFlashShapes) {
     CAPTURE(s.D);
-    auto f = [&](const std::vector<Tensor>& in) {
-      Generator d(9);
-      ops::AttentionOptions o;
-      o.dropout_p = 0.1f;
-      o.training = true;
-      o.backend = ops::AttentionBackend::Fused;
-      return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], in[3], o, d)};
-    };
-    CHECK(parity_check(f,
-                       {randn({s.B, s.H, s.Sq, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g),
-                        randn({s.B, s.H, s.Sk, s.D}, g), flash_mask(s.B, s.Sk)},
-                       DType::F32, flash_vs_cpu(DType::F32)) == "");
+    auto f = attention_fn(0.1f, ops::AttentionBackend::Fused, ops::AttentionBackend::Fused);
+    CHECK(parity_check(f, flash_inputs(s, g), DType::F32, flash_vs_cpu(DType::F32)) == "");
   }
 }
 

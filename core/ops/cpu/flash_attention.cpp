@@ -118,12 +118,19 @@ void backward(const FlashArgs& a, const T* q, const T* k, const T* v, const T* o
   std::vector<A> drow(rows_total);
   for (int64_t row = 0; row < rows_total; ++row) drow[row] = dot<A>(dout + row * D, o + row * D, D);
 
+  // p, y and ds of (row, key) in head bh, recomputed as both GPU backward kernels do.
+  auto at = [&](int64_t bh, int64_t row, int64_t key) {
+    const int32_t* mrow = mask ? mask + (bh / a.heads) * a.sk : nullptr;
+    const T* kv = k + (bh * a.sk + key) * D;
+    const T* vv = v + (bh * a.sk + key) * D;
+    return recompute<A>(a, drop, keep_scale, dot<A>(q + row * D, kv, D), dot<A>(dout + row * D, vv, D),
+                        stats + 2 * row, drow[row], masked_key(mrow, key), static_cast<uint64_t>(row * a.sk + key));
+  };
+
   // dQ pass: per block of query rows, stream key tiles (the GPU's dQ kernel).
   std::vector<A> acc;
   for (int64_t bh = 0; bh < a.bh; ++bh) {
-    const int32_t* mrow = mask ? mask + (bh / a.heads) * a.sk : nullptr;
     const T* kh = k + bh * a.sk * D;
-    const T* vh = v + bh * a.sk * D;
     for (int64_t q0 = 0; q0 < a.sq; q0 += kBlockRows) {
       const int64_t rows = std::min<int64_t>(kBlockRows, a.sq - q0);
       acc.assign(rows * D, A(0));
@@ -133,9 +140,7 @@ void backward(const FlashArgs& a, const T* q, const T* k, const T* v, const T* o
           const int64_t row = bh * a.sq + q0 + r;
           for (int64_t j = 0; j < kn; ++j) {
             const int64_t key = k0 + j;
-            const auto g = recompute<A>(a, drop, keep_scale, dot<A>(q + row * D, kh + key * D, D),
-                                        dot<A>(dout + row * D, vh + key * D, D), stats + 2 * row, drow[row],
-                                        masked_key(mrow, key), static_cast<uint64_t>(row * a.sk + key));
+            const auto g = at(bh, row, key);
             for (int64_t d = 0; d < D; ++d) acc[r * D + d] += g.ds * static_cast<A>(kh[key * D + d]);
           }
         }
@@ -148,9 +153,6 @@ void backward(const FlashArgs& a, const T* q, const T* k, const T* v, const T* o
   // dK/dV pass: per block of keys, stream query tiles (the GPU's dK/dV kernel).
   std::vector<A> acc_k, acc_v;
   for (int64_t bh = 0; bh < a.bh; ++bh) {
-    const int32_t* mrow = mask ? mask + (bh / a.heads) * a.sk : nullptr;
-    const T* kh = k + bh * a.sk * D;
-    const T* vh = v + bh * a.sk * D;
     for (int64_t k0 = 0; k0 < a.sk; k0 += kBlockKeys) {
       const int64_t keys = std::min<int64_t>(kBlockKeys, a.sk - k0);
       acc_k.assign(keys * D, A(0));
@@ -161,9 +163,7 @@ void backward(const FlashArgs& a, const T* q, const T* k, const T* v, const T* o
           const int64_t key = k0 + kk;
           for (int64_t i = 0; i < qn; ++i) {
             const int64_t row = bh * a.sq + i0 + i;
-            const auto g = recompute<A>(a, drop, keep_scale, dot<A>(q + row * D, kh + key * D, D),
-                                        dot<A>(dout + row * D, vh + key * D, D), stats + 2 * row, drow[row],
-                                        masked_key(mrow, key), static_cast<uint64_t>(row * a.sk + key));
+            const auto g = at(bh, row, key);
             for (int64_t d = 0; d < D; ++d) {
               acc_v[kk * D + d] += g.y * static_cast<A>(dout[row * D + d]);
               acc_k[kk * D + d] += g.ds * static_cast<A>(q[row * D + d]);
