@@ -9,6 +9,7 @@
 // CPU part (always): GFLOP/s of ops::matmul in f32 next to cblas_sgemm on the same shapes (smaller
 // than the GPU ones so the part finishes in seconds), and ops::conv2d next to the one sgemm that its
 // im2col reduces to, so that ratio is im2col's cost.
+// GPU attention (bf16, BERT shapes): the flash path's time next to the reference path's.
 // --json FILE writes every row. Performance is reported, never asserted.
 #include <cblas.h>
 
@@ -115,8 +116,48 @@ void cpu_part(const Options& o, json& rows) {
 }
 
 #ifdef TANDEM_WITH_CUDA
+// Attention in bf16 with BERT's padding-free shapes: the flash path vs the reference path
+// (cuBLAS GEMMs + scale_mask_softmax), forward alone and forward + backward, training dropout 0.1.
+// (PyTorch's SDPA on the same shapes belongs to the PyTorch peer, apps/scripts.)
+void attention_part(const bench::Timing& t, json& rows) {
+  struct Att {
+    const char* name;
+    int64_t b, h, s, d;
+  };
+  const Att shapes[] = {{"BERT-base, seq 128, batch 32", 32, 12, 128, 64},
+                        {"BERT-large, seq 512, batch 8", 8, 16, 512, 64}};
+  std::printf("\nGPU attention, bf16, dropout 0.1                 pass       flash ms  reference ms  flash/ref\n");
+  for (const Att& a : shapes) {
+    Device dev = Device::cuda(cuda::current_device());
+    Tensor q = Tensor::full({a.b, a.h, a.s, a.d}, 0.01, DType::BF16, dev), k = q.clone(), v = q.clone();
+    Tensor dout = Tensor::full({a.b, a.h, a.s, a.d}, 0.01, DType::BF16, dev);
+    Tensor mask = Tensor::ones({a.b, a.s}, DType::I32, dev);
+    for (bool backward : {false, true}) {
+      q.set_requires_grad(backward);
+      k.set_requires_grad(backward);
+      v.set_requires_grad(backward);
+      auto time = [&](ops::AttentionBackend backend) {
+        ops::AttentionOptions o;
+        o.backend = backend;
+        o.dropout_p = 0.1f;
+        o.training = true;
+        return bench::median_ms(cuda::compute_stream(), t, [&] {
+          Tensor out = ops::attention(q, k, v, mask, o);
+          if (backward) autograd::backward({out}, {dout});
+        });
+      };
+      const double tf = time(ops::AttentionBackend::Fused), tr = time(ops::AttentionBackend::Reference);
+      const char* pass = backward ? "fwd+bwd" : "fwd";
+      std::printf("  %-46s %-8s %9.3f  %12.3f  %9.2f\n", a.name, pass, tf, tr, tf / tr);
+      rows.push_back({{"part", "gpu_attention"}, {"name", a.name}, {"dtype", "bf16"}, {"pass", pass},
+                      {"flash_ms", tf}, {"reference_ms", tr}, {"ratio", tf / tr}});
+    }
+  }
+}
+
 void gpu_part(const Options& o, json& rows) {
   bench::Timing t{o.warmup, o.reps};
+  attention_part(t, rows);  // before the no-grad guard below: it times backward too
   cudaStream_t tandem_stream = cuda::compute_stream();
   cudaStream_t direct_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));

@@ -1,6 +1,7 @@
 // tests/gpu_attention_parity.cpp: CPU vs CUDA parity for scale_mask_softmax (with mask, with
-// dropout), the reference attention path, split_qkv_heads/merge_heads and cross_entropy with
-// ignore_index, in f32, bf16 and f16 (forward and every input gradient).
+// dropout), both attention paths (reference; flash vs reference on CPU and GPU and vs its CPU twin),
+// split_qkv_heads/merge_heads and cross_entropy with ignore_index, in f32, bf16 and f16 (forward
+// and every input gradient).
 //
 // Tolerances (tests/support/parity.h): inputs are rounded to the dtype first, so only arithmetic
 // differs.
@@ -12,9 +13,18 @@
 //     so bf16 gets 3 ulp = 3 * 2^-8 and f16 3 * 2^-11 relative; atol 1e-3 / 2e-4 covers outputs
 //     that are sums of +- terms cancelling to near zero (an output is a convex mix of v rows).
 //   - the head split/merge only move values: exact (rtol 0).
+//   - flash path (AttentionBackend::Fused) on the GPU vs the reference path on the CPU: the kernel
+//     computes in f32 from the rounded inputs and rounds each result once, so rounded_once's rtol,
+//     but a wider atol: backward's d_row = dot(dO, O) reads the output rounded to the dtype, and
+//     that error reaches dq/dk absolutely (through p * (dp - d_row)) where dp - d_row cancels.
+//   - flash vs reference, both on the GPU in bf16/f16: the sum of both error budgets.
+//   - flash kernel vs its CPU twin in f32: the same algorithm, other summation order.
 // Exits 77 (Skipped) without a GPU.
 #include <doctest/doctest.h>
 
+#include <functional>
+
+#include "core/autograd.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "tests/support/parity.h"
@@ -36,6 +46,79 @@ Tolerance three_roundings(DType t) {
   }
 }
 Tensor mask(const std::vector<int64_t>& v, int64_t b, int64_t s) { return Tensor::from_vector_i64(v, {b, s}); }
+
+// attention(q, k, v, mask) with training dropout p on the backend chosen per device; a fresh
+// generator per call, so the CPU and the GPU draw the same dropout mask.
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> attention_fn(float p, ops::AttentionBackend on_cpu,
+                                                                          ops::AttentionBackend on_gpu,
+                                                                          bool masked = true) {
+  return [=](const std::vector<Tensor>& in) {
+    Generator d(9);
+    ops::AttentionOptions o;
+    o.dropout_p = p;
+    o.training = true;
+    o.backend = in[0].is_cuda() ? on_gpu : on_cpu;
+    return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], masked ? in[3] : Tensor(), o, d)};
+  };
+}
+
+Tolerance flash_vs_cpu(DType t) {
+  switch (t) {
+    case DType::BF16: return {1.5e-2, 5e-4, "bf16: f32 math, one rounding (2^-8); d_row reads the rounded O"};
+    case DType::F16: return {3e-3, 1e-4, "f16: f32 math, one rounding (2^-11); d_row reads the rounded O"};
+    default: return {1e-4, 1e-5, "f32: tile/butterfly summation order, expf vs double softmax statistics"};
+  }
+}
+Tolerance flash_vs_reference_gpu(DType t) {
+  switch (t) {
+    case DType::BF16: return {4e-2, 2e-3, "bf16: reference's three roundings plus flash's one"};
+    case DType::F16: return {1e-2, 5e-4, "f16: reference's three roundings plus flash's one"};
+    default: return {1e-4, 1e-5, "f32 (TF32 off): summation order only"};
+  }
+}
+
+// [B, Sk] padding: entry 0 keeps a prefix, 1 has holes, 2 is fully padded (uniform rows).
+Tensor flash_mask(int64_t B, int64_t Sk) {
+  std::vector<int64_t> m(static_cast<size_t>(B * Sk), 1);
+  for (int64_t j = Sk * 2 / 3; j < Sk; ++j) m[j] = 0;
+  for (int64_t j = 0; B > 1 && j < Sk; j += 3) m[Sk + j] = 0;
+  for (int64_t j = 0; B > 2 && j < Sk; ++j) m[2 * Sk + j] = 0;
+  return Tensor::from_vector_i64(m, {B, Sk});
+}
+
+// Shapes crossing every tile boundary (Sq = 37: 16+16+5 and 32+5; Sk = 45: 32+13 and 16+16+13),
+// every register width NC = ceil(D / 32) with a partial last chunk (D = 40), and D = 128, whose
+// backward needs the > 48 KiB shared-memory opt-in.
+struct FlashShape {
+  int64_t B, H, Sq, Sk, D;
+};
+constexpr FlashShape kFlashShapes[] = {{3, 2, 37, 45, 64}, {3, 1, 37, 45, 40}, {3, 2, 16, 32, 8}, {2, 2, 20, 70, 128},
+                                       {3, 1, 33, 17, 96}};
+
+// Random q, k, v (CPU f32) and the padding mask for one shape.
+std::vector<Tensor> flash_inputs(const FlashShape& s, Generator& g) {
+  return {randn({s.B, s.H, s.Sq, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g),
+          flash_mask(s.B, s.Sk)};
+}
+
+struct GpuRun {
+  std::vector<float> out, dq, dk, dv;
+};
+GpuRun run_gpu(ops::AttentionBackend backend, const std::vector<Tensor>& qkvw, const Tensor& m, float p) {
+  std::vector<Tensor> in;
+  for (int i = 0; i < 3; ++i) {
+    in.push_back(qkvw[i].detach());
+    in.back().set_requires_grad(true);
+  }
+  ops::AttentionOptions o;
+  o.backend = backend;
+  o.dropout_p = p;
+  o.training = true;
+  Generator d(9);
+  Tensor out = ops::attention(in[0], in[1], in[2], m, o, d);
+  autograd::backward({out}, {qkvw[3]});
+  return {out.to_vector(), in[0].grad().to_vector(), in[1].grad().to_vector(), in[2].grad().to_vector()};
+}
 }  // namespace
 
 TEST_CASE("scale_mask_softmax parity: no mask, padding mask, a fully padded row, dropout") {
@@ -70,13 +153,7 @@ TEST_CASE("attention (reference path) parity with a padding mask and dropout") {
     CAPTURE(dtype_name(t));
     for (float p : {0.0f, 0.1f}) {
       CAPTURE(p);
-      auto f = [&](const std::vector<Tensor>& in) {
-        Generator d(9);
-        ops::AttentionOptions o;
-        o.dropout_p = p;
-        o.training = true;
-        return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], in[3], o, d)};
-      };
+      auto f = attention_fn(p, ops::AttentionBackend::Auto, ops::AttentionBackend::Auto);
       CHECK(parity_check(f, {randn({2, 3, 20, 16}, g), randn({2, 3, 20, 16}, g), randn({2, 3, 20, 16}, g), m}, t,
                          three_roundings(t)) == "");
     }
@@ -106,4 +183,68 @@ TEST_CASE("cross_entropy with ignore_index parity") {
     Tensor labels = Tensor::from_vector_i64({3, -100, -100, 7, 0, -100, 12, -100}, {8});
     CHECK(parity_check(f, {randn({8, 30}, g), labels}, t, rounded_once(t)) == "");
   }
+}
+
+TEST_CASE("flash attention (GPU) vs the reference path (CPU): forward and q/k/v gradients, padding, dropout") {
+  Generator g(20);
+  const bool tf32 = ops::allow_tf32();
+  ops::set_allow_tf32(false);
+  for (const FlashShape& s : kFlashShapes) {
+    CAPTURE(s.Sq);
+    CAPTURE(s.Sk);
+    CAPTURE(s.D);
+    for (DType t : kDtypes) {
+      CAPTURE(dtype_name(t));
+      for (bool masked : {false, true})
+        for (float p : {0.0f, 0.1f}) {
+          CAPTURE(masked);
+          CAPTURE(p);
+          auto f = attention_fn(p, ops::AttentionBackend::Reference, ops::AttentionBackend::Fused, masked);
+          CHECK(parity_check(f, flash_inputs(s, g), t, flash_vs_cpu(t)) == "");
+        }
+    }
+  }
+  ops::set_allow_tf32(tf32);
+}
+
+TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests validate)") {
+  Generator g(21);
+  for (const FlashShape& s : kFlashShapes) {
+    CAPTURE(s.D);
+    auto f = attention_fn(0.1f, ops::AttentionBackend::Fused, ops::AttentionBackend::Fused);
+    CHECK(parity_check(f, flash_inputs(s, g), DType::F32, flash_vs_cpu(DType::F32)) == "");
+  }
+}
+
+TEST_CASE("flash vs reference, both on the GPU in bf16/f16; Auto picks flash there; flash is deterministic") {
+  Generator g(22);
+  const bool tf32 = ops::allow_tf32();
+  ops::set_allow_tf32(false);
+  for (const FlashShape& s : kFlashShapes) {
+    CAPTURE(s.D);
+    for (DType t : {DType::BF16, DType::F16}) {
+      CAPTURE(dtype_name(t));
+      auto gpu = [&](const Shape& shape) { return ops::cast_raw(randn(shape, g), t).to(Device::cuda(0)); };
+      std::vector<Tensor> in{gpu({s.B, s.H, s.Sq, s.D}), gpu({s.B, s.H, s.Sk, s.D}), gpu({s.B, s.H, s.Sk, s.D}),
+                             gpu({s.B, s.H, s.Sq, s.D})};
+      Tensor m = flash_mask(s.B, s.Sk).to(Device::cuda(0));
+      for (float p : {0.0f, 0.1f}) {
+        CAPTURE(p);
+        const GpuRun ref = run_gpu(ops::AttentionBackend::Reference, in, m, p);
+        const GpuRun fused = run_gpu(ops::AttentionBackend::Fused, in, m, p);
+        const Tolerance tol = flash_vs_reference_gpu(t);
+        CHECK(testing::compare_values("out", ref.out, fused.out, tol) == "");
+        CHECK(testing::compare_values("dq", ref.dq, fused.dq, tol) == "");
+        CHECK(testing::compare_values("dk", ref.dk, fused.dk, tol) == "");
+        CHECK(testing::compare_values("dv", ref.dv, fused.dv, tol) == "");
+        // Auto must be the flash path here, and flash has no atomics: the same bits twice.
+        const GpuRun autob = run_gpu(ops::AttentionBackend::Auto, in, m, p);
+        CHECK(autob.out == fused.out);
+        CHECK(autob.dq == fused.dq);
+        CHECK(autob.dk == fused.dk);
+        CHECK(autob.dv == fused.dv);
+      }
+    }
+  }
+  ops::set_allow_tf32(tf32);
 }

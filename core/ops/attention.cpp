@@ -1,11 +1,13 @@
-// core/ops/attention.cpp: checks, dispatch and autograd for scale_mask_softmax, the reference
-// attention path and the head split/merge (see attention.h for the semantics).
+// core/ops/attention.cpp: checks, dispatch and autograd for scale_mask_softmax, the two attention
+// paths (reference and flash) with Auto's choice between them, and the head split/merge (see
+// attention.h for the semantics and the policy).
 //
 // The mask is converted once per call to i32 on the scores' device (cast_raw is asynchronous on
 // CUDA), so the kernels read one mask format whatever dtype the data pipeline produced.
 #include "core/ops/attention.h"
 
 #include <cmath>
+#include <string>
 
 #include "core/autograd.h"
 #include "core/ops/copy.h"
@@ -18,19 +20,75 @@
 namespace tandem::ops {
 namespace {
 
-Tensor mask_i32(const Tensor& mask, const Tensor& x) {
+// The key mask [batch, keys] as i32 on like's device (undefined stays undefined).
+Tensor mask_i32(const Tensor& mask, int64_t batch, int64_t keys, const Tensor& like) {
   if (!mask.defined()) return Tensor();
-  TANDEM_CHECK(mask.dim() == 2 && mask.size(0) == x.size(0) && mask.size(1) == x.size(3),
-               "scale_mask_softmax: attention_mask must be [batch, keys] = [", x.size(0), ", ", x.size(3),
-               "], got ", mask.str(), "; pass the tokenizer's [B, S] padding mask (1 = token, 0 = padding)");
-  check_same_device(mask, x, "scale_mask_softmax (mask)");
+  TANDEM_CHECK(mask.dim() == 2 && mask.size(0) == batch && mask.size(1) == keys,
+               "attention: attention_mask must be [batch, keys] = [", batch, ", ", keys, "], got ", mask.str(),
+               "; pass the tokenizer's [B, S] padding mask (1 = token, 0 = padding)");
+  check_same_device(mask, like, "attention (mask)");
   return mask.dtype() == DType::I32 ? mask : cast_raw(mask, DType::I32);
 }
+Tensor mask_i32(const Tensor& mask, const Tensor& x) { return mask_i32(mask, x.size(0), x.size(3), x); }
 
 Tensor transpose12_raw(const Tensor& x) {
   Tensor y = Tensor::empty({x.size(0), x.size(2), x.size(1), x.size(3)}, x.dtype(), x.device());
   TANDEM_BACKEND(x, kernels::transpose12_cpu(x, y), kernels::transpose12_cuda(x, y));
   return y;
+}
+
+// "" when the flash path (both backends) can run these inputs, else the reason.
+std::string fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t D = q.size(3);
+  if (v.size(3) != D) return "v's head dim differs from q's";
+  if (D % 8 != 0 || D > kernels::flash::kMaxHeadDim)
+    return "the head dim must be a multiple of 8 and at most 128, got " + std::to_string(D);
+  if (k.size(2) == 0) return "there are no keys";
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) return "q, k and v must share one dtype";
+  const DType t = q.dtype();
+  if (q.is_cuda() ? !(t == DType::F32 || t == DType::F16 || t == DType::BF16) : !(t == DType::F32 || t == DType::F64))
+    return std::string("dtype ") + dtype_name(t) + " is not supported on this device";
+  return "";
+}
+
+// Auto's policy (attention.h): flash on CUDA for the 16-bit dtypes; the reference path otherwise.
+bool auto_prefers_fused(const Tensor& q) {
+  return q.is_cuda() && (q.dtype() == DType::F16 || q.dtype() == DType::BF16);
+}
+
+// The flash path: one op with its own backward (kernels in core/ops/{cpu,cuda}/flash_attention.*).
+// Saves q, k, v, the output and per-row {m, 1/l}: O(B H S D) memory, never the [Sq, Sk] probabilities.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float scale,
+                       const AttentionOptions& opt, Generator& gen) {
+  check_same_device(q, k, "attention (k)");
+  check_same_device(q, v, "attention (v)");
+  Tensor m = mask_i32(mask, q.size(0), k.size(2), q);
+  kernels::FlashArgs a;
+  a.bh = q.size(0) * q.size(1);
+  a.heads = q.size(1);
+  a.sq = q.size(2);
+  a.sk = k.size(2);
+  a.d = q.size(3);
+  a.scale = scale;
+  a.dropout = opt.training && opt.dropout_p > 0.0f;
+  a.dropout_p = opt.dropout_p;
+  if (a.dropout) {  // the reference path reserves the same B * H * Sq * Sk counters
+    a.seed = gen.seed();
+    a.offset = gen.advance(static_cast<uint64_t>(a.bh * a.sq * a.sk));
+  }
+  Tensor out = Tensor::empty_like(q);
+  Tensor stats = Tensor::empty({a.bh * a.sq, 2}, q.dtype() == DType::F64 ? DType::F64 : DType::F32, q.device());
+  TANDEM_BACKEND(q, kernels::flash_attention_fwd_cpu(q, k, v, m, a, out, stats),
+                 kernels::flash_attention_fwd_cuda(q, k, v, m, a, out, stats));
+  autograd::record("FlashAttentionBackward", {q, k, v}, out,
+                   [q = q.detach(), k = k.detach(), v = v.detach(), o = out.detach(), stats, m,
+                    a](std::vector<Tensor>& g) {
+                     Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
+                     TANDEM_BACKEND(q, kernels::flash_attention_bwd_cpu(q, k, v, o, g[0], stats, m, a, dq, dk, dv),
+                                    kernels::flash_attention_bwd_cuda(q, k, v, o, g[0], stats, m, a, dq, dk, dv));
+                     return std::vector<Tensor>{dq, dk, dv};
+                   });
+  return out;
 }
 
 void copy_cols(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col, int64_t width) {
@@ -80,10 +138,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   TANDEM_CHECK(k.size(0) == B && k.size(1) == H && k.size(3) == D && v.size(0) == B && v.size(1) == H &&
                    v.size(2) == Sk,
                "attention: k and v must be [B, H, Sk, D] matching q ", q.str(), ", got ", k.str(), " and ", v.str());
-  TANDEM_CHECK(opt.backend != AttentionBackend::Fused,
-               "attention: the fused (flash) backend is not implemented yet; use AttentionBackend::Auto or "
-               "Reference");
   const float scale = opt.scale != 0.0f ? opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const std::string why_not = fused_unsupported(q, k, v);
+  if (opt.backend == AttentionBackend::Fused)
+    TANDEM_CHECK(why_not.empty(), "attention: AttentionBackend::Fused cannot run these inputs: ", why_not,
+                 "; use AttentionBackend::Auto (which falls back to Reference) or Reference");
+  if (opt.backend == AttentionBackend::Fused || (opt.backend == AttentionBackend::Auto && auto_prefers_fused(q) &&
+                                                 why_not.empty()))
+    return flash_attention(q, k, v, mask, scale, opt, gen);
   Tensor q3 = reshape(q, {B * H, Sq, D}), k3 = reshape(k, {B * H, Sk, D}), v3 = reshape(v, {B * H, Sk, v.size(3)});
   Tensor scores = reshape(matmul(q3, k3, false, true), {B, H, Sq, Sk});
   Tensor p = scale_mask_softmax(scores, mask, scale, opt.dropout_p, opt.training, gen);

@@ -7,15 +7,29 @@
 // keys get probability 0 and a row with every key padded is uniform, exactly as HF computes it.
 // An undefined mask attends everywhere.
 //
-// attention() runs the reference path: two batched GEMMs (core/ops/matmul.h) around the fused
-// scale_mask_softmax(-dropout) kernel, on the CPU and on CUDA, with the same semantics and the
-// same dropout masks (counter RNG, core/ops/rng.h). It saves the [B, H, Sq, Sk] probabilities for
-// backward. AttentionBackend::Fused (a flash-attention path that never materialises them) is not
-// implemented yet: asking for it explicitly is an error that says so; Auto picks Reference.
+// attention() has two paths with one semantics (mask rule, fully padded rows, dropout masks):
+//   - Reference: two batched GEMMs (core/ops/matmul.h) around the fused scale_mask_softmax(-dropout)
+//     kernel, CPU and CUDA. Saves the [B, H, Sq, Sk] probabilities for backward.
+//   - Fused: flash attention (FlashAttention-2's tiled online softmax; backward recomputes the
+//     probabilities from two f32 numbers per query row). Memory O(B H S D): nothing [Sq, Sk] is
+//     stored. CUDA: our own SIMT kernel, f32 accumulation, no tensor cores yet, deterministic
+//     (core/ops/cuda/flash_attention.cu says why not cuDNN's SDPA: its dropout RNG and length-only
+//     padding cannot match this path's masks). CPU: a twin of the kernel's blocking in f32 (f64
+//     for f64), so the algorithm is tested where no GPU is; it is slow and Auto never picks it.
+//     Dropout draws the very counters the reference would (same generator reservation, same
+//     index (b, h, i, j)), so the two paths drop the same probabilities and stay parity partners
+//     in training too.
+// Backend policy:
+//   - Fused runs when: head dim D is a multiple of 8 and at most 128, v's head dim equals D,
+//     Sk > 0, q/k/v share a dtype, and that dtype is f32/f16/bf16 on CUDA or f32/f64 on the CPU.
+//     Asking for Fused where it cannot run is an error that says why.
+//   - Auto = Fused for CUDA f16/bf16 inputs that Fused supports; Reference otherwise (f32 on
+//     CUDA keeps cuBLAS's TF32 GEMMs; the CPU keeps OpenBLAS).
 //
 // Adding an op like these takes: this header, core/ops/attention.cpp (checks + autograd),
 // core/ops/kernels/attention.h (backend entries), core/ops/cpu/attention.cpp and
-// core/ops/cuda/attention.cu, one line in core/ops/ops.h.
+// core/ops/cuda/attention.cu (the flash path: cpu/ and cuda/flash_attention.*), one line in
+// core/ops/ops.h.
 #pragma once
 #include <array>
 
@@ -31,9 +45,9 @@ Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, float scale, floa
                           bool training = false, Generator& gen = default_generator());
 
 enum class AttentionBackend {
-  Auto,       // the fastest available for the inputs; today always Reference
+  Auto,       // Fused for CUDA f16/bf16 where supported, else Reference (policy above)
   Reference,  // GEMM + scale_mask_softmax + GEMM (CPU and CUDA)
-  Fused,      // flash attention (not implemented yet: an error)
+  Fused,      // flash attention (CUDA kernel; CPU twin); an error where unsupported
 };
 
 struct AttentionOptions {
