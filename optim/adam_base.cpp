@@ -40,8 +40,10 @@ AdamBase::AdamBase(std::vector<ParamSegment> segments, int64_t num_params, const
 }
 
 void AdamBase::begin_step(Slot& s) {
-  if (s.bufs.size() != 2 || !s.bufs[0].defined() || !s.bufs[1].defined())
-    s.bufs = {Tensor::zeros_like(s.seg.param), Tensor::zeros_like(s.seg.param)};
+  if (s.bufs.size() != 2 || !s.bufs[0].defined() || !s.bufs[1].defined()) {
+    const Tensor& p = s.seg.param;
+    s.bufs = {Tensor::zeros(p.shape(), p.dtype(), p.device()), Tensor::zeros(p.shape(), p.dtype(), p.device())};
+  }
   ++s.step;
 }
 
