@@ -32,8 +32,8 @@ NamedTensors from_hf_state_dict(const NamedTensors& sd) {
       TANDEM_CHECK(target != by_name.end(), "the state dict has ", name, " but not ", a->second,
                    ", which tandem ties it to: save the whole BertForMaskedLM state dict");
       TANDEM_CHECK(same_values(t, target->second), name, " differs from ", a->second, ": tandem's BertForMaskedLM "
-                   "always ties the decoder to the word embeddings (tie_word_embeddings=True); this model was "
-                   "trained untied and cannot be loaded");
+                   "always ties the decoder (weight = word embeddings, bias = cls.predictions.bias, HF's "
+                   "tie_word_embeddings=True); a model trained untied cannot be loaded");
       continue;
     }
     if (name == "bert.embeddings.position_ids") {

@@ -28,6 +28,6 @@ export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}
 # Recipe: AdamW, lr 1e-3 with 10 % warmup then linear decay (BERT's schedule; a small model takes a
 # larger lr than BERT-base's 1e-4), global batch 2 x 16 sequences of 64 tokens.
 mpiexec -n 2 -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 "$build/apps/train_encoder" \
-  --data "$corpus" --vocab "$run/vocab.txt" --model bert_mini --seq-len 64 --batch 16 --steps 500 \
-  --optimizer adamw --lr 1e-3 --log-every 50 --val-every 250 \
+  --data "$corpus" --vocab "$run/vocab.txt" --model bert_mini --seq-len 64 --batch 16 --steps 800 \
+  --optimizer adamw --lr 1e-3 --log-every 50 --val-every 400 \
   --checkpoint-dir "$run" --metrics "$run/summary.json" "$@"
