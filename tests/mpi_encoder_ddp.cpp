@@ -87,16 +87,28 @@ Batch rows(const Batch& b, int64_t from, int64_t count) {
           b.labels.slice(from, from + count)};
 }
 
+// One experiment's inputs and models: the full batch, this rank's rows, the reference (seed 7) and
+// the replica (seed 7 + 100 rank, before DDP's broadcast).
+struct Setup {
+  Batch all, mine;
+  std::shared_ptr<models::BertForMaskedLM> ref, model;
+  Setup() {
+    const World& w = world();
+    all = full_batch(w.size * kB);
+    mine = rows(all, w.rank * kB, kB);
+    ref = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7);
+    model = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7 + 100 * w.rank);
+  }
+};
+
 struct Trained {
   std::shared_ptr<models::BertForMaskedLM> model, ref;
 };
 
 Trained train(const std::string& optimizer, const ReducerOptions& ro) {
-  const World& w = world();
-  const Batch all = full_batch(w.size * kB);
-  const Batch mine = rows(all, w.rank * kB, kB);
-  auto ref = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7);
-  auto model = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7 + 100 * w.rank);
+  Setup x;
+  const Batch &all = x.all, &mine = x.mine;
+  auto ref = x.ref, model = x.model;
   DdpOptions o;
   o.reducer = ro;
   DistributedDataParallel ddp(model, o);
@@ -135,11 +147,9 @@ TEST_CASE("encoder: N ranks x batch b == 1 process x batch N*b after K SGD steps
 }
 
 TEST_CASE("encoder with AdamW: each step's averaged gradient == the full batch's at the same weights") {
-  const World& w = world();
-  const Batch all = full_batch(w.size * kB);
-  const Batch mine = rows(all, w.rank * kB, kB);
-  auto ref = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7);
-  auto model = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7 + 100 * w.rank);
+  Setup x;
+  const Batch &all = x.all, &mine = x.mine;
+  auto ref = x.ref, model = x.model;
   DdpOptions o;
   o.reducer.bucketing = {4096, 16384};
   DistributedDataParallel ddp(model, o);
