@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
     int64_t vocab = -1;
     for (const auto& [name, t] : sd)
       if (name == "bert.embeddings.word_embeddings.weight") vocab = t.size(0);
-    TANDEM_CHECK(vocab > 0, weights, " has no bert.embeddings.word_embeddings.weight: is it a BertForMaskedLM state dict?");
+    TANDEM_CHECK(vocab > 0, weights,
+                 " has no bert.embeddings.word_embeddings.weight: is it a BertForMaskedLM state dict?");
     models::BertForMaskedLM model(models::bert_config(model_name, vocab), 0, /*init=*/false);
     LoadOptions lo;
     lo.source = "'" + weights + "'";

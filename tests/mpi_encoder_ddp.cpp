@@ -118,7 +118,8 @@ Trained train(const std::string& optimizer, const ReducerOptions& ro) {
   auto ref_opt = optim::make_optimizer(optimizer, ref->named_parameters(), oo);
   for (int step = 0; step < kSteps; ++step) {
     opt->zero_grad();
-    Tensor loss = ddp.forward_with([&](Module&) { return model->mlm_loss(mine.ids, mine.mask, mine.types, mine.labels); });
+    Tensor loss =
+        ddp.forward_with([&](Module&) { return model->mlm_loss(mine.ids, mine.mask, mine.types, mine.labels); });
     loss.backward();
     opt->step();
     ref_opt->zero_grad();

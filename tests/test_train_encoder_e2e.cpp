@@ -6,11 +6,12 @@
 // other words of a document narrows a masked word down to a few candidates; the unigram baseline
 // (always the most frequent token) cannot. After 300 steps (~20 s on 2 cores) bert_tiny is still
 // early in learning (about 2.5x the baseline's accuracy; runs are deterministic for a seed), so the
-// test asks for 1.5x and a lower loss: enough to show that the model learnt from context. Also: a run split by --run-steps and resumed
-// with --resume auto ends in a checkpoint byte-identical to an uninterrupted run's, and bad flags
-// fail with a message. encoder_forward_check (the C++ half of
-// apps/scripts/check_encoder_against_pytorch.py) takes a state dict with HF's alias entries and
-// reproduces the in-process logits exactly, and refuses an untied decoder. Binaries come from TANDEM_TEST_BINARY_DIR (tests/CMakeLists.txt).
+// test asks for 1.5x and a lower loss: enough to show that the model learnt from context.
+// Also: a run split by --run-steps and resumed with --resume auto ends in a checkpoint
+// byte-identical to an uninterrupted run's; bad flags fail with a message; encoder_forward_check
+// (the C++ half of apps/scripts/check_encoder_against_pytorch.py) takes a state dict with HF's alias
+// entries, reproduces the in-process logits exactly and refuses an untied decoder.
+// Binaries come from TANDEM_TEST_BINARY_DIR (tests/CMakeLists.txt).
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -53,9 +54,9 @@ std::string make_text() {
   const std::vector<std::string> colours{"red", "green", "blue", "yellow", "black", "white"};
   const std::vector<std::string> animals{"fox", "cat", "dog", "owl", "bee", "cow"};  // animals[i] goes with colours[i]
   const std::vector<std::string> verbs{"runs", "sleeps", "sings", "jumps"};
-  const std::vector<std::vector<std::string>> topics{{"apple", "pear", "plum", "fig"}, {"car", "bus", "train", "boat"},
-                                                     {"rain", "snow", "wind", "sun"}, {"piano", "drum", "flute", "harp"},
-                                                     {"gold", "iron", "lead", "tin"}};
+  const std::vector<std::vector<std::string>> topics{
+      {"apple", "pear", "plum", "fig"}, {"car", "bus", "train", "boat"}, {"rain", "snow", "wind", "sun"},
+      {"piano", "drum", "flute", "harp"}, {"gold", "iron", "lead", "tin"}};
   uint64_t s = 12345;
   auto rnd = [&](uint64_t n) { s = s * 6364136223846793005ull + 1442695040888963407ull; return (s >> 33) % n; };
   std::string out;

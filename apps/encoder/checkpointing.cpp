@@ -58,7 +58,8 @@ Restored restore_checkpoint(const std::string& path, Module& model, const Encode
   if (auto it = s.extra.find("batch_per_rank"); it != s.extra.end() && s.index_in_epoch != 0)
     TANDEM_CHECK(it->second == std::to_string(o.batch), "checkpoint '", path, "' was written inside an epoch with "
                  "--batch ", it->second, ": resume with the same --batch");
-  if (auto it = s.rng.find("default"); it != s.rng.end()) default_generator().set_state(it->second.seed, it->second.offset);
+  if (auto it = s.rng.find("default"); it != s.rng.end())
+    default_generator().set_state(it->second.seed, it->second.offset);
   if (w.rank == 0) std::printf("resumed from %s at step %lld\n", path.c_str(), (long long)s.step);
   return r;
 }
@@ -86,7 +87,7 @@ bool checkpoint_if_due(const Training& t, const EncoderOptions& o, int64_t step,
     save_checkpoint(path, *t.model, t.opt->state(), s);
     std::printf("checkpoint: %s\n", path.c_str());
     auto all = list_step_checkpoints(o.checkpoint_dir);
-    for (size_t i = static_cast<size_t>(std::max(o.keep_checkpoints, 0)); o.keep_checkpoints > 0 && i < all.size(); ++i) {
+    for (size_t i = static_cast<size_t>(o.keep_checkpoints); o.keep_checkpoints > 0 && i < all.size(); ++i) {
       std::error_code ec;
       fs::remove(all[i].second, ec);
     }

@@ -47,22 +47,29 @@ PeakFlops cpu_peak(int ranks_per_node) {
   PeakFlops p;
   std::ifstream in("/proc/cpuinfo");
   double mhz = 0;
-  std::string flags;
+  int family = 0;
+  std::string flags, vendor;
+  auto value = [](const std::string& line) { return line.substr(line.find(':') + 1); };
   for (std::string line; std::getline(in, line);) {
-    if (mhz == 0 && line.rfind("cpu MHz", 0) == 0) mhz = std::atof(line.substr(line.find(':') + 1).c_str());
+    if (mhz == 0 && line.rfind("cpu MHz", 0) == 0) mhz = std::atof(value(line).c_str());
+    if (family == 0 && line.rfind("cpu family", 0) == 0) family = std::atoi(value(line).c_str());
+    if (vendor.empty() && line.rfind("vendor_id", 0) == 0) vendor = value(line);
     if (flags.empty() && line.rfind("flags", 0) == 0) flags = line + " ";
   }
   if (mhz <= 0) return p;
-  const double per_cycle = flags.find(" avx512f ") != std::string::npos ? 64
-                           : (flags.find(" avx2 ") != std::string::npos && flags.find(" fma ") != std::string::npos)
-                               ? 32
-                               : 8;
+  const bool avx512 = flags.find(" avx512f ") != std::string::npos;
+  // AMD Zen 4 (family 25) runs AVX-512 on 256-bit units: no more FLOPs per cycle than AVX2.
+  const bool half_width_avx512 = vendor.find("AMD") != std::string::npos && family <= 25;
+  const bool avx2_fma = flags.find(" avx2 ") != std::string::npos && flags.find(" fma ") != std::string::npos;
+  const double per_cycle = avx512 && !half_width_avx512 ? 64 : (avx512 || avx2_fma) ? 32 : 8;
   int threads = 0;
   if (const char* t = std::getenv("OPENBLAS_NUM_THREADS")) threads = std::atoi(t);
-  if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, ranks_per_node));
+  if (threads <= 0)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, ranks_per_node));
   p.flops = mhz * 1e6 * per_cycle * threads;
   p.source = "cpu estimate: " + std::to_string(static_cast<int>(mhz)) + " MHz x " +
-             std::to_string(static_cast<int>(per_cycle)) + " f32 FLOP/cycle x " + std::to_string(threads) + " thread(s)";
+             std::to_string(static_cast<int>(per_cycle)) + " f32 FLOP/cycle x " + std::to_string(threads) +
+             " thread(s)";
   return p;
 }
 

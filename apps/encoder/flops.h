@@ -14,7 +14,7 @@
 // precision used (f32 without tensor cores: tandem's f32 GEMMs keep TF32 off), from a short table
 // of known GPUs (NVIDIA's data sheets), or 0 (MFU not shown) for others. On the CPU, an estimate:
 // clock (from /proc/cpuinfo) x f32 FLOPs per cycle per core (32 with AVX2+FMA: two 8-wide FMA
-// units; 64 with AVX-512; 8 otherwise) x the BLAS threads of this rank (OPENBLAS_NUM_THREADS, else
+// units; 64 with AVX-512 on 512-bit units, but 32 on AMD Zen 4's 256-bit ones; 8 otherwise) x the BLAS threads of this rank (OPENBLAS_NUM_THREADS, else
 // 1 per rank when several ranks share the machine's cores).
 #pragma once
 #include <cstdint>

@@ -1,10 +1,11 @@
 // apps/encoder/validation.h: masked-token accuracy and loss on the held-out text.
 //
 // Every validation reads the whole held-out set (or its first --val-batches batches per rank), in
-// order, sharded across ranks without padding (the last N mod ranks sequences one per rank), with the masks of key (seed, kValidationEpoch) - the
-// same positions every time, and the ones the unigram baseline (data/mlm_baseline.h) was scored on
-// when the whole set is read. The model runs in eval mode (no dropout) without autograd; the full
-// logits are computed and only the masked rows are scored:
+// order, sharded across ranks without padding (the last N mod ranks sequences go one per rank),
+// with the masks of key (seed, kValidationEpoch): the same positions every time, and the ones the
+// unigram baseline (data/mlm_baseline.h) was scored on when the whole set is read. The model runs
+// in eval mode (no dropout) without autograd; the full logits are computed and only the masked rows
+// are scored:
 //   accuracy = argmax == label, over masked positions;  loss = mean cross-entropy over them (nats).
 // Sums and counts are reduced across ranks in one collective, so every rank returns the same result.
 #pragma once
