@@ -19,7 +19,6 @@
 #include <utility>
 
 #include "core/profile.h"
-
 #include "dist/reducer.h"
 #include "layers/module.h"
 
