@@ -97,8 +97,15 @@ void Reducer::on_grad_ready(size_t i) {
 void Reducer::stage_gradient(size_t i) {
   Tensor& p = params_[i].second;
   Bucket& b = buckets_[locators_[i].bucket];
-  if (!b.buffer.defined()) b.buffer = Tensor::zeros({b.padded}, b.shard.dtype(), b.shard.device());
   const size_t j = locators_[i].index;
+  if (b.params.size() == 1 && b.lengths[0] == b.padded) {
+    // A lone parameter that needs no padding (VGG's 400 MB classifier weight): the gradient autograd
+    // allocated becomes the bucket, so the largest buckets cost no second copy.
+    b.buffer = p.grad().view({b.padded});
+    p.set_grad(Tensor());
+    return;
+  }
+  if (!b.buffer.defined()) b.buffer = Tensor::zeros({b.padded}, b.shard.dtype(), b.shard.device());
   b.buffer.slice(b.offsets[j], b.offsets[j] + b.lengths[j]).copy_(p.grad().view({b.lengths[j]}));
   p.set_grad(Tensor());  // the bucket holds it now; autograd allocates afresh next backward
 }

@@ -36,7 +36,8 @@ enum class Compression { None, BF16, F16 };
 //   ReduceScatter: only this rank's slice of the averaged bucket, Bucket::shard (ZeRO-2). Buckets are
 //                  padded to the canonical layout (shard_layout.h) so slice r is rank r's; .grad is
 //                  not a bucket view: the grad-ready hook copies the gradient into the bucket and
-//                  drops .grad, and the bucket's buffer lives from its first gradient until its
+//                  drops .grad (a lone parameter that fills its bucket exactly hands over its
+//                  .grad instead of copying it), and the bucket's buffer lives from its first gradient until its
 //                  reduce-scatter is done (released as soon as done() says so, at the latest at the
 //                  end of backward). Under no_sync .grad accumulates locally, whole, as with DDP.
 enum class Collective { AllReduce, ReduceScatter };

@@ -32,10 +32,9 @@ Tensor flat(const Tensor& t, int64_t offset, int64_t n) { return t.detach().view
 
 Zero::Zero(DistributedDataParallel& ddp, int stage)
     : ddp_(ddp),
-      comm_(comm_for(ddp.reducer().buckets().front().shard.defined() ? ddp.reducer().buckets().front().shard.device()
-                                                                      : ddp.reducer().buckets().front().buffer.device())),
-      stage_(stage),
       params_(trainable(ddp.module())),
+      comm_(comm_for(params_.front().second.device())),  // the communicator DDP's reducer uses
+      stage_(stage),
       layout_(layout_buckets(ddp.reducer()), comm_.size()),
       pieces_(layout_.pieces(comm_.rank())) {
   TANDEM_CHECK(stage == 1 || stage == 2, "ZeRO stage must be 1 or 2, got ", stage, " (0 is plain DDP)");

@@ -64,9 +64,9 @@ class Zero {
   Tensor own_slice(size_t b, F&& source) const;
 
   DistributedDataParallel& ddp_;
+  std::vector<std::pair<std::string, Tensor>> params_;  // the reducer's list (trainable, in order)
   Communicator& comm_;
   int stage_;
-  std::vector<std::pair<std::string, Tensor>> params_;  // the reducer's list (trainable, in order)
   ShardLayout layout_;
   std::vector<ShardPiece> pieces_;  // this rank's, in bucket order
 };
