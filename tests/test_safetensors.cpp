@@ -53,8 +53,10 @@ std::string load_error(const std::string& p) {
   }
   return "";
 }
+// An empty tensor has no storage (data_ptr() is null), and memcmp on null is undefined even for 0 bytes.
 bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         (a.nbytes() == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
 }
 }  // namespace
 
