@@ -41,6 +41,17 @@ bool try_decode_memory(const uint8_t* bytes, size_t size, Image& out, std::strin
   if (size == 0) return fail("the file is empty");
   if (size > static_cast<size_t>(INT32_MAX)) return fail("the file is larger than 2 GiB");
   int w = 0, h = 0, channels_in_file = 0;
+  // Dimensions first: a corrupt or hostile header must not make stb allocate a huge pixel buffer.
+  if (!stbi_info_from_memory(bytes, static_cast<int>(size), &w, &h, &channels_in_file)) {
+    const char* why = stbi_failure_reason();
+    return fail(std::string("stb_image: ") + (why ? why : "unknown error"));
+  }
+  const uint64_t rgb_bytes = static_cast<uint64_t>(w) * static_cast<uint64_t>(h) * 3;
+  if (w <= 0 || h <= 0 || rgb_bytes > max_decoded_bytes(size))
+    return fail("the header declares a " + std::to_string(w) + " x " + std::to_string(h) + " image (" +
+                std::to_string(rgb_bytes >> 20) + " MiB of pixels) in a " + std::to_string(size) +
+                "-byte file, more than an image file can expand to (see max_decoded_bytes): the file is "
+                "corrupt");
   // Asking for 3 channels makes stb do the grey->RGB replication and alpha dropping for us.
   stbi_uc* px = stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &channels_in_file, 3);
   if (!px) {
