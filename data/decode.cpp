@@ -33,6 +33,45 @@ Image Image::blank(int width, int height) {
   return img;
 }
 
+namespace {
+// stb_image 2.27 (Debian 12's libstb-dev) writes past its 257-entry code-size table when a JPEG
+// DHT segment declares more than 256 codes in one table (upstream fixed this in 2.28; found by
+// tests/test_fuzz_parsers.cpp under UBSan). JPEG allows at most 256 symbols per table (ITU-T T.81,
+// B.2.4.2), so such files are refused here, before stb reads them. The walk follows stb's own:
+// segment by segment by declared length, byte by byte through entropy-coded data, and a DHT is
+// read table after table for as long as its length lasts (bytes past the end count as 0, as stb
+// reads them).
+bool jpeg_huffman_tables_fit(const uint8_t* b, size_t n) {
+  if (n < 2 || b[0] != 0xFF || b[1] != 0xD8) return true;  // not a JPEG
+  auto at = [&](size_t k) -> unsigned { return k < n ? b[k] : 0; };
+  size_t i = 2;
+  while (i + 3 < n) {
+    const unsigned m = b[i + 1];
+    // Not a segment: entropy-coded data, stuffed 0xFF00, fill bytes, RSTn, SOI, TEM.
+    if (b[i] != 0xFF || m == 0x00 || m == 0xFF || (m >= 0xD0 && m <= 0xD8) || m == 0x01) {
+      ++i;
+      continue;
+    }
+    if (m == 0xD9) break;  // EOI
+    const size_t len = (at(i + 2) << 8) | at(i + 3);
+    if (m == 0xC4) {
+      long left = static_cast<long>(len) - 2;
+      size_t p = i + 4;
+      while (left > 0) {
+        unsigned codes = 0;
+        for (size_t k = 1; k <= 16; ++k) codes += at(p + k);
+        if (codes > 256) return false;
+        p += 17 + codes;
+        left -= 17 + static_cast<long>(codes);
+      }
+    }
+    i += 2 + len;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool try_decode_memory(const uint8_t* bytes, size_t size, Image& out, std::string* reason) {
   auto fail = [&](const std::string& why) {
     if (reason) *reason = why;
@@ -40,6 +79,8 @@ bool try_decode_memory(const uint8_t* bytes, size_t size, Image& out, std::strin
   };
   if (size == 0) return fail("the file is empty");
   if (size > static_cast<size_t>(INT32_MAX)) return fail("the file is larger than 2 GiB");
+  if (!jpeg_huffman_tables_fit(bytes, size))
+    return fail("a JPEG Huffman table declares more than 256 codes (the format's limit): the file is corrupt");
   int w = 0, h = 0, channels_in_file = 0;
   // Dimensions first: a corrupt or hostile header must not make stb allocate a huge pixel buffer.
   if (!stbi_info_from_memory(bytes, static_cast<int>(size), &w, &h, &channels_in_file)) {
