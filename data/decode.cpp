@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "core/check.h"
@@ -70,6 +71,21 @@ bool jpeg_huffman_tables_fit(const uint8_t* b, size_t n) {
   return true;
 }
 
+// stb_image 2.27 sizes its PNG data buffer from each IDAT chunk's declared length before reading
+// the chunk, so a 3 KB file whose chunk claims 512 MiB allocates 512 MiB (found by the fuzz test's
+// allocation watch). A chunk (length, type, data, CRC) must lie inside the file; checked here.
+bool png_chunks_inside_file(const uint8_t* b, size_t n) {
+  static const uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (n < 8 || std::memcmp(b, kSignature, 8) != 0) return true;  // not a PNG
+  size_t i = 8;
+  while (i + 8 <= n) {
+    const uint64_t len = (uint64_t{b[i]} << 24) | (uint64_t{b[i + 1]} << 16) | (uint64_t{b[i + 2]} << 8) | b[i + 3];
+    if (len + 12 > n - i) return false;
+    if (std::memcmp(b + i + 4, "IEND", 4) == 0) break;
+    i += 12 + len;
+  }
+  return true;
+}
 }  // namespace
 
 bool try_decode_memory(const uint8_t* bytes, size_t size, Image& out, std::string* reason) {
@@ -81,6 +97,8 @@ bool try_decode_memory(const uint8_t* bytes, size_t size, Image& out, std::strin
   if (size > static_cast<size_t>(INT32_MAX)) return fail("the file is larger than 2 GiB");
   if (!jpeg_huffman_tables_fit(bytes, size))
     return fail("a JPEG Huffman table declares more than 256 codes (the format's limit): the file is corrupt");
+  if (!png_chunks_inside_file(bytes, size))
+    return fail("a PNG chunk runs past the end of the file: the file is truncated or corrupt");
   int w = 0, h = 0, channels_in_file = 0;
   // Dimensions first: a corrupt or hostile header must not make stb allocate a huge pixel buffer.
   if (!stbi_info_from_memory(bytes, static_cast<int>(size), &w, &h, &channels_in_file)) {
