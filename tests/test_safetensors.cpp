@@ -264,7 +264,7 @@ TEST_CASE("an OIHW conv weight written by hand loads as OHWI, element by element
 
   Net net;
   load_model(dir.file("torch.safetensors"), net);
-  const Tensor& w = net.conv->named_parameters()[0].second;
+  const Tensor w = net.conv->named_parameters()[0].second;  // a copy: the vector is a temporary
   REQUIRE(w.shape() == Shape{O, K, K, I});
   std::vector<float> got = w.to_vector();
   for (int64_t o = 0; o < O; ++o)
