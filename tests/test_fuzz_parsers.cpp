@@ -287,6 +287,7 @@ Bytes image_mutation(const Bytes& src, const std::string& ext, Rng& r) {
 std::string image_kind(const std::string& m) {
   if (m.find("more than an image file can expand to") != std::string::npos) return "dimensions over the decode cap";
   if (m.find("more than 256 codes") != std::string::npos) return "JPEG Huffman table over 256 codes";
+  if (m.find("never defines") != std::string::npos) return "JPEG scan uses an undefined Huffman table";
   if (m.find("runs past the end of the file") != std::string::npos) return "PNG chunk beyond the file";
   size_t at = m.find("stb_image: ");
   if (at != std::string::npos) {
