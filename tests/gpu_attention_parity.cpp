@@ -35,16 +35,12 @@ using testing::Tolerance;
 
 namespace {
 const auto& kDtypes = testing::kParityDtypes;
-Tolerance rounded_once(DType t) {
-  return testing::rounded_once(t, "f32: GPU f32 statistics vs CPU double, different summation order");
-}
-Tolerance three_roundings(DType t) {
-  switch (t) {
-    case DType::BF16: return {3e-2, 1e-3, "bf16: scores, p and output each rounded (3 ulp of 2^-8), f32 GEMM order"};
-    case DType::F16: return {6e-3, 2e-4, "f16: scores, p and output each rounded (3 ulp of 2^-11), f32 GEMM order"};
-    default: return {1e-4, 1e-6, "f32 (TF32 off): GEMM summation order and f32 vs double softmax statistics"};
-  }
-}
+const testing::PerDtype rounded_once =
+    testing::rounded_once("f32: GPU f32 statistics vs CPU double, different summation order");
+const testing::PerDtype three_roundings{
+    .f32 = {1e-4, 1e-6, "f32 (TF32 off): GEMM summation order and f32 vs double softmax statistics"},
+    .bf16 = {3e-2, 1e-3, "bf16: scores, p and output each rounded (3 ulp of 2^-8), f32 GEMM order"},
+    .f16 = {6e-3, 2e-4, "f16: scores, p and output each rounded (3 ulp of 2^-11), f32 GEMM order"}};
 Tensor mask(const std::vector<int64_t>& v, int64_t b, int64_t s) { return Tensor::from_vector_i64(v, {b, s}); }
 
 // attention(q, k, v, mask) with training dropout p on the backend chosen per device; a fresh
@@ -62,20 +58,14 @@ std::function<std::vector<Tensor>(const std::vector<Tensor>&)> attention_fn(floa
   };
 }
 
-Tolerance flash_vs_cpu(DType t) {
-  switch (t) {
-    case DType::BF16: return {1.5e-2, 5e-4, "bf16: f32 math, one rounding (2^-8); d_row reads the rounded O"};
-    case DType::F16: return {3e-3, 1e-4, "f16: f32 math, one rounding (2^-11); d_row reads the rounded O"};
-    default: return {1e-4, 1e-5, "f32: tile/butterfly summation order, expf vs double softmax statistics"};
-  }
-}
-Tolerance flash_vs_reference_gpu(DType t) {
-  switch (t) {
-    case DType::BF16: return {4e-2, 2e-3, "bf16: reference's three roundings plus flash's one"};
-    case DType::F16: return {1e-2, 5e-4, "f16: reference's three roundings plus flash's one"};
-    default: return {1e-4, 1e-5, "f32 (TF32 off): summation order only"};
-  }
-}
+const testing::PerDtype flash_vs_cpu{
+    .f32 = {1e-4, 1e-5, "f32: tile/butterfly summation order, expf vs double softmax statistics"},
+    .bf16 = {1.5e-2, 5e-4, "bf16: f32 math, one rounding (2^-8); d_row reads the rounded O"},
+    .f16 = {3e-3, 1e-4, "f16: f32 math, one rounding (2^-11); d_row reads the rounded O"}};
+const testing::PerDtype flash_vs_reference_gpu{
+    .f32 = {1e-4, 1e-5, "f32 (TF32 off): summation order only"},
+    .bf16 = {4e-2, 2e-3, "bf16: reference's three roundings plus flash's one"},
+    .f16 = {1e-2, 5e-4, "f16: reference's three roundings plus flash's one"}};
 
 // [B, Sk] padding: entry 0 keeps a prefix, 1 has holes, 2 is fully padded (uniform rows).
 Tensor flash_mask(int64_t B, int64_t Sk) {
