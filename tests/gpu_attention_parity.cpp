@@ -30,14 +30,12 @@
 #include "tests/support/parity.h"
 
 using namespace tandem;
-using testing::parity_check;
-using testing::Tolerance;
+using namespace tandem::testing::parity_names;
 
 namespace {
-const auto& kDtypes = testing::kParityDtypes;
-const testing::PerDtype rounded_once =
+const PerDtype rounded_once =
     testing::rounded_once("f32: GPU f32 statistics vs CPU double, different summation order");
-const testing::PerDtype three_roundings{
+const PerDtype three_roundings{
     .f32 = {1e-4, 1e-6, "f32 (TF32 off): GEMM summation order and f32 vs double softmax statistics"},
     .bf16 = {3e-2, 1e-3, "bf16: scores, p and output each rounded (3 ulp of 2^-8), f32 GEMM order"},
     .f16 = {6e-3, 2e-4, "f16: scores, p and output each rounded (3 ulp of 2^-11), f32 GEMM order"}};
@@ -58,11 +56,11 @@ std::function<std::vector<Tensor>(const std::vector<Tensor>&)> attention_fn(floa
   };
 }
 
-const testing::PerDtype flash_vs_cpu{
+const PerDtype flash_vs_cpu{
     .f32 = {1e-4, 1e-5, "f32: tile/butterfly summation order, expf vs double softmax statistics"},
     .bf16 = {1.5e-2, 5e-4, "bf16: f32 math, one rounding (2^-8); d_row reads the rounded O"},
     .f16 = {3e-3, 1e-4, "f16: f32 math, one rounding (2^-11); d_row reads the rounded O"}};
-const testing::PerDtype flash_vs_reference_gpu{
+const PerDtype flash_vs_reference_gpu{
     .f32 = {1e-4, 1e-5, "f32 (TF32 off): summation order only"},
     .bf16 = {4e-2, 2e-3, "bf16: reference's three roundings plus flash's one"},
     .f16 = {1e-2, 5e-4, "f16: reference's three roundings plus flash's one"}};

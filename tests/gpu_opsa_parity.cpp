@@ -14,12 +14,9 @@
 #include "tests/support/parity.h"
 
 using namespace tandem;
-using testing::parity_check;
-using testing::Tolerance;
+using namespace tandem::testing::parity_names;
 
 namespace {
-
-const auto& kDtypes = testing::kParityDtypes;
 
 Tensor randn_cpu(const Shape& s, uint64_t seed) {
   Generator g(seed);
@@ -33,7 +30,7 @@ Tolerance exact(DType) { return {0.0, 0.0, "pure data movement or selection: val
 // Short sums and one division or scaling per output, computed in f32 on both sides and rounded
 // once to the output dtype: one rounding of the dtype (bf16 2^-8, f16 2^-10 relative, with slack
 // for values near a rounding boundary), or f32 summation-order noise.
-const testing::PerDtype rounding{
+const PerDtype rounding{
     .f32 = {1e-5, 1e-6, "f32 summation order differs (gather on GPU, scatter on CPU)"},
     .bf16 = {1e-2, 1e-3, "one bf16 rounding of the output (2^-8 relative) after f32 math"},
     .f16 = {2e-3, 1e-4, "one f16 rounding of the output (2^-10 relative) after f32 math"}};
@@ -41,7 +38,7 @@ const testing::PerDtype rounding{
 // Batch norm: the training backward subtracts two per-channel means from dy, so outputs near zero
 // carry an absolute error of a few roundings of O(1) terms; weight/bias gradients are sums over
 // all rows (O(sqrt(M)) magnitude) rounded to the dtype of the (16-bit) weight leaf.
-const testing::PerDtype batchnorm{
+const PerDtype batchnorm{
     .f32 = {1e-4, 2e-5, "f32 Welford statistics on GPU vs f64 two-pass on CPU; cancellation in dx"},
     .bf16 = {2e-2, 2e-2, "bf16 rounding of O(1) outputs and of row-sum gradients; cancellation in dx"},
     .f16 = {4e-3, 4e-3, "f16 rounding of O(1) outputs and of row-sum gradients; cancellation in dx"}};

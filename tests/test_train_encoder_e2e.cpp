@@ -27,6 +27,7 @@
 #include "layers/models/bert.h"
 #include "layers/state_dict.h"
 #include "tests/support/app_runner.h"
+#include "tests/support/checkpoint_compare.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -142,16 +143,7 @@ TEST_CASE("--run-steps then --resume auto ends exactly where an uninterrupted ru
   CHECK(fs::exists(b + "/checkpoint_step5.safetensors"));
   REQUIRE(train(2, common + b + " --resume auto", "rb2.log") == 0);
   CHECK(slurp((s.root / "rb2.log").string()).find("resumed from") != std::string::npos);
-  auto x = tandem::safetensors::load(a + "/checkpoint_step12.safetensors");
-  auto y = tandem::safetensors::load(b + "/checkpoint_step12.safetensors");
-  REQUIRE(x.tensors.size() == y.tensors.size());
-  for (size_t i = 0; i < x.tensors.size(); ++i) {
-    INFO(x.tensors[i].first);
-    const auto &p = x.tensors[i].second, &q = y.tensors[i].second;
-    REQUIRE(x.tensors[i].first == y.tensors[i].first);
-    CHECK(std::memcmp(p.data_ptr(), q.data_ptr(), p.nbytes()) == 0);
-  }
-  CHECK(x.metadata == y.metadata);
+  tandem::testing::check_identical_checkpoints(a + "/checkpoint_step12.safetensors", b + "/checkpoint_step12.safetensors");
 }
 
 TEST_CASE("train_encoder: bad flags fail with a message that says what to do") {

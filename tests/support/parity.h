@@ -56,4 +56,13 @@ std::string parity_check(const std::function<std::vector<Tensor>(const std::vect
 std::string compare_values(const std::string& what, const std::vector<float>& ref, const std::vector<float>& got,
                            Tolerance tol);
 
+// The names a parity test file uses, in one line: `using namespace tandem::testing::parity_names;`.
+namespace parity_names {
+using testing::compare_values;
+using testing::parity_check;
+using testing::PerDtype;
+using testing::Tolerance;
+inline constexpr const auto& kDtypes = kParityDtypes;
+}  // namespace parity_names
+
 }  // namespace tandem::testing
