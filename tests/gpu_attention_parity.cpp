@@ -132,8 +132,7 @@ TEST_CASE("scale_mask_softmax parity: no mask, padding mask, a fully padded row,
 
 TEST_CASE("attention (reference path) parity with a padding mask and dropout") {
   Generator g(2);
-  const bool tf32 = ops::allow_tf32();
-  ops::set_allow_tf32(false);  // f32 compares GEMM order, not TF32's 10-bit mantissa
+  const Tf32Scope tf32(false);  // f32 compares GEMM order, not TF32's 10-bit mantissa
   Tensor m = mask({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                    0, 0, 0, 0, 0, 0, 0},
                   2, 20);
@@ -146,7 +145,6 @@ TEST_CASE("attention (reference path) parity with a padding mask and dropout") {
                          three_roundings(t)) == "");
     }
   }
-  ops::set_allow_tf32(tf32);
 }
 
 TEST_CASE("split_qkv_heads and merge_heads parity (pure data movement: exact)") {
@@ -175,8 +173,7 @@ TEST_CASE("cross_entropy with ignore_index parity") {
 
 TEST_CASE("flash attention (GPU) vs the reference path (CPU): forward and q/k/v gradients, padding, dropout") {
   Generator g(20);
-  const bool tf32 = ops::allow_tf32();
-  ops::set_allow_tf32(false);
+  const Tf32Scope tf32(false);
   for (const FlashShape& s : kFlashShapes) {
     CAPTURE(s.Sq);
     CAPTURE(s.Sk);
@@ -192,7 +189,6 @@ TEST_CASE("flash attention (GPU) vs the reference path (CPU): forward and q/k/v 
         }
     }
   }
-  ops::set_allow_tf32(tf32);
 }
 
 TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests validate)") {
@@ -206,8 +202,7 @@ TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests vali
 
 TEST_CASE("flash vs reference, both on the GPU in bf16/f16; Auto picks flash there; flash is deterministic") {
   Generator g(22);
-  const bool tf32 = ops::allow_tf32();
-  ops::set_allow_tf32(false);
+  const Tf32Scope tf32(false);
   for (const FlashShape& s : kFlashShapes) {
     CAPTURE(s.D);
     for (DType t : {DType::BF16, DType::F16}) {
@@ -234,5 +229,4 @@ TEST_CASE("flash vs reference, both on the GPU in bf16/f16; Auto picks flash the
       }
     }
   }
-  ops::set_allow_tf32(tf32);
 }

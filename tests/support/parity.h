@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/matmul.h"
 #include "core/tensor.h"
 
 namespace tandem::testing {
@@ -56,11 +57,25 @@ std::string parity_check(const std::function<std::vector<Tensor>(const std::vect
 std::string compare_values(const std::string& what, const std::vector<float>& ref, const std::vector<float>& got,
                            Tolerance tol);
 
+// Sets ops' TF32 switch for a scope and puts the previous value back on leaving it, also when a
+// REQUIRE throws, so one test case cannot change the precision of the next.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool on) : prev_(ops::allow_tf32()) { ops::set_allow_tf32(on); }
+  ~Tf32Scope() { ops::set_allow_tf32(prev_); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // The names a parity test file uses, in one line: `using namespace tandem::testing::parity_names;`.
 namespace parity_names {
 using testing::compare_values;
 using testing::parity_check;
 using testing::PerDtype;
+using testing::Tf32Scope;
 using testing::Tolerance;
 inline constexpr const auto& kDtypes = kParityDtypes;
 }  // namespace parity_names
