@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using tandem::testing::app;
 using tandem::testing::slurp;
-using Out = tandem::testing::AppRun;
+using tandem::testing::AppRun;
 
 namespace {
 // 3 classes x 8 train / 4 val images; a trained 1-epoch checkpoint of small_cnn on it.
@@ -27,7 +27,7 @@ tandem::testing::TinyImageDataset& scratch() {
 }
 
 // `ranks` 0: the binary alone (MPI singleton); else under mpiexec -n ranks.
-Out run(int ranks, const std::string& binary_and_args) {
+AppRun run(int ranks, const std::string& binary_and_args) {
   return tandem::testing::run_app(ranks == 0 ? binary_and_args
                                              : "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + binary_and_args);
 }
@@ -35,23 +35,23 @@ const std::string kTiny = " --device cpu --model small_cnn --image-size 16 --bat
 }  // namespace
 
 TEST_CASE("--describe needs no data") {
-  Out o = run(0, app("train_imagenet") + " --describe --model resnet50");
+  AppRun o = run(0, app("train_imagenet") + " --describe --model resnet50");
   INFO(o.output);
   CHECK(o.status == 0);
   CHECK(o.has("Bottleneck"));
   CHECK(o.has("out_features=1000"));
-  Out c = run(0, app("train_imagenet") + " --describe --model small_cnn --num-classes 7");
+  AppRun c = run(0, app("train_imagenet") + " --describe --model small_cnn --num-classes 7");
   INFO(c.output);
   CHECK(c.status == 0);
   CHECK(c.has("out_features=7"));
 }
 
 TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
-  Out e = run(0, app("train_imagenet") + " --synthetic --epochs 0");
+  AppRun e = run(0, app("train_imagenet") + " --synthetic --epochs 0");
   INFO(e.output);
   CHECK(e.status != 0);
   CHECK(e.has("--epochs: must be at least 1, got 0"));
-  Out s = run(0, app("train_imagenet") + " --synthetic --steps 0");
+  AppRun s = run(0, app("train_imagenet") + " --synthetic --steps 0");
   INFO(s.output);
   CHECK(s.status != 0);
   CHECK(s.has("--steps: must be at least 1, got 0"));
@@ -59,11 +59,11 @@ TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
 
 TEST_CASE("--num-classes beside --data must match the class folders") {
   auto& s = scratch();
-  Out bad = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 10 --epochs 1");
+  AppRun bad = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 10 --epochs 1");
   INFO(bad.output);
   CHECK(bad.status != 0);
   CHECK(bad.has("--num-classes 10 does not match the 3 class folders"));
-  Out ok = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 3 --describe");
+  AppRun ok = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 3 --describe");
   INFO(ok.output);
   CHECK(ok.status == 0);
   CHECK(ok.has("out_features=3"));
@@ -75,12 +75,12 @@ TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as
   const std::string metrics = (s.root / "train.json").string();
   // One training rank: with more, each rank validates with its own BatchNorm running statistics
   // (DDP broadcasts rank 0's only at the next forward) while the checkpoint holds rank 0's.
-  Out t = run(1, app("train_imagenet") + kTiny + "--data " + s.data + " --epochs 1 --checkpoint-dir " + dir.string() +
+  AppRun t = run(1, app("train_imagenet") + kTiny + "--data " + s.data + " --epochs 1 --checkpoint-dir " + dir.string() +
                      " --metrics " + metrics);
   INFO(t.output);
   REQUIRE(t.status == 0);
   const std::string ckpt = (dir / "checkpoint_epoch1.safetensors").string();
-  Out e = run(2, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate --resume " + ckpt);
+  AppRun e = run(2, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate --resume " + ckpt);
   INFO(e.output);
   REQUIRE(e.status == 0);
   // Validation after the last epoch and the checkpoint hold the same weights: the same numbers
@@ -98,7 +98,7 @@ TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as
   CHECK(loss == doctest::Approx(m["final"]["val_loss"].get<double>()).epsilon(1e-3));
   CHECK(images == 12);
   CHECK(!e.has("done:"));  // no training
-  Out none = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate");
+  AppRun none = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate");
   INFO(none.output);
   CHECK(none.status != 0);
   CHECK(none.has("--evaluate needs --resume CHECKPOINT"));
@@ -106,7 +106,7 @@ TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as
   SUBCASE("forward_check takes the model weights from a training checkpoint") {
     const fs::path x = s.root / "x.safetensors", y = s.root / "y.safetensors";
     tandem::safetensors::save(x.string(), {{"input", tandem::Tensor::ones({2, 3, 16, 16})}});
-    Out f = run(0, app("forward_check") + " --model small_cnn --num-classes 3 --weights " + ckpt + " --input " +
+    AppRun f = run(0, app("forward_check") + " --model small_cnn --num-classes 3 --weights " + ckpt + " --input " +
                        x.string() + " --output " + y.string());
     INFO(f.output);
     REQUIRE(f.status == 0);
@@ -127,7 +127,7 @@ TEST_CASE("unreadable train and val files are counted in the done line and the m
       }
   }
   const std::string metrics = (scratch().root / "corrupt.json").string();
-  Out o = run(2, app("train_imagenet") + kTiny + "--data " + data.string() + " --epochs 1 --metrics " + metrics);
+  AppRun o = run(2, app("train_imagenet") + kTiny + "--data " + data.string() + " --epochs 1 --metrics " + metrics);
   INFO(o.output);
   REQUIRE(o.status == 0);
   CHECK(o.has("skipped files: 1 train, 1 val"));
