@@ -76,7 +76,7 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
   app.add_option("--compress", o.compress, "gradient dtype on the wire")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
-  app.add_option("--amp", o.amp, "mixed precision: off (bf16/fp16 not implemented yet)")
+  app.add_option("--amp", o.amp, "mixed precision: 16-bit compute, f32 master weights (fp16: dynamic loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (DDP), 1 (shard optimizer state), 2 (and gradients)")
       ->check(CLI::Range(0, 2))->capture_default_str();
@@ -109,7 +109,9 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
 void validate(TrainOptions& o) {
   TANDEM_CHECK(o.synthetic || !o.data.empty() || o.describe, "no data: pass --data DIR (train/ and val/ inside, e.g. made by "
                "apps/make_dataset) or --synthetic for a compute-only benchmark");
-  TANDEM_CHECK(o.amp == "off", "--amp ", o.amp, " is not implemented yet in train_imagenet: use --amp off");
+  TANDEM_CHECK(o.amp == "off" || (o.zero == 0 && o.clip_grad_norm == 0), "--amp ", o.amp, " with --zero or "
+               "--clip-grad-norm is not wired yet (ZeRO shards f32 parameters; clipping must follow the unscale): "
+               "use --amp off, or drop --zero/--clip-grad-norm");
   TANDEM_CHECK(o.zero != 2 || o.compress == "none", "--zero 2 with --compress ", o.compress,
                " is not supported (stage 2 reduce-scatters f32 gradients): drop --compress or use --zero 1");
   TANDEM_CHECK(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1,

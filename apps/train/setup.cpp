@@ -126,8 +126,9 @@ std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, M
   return std::make_unique<dist::DistributedDataParallel>(std::move(model), dopt);
 }
 
-// --optimizer over the whole parameters (DDP) or this rank's ZeRO segments. The lr is overwritten
-// at every step by the schedule; momentum/nesterov are SGD's, betas/eps AdamW's and LAMB's.
+// --optimizer over the whole parameters (DDP), this rank's ZeRO segments or the f32 masters (AMP).
+// The lr is overwritten at every step by the schedule; momentum/nesterov are SGD's, betas/eps
+// AdamW's and LAMB's.
 std::unique_ptr<optim::Optimizer> make_opt(const TrainOptions& o, Training& t) {
   optim::OptimizerOptions oo;
   oo.lr = o.lr;
@@ -139,6 +140,9 @@ std::unique_ptr<optim::Optimizer> make_opt(const TrainOptions& o, Training& t) {
     oo.beta1 = o.betas[0], oo.beta2 = o.betas[1];
     if (o.eps > 0) oo.eps = o.eps;
   }
+  if (t.amp)  // AMP: the optimizer updates the f32 masters (apps/train/amp.h)
+    return optim::make_optimizer(o.optimizer, t.amp->master->master_segments(),
+                                 static_cast<int64_t>(t.amp->master->size()), oo);
   if (o.zero == 0) return optim::make_optimizer(o.optimizer, t.model->named_parameters(), oo);
   t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
   oo.norm_reduce = t.zero->sum_reduce();  // LAMB's per-parameter norms span every rank's shard
@@ -181,6 +185,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.resumed_from = resume;
   t.model = std::move(model);
   t.model->to(t.dev);
+  t.amp = make_amp(o, *t.model);  // before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
   NamedTensors opt_state;
   if (!resume.empty()) {
@@ -188,7 +193,9 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
     t.start = r.state;
     opt_state = std::move(r.optimizer);
   }
+  if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);
   t.ddp = make_ddp(o, t.model);
+  if (t.amp && resume.empty()) t.amp->master->copy_from_model();  // rank 0's broadcast weights
   t.opt = make_opt(o, t);
   if (!opt_state.empty()) t.opt->load_state(opt_state);
   make_loaders(o, t);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/train/amp.h"      // defines: AmpRun
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/dataset.h"        // defines: Dataset
 #include "data/loader.h"         // defines: Loader
@@ -55,7 +56,9 @@ struct Training {
   ModulePtr model;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   std::unique_ptr<dist::Zero> zero;      // --zero 1|2 (null: plain DDP); opt then holds this rank's shard
-  std::unique_ptr<optim::Optimizer> opt;  // --optimizer, over the parameters or ZeRO's segments
+  std::unique_ptr<optim::Optimizer> opt;  // --optimizer, over the parameters, ZeRO's segments or the
+                                          // f32 masters under --amp
+  std::unique_ptr<AmpRun> amp;            // null for --amp off
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
   int64_t global_batch = 0;   // --batch x ranks
   int64_t steps_per_epoch = 0;
