@@ -5,7 +5,9 @@
 //
 // One process per rank (GPU local_rank % device_count, or the CPU). Each step: forward through DDP
 // (which broadcasts BN buffers), cross-entropy, backward (gradients all-reduced in buckets while
-// backward runs), SGD. The LR follows optim/lr_schedule.h, scaled by the world size (Goyal et al.'s
+// backward runs), the --optimizer (SGD, AdamW or LAMB; --clip-grad-norm clips the global norm first;
+// with --zero 1|2 each rank updates only its shard, dist/zero.h, then the parameters are
+// all-gathered). The LR follows optim/lr_schedule.h, scaled by the world size (Goyal et al.'s
 // linear scaling rule) with a warmup that starts from the one-rank LR. Validation after epochs
 // reduces correct counts across ranks. Checkpoints (layers/checkpoint.h) are written by rank 0 at
 // epoch ends, atomically; --resume continues bit-exactly (same steps, same data order, same LR).
@@ -14,9 +16,10 @@
 // A NaN/inf loss on any rank stops every rank (exit 3, no checkpoint from that state) or, with
 // --on-nonfinite skip, skips that step's update everywhere. --evaluate only validates a checkpoint.
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
-// Left out (rejected with an error, never ignored): --amp bf16/fp16 and --zero 1/2.
+// The memory ledger (apps/train/memory.h) is printed at start-up and in the summary.
+// Left out (rejected with an error, never ignored): --amp bf16/fp16.
 //
-// Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h
+// Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, memory.h, report.h
 // (clock.h holds every timing).
 #include <cstdlib>
 #include <exception>

@@ -253,6 +253,9 @@ class MpiCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       error = e.what();
     }
+    // A finished collective lets go of its tensors, so a caller that drops its own handle frees the
+    // memory at once (ZeRO-2 releases a bucket's buffer when its reduce-scatter is done).
+    w.start = nullptr, w.finish = nullptr;
     w.set_finished(std::move(error));
   }
 

@@ -6,6 +6,7 @@
 #include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
 #include "core/profile.h"
+#include "dist/shard_layout.h"
 
 namespace tandem::dist {
 
@@ -22,6 +23,9 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Commu
   }
   // Bucketing off is the limit of tiny buckets: every parameter closes its own.
   BucketingOptions limits = options_.bucketed ? options_.bucketing : BucketingOptions{0, 0};
+  const bool scatter = options_.collective == Collective::ReduceScatter;
+  TANDEM_CHECK(!scatter || options_.compression == Compression::None, "gradient compression is not supported with "
+               "reduce-scatter (ZeRO-2): set compression = None");
   locators_.resize(params_.size());
   ready_.assign(params_.size(), 0);
   for (const std::vector<size_t>& members : assign_buckets(bytes, keys, limits)) {
@@ -34,6 +38,14 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Commu
       total += params_[p].second.numel();
     }
     const Tensor& first = params_[members.front()].second;
+    if (scatter) {  // the buffer appears with the bucket's first gradient (stage_gradient)
+      const int64_t chunk = shard_chunk(total, comm_.size());
+      b.padded = chunk * comm_.size();
+      b.shard = Tensor::zeros({chunk}, first.dtype(), first.device());
+      for (size_t j = 0; j < members.size(); ++j) locators_[members[j]] = {buckets_.size(), j};
+      buckets_.push_back(std::move(b));
+      continue;
+    }
     b.buffer = Tensor::zeros({total}, first.dtype(), first.device());
     for (size_t j = 0; j < members.size(); ++j) {
       Tensor& p = params_[members[j]].second;
@@ -69,6 +81,11 @@ void Reducer::on_grad_ready(size_t i) {
     // reducer cannot be destroyed from inside the backward whose hooks it owns.
     autograd::queue_callback([this] { finish_backward(); });
   }
+  if (options_.collective == Collective::ReduceScatter) {
+    stage_gradient(i);
+    mark_ready(i);
+    return;
+  }
   const VariableLocator& loc = locators_[i];
   const Tensor g = params_[i].second.grad();
   TANDEM_CHECK(g.defined() && g.shares_storage(buckets_[loc.bucket].buffer), "the .grad of ", params_[i].first,
@@ -77,10 +94,33 @@ void Reducer::on_grad_ready(size_t i) {
   mark_ready(i);
 }
 
+void Reducer::stage_gradient(size_t i) {
+  Tensor& p = params_[i].second;
+  Bucket& b = buckets_[locators_[i].bucket];
+  const size_t j = locators_[i].index;
+  if (b.params.size() == 1 && b.lengths[0] == b.padded) {
+    // A lone parameter that needs no padding (VGG's 400 MB classifier weight): the gradient autograd
+    // allocated becomes the bucket, so the largest buckets cost no second copy.
+    b.buffer = p.grad().view({b.padded});
+    p.set_grad(Tensor());
+    return;
+  }
+  if (!b.buffer.defined()) b.buffer = Tensor::zeros({b.padded}, b.shard.dtype(), b.shard.device());
+  b.buffer.slice(b.offsets[j], b.offsets[j] + b.lengths[j]).copy_(p.grad().view({b.lengths[j]}));
+  p.set_grad(Tensor());  // the bucket holds it now; autograd allocates afresh next backward
+}
+
+void Reducer::release_finished_buckets() {
+  for (size_t k = 0; k < next_launch_; ++k)
+    if (buckets_[k].buffer.defined() && buckets_[k].work->done()) buckets_[k].buffer = Tensor();
+}
+
 void Reducer::mark_ready(size_t i) {
   TANDEM_CHECK(!ready_[i], "parameter ", params_[i].first, " received its gradient twice in one backward");
   ready_[i] = 1;
   Bucket& b = buckets_[locators_[i].bucket];
+  if (b.padded && !b.buffer.defined())  // an unused parameter's bucket may have seen no gradient
+    b.buffer = Tensor::zeros({b.padded}, b.shard.dtype(), b.shard.device());
   if (--b.pending == 0) {
     b.ready = comm_.mark();
     if (options_.overlap) launch_ready_buckets();
@@ -91,10 +131,15 @@ void Reducer::launch_ready_buckets() {
   // Strictly in index order: bucket k+1 may be ready first, but every rank must launch bucket k
   // first or the ranks' all-reduces would pair up different buckets.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+  if (options_.collective == Collective::ReduceScatter) release_finished_buckets();
 }
 
 void Reducer::launch(size_t i) {
   Bucket& b = buckets_[i];
+  if (b.padded) {
+    b.work = comm_.reduce_scatter(b.buffer, b.shard, ReduceOp::Sum, "reducescatter bucket " + std::to_string(i));
+    return;
+  }
   const std::string name = "allreduce bucket " + std::to_string(i);
   if (options_.compression != Compression::None && b.buffer.dtype() == DType::F32) {
     // Divide before the cast: the sum of N f16 gradients could overflow where their mean does not.
@@ -147,14 +192,22 @@ void Reducer::wait_and_average() {
   const float inv = 1.0f / static_cast<float>(comm_.size());
   for (Bucket& b : buckets_) {
     b.work->wait();  // GPU: the compute stream waits for the comm stream; the host does not block
-    if (b.wire.defined()) b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // divided before the cast
-    else if (comm_.size() > 1) ops::scale_(b.buffer, inv);
+    if (b.padded) {
+      b.buffer = Tensor();  // only the shard is kept
+      if (comm_.size() > 1) ops::scale_(b.shard, inv);
+    } else if (b.wire.defined()) {
+      b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // divided before the cast
+    } else if (comm_.size() > 1) {
+      ops::scale_(b.buffer, inv);
+    }
   }
 }
 
 void Reducer::record_timing(MarkPtr backward_end) {
   for (Bucket& b : buckets_) {
-    timeline_.bucket_done(b.ready, *b.work, static_cast<int64_t>((b.wire.defined() ? b.wire : b.buffer).nbytes()));
+    const int64_t bytes = b.padded ? b.padded * static_cast<int64_t>(dtype_size(b.shard.dtype()))
+                                   : static_cast<int64_t>((b.wire.defined() ? b.wire : b.buffer).nbytes());
+    timeline_.bucket_done(b.ready, *b.work, bytes);
     b.work.reset();  // the step's collective and its wire copy are done with
     b.wire = Tensor();
   }

@@ -31,6 +31,16 @@
 namespace tandem::dist {
 
 enum class Compression { None, BF16, F16 };
+// What a bucket's collective leaves on each rank.
+//   AllReduce:     the whole averaged bucket (DDP and ZeRO-1); .grad is a view into the bucket.
+//   ReduceScatter: only this rank's slice of the averaged bucket, Bucket::shard (ZeRO-2). Buckets are
+//                  padded to the canonical layout (shard_layout.h) so slice r is rank r's; .grad is
+//                  not a bucket view: the grad-ready hook copies the gradient into the bucket and
+//                  drops .grad (a lone parameter that fills its bucket exactly hands over its
+//                  .grad instead of copying it), and the bucket's buffer lives from its first gradient until its
+//                  reduce-scatter is done (released as soon as done() says so, at the latest at the
+//                  end of backward). Under no_sync .grad accumulates locally, whole, as with DDP.
+enum class Collective { AllReduce, ReduceScatter };
 
 struct ReducerOptions {
   BucketingOptions bucketing;           // 1 MiB first bucket, 25 MiB after (bucketing.h)
@@ -42,6 +52,7 @@ struct ReducerOptions {
   // would stall every rank. Detection is at the end of backward, so buckets holding unused
   // parameters launch late - put such parameters early in registration order, or turn this off.
   bool find_unused_parameters = false;
+  Collective collective = Collective::AllReduce;  // ReduceScatter: ZeRO-2 (see above); no compression
 };
 
 // One flat gradient buffer and the parameters whose .grad are views into it.
@@ -54,6 +65,9 @@ struct Bucket {
   Tensor wire;                   // `buffer` cast to the wire dtype while in flight (compression only)
   WorkPtr work;                  // the all-reduce in flight; null before launch
   MarkPtr ready;                 // when pending reached 0, on the compute timeline (for the Timeline)
+  // ReduceScatter only:
+  int64_t padded = 0;            // buffer elements: world x chunk (shard_layout.h); buffer is transient
+  Tensor shard;                  // this rank's averaged slice (chunk elements), persistent
 };
 
 // Where a parameter's gradient lives.
@@ -88,6 +102,8 @@ class Reducer {
   void mark_ready(size_t param);
   void launch_ready_buckets();
   void launch(size_t b);
+  void stage_gradient(size_t param);  // ReduceScatter: .grad into its (lazily allocated) bucket
+  void release_finished_buckets();    // ReduceScatter: drop buffers whose reduce-scatter is done
   void finish_backward();
   void check_unused();
   void wait_and_average();

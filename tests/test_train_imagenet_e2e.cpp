@@ -127,12 +127,28 @@ TEST_CASE("synthetic compute-only mode runs a fixed number of steps") {
   CHECK(m["final"]["val_images"] == 16);
 }
 
+TEST_CASE("ZeRO-2 with AdamW, clipping and the poly schedule; the metrics carry the memory ledger") {
+  auto& s = scratch();
+  std::string mj = (s.root / "zero.json").string();
+  REQUIRE(train(2, "--synthetic --num-classes 10 --synthetic-val-size 16 --steps 4 --zero 2 --optimizer adamw "
+                   "--betas 0.9,0.98 --eps 1e-6 --clip-grad-norm 1 --no-lr-scaling --lr-schedule poly --lr-power 1 "
+                   "--metrics " + mj, "zero.log") == 0);
+  json m = json::parse(slurp(mj));
+  CHECK(m["steps"] == 4);
+  CHECK(m["optimizer"]["zero"] == 2);
+  CHECK(m["memory_ledger"]["formula"] == "4Ψ + 4Ψ/N + 8Ψ/N");
+  CHECK(m["memory_ledger"]["measured_bytes"]["model_state"].get<double>() > 0);
+  CHECK(std::isfinite(m["final"]["train_loss"].get<double>()));
+}
+
 TEST_CASE("bad flags fail with a message that says what to do") {
   auto fails_with = [](const std::string& args, const std::string& text) {
     tandem::testing::check_refused(app("train_imagenet") + " " + args, text);
   };
   fails_with("--synthetic --amp fp8", "--amp");
-  fails_with("--synthetic --zero 1", "not implemented yet");
+  fails_with("--synthetic --zero 3", "--zero");
+  fails_with("--synthetic --betas 0.9,0.99", "--optimizer adamw");
+  fails_with("--synthetic --amp bf16 --zero 1", "not wired yet");
   fails_with("--synthetic --compress int8", "--compress");
   fails_with("--epochs 1", "no data");
   fails_with("--synthetic --epochs 1 --steps 3", "excludes");

@@ -44,10 +44,12 @@ bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, 
   s.extra["lr_schedule"] = o.lr_schedule;
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
   s.extra["total_steps"] = std::to_string(t.total_steps);
+  // ZeRO: every rank takes part in assembling the unsharded state; rank 0 receives it.
+  NamedTensors opt_state = t.zero ? t.zero->gather_state(*t.opt) : NamedTensors{};
   if (t.world->rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);
     std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
-    optim::NamedTensors opt_state = t.opt->state();
+    if (!t.zero) opt_state = t.opt->state();
     if (t.amp) add_amp_state(*t.amp, opt_state);  // f32 masters and the loss scale
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/train/memory.h"     // defines: measure_memory
 #include "core/autograd.h"          // defines: NoGradGuard
 #include "core/ops/elementwise.h"   // defines: add (the device-side running loss), scale
 #include "core/ops/copy.h"          // defines: cast_raw (--amp inputs)
 #include "core/ops/loss.h"          // defines: cross_entropy, topk_correct
 #include "dist/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
+#include "optim/clip.h"             // defines: clip_grad_norm (--clip-grad-norm)
 #include "optim/lr_schedule.h"      // defines: lr_at
 
 namespace tandem::apps {
@@ -27,15 +29,24 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   Tensor logits = (*t.ddp)(t.amp ? ops::cast_raw(b.images, t.amp->low) : b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
   loss = fault_in_step(s.fault, rank, number, loss);
-  t.opt->zero_grad();
+  if (t.zero) t.zero->zero_grad(*t.opt);
+  else t.opt->zero_grad();
   if (t.amp) t.model->zero_grad();  // the optimizer holds the masters' gradients, not the model's
   // Every rank, even with a bad loss: DDP's all-reduces must match across ranks. fp16 AMP scales
   // the loss so small gradients survive in 16-bit (optim/loss_scaler.h).
   (t.amp ? ops::scale(loss, static_cast<float>(t.amp->scaler.scale())) : loss).backward();
   // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
-  const bool loss_skip = s.on_nonfinite != OnNonfinite::Off &&
-                         skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
-  const bool skip = loss_skip || (t.amp ? !amp_step(*t.amp, *t.opt) : (t.opt->step(), false));
+  bool skip = s.on_nonfinite != OnNonfinite::Off && skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
+  if (!skip && t.amp) {
+    skip = !amp_step(*t.amp, *t.opt);
+  } else if (!skip) {
+    // The global norm: under ZeRO each rank sums its shard's squares and sum_reduce adds them up.
+    if (o.clip_grad_norm > 0)
+      optim::clip_grad_norm(*t.opt, o.clip_grad_norm, t.zero ? t.zero->sum_reduce() : optim::SumSquaresReduce{});
+    t.opt->step();
+    if (t.zero) t.zero->gather_parameters();  // every rank's updated shard to every rank
+  }
+  if (!skip) measure_memory(t);  // once: the optimizer state exists from here on
   ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
   if (skip) {
     ++rec.skipped_steps;

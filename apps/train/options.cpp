@@ -51,8 +51,17 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--momentum", o.momentum)->capture_default_str();
   app.add_option("--wd", o.wd, "weight decay")->capture_default_str();
   app.add_flag("--nesterov", o.nesterov);
-  app.add_option("--lr-schedule", o.lr_schedule)->check(CLI::IsMember({"step", "cosine", "constant"}))
+  app.add_option("--optimizer", o.optimizer, "sgd, adamw or lamb")
+      ->check(CLI::IsMember({"sgd", "adamw", "lamb"}))->capture_default_str();
+  app.add_option("--betas", o.betas, "AdamW/LAMB: beta1,beta2")->delimiter(',')->expected(2)->capture_default_str();
+  app.add_option("--eps", o.eps, "AdamW/LAMB: denominator guard (default: AdamW 1e-8, LAMB 1e-6)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--clip-grad-norm", o.clip_grad_norm, "clip the global gradient norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lr-schedule", o.lr_schedule)->check(CLI::IsMember({"step", "cosine", "poly", "constant"}))
       ->capture_default_str();
+  app.add_option("--lr-power", o.lr_power, "poly schedule: exponent (1: linear decay, BERT)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= --lr-gamma")
       ->delimiter(',')->capture_default_str();
   app.add_option("--lr-gamma", o.lr_gamma)->capture_default_str();
@@ -69,7 +78,8 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--amp", o.amp, "mixed precision: 16-bit compute, f32 master weights (fp16: dynamic loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
-  app.add_option("--zero", o.zero, "ZeRO stage: 0 (1/2 not implemented yet)")->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage: 0 (DDP), 1 (shard optimizer state), 2 (and gradients)")
+      ->check(CLI::Range(0, 2))->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_epoch<N>.safetensors here");
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
       ->check(CLI::NonNegativeNumber);
@@ -99,7 +109,15 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
 void validate(TrainOptions& o) {
   TANDEM_CHECK(o.synthetic || !o.data.empty() || o.describe, "no data: pass --data DIR (train/ and val/ inside, e.g. made by "
                "apps/make_dataset) or --synthetic for a compute-only benchmark");
-  TANDEM_CHECK(o.zero == 0, "--zero ", o.zero, " is not implemented yet in train_imagenet: use --zero 0");
+  TANDEM_CHECK(o.amp == "off" || (o.zero == 0 && o.clip_grad_norm == 0), "--amp ", o.amp, " with --zero or "
+               "--clip-grad-norm is not wired yet (ZeRO shards f32 parameters; clipping must follow the unscale): "
+               "use --amp off, or drop --zero/--clip-grad-norm");
+  TANDEM_CHECK(o.zero != 2 || o.compress == "none", "--zero 2 with --compress ", o.compress,
+               " is not supported (stage 2 reduce-scatters f32 gradients): drop --compress or use --zero 1");
+  TANDEM_CHECK(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1,
+               "--betas takes two values in [0, 1), e.g. --betas 0.9,0.999");
+  TANDEM_CHECK(o.optimizer != "sgd" || (o.eps < 0 && o.betas[0] == 0.9 && o.betas[1] == 0.999),
+               "--betas and --eps belong to AdamW and LAMB: pass --optimizer adamw or lamb, or drop them");
   TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
   TANDEM_CHECK(o.image_size >= 8, "--image-size ", o.image_size, " is too small (at least 8 pixels)");
   TANDEM_CHECK(o.workers >= 0, "--workers must be >= 0, got ", o.workers);

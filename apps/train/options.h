@@ -38,7 +38,14 @@ struct TrainOptions {
   double momentum = 0.9;
   double wd = 1e-4;
   bool nesterov = false;
-  std::string lr_schedule = "cosine";  // step | cosine | constant
+  std::string optimizer = "sgd";    // sgd | adamw | lamb (optim/optimizer.h make_optimizer)
+  std::vector<double> betas{0.9, 0.999};  // AdamW/LAMB moment decay rates (torch.optim.AdamW's)
+  double eps = -1;                  // AdamW/LAMB denominator guard; -1: the optimizer's default
+                                    // (AdamW 1e-8, LAMB 1e-6)
+  double clip_grad_norm = 0;        // >0: clip the global gradient L2 norm to this (0: off); the norm
+                                    // spans every rank's shard under ZeRO
+  std::string lr_schedule = "cosine";  // step | cosine | poly | constant
+  double lr_power = 1.0;            // poly: the exponent of (1 - progress); 1 = BERT's linear decay
   std::vector<double> lr_milestones{30, 60, 80};  // step: epochs where lr *= lr_gamma (torchvision)
   double lr_gamma = 0.1;
   double warmup_epochs = -1;        // -1: 1 epoch (at most 1/5 of the run) when world size > 1, else none
@@ -52,7 +59,7 @@ struct TrainOptions {
   std::string compress = "none";    // none | bf16 | fp16: gradient dtype on the wire
   // precision and sharding: only the implemented values are accepted
   std::string amp = "off";
-  int zero = 0;
+  int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients (dist/zero.h)
   // checkpoints
   std::string checkpoint_dir;       // empty: no checkpoints
   std::string resume;               // a checkpoint file, or "auto": the newest in checkpoint_dir

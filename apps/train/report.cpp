@@ -9,6 +9,7 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
+#include "apps/train/memory.h"  // defines: memory_json
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
@@ -96,6 +97,8 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"ddp", {{"bucket_mb", o.bucket_mb}, {"first_bucket_mb", o.first_bucket_mb}, {"overlap", !o.no_overlap},
                {"bucketing", !o.no_bucketing}, {"compress", o.compress}}},
       {"memory", {{"current_bytes", x.mem.current_bytes}, {"peak_bytes", x.mem.peak_bytes}}},
+      {"memory_ledger", memory_json(t)},
+      {"optimizer", {{"name", o.optimizer}, {"zero", o.zero}, {"clip_grad_norm", o.clip_grad_norm}}},
       {"final", {{"train_loss", last.loss}, {"train_top1", last.top1}, {"val_top1", ev.top1},
                  {"val_top5", ev.top5}, {"val_loss", ev.loss}, {"val_images", ev.samples}}},
       {"checkpoints_written", rec.checkpoints_written},
@@ -156,6 +159,7 @@ void print_start(const TrainOptions& o, const Training& t) {
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.batch, (long long)t.steps_per_epoch,
               (long long)t.total_steps, t.sched.base_lr);
+  std::printf("%s\n", t.ledger.str().c_str());
 }
 
 void report(const TrainOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step) {
@@ -168,6 +172,7 @@ void report(const TrainOptions& o, Training& t, const RunClock& clock, const Run
   if (!o.trace.empty()) dist::write_trace(o.trace);
   x.comm = t.ddp->timeline().summary();
   x.mem = memory_stats(t.dev);
+  measure_peak(t);
   sum_skipped_files(t, x);
   x.stragglers = gather_stragglers(rec.compute_s);
   x.wall_s = clock.wall_s();
@@ -179,6 +184,7 @@ void report(const TrainOptions& o, Training& t, const RunClock& clock, const Run
   if (rec.skipped_steps > 0) std::printf(", skipped steps: %lld (non-finite loss)", (long long)rec.skipped_steps);
   std::printf("\n");
   if (t.world->size > 1) std::printf("stragglers: %s\n", x.stragglers.str().c_str());
+  std::printf("%s\n", t.ledger.str().c_str());
   if (!o.metrics.empty()) write_json(o.metrics, summary_json(o, t, clock, rec, step, x));
 }
 

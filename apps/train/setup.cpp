@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "apps/train/checkpointing.h"  // defines: restore_checkpoint
+#include "apps/train/memory.h"         // defines: plan_memory
 #include "core/device.h"               // defines: built_with_cuda
 #include "core/profile.h"              // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
@@ -79,7 +80,9 @@ optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, int64_t
   for (double e : o.lr_milestones) s.milestones.push_back(std::llround(e * spe));
   s.gamma = o.lr_gamma;
   s.total_steps = total;
-  TANDEM_CHECK(s.decay != optim::LrDecay::Cosine || total > s.warmup_steps, "the cosine schedule needs more steps (",
+  s.power = o.lr_power;
+  const bool decays = s.decay == optim::LrDecay::Cosine || s.decay == optim::LrDecay::Poly;
+  TANDEM_CHECK(!decays || total > s.warmup_steps, "the ", o.lr_schedule, " schedule needs more steps (",
                total, ") than warmup steps (", s.warmup_steps, "): shorten --warmup-epochs/--warmup-steps");
   return s;
 }
@@ -118,18 +121,32 @@ std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, M
   dopt.reducer.compression = o.compress == "bf16"   ? dist::Compression::BF16
                              : o.compress == "fp16" ? dist::Compression::F16
                                                     : dist::Compression::None;
+  // ZeRO-2 shards the gradients: each bucket is reduce-scattered (dist/zero.h).
+  if (o.zero == 2) dopt.reducer.collective = dist::Collective::ReduceScatter;
   return std::make_unique<dist::DistributedDataParallel>(std::move(model), dopt);
 }
 
-std::unique_ptr<optim::SGD> make_sgd(const TrainOptions& o, Module& model, const AmpRun* amp) {
-  optim::SGDOptions so;
-  so.lr = o.lr;
-  so.momentum = o.momentum;
-  so.weight_decay = o.wd;
-  so.nesterov = o.nesterov;
-  if (amp)  // AMP: the optimizer updates the f32 masters (apps/train/amp.h)
-    return std::make_unique<optim::SGD>(amp->master->master_segments(), static_cast<int64_t>(amp->master->size()), so);
-  return std::make_unique<optim::SGD>(model.named_parameters(), so);
+// --optimizer over the whole parameters (DDP), this rank's ZeRO segments or the f32 masters (AMP).
+// The lr is overwritten at every step by the schedule; momentum/nesterov are SGD's, betas/eps
+// AdamW's and LAMB's.
+std::unique_ptr<optim::Optimizer> make_opt(const TrainOptions& o, Training& t) {
+  optim::OptimizerOptions oo;
+  oo.lr = o.lr;
+  oo.weight_decay = o.wd;
+  if (o.optimizer == "sgd") {
+    oo.momentum = o.momentum;
+    oo.nesterov = o.nesterov;
+  } else {
+    oo.beta1 = o.betas[0], oo.beta2 = o.betas[1];
+    if (o.eps > 0) oo.eps = o.eps;
+  }
+  if (t.amp)  // AMP: the optimizer updates the f32 masters (apps/train/amp.h)
+    return optim::make_optimizer(o.optimizer, t.amp->master->master_segments(),
+                                 static_cast<int64_t>(t.amp->master->size()), oo);
+  if (o.zero == 0) return optim::make_optimizer(o.optimizer, t.model->named_parameters(), oo);
+  t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
+  oo.norm_reduce = t.zero->sum_reduce();  // LAMB's per-parameter norms span every rank's shard
+  return optim::make_optimizer(o.optimizer, t.zero->segments(), t.zero->num_params(), oo);
 }
 
 // Shuffled, sharded training batches; validation in file order, every sample exactly once.
@@ -179,10 +196,11 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);
   t.ddp = make_ddp(o, t.model);
   if (t.amp && resume.empty()) t.amp->master->copy_from_model();  // rank 0's broadcast weights
-  t.opt = make_sgd(o, *t.model, t.amp.get());
+  t.opt = make_opt(o, t);
   if (!opt_state.empty()) t.opt->load_state(opt_state);
   make_loaders(o, t);
   plan_steps(o, t);
+  plan_memory(o, t);
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

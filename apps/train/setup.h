@@ -3,7 +3,7 @@
 // The order is part of the run's determinism and is fixed here, in one place: the model is created
 // (its init drawn from --seed, or skipped when a checkpoint will overwrite every tensor), moved to
 // the device, the default generator reseeded, the checkpoint restored (which may set the generator
-// again), and only then wrapped in DDP (which broadcasts rank 0's tensors) and handed to SGD and
+// again), and only then wrapped in DDP (which broadcasts rank 0's tensors) and handed to the optimizer and
 // the loaders. --describe stops after the model is created, before any of that.
 #pragma once
 #include <cstdint>
@@ -16,10 +16,12 @@
 #include "data/loader.h"         // defines: Loader
 #include "dist/bootstrap.h"      // defines: World, init
 #include "dist/ddp.h"            // defines: DistributedDataParallel
+#include "dist/memory_ledger.h"  // defines: MemoryLedger
+#include "dist/zero.h"           // defines: Zero (--zero 1|2)
 #include "layers/checkpoint.h"   // defines: TrainState
 #include "layers/module.h"       // defines: ModulePtr
 #include "optim/lr_schedule.h"   // defines: LrScheduleOptions
-#include "optim/sgd.h"           // defines: SGD
+#include "optim/optimizer.h"     // defines: Optimizer, make_optimizer
 
 namespace tandem::apps {
 
@@ -53,8 +55,10 @@ struct Training {
   TrainState start;          // where this run begins (all zeros for a fresh start)
   ModulePtr model;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
-  std::unique_ptr<optim::SGD> opt;  // over the f32 masters under --amp
-  std::unique_ptr<AmpRun> amp;      // null for --amp off
+  std::unique_ptr<dist::Zero> zero;      // --zero 1|2 (null: plain DDP); opt then holds this rank's shard
+  std::unique_ptr<optim::Optimizer> opt;  // --optimizer, over the parameters, ZeRO's segments or the
+                                          // f32 masters under --amp
+  std::unique_ptr<AmpRun> amp;            // null for --amp off
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
   int64_t global_batch = 0;   // --batch x ranks
   int64_t steps_per_epoch = 0;
@@ -63,9 +67,12 @@ struct Training {
   int64_t end_epoch = 0;      // this invocation stops before it (--run-epochs)
   int64_t bench_warmup = 0;   // steps left out of steady images/s
   optim::LrScheduleOptions sched;
+  dist::MemoryLedger ledger;  // predicted at set-up, measured after the first step (apps/train/memory.h)
+  int64_t mem_other = 0;      // allocator bytes that are not model state (data, loaders)
 };
 
-// Restores `resume` into `model` (when non-empty), then builds DDP, SGD, loaders and the schedule.
+// Restores `resume` into `model` (when non-empty), then builds DDP (and ZeRO), the optimizer, loaders and
+// the schedule.
 Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, ModulePtr model, const std::string& resume);
 
 }  // namespace tandem::apps

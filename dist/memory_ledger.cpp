@@ -1,0 +1,51 @@
+// dist/memory_ledger.cpp: the ZeRO paper's per-rank bytes (see memory_ledger.h).
+#include "dist/memory_ledger.h"
+
+#include <cstdio>
+
+#include "core/check.h"
+
+namespace tandem::dist {
+
+MemoryLedger predict_memory(const LedgerOptions& o) {
+  TANDEM_CHECK(o.stage >= 0 && o.stage <= 2 && o.world >= 1, "predict_memory: stage 0..2 and world >= 1");
+  const double psi = static_cast<double>(o.params);
+  const double shard = o.shard_params >= 0 ? static_cast<double>(o.shard_params) : psi / o.world;
+  const double low = o.mixed ? 2 : 4;  // bytes of a parameter / gradient element
+  const double k = o.mixed ? 4 + o.state_bytes : o.state_bytes;  // + f32 masters under AMP
+  MemoryLedger m;
+  m.params = low * psi;
+  m.grads = low * (o.stage == 2 ? shard : psi);
+  const double state_elems = o.stage == 0 ? psi : shard;
+  m.optimizer = o.state_bytes * state_elems;
+  m.masters = o.mixed ? 4 * state_elems : 0;
+  const double bucket = low * static_cast<double>(o.largest_bucket);
+  m.transient = o.stage == 0 ? 0 : 2 * bucket;  // two in flight: ZeRO-2's buckets, the parameter gather
+  const auto term = [](double c, bool per_n) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g%s", c, per_n ? "Ψ/N" : "Ψ");
+    return std::string(b);
+  };
+  m.formula = term(low, false) + " + " + term(low, o.stage == 2) + " + " + term(k, o.stage > 0);
+  return m;
+}
+
+std::string MemoryLedger::str() const {
+  const auto mb = [](double b) { return b / (1 << 20); };
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "memory per rank (predicted, %s): params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, master "
+                "weights %.1f MiB = %.1f MiB; transient buckets %.1f MiB",
+                formula.c_str(), mb(params), mb(grads), mb(optimizer), mb(masters), mb(model_state()), mb(transient));
+  std::string s = buf;
+  if (measured_state >= 0) {
+    std::snprintf(buf, sizeof buf, "\nmemory per rank (measured): model state %.1f MiB (%+.1f%% vs predicted), peak "
+                  "%.1f MiB (activations, workspace and transients %.1f MiB)",
+                  mb(static_cast<double>(measured_state)), 100.0 * (measured_state / model_state() - 1),
+                  mb(static_cast<double>(measured_peak)), mb(static_cast<double>(measured_peak - measured_state)));
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace tandem::dist

@@ -1,0 +1,51 @@
+// dist/memory_ledger.h: per-rank memory - the ZeRO paper's prediction beside what was allocated.
+//
+// Ψ parameters, N ranks, bytes per rank (Rajbhandari et al., "ZeRO", 2020, section 5):
+//   mixed precision (16-bit params and grads, f32 master weights + Adam's two f32 moments, K = 12):
+//     DDP    2Ψ + 2Ψ   + 12Ψ          = 16Ψ
+//     ZeRO-1 2Ψ + 2Ψ   + 12Ψ/N        = 4Ψ + 12Ψ/N
+//     ZeRO-2 2Ψ + 2Ψ/N + 12Ψ/N        = 2Ψ + 14Ψ/N
+//   f32 (no AMP: the parameters are the master weights, K = 8 for Adam, 4 for SGD with momentum):
+//     DDP    4Ψ + 4Ψ   + KΨ           (Adam: 16Ψ)
+//     ZeRO-1 4Ψ + 4Ψ   + KΨ/N         (Adam: 8Ψ + 8Ψ/N)
+//     ZeRO-2 4Ψ + 4Ψ/N + KΨ/N         (Adam: 4Ψ + 12Ψ/N)
+// The ledger uses exactly these, with Ψ/N replaced by the rank's real shard (shard_layout.h: each
+// bucket padded to N aligned chunks). Beside them it predicts the transient communication buffers
+// (ZeRO-2: the buckets between their first gradient and the end of their reduce-scatter, at most
+// every bucket at once when backward outruns the network - it counts two largest buckets, the
+// steady state of an overlapped backward; ZeRO-1/2: two gathered buckets after the step).
+// Measured: the allocator's current bytes with the model state live (after a step, between steps)
+// and its peak; the difference between peak and that is activations and workspace (and the
+// transient buckets), which the ZeRO formulas leave out.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tandem::dist {
+
+struct LedgerOptions {
+  int64_t params = 0;            // Ψ: trainable parameter elements
+  int64_t shard_params = -1;     // this rank's shard elements (padding included); -1: Ψ / N
+  int world = 1;                 // N
+  int stage = 0;                 // 0 (DDP), 1, 2
+  bool mixed = false;            // AMP: 16-bit parameters and gradients, f32 master weights
+  int state_bytes = 8;           // f32 optimizer state per parameter: Adam/LAMB 8, SGD+momentum 4, SGD 0
+  int64_t largest_bucket = 0;    // elements of the largest gradient bucket (transient terms)
+};
+
+struct MemoryLedger {
+  // Predicted bytes per rank.
+  double params = 0, grads = 0, optimizer = 0, masters = 0;  // the ZeRO paper's model state
+  double transient = 0;                                       // communication buffers, see above
+  std::string formula;                                        // e.g. "4Ψ + 4Ψ/N + 8Ψ/N"
+  double model_state() const { return params + grads + optimizer + masters; }
+  // Measured (allocator, this rank's device); -1: not measured yet.
+  int64_t measured_state = -1;  // bytes held by the model state between steps
+  int64_t measured_peak = -1;   // peak bytes of the run's steps (model state + activations + workspace)
+  // Lines for the start-up print and the summary.
+  std::string str() const;
+};
+
+MemoryLedger predict_memory(const LedgerOptions& o);
+
+}  // namespace tandem::dist

@@ -1,0 +1,74 @@
+// dist/zero.h: ZeRO stages 1 and 2 - each rank keeps optimizer state for its 1/N of the parameters.
+//
+// Who owns what (shard_layout.h draws the layout): rank r owns slice r of every gradient bucket.
+//   stage 1: gradients are all-reduced as by DDP (every rank has them all); each rank's optimizer
+//            holds state for, and updates, only its slices; then the parameters are all-gathered.
+//   stage 2: the reducer reduce-scatters each bucket during backward (ReducerOptions::collective =
+//            ReduceScatter) and keeps only this rank's slice of the gradients; the rest as stage 1.
+// The optimizer is the ordinary one (optim/optimizer.h), built from this rank's segments:
+//     dist::Zero zero(ddp, stage);               // ddp's reducer: AllReduce (1) or ReduceScatter (2)
+//     opts.norm_reduce = zero.sum_reduce();      // LAMB's per-parameter norms span the shards
+//     auto opt = optim::make_optimizer("adamw", zero.segments(), zero.num_params(), opts);
+//     loop: zero.zero_grad(*opt); backward; [clip_grad_norm(*opt, max, zero.sum_reduce())];
+//           opt->step(); zero.gather_parameters();
+// Collectives, in order and identical on every rank: the reducer's per-bucket all-reduce (1) or
+// reduce-scatter (2) during backward; sum_reduce's one all-reduce of a few doubles (clipping, LAMB);
+// after the step one all-gather per bucket, in bucket order, two in flight at a time (one bucket's
+// copy-out overlaps the next one's gather; overlapping with the next forward is left out).
+// Checkpoints: gather_state() assembles the unsharded, name-keyed state an unsharded optimizer's
+// state() returns, bucket by bucket (an all-gather per bucket and state buffer), so a checkpoint
+// resumes at any world size and stage; load_state() of the sharded optimizer takes its ranges.
+// Rank 0 keeps the whole assembled state while it writes (no streaming write: save_checkpoint takes
+// the tensors at once); the other ranks keep only one bucket's worth at a time.
+//
+// The AMP seam (mixed precision): today the segments' `param` are views into the f32 parameters and
+// the optimizer updates them in place. With 16-bit parameters, each rank will hold an f32 master
+// copy of its shard only (shard_numel() elements): segments() then points `param` at the master
+// shard and `grad` at an f32 copy of the gradient shard, and gather_parameters() casts the master
+// slices to the parameter dtype into its send buffer (`own_slice`) before the all-gather. Nothing
+// else changes: the layout, the collectives and the checkpoint names are the same.
+#pragma once
+#include <vector>
+
+#include "dist/ddp.h"
+#include "dist/shard_layout.h"
+#include "optim/optimizer.h"
+
+namespace tandem::dist {
+
+class Zero {
+ public:
+  // stage 1 or 2; `ddp` must outlive this and use the matching ReducerOptions::collective.
+  Zero(DistributedDataParallel& ddp, int stage);
+
+  int stage() const { return stage_; }
+  const ShardLayout& layout() const { return layout_; }
+  // This rank's ranges of the parameters, with their gradient views (stage 1: into the bucket
+  // buffers; stage 2: into the reduce-scattered shards), for optim::make_optimizer.
+  std::vector<optim::ParamSegment> segments() const;
+  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
+  // Sums a vector of partial sums over the ranks (an all-reduce): clip_grad_norm and LAMB.
+  optim::SumSquaresReduce sum_reduce() const;
+  // Zeroes what the next backward accumulates into: stage 1 the whole bucket gradients (the
+  // optimizer only sees its slices), stage 2 the shards.
+  void zero_grad(optim::Optimizer& opt);
+  // After opt.step(): every rank's updated slices to every rank.
+  void gather_parameters();
+  // The unsharded optimizer state, keyed "<param>.<state>" with the parameters' shapes (as an
+  // unsharded optimizer's state()). Collective; only `root` gets the tensors, the others get {}.
+  optim::NamedTensors gather_state(const optim::Optimizer& opt, int root = 0) const;
+
+ private:
+  // This rank's slice of bucket b, built from `source(piece)` per piece (padding zero).
+  template <typename F>
+  Tensor own_slice(size_t b, F&& source) const;
+
+  DistributedDataParallel& ddp_;
+  std::vector<std::pair<std::string, Tensor>> params_;  // the reducer's list (trainable, in order)
+  Communicator& comm_;
+  int stage_;
+  ShardLayout layout_;
+  std::vector<ShardPiece> pieces_;  // this rank's, in bucket order
+};
+
+}  // namespace tandem::dist
