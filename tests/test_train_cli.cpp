@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/device.h"
 #include "core/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -90,6 +91,33 @@ TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
   INFO(s.log);
   CHECK(s.status != 0);
   CHECK(s.has("--steps: must be at least 1, got 0"));
+}
+
+TEST_CASE("--device cuda without a usable GPU fails with CUDA's reason instead of training on the CPU") {
+  if (tandem::probe_cuda().usable()) return;  // a working GPU: nothing to refuse
+  Out o = run(0, app("train_imagenet") + " --device cuda --synthetic --steps 1 --model small_cnn --image-size 16");
+  INFO(o.log);
+  CHECK(o.status != 0);
+  CHECK(o.has("train_imagenet --device cuda needs a GPU"));
+  CHECK_FALSE(o.has("step 1/1"));
+}
+
+TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured") {
+  const std::string tiny = " --synthetic --steps 1 --model small_cnn --image-size 16 --batch 2 ";
+  Out cpu = run(0, app("train_imagenet") + tiny + "--device cpu --cuda-graph --on-nonfinite off");
+  INFO(cpu.log);
+  CHECK(cpu.status != 0);
+  CHECK(cpu.has("--cuda-graph captures GPU work, and --device cpu has none"));
+  Out check = run(0, app("train_imagenet") + tiny + "--cuda-graph");
+  INFO(check.log);
+  CHECK(check.status != 0);
+  CHECK(check.has("--cuda-graph cannot capture --on-nonfinite stop"));
+  Out autodev = run(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off");
+  INFO(autodev.log);
+  CHECK(autodev.status != 0);
+  CHECK(autodev.has("--cuda-graph"));
+  if (!tandem::probe_cuda().usable()) CHECK(autodev.has("--cuda-graph needs a GPU, and this run is on the CPU"));
+  CHECK_FALSE(autodev.has("step 1/1"));
 }
 
 TEST_CASE("--num-classes beside --data must match the class folders") {

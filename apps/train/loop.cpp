@@ -21,16 +21,20 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   const int rank = t.world->rank;
   const int64_t number = s.step + 1;  // 1-based, as progress lines and TANDEM_FAULT count
   fault_before_step(s.fault, rank, number);
+  const Clock::time_point issue_start = Clock::now();  // host time issuing the step (clock.h)
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
   Tensor logits = (*t.ddp)(b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
   loss = fault_in_step(s.fault, rank, number, loss);
-  t.opt->zero_grad();
+  t.ddp->reducer().zero_grad();  // one memset per bucket; the first accumulation copies (reducer.h)
   loss.backward();  // every rank, even with a bad loss: DDP's all-reduces must match across ranks
+  clock.interval_host_ms += seconds_since(issue_start) * 1000;
   // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
   const bool skip = s.on_nonfinite != OnNonfinite::Off &&
                     skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
+  const Clock::time_point step_start = Clock::now();  // the wait in loss.item() is not host work
   if (!skip) t.opt->step();
+  clock.interval_host_ms += seconds_since(step_start) * 1000;
   ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
   if (skip) {
     ++rec.skipped_steps;
@@ -67,6 +71,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.top1 = v[1] / v[2];
   last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
   last.skipped_steps = rec.skipped_steps;
+  last.host_ms = clock.interval_host_ms;
   timeline_interval(t.ddp->timeline(), s.timeline_from, last);
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
   if (t.world->rank == 0)

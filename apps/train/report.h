@@ -33,8 +33,10 @@ struct Interval {
   double loss = 0, top1 = 0;  // global means over the interval's samples (top1: last batch only)
   double images_per_s = 0;    // global
   int64_t skipped_steps = 0;  // steps skipped so far in this run (--on-nonfinite skip)
+  double host_ms = 0;         // host time issuing the interval's steps (RunClock::interval_host_ms)
   double step_ms() const { return steps ? wall_ms / steps : 0; }
   double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
+  double host_step_ms() const { return steps ? host_ms / steps : 0; }
 };
 
 // Mean exposed communication and overall overlap of timeline steps [from, end).
