@@ -3,6 +3,7 @@
 #include "dist/bootstrap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,7 +41,8 @@ State* g_state = nullptr;
 // is nobody to wait for: the communicators are destroyed as finalize() would (MPI stays initialised,
 // which MPICH tolerates at exit).
 void leaving_without_finalize(const char* why) {
-  if (!g_state) return;
+  static std::atomic<bool> leaving{false};  // once: the terminate handler may end in exit's handlers
+  if (!g_state || leaving.exchange(true)) return;
   const World& w = g_state->world;
   if (w.size > 1) {
     std::fprintf(stderr, "[rank %d] tandem: %s without dist::finalize(); aborting the whole job so that the other "
