@@ -60,8 +60,8 @@ TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
 
 TEST_CASE("--device cuda without a usable GPU fails with CUDA's reason instead of training on the CPU") {
   if (tandem::probe_cuda().usable()) return;  // a working GPU: nothing to refuse
-  Out o = run(0, app("train_imagenet") + " --device cuda --synthetic --steps 1 --model small_cnn --image-size 16");
-  INFO(o.log);
+  AppRun o = run(0, app("train_imagenet") + " --device cuda --synthetic --steps 1 --model small_cnn --image-size 16");
+  INFO(o.output);
   CHECK(o.status != 0);
   CHECK(o.has("train_imagenet --device cuda needs a GPU"));
   CHECK_FALSE(o.has("step 1/1"));
@@ -69,16 +69,16 @@ TEST_CASE("--device cuda without a usable GPU fails with CUDA's reason instead o
 
 TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured") {
   const std::string tiny = " --synthetic --steps 1 --model small_cnn --image-size 16 --batch 2 ";
-  Out cpu = run(0, app("train_imagenet") + tiny + "--device cpu --cuda-graph --on-nonfinite off");
-  INFO(cpu.log);
+  AppRun cpu = run(0, app("train_imagenet") + tiny + "--device cpu --cuda-graph --on-nonfinite off");
+  INFO(cpu.output);
   CHECK(cpu.status != 0);
   CHECK(cpu.has("--cuda-graph captures GPU work, and --device cpu has none"));
-  Out check = run(0, app("train_imagenet") + tiny + "--cuda-graph");
-  INFO(check.log);
+  AppRun check = run(0, app("train_imagenet") + tiny + "--cuda-graph");
+  INFO(check.output);
   CHECK(check.status != 0);
   CHECK(check.has("--cuda-graph cannot capture --on-nonfinite stop"));
-  Out autodev = run(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off");
-  INFO(autodev.log);
+  AppRun autodev = run(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off");
+  INFO(autodev.output);
   CHECK(autodev.status != 0);
   CHECK(autodev.has("--cuda-graph"));
   if (!tandem::probe_cuda().usable()) CHECK(autodev.has("--cuda-graph needs a GPU, and this run is on the CPU"));
