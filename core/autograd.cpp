@@ -5,6 +5,7 @@
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
@@ -16,6 +17,7 @@ thread_local bool t_grad_mode = true;
 thread_local bool t_in_backward = false;  // guards against a re-entrant backward
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 std::atomic<uint64_t> g_next_seq{0};
+std::atomic<uint64_t> g_zero_grad_copies{0};  // zero_grad_copies()
 
 // a += b, creating a when absent. Gradients that meet at one node are summed out of place.
 void accumulate(Tensor& slot, const Tensor& g) {
@@ -39,8 +41,17 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
   const Tensor& g = grad_outputs[0];
   TANDEM_CHECK(g.shape() == leaf.shape(), "gradient ", g.str(), " does not match its leaf ", leaf.str());
   Tensor cur = leaf.grad();
+  // Consumed here: a later backward into the same .grad (gradient accumulation) adds again.
+  const bool known_zero = cur.defined() && std::exchange(known_zero_, {}).lock() == cur.impl_ptr();
   if (cur.defined()) {
-    ops::add_(cur, g.dtype() == cur.dtype() ? g : ops::cast_raw(g, cur.dtype()));  // in place: .grad may be a bucket view
+    const Tensor src = g.dtype() == cur.dtype() ? g : ops::cast_raw(g, cur.dtype());
+    if (known_zero) {
+      // 0 + g == g (up to the sign of a zero): skips reading the zeros; in place, .grad may be a bucket view.
+      cur.copy_(src);
+      g_zero_grad_copies.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      ops::add_(cur, src);  // in place: .grad may be a bucket view
+    }
   } else {
     leaf.set_grad(g.dtype() == leaf.dtype() ? g.clone() : ops::cast_raw(g, leaf.dtype()));
   }
@@ -48,6 +59,15 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
   for (size_t k = 0; k < leaf_impl->grad_ready_hooks.size(); ++k) leaf_impl->grad_ready_hooks[k].second(leaf);
   return {};
 }
+
+void mark_grad_zero(const Tensor& leaf) {
+  const TensorImpl& impl = *leaf.impl_ptr();
+  if (!impl.grad) return;
+  Edge e = gradient_edge(leaf);  // the leaf's accumulator, created on first use
+  if (auto* acc = dynamic_cast<AccumulateGrad*>(e.fn.get())) acc->set_known_zero(impl.grad);
+}
+
+uint64_t zero_grad_copies() { return g_zero_grad_copies.load(); }
 
 bool grad_mode_enabled() { return t_grad_mode; }
 NoGradGuard::NoGradGuard() : prev_(t_grad_mode) { t_grad_mode = false; }

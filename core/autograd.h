@@ -10,6 +10,8 @@
 //   3. frees each node's saved tensors right after it ran, so peak memory falls during backward;
 //   4. in AccumulateGrad, adds into the leaf's .grad in place (so .grad can be a view into a
 //      dist/ bucket) and then fires the leaf's grad-ready hooks: exactly once per leaf per backward.
+//      When the .grad is known to be zero (mark_grad_zero after a zero_grad), the first
+//      accumulation copies instead: one read of the incoming gradient, no read of the zeros.
 // Backward always runs with grad mode off: tandem does not do double backward.
 // Callbacks queued with queue_callback() during a backward run after its last node: dist/ uses
 // this to wait for outstanding all-reduces.
@@ -73,9 +75,12 @@ class AccumulateGrad : public Node {
   }
   std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) override;
   std::string name() const override { return "AccumulateGrad"; }
+  // mark_grad_zero: the leaf's current .grad (this impl, compared by identity) holds zeros.
+  void set_known_zero(const std::shared_ptr<TensorImpl>& grad) { known_zero_ = grad; }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;  // weak: the leaf owns this node, not the other way round
+  std::weak_ptr<TensorImpl> known_zero_;  // the .grad vouched zero (weak: never keeps it alive); empty: none
 };
 
 // ---- grad mode ----
@@ -110,6 +115,19 @@ inline void record(const std::string& name, const std::vector<Tensor>& inputs, T
 
 // The edge that a gradient for `t` flows along (its grad_fn, its accumulator, or none).
 Edge gradient_edge(const Tensor& t);
+
+// ---- zeroed gradients ----
+// Records that `leaf`'s .grad holds zeros now and that nothing will write into it before the next
+// backward: that backward's accumulation then copies instead of adding. The promise is the
+// caller's, so only code that owns the gradient storage and knows the step's order makes it:
+// dist::Reducer::zero_grad, called by the training loop right before forward (nothing in tandem
+// writes a gradient between zero_grad and backward; optimizers, clipping and loss scaling all run
+// after backward). The flag is consumed by the next accumulation into that leaf, and it is ignored
+// when .grad was replaced since (set_grad), so it can only ever vouch for the tensor it was given.
+// A leaf without a .grad is left alone.
+void mark_grad_zero(const Tensor& leaf);
+// How many accumulations copied into a known-zero .grad instead of adding (tests, counters).
+uint64_t zero_grad_copies();
 
 // ---- running backward ----
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);

@@ -6,7 +6,11 @@
 //      tensors; the slot's own mutex makes this happen once;
 //   2. workers write their rows and count them under mu_;
 //   3. the consumer waits until all rows of b are counted, hands the batch out (async copy + fence
-//      on CUDA), then advances consumed_, which opens the window for batch b + prefetch.
+//      on CUDA), then advances consumed_, which opens the window for batch b + prefetch;
+//   4. CUDA: if batch b + 1 is already complete, the consumer enqueues its copy right away, on the
+//      copy stream (data/pinned.h), so it runs while the GPU computes the step on batch b; the
+//      next hand-out only makes the compute stream wait for it. This costs one batch of device
+//      memory more, as PyTorch's CUDA prefetchers do.
 // mu_ is never held while waiting on the GPU, so a slow copy cannot stall the consumer.
 #include "data/loader.h"
 
@@ -24,6 +28,10 @@ struct Loader::Slot {
   int64_t done = 0;            // rows of `filling` written (guarded by Loader::mu_)
   Tensor images, labels;       // CPU target: the batch tensors themselves
   HostBuffer pin_images, pin_labels;  // CUDA target: staging
+  Tensor dev_images, dev_labels;  // CUDA target: the device batch whose copy is enqueued
+  int64_t issued = -1;         // CUDA target: the batch in dev_* (consumer thread only)
+  // Declared after the buffers it guards, so it is destroyed first: its destructor waits for the
+  // copies before the staging and device buffers are freed.
   CopyFence fence;             // CUDA target: end of the copies out of the staging buffers
   float* image_ptr = nullptr;
   int64_t* label_ptr = nullptr;
@@ -97,6 +105,12 @@ void Loader::start_epoch(int64_t epoch) {
   started_ = true;
   for (auto& s : slots_) {
     s->prepared = -1;  // forces a fence wait before the next write
+    // A copy enqueued early for the old epoch is dropped. Its device buffers are freed in compute-
+    // stream order, so the compute stream must first wait for the copy still writing into them.
+    if (s->issued >= 0) s->fence.compute_wait(opt_.device);
+    s->issued = -1;
+    s->dev_images = Tensor();
+    s->dev_labels = Tensor();
     s->filling = -1;
     s->done = 0;
   }
@@ -217,15 +231,39 @@ Batch Loader::hand_out(Slot& slot, int64_t b) {
     slot.labels = Tensor();
     return batch;
   }
+  if (slot.issued != b) issue_copy(slot, b);
+  batch.images = std::move(slot.dev_images);
+  batch.labels = std::move(slot.dev_labels);
+  slot.dev_images = Tensor();
+  slot.dev_labels = Tensor();
+  slot.issued = -1;
+  // Before any kernel of the step that reads the batch is enqueued: the compute stream waits for
+  // the copy (an event; the host does not block).
+  slot.fence.compute_wait(opt_.device);
+  return batch;
+}
+
+void Loader::issue_copy(Slot& slot, int64_t b) {
   const int64_t rows = batch_rows(b);
   Shape shape{rows};
   for (int64_t d : dataset_->sample_shape()) shape.push_back(d);
-  batch.images = Tensor::empty(shape, DType::F32, opt_.device);
-  batch.labels = Tensor::empty({rows}, DType::I64, opt_.device);
-  copy_to_device_async(slot.pin_images.data(), batch.images);
-  copy_to_device_async(slot.pin_labels.data(), batch.labels);
+  slot.dev_images = Tensor::empty(shape, DType::F32, opt_.device);
+  slot.dev_labels = Tensor::empty({rows}, DType::I64, opt_.device);
+  copy_stream_wait_compute(opt_.device);  // the allocations above are compute-stream ordered
+  copy_to_device_async(slot.pin_images.data(), slot.dev_images);
+  copy_to_device_async(slot.pin_labels.data(), slot.dev_labels);
   slot.fence.record(opt_.device);
-  return batch;
+  slot.issued = b;
+}
+
+void Loader::issue_early(int64_t b) {
+  if (!stage_on_host_ || opt_.num_workers == 0 || b >= num_batches_) return;
+  Slot& slot = *slots_[static_cast<size_t>(b % static_cast<int64_t>(slots_.size()))];
+  {
+    std::lock_guard<std::mutex> lk(mu_);  // the workers' row counts; complete means nobody writes it
+    if (!(slot.filling == b && slot.done == batch_rows(b))) return;
+  }
+  if (slot.issued != b) issue_copy(slot, b);
 }
 
 bool Loader::next(Batch& out) {
@@ -262,6 +300,7 @@ bool Loader::next(Batch& out) {
     consumed_ = b + 1;
   }
   cv_space_.notify_all();
+  issue_early(b + 1);  // step 4: the next batch's copy overlaps the step on this one
   return true;
 }
 

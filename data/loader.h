@@ -16,8 +16,9 @@
 // throws tandem::Error naming it. Errors raised in a worker are rethrown by next().
 //
 // Devices: for a CPU target each batch is a fresh host tensor. For a CUDA target samples are
-// staged in pinned host buffers (data/pinned.h) and next() enqueues asynchronous copies on the
-// compute stream, so the copy is ordered before the step's kernels without a host sync.
+// staged in pinned host buffers (data/pinned.h) and copied on a copy stream of their own: next()
+// also enqueues the following batch's copy when it is ready, so that copy overlaps the step's
+// kernels, and the compute stream waits for a batch's copy by an event, never a host sync.
 // Staging memory is prefetch x batch_size x H x W x 3 x 4 bytes (2 x 256 x 224^2 x 12 = 308 MB at
 // the defaults used for ImageNet ResNet-50).
 //
@@ -94,6 +95,8 @@ class Loader {
   void stop_workers();
   void produce_inline(int64_t b);
   Batch hand_out(Slot& slot, int64_t b);
+  void issue_copy(Slot& slot, int64_t b);  // CUDA: device tensors + copy on the copy stream + fence
+  void issue_early(int64_t b);             // CUDA: issue_copy for b now if its rows are all written
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions opt_;

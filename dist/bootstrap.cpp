@@ -3,12 +3,16 @@
 #include "dist/bootstrap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <utility>
 
 #include "core/check.h"
+#include "dist/watchdog.h"
 
 namespace tandem::dist {
 
@@ -25,7 +29,56 @@ struct State {
   std::unique_ptr<Communicator> mpi;   // CPU tensors, and GPU tensors when staging
   std::unique_ptr<Communicator> nccl;  // GPU tensors otherwise
 };
-std::unique_ptr<State> g_state;
+// A plain pointer, not a unique_ptr: a static destructor would tear the communicators down at exit
+// even when finalize() was never called (an error escaped main), and with peers still inside a
+// collective that teardown hangs (NCCL's destroy waits for its kernels, the MPI communicator joins a
+// thread blocked on a peer). finalize() deletes it; leaving_without_finalize() handles the rest.
+State* g_state = nullptr;
+
+// Exit paths that skip finalize(). With peers, this rank can no longer take part in their
+// collectives, and destroying communicators could wait for those peers forever, so: one line, then
+// MPI_Abort, which ends every rank of the job at once (the launcher reports a failure). Alone, there
+// is nobody to wait for: the communicators are destroyed as finalize() would (MPI stays initialised,
+// which MPICH tolerates at exit).
+void leaving_without_finalize(const char* why) {
+  static std::atomic<bool> leaving{false};  // once: the terminate handler may end in exit's handlers
+  if (!g_state || leaving.exchange(true)) return;
+  const World& w = g_state->world;
+  if (w.size > 1) {
+    std::fprintf(stderr, "[rank %d] tandem: %s without dist::finalize(); aborting the whole job so that the other "
+                 "%d rank(s) do not wait for this one\n", w.rank, why, w.size - 1);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);  // MPI_Abort does not return
+  }
+  State* st = std::exchange(g_state, nullptr);
+  delete st;
+}
+
+// std::atexit: main returned (or exit() was called) while the communicators were still up.
+void at_exit() { leaving_without_finalize("the process is exiting"); }
+
+// std::set_terminate: an exception escaped main (or a thread). The default handler would abort()
+// this process only; the peers would sit in their next collective until the watchdog's deadline,
+// and not at all under launchers that do not clean up.
+std::terminate_handler g_previous_terminate = nullptr;
+[[noreturn]] void on_terminate() {
+  std::string what = "an unknown exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+    }
+  }
+  if (g_state && g_state->world.size > 1) {
+    std::fprintf(stderr, "[rank %d] tandem: uncaught error: %s\n", g_state->world.rank, what.c_str());
+    leaving_without_finalize("an exception escaped main");
+  }
+  if (g_previous_terminate) g_previous_terminate();
+  std::abort();
+}
 
 void apply_env(InitOptions& o) {
   if (const char* s = std::getenv("TANDEM_HOST_STAGING")) o.host_staging = std::atoi(s) != 0;
@@ -39,6 +92,10 @@ void apply_env(InitOptions& o) {
 const World& init(InitOptions options) {
   if (g_state) return g_state->world;
   apply_env(options);
+  // A GPU that is there but unusable must not turn into a silent CPU run (every figure would be a
+  // CPU figure). Choosing the CPU is the caller's decision: use_gpu = false (--device cpu).
+  if (options.use_gpu && probe_cuda().broken())
+    require_cuda("dist::init() with use_gpu on (the default; --device cpu / use_gpu = false trains on the CPU)");
   auto st = std::make_unique<State>();
   int inited = 0, provided = 0;
   MPI_Initialized(&inited);
@@ -80,14 +137,22 @@ const World& init(InitOptions options) {
 #ifdef TANDEM_WITH_CUDA
   if (use_nccl) st->nccl = make_nccl_communicator(MPI_COMM_WORLD, w.device, options.comm_timeout_s);
 #endif
-  g_state = std::move(st);
+  watchdog_watch_device(w.device);
+  g_state = st.release();
+  static bool hooks_installed = false;  // init() may run again after finalize()
+  if (!hooks_installed) {
+    hooks_installed = true;
+    std::atexit(at_exit);
+    g_previous_terminate = std::set_terminate(on_terminate);
+  }
   return g_state->world;
 }
 
 void finalize() {
   if (!g_state) return;
-  bool owns = g_state->owns_mpi;
-  g_state.reset();  // joins the communication threads, frees the MPI/NCCL communicators
+  State* st = std::exchange(g_state, nullptr);
+  const bool owns = st->owns_mpi;
+  delete st;  // joins the communication threads, frees the MPI/NCCL communicators
   if (owns) MPI_Finalize();
 }
 

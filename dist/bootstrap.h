@@ -6,6 +6,9 @@
 // NCCL when the build has CUDA and a GPU is visible (its unique id is made on rank 0 and broadcast
 // over MPI). A single process started without mpiexec is a world of size 1: MPI's singleton init.
 //
+// With use_gpu on, a GPU that is installed but unusable (probe_cuda().broken(), e.g. a driver older
+// than the runtime) is an error (require_cuda's message), never a silent CPU run.
+//
 // MPI errors are returned (MPI_ERRORS_RETURN) and become tandem::Error through MPI_CHECK; every
 // collective gets a deadline (InitOptions::comm_timeout_s) that dist/watchdog.h enforces.
 #pragma once
@@ -46,7 +49,10 @@ struct World {
 // Idempotent: the second call returns the first call's world. Environment variables override
 // the options given here.
 const World& init(InitOptions options = {});
-// Destroys the communicators and finalizes MPI if init() initialized it.
+// Destroys the communicators and finalizes MPI if init() initialized it. Call it on every way out
+// of main. A process that leaves without it (an exception escaped main, or main returned early)
+// in a world of more than one rank prints "[rank R] tandem: ... without dist::finalize()" and calls
+// MPI_Abort, so that no rank hangs in a collective or in a communicator's teardown.
 void finalize();
 bool initialized();
 const World& world();  // init() must have run

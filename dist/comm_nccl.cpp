@@ -45,6 +45,9 @@ struct EventMark final : Mark {
     CUDA_CHECK(cudaEventRecord(ev, s));
   }
   ~EventMark() override { cudaEventDestroy(ev); }
+  // cudaEventQuery never blocks: cudaSuccess once the stream ran past the record. An error (a
+  // kernel fault) also counts as "will not wait", so that us_since reports it through CUDA_CHECK.
+  bool complete() const override { return cudaEventQuery(ev) != cudaErrorNotReady; }
   double us_since(const Mark& origin) const override {
     const auto& o = static_cast<const EventMark&>(origin);
     CUDA_CHECK(cudaEventSynchronize(o.ev));
@@ -193,6 +196,9 @@ class NcclCommunicator final : public Communicator {
         outstanding_.pop_front();
       if (outstanding_.empty()) continue;
       const Pending& p = outstanding_.front();
+      // A kernel fault on this GPU means p can never finish: say so now rather than after the
+      // timeout, and before a peer blames this rank for not reaching p.
+      if (!watchdog_local_fault().empty()) watchdog_abort(watch_, p.seq, p.name, timeout_s_);
       watchdog_answer(watch_, p.seq);
       if (std::chrono::steady_clock::now() - p.issued > std::chrono::duration<double>(timeout_s_))
         watchdog_abort(watch_, p.seq, p.name, timeout_s_);

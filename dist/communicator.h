@@ -31,6 +31,9 @@ class Mark {
   // Microseconds from `origin` to this mark. A GPU mark waits for the GPU to reach both marks, so
   // call this when reporting, not in the training loop's hot path.
   virtual double us_since(const Mark& origin) const = 0;
+  // True once the timeline has passed this mark, so us_since() would not wait (never blocks: a
+  // CUDA event is asked with cudaEventQuery). Host marks are always complete.
+  virtual bool complete() const { return true; }
 };
 using MarkPtr = std::shared_ptr<Mark>;
 

@@ -1,4 +1,4 @@
-// dist/ddp.cpp: the model check, the initial broadcast and the per-forward buffer broadcast.
+// dist/ddp.cpp: the model check, the initial broadcast and the per-forward (coalesced) buffer broadcast.
 #include "dist/ddp.h"
 
 #include <sstream>
@@ -28,6 +28,12 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
+std::vector<Tensor> values(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<Tensor> out;
+  for (auto& [_, t] : named) out.push_back(t);
+  return out;
+}
+
 void broadcast_all(const std::vector<std::pair<std::string, Tensor>>& tensors, const char* what) {
   std::vector<WorkPtr> works;
   for (auto& [name, t] : tensors) {
@@ -38,6 +44,46 @@ void broadcast_all(const std::vector<std::pair<std::string, Tensor>>& tensors, c
 }
 
 }  // namespace
+
+int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std::string& name) {
+  // Groups in order of first appearance: every rank holds the same shapes and dtypes in the same
+  // order (check_same_model), so every rank forms the same groups and issues the same broadcasts.
+  std::vector<BucketKey> keys;
+  std::vector<std::vector<Tensor>> groups;
+  for (const Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    const BucketKey key{t.dtype(), t.device()};
+    size_t g = 0;
+    while (g < keys.size() && !(keys[g] == key)) ++g;
+    if (g == keys.size()) keys.push_back(key), groups.emplace_back();
+    groups[g].push_back(t.detach().view({t.numel()}));  // same storage, flat; not differentiable
+  }
+  // Pack, then start every group's broadcast before waiting for any. On a GPU the packing copies
+  // run on the compute stream and NCCL's enqueue makes the comm stream wait for them (an event);
+  // wait() makes the compute stream wait for the broadcast, so the unpacking copies below read the
+  // received bytes - all stream-ordered, the host never blocks.
+  std::vector<Tensor> flats(groups.size());
+  std::vector<WorkPtr> works;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].size() == 1) {
+      flats[g] = groups[g][0];  // one tensor: broadcast it in place, no copies
+    } else {
+      int64_t total = 0;
+      for (const Tensor& t : groups[g]) total += t.numel();
+      flats[g] = Tensor::empty({total}, keys[g].dtype, keys[g].device);
+      int64_t off = 0;
+      for (const Tensor& t : groups[g]) flats[g].slice(off, off + t.numel()).copy_(t), off += t.numel();
+    }
+    works.push_back(comm_for(keys[g].device).broadcast(flats[g], root, name));
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    works[g]->wait();
+    if (groups[g].size() == 1) continue;
+    int64_t off = 0;
+    for (Tensor& t : groups[g]) t.copy_(flats[g].slice(off, off + t.numel())), off += t.numel();
+  }
+  return static_cast<int>(groups.size());
+}
 
 void check_same_model(const Module& m) {
   std::string mine;
@@ -63,7 +109,7 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, DdpOptions op
   if (options_.sync_batchnorm) module_ = convert_sync_batchnorm(module_);
   check_same_model(*module_);  // first: any other collective could mismatch on a different model
   broadcast_all(module_->named_parameters(), "parameters");
-  broadcast_all(module_->named_buffers(), "buffers");
+  broadcast_coalesced(values(module_->named_buffers()), 0, "broadcast buffers");
   std::vector<std::pair<std::string, Tensor>> trainable;
   for (auto& [name, p] : module_->named_parameters())
     if (p.requires_grad()) trainable.emplace_back(name, p);
@@ -76,7 +122,9 @@ void DistributedDataParallel::prepare_forward() {
   if (autograd::grad_mode_enabled()) reducer_->start_step();
   if (options_.broadcast_buffers && module_->is_training() && comm_->size() > 1) {
     profile::Range r("broadcast buffers");
-    broadcast_all(module_->named_buffers(), "buffers");
+    // One collective per dtype (BatchNorm: f32 statistics, i64 counters), not one per buffer: a
+    // ResNet-50 has 159 buffers, and each collective costs a launch and a latency.
+    buffer_collectives_ = broadcast_coalesced(values(module_->named_buffers()), 0, "broadcast buffers");
   }
 }
 

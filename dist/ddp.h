@@ -8,7 +8,8 @@
 //   2. broadcasts parameters and buffers from rank 0, so every replica starts identical;
 //   3. builds a Reducer (reducer.h) over the parameters that require grad.
 // Each training forward first broadcasts rank 0's buffers (BatchNorm running statistics), as
-// PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank.
+// PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank; the buffers
+// of one dtype travel as one flat, coalesced broadcast (PyTorch's _broadcast_coalesced does the same).
 // With sync_batchnorm the module is converted first (sync_batchnorm.h; module() returns it).
 // Gradient accumulation: backward calls inside a no_sync() scope only accumulate locally; the
 // first backward after it averages the accumulated sum.
@@ -16,7 +17,9 @@
 // the same per-forward work as forward(x), then f(module()) computes whatever the step needs.
 #pragma once
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/profile.h"
 #include "dist/reducer.h"
@@ -71,13 +74,23 @@ class DistributedDataParallel {
   Module& module() { return *module_; }
   Reducer& reducer() { return *reducer_; }
   Timeline& timeline() { return reducer_->timeline(); }
+  // Collectives issued by the last training forward's buffer broadcast: one per (dtype, device)
+  // of the buffers (broadcast_coalesced), 0 when nothing was broadcast.
+  int buffer_collectives() const { return buffer_collectives_; }
 
  private:
   ModulePtr module_;
   DdpOptions options_;
   Communicator* comm_;
   std::unique_ptr<Reducer> reducer_;
+  int buffer_collectives_ = 0;
 };
+
+// Broadcasts `tensors` from `root` with one collective per (dtype, device): each group is packed
+// into one flat buffer, broadcast and unpacked (a group of one tensor is broadcast in place).
+// Every rank must pass the same shapes and dtypes in the same order. Returns the number of
+// collectives issued. DDP uses it for buffers; exposed for tests and for tools.
+int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std::string& name);
 
 // Throws on every rank, naming the first difference, unless all ranks hold the same parameter and
 // buffer names, shapes and dtypes. Exposed for tests and for tools that wrap models differently.

@@ -69,6 +69,19 @@ Reducer::~Reducer() {
 
 void Reducer::start_step() { timeline_.start_step(comm_.mark()); }
 
+void Reducer::zero_grad() {
+  for (Bucket& b : buckets_) {
+    b.buffer.zero_();
+    for (size_t p : b.params) {
+      Tensor& param = params_[p].second;
+      Tensor g = param.grad();
+      if (!g.defined()) continue;
+      if (!g.shares_storage(b.buffer)) g.zero_();  // replaced by set_grad: not covered by the memset
+      autograd::mark_grad_zero(param);
+    }
+  }
+}
+
 void Reducer::on_grad_ready(size_t i) {
   if (!sync_) return;  // no_sync: autograd already accumulated into .grad; nothing to communicate
   if (!in_backward_) {  // the first gradient of this backward

@@ -86,6 +86,13 @@ class Reducer {
 
   // Marks the start of a step (the timeline's origin). DDP calls it at the start of forward.
   void start_step();
+  // Zeroes every parameter's .grad with one memset per bucket (not one per parameter) and tells
+  // autograd they are zero, so the next backward copies each gradient in instead of adding it
+  // (autograd::mark_grad_zero). Call it where the optimizer's zero_grad would go: after the
+  // optimizer step, before the next forward. A .grad that was replaced (no longer a bucket view)
+  // is zeroed on its own. GPU: the memsets are on the compute stream, after the previous step's
+  // wait for the all-reduces (wait_and_average), so they never race the comm stream.
+  void zero_grad();
   // false: backward only accumulates into .grad locally (no_sync); true: the next backward syncs.
   void set_sync(bool on) { sync_ = on; }
   bool sync() const { return sync_; }

@@ -55,28 +55,44 @@ void Timeline::bucket_done(MarkPtr ready, const Work& work, int64_t wire_bytes) 
 void Timeline::end_step(MarkPtr backward_end) {
   step_.backward_end = std::move(backward_end);
   pending_.push_back(std::exchange(step_, {}));
-  // Old GPU events are long complete; resolving them now keeps the pending list short.
-  if (pending_.size() > 16) resolve();
+  resolve_completed();  // keeps the pending list short without waiting for the GPU
+}
+
+bool Timeline::Raw::complete() const {
+  if (!origin->complete() || !backward_end->complete()) return false;
+  for (const Bucket& b : buckets)
+    if (!b.ready->complete() || !b.launch->complete() || !b.finish->complete()) return false;
+  return true;
+}
+
+void Timeline::resolve_completed() {
+  // One step behind: the step that just ended is still running on the GPU (its all-reduces and
+  // optimizer are queued behind it), so it is never asked here; older ones normally are complete.
+  // Asking with complete() and stopping at the first incomplete step keeps steps_ in order.
+  while (pending_.size() > 1 && pending_.front().complete()) resolve_front();
 }
 
 void Timeline::resolve() {
-  for (Raw& r : pending_) {
-    StepTiming s;
-    s.step = static_cast<int64_t>(steps_.size());
-    s.backward_end_us = r.backward_end->us_since(*r.origin);
-    for (size_t b = 0; b < r.buckets.size(); ++b) {
-      const Raw::Bucket& m = r.buckets[b];
-      BucketTiming t{m.ready->us_since(*r.origin), m.launch->us_since(*r.origin), m.finish->us_since(*r.origin), m.bytes};
-      s.buckets.push_back(t);
-      // The bucket's all-reduce on the trace's communication track, timed by the comm timeline.
-      if (profile::trace_enabled())
-        profile::add_event({"allreduce bucket " + std::to_string(b), "comm", r.origin_host_us + t.launch_us,
-                            t.finish_us - t.launch_us, 1});
-    }
-    compute_overlap(s);
-    steps_.push_back(std::move(s));
+  while (!pending_.empty()) resolve_front();
+}
+
+void Timeline::resolve_front() {
+  const Raw& r = pending_.front();
+  StepTiming s;
+  s.step = static_cast<int64_t>(steps_.size());
+  s.backward_end_us = r.backward_end->us_since(*r.origin);
+  for (size_t b = 0; b < r.buckets.size(); ++b) {
+    const Raw::Bucket& m = r.buckets[b];
+    BucketTiming t{m.ready->us_since(*r.origin), m.launch->us_since(*r.origin), m.finish->us_since(*r.origin), m.bytes};
+    s.buckets.push_back(t);
+    // The bucket's all-reduce on the trace's communication track, timed by the comm timeline.
+    if (profile::trace_enabled())
+      profile::add_event({"allreduce bucket " + std::to_string(b), "comm", r.origin_host_us + t.launch_us,
+                          t.finish_us - t.launch_us, 1});
   }
-  pending_.clear();
+  compute_overlap(s);
+  steps_.push_back(std::move(s));
+  pending_.pop_front();
 }
 
 const std::vector<StepTiming>& Timeline::steps() {

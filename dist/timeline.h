@@ -10,9 +10,12 @@
 //   comm     = length of the union of the [launch, finish] intervals,
 //   exposed  = the part of that union after backward_end: communication that nothing hid,
 //   overlap  = (comm - exposed) / comm, the fraction of communication hidden behind backward.
-// Reading GPU timings waits for the events, so steps() is for log intervals, not every step.
+// Reading GPU timings waits for the events, so steps() is for log intervals, not every step. The
+// periodic clean-up at end_step never waits: it resolves only steps older than the newest one whose
+// events have all completed (cudaEventQuery), so the host never drains the stream mid-training.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -64,10 +67,13 @@ class Timeline {
     double origin_host_us = 0;  // profile::now_us() at the origin, to place GPU times in the trace
     struct Bucket { MarkPtr ready, launch, finish; int64_t bytes; };
     std::vector<Bucket> buckets;
+    bool complete() const;  // every mark reached (never blocks)
   };
-  void resolve();
+  void resolve();            // every pending step (waits for GPU events)
+  void resolve_completed();  // pending steps before the newest whose marks are complete (never waits)
+  void resolve_front();      // the oldest pending step
   Raw step_;  // the step in progress
-  std::vector<Raw> pending_;
+  std::deque<Raw> pending_;  // ended, not yet resolved; oldest first
   std::vector<StepTiming> steps_;
 };
 

@@ -1,6 +1,7 @@
 // dist/watchdog.cpp: the progress question, its answer and the abort (see watchdog.h).
 #include "dist/watchdog.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,34 @@
 namespace tandem::dist {
 
 constexpr int kPingTag = 7001, kReplyTag = 7002;  // the question and the answer, on `watch`
+// The answer of a rank whose GPU faulted: not a collective number (those start at 1).
+constexpr long long kFaulted = -2;
+
+namespace {
+std::atomic<int> g_watched_gpu{-1};  // written once by dist::init, read by communication threads
+
+[[noreturn]] void fault_abort(int rank, const std::string& fault, long long seq, const std::string& what) {
+  std::fprintf(stderr, "[rank %d] tandem watchdog: kernel fault on rank %d: %s. Collective #%lld (%s) cannot "
+               "finish because this rank's GPU stopped. Aborting the job; rerun with TANDEM_SYNC_CHECK=1 or under "
+               "compute-sanitizer to find the kernel.\n", rank, rank, fault.c_str(), seq, what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+}  // namespace
+
+void watchdog_watch_device(Device d) { g_watched_gpu = d.is_cuda() ? d.index : -1; }
+
+std::string watchdog_local_fault() {
+  const int gpu = g_watched_gpu.load();
+  if (gpu < 0) return "";
+  try {
+    set_device(Device::cuda(gpu));  // this thread's current device may not be set yet
+    return cuda_fault();
+  } catch (const std::exception& e) {
+    return e.what();  // the CUDA runtime refuses even these calls: that is the fault
+  }
+}
 
 void watchdog_answer(MPI_Comm watch, long long seq) {
   int flag = 0;
@@ -18,6 +47,7 @@ void watchdog_answer(MPI_Comm watch, long long seq) {
   if (!flag) return;
   long long ping = 0;
   MPI_Recv(&ping, 1, MPI_LONG_LONG, st.MPI_SOURCE, kPingTag, watch, MPI_STATUS_IGNORE);
+  if (!watchdog_local_fault().empty()) seq = kFaulted;  // "I reached it, but my GPU cannot finish it"
   MPI_Send(&seq, 1, MPI_LONG_LONG, st.MPI_SOURCE, kReplyTag, watch);  // 8 bytes: sent eagerly
 }
 
@@ -28,6 +58,8 @@ void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, doub
   int rank = 0, size = 1;
   MPI_Comm_rank(watch, &rank);
   MPI_Comm_size(watch, &size);
+  // The local GPU first: a fault here is the cause, whatever the peers answer.
+  if (std::string fault = watchdog_local_fault(); !fault.empty()) fault_abort(rank, fault, seq, what);
   std::vector<long long> reached(size, -1);
   std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL), sends(size, MPI_REQUEST_NULL);
   for (int p = 0; p < size; ++p) {
@@ -44,10 +76,16 @@ void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, doub
     watchdog_answer(watch, seq);  // peers that timed out too are asking us the same question
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::string missing;
-  for (int p = 0; p < size; ++p)
-    if (reached[p] < seq) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-  if (missing.empty())
+  std::string missing, faulted;
+  for (int p = 0; p < size; ++p) {
+    if (reached[p] == kFaulted) faulted += (faulted.empty() ? "" : ", ") + std::to_string(p);
+    else if (reached[p] < seq) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+  }
+  if (!faulted.empty())
+    std::fprintf(stderr, "[rank %d] tandem watchdog: collective #%lld (%s) did not finish within %.0f s because of a "
+                 "kernel fault on rank(s) %s (see that rank's message for the CUDA error). Aborting the job.\n",
+                 rank, seq, what.c_str(), timeout_s, faulted.c_str());
+  else if (missing.empty())
     std::fprintf(stderr, "[rank %d] tandem watchdog: every rank reached collective #%lld (%s) but it did not "
                  "finish within %.0f s: the network or a GPU is stuck. Aborting the job.\n",
                  rank, seq, what.c_str(), timeout_s);

@@ -3,18 +3,32 @@
 // Each communicator polls these from its collectives' wait loops (comm_mpi.cpp, comm_nccl.cpp),
 // over `watch`, a communicator duplicated for this alone so its messages never match a collective.
 // seq numbers a communicator's collectives from 1 in issue order; a peer in #seq has reached it.
+//
+// A GPU kernel fault (illegal address, ...) also stops a rank from finishing its collectives, and
+// its peers would then blame it as "did not reach". So before blaming anyone the watchdog asks the
+// local GPU (core/device.h cuda_fault()): a faulted rank reports "kernel fault on rank R: ..." and
+// aborts, and it answers its peers' question with kFaulted so that their message names the fault.
 #pragma once
 #include <mpi.h>
 
 #include <string>
 
+#include "core/device.h"
+
 namespace tandem::dist {
+
+// The GPU whose sticky errors the watchdog checks (dist::init sets it; cpu: none).
+void watchdog_watch_device(Device d);
+// The watched GPU's sticky kernel fault ("cudaErrorIllegalAddress (...)"), or "" when there is none
+// or no GPU is watched. Never blocks. Communicators may poll it to abort early on a fault.
+std::string watchdog_local_fault();
 
 // Answers a timed-out peer's question "how far did you get?" with `seq`, the collective this rank
 // is in. A rank that never answers did not reach it (dead, hung, or on another code path).
 void watchdog_answer(MPI_Comm watch, long long seq);
 // Collective #seq (`what`) passed comm_timeout_s: asks every peer for up to 3 s how far it got,
-// prints "[rank R] ... rank(s) X did not reach collective #N within T s" and calls MPI_Abort.
+// prints "[rank R] ... rank(s) X did not reach collective #N within T s" and calls MPI_Abort. When
+// this rank's own GPU has faulted it says "kernel fault on rank R: ..." instead and asks nobody.
 [[noreturn]] void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s);
 
 }  // namespace tandem::dist

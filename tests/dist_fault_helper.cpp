@@ -2,6 +2,9 @@
 // mpiexec. Not a ctest entry itself (its whole point is to end badly).
 //   dist_fault_helper mismatch   rank 1 builds a model with a different shape
 //   dist_fault_helper die        rank 1 exits with status 3 in the middle of training
+//   dist_fault_helper escape     rank 1 lets an exception escape main (no dist::finalize())
+//   dist_fault_helper return     rank 1 returns 4 from main without dist::finalize()
+// In the last two, rank 0 waits in a barrier that rank 1 never joins.
 #include <unistd.h>
 
 #include <cstdio>
@@ -29,6 +32,16 @@ struct Tiny : Module {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   const dist::World& world = dist::init();
+  if (std::strcmp(mode, "escape") == 0 || std::strcmp(mode, "return") == 0) {
+    if (world.rank == 1) {
+      if (mode[0] == 'e') TANDEM_THROW("thrown out of main on purpose");
+      return 4;
+    }
+    dist::comm_for(Device::cpu()).barrier("barrier rank 1 never joins")->wait();
+    std::printf("[rank 0] no error: the barrier finished without rank 1\n");
+    dist::finalize();
+    return 0;
+  }
   try {
     if (std::strcmp(mode, "mismatch") == 0) {
       auto m = std::make_shared<Tiny>(world.rank == 1 ? 5 : 4);

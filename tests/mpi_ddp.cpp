@@ -177,6 +177,8 @@ TEST_CASE("broadcast_buffers: every training forward starts from rank 0's BatchN
       zero_grads(*probe);
       ops::cross_entropy(ddp(xs), ys).backward();
       sgd_step(*probe);
+      // Coalesced: the f32 statistics in one broadcast, the i64 counter in another.
+      CHECK(ddp.buffer_collectives() == (broadcast && w.size > 1 ? 2 : 0));
     }
     std::vector<std::string> all = all_gather_strings(probe->seen);
     bool same = true;
@@ -184,4 +186,25 @@ TEST_CASE("broadcast_buffers: every training forward starts from rank 0's BatchN
     if (broadcast || w.size == 1) CHECK(same);
     else CHECK_FALSE(same);
   }
+}
+
+TEST_CASE("broadcast_coalesced: one collective per dtype, every tensor becomes root's") {
+  // Interleaved dtypes and shapes (a scalar too), values that depend on the rank: after the call
+  // every rank holds rank 0's values, and only two broadcasts were issued (f32 and i64).
+  const World& w = world();
+  const float r = static_cast<float>(w.rank);
+  std::vector<Tensor> ts = {Tensor::from_vector({r, r + 1, r + 2}, {3}),
+                            Tensor::from_vector_i64({w.rank * 10 + 1, w.rank * 10 + 2}, {2}),
+                            Tensor::from_vector({r * 4, r * 4 + 1, r * 4 + 2, r * 4 + 3}, {2, 2}),
+                            Tensor::from_vector_i64({w.rank + 7}, {})};
+  CHECK(broadcast_coalesced(ts, 0, "test broadcast") == 2);
+  CHECK(ts[0].to_vector() == std::vector<float>{0, 1, 2});
+  CHECK(ts[1].to_vector_i64() == std::vector<int64_t>{1, 2});
+  CHECK(ts[2].to_vector() == std::vector<float>{0, 1, 2, 3});
+  CHECK(ts[2].shape() == Shape{2, 2});
+  CHECK(ts[3].to_vector_i64() == std::vector<int64_t>{7});
+  // A single tensor of a dtype is broadcast in place: still one collective.
+  std::vector<Tensor> one = {Tensor::from_vector({r}, {1})};
+  CHECK(broadcast_coalesced(one, 0, "test broadcast") == 1);
+  CHECK(one[0].to_vector() == std::vector<float>{0});
 }

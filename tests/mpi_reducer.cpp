@@ -101,6 +101,39 @@ TEST_CASE("gradients are averaged over ranks: bucketed/unbucketed, overlap on/of
     }
 }
 
+TEST_CASE("Reducer::zero_grad: one memset per bucket, then backward copies in; same gradients as per-parameter zeroing") {
+  Communicator& c = comm_for(Device::cpu());
+  Toy toy;
+  Reducer red(toy.params, c, small_buckets());
+  toy.step(c.rank());  // leaves the averaged gradients in the buckets: zero_grad must clear them
+  for (int step = 0; step < 2; ++step) {
+    red.zero_grad();
+    for (const Bucket& b : red.buckets()) {
+      std::vector<float> v = b.buffer.to_vector();
+      CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+    }
+    const uint64_t copies = autograd::zero_grad_copies();
+    toy.backward(c.rank());
+    CHECK(autograd::zero_grad_copies() - copies == toy.params.size());  // every accumulation copied
+    CHECK(toy.mismatches(c.size()) == 0);
+  }
+  {  // no_sync: the flag is spent by the first backward, so the second one adds
+    red.zero_grad();
+    red.set_sync(false);
+    const uint64_t copies = autograd::zero_grad_copies();
+    toy.backward(c.rank());
+    toy.backward(c.rank());
+    red.set_sync(true);
+    CHECK(autograd::zero_grad_copies() - copies == toy.params.size());
+    CHECK(toy.mismatches(1, 2.0f * (c.rank() + 1)) == 0);  // the local sum of two: 2 (r + 1) k
+  }
+  // A .grad replaced by set_grad is no bucket view: zeroed on its own, and the flag follows it.
+  Tensor& p0 = toy.params[0].second;
+  p0.set_grad(Tensor::full(p0.shape(), 3.0));
+  red.zero_grad();
+  CHECK(p0.grad().to_vector() == std::vector<float>(p0.numel(), 0.0f));
+}
+
 TEST_CASE("no_sync accumulates locally; the next synchronised backward averages the sum") {
   Communicator& c = comm_for(Device::cpu());
   Toy toy;
@@ -198,6 +231,51 @@ TEST_CASE("compute_overlap: exposed is the communication after backward ended") 
   CHECK(s.comm_us == doctest::Approx(75));
   CHECK(s.exposed_us == doctest::Approx(30));
   CHECK(s.overlap == doctest::Approx(45.0 / 75));
+}
+
+namespace {
+// A GPU-like mark: complete() is false until the test says the "GPU" got there; us_since counts the
+// reads, and a read of an incomplete mark counts as a host wait (the thing the timeline must avoid).
+struct FakeMark final : Mark {
+  double t;
+  std::shared_ptr<bool> reached;
+  int* reads;
+  int* waits;
+  FakeMark(double t_, std::shared_ptr<bool> r, int* rd, int* w) : t(t_), reached(std::move(r)), reads(rd), waits(w) {}
+  bool complete() const override { return *reached; }
+  double us_since(const Mark& o) const override {
+    ++*reads;
+    if (!*reached || !*static_cast<const FakeMark&>(o).reached) ++*waits;
+    return t - static_cast<const FakeMark&>(o).t;
+  }
+};
+}  // namespace
+
+TEST_CASE("Timeline::end_step never waits for the GPU: it resolves completed steps, one step behind") {
+  Timeline tl;
+  int waits = 0;
+  std::vector<std::shared_ptr<bool>> reached;
+  std::vector<int> reads(4, 0);
+  auto step = [&](int k) {
+    reached.push_back(std::make_shared<bool>(false));
+    tl.start_step(std::make_shared<FakeMark>(0, reached[k], &reads[k], &waits));
+    tl.end_step(std::make_shared<FakeMark>(10, reached[k], &reads[k], &waits));
+  };
+  step(0);
+  step(1);
+  CHECK(reads[0] == 0);  // step 0 not reached by the "GPU": left pending
+  *reached[0] = true;
+  step(2);
+  CHECK(reads[0] > 0);    // step 0 complete and no longer the newest: resolved
+  CHECK(reads[1] == 0);   // step 1 not reached
+  *reached[1] = *reached[2] = true;
+  step(3);
+  CHECK(reads[2] > 0);
+  CHECK(reads[3] == 0);   // the newest step is never read at end_step, even when complete
+  CHECK(waits == 0);
+  *reached[3] = true;
+  REQUIRE(tl.steps().size() == 4);  // steps() resolves the rest (and may wait: it is for reports)
+  CHECK(tl.steps()[3].backward_end_us == doctest::Approx(10));
 }
 
 TEST_CASE("write_trace: one Chrome trace on rank 0, a process per rank, bucket all-reduces on track 1") {

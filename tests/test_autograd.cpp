@@ -154,3 +154,28 @@ TEST_CASE("seeded random init is reproducible and independent of device order") 
   CHECK(std::abs(mean) < 0.1);
   CHECK(var == doctest::Approx(1.0).epsilon(0.1));
 }
+
+TEST_CASE("mark_grad_zero: the next accumulation copies (overwrites), once; a replaced .grad is not vouched for") {
+  // The flag is a promise by the caller; breaking it on purpose (5s in a "zeroed" .grad) shows
+  // that the accumulation really copies instead of adding.
+  Tensor x = leaf({1, 2, 3});
+  Tensor buffer = Tensor::full({3}, 5.0);
+  x.set_grad(buffer.view({3}));
+  autograd::mark_grad_zero(x);
+  const uint64_t copies = autograd::zero_grad_copies();
+  ops::scale(x, 2.0f).backward(Tensor::ones({3}));
+  CHECK(x.grad().to_vector() == std::vector<float>{2, 2, 2});  // copied over the 5s
+  CHECK(buffer.to_vector() == std::vector<float>{2, 2, 2});    // in place: still a view of buffer
+  CHECK(autograd::zero_grad_copies() == copies + 1);
+  ops::scale(x, 2.0f).backward(Tensor::ones({3}));  // the flag was spent: adds
+  CHECK(x.grad().to_vector() == std::vector<float>{4, 4, 4});
+  autograd::mark_grad_zero(x);
+  x.set_grad(Tensor::full({3}, 1.0));  // another .grad than the one vouched for: adds
+  ops::scale(x, 2.0f).backward(Tensor::ones({3}));
+  CHECK(x.grad().to_vector() == std::vector<float>{3, 3, 3});
+  CHECK(autograd::zero_grad_copies() == copies + 1);
+  Tensor y = leaf({1});  // no .grad yet: nothing to vouch for, the first gradient is cloned as before
+  autograd::mark_grad_zero(y);
+  ops::scale(y, 2.0f).backward(Tensor::ones({1}));
+  CHECK(y.grad().to_vector() == std::vector<float>{2});
+}

@@ -34,3 +34,17 @@ TEST_CASE("a rank that dies mid-training, launcher told not to clean up: tandem'
   check_failed(run("TANDEM_COMM_TIMEOUT_S=5", "-disable-auto-cleanup", "die"), 60,
                {"[rank 0] tandem watchdog: rank(s) 1 did not reach collective"});
 }
+
+// Leaving main without dist::finalize() must end the job at once, not hang in the communicators'
+// teardown or leave rank 0 in its barrier: tandem prints a line and calls MPI_Abort. The launcher
+// is told not to clean up and the collective deadline is 100 s, so only that path can end it in 30 s.
+TEST_CASE("an exception that escapes main on one rank: the job ends at once, naming it") {
+  check_failed(run("TANDEM_COMM_TIMEOUT_S=100", "-disable-auto-cleanup", "escape"), 30,
+               {"[rank 1] tandem: uncaught error: ", "thrown out of main on purpose", "without dist::finalize()"},
+               {"no error"});
+}
+
+TEST_CASE("a rank that returns from main without dist::finalize(): the job ends at once") {
+  check_failed(run("TANDEM_COMM_TIMEOUT_S=100", "-disable-auto-cleanup", "return"), 30,
+               {"[rank 1] tandem: the process is exiting without dist::finalize()"}, {"no error"});
+}

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/safetensors.h"
 #include "tests/support/app_runner.h"
 
@@ -55,6 +56,33 @@ TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
   INFO(s.output);
   CHECK(s.status != 0);
   CHECK(s.has("--steps: must be at least 1, got 0"));
+}
+
+TEST_CASE("--device cuda without a usable GPU fails with CUDA's reason instead of training on the CPU") {
+  if (tandem::probe_cuda().usable()) return;  // a working GPU: nothing to refuse
+  AppRun o = run(0, app("train_imagenet") + " --device cuda --synthetic --steps 1 --model small_cnn --image-size 16");
+  INFO(o.output);
+  CHECK(o.status != 0);
+  CHECK(o.has("train_imagenet --device cuda needs a GPU"));
+  CHECK_FALSE(o.has("step 1/1"));
+}
+
+TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured") {
+  const std::string tiny = " --synthetic --steps 1 --model small_cnn --image-size 16 --batch 2 ";
+  AppRun cpu = run(0, app("train_imagenet") + tiny + "--device cpu --cuda-graph --on-nonfinite off");
+  INFO(cpu.output);
+  CHECK(cpu.status != 0);
+  CHECK(cpu.has("--cuda-graph captures GPU work, and --device cpu has none"));
+  AppRun check = run(0, app("train_imagenet") + tiny + "--cuda-graph");
+  INFO(check.output);
+  CHECK(check.status != 0);
+  CHECK(check.has("--cuda-graph cannot capture --on-nonfinite stop"));
+  AppRun autodev = run(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off");
+  INFO(autodev.output);
+  CHECK(autodev.status != 0);
+  CHECK(autodev.has("--cuda-graph"));
+  if (!tandem::probe_cuda().usable()) CHECK(autodev.has("--cuda-graph needs a GPU, and this run is on the CPU"));
+  CHECK_FALSE(autodev.has("step 1/1"));
 }
 
 TEST_CASE("--num-classes beside --data must match the class folders") {

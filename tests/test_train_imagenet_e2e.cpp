@@ -68,6 +68,7 @@ TEST_CASE("mpiexec -n 2 train_imagenet trains on a generated dataset and writes 
   std::string log = slurp((s.root / "a.log").string());
   CHECK(log.find("validation: top1") != std::string::npos);
   CHECK(log.find("ms/step: data") != std::string::npos);
+  CHECK(log.find(" | host ") != std::string::npos);  // host time issuing a step (what CUDA graphs cut)
 }
 
 TEST_CASE("1 of 2 epochs + --resume auto ends exactly where 2 epochs in one go end") {

@@ -28,6 +28,10 @@ struct RunClock {
   Clock::time_point first_step{};      // training time is measured from here
   Clock::time_point interval_start{};  // start of the current progress interval (moved on by pauses)
   double interval_data_ms = 0;         // time the loader kept the steps of this interval waiting
+  double interval_host_ms = 0;         // host time spent issuing this interval's steps (forward,
+                                       // backward, optimizer), without the waits for the device: on
+                                       // a GPU the launch overhead that CUDA graphs remove; on the
+                                       // CPU, where ops run as they are issued, the compute itself
   Clock::time_point steady_start{};    // end of the --bench-warmup steps, device synchronised
   int64_t steady_from = -1;            // the step the steady window starts after (-1: not reached)
   double paused_s_at_steady = 0;       // paused_s when the steady window started
@@ -41,7 +45,7 @@ struct RunClock {
   // After `step` steps: the warm-up is over, the steady window starts now.
   void start_steady(int64_t step, Device dev);
   double interval_ms() const { return seconds_since(interval_start) * 1000; }
-  void start_interval() { interval_data_ms = 0, interval_start = Clock::now(); }
+  void start_interval() { interval_data_ms = 0, interval_host_ms = 0, interval_start = Clock::now(); }
 
   // Brackets validation and checkpoints: their time counts as paused, not as training, and the
   // interval running across them is shifted so its rate does not include them either.

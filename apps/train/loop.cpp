@@ -24,19 +24,24 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   const int rank = t.world->rank;
   const int64_t number = s.step + 1;  // 1-based, as progress lines and TANDEM_FAULT count
   fault_before_step(s.fault, rank, number);
+  const Clock::time_point issue_start = Clock::now();  // host time issuing the step (clock.h)
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
   // --amp: the model computes in 16-bit from its first layer on (the loader yields f32 images).
   Tensor logits = (*t.ddp)(t.amp ? ops::cast_raw(b.images, t.amp->low) : b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
   loss = fault_in_step(s.fault, rank, number, loss);
   if (t.zero) t.zero->zero_grad(*t.opt);
-  else t.opt->zero_grad();
-  if (t.amp) t.model->zero_grad();  // the optimizer holds the masters' gradients, not the model's
+  else if (t.amp) t.opt->zero_grad();  // the f32 masters' gradients
+  // The model's gradients are DDP's bucket views: one memset per bucket, and the first accumulation
+  // copies instead of adding (reducer.h). ZeRO zeroes its own (it owns the shards).
+  if (!t.zero) t.ddp->reducer().zero_grad();
   // Every rank, even with a bad loss: DDP's all-reduces must match across ranks. fp16 AMP scales
   // the loss so small gradients survive in 16-bit (optim/loss_scaler.h).
   (t.amp ? ops::scale(loss, static_cast<float>(t.amp->scaler.scale())) : loss).backward();
+  clock.interval_host_ms += seconds_since(issue_start) * 1000;
   // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
   bool skip = s.on_nonfinite != OnNonfinite::Off && skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
+  const Clock::time_point step_start = Clock::now();  // the wait in loss.item() is not host work
   if (!skip && t.amp) {
     skip = !amp_step(*t.amp, *t.opt);
   } else if (!skip) {
@@ -46,6 +51,7 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
     t.opt->step();
     if (t.zero) t.zero->gather_parameters();  // every rank's updated shard to every rank
   }
+  clock.interval_host_ms += seconds_since(step_start) * 1000;
   if (!skip) measure_memory(t);  // once: the optimizer state exists from here on
   ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
   if (skip) {
@@ -84,6 +90,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
   last.skipped_steps = rec.skipped_steps;
   last.loss_scale = t.amp ? t.amp->scaler.scale() : 0;
+  last.host_ms = clock.interval_host_ms;
   timeline_interval(t.ddp->timeline(), s.timeline_from, last);
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
   if (t.world->rank == 0)

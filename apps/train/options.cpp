@@ -96,6 +96,8 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--on-nonfinite", o.on_nonfinite,
                  "a NaN/inf loss on any rank: stop the run, skip the step on every rank, or off (no check)")
       ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -128,6 +130,10 @@ void validate(TrainOptions& o) {
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
   TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");
+  TANDEM_CHECK(!o.cuda_graph || o.device != "cpu", "--cuda-graph captures GPU work, and --device cpu has none: drop "
+               "--cuda-graph or use --device cuda");
+  TANDEM_CHECK(!o.cuda_graph || o.on_nonfinite == "off", "--cuda-graph cannot capture --on-nonfinite ", o.on_nonfinite,
+               ": its per-step loss check reads the loss on the host in the middle of the step. Add --on-nonfinite off");
 }
 
 }  // namespace tandem::apps

@@ -73,6 +73,11 @@ struct TrainOptions {
   bool describe = false;            // print the model and settings, then exit (needs no data)
   bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
   // faults (apps/train/nonfinite.h)
+  // CUDA graphs (apps/train/setup.cpp check_cuda_graph): replay one captured step instead of
+  // issuing every kernel from the host. Needs a GPU and NCCL (MPI / host-staged collectives cannot
+  // be captured) and --on-nonfinite off (its per-step loss read is a host sync inside the step).
+  // Default off. The progress line's "host ms/step" shows what it would save.
+  bool cuda_graph = false;
   std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss on any rank stops the
                                       // run (no checkpoint from that state), skips the step on
                                       // every rank, or is not checked (no per-step host sync)

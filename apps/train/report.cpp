@@ -138,10 +138,11 @@ std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr,
   char b[512];
   std::snprintf(b, sizeof b,
                 "epoch %lld step %lld/%lld | loss %.4f top1 %.1f%% | lr %.4g | %.0f img/s (%.0f/rank) | "
-                "%.1f ms/step: data %.1f compute %.1f exposed-comm %.1f (overlap %.0f%%) | mem %s peak %s",
+                "%.1f ms/step: data %.1f compute %.1f exposed-comm %.1f (overlap %.0f%%) | host %.2f ms/step | "
+                "mem %s peak %s",
                 (long long)epoch, (long long)step, (long long)total, iv.loss, 100 * iv.top1, lr, iv.images_per_s,
                 iv.images_per_s / world, iv.step_ms(), iv.data_ms / std::max<int64_t>(iv.steps, 1),
-                iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, mib(m.current_bytes).c_str(),
+                iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, iv.host_step_ms(), mib(m.current_bytes).c_str(),
                 mib(m.peak_bytes).c_str());
   std::string line = b;
   if (iv.loss_scale > 0) {

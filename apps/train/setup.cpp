@@ -9,7 +9,7 @@
 
 #include "apps/train/checkpointing.h"  // defines: restore_checkpoint
 #include "apps/train/memory.h"         // defines: plan_memory
-#include "core/device.h"               // defines: built_with_cuda
+#include "core/device.h"               // defines: require_cuda, built_with_cuda
 #include "core/profile.h"              // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
 #include "data/image_folder.h"         // defines: ImageFolder (train/ and val/ splits)
@@ -27,10 +27,28 @@ bool env_rank0() {
 const dist::World& init_world(const TrainOptions& o) {
   dist::InitOptions io;
   io.use_gpu = o.device != "cpu";
+  // Before MPI: the same clear error on every rank (CUDA's own error and driver/runtime versions).
+  if (o.device == "cuda") require_cuda("train_imagenet --device cuda");
   const dist::World& w = dist::init(io);
-  TANDEM_CHECK(o.device != "cuda" || w.device.is_cuda(), "--device cuda but no GPU is visible (",
-               built_with_cuda() ? "built with CUDA" : "this build has no CUDA backend", "): use --device cpu");
+  TANDEM_CHECK(o.device != "cuda" || w.device.is_cuda(), "--device cuda but dist::init chose ", w.device.str(),
+               ": use --device cpu");
+  if (o.cuda_graph) check_cuda_graph(w);
   return w;
+}
+
+void check_cuda_graph(const dist::World& w) {
+  TANDEM_CHECK(w.device.is_cuda(), "--cuda-graph needs a GPU, and this run is on the CPU (",
+               built_with_cuda() ? "no usable GPU is visible" : "this build has no CUDA backend",
+               "): drop --cuda-graph");
+  const std::string backend = dist::comm_for(w.device).backend();
+  TANDEM_CHECK(backend == "nccl", "--cuda-graph: the gradient all-reduces go over ", backend,
+               " (host memory, driven by a CPU thread), which a CUDA graph cannot capture. Give every rank its own "
+               "GPU and leave TANDEM_HOST_STAGING unset so that NCCL carries them, or drop --cuda-graph");
+  // What is left is the capture itself: the step (forward, backward with the reducer's NCCL calls,
+  // optimizer) on a capture stream after warm-up steps, replayed each step from static input
+  // buffers. It needs a GPU to be written and tested; until then, say so instead of running without.
+  TANDEM_THROW("--cuda-graph: capturing the training step is not implemented yet (the option's checks are); "
+               "drop --cuda-graph");
 }
 
 Datasets make_datasets(const TrainOptions& o) {

@@ -32,8 +32,11 @@ struct Datasets {
   std::shared_ptr<const data::Dataset> train, val;  // val may be null (no validation)
 };
 
-// Starts MPI (and NCCL on GPUs) and checks that --device can be honoured.
+// Starts MPI (and NCCL on GPUs) and checks that --device can be honoured: --device cuda on a
+// machine whose GPU is missing or unusable fails with require_cuda's message (core/device.h).
 const dist::World& init_world(const TrainOptions& o);
+// --cuda-graph: throws unless this world can capture a step (a GPU, NCCL collectives).
+void check_cuda_graph(const dist::World& w);
 // --synthetic, or <data>/train and (when present) <data>/val.
 Datasets make_datasets(const TrainOptions& o);
 // The model --model names, for `classes` classes; `resume` non-empty skips drawing its init.
