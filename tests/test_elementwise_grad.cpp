@@ -35,6 +35,29 @@ TEST_CASE("relu away from the kink, gelu everywhere") {
   CHECK(gradcheck([](auto& in) { return ops::gelu(in[0]); }, {rand_f64({40}, 8, -3, 3)}) == "");
 }
 
+TEST_CASE("relu_ (in place) matches relu: values and gradients; a grad leaf is refused") {
+  Tensor x = rand_f64({40}, 11, 0.05, 1.0, false);
+  std::vector<double> v = x.to_vector_f64();
+  for (size_t i = 0; i < v.size(); i += 3) v[i] = -v[i];
+  Tensor xr = Tensor::from_vector_f64(v, {40});
+  xr.set_requires_grad(true);
+  // relu_ needs a non-leaf: scale by 1 gives one without changing the values.
+  auto f = [](const std::vector<Tensor>& in) {
+    Tensor t = ops::scale(in[0], 1.0f);
+    ops::relu_(t);
+    return t;
+  };
+  CHECK(gradcheck(f, {xr}) == "");
+  Tensor t = ops::scale(xr, 1.0f);
+  ops::relu_(t);
+  CHECK(t.to_vector_f64() == ops::relu(xr).to_vector_f64());
+  CHECK(t.grad_fn() != nullptr);
+  CHECK_THROWS_WITH_AS(ops::relu_(xr), doctest::Contains("leaf"), Error);
+  Tensor plain = Tensor::from_vector_f64({-1.0, 2.0}, {2});  // no grad: just overwritten
+  ops::relu_(plain);
+  CHECK(plain.to_vector_f64() == std::vector<double>{0.0, 2.0});
+}
+
 TEST_CASE("cast is differentiable") {
   CHECK(gradcheck([](auto& in) { return ops::cast(ops::scale(ops::cast(in[0], DType::F32), 2.0f), DType::F64); },
                   {rand_f64({5}, 9)}, {1e-3, 1e-5, 1e-4}) == "");
