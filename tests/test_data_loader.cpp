@@ -196,6 +196,40 @@ TEST_CASE("loader: resident mode hands out one batch every step; bad options are
   if (!built_with_cuda()) CHECK_THROWS_AS(Loader(ds, cuda), Error);
 }
 
+// A dataset whose sample 3 has a label outside its own class count (a data-pipeline bug).
+class BadLabelDataset : public Dataset {
+ public:
+  int64_t size() const override { return 8; }
+  int num_classes() const override { return 4; }
+  Shape sample_shape() const override { return {2, 2, 3}; }
+  bool get(int64_t index, const SampleKey&, float* out, int64_t* label, std::string*) const override {
+    std::fill(out, out + 12, 0.5f);
+    *label = index == 3 ? 4 : index % 4;
+    return true;
+  }
+};
+
+TEST_CASE("loader: a label outside [0, num_classes) is an error that names the sample") {
+  // The loader is where labels are range-checked for CUDA training (the loss does not sync to look).
+  for (int workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.num_workers = workers;
+    o.shuffle = false;
+    Loader loader(std::make_shared<BadLabelDataset>(), o);
+    std::string message;
+    try {
+      Batch b;
+      while (loader.next(b)) {
+      }
+    } catch (const Error& err) {
+      message = err.what();
+    }
+    CAPTURE(message);
+    CHECK(message.find("sample 3 has label 4, outside [0, 4)") != std::string::npos);
+  }
+}
+
 TEST_CASE("synthetic: sample i is a pure function of (seed, i); labels in range and varied") {
   SyntheticDataset a({100, 7, 5, 3}), b({100, 7, 5, 3}), c({100, 7, 5, 4});
   std::vector<float> x(75), y(75), z(75);
