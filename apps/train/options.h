@@ -65,6 +65,7 @@ struct TrainOptions {
   std::string metrics;              // JSON summary file (rank 0)
   bool describe = false;            // print the model and settings, then exit (needs no data)
   bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
+  bool deterministic = false;       // cuDNN: skip non-deterministic engines (ops::set_deterministic)
   // faults (apps/train/nonfinite.h)
   std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss on any rank stops the
                                       // run (no checkpoint from that state), skips the step on

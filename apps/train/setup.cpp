@@ -9,6 +9,7 @@
 
 #include "apps/train/checkpointing.h"  // defines: restore_checkpoint
 #include "core/device.h"               // defines: built_with_cuda
+#include "core/ops/conv.h"             // defines: set_deterministic
 #include "core/profile.h"              // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
 #include "data/image_folder.h"         // defines: ImageFolder (train/ and val/ splits)
@@ -167,6 +168,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.model = std::move(model);
   t.model->to(t.dev);
   manual_seed(o.seed);
+  ops::set_deterministic(o.deterministic);  // before the first conv builds its cuDNN plans
   NamedTensors opt_state;
   if (!resume.empty()) {
     Restored r = restore_checkpoint(resume, *t.model, o, w);
