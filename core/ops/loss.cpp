@@ -9,6 +9,7 @@
 #include "core/ops/loss.h"
 
 #include "core/autograd.h"
+#include "core/device.h"
 #include "core/ops/copy.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -84,6 +85,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
 
 int64_t take_bad_label_count() {
 #ifdef TANDEM_WITH_CUDA
+  if (!cuda_available()) return 0;  // no CUDA tensor can exist, so no label was clamped
   return kernels::take_bad_label_count_cuda();
 #else
   return 0;
