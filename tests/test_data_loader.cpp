@@ -64,6 +64,18 @@ Epoch run_epoch(Loader& loader, int64_t epoch) {
   return e;
 }
 
+// Reads one epoch; returns the message of the error it threw, or "" when none.
+std::string epoch_error(Loader& loader) {
+  try {
+    Batch b;
+    while (loader.next(b)) {
+    }
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "";
+}
+
 std::shared_ptr<ImageFolder> folder(const std::string& split, bool train, int size = 8) {
   ImageFolderOptions o;
   o.train = train;
@@ -160,14 +172,7 @@ TEST_CASE("loader: strict mode turns a corrupt file into an error that names it"
     o.num_workers = workers;
     o.strict = true;
     Loader loader(ds, o);
-    std::string message;
-    try {
-      Batch b;
-      while (loader.next(b)) {
-      }
-    } catch (const Error& err) {
-      message = err.what();
-    }
+    std::string message = epoch_error(loader);
     CAPTURE(message);
     CHECK(message.find("img2.png") != std::string::npos);
     CHECK(loader.skipped_files() == 1);
@@ -217,14 +222,7 @@ TEST_CASE("loader: a label outside [0, num_classes) is an error that names the s
     o.num_workers = workers;
     o.shuffle = false;
     Loader loader(std::make_shared<BadLabelDataset>(), o);
-    std::string message;
-    try {
-      Batch b;
-      while (loader.next(b)) {
-      }
-    } catch (const Error& err) {
-      message = err.what();
-    }
+    std::string message = epoch_error(loader);
     CAPTURE(message);
     CHECK(message.find("sample 3 has label 4, outside [0, 4)") != std::string::npos);
   }
