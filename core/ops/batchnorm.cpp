@@ -59,8 +59,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   Tensor reserve;  // defined when cuDNN ran the forward: its backward then runs through cuDNN too
 #ifdef TANDEM_WITH_CUDA
   if (x.is_cuda() && training && batchnorm_cudnn() &&
-      !kernels::batchnorm_forward_train_cudnn(x.detach(), weight, bias, running_mean, running_var, momentum, eps, y,
-                                              save_mean, save_invstd, reserve))
+      !kernels::batchnorm_forward_train_cudnn(x.detach(), Tensor(), weight, bias, running_mean, running_var, momentum,
+                                              eps, y, save_mean, save_invstd, reserve))
     reserve = Tensor();
 #endif
   if (!reserve.defined())
@@ -83,9 +83,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                      if (gw) dw = Tensor::empty({C}, save_mean.dtype(), save_mean.device());
                      if (gb) db = Tensor::empty({C}, save_mean.dtype(), save_mean.device());
 #ifdef TANDEM_WITH_CUDA
+                     Tensor no_y, no_dz;  // the plain BN: no fused add/ReLU
                      if (reserve.defined() &&
-                         kernels::batchnorm_backward_train_cudnn(g[0], x2.view(shape), w, save_mean, save_invstd,
-                                                                 reserve, eps, dx, dw, db))
+                         kernels::batchnorm_backward_train_cudnn(g[0], x2.view(shape), no_y, w, Tensor(), save_mean,
+                                                                 save_invstd, reserve, eps, dx, no_dz, dw, db))
                        return std::vector<Tensor>{dx, dw, db};
 #endif
                      TANDEM_BACKEND(dy2,

@@ -1,5 +1,7 @@
 // core/ops/cuda/batchnorm_cudnn.cpp: training-mode batch norm through cuDNN's NHWC batch norm
-// (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT).
+// (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), alone
+// (CUDNN_BATCHNORM_OPS_BN) or fused with a residual add and ReLU, y = relu(bn(x) + z)
+// (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: the ResNet block tail, ops::batch_norm_add_relu).
 //
 // Used when ops::batchnorm_cudnn() is on (core/ops/batchnorm.h); the hand-written kernels in
 // batchnorm.cu stay the fallback and the reference. Semantics match ours: the saved statistics are
@@ -30,7 +32,6 @@ namespace tandem::kernels {
 namespace {
 
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-constexpr cudnnBatchNormOps_t kOps = CUDNN_BATCHNORM_OPS_BN;
 
 // Owns a legacy tensor descriptor.
 struct TensorDesc {
@@ -66,6 +67,21 @@ bool describe(const Tensor& x, TensorDesc& xd, TensorDesc& pd) {
   return cudnnDeriveBNTensorDescriptor(pd.d, xd.d, kMode) == CUDNN_STATUS_SUCCESS;
 }
 
+// Owns a ReLU activation descriptor (the fused op), or holds none.
+struct Activation {
+  cudnnActivationDescriptor_t d = nullptr;
+  explicit Activation(bool relu) {
+    if (!relu) return;
+    CUDNN_CHECK(cudnnCreateActivationDescriptor(&d));
+    CUDNN_CHECK(cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  }
+  ~Activation() {
+    if (d) cudnnDestroyActivationDescriptor(d);
+  }
+  Activation(const Activation&) = delete;
+  Activation& operator=(const Activation&) = delete;
+};
+
 // A parameter pointer, or a temporary filled with `value` when the tensor is undefined (cuDNN
 // always needs a scale, and returns both parameter gradients).
 void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Device& dev) {
@@ -76,16 +92,20 @@ void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Devi
 
 }  // namespace
 
-bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                                   Tensor& running_var, double momentum, double eps, Tensor& y, Tensor& save_mean,
-                                   Tensor& save_invstd, Tensor& reserve) {
+bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
+                                   Tensor& running_mean, Tensor& running_var, double momentum, double eps, Tensor& y,
+                                   Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) {
   TensorDesc xd, pd;
   if (eps < CUDNN_BN_MIN_EPSILON || !describe(x, xd, pd)) return false;
+  const bool fused = z.defined();
+  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  Activation act(fused);
+  cudnnTensorDescriptor_t zd = fused ? xd.d : nullptr;  // z has x's shape and dtype
   cudnnHandle_t h = cuda::dnn_handle();
   size_t ws_bytes = 0, rs_bytes = 0;
-  if (cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kMode, kOps, xd.d, nullptr, xd.d, pd.d, nullptr,
+  if (cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kMode, ops, xd.d, zd, xd.d, pd.d, act.d,
                                                                 &ws_bytes) != CUDNN_STATUS_SUCCESS ||
-      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, kOps, nullptr, xd.d, &rs_bytes) !=
+      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, ops, act.d, xd.d, &rs_bytes) !=
           CUDNN_STATUS_SUCCESS)
     return false;
   const int64_t C = x.size(-1);
@@ -99,30 +119,39 @@ bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& weight, const 
   rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
   const float one = 1.0f, zero = 0.0f;
   cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
-      h, kMode, kOps, &one, &zero, xd.d, x.data_ptr(), nullptr, nullptr, xd.d, y.data_ptr(), pd.d, scale, shift,
-      momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
+      h, kMode, ops, &one, &zero, xd.d, x.data_ptr(), zd, fused ? z.data_ptr() : nullptr, xd.d, y.data_ptr(), pd.d,
+      scale, shift, momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
       running_var.defined() ? running_var.data_ptr() : nullptr, eps, save_mean.data_ptr(), save_invstd.data_ptr(),
-      nullptr, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
+      act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
   if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
   CUDNN_CHECK(st, "batch_norm forward (cuDNN NHWC) on ", x.str(), ": call ops::set_batchnorm_cudnn(false) to use ",
               "tandem's own kernels");
   return true;
 }
 
-bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
-                                    const Tensor& save_invstd, const Tensor& reserve, double eps, Tensor& dx,
-                                    Tensor& dweight, Tensor& dbias) {
+bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
+                                    const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
+                                    const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
+                                    Tensor& dbias) {
   TensorDesc xd, pd;
   if (!describe(x, xd, pd)) return false;
+  const bool fused = y.defined();
+  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  Activation act(fused);
+  cudnnTensorDescriptor_t yd = fused ? xd.d : nullptr, dzd = fused ? xd.d : nullptr;
   cudnnHandle_t h = cuda::dnn_handle();
   size_t ws_bytes = 0;
-  if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, kOps, xd.d, xd.d, xd.d, nullptr, xd.d, pd.d,
-                                                        nullptr, &ws_bytes) != CUDNN_STATUS_SUCCESS)
+  if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops, xd.d, yd, xd.d, dzd, xd.d, pd.d, act.d,
+                                                        &ws_bytes) != CUDNN_STATUS_SUCCESS)
     return false;
   const int64_t C = x.size(-1);
   // cuDNN writes dx, dscale and dbias unconditionally: scratch tensors stand in for unwanted ones.
-  Tensor ones, dx_tmp, dw_tmp, db_tmp;
+  Tensor ones, zeros, dx_tmp, dz_tmp, dw_tmp, db_tmp;
   void* scale = param_or(weight, ones, C, 1.0, x.device());
+  void* shift = fused ? param_or(bias, zeros, C, 0.0, x.device()) : nullptr;  // the ReLU mask needs it
+  void* dzp = !fused ? nullptr
+              : dz.defined() ? dz.data_ptr()
+                             : (dz_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
   void* dxp = dx.defined() ? dx.data_ptr() : (dx_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
   void* dwp = dweight.defined() ? dweight.data_ptr() : (dw_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
   void* dbp = dbias.defined() ? dbias.data_ptr() : (db_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
@@ -130,9 +159,9 @@ bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
   const float one = 1.0f, zero = 0.0f;
   const size_t rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
   cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
-      h, kMode, kOps, &one, &zero, &one, &zero, xd.d, x.data_ptr(), nullptr, nullptr, xd.d, dy.data_ptr(), nullptr,
-      nullptr, xd.d, dxp, pd.d, scale, nullptr, dwp, dbp, eps, save_mean.data_ptr(), save_invstd.data_ptr(), nullptr,
-      workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
+      h, kMode, ops, &one, &zero, &one, &zero, xd.d, x.data_ptr(), yd, fused ? y.data_ptr() : nullptr, xd.d,
+      dy.data_ptr(), dzd, dzp, xd.d, dxp, pd.d, scale, shift, dwp, dbp, eps, save_mean.data_ptr(),
+      save_invstd.data_ptr(), act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
   if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
   CUDNN_CHECK(st, "batch_norm backward (cuDNN NHWC) on ", x.str(), ": call ops::set_batchnorm_cudnn(false) to use ",
               "tandem's own kernels");
