@@ -4,7 +4,8 @@
 // dataset with more classes than the model), and a readable error beats a NaN loss. CPU labels
 // are checked here. CUDA labels are not: copying them back would sync the host every step, so
 // the loader checks them on the host instead and the CUDA kernels clamp and count (loss.h).
-// topk_correct returns a host number (it syncs anyway), so it checks labels on both backends.
+// topk_correct returns a host number and the ignore_index overload picks rows on the host (both
+// sync anyway), so they check labels on both backends.
 // Statistics (lse, loss) are f32 for f32/f16/bf16 logits and f64 for f64 logits (gradient checks).
 #include "core/ops/loss.h"
 
@@ -68,10 +69,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing, int64_t ignore_index) {
   check_inputs(logits, labels, "cross_entropy");
-  std::vector<int64_t> v = labels.to_vector_i64();  // one host copy, as the range check makes anyway
+  // The rows to keep are decided on the host, so this overload copies the labels (and syncs) on
+  // CUDA; since they are here anyway, the kept labels are range-checked on both backends.
+  std::vector<int64_t> v = labels.to_vector_i64();
   std::vector<int64_t> rows, kept;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] == ignore_index) continue;
+    TANDEM_CHECK(v[i] >= 0 && v[i] < logits.size(1), "cross_entropy: label ", v[i], " at row ", i, " is outside [0, ",
+                 logits.size(1), ") and is not ignore_index (", ignore_index,
+                 "); labels must be class indices counted from 0, and the model needs one output per class");
     rows.push_back(static_cast<int64_t>(i));
     kept.push_back(v[i]);
   }
