@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/train/amp.h"      // defines: AmpRun
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/dataset.h"        // defines: Dataset
 #include "data/loader.h"         // defines: Loader
@@ -52,7 +53,8 @@ struct Training {
   TrainState start;          // where this run begins (all zeros for a fresh start)
   ModulePtr model;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
-  std::unique_ptr<optim::SGD> opt;
+  std::unique_ptr<optim::SGD> opt;  // over the f32 masters under --amp
+  std::unique_ptr<AmpRun> amp;      // null for --amp off
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
   int64_t global_batch = 0;   // --batch x ranks
   int64_t steps_per_epoch = 0;
