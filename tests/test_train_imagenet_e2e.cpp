@@ -88,7 +88,7 @@ TEST_CASE("1 of 2 epochs + --resume auto ends exactly where 2 epochs in one go e
 }
 
 TEST_CASE("--amp fp16 and bf16 train under mpiexec -n 2 and report the loss scale") {
-  Scratch& s = scratch();
+  tandem::testing::TinyImageDataset& s = scratch();
   for (std::string amp : {"fp16", "bf16"}) {
     std::string mj = (s.root / ("amp_" + amp + ".json")).string(), ck = (s.root / ("amp_" + amp)).string();
     REQUIRE(train(2, "--data " + s.data + " --epochs 1 --amp " + amp + " --checkpoint-dir " + ck + " --metrics " + mj,
