@@ -10,6 +10,8 @@
 // than the GPU ones so the part finishes in seconds), and ops::conv2d next to the one sgemm that its
 // im2col reduces to, so that ratio is im2col's cost.
 // GPU attention (bf16, BERT shapes): the flash path's time next to the reference path's.
+// GPU memory-bound ops (BN, elementwise, pooling, bias gradient, fused SGD): achieved GB/s next to
+// a device-to-device copy's (apps/bench_ops_bandwidth.h).
 // --json FILE writes every row. Performance is reported, never asserted.
 #include <cblas.h>
 
@@ -25,6 +27,7 @@
 #include "core/autograd.h"
 #include "core/ops/ops.h"
 #ifdef TANDEM_WITH_CUDA
+#include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
 #include "apps/bench_ops_gpu.h"
 #include "core/cuda/context.h"
 #endif
@@ -158,6 +161,7 @@ void attention_part(const bench::Timing& t, json& rows) {
 void gpu_part(const Options& o, json& rows) {
   bench::Timing t{o.warmup, o.reps};
   attention_part(t, rows);  // before the no-grad guard below: it times backward too
+  bench::bandwidth_part(t, rows);  // likewise (BN forward + backward)
   cudaStream_t tandem_stream = cuda::compute_stream();
   cudaStream_t direct_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));

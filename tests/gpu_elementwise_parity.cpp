@@ -110,3 +110,52 @@ TEST_CASE("casts between f32, bf16 and f16, and their gradients") {
     }
   }
 }
+
+TEST_CASE("vectorised maps: sizes with a tail, broadcast lengths on and off the vector width") {
+  // The CUDA maps move 16 bytes per access when the pointers are aligned and a broadcast b's length
+  // is a multiple of the vector width (4 f32, 8 f16/bf16); otherwise they take the scalar kernel.
+  // n = 111 leaves a tail after the vectors; b of 8 and 16 takes the vectorised broadcast, b of
+  // 37 the scalar one.
+  Generator g(5);
+  for (DType t : kDtypes) {
+    CAPTURE(dtype_name(t));
+    Tolerance tol = rounded_once(t);
+    CHECK(parity_check(binary(ops::add), {randn({3, 37}, g), randn({3, 37}, g)}, t, tol) == "");
+    CHECK(parity_check(binary(ops::add), {randn({3, 37}, g), randn({37}, g)}, t, tol) == "");
+    CHECK(parity_check(binary(ops::add), {randn({7, 2, 8}, g), randn({8}, g)}, t, tol) == "");
+    CHECK(parity_check(binary(ops::sub), {randn({5, 16}, g), randn({16}, g)}, t, tol) == "");
+    auto relu = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::relu(in[0])}; };
+    CHECK(parity_check(relu, {randn({111}, g)}, t, tol) == "");
+    CHECK(parity_check(relu, {randn({3}, g)}, t, tol) == "");  // shorter than one vector: tail only
+  }
+}
+
+TEST_CASE("relu_ in place: same values and gradient as relu") {
+  Generator g(6);
+  for (DType t : kDtypes) {
+    CAPTURE(dtype_name(t));
+    auto f = [](const std::vector<Tensor>& in) {
+      Tensor y = ops::scale(in[0], 1.0f);  // a non-leaf for relu_ to overwrite
+      ops::relu_(y);
+      return std::vector<Tensor>{y};
+    };
+    CHECK(parity_check(f, {randn({4, 67}, g)}, t, rounded_once(t)) == "");
+  }
+}
+
+TEST_CASE("bias gradient: many rows take the 2-D partials + finish reduction") {
+  // [4096, 64] + [64]: the bias gradient sums 4096 rows per column, split into 32 row chunks of 128
+  // whose partials are added in order. f32 sums of 4096 N(0,1) terms (|sum| ~ 64, sum|x| ~ 3300)
+  // differ from the CPU's double by ~1e-4 in the worst column: atol 2e-3 covers that with room.
+  // [300, 1000] is the wide case (32 column blocks, 9 chunks); [5, 3] the single-chunk one.
+  Generator g(7);
+  for (DType t : kDtypes) {
+    CAPTURE(dtype_name(t));
+    Tolerance tol = rounded_once(t);
+    tol.atol = 2e-3;
+    tol.why = "bias gradient: f32 column sums of 300-4096 rows vs double, then one rounding to the dtype";
+    CHECK(parity_check(binary(ops::add), {randn({4096, 64}, g), randn({64}, g)}, t, tol) == "");
+    CHECK(parity_check(binary(ops::add), {randn({300, 1000}, g), randn({1000}, g)}, t, tol) == "");
+    CHECK(parity_check(binary(ops::add), {randn({5, 3}, g), randn({3}, g)}, t, tol) == "");
+  }
+}

@@ -65,6 +65,55 @@ TEST_CASE("batch_norm training: output, running statistics and gradients, both l
     }
 }
 
+TEST_CASE("batch_norm training through cuDNN's NHWC batch norm (ops::set_batchnorm_cudnn)") {
+  // Same checks as above with the cuDNN path on; shapes with C = 8 and 64 as well, since cuDNN's
+  // persistent NHWC kernels specialise on channel counts. A problem cuDNN rejects falls back to
+  // the hand-written kernels, which pass the same tolerances. Same tolerance reasons as above.
+  struct Reset {
+    ~Reset() { ops::set_batchnorm_cudnn(false); }
+  } reset;
+  ops::set_batchnorm_cudnn(true);
+  for (DType dt : kDtypes)
+    for (Shape shape : {Shape{2, 3, 3, 5}, Shape{7, 5}, Shape{4, 6, 6, 8}, Shape{8, 4, 4, 64}}) {
+      INFO(dtype_name(dt), " ", shape_str(shape));
+      const int64_t C = shape.back();
+      auto f = [C](const std::vector<Tensor>& in) {
+        Device d = in[0].device();
+        Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
+        Tensor y = ops::batch_norm(in[0], param(in[1]), param(in[2]), rm, rv, true, 0.1, 1e-5);
+        return std::vector<Tensor>{y, rm, rv};
+      };
+      CHECK(parity_check(f, {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt, batchnorm(dt)) == "");
+    }
+}
+
+TEST_CASE("batch_norm_add_relu: composed and cuDNN-fused paths against the CPU composition") {
+  // The residual add and the ReLU add one rounding of the output at most; the BN tolerance above
+  // covers it. ReLU's mask can differ only where bn(x) + z rounds to the other side of 0, which
+  // these random inputs do not hit. Shapes with C = 8 and 64: cuDNN's fused NHWC kernels
+  // specialise on channel counts; a problem it rejects runs the composition.
+  struct Reset {
+    ~Reset() { ops::set_batchnorm_cudnn(false); }
+  } reset;
+  for (bool use_cudnn : {false, true}) {
+    ops::set_batchnorm_cudnn(use_cudnn);
+    for (DType dt : kDtypes)
+      for (Shape shape : {Shape{2, 3, 3, 5}, Shape{4, 6, 6, 8}, Shape{8, 4, 4, 64}}) {
+        const char* path = use_cudnn ? "cuDNN" : "kernels";
+        INFO(path, " ", dtype_name(dt), " ", shape_str(shape));
+        const int64_t C = shape.back();
+        auto f = [C](const std::vector<Tensor>& in) {
+          Device d = in[0].device();
+          Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
+          Tensor y = ops::batch_norm_add_relu(in[0], in[1], param(in[2]), param(in[3]), rm, rv, true, 0.1, 1e-5);
+          return std::vector<Tensor>{y, rm, rv};
+        };
+        CHECK(parity_check(f, {randn_cpu(shape, 11), randn_cpu(shape, 12), randn_cpu({C}, 13), randn_cpu({C}, 14)}, dt,
+                           batchnorm(dt)) == "");
+      }
+  }
+}
+
 TEST_CASE("batch_norm eval: output and gradients") {
   for (DType dt : kDtypes) {
     INFO(dtype_name(dt));

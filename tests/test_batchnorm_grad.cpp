@@ -111,3 +111,28 @@ TEST_CASE("batch_norm rejects what it cannot normalise") {
   Tensor none;
   CHECK_THROWS_AS(ops::batch_norm(Tensor::ones({4, 3}), w, b, none, none, false), Error);
 }
+
+TEST_CASE("batch_norm_add_relu: equals relu(batch_norm(x) + z); gradients for x, z, weight, bias") {
+  // The residual z shifts about half the sums below 0, so the ReLU mask matters; values within
+  // the finite-difference step of the kink are unlikely with these seeds (gradcheck would say).
+  for (Shape shape : {Shape{2, 3, 2, 3}, Shape{5, 3}}) {
+    Tensor rm = Tensor::zeros({3}, DType::F64), rv = Tensor::ones({3}, DType::F64);
+    auto f = [&](const std::vector<Tensor>& in) {
+      return ops::batch_norm_add_relu(in[0], in[1], in[2], in[3], rm, rv, true, 0.1, 1e-5);
+    };
+    CHECK(gradcheck(f, {rand_f64(shape, 61, -2, 2), rand_f64(shape, 62, -1, 1), rand_f64({3}, 63, 0.5, 1.5),
+                        rand_f64({3}, 64)}) == "");
+    Tensor x = rand_f64(shape, 65, -2, 2, false), z = rand_f64(shape, 66, -1, 1, false);
+    Tensor w = rand_f64({3}, 67, 0.5, 1.5, false), b = rand_f64({3}, 68, -1, 1, false);
+    Tensor rm1 = Tensor::zeros({3}, DType::F64), rv1 = Tensor::ones({3}, DType::F64);
+    Tensor rm2 = Tensor::zeros({3}, DType::F64), rv2 = Tensor::ones({3}, DType::F64);
+    Tensor fused = ops::batch_norm_add_relu(x, z, w, b, rm1, rv1, true);
+    Tensor ref = ops::relu(ops::add(ops::batch_norm(x, w, b, rm2, rv2, true), z));
+    CHECK(fused.to_vector_f64() == ref.to_vector_f64());
+    CHECK(rm1.to_vector_f64() == rm2.to_vector_f64());  // running stats updated once, the same way
+  }
+  Tensor rm = Tensor::zeros({3}, DType::F64), rv = Tensor::ones({3}, DType::F64);
+  Tensor none;
+  CHECK_THROWS_WITH_AS(ops::batch_norm_add_relu(rand_f64({4, 3}, 69), rand_f64({2, 3}, 70), none, none, rm, rv, true),
+                       doctest::Contains("must have the shape of x"), Error);
+}

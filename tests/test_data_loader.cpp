@@ -64,6 +64,18 @@ Epoch run_epoch(Loader& loader, int64_t epoch) {
   return e;
 }
 
+// Reads one epoch; returns the message of the error it threw, or "" when none.
+std::string epoch_error(Loader& loader) {
+  try {
+    Batch b;
+    while (loader.next(b)) {
+    }
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "";
+}
+
 std::shared_ptr<ImageFolder> folder(const std::string& split, bool train, int size = 8) {
   ImageFolderOptions o;
   o.train = train;
@@ -160,14 +172,7 @@ TEST_CASE("loader: strict mode turns a corrupt file into an error that names it"
     o.num_workers = workers;
     o.strict = true;
     Loader loader(ds, o);
-    std::string message;
-    try {
-      Batch b;
-      while (loader.next(b)) {
-      }
-    } catch (const Error& err) {
-      message = err.what();
-    }
+    std::string message = epoch_error(loader);
     CAPTURE(message);
     CHECK(message.find("img2.png") != std::string::npos);
     CHECK(loader.skipped_files() == 1);
@@ -194,6 +199,33 @@ TEST_CASE("loader: resident mode hands out one batch every step; bad options are
   LoaderOptions cuda;
   cuda.device = Device::cuda(0);
   if (!built_with_cuda()) CHECK_THROWS_AS(Loader(ds, cuda), Error);
+}
+
+// A dataset whose sample 3 has a label outside its own class count (a data-pipeline bug).
+class BadLabelDataset : public Dataset {
+ public:
+  int64_t size() const override { return 8; }
+  int num_classes() const override { return 4; }
+  Shape sample_shape() const override { return {2, 2, 3}; }
+  bool get(int64_t index, const SampleKey&, float* out, int64_t* label, std::string*) const override {
+    std::fill(out, out + 12, 0.5f);
+    *label = index == 3 ? 4 : index % 4;
+    return true;
+  }
+};
+
+TEST_CASE("loader: a label outside [0, num_classes) is an error that names the sample") {
+  // The loader is where labels are range-checked for CUDA training (the loss does not sync to look).
+  for (int workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.num_workers = workers;
+    o.shuffle = false;
+    Loader loader(std::make_shared<BadLabelDataset>(), o);
+    std::string message = epoch_error(loader);
+    CAPTURE(message);
+    CHECK(message.find("sample 3 has label 4, outside [0, 4)") != std::string::npos);
+  }
 }
 
 TEST_CASE("synthetic: sample i is a pure function of (seed, i); labels in range and varied") {

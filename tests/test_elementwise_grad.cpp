@@ -24,15 +24,40 @@ TEST_CASE("scale, add_scalar, axpby, square") {
   CHECK(gradcheck([](auto& in) { return ops::square(in[0]); }, {rand_f64({6}, 5)}) == "");
 }
 
+namespace {
+// 40 values with |x| in [0.05, 1], every `stride`-th one negated: finite differences straddling
+// ReLU's kink at 0 are meaningless, so inputs stay away from it.
+Tensor away_from_kink(uint64_t seed, size_t stride) {
+  std::vector<double> v = rand_f64({40}, seed, 0.05, 1.0, false).to_vector_f64();
+  for (size_t i = 0; i < v.size(); i += stride) v[i] = -v[i];
+  Tensor x = Tensor::from_vector_f64(v, {40});
+  x.set_requires_grad(true);
+  return x;
+}
+}  // namespace
+
 TEST_CASE("relu away from the kink, gelu everywhere") {
-  // Shift inputs away from 0: finite differences straddling the kink are meaningless.
-  Tensor x = rand_f64({40}, 7, 0.05, 1.0, false);
-  std::vector<double> v = x.to_vector_f64();
-  for (size_t i = 0; i < v.size(); i += 2) v[i] = -v[i];
-  Tensor xr = Tensor::from_vector_f64(v, {40});
-  xr.set_requires_grad(true);
-  CHECK(gradcheck([](auto& in) { return ops::relu(in[0]); }, {xr}) == "");
+  CHECK(gradcheck([](auto& in) { return ops::relu(in[0]); }, {away_from_kink(7, 2)}) == "");
   CHECK(gradcheck([](auto& in) { return ops::gelu(in[0]); }, {rand_f64({40}, 8, -3, 3)}) == "");
+}
+
+TEST_CASE("relu_ (in place) matches relu: values and gradients; a grad leaf is refused") {
+  Tensor xr = away_from_kink(11, 3);
+  // relu_ needs a non-leaf: scale by 1 gives one without changing the values.
+  auto f = [](const std::vector<Tensor>& in) {
+    Tensor t = ops::scale(in[0], 1.0f);
+    ops::relu_(t);
+    return t;
+  };
+  CHECK(gradcheck(f, {xr}) == "");
+  Tensor t = ops::scale(xr, 1.0f);
+  ops::relu_(t);
+  CHECK(t.to_vector_f64() == ops::relu(xr).to_vector_f64());
+  CHECK(t.grad_fn() != nullptr);
+  CHECK_THROWS_WITH_AS(ops::relu_(xr), doctest::Contains("leaf"), Error);
+  Tensor plain = Tensor::from_vector_f64({-1.0, 2.0}, {2});  // no grad: just overwritten
+  ops::relu_(plain);
+  CHECK(plain.to_vector_f64() == std::vector<double>{0.0, 2.0});
 }
 
 TEST_CASE("cast is differentiable") {

@@ -76,6 +76,10 @@ TEST_CASE("cross_entropy rejects bad labels and shapes with a clear error") {
   CHECK_THROWS_WITH_AS(ops::cross_entropy(x, Tensor::from_vector({0, 1}, {2})), doctest::Contains("i64"), Error);
   CHECK_THROWS_AS(ops::cross_entropy(x, labels_i64({0, 1}), 1.5f), Error);
   CHECK_THROWS_WITH_AS(ops::topk_correct(x, labels_i64({0, 9}), 1), doctest::Contains("outside"), Error);
+  CHECK(ops::take_bad_label_count() == 0);  // CPU labels throw instead of being clamped and counted
+  // ignore_index: the bad label is reported at its row in the full batch, not among the kept rows.
+  CHECK_THROWS_WITH_AS(ops::cross_entropy(x, labels_i64({-100, 7}), 0.0f, -100), doctest::Contains("label 7 at row 1"),
+                       Error);
 }
 
 TEST_CASE("topk_correct on a hand-made batch") {

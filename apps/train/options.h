@@ -72,6 +72,7 @@ struct TrainOptions {
   std::string metrics;              // JSON summary file (rank 0)
   bool describe = false;            // print the model and settings, then exit (needs no data)
   bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
+  bool deterministic = false;       // cuDNN: skip non-deterministic engines (ops::set_deterministic)
   // faults (apps/train/nonfinite.h)
   // CUDA graphs (apps/train/setup.cpp check_cuda_graph): replay one captured step instead of
   // issuing every kernel from the host. Needs a GPU and NCCL (MPI / host-staged collectives cannot

@@ -10,6 +10,7 @@
 #include "apps/train/checkpointing.h"  // defines: restore_checkpoint
 #include "apps/train/memory.h"         // defines: plan_memory
 #include "core/device.h"               // defines: require_cuda, built_with_cuda
+#include "core/ops/conv.h"             // defines: set_deterministic
 #include "core/profile.h"              // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
 #include "data/image_folder.h"         // defines: ImageFolder (train/ and val/ splits)
@@ -205,6 +206,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.model->to(t.dev);
   t.amp = make_amp(o, *t.model);  // before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
+  ops::set_deterministic(o.deterministic);  // before the first conv builds its cuDNN plans
   NamedTensors opt_state;
   if (!resume.empty()) {
     Restored r = restore_checkpoint(resume, *t.model, o, w);

@@ -7,6 +7,8 @@
 // backward needs besides x, so the input's statistics are never recomputed.
 #include "core/ops/batchnorm.h"
 
+#include <atomic>
+
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops/dispatch.h"
@@ -14,6 +16,8 @@
 
 namespace tandem::ops {
 namespace {
+
+std::atomic<bool> g_batchnorm_cudnn{false};  // see batchnorm.h
 
 void check_param(const Tensor& t, const Tensor& x, int64_t C, DType pdt, const char* what) {
   if (!t.defined()) return;
@@ -25,6 +29,9 @@ void check_param(const Tensor& t, const Tensor& x, int64_t C, DType pdt, const c
 }
 
 }  // namespace
+
+void set_batchnorm_cudnn(bool on) { g_batchnorm_cudnn.store(on); }
+bool batchnorm_cudnn() { return g_batchnorm_cudnn.load(); }
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum, double eps) {
@@ -50,16 +57,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   Tensor y2 = y.view({M, C});
   Tensor save_mean = Tensor::empty({C}, pdt, x.device());
   Tensor save_invstd = Tensor::empty({C}, pdt, x.device());
-  TANDEM_BACKEND(x, kernels::batchnorm_forward_cpu(x2, weight, bias, running_mean, running_var, training, momentum, eps,
-                                                    y2, save_mean, save_invstd),
-                 kernels::batchnorm_forward_cuda(x2, weight, bias, running_mean, running_var, training, momentum, eps,
-                                                 y2, save_mean, save_invstd));
+  Tensor reserve;  // defined when cuDNN ran the forward: its backward then runs through cuDNN too
+#ifdef TANDEM_WITH_CUDA
+  if (x.is_cuda() && training && batchnorm_cudnn() &&
+      !kernels::batchnorm_forward_train_cudnn(x.detach(), Tensor(), weight, bias, running_mean, running_var, momentum,
+                                              eps, y, save_mean, save_invstd, reserve))
+    reserve = Tensor();
+#endif
+  if (!reserve.defined())
+    TANDEM_BACKEND(x, kernels::batchnorm_forward_cpu(x2, weight, bias, running_mean, running_var, training, momentum,
+                                                      eps, y2, save_mean, save_invstd),
+                   kernels::batchnorm_forward_cuda(x2, weight, bias, running_mean, running_var, training, momentum, eps,
+                                                   y2, save_mean, save_invstd));
 
   bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
        gb = bias.defined() && bias.requires_grad();
   autograd::record(training ? "BatchNormBackward" : "BatchNormEvalBackward", {x, weight, bias}, y,
                    [x2, w = weight.defined() ? weight.detach() : Tensor(), save_mean, save_invstd, training, gx, gw, gb,
-                    shape = x.shape(), M, C](std::vector<Tensor>& g) {
+                    shape = x.shape(), M, C, reserve, eps](std::vector<Tensor>& g) {
                      Tensor dy2 = g[0].view({M, C});
                      Tensor dx, dw, db, dx2;
                      if (gx) {
@@ -68,6 +83,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                      }
                      if (gw) dw = Tensor::empty({C}, save_mean.dtype(), save_mean.device());
                      if (gb) db = Tensor::empty({C}, save_mean.dtype(), save_mean.device());
+#ifdef TANDEM_WITH_CUDA
+                     Tensor no_y, no_dz;  // the plain BN: no fused add/ReLU
+                     if (reserve.defined() &&
+                         kernels::batchnorm_backward_train_cudnn(g[0], x2.view(shape), no_y, w, Tensor(), save_mean,
+                                                                 save_invstd, reserve, eps, dx, no_dz, dw, db))
+                       return std::vector<Tensor>{dx, dw, db};
+#endif
                      TANDEM_BACKEND(dy2,
                                     kernels::batchnorm_backward_cpu(dy2, x2, w, save_mean, save_invstd, training, dx2, dw, db),
                                     kernels::batchnorm_backward_cuda(dy2, x2, w, save_mean, save_invstd, training, dx2, dw, db));

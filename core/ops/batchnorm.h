@@ -17,4 +17,11 @@ namespace tandem::ops {
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 
+// CUDA training mode: cuDNN's NHWC batch norm (SPATIAL_PERSISTENT) when on, tandem's own
+// kernels (core/ops/cuda/batchnorm.cu) when off or when cuDNN rejects the problem. Default off
+// until the cuDNN path has been checked on a GPU against the kernels (tests/gpu_opsa_parity.cpp
+// runs both); the kernels are also the reference the parity tests trust.
+void set_batchnorm_cudnn(bool on);
+bool batchnorm_cudnn();
+
 }  // namespace tandem::ops

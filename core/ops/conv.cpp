@@ -1,12 +1,15 @@
 // core/ops/conv.cpp: shape checks, backend dispatch and autograd for conv2d.
 //
 // The conv node saves x and w (detached) and computes, on demand, dx (backward data) and dw
-// (backward filter) through the backend. The bias is a separate broadcast add (ops::add with a
-// trailing [O] operand, which NHWC makes the innermost dim): its gradient is the column sum that
-// add already implements, and on CUDA a fused conv+bias graph would need cuDNN's runtime-fusion
-// engines, which do not cover every shape and dtype, for a saving that only matters to VGG/AlexNet
-// (ResNet's convs have no bias: BatchNorm follows).
+// (backward filter) through the backend. The bias [O] (NHWC makes it the innermost dim) is added
+// in place into the conv output (ops::add_, a vectorised broadcast on CUDA) inside the same op, so
+// there is no second activation-sized tensor and no separate add node; its gradient is the column
+// sum of dy (sum_to_trailing: a 2-D partials + finish reduction on CUDA). A fused conv+bias cuDNN
+// graph would need the runtime-fusion engines, which do not cover every shape and dtype, for a
+// saving that only matters to VGG/AlexNet (ResNet's convs have no bias: BatchNorm follows).
 #include "core/ops/conv.h"
+
+#include <atomic>
 
 #include "core/autograd.h"
 #include "core/ops/dispatch.h"
@@ -15,6 +18,9 @@
 
 namespace tandem::ops {
 namespace {
+
+std::atomic<bool> g_deterministic{false};
+std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // see conv.h
 
 kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   TANDEM_CHECK(x.dim() == 4, "conv2d: input must be NHWC [N, H, W, C], got ", shape_str(x.shape()));
@@ -55,6 +61,14 @@ Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor
 
 }  // namespace
 
+void set_deterministic(bool on) { g_deterministic.store(on); }
+bool deterministic() { return g_deterministic.load(); }
+void set_conv_workspace_limit(int64_t bytes) {
+  TANDEM_CHECK(bytes >= 0, "conv workspace limit must be >= 0 bytes, got ", bytes);
+  g_workspace_limit.store(bytes);
+}
+int64_t conv_workspace_limit() { return g_workspace_limit.load(); }
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   check_same_device(x, w, "conv2d");
   check_same_dtype(x, w, "conv2d");
@@ -65,15 +79,22 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
   Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.o}, x.dtype(), x.device());
   TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
 
-  bool gx = x.requires_grad(), gw = w.requires_grad();
-  autograd::record("Conv2dBackward", {x, w}, y,
-                   [g, x = gw ? x.detach() : Tensor(), w = gx ? w.detach() : Tensor(), gx, gw](std::vector<Tensor>& gr) {
+  if (b.defined()) {
+    check_same_device(x, b, "conv2d");
+    check_same_dtype(x, b, "conv2d");
+    check_shape(b, {g.o}, "conv2d", "bias");
+    add_(y, b);  // y is ours and not yet in any graph: adding in place is safe
+  }
+
+  bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
+  autograd::record("Conv2dBackward", {x, w, b}, y,
+                   [g, x = gw ? x.detach() : Tensor(), w = gx ? w.detach() : Tensor(), gx, gw,
+                    gb](std::vector<Tensor>& gr) {
                      return std::vector<Tensor>{gx ? backward_data(g, gr[0], w) : Tensor(),
-                                                gw ? backward_filter(g, x, gr[0]) : Tensor()};
+                                                gw ? backward_filter(g, x, gr[0]) : Tensor(),
+                                                gb ? sum_to_trailing(gr[0], {g.o}) : Tensor()};
                    });
-  if (!b.defined()) return y;
-  check_shape(b, {g.o}, "conv2d", "bias");
-  return add(y, b);
+  return y;
 }
 
 }  // namespace tandem::ops

@@ -19,4 +19,18 @@ struct Conv2dParams {
 // OH = (H + 2 pad_h - dilation_h (KH - 1) - 1) / stride_h + 1, likewise OW.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 
+// cuDNN engine choice (CUDA only; process-wide, read when a shape's plan is first built, and part
+// of the plan-cache key, so changing them mid-run builds new plans rather than reusing old ones).
+// Deterministic: skip engines that cuDNN marks NONDETERMINISTIC (split reductions with atomics,
+// mostly in backward filter), so that two runs with the same inputs give the same bits.
+// Default off (PyTorch's cudnn.deterministic = False); train_imagenet --deterministic turns it on.
+void set_deterministic(bool on);
+bool deterministic();
+// The largest workspace one conv plan may ask for, in bytes; engines that need more are skipped.
+// Default 1 GiB: enough for the fast implicit-GEMM and Winograd engines on ImageNet shapes, while
+// the FFT engines that can ask for several GiB would take memory the activations need (workspaces
+// come from the same stream-ordered pool).
+void set_conv_workspace_limit(int64_t bytes);
+int64_t conv_workspace_limit();
+
 }  // namespace tandem::ops

@@ -138,6 +138,19 @@ Tensor relu(const Tensor& x) {
   return y;
 }
 
+void relu_(Tensor& x) {
+  const bool record = autograd::any_requires_grad({&x});
+  TANDEM_CHECK(!(record && x.is_leaf()), "relu_: ", x.str(),
+               " is a leaf that requires grad, and overwriting it would lose its value; use ops::relu");
+  unary_into<fn::Relu>(x, x, 0);
+  if (!record) return;
+  Tensor y = x.detach();  // a new handle on the same storage: it takes the node, x's history stays behind
+  autograd::record("ReluBackward", {x}, y, [out = y.detach()](std::vector<Tensor>& g) {
+    return std::vector<Tensor>{run_binary<fn::ReluBackward>(g[0], out)};
+  });
+  x = y;
+}
+
 Tensor gelu(const Tensor& x) {
   Tensor y = run_unary<fn::Gelu>(x);
   autograd::record("GeluBackward", {x}, y, [x = x.detach()](std::vector<Tensor>& g) {

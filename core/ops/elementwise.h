@@ -16,6 +16,13 @@ Tensor scale(const Tensor& x, float alpha);        // alpha * x
 Tensor add_scalar(const Tensor& x, float alpha);   // x + alpha
 Tensor axpby(const Tensor& a, const Tensor& b, float alpha, float beta);  // alpha*a + beta*b, same shapes
 Tensor relu(const Tensor& x);
+// ReLU in place: overwrites x's data and rebinds x to the result, with a node that saves only the
+// output (ReLU's backward needs just its sign), so no activation-sized buffer is allocated.
+// Autograd has no version counters, so the caller promises that no recorded op saved x's data
+// for its backward. That holds for the output of conv2d, linear, batch_norm and add (they save
+// their inputs, or nothing); it does not hold for a tensor that mul, gelu, square, pow or
+// layer_norm took as an input, nor for a tensor used twice. A leaf that requires grad is refused.
+void relu_(Tensor& x);
 Tensor gelu(const Tensor& x);                      // exact erf form
 Tensor square(const Tensor& x);
 Tensor pow(const Tensor& x, float exponent);       // x^exponent (rsqrt: -0.5, reciprocal: -1)

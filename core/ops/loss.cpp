@@ -1,15 +1,17 @@
 // core/ops/loss.cpp: validation, backend dispatch and autograd for cross-entropy and top-k accuracy.
 //
-// Label range is checked here, once, on the host, for both backends: a wrong label is almost always
-// a data-pipeline bug (class ids counted from 1, or a dataset with more classes than the model),
-// and a readable error beats a NaN loss or an out-of-bounds read. For CUDA labels this copies N
-// integers to the host and waits for the compute stream: a few microseconds once per step, and
-// the same contract core/ops/embedding.h states for its indices.
+// Label range: a wrong label is almost always a data-pipeline bug (class ids counted from 1, or a
+// dataset with more classes than the model), and a readable error beats a NaN loss. CPU labels
+// are checked here. CUDA labels are not: copying them back would sync the host every step, so
+// the loader checks them on the host instead and the CUDA kernels clamp and count (loss.h).
+// topk_correct returns a host number and the ignore_index overload picks rows on the host (both
+// sync anyway), so they check labels on both backends.
 // Statistics (lse, loss) are f32 for f32/f16/bf16 logits and f64 for f64 logits (gradient checks).
 #include "core/ops/loss.h"
 
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/device.h"
 #include "core/ops/copy.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -46,7 +48,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
   check_inputs(logits, labels, "cross_entropy");
   TANDEM_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
-  check_label_range(labels, logits.size(1), "cross_entropy");
+  if (!logits.is_cuda()) check_label_range(labels, logits.size(1), "cross_entropy");
   DType st = autocast::stats_dtype(logits.dtype());  // the AMP policy: f32 loss for 16-bit logits
   Tensor lse = Tensor::empty({logits.size(0)}, st, logits.device());
   Tensor loss = Tensor::empty({1}, st, logits.device());
@@ -66,10 +68,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing, int64_t ignore_index) {
   check_inputs(logits, labels, "cross_entropy");
-  std::vector<int64_t> v = labels.to_vector_i64();  // one host copy, as the range check makes anyway
+  // The rows to keep are decided on the host, so this overload copies the labels (and syncs) on
+  // CUDA; since they are here anyway, the kept labels are range-checked on both backends.
+  std::vector<int64_t> v = labels.to_vector_i64();
   std::vector<int64_t> rows, kept;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] == ignore_index) continue;
+    TANDEM_CHECK(v[i] >= 0 && v[i] < logits.size(1), "cross_entropy: label ", v[i], " at row ", i, " is outside [0, ",
+                 logits.size(1), ") and is not ignore_index (", ignore_index,
+                 "); labels must be class indices counted from 0, and the model needs one output per class");
     rows.push_back(static_cast<int64_t>(i));
     kept.push_back(v[i]);
   }
@@ -79,6 +86,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
   Tensor idx = Tensor::from_vector_i64(rows, {n}, DType::I64, logits.device());
   Tensor lab = Tensor::from_vector_i64(kept, {n}, DType::I64, logits.device());
   return cross_entropy(embedding(idx, logits), lab, label_smoothing);
+}
+
+int64_t take_bad_label_count() {
+#ifdef TANDEM_WITH_CUDA
+  if (!cuda_available()) return 0;  // no CUDA tensor can exist, so no label was clamped
+  return kernels::take_bad_label_count_cuda();
+#else
+  return 0;
+#endif
 }
 
 int64_t topk_correct(const Tensor& logits, const Tensor& labels, int k) {

@@ -4,6 +4,12 @@
 //   -(1 - s) log p[label] - (s / C) sum_c log p[c],    p = softmax(logits)
 // (torch.nn.functional.cross_entropy with label_smoothing = s). Computed with the max-subtracted
 // log-sum-exp in f32 (or f64), whatever the logits' dtype. The gradient is (p - target) / N.
+//
+// Label range: CPU labels are checked here and a bad one throws. CUDA labels are not copied back
+// (that would sync the host with the GPU every step): the data loader checks them while they are
+// still on the host (data/loader.cpp), and the CUDA kernels clamp any label outside [0, C) into
+// range, so it cannot read out of bounds, and count it on the device. bad_label_count() reads
+// that count lazily (e.g. at a logging step).
 #pragma once
 #include "core/tensor.h"
 
@@ -15,6 +21,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
 // where every row is ignored gives a loss of 0 with zero gradients, so one unlucky batch cannot
 // poison a run. The kept rows are gathered (a differentiable row lookup) before the loss.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing, int64_t ignore_index);
+// Out-of-range CUDA labels that cross_entropy clamped on the current device since the last call,
+// then resets the count. Synchronises the compute stream: call it off the hot path. 0 without CUDA.
+int64_t take_bad_label_count();
 // Number of rows whose label is among the k largest logits (ties count as correct). Not differentiable.
 int64_t topk_correct(const Tensor& logits, const Tensor& labels, int k);
 

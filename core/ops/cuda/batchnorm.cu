@@ -14,6 +14,7 @@
 // (no atomics). Statistics use Welford/Chan updates in f32 (numerically stable without f64);
 // gradient sums are plain f32 sums.
 #include "core/ops/cuda/block_reduce.cuh"
+#include "core/ops/cuda/column_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
 #include "core/ops/kernels/batchnorm.h"
 
@@ -22,8 +23,8 @@ namespace {
 using cuda::from_float;
 using cuda::to_float;
 
-constexpr int kTx = 32;  // channels per block: one warp-wide row segment
-constexpr int kTy = 8;   // row lanes per block
+constexpr int kTx = cuda::kColTx;  // channels per block: one warp-wide row segment
+constexpr int kTy = cuda::kColTy;  // row lanes per block
 
 // Merges Welford state (nb, mb, m2b) into (n, m, m2) (Chan et al.'s parallel update).
 __device__ __forceinline__ void chan_merge(float& n, float& m, float& m2, float nb, float mb, float m2b) {
@@ -33,23 +34,6 @@ __device__ __forceinline__ void chan_merge(float& n, float& m, float& m2, float 
   m += delta * (nb / nn);
   m2 += m2b + delta * delta * (n * nb / nn);
   n = nn;
-}
-
-struct Chunks {
-  long long rows_per_chunk;
-  int count;  // R
-};
-
-// Enough chunks to fill the GPU with ~1k blocks, but each thread still walks >= 16 rows.
-Chunks plan_chunks(long long M, long long C) {
-  long long bx = (C + kTx - 1) / kTx;
-  long long want = (M + kTy * 16 - 1) / (kTy * 16);
-  long long cap = bx >= 1024 ? 1 : 1024 / bx;
-  long long R = want < 1 ? 1 : (want > cap ? cap : want);
-  long long rpc = (M + R - 1) / R;
-  if (rpc < 1) rpc = 1;
-  long long count = (M + rpc - 1) / rpc;
-  return {rpc, static_cast<int>(count < 1 ? 1 : count)};  // M == 0 still gets one (empty) chunk
 }
 
 template <typename T>
@@ -182,7 +166,7 @@ void batchnorm_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor&
   cudaStream_t s = cuda::compute_stream();
   TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
     if (training) {
-      Chunks ch = plan_chunks(M, C);
+      cuda::ColumnChunks ch = cuda::plan_column_chunks(M, C);
       Tensor pn = Tensor::empty({ch.count, C}, DType::F32, x.device());
       Tensor pmean = Tensor::empty({ch.count, C}, DType::F32, x.device());
       Tensor pm2 = Tensor::empty({ch.count, C}, DType::F32, x.device());
@@ -221,7 +205,7 @@ void batchnorm_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& we
   TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
     Tensor sum_dy, sum_dyx;
     if (training || dweight.defined() || dbias.defined()) {
-      Chunks ch = plan_chunks(M, C);
+      cuda::ColumnChunks ch = cuda::plan_column_chunks(M, C);
       Tensor p1 = Tensor::empty({ch.count, C}, DType::F32, x.device());
       Tensor p2 = Tensor::empty({ch.count, C}, DType::F32, x.device());
       dim3 grid(static_cast<unsigned>((C + kTx - 1) / kTx), static_cast<unsigned>(ch.count));

@@ -33,6 +33,16 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+// Column sum of one value in a (kCols, kRows) block, as column_sum2 below (the bias gradient).
+template <int kCols, int kRows>
+__device__ __forceinline__ void column_sum(float& a) {
+  __shared__ float sa[kRows][kCols + 1];  // +1: a padded row starts in another bank
+  sa[threadIdx.y][threadIdx.x] = a;
+  __syncthreads();
+  if (threadIdx.y == 0)
+    for (int k = 1; k < kRows; ++k) a += sa[k][threadIdx.x];
+}
+
 // Column sums of two values in a block of shape (kCols, kRows), the layout of the per-channel
 // partial-sum kernels (batchnorm, layer-norm weight gradients): threadIdx.x is the column,
 // threadIdx.y a row lane. Every thread passes its (a, b) and must call it; threads with

@@ -15,8 +15,11 @@
 // by the filter's channel count (C / groups), as the graph API expects.
 // Precision: compute type f32 for every data type. For f32 data, engines that use TF32 tensor cores
 // (numerical notes TENSOR_CORE / DOWN_CONVERT_INPUTS) are skipped when ops::allow_tf32() is off.
+// Engine filters: ops::deterministic() skips engines with the NONDETERMINISTIC note, and plans
+// whose workspace exceeds ops::conv_workspace_limit() are skipped (core/ops/conv.h).
 // Caching: building a plan runs the heuristics and may compile kernels (milliseconds), so one plan
-// per (device, dtype, op, TF32 switch, shapes, params, pointer alignments) is built once and kept.
+// per (device, dtype, op, TF32 switch, determinism, workspace limit, shapes, params, pointer
+// alignments) is built once and kept.
 // The graph and the plan take the cuDNN handle through the *_HANDLE attributes, which cuDNN 9.19
 // marks deprecated in favour of device-property descriptors; we keep them because the GPU machines
 // may run any cuDNN 9.x (pip wheels lag the toolkit) and older 9.x have no device-property path.
@@ -33,6 +36,7 @@
 #include "core/check.h"
 #include "core/cuda/context.h"
 #include "core/ops/cuda/dnn_handle.h"
+#include "core/ops/conv.h"
 #include "core/ops/kernels/conv.h"
 #include "core/ops/matmul.h"
 #include "core/storage.h"
@@ -91,7 +95,7 @@ struct Plan {
   int64_t workspace = 0;
 };
 
-using Key = std::array<int64_t, 21>;
+using Key = std::array<int64_t, 23>;
 // One entry per distinct conv problem of the model. Leaked on purpose, like the handles: a static
 // map would destroy its execution plans after the CUDA runtime's own atexit teardown, and cuDNN
 // 9.10+ is reported to segfault there (pytorch/pytorch#169153 leaks its plan cache for this).
@@ -131,9 +135,16 @@ DescPtr tensor(int64_t uid, cudnnDataType_t t, int64_t n, int64_t h, int64_t w, 
   return d;
 }
 
-// True when this engine config may be used under the current TF32 setting.
-bool allowed(const DescPtr& cfg, bool f32_strict) {
-  if (!f32_strict) return true;
+// What an engine must satisfy besides supporting the problem.
+struct EngineFilter {
+  bool f32_strict;        // f32 data without TF32: no tensor-core / down-converting engines
+  bool deterministic;     // no engine with the NONDETERMINISTIC note
+  int64_t max_workspace;  // bytes
+};
+
+// True when this engine config may be used under the filter's numerical settings.
+bool allowed(const DescPtr& cfg, const EngineFilter& f) {
+  if (!f.f32_strict && !f.deterministic) return true;
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   int64_t n = 0;
   CUDNN_CHECK(cudnnBackendGetAttribute(cfg->d, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
@@ -141,14 +152,18 @@ bool allowed(const DescPtr& cfg, bool f32_strict) {
   std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
   CUDNN_CHECK(cudnnBackendGetAttribute(engine.d, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                        static_cast<int64_t>(notes.size()), &n, notes.data()));
-  for (int64_t i = 0; i < n; ++i)
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+  for (int64_t i = 0; i < n; ++i) {
+    if (f.f32_strict &&
+        (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
       return false;
+    if (f.deterministic && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
+  }
   return true;
 }
 
 // Runs the heuristics in `mode` and returns the first engine config that finalizes into a plan.
-bool pick_plan(cudnnHandle_t handle, const DescPtr& graph, cudnnBackendHeurMode_t mode, bool f32_strict, Plan& out) {
+bool pick_plan(cudnnHandle_t handle, const DescPtr& graph, cudnnBackendHeurMode_t mode, const EngineFilter& filter,
+               Plan& out) {
   auto heur = std::make_shared<Desc>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
   set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -166,15 +181,17 @@ bool pick_plan(cudnnHandle_t handle, const DescPtr& graph, cudnnBackendHeurMode_
   CUDNN_CHECK(cudnnBackendGetAttribute(heur->d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
                                        &count, raw.data()));
   for (int64_t i = 0; i < count; ++i) {
-    if (!allowed(cfgs[i], f32_strict)) continue;
+    if (!allowed(cfgs[i], filter)) continue;
     auto plan = std::make_shared<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     set_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[i]);
     // A config the heuristic ranks can still be unsupported for this exact problem: try the next.
     if (cudnnBackendFinalize(plan->d) != CUDNN_STATUS_SUCCESS) continue;
-    int64_t n = 0;
+    int64_t n = 0, workspace = 0;
     CUDNN_CHECK(cudnnBackendGetAttribute(plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                         &out.workspace));
+                                         &workspace));
+    if (workspace > filter.max_workspace) continue;  // the heuristics' next choice usually needs less
+    out.workspace = workspace;
     out.keep.push_back(cfgs[i]);
     out.plan = plan;
     return true;
@@ -182,7 +199,7 @@ bool pick_plan(cudnnHandle_t handle, const DescPtr& graph, cudnnBackendHeurMode_
   return false;
 }
 
-Plan build(const ConvGeom& g, ConvOp op, DType dt, bool f32_strict, const int64_t align[3]) {
+Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, const int64_t align[3]) {
   cudnnHandle_t handle = cuda::dnn_handle();
   cudnnDataType_t t = dnn_type(dt);
   const int64_t cg = g.c / g.p.groups;
@@ -223,28 +240,31 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, bool f32_strict, const int64_
 
   Plan p;
   p.keep = {x, w, y, conv, node, graph};
-  bool ok = pick_plan(handle, graph, CUDNN_HEUR_MODE_A, f32_strict, p) ||
-            pick_plan(handle, graph, CUDNN_HEUR_MODE_FALLBACK, f32_strict, p);
+  bool ok = pick_plan(handle, graph, CUDNN_HEUR_MODE_A, filter, p) ||
+            pick_plan(handle, graph, CUDNN_HEUR_MODE_FALLBACK, filter, p);
   TANDEM_CHECK(ok, "cuDNN has no engine for conv2d ", a.name, " (", dtype_name(dt), ", x [",
                g.n, ", ", g.h, ", ", g.w, ", ", g.c, "], w [", g.o, ", ", g.kh, ", ", g.kw, ", ", cg, "], groups ",
-               g.p.groups, f32_strict ? ", TF32 disabled" : "", "): try another dtype or enable TF32");
+               g.p.groups, filter.f32_strict ? ", TF32 disabled" : "", filter.deterministic ? ", deterministic" : "",
+               ", workspace <= ", filter.max_workspace, " bytes): try another dtype, enable TF32, drop --deterministic ",
+               "or raise ops::set_conv_workspace_limit");
   return p;
 }
 
 void run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const Tensor& ys) {
   if (g.n == 0) return;
   const DType dt = xs.dtype();
-  const bool f32_strict = dt == DType::F32 && !ops::allow_tf32();
+  const EngineFilter filter{dt == DType::F32 && !ops::allow_tf32(), ops::deterministic(), ops::conv_workspace_limit()};
   void* ptrs[3] = {xs.data_ptr(), ws.data_ptr(), ys.data_ptr()};
   const int64_t align[3] = {alignment(ptrs[0]), alignment(ptrs[1]), alignment(ptrs[2])};
   const int device = cuda::current_device();
-  Key key{device, static_cast<int64_t>(dt), static_cast<int64_t>(op), f32_strict, g.n, g.h, g.w, g.c, g.o, g.kh, g.kw,
+  Key key{device, static_cast<int64_t>(dt), static_cast<int64_t>(op), filter.f32_strict, filter.deterministic,
+          filter.max_workspace, g.n, g.h, g.w, g.c, g.o, g.kh, g.kw,
           g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups,
           align[0], align[1], align[2]};
 
   std::lock_guard<std::mutex> lock(g_mutex);  // plans are shared; execution is a cheap enqueue
   auto it = plans().find(key);
-  if (it == plans().end()) it = plans().emplace(key, build(g, op, dt, f32_strict, align)).first;
+  if (it == plans().end()) it = plans().emplace(key, build(g, op, dt, filter, align)).first;
   const Plan& p = it->second;
 
   Storage workspace(static_cast<size_t>(p.workspace), Device::cuda(device));

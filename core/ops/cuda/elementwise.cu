@@ -1,54 +1,138 @@
 // core/ops/cuda/elementwise.cu: CUDA kernels over the shared functors (core/ops/functors.h).
 // Loads widen to float, the functor runs in float, stores narrow to the tensor's dtype.
+//
+// The maps are bandwidth-bound, so they move 16 bytes per thread per access (4 f32 or 8 f16/bf16
+// elements: one LDG.128/STG.128) when every pointer is 16-byte aligned and, for a broadcast b,
+// b's length is a multiple of the vector width (then a vector of a never straddles the end of b).
+// Tensors from the allocator are 256-byte aligned; views at odd offsets take the scalar kernel.
+// Both are grid-stride loops over a grid capped by cuda::grid_for, so any size is covered.
+// The < 16-byte tail of a vectorised map is done by the first threads of the same launch.
+//
+// sum_leading (the bias gradient of conv and of linear layers whose GEMM had no fused epilogue)
+// is a 2-D column reduction: partials per row chunk, then an ordered finish (column_reduce.cuh).
+#include <cstdint>
+
+#include "core/ops/cuda/block_reduce.cuh"
+#include "core/ops/cuda/column_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
-#include "core/ops/functors.h"
 #include "core/ops/elementwise_visit.h"
+#include "core/ops/functors.h"
 
 namespace tandem::kernels {
 namespace {
 using cuda::from_float;
 using cuda::to_float;
 
+template <typename T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+template <typename T>
+struct alignas(16) Vec {
+  T v[kVec<T>];
+};
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+__device__ __forceinline__ long long thread_index() { return blockIdx.x * (long long)blockDim.x + threadIdx.x; }
+__device__ __forceinline__ long long grid_stride() { return (long long)gridDim.x * blockDim.x; }
+
 template <typename T, typename F>
 __global__ void map1_kernel(const T* x, T* y, long long n, F f) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-    y[i] = from_float<T>(f(to_float(x[i])));
+  for (long long i = thread_index(); i < n; i += grid_stride()) y[i] = from_float<T>(f(to_float(x[i])));
+}
+
+// n = nv * kVec + tail; the tail (< kVec elements) goes to the first threads.
+template <typename T, typename F>
+__global__ void map1_vec_kernel(const T* x, T* y, long long n, long long nv, F f) {
+  const Vec<T>* xv = reinterpret_cast<const Vec<T>*>(x);
+  Vec<T>* yv = reinterpret_cast<Vec<T>*>(y);
+  for (long long i = thread_index(); i < nv; i += grid_stride()) {
+    Vec<T> a = xv[i];
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) a.v[k] = from_float<T>(f(to_float(a.v[k])));
+    yv[i] = a;
+  }
+  long long j = nv * kVec<T> + thread_index();
+  if (j < n) y[j] = from_float<T>(f(to_float(x[j])));
 }
 
 template <typename T, typename F>
 __global__ void map2_kernel(const T* a, const T* b, T* y, long long n, long long nb, F f) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+  for (long long i = thread_index(); i < n; i += grid_stride())
     y[i] = from_float<T>(f(to_float(a[i]), to_float(b[nb == n ? i : i % nb])));
+}
+
+// As map1_vec_kernel; b has nb elements, nb == n or nb a multiple of kVec (so nbv = nb / kVec).
+template <typename T, typename F>
+__global__ void map2_vec_kernel(const T* a, const T* b, T* y, long long n, long long nb, long long nv, F f) {
+  const Vec<T>* av = reinterpret_cast<const Vec<T>*>(a);
+  const Vec<T>* bv = reinterpret_cast<const Vec<T>*>(b);
+  Vec<T>* yv = reinterpret_cast<Vec<T>*>(y);
+  const long long nbv = nb / kVec<T>;
+  for (long long i = thread_index(); i < nv; i += grid_stride()) {
+    Vec<T> u = av[i];
+    const Vec<T> w = bv[nb == n ? i : i % nbv];
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) u.v[k] = from_float<T>(f(to_float(u.v[k]), to_float(w.v[k])));
+    yv[i] = u;
+  }
+  long long j = nv * kVec<T> + thread_index();
+  if (j < n) y[j] = from_float<T>(f(to_float(a[j]), to_float(b[nb == n ? j : j % nb])));
 }
 
 template <typename T, typename F>
 void map1(const Tensor& x, Tensor& y, F f) {
   long long n = x.numel();
   if (n == 0) return;
-  map1_kernel<<<cuda::grid_for(n), 256, 0, cuda::compute_stream()>>>(
-      static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), n, f);
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  cudaStream_t s = cuda::compute_stream();
+  if (aligned16(xp) && aligned16(yp)) {
+    long long nv = n / kVec<T>;
+    map1_vec_kernel<<<cuda::grid_for(nv), 256, 0, s>>>(xp, yp, n, nv, f);
+  } else {
+    map1_kernel<<<cuda::grid_for(n), 256, 0, s>>>(xp, yp, n, f);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, typename F>
 void map2(const Tensor& a, const Tensor& b, Tensor& y, F f) {
-  long long n = a.numel();
+  long long n = a.numel(), nb = b.numel();
   if (n == 0) return;
-  map2_kernel<<<cuda::grid_for(n), 256, 0, cuda::compute_stream()>>>(
-      static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), static_cast<T*>(y.data_ptr()), n,
-      (long long)b.numel(), f);
+  const T* ap = static_cast<const T*>(a.data_ptr());
+  const T* bp = static_cast<const T*>(b.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  cudaStream_t s = cuda::compute_stream();
+  if (aligned16(ap) && aligned16(bp) && aligned16(yp) && (nb == n || nb % kVec<T> == 0)) {
+    long long nv = n / kVec<T>;
+    map2_vec_kernel<<<cuda::grid_for(nv), 256, 0, s>>>(ap, bp, yp, n, nb, nv, f);
+  } else {
+    map2_kernel<<<cuda::grid_for(n), 256, 0, s>>>(ap, bp, yp, n, nb, f);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
-// One thread per column, each summing its column in float: columns are channels (<= a few thousand)
-// and rows are N*H*W, so this is bandwidth-bound and coalesced across the warp.
-template <typename T>
-__global__ void sum_leading_kernel(const T* src, T* dst, long long m, long long n) {
-  long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (j >= n) return;
+// Column sums of src [m, n] over row chunk blockIdx.y, written as out[blockIdx.y, :] in O
+// (f32 partials, or the final dtype directly when there is a single chunk).
+template <typename T, typename O>
+__global__ void column_partial_kernel(const T* src, long long m, long long n, long long rows_per_chunk, O* out) {
+  long long c = blockIdx.x * (long long)cuda::kColTx + threadIdx.x;
+  long long r0 = blockIdx.y * rows_per_chunk, r1 = min(m, r0 + rows_per_chunk);
   float acc = 0.f;
-  for (long long i = 0; i < m; ++i) acc += to_float(src[i * n + j]);
-  dst[j] = from_float<T>(acc);
+  if (c < n)
+    for (long long r = r0 + threadIdx.y; r < r1; r += cuda::kColTy) acc += to_float(src[r * n + c]);
+  cuda::column_sum<cuda::kColTx, cuda::kColTy>(acc);
+  if (threadIdx.y == 0 && c < n) out[blockIdx.y * n + c] = from_float<O>(acc);
+}
+
+// dst[c] = sum over the R partials of column c, in chunk order (deterministic).
+template <typename T>
+__global__ void column_finish_kernel(const float* partial, int chunks, long long n, T* dst) {
+  long long c = thread_index();
+  if (c >= n) return;
+  float acc = 0.f;
+  for (int r = 0; r < chunks; ++r) acc += partial[r * n + c];
+  dst[c] = from_float<T>(acc);
 }
 
 }  // namespace
@@ -65,9 +149,23 @@ void sum_leading_cuda(const Tensor& src, Tensor& dst) {
   TANDEM_CUDA_FLOAT_TYPES(src.dtype(), T, [&] {
     long long m = src.size(0), n = src.size(1);
     if (n == 0) return;
-    sum_leading_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda::compute_stream()>>>(
-        static_cast<const T*>(src.data_ptr()), static_cast<T*>(dst.data_ptr()), m, n);
-    CUDA_CHECK_LAUNCH();
+    cudaStream_t s = cuda::compute_stream();
+    cuda::ColumnChunks ch = cuda::plan_column_chunks(m, n);
+    dim3 grid(static_cast<unsigned>((n + cuda::kColTx - 1) / cuda::kColTx), static_cast<unsigned>(ch.count));
+    dim3 block(cuda::kColTx, cuda::kColTy);
+    const T* sp = static_cast<const T*>(src.data_ptr());
+    T* dp = static_cast<T*>(dst.data_ptr());
+    if (ch.count == 1) {  // one chunk: its partial is the answer
+      column_partial_kernel<T, T><<<grid, block, 0, s>>>(sp, m, n, ch.rows_per_chunk, dp);
+      CUDA_CHECK_LAUNCH("bias gradient (column sum)");
+      return;
+    }
+    Tensor partial = Tensor::empty({ch.count, n}, DType::F32, src.device());
+    column_partial_kernel<T, float><<<grid, block, 0, s>>>(sp, m, n, ch.rows_per_chunk, partial.data<float>());
+    CUDA_CHECK_LAUNCH("bias gradient (column partial sums)");
+    column_finish_kernel<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(partial.data<float>(), ch.count, n,
+                                                                                   dp);
+    CUDA_CHECK_LAUNCH("bias gradient (column finish)");
   });
 }
 

@@ -7,7 +7,9 @@
 // per-row losses rather than with atomics, so the loss is bit-reproducible run to run.
 // expf/logf, not the __expf/__logf intrinsics: the intrinsics' error grows with |x|, and this
 // kernel is memory-bound, so the accurate versions cost nothing measurable.
-// The label range has already been checked on the host by core/ops/loss.cpp.
+// Labels are not range-checked on the host for CUDA (that would be a copy and a sync per step; the
+// loader checks them before upload). A label outside [0, C) is clamped into range, so no read is
+// out of bounds, and counted in g_bad_labels, which take_bad_label_count_cuda() reads lazily.
 #include <cstdint>
 
 #include "core/ops/cuda/block_reduce.cuh"
@@ -21,6 +23,20 @@ using cuda::from_float;
 using cuda::to_float;
 
 constexpr int kWarpsPerBlock = 8;  // 256 threads: enough resident warps to hide load latency
+
+// Out-of-range labels seen by cross_entropy on this device (each device has its own copy of a
+// __device__ variable). Integer atomics: the count is order-independent.
+__device__ unsigned long long g_bad_labels = 0;
+
+// The label of `row`, clamped into [0, c); counts a clamp when `count` is set (forward only, so
+// each bad label is counted once per step).
+template <typename L>
+__device__ __forceinline__ long long safe_label(const L* lab, long long row, long long c, bool count) {
+  long long l = static_cast<long long>(lab[row]);
+  if (l >= 0 && l < c) return l;
+  if (count) atomicAdd(&g_bad_labels, 1ull);
+  return l < 0 ? 0 : c - 1;
+}
 
 unsigned row_blocks(long long rows) { return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
@@ -46,7 +62,7 @@ __global__ void ce_rows_kernel(const T* x, const L* lab, long long n, long long 
   if (lane == 0) {
     float l = m + logf(se);
     lse[row] = l;
-    row_loss[row] = l - (1.f - s) * to_float(r[lab[row]]) - (s / (float)c) * sx;
+    row_loss[row] = l - (1.f - s) * to_float(r[safe_label(lab, row, c, true)]) - (s / (float)c) * sx;
   }
 }
 
@@ -68,7 +84,7 @@ __global__ void ce_bwd_kernel(const T* x, const L* lab, const float* lse, const 
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
     long long row = i / c, col = i - row * c;
     float p = expf(to_float(x[i]) - lse[row]);
-    float target = off + (col == (long long)lab[row] ? 1.f - s : 0.f);
+    float target = off + (col == safe_label(lab, row, c, false) ? 1.f - s : 0.f);
     d[i] = from_float<T>(scale * (p - target));
   }
 }
@@ -80,7 +96,7 @@ __global__ void topk_kernel(const T* x, const L* lab, long long n, long long c, 
   int lane = threadIdx.x & 31;
   if (row >= n) return;
   const T* r = x + row * c;
-  float ref = to_float(r[lab[row]]);
+  float ref = to_float(r[safe_label(lab, row, c, false)]);  // checked on the host by topk_correct
   float greater = 0.f;  // counts stay exact in float up to 2^24 classes
   for (long long j = lane; j < c; j += 32) greater += to_float(r[j]) > ref ? 1.f : 0.f;
   greater = cuda::warp_sum(greater);
@@ -129,6 +145,16 @@ int64_t topk_correct_cuda(const Tensor& logits, const Tensor& labels, int k) {
     });
   });
   return correct.to_vector_i64()[0];  // the caller asked for a host number: this syncs
+}
+
+int64_t take_bad_label_count_cuda() {
+  unsigned long long count = 0;
+  const unsigned long long zero = 0;
+  cudaStream_t s = cuda::compute_stream();
+  CUDA_CHECK(cudaMemcpyFromSymbolAsync(&count, g_bad_labels, sizeof(count), 0, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaMemcpyToSymbolAsync(g_bad_labels, &zero, sizeof(zero), 0, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));  // count and zero are host stack variables
+  return static_cast<int64_t>(count);
 }
 
 }  // namespace tandem::kernels

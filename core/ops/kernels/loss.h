@@ -1,6 +1,6 @@
 // core/ops/kernels/loss.h: backend entry points for cross-entropy and top-k accuracy (internal).
 //
-// The op layer (core/ops/loss.cpp) validates shapes, dtypes and label range and records autograd;
+// The op layer (core/ops/loss.cpp) validates shapes, dtypes and (CPU) label range and records autograd;
 // these functions only compute. Shapes: logits [N, C]; labels [N] (i32 or i64); lse [N] and loss [1]
 // in the statistics dtype (f64 for f64 logits, f32 otherwise); dlogits like logits.
 #pragma once
@@ -23,6 +23,9 @@ void cross_entropy_fwd_cuda(const Tensor& logits, const Tensor& labels, float sm
 void cross_entropy_bwd_cuda(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
                             float smoothing, Tensor& dlogits);
 int64_t topk_correct_cuda(const Tensor& logits, const Tensor& labels, int k);
+// cross_entropy_*_cuda clamp a label outside [0, C) and count it in a device counter (one per
+// device); this reads and zeroes the current device's counter, synchronising the compute stream.
+int64_t take_bad_label_count_cuda();
 #endif
 
 }  // namespace tandem::kernels

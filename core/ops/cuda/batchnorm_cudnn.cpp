@@ -1,0 +1,173 @@
+// core/ops/cuda/batchnorm_cudnn.cpp: training-mode batch norm through cuDNN's NHWC batch norm
+// (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), alone
+// (CUDNN_BATCHNORM_OPS_BN) or fused with a residual add and ReLU, y = relu(bn(x) + z)
+// (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: the ResNet block tail, ops::batch_norm_add_relu).
+//
+// Used when ops::batchnorm_cudnn() is on (core/ops/batchnorm.h); the hand-written kernels in
+// batchnorm.cu stay the fallback and the reference. Semantics match ours: the saved statistics are
+// the batch mean and 1/sqrt(biased var + eps), the running variance takes the unbiased variance,
+// and exponentialAverageFactor is our momentum. Eval mode always uses the hand-written kernels
+// (one elementwise pass; nothing for cuDNN to win).
+// cuDNN 9 marks this legacy API CUDNN_DEPRECATED (cudnn_ops.h; a warning only when the build
+// defines CUDNN_WARN_DEPRECATED). It is still shipped and is the API with the persistent NHWC
+// kernels; the graph API's norm nodes need the runtime-fusion engines. The pragmas below keep the
+// deprecation out of the build log in this file only.
+// A problem cuDNN rejects (CUDNN_STATUS_NOT_SUPPORTED, e.g. a dtype its version lacks, or more
+// than INT_MAX rows) makes these functions return false before anything is written; the caller
+// then runs the hand-written kernels.
+#include <cudnn.h>
+
+#include <climits>
+
+#include "core/check.h"
+#include "core/cuda/context.h"
+#include "core/ops/cuda/dnn_handle.h"
+#include "core/ops/kernels/batchnorm.h"
+#include "core/storage.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace tandem::kernels {
+namespace {
+
+constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+
+// Owns a legacy tensor descriptor.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc() { CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+bool dnn_type(DType t, cudnnDataType_t& out) {
+  switch (t) {
+    case DType::F32: out = CUDNN_DATA_FLOAT; return true;
+    case DType::F16: out = CUDNN_DATA_HALF; return true;
+    case DType::BF16: out = CUDNN_DATA_BFLOAT16; return true;
+    default: return false;
+  }
+}
+
+// x is [N, H, W, C] or [N, C]: described in NHWC with the real dims (C innermost either way).
+// Returns false when the dims do not fit cuDNN's int arguments or the dtype is not one it takes.
+bool describe(const Tensor& x, TensorDesc& xd, TensorDesc& pd) {
+  cudnnDataType_t t;
+  if (!dnn_type(x.dtype(), t)) return false;
+  const int64_t n = x.size(0), c = x.size(-1);
+  const int64_t h = x.dim() == 4 ? x.size(1) : 1, w = x.dim() == 4 ? x.size(2) : 1;
+  if (x.dim() != 2 && x.dim() != 4) return false;
+  if (n > INT_MAX || c > INT_MAX || h > INT_MAX || w > INT_MAX || x.numel() > INT_MAX) return false;
+  if (cudnnSetTensor4dDescriptor(xd.d, CUDNN_TENSOR_NHWC, t, static_cast<int>(n), static_cast<int>(c),
+                                 static_cast<int>(h), static_cast<int>(w)) != CUDNN_STATUS_SUCCESS)
+    return false;
+  // The per-channel descriptor (1 x C x 1 x 1, f32 for f32/f16/bf16 data): our parameter layout.
+  return cudnnDeriveBNTensorDescriptor(pd.d, xd.d, kMode) == CUDNN_STATUS_SUCCESS;
+}
+
+// Owns a ReLU activation descriptor (the fused op), or holds none.
+struct Activation {
+  cudnnActivationDescriptor_t d = nullptr;
+  explicit Activation(bool relu) {
+    if (!relu) return;
+    CUDNN_CHECK(cudnnCreateActivationDescriptor(&d));
+    CUDNN_CHECK(cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  }
+  ~Activation() {
+    if (d) cudnnDestroyActivationDescriptor(d);
+  }
+  Activation(const Activation&) = delete;
+  Activation& operator=(const Activation&) = delete;
+};
+
+// A parameter pointer, or a temporary filled with `value` when the tensor is undefined (cuDNN
+// always needs a scale, and returns both parameter gradients).
+void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Device& dev) {
+  if (t.defined()) return t.data_ptr();
+  tmp = Tensor::full({C}, value, DType::F32, dev);
+  return tmp.data_ptr();
+}
+
+}  // namespace
+
+bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
+                                   Tensor& running_mean, Tensor& running_var, double momentum, double eps, Tensor& y,
+                                   Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) {
+  TensorDesc xd, pd;
+  if (eps < CUDNN_BN_MIN_EPSILON || !describe(x, xd, pd)) return false;
+  const bool fused = z.defined();
+  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  Activation act(fused);
+  cudnnTensorDescriptor_t zd = fused ? xd.d : nullptr;  // z has x's shape and dtype
+  cudnnHandle_t h = cuda::dnn_handle();
+  size_t ws_bytes = 0, rs_bytes = 0;
+  if (cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kMode, ops, xd.d, zd, xd.d, pd.d, act.d,
+                                                                &ws_bytes) != CUDNN_STATUS_SUCCESS ||
+      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, ops, act.d, xd.d, &rs_bytes) !=
+          CUDNN_STATUS_SUCCESS)
+    return false;
+  const int64_t C = x.size(-1);
+  Tensor ones, zeros;
+  void* scale = param_or(weight, ones, C, 1.0, x.device());
+  void* shift = param_or(bias, zeros, C, 0.0, x.device());
+  // The workspace is freed (stream-ordered) right after the enqueue; the reserve space must live
+  // until the backward, so it is a tensor the autograd node keeps.
+  Storage workspace(ws_bytes, x.device());
+  reserve = Tensor::empty({static_cast<int64_t>((rs_bytes + 7) / 8)}, DType::I64, x.device());  // raw bytes
+  rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
+  const float one = 1.0f, zero = 0.0f;
+  cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
+      h, kMode, ops, &one, &zero, xd.d, x.data_ptr(), zd, fused ? z.data_ptr() : nullptr, xd.d, y.data_ptr(), pd.d,
+      scale, shift, momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
+      running_var.defined() ? running_var.data_ptr() : nullptr, eps, save_mean.data_ptr(), save_invstd.data_ptr(),
+      act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
+  if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  CUDNN_CHECK(st, "batch_norm forward (cuDNN NHWC) on ", x.str(), ": call ops::set_batchnorm_cudnn(false) to use ",
+              "tandem's own kernels");
+  return true;
+}
+
+bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
+                                    const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
+                                    const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
+                                    Tensor& dbias) {
+  TensorDesc xd, pd;
+  if (!describe(x, xd, pd)) return false;
+  const bool fused = y.defined();
+  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  Activation act(fused);
+  cudnnTensorDescriptor_t yd = fused ? xd.d : nullptr, dzd = fused ? xd.d : nullptr;
+  cudnnHandle_t h = cuda::dnn_handle();
+  size_t ws_bytes = 0;
+  if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops, xd.d, yd, xd.d, dzd, xd.d, pd.d, act.d,
+                                                        &ws_bytes) != CUDNN_STATUS_SUCCESS)
+    return false;
+  const int64_t C = x.size(-1);
+  // cuDNN writes dx, dscale and dbias unconditionally: scratch tensors stand in for unwanted ones.
+  Tensor ones, zeros, dx_tmp, dz_tmp, dw_tmp, db_tmp;
+  void* scale = param_or(weight, ones, C, 1.0, x.device());
+  void* shift = fused ? param_or(bias, zeros, C, 0.0, x.device()) : nullptr;  // the ReLU mask needs it
+  void* dzp = !fused ? nullptr
+              : dz.defined() ? dz.data_ptr()
+                             : (dz_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
+  void* dxp = dx.defined() ? dx.data_ptr() : (dx_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
+  void* dwp = dweight.defined() ? dweight.data_ptr() : (dw_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
+  void* dbp = dbias.defined() ? dbias.data_ptr() : (db_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
+  Storage workspace(ws_bytes, x.device());
+  const float one = 1.0f, zero = 0.0f;
+  const size_t rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
+  cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
+      h, kMode, ops, &one, &zero, &one, &zero, xd.d, x.data_ptr(), yd, fused ? y.data_ptr() : nullptr, xd.d,
+      dy.data_ptr(), dzd, dzp, xd.d, dxp, pd.d, scale, shift, dwp, dbp, eps, save_mean.data_ptr(),
+      save_invstd.data_ptr(), act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
+  if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  CUDNN_CHECK(st, "batch_norm backward (cuDNN NHWC) on ", x.str(), ": call ops::set_batchnorm_cudnn(false) to use ",
+              "tandem's own kernels");
+  return true;
+}
+
+}  // namespace tandem::kernels
+
+#pragma GCC diagnostic pop
