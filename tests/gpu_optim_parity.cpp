@@ -73,6 +73,12 @@ std::vector<std::vector<float>> run_named(const std::string& name, Device device
   return out;
 }
 
+// bf16 Adam-family: the moments are running sums of gradients of both signs, stored in bf16, and the
+// update divides m by sqrt(v), so where m cancels a rounding moves the update by a fraction of lr
+// whatever the element's size. Measured on an H100 (2026-11-22): 31 of 100003 elements beyond the
+// element-wise bound, all within 1.7e-3 (0.17 lr); max_rel = 2^-7 of the largest entry covers them.
+const Tolerance kAdamBf16{2e-2, 1e-3, "bf16 storage, 3 roundings; m cancels (see kAdamBf16)", 0x1p-7};
+
 void check_named(const std::string& name, DType dtype, const OptimizerOptions& opt, Tolerance tol, bool split = false) {
   auto cpu = run_named(name, Device::cpu(), DType::F32, opt);
   auto gpu = run_named(name, Device::cuda(0), dtype, opt, split);
@@ -132,7 +138,7 @@ TEST_CASE("fused CUDA AdamW matches the CPU loop") {
   check_named("adamw", DType::F32, adam_options(1e-2, 1e-2), f32);
   check_named("adamw", DType::F32, adam_options(1e-3, 0.0), f32);
   check_named("adamw", DType::F32, adam_options(1e-2, 1e-2), f32, true);
-  check_named("adamw", DType::BF16, adam_options(1e-2, 1e-2), Tolerance{2e-2, 1e-3, "bf16 storage, 3 roundings"});
+  check_named("adamw", DType::BF16, adam_options(1e-2, 1e-2), kAdamBf16);
 }
 
 TEST_CASE("fused CUDA LAMB matches the CPU loops, whole and as segments, with and without a norm hook") {
@@ -148,7 +154,7 @@ TEST_CASE("fused CUDA LAMB matches the CPU loops, whole and as segments, with an
   };
   check_named("lamb", DType::F32, hooked, f32, true);
   CHECK(calls == 6);  // 3 steps on the CPU, 3 on the GPU
-  check_named("lamb", DType::BF16, adam_options(1e-2, 1e-2), Tolerance{2e-2, 1e-3, "bf16 storage, 3 roundings"});
+  check_named("lamb", DType::BF16, adam_options(1e-2, 1e-2), kAdamBf16);
 }
 
 TEST_CASE("clip_grad_norm on CUDA matches the CPU: the norm and the clipped gradients") {

@@ -19,10 +19,11 @@ std::string compare_values(const std::string& what, const std::vector<float>& re
     return err.str();
   }
   int bad = 0;
-  double worst = 0;
+  double worst = 0, scale = 0;
+  for (float r : ref) scale = std::max(scale, static_cast<double>(std::fabs(r)));
   for (size_t i = 0; i < ref.size(); ++i) {
     double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-    double lim = tol.atol + tol.rtol * std::fabs(ref[i]);
+    double lim = tol.atol + tol.rtol * std::fabs(ref[i]) + tol.max_rel * scale;
     if (!(d <= lim)) {  // also catches NaN
       if (bad < 6) err << what << "[" << i << "]: gpu " << got[i] << " cpu " << ref[i] << " diff " << d << "\n";
       ++bad;
@@ -30,7 +31,7 @@ std::string compare_values(const std::string& what, const std::vector<float>& re
     }
   }
   if (bad) err << what << ": " << bad << "/" << ref.size() << " mismatches (rtol " << tol.rtol << ", atol "
-               << tol.atol << ": " << tol.why << ")\n";
+               << tol.atol << ", max_rel " << tol.max_rel << " of " << scale << ": " << tol.why << ")\n";
   return err.str();
 }
 

@@ -5,7 +5,7 @@
 // the same values, and only the op's own arithmetic differs: the CPU computes in f32 from the
 // rounded inputs, the GPU computes in `dtype` (with whatever internal precision its kernels use).
 // The upstream gradient is random too, rounded the same way. Outputs and every input gradient are
-// compared with |gpu - cpu| <= atol + rtol * |cpu|; the first mismatches are printed so a person
+// compared with |gpu - cpu| <= atol + rtol * |cpu| (+ max_rel * max|cpu|, see Tolerance); the first mismatches are printed so a person
 // can judge them. Non-floating inputs (labels, indices) are copied unchanged.
 #pragma once
 #include <functional>
@@ -21,6 +21,11 @@ struct Tolerance {
   double rtol;
   double atol;
   const char* why;  // the reason for these numbers, printed on failure
+  // Adds max_rel * max|reference| to every element's bound. For results that come out of a
+  // subtraction of rounded terms (softmax backward: p * (dy - sum p dy); attention output: a
+  // weighted mean of +-1 values), the rounding error scales with the largest term, not with the
+  // element, which can be near zero. 0 (the default): a purely element-wise bound.
+  double max_rel = 0;
 };
 
 // The dtypes every parity test covers.
