@@ -47,9 +47,7 @@ void leaving_without_finalize(const char* why) {
   if (w.size > 1) {
     std::fprintf(stderr, "[rank %d] tandem: %s without dist::finalize(); aborting the whole job so that the other "
                  "%d rank(s) do not wait for this one\n", w.rank, why, w.size - 1);
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);  // MPI_Abort does not return
+    abort_job();
   }
   State* st = std::exchange(g_state, nullptr);
   delete st;

@@ -187,10 +187,8 @@ class NcclCommunicator final : public Communicator {
         std::fprintf(stderr, "[rank %d] tandem watchdog: NCCL reported an asynchronous error (%s) on cuda:%d; "
                      "aborting the job. Rerun with NCCL_DEBUG=WARN to see which link or peer failed.\n",
                      rank_, ncclGetErrorString(async), device_);
-        std::fflush(stderr);
         ncclCommAbort(comm_);  // frees NCCL's kernels and proxy threads so MPI_Abort is not stuck behind them
-        MPI_Abort(MPI_COMM_WORLD, 1);
-        std::_Exit(1);
+        abort_job();
       }
       while (!outstanding_.empty() && cudaEventQuery(outstanding_.front().end->ev) == cudaSuccess)
         outstanding_.pop_front();

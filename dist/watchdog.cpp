@@ -21,11 +21,17 @@ std::atomic<int> g_watched_gpu{-1};  // written once by dist::init, read by comm
   std::fprintf(stderr, "[rank %d] tandem watchdog: kernel fault on rank %d: %s. Collective #%lld (%s) cannot "
                "finish because this rank's GPU stopped. Aborting the job; rerun with TANDEM_SYNC_CHECK=1 or under "
                "compute-sanitizer to find the kernel.\n", rank, rank, fault.c_str(), seq, what.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  abort_job();
 }
 }  // namespace
+
+void abort_job() {
+  std::fflush(stderr);
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
+}
 
 void watchdog_watch_device(Device d) { g_watched_gpu = d.is_cuda() ? d.index : -1; }
 
@@ -94,9 +100,7 @@ void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, doub
                  "(dead, hung, or on a different code path). Aborting the job; raise TANDEM_COMM_TIMEOUT_S if a "
                  "rank legitimately works alone for longer.\n",
                  rank, missing.c_str(), seq, what.c_str(), timeout_s);
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
+  abort_job();
 }
 
 }  // namespace tandem::dist

@@ -30,5 +30,9 @@ void watchdog_answer(MPI_Comm watch, long long seq);
 // prints "[rank R] ... rank(s) X did not reach collective #N within T s" and calls MPI_Abort. When
 // this rank's own GPU has faulted it says "kernel fault on rank R: ..." instead and asks nobody.
 [[noreturn]] void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s);
+// Ends the whole job after this rank printed why: flushes, gives the launcher 200 ms to forward the
+// line (MPI_Abort can otherwise kill the job before MPICH's I/O forwarding delivers it - seen on the
+// first GPU node run, where a dead-rank drill lost its message), then MPI_Abort.
+[[noreturn]] void abort_job();
 
 }  // namespace tandem::dist
