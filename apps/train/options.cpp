@@ -93,6 +93,9 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
   app.add_flag("--describe", o.describe, "print the model and the settings, then exit (no data needed)");
   app.add_flag("--evaluate", o.evaluate, "print validation top-1/top-5 and loss of the --resume checkpoint, then exit");
+  app.add_flag("--cudnn-bn", o.cudnn_bn,
+               "GPU BatchNorm through cuDNN's NHWC batch norm instead of tandem's kernels (off by default until "
+               "measured; both pass the parity tests)");
   app.add_flag("--deterministic", o.deterministic,
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
   app.add_option("--on-nonfinite", o.on_nonfinite,

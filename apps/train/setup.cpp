@@ -10,6 +10,7 @@
 #include "apps/train/checkpointing.h"  // defines: restore_checkpoint
 #include "apps/train/memory.h"         // defines: plan_memory
 #include "core/device.h"               // defines: require_cuda, built_with_cuda
+#include "core/ops/batchnorm.h"        // defines: set_batchnorm_cudnn
 #include "core/ops/conv.h"             // defines: set_deterministic
 #include "core/profile.h"              // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
@@ -207,6 +208,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.amp = make_amp(o, *t.model);  // before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
   ops::set_deterministic(o.deterministic);  // before the first conv builds its cuDNN plans
+  ops::set_batchnorm_cudnn(o.cudnn_bn);
   NamedTensors opt_state;
   if (!resume.empty()) {
     Restored r = restore_checkpoint(resume, *t.model, o, w);
