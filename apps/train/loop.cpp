@@ -22,6 +22,7 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   const int64_t number = s.step + 1;  // 1-based, as progress lines and TANDEM_FAULT count
   fault_before_step(s.fault, rank, number);
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
+  if (t.ps) t.ps->set_lr(t.opt->lr());
   Tensor logits = (*t.ddp)(b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
   loss = fault_in_step(s.fault, rank, number, loss);
@@ -30,7 +31,8 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
   const bool skip = s.on_nonfinite != OnNonfinite::Off &&
                     skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
-  if (!skip) t.opt->step();
+  if (!skip && t.ps) t.ps->step(&t.ddp->timeline());  // push, update on the servers, pull
+  else if (!skip) t.opt->step();
   ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
   if (skip) {
     ++rec.skipped_steps;

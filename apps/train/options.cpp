@@ -67,6 +67,10 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
   app.add_option("--compress", o.compress, "gradient dtype on the wire")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--strategy", o.strategy, "ddp: all-reduce during backward; ps: synchronous parameter server")
+      ->check(CLI::IsMember({"ddp", "ps"}))->capture_default_str();
+  app.add_option("--ps-servers", o.ps_servers, "ps: servers, colocated on ranks 0..K-1")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--amp", o.amp, "mixed precision: off (bf16/fp16 not implemented yet)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (1/2 not implemented yet)")->capture_default_str();
@@ -111,6 +115,8 @@ void validate(TrainOptions& o) {
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
   TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");
+  TANDEM_CHECK(o.strategy != "ps" || o.checkpoint_dir.empty(), "--strategy ps does not checkpoint (the optimizer "
+               "state lives on the servers): drop --checkpoint-dir, or use --strategy ddp");
 }
 
 }  // namespace tandem::apps

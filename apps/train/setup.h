@@ -15,6 +15,7 @@
 #include "data/loader.h"         // defines: Loader
 #include "dist/bootstrap.h"      // defines: World, init
 #include "dist/ddp.h"            // defines: DistributedDataParallel
+#include "dist/parameter_server.h"  // defines: ParameterServer (--strategy ps)
 #include "layers/checkpoint.h"   // defines: TrainState
 #include "layers/module.h"       // defines: ModulePtr
 #include "optim/lr_schedule.h"   // defines: LrScheduleOptions
@@ -53,6 +54,9 @@ struct Training {
   ModulePtr model;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   std::unique_ptr<optim::SGD> opt;
+  // --strategy ps: pushes, updates (on the servers only) and pulls in place of opt->step(); DDP then
+  // only broadcasts buffers and times the step (its reducer does not communicate). Null for ddp.
+  std::unique_ptr<dist::ParameterServer> ps;
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
   int64_t global_batch = 0;   // --batch x ranks
   int64_t steps_per_epoch = 0;
