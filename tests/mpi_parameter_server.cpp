@@ -62,6 +62,24 @@ void check_ps_equals_ddp(const std::string& opt_name, int servers) {
 
 }  // namespace
 
+TEST_CASE("Communicator::reduce: the root gets the sum over ranks, the others keep their values") {
+  const World& w = world();
+  for (int root = 0; root < w.size; ++root) {
+    CAPTURE(root);
+    Tensor t = Tensor::from_vector({float(w.rank + 1), float(10 * (w.rank + 1))}, {2});
+    comm_for(Device::cpu()).reduce(t, root, ReduceOp::Sum, "test reduce")->wait();
+    const float tri = w.size * (w.size + 1) / 2.0f;  // 1 + 2 + ... + N
+    const std::vector<float> v = t.to_vector();
+    if (w.rank == root) {
+      CHECK(v[0] == tri);
+      CHECK(v[1] == 10 * tri);
+    } else {
+      CHECK(v[0] == float(w.rank + 1));
+      CHECK(v[1] == float(10 * (w.rank + 1)));
+    }
+  }
+}
+
 TEST_CASE("assign_partitions: whole tensors, largest first to the least loaded server, deterministic") {
   // 100 -> s0; 60 -> s1; 50 -> s1 (60 < 100); 10 -> s0 (100 < 110); 10 -> s0 (110 = 110: lowest).
   CHECK(assign_partitions({10, 100, 50, 60, 10}, 2) == std::vector<int>{0, 0, 1, 1, 0});
