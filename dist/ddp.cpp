@@ -72,12 +72,16 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, DdpOptions op
   reducer_ = std::make_unique<Reducer>(std::move(trainable), *comm_, options_.reducer);
 }
 
-Tensor DistributedDataParallel::forward(const Tensor& x) {
+void DistributedDataParallel::prepare_forward() {
   if (autograd::grad_mode_enabled()) reducer_->start_step();
   if (options_.broadcast_buffers && module_->is_training() && comm_->size() > 1) {
     profile::Range r("broadcast buffers");
     broadcast_all(module_->named_buffers(), "buffers");
   }
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  prepare_forward();
   profile::Range r("forward");  // the step-level range, beside "backward" and "optimizer"
   return (*module_)(x);
 }

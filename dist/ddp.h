@@ -12,9 +12,13 @@
 // With sync_batchnorm the module is converted first (sync_batchnorm.h; module() returns it).
 // Gradient accumulation: backward calls inside a no_sync() scope only accumulate locally; the
 // first backward after it averages the accumulated sum.
+// Models with several inputs (BERT: ids, attention mask, token types, labels) use forward_with(f):
+// the same per-forward work as forward(x), then f(module()) computes whatever the step needs.
 #pragma once
 #include <memory>
+#include <utility>
 
+#include "core/profile.h"
 #include "dist/reducer.h"
 #include "layers/module.h"
 
@@ -33,6 +37,20 @@ class DistributedDataParallel {
 
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // forward() for a module that takes more than one tensor: does forward()'s work before the module
+  // runs (prepare_forward) and returns f(module()), called inside the "forward" profile range:
+  //   Tensor loss = ddp.forward_with([&](Module& m) { return bert.mlm_loss(ids, mask, types, labels); });
+  // f must run the wrapped module's forward exactly once (the reducer counts one backward per step).
+  template <class F>
+  decltype(auto) forward_with(F&& f) {
+    prepare_forward();
+    profile::Range r("forward");
+    return std::forward<F>(f)(*module_);
+  }
+  // What every forward does first: starts the reducer's step (when grad mode is on) and broadcasts
+  // rank 0's buffers (training mode, broadcast_buffers).
+  void prepare_forward();
 
   // RAII: while alive, backward does not communicate (gradient accumulation).
   class NoSync {

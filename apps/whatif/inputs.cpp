@@ -96,7 +96,7 @@ std::vector<double> bucket_bytes(const std::string& model, int num_classes, doub
   dist::BucketingOptions o{static_cast<size_t>(std::max(0.0, first_bucket_mb) * (1 << 20)),
                            static_cast<size_t>(std::max(0.0, bucket_mb) * (1 << 20))};
   std::vector<double> out;
-  for (const auto& members : dist::assign_buckets(bytes, std::vector<int>(bytes.size(), 0), o)) {
+  for (const auto& members : dist::assign_buckets(bytes, std::vector<dist::BucketKey>(bytes.size()), o)) {
     double s = 0;
     for (size_t k : members) s += static_cast<double>(bytes[k]);
     out.push_back(s);

@@ -1,0 +1,96 @@
+// apps/encoder/loop.cpp: the steps and their progress lines (see loop.h).
+#include "apps/encoder/loop.h"
+
+#include <cstdio>
+
+#include "core/autograd.h"         // defines: NoGradGuard
+#include "core/ops/elementwise.h"  // defines: add (the device-side running loss)
+#include "dist/bootstrap.h"        // defines: comm_for (the CPU communicator for the progress sums)
+#include "optim/lr_schedule.h"     // defines: lr_at
+
+namespace tandem::apps::encoder {
+
+namespace {
+
+// The next training batch, across epoch ends; the time next() took counts as data time.
+void next_batch(Training& t, LoopState& s, RunClock& clock) {
+  const auto t0 = Clock::now();
+  while (!t.train->next(s.batch)) {
+    ++s.epoch, s.index_in_epoch = 0;
+    t.train->start_epoch(s.epoch);
+  }
+  s.index_in_epoch += s.batch.input_ids.size(0);
+  clock.interval_data_ms += seconds_since(t0) * 1000;
+}
+
+void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
+  const data::TextBatch& b = s.batch;
+  t.opt->set_lr(optim::lr_at(t.sched, s.step));
+  Tensor loss = t.ddp->forward_with(
+      [&](Module&) { return t.model->mlm_loss(b.input_ids, b.attention_mask, b.token_type_ids, b.labels); });
+  t.opt->zero_grad();
+  loss.backward();
+  if (o.clip > 0) s.grad_norm = t.opt->clip_grad_norm(o.clip);
+  t.opt->step();
+  ++s.step, ++s.interval_steps;
+  autograd::NoGradGuard ng;  // a device-side running sum: no host sync inside the interval
+  s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
+}
+
+// Mean exposed communication and overall overlap of timeline steps [from, end).
+void timeline_interval(dist::Timeline& tl, size_t from, Interval& iv) {
+  const auto& steps = tl.steps();
+  double comm = 0, exposed = 0;
+  size_t n = 0;
+  for (size_t i = from; i < steps.size(); ++i, ++n) comm += steps[i].comm_us, exposed += steps[i].exposed_us;
+  iv.exposed_ms = n ? exposed / n / 1000.0 : 0;
+  iv.overlap = comm > 0 ? (comm - exposed) / comm : 1;
+}
+
+// Closes the progress interval: the global mean loss in one collective; rank 0 prints the line.
+void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& clock, Interval& last) {
+  const int world = t.world->size;
+  Tensor sums = Tensor::from_vector({float(s.loss_sum.to_vector()[0])}, {1});
+  dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "progress")->wait();
+  last.steps = s.interval_steps;
+  last.wall_ms = clock.interval_ms();
+  last.data_ms = clock.interval_data_ms;
+  last.loss = sums.to_vector()[0] / static_cast<double>(s.interval_steps * world);
+  last.grad_norm = s.grad_norm;
+  last.sequences_per_s = static_cast<double>(s.interval_steps * t.global_batch) / (last.wall_ms / 1000);
+  last.tokens_per_s = last.sequences_per_s * static_cast<double>(o.seq_len);
+  last.mfu = t.peak.flops > 0 ? last.tokens_per_s / world * t.flops_per_token / t.peak.flops : 0;
+  timeline_interval(t.ddp->timeline(), s.timeline_from, last);
+  if (t.world->rank == 0)
+    std::printf("%s\n", progress_line(s.step, o.steps, t.opt->lr(), last, world, t.dev).c_str());
+  std::fflush(stdout);
+  s.timeline_from = t.ddp->timeline().steps().size();
+  s.interval_steps = 0, s.loss_sum = Tensor();
+  clock.start_interval();
+}
+
+}  // namespace
+
+LoopState start_loop(Training& t, const EncoderOptions& o) {
+  LoopState s;
+  s.step = t.start.step;
+  s.epoch = t.start.epoch;
+  t.train->start_epoch(s.epoch);
+  if (t.start.index_in_epoch > 0) {  // inside an epoch: the batches an uninterrupted run reads next
+    t.train->skip(t.start.index_in_epoch / o.batch);
+    s.index_in_epoch = t.start.index_in_epoch;
+  }
+  return s;
+}
+
+void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t until, RunClock& clock, Interval& last) {
+  while (s.step < until) {
+    clock.step_started();
+    next_batch(t, s, clock);
+    train_step(t, o, s);
+    if (s.step - t.start.step == t.bench_warmup) clock.start_steady(s.step, t.dev);
+    if (s.step % o.log_every == 0 || s.step == until) log_progress(t, o, s, clock, last);
+  }
+}
+
+}  // namespace tandem::apps::encoder

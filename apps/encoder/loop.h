@@ -1,0 +1,39 @@
+// apps/encoder/loop.h: train_encoder's step loop.
+//
+// Each step: the next batch of masked sequences (the loader moves on to the next epoch, reshuffled
+// and re-masked, when one runs out), the LR of BERT's schedule for that step, forward through
+// DDP (forward_with: the model takes ids, attention mask, token types and labels) computing the
+// masked-LM loss, backward (gradients all-reduced in buckets while backward runs), global-norm
+// clipping, the optimizer step. The loss is summed on the device and read only when a progress line
+// is due (every --log-every steps and at a stop), so no step waits for the host except clipping's
+// one read of the norm.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "apps/encoder/options.h"  // defines: EncoderOptions
+#include "apps/encoder/report.h"   // defines: Interval
+#include "apps/encoder/setup.h"    // defines: Training
+#include "apps/train/clock.h"      // defines: RunClock
+#include "data/text_loader.h"      // defines: TextBatch
+
+namespace tandem::apps::encoder {
+
+struct LoopState {
+  int64_t step = 0;            // optimizer steps done since the start of training (across resumes)
+  int64_t epoch = 0;           // the training loader's epoch
+  int64_t index_in_epoch = 0;  // sequences this rank has read in that epoch
+  int64_t interval_steps = 0;  // steps since the last progress line
+  Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
+  double grad_norm = 0;        // the last step's, before clipping
+  size_t timeline_from = 0;    // the DDP timeline's first step of the interval
+  data::TextBatch batch;       // reused from step to step
+};
+
+// Positions the training loader where `t.start` says the next step begins.
+LoopState start_loop(Training& t, const EncoderOptions& o);
+
+// Trains until s.step == until, printing progress lines; fills `last` at each one.
+void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t until, RunClock& clock, Interval& last);
+
+}  // namespace tandem::apps::encoder

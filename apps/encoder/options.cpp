@@ -1,0 +1,100 @@
+// apps/encoder/options.cpp: train_encoder's command line (CLI11) and the checks between options.
+#include "apps/encoder/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/check.h"  // defines: TANDEM_CHECK
+
+namespace tandem::apps::encoder {
+
+int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
+  CLI::App app{"train_encoder: data-parallel BERT masked-language-model training (launch with mpiexec -n N)"};
+  auto* data = app.add_option("--data", o.data, "text files or folders (fortune files, or paragraphs split at "
+                                                "blank lines), e.g. /usr/share/games/fortunes");
+  auto* syn = app.add_flag("--synthetic", o.synthetic, "random token ids (compute-only benchmark)");
+  data->excludes(syn);
+  app.add_option("--vocab", o.vocab, "vocab.txt for --data (apps/make_vocab writes one)");
+  app.add_option("--vocab-size", o.vocab_size, "vocabulary of --synthetic")->capture_default_str();
+  app.add_option("--synthetic-tokens", o.synthetic_tokens, "length of the synthetic training stream")
+      ->capture_default_str();
+  app.add_option("--held-out-every", o.held_out_every, "every Nth document is held out for validation")
+      ->check(CLI::Range(2, 1 << 30))->capture_default_str();
+  app.add_option("--model", o.model, "bert_tiny, bert_mini, bert_small, bert_medium, bert_base, bert_large")
+      ->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence, [CLS] and [SEP] included")->capture_default_str();
+  app.add_option("--mask-prob", o.mask_prob, "fraction of tokens predicted")->check(CLI::Range(0.01, 0.9))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of init, shuffling, masking and dropout")->capture_default_str();
+  app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps in total (across resumes)")->capture_default_str();
+  app.add_option("--run-steps", o.run_steps, "stop after this many steps in this run (the schedule still spans "
+                                             "--steps); resume later")->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", o.batch, "sequences per rank per step")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer)->check(CLI::IsMember({"adamw", "lamb"}))->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate (not scaled by the world size)")->capture_default_str();
+  app.add_option("--wd", o.wd, "weight decay (not applied to biases and LayerNorm)")->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW/LAMB second-moment decay")->capture_default_str();
+  app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup from 0 (default: 10% of --steps)");
+  app.add_option("--min-lr", o.min_lr, "learning rate at the last step (linear decay)")->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--no-overlap", o.no_overlap, "all-reduce after backward instead of during it");
+  app.add_option("--compress", o.compress, "gradient dtype on the wire")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--amp", o.amp, "mixed precision: off (bf16/fp16 not implemented yet)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage: 0 (1/2 not implemented yet)")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_step<N>.safetensors here");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: after the last step)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--resume", o.resume, "checkpoint file to resume from, or 'auto' (newest in --checkpoint-dir)");
+  app.add_option("--val-every", o.val_every, "steps between validations (0: only after the last step)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--val-batches", o.val_batches, "held-out batches per rank per validation (-1: all)")
+      ->capture_default_str();
+  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--bench-warmup", o.bench_warmup, "steps excluded from the steady rates");
+  app.add_option("--peak-tflops", o.peak_tflops, "peak TFLOP/s of one rank's device for MFU (default: estimated)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
+  app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
+  app.add_flag("--describe", o.describe, "print the model and the settings, then exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (!print) return e.get_exit_code();
+    return app.exit(e);
+  }
+  return -1;
+}
+
+void validate(EncoderOptions& o) {
+  TANDEM_CHECK(o.synthetic || !o.data.empty(), "no data: pass --data PATH... with --vocab vocab.txt (e.g. "
+               "/usr/share/games/fortunes and a vocab from apps/make_vocab), or --synthetic for a compute-only "
+               "benchmark");
+  TANDEM_CHECK(o.synthetic || !o.vocab.empty(), "--data needs --vocab vocab.txt: build one with "
+               "build/apps/make_vocab <paths> --out vocab.txt");
+  TANDEM_CHECK(o.amp == "off", "--amp ", o.amp, " is not implemented yet in train_encoder: use --amp off");
+  TANDEM_CHECK(o.zero == 0, "--zero ", o.zero, " is not implemented yet in train_encoder: use --zero 0");
+  TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
+  TANDEM_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
+  TANDEM_CHECK(o.seq_len >= 8 && o.seq_len <= 512, "--seq-len ", o.seq_len,
+               " is out of range: 8 to 512 (BERT has 512 position embeddings)");
+  TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  TANDEM_CHECK(o.clip >= 0, "--clip must be >= 0 (0: off), got ", o.clip);
+  TANDEM_CHECK(o.warmup_steps < o.steps, "--warmup-steps (", o.warmup_steps, ") must be smaller than --steps (",
+               o.steps, ")");
+  TANDEM_CHECK(o.vocab_size >= 16, "--vocab-size must be at least 16");
+  TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
+               "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
+  if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
+}
+
+}  // namespace tandem::apps::encoder

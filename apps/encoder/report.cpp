@@ -1,0 +1,160 @@
+// apps/encoder/report.cpp: progress, validation and done lines, and the --metrics JSON (see report.h).
+#include "apps/encoder/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/encoder/setup.h"  // defines: Training
+#include "core/storage.h"        // defines: memory_stats
+#include "dist/bootstrap.h"      // defines: comm_for (its backend name)
+#include "layers/checkpoint.h"   // defines: kTandemVersion
+
+namespace tandem::apps::encoder {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f MiB", bytes / 1048576.0);
+  return b;
+}
+
+json eval_json(const EvalResult& e) {
+  return json{{"step", e.step}, {"masked_token_accuracy", e.accuracy}, {"loss", e.loss}, {"masked", e.masked},
+              {"sequences", e.sequences}};
+}
+
+}  // namespace
+
+std::string progress_line(int64_t step, int64_t total, double lr, const Interval& iv, int world, Device dev) {
+  MemoryStats m = memory_stats(dev);
+  char mfu[32] = "n/a";
+  if (iv.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * iv.mfu);
+  char b[640];
+  std::snprintf(b, sizeof b,
+                "step %lld/%lld | loss %.4f | lr %.3g | %.1f seq/s (%.1f/rank) %.0f tok/s (%.0f/rank) | MFU %s | "
+                "%.1f ms/step: data %.1f compute %.1f exposed-comm %.1f (overlap %.0f%%) | mem %s peak %s",
+                (long long)step, (long long)total, iv.loss, lr, iv.sequences_per_s, iv.sequences_per_s / world,
+                iv.tokens_per_s, iv.tokens_per_s / world, mfu, iv.step_ms(),
+                iv.data_ms / std::max<int64_t>(iv.steps, 1), iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap,
+                mib(m.current_bytes).c_str(), mib(m.peak_bytes).c_str());
+  return b;
+}
+
+std::string validation_line(const EvalResult& r, const Training& t) {
+  const data::UnigramBaseline& u = t.corpus.baseline;
+  char b[400];
+  std::snprintf(b, sizeof b,
+                "validation step %lld: masked-token accuracy %.2f%% (unigram baseline %.2f%%) | loss %.4f "
+                "(baseline %.4f) | %lld masked tokens in %lld held-out sequences",
+                (long long)r.step, 100 * r.accuracy, 100 * u.accuracy, r.loss, u.loss, (long long)r.masked,
+                (long long)r.sequences);
+  return b;
+}
+
+void print_start(const EncoderOptions& o, const Training& t) {
+  if (t.world->rank != 0) return;
+  const Corpus& c = t.corpus;
+  if (o.synthetic)
+    std::printf("corpus: synthetic, %lld training tokens, vocab %lld\n", (long long)c.train->stream().size(),
+                (long long)c.vocab_size);
+  else
+    std::printf("corpus: %lld files, %.2f MB, %lld training / %lld held-out documents, %zu / %zu tokens, vocab %lld "
+                "(%s), tokenized in %.2f s\n",
+                (long long)c.files, c.bytes / 1e6, (long long)c.train_documents, (long long)c.held_out_documents,
+                c.train->stream().size(), c.held_out ? c.held_out->stream().size() : size_t{0},
+                (long long)c.vocab_size, o.vocab.c_str(), c.tokenize_s);
+  if (c.held_out)
+    std::printf("unigram baseline (always the most frequent token, '%lld'): masked-token accuracy %.2f%%, loss %.4f "
+                "on %lld held-out masked tokens\n",
+                (long long)c.baseline.token, 100 * c.baseline.accuracy, c.baseline.loss, (long long)c.baseline.masked);
+  std::printf("%s on %d rank(s) (%s, %s), %lld params, seq %lld, batch %lld/rank (%lld sequences, %lld tokens "
+              "global), %lld steps (%lld sequences/epoch), %s lr %.3g warmup %lld, %.3g GFLOP/token, peak %.3g "
+              "TFLOP/s/rank (%s)\n",
+              o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
+              (long long)t.model->num_parameters(), (long long)o.seq_len, (long long)o.batch,
+              (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)o.steps,
+              (long long)c.train->size(), t.opt->name(), o.lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
+              t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
+  std::fflush(stdout);
+}
+
+void report(const EncoderOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step) {
+  const int world = t.world->size;
+  const int64_t run_steps = step - t.start.step;
+  const double train_s = clock.train_s();
+  // RunClock counts "images"; here one sample is one sequence.
+  const double seq_s = clock.steady_images_per_s(step, run_steps, t.global_batch);
+  const double tok_s = seq_s * o.seq_len;
+  const double mfu = t.peak.flops > 0 ? tok_s / world * t.flops_per_token / t.peak.flops : 0;
+  if (!o.trace.empty()) dist::write_trace(o.trace);
+  const dist::TimelineSummary comm = t.ddp->timeline().summary();
+  const MemoryStats mem = memory_stats(t.dev);
+  if (t.world->rank != 0) return;
+  std::printf("done: %lld steps, init %.2f s, train %.2f s, steady %.1f seq/s (%.1f/rank), %.0f tok/s (%.0f/rank), "
+              "MFU %.1f%%, wall %.2f s, %s\n",
+              (long long)run_steps, clock.init_or_zero_s(), train_s, seq_s, seq_s / world, tok_s, tok_s / world,
+              100 * mfu, clock.wall_s(), comm.str().c_str());
+  if (o.metrics.empty()) return;
+  const Interval& last = rec.last;
+  const data::UnigramBaseline& u = t.corpus.baseline;
+  json evals = json::array();
+  for (const EvalResult& e : rec.evals) evals.push_back(eval_json(e));
+  json j{
+      {"app", "train_encoder"},
+      {"tandem_version", kTandemVersion},
+      {"model", o.model},
+      {"parameters", t.model->num_parameters()},
+      {"vocab_size", t.corpus.vocab_size},
+      {"world_size", world},
+      {"device", t.dev.str()},
+      {"backend", dist::comm_for(t.dev).backend()},
+      {"data", o.synthetic ? json("synthetic") : json(o.data)},
+      {"vocab", o.vocab},
+      {"seq_len", o.seq_len},
+      {"batch_per_rank", o.batch},
+      {"global_batch", t.global_batch},
+      {"optimizer", o.optimizer},
+      {"lr", o.lr},
+      {"warmup_steps", o.warmup_steps},
+      {"weight_decay", o.wd},
+      {"clip", o.clip},
+      {"steps", step},
+      {"steps_this_run", run_steps},
+      {"resumed_from", t.resumed_from},
+      {"train_sequences", t.corpus.train->size()},
+      {"init_s", clock.init_or_zero_s()},
+      {"train_s", train_s},
+      {"paused_s", clock.paused_s},
+      {"wall_s", clock.wall_s()},
+      {"sequences_per_s", seq_s},
+      {"sequences_per_s_per_rank", seq_s / world},
+      {"tokens_per_s", tok_s},
+      {"tokens_per_s_per_rank", tok_s / world},
+      {"flops_per_token", t.flops_per_token},
+      {"peak_flops_per_rank", t.peak.flops},
+      {"peak_source", t.peak.source},
+      {"mfu", mfu},
+      {"bench_warmup_steps", t.bench_warmup},
+      {"last_interval_ms_per_step",
+       {{"total", last.step_ms()}, {"data", last.data_ms / std::max<int64_t>(last.steps, 1)},
+        {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}, {"overlap", last.overlap}}},
+      {"comm", {{"comm_ms_per_step", comm.comm_ms}, {"exposed_ms_per_step", comm.exposed_ms},
+                {"overlap", comm.overlap}, {"steps", comm.steps}}},
+      {"memory", {{"current_bytes", mem.current_bytes}, {"peak_bytes", mem.peak_bytes}}},
+      {"baseline", {{"token", u.token}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
+      {"final", {{"train_loss", last.loss}}},
+      {"validations", evals},
+      {"checkpoints_written", rec.checkpoints_written}};
+  if (!rec.evals.empty()) j["final"]["val"] = eval_json(rec.evals.back());
+  std::filesystem::path mp(o.metrics);
+  if (mp.has_parent_path()) std::filesystem::create_directories(mp.parent_path());
+  std::ofstream(o.metrics) << j.dump(2) << "\n";
+}
+
+}  // namespace tandem::apps::encoder

@@ -1,0 +1,58 @@
+// apps/encoder/report.h: what train_encoder prints and writes - the opening lines (corpus, model,
+// baseline), progress lines, validation lines beside the unigram baseline, the done line and the
+// JSON summary (--metrics).
+//
+// A progress line covers the interval since the previous one (the loop does not synchronise with
+// the device inside an interval; see apps/train/clock.h):
+//   sequences/s and tokens/s (tokens = sequences x --seq-len), in total and per rank;
+//   MFU = model FLOPs per second per rank / the rank's peak (apps/encoder/flops.h);
+//   ms/step split: data (the host building the batch: masking, copies), exposed communication
+//   (all-reduce time that backward did not hide, from dist/timeline.h), compute (the rest), and the
+//   overlap fraction (hidden / total communication time);
+//   memory: current and peak bytes of this rank's device.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/encoder/options.h"     // defines: EncoderOptions
+#include "apps/encoder/validation.h"  // defines: EvalResult
+#include "apps/train/clock.h"         // defines: RunClock
+
+namespace tandem::apps::encoder {
+
+struct Training;
+
+// One progress interval, averaged per step.
+struct Interval {
+  int64_t steps = 0;
+  double wall_ms = 0, data_ms = 0, exposed_ms = 0, overlap = 1;
+  double loss = 0;               // global mean of the steps' MLM losses
+  double grad_norm = 0;          // before clipping, the interval's last step
+  double sequences_per_s = 0;    // global
+  double tokens_per_s = 0;       // global
+  double mfu = 0;                // per rank, 0 when the peak is unknown
+  double step_ms() const { return steps ? wall_ms / steps : 0; }
+  double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
+};
+
+// "step S/T | loss | lr | seq/s tok/s (per rank) | MFU | ms/step split | mem" (rank 0 prints it).
+std::string progress_line(int64_t step, int64_t total, double lr, const Interval& iv, int world, Device dev);
+// "validation step S: masked-token accuracy A (unigram baseline B) | loss L (baseline M)".
+std::string validation_line(const EvalResult& r, const Training& t);
+
+// Corpus, model and settings (rank 0).
+void print_start(const EncoderOptions& o, const Training& t);
+
+struct RunRecord {
+  Interval last;                    // the latest progress interval
+  std::vector<EvalResult> evals;    // every validation, in order
+  int64_t checkpoints_written = 0;
+};
+
+// After the last step (clock stopped): writes the --trace (all ranks take part), then on rank 0
+// prints the done line and writes the --metrics JSON.
+void report(const EncoderOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step);
+
+}  // namespace tandem::apps::encoder

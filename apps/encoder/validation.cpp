@@ -1,0 +1,78 @@
+// apps/encoder/validation.cpp: the held-out pass (see validation.h).
+#include "apps/encoder/validation.h"
+
+#include <vector>
+
+#include "apps/encoder/setup.h"   // defines: Training, kValidationEpoch
+#include "core/autograd.h"        // defines: NoGradGuard
+#include "core/ops/loss.h"        // defines: cross_entropy, topk_correct
+#include "core/ops/embedding.h"   // defines: embedding (the row gather)
+#include "core/ops/shape.h"       // defines: reshape
+#include "dist/bootstrap.h"       // defines: comm_for
+
+namespace tandem::apps::encoder {
+
+namespace {
+
+// Sums over one batch's masked positions.
+struct Sums {
+  double loss = 0, correct = 0, masked = 0;
+};
+
+void score(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels, Sums& s) {
+  Tensor logits = t.model->forward(ids, mask, types);
+  const int64_t n = logits.size(0) * logits.size(1), v = logits.size(2);
+  std::vector<int64_t> lab = labels.to_vector_i64(), rows, kept;
+  for (int64_t i = 0; i < n; ++i)
+    if (lab[i] != data::kIgnoreIndex) rows.push_back(i), kept.push_back(lab[i]);
+  const auto m = static_cast<int64_t>(rows.size());
+  if (m == 0) return;
+  // Gather the masked rows of the [n, V] logits (embedding lookup = row gather), then score them.
+  Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, t.dev), ops::reshape(logits, {n, v}));
+  Tensor target = Tensor::from_vector_i64(kept, {m}, DType::I64, t.dev);
+  s.loss += ops::cross_entropy(picked, target).item() * static_cast<double>(m);
+  s.correct += static_cast<double>(ops::topk_correct(picked, target, 1));
+  s.masked += static_cast<double>(m);
+}
+
+}  // namespace
+
+EvalResult evaluate(Training& t, const EncoderOptions& o, int64_t step) {
+  EvalResult r;
+  r.step = step;
+  if (!t.val) return r;
+  t.model->train(false);
+  autograd::NoGradGuard no_grad;
+  Sums s;
+  double sequences = 0;
+  t.val->start_epoch(kValidationEpoch);
+  data::TextBatch b;
+  for (int64_t k = 0; (o.val_batches < 0 || k < o.val_batches) && t.val->next(b); ++k) {
+    sequences += static_cast<double>(b.input_ids.size(0));
+    score(t, b.input_ids, b.attention_mask, b.token_type_ids, b.labels, s);
+  }
+  // The unpadded sampler cuts the last N mod world sequences (data/sampler.h): rank k scores the
+  // k-th of them, so a full validation reads every held-out sequence exactly once.
+  const data::MlmDataset& ds = t.val->dataset();
+  const int64_t tail = ds.size() - ds.size() % t.world->size + t.world->rank;
+  if (o.val_batches < 0 && tail < ds.size()) {
+    const int64_t L = ds.seq_len();
+    Tensor ids = Tensor::empty({1, L}, DType::I64), mask = Tensor::empty({1, L}, DType::I64);
+    Tensor labels = Tensor::empty({1, L}, DType::I64);
+    ds.get(tail, data::SampleKey{o.seed, kValidationEpoch}, ids.data<int64_t>(), mask.data<int64_t>(),
+           labels.data<int64_t>());
+    score(t, ids.to(t.dev), mask.to(t.dev), Tensor::zeros({1, L}, DType::I64, t.dev), labels, s);
+    sequences += 1;
+  }
+  t.model->train(true);
+  Tensor sums = Tensor::from_vector_f64({s.loss, s.correct, s.masked, sequences}, {4}, DType::F64);
+  dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "validation")->wait();
+  std::vector<double> v = sums.to_vector_f64();
+  r.masked = static_cast<int64_t>(v[2]);
+  r.sequences = static_cast<int64_t>(v[3]);
+  r.loss = v[2] > 0 ? v[0] / v[2] : 0;
+  r.accuracy = v[2] > 0 ? v[1] / v[2] : 0;
+  return r;
+}
+
+}  // namespace tandem::apps::encoder

@@ -1,0 +1,101 @@
+// apps/train_encoder: data-parallel BERT masked-language-model training, launched with mpiexec.
+//
+//   make_vocab /usr/share/games/fortunes --out vocab.txt --size 8000
+//   mpiexec -n 2 train_encoder --data /usr/share/games/fortunes --vocab vocab.txt --model bert_mini
+//   mpiexec -n 8 train_encoder --synthetic --model bert_base --steps 200 --metrics run.json
+//
+// One process per rank (GPU local_rank % device_count, or the CPU). The corpus is tokenized with
+// WordPiece, packed into --seq-len sequences and masked as BERT does (data/text_dataset.h); every
+// 20th document is held out. Each step: forward through DDP computing the masked-LM loss, backward
+// (gradients all-reduced in buckets while backward runs), clipping, AdamW or LAMB with BERT's
+// warmup + linear decay. Validation reports masked-token accuracy and loss on the held-out text
+// beside the unigram baseline (always guessing the most frequent token). Checkpoints carry Hugging
+// Face's BertForMaskedLM names; --resume auto continues exactly (same batches, masks, LR).
+// Progress lines: sequences/s and tokens/s, MFU, the ms/step split and memory (apps/encoder/report.h).
+// Left out (rejected with an error, never ignored): --amp bf16/fp16 and --zero 1/2.
+//
+// Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
+// flops.h, param_groups.h (apps/train/clock.h holds every timing).
+#include <algorithm>
+#include <exception>
+#include <iostream>
+
+#include "apps/encoder/checkpointing.h"  // defines: resume_path, checkpoint_if_due
+#include "apps/encoder/loop.h"           // defines: LoopState, start_loop, train_until
+#include "apps/encoder/options.h"        // defines: EncoderOptions, parse_options, validate
+#include "apps/encoder/report.h"         // defines: RunRecord, print_start, validation_line, report
+#include "apps/encoder/setup.h"          // defines: env_rank0, init_world, make_corpus, make_model, set_up
+#include "apps/encoder/validation.h"     // defines: evaluate
+#include "apps/train/clock.h"            // defines: Clock, RunClock
+#include "core/check.h"                  // defines: Error
+#include "dist/bootstrap.h"              // defines: initialized, world, finalize (and MPI_Abort via mpi.h)
+
+using namespace tandem;
+namespace enc = tandem::apps::encoder;
+
+namespace {
+// Taken during static initialisation, before main: "init time" includes MPI and corpus set-up.
+const apps::Clock::time_point kProcessStart = apps::Clock::now();
+
+// The next step where the loop must stop: a validation, a checkpoint or the end of this run.
+int64_t next_stop(const enc::EncoderOptions& o, int64_t step, int64_t end) {
+  int64_t s = end;
+  for (int64_t every : {o.val_every, o.checkpoint_dir.empty() ? int64_t{0} : o.checkpoint_every})
+    if (every > 0) s = std::min(s, (step / every + 1) * every);
+  return s;
+}
+
+int run(enc::EncoderOptions& o) {
+  apps::RunClock clock(kProcessStart);
+  const dist::World& w = enc::init_world(o);
+  enc::Corpus corpus = enc::make_corpus(o);
+  const std::string resume = enc::resume_path(o);
+  auto model = enc::make_model(o, corpus.vocab_size, resume);
+  if (o.describe) {
+    if (w.rank == 0) std::cout << model->describe() << "\n";
+    return 0;
+  }
+  enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), resume);
+  enc::print_start(o, t);
+
+  enc::LoopState loop = enc::start_loop(t, o);
+  enc::RunRecord rec;
+  while (loop.step < t.end_step) {
+    enc::train_until(t, o, loop, next_stop(o, loop.step, t.end_step), clock, rec.last);
+    // Validation and checkpoints are paused time: left out of the training rates.
+    const apps::Clock::time_point paused_at = clock.pause();
+    const bool last = loop.step == t.end_step;
+    if (t.val && (last || (o.val_every > 0 && loop.step % o.val_every == 0))) {
+      rec.evals.push_back(enc::evaluate(t, o, loop.step));
+      if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
+    }
+    if (enc::checkpoint_if_due(t, o, loop.step, loop.epoch, loop.index_in_epoch, last)) ++rec.checkpoints_written;
+    clock.resume(paused_at);
+  }
+  clock.stop(t.dev);
+  enc::report(o, t, clock, rec, loop.step);
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  enc::EncoderOptions o;
+  if (int rc = enc::parse_options(argc, argv, o, enc::env_rank0()); rc >= 0) return rc;
+  try {
+    enc::validate(o);
+  } catch (const Error& e) {
+    if (enc::env_rank0()) std::cerr << "train_encoder: " << e.what() << "\nRun with --help for the options.\n";
+    return 2;
+  }
+  int rc = 1;
+  try {
+    rc = run(o);
+  } catch (const std::exception& e) {
+    std::cerr << "train_encoder: error: " << e.what() << "\n";
+    // Other ranks may be waiting in a collective this rank will never join: end them all now.
+    if (dist::initialized() && dist::world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  if (dist::initialized()) dist::finalize();
+  return rc;
+}

@@ -1,0 +1,186 @@
+// tests/mpi_encoder_ddp.cpp: DistributedDataParallel on the BERT encoder (BertForMaskedLM), against
+// one process on the full batch, run under mpiexec -n 2 and -n 4.
+//
+// The experiment of tests/mpi_ddp.cpp with a multi-input model: each rank takes batch b of a full
+// batch of N*b sequences, runs mlm_loss through DistributedDataParallel::forward_with (ids, padding
+// mask, token types, labels), and after K steps its parameters must equal those of one process that
+// trained on all N*b sequences (which every rank also trains itself). For the mean over ranks of the
+// per-rank losses to be the full batch's loss, every sequence has the same number of labelled
+// (masked) positions: mlm_loss averages over labelled positions, not sequences. Dropout is 0, so both
+// sides compute the same function. The replicas start from different seeds: DDP must broadcast
+// rank 0's weights.
+// Tolerance 1e-5 relative in f32 (max over elements of |a - b| / max(|b|, 1e-3), as mpi_ddp): the
+// two sides sum the same products in a different order (per-rank partial sums, then the
+// all-reduce), a few ulps per step over K = 3 steps of SGD.
+// AdamW (the trainer's optimizer) is checked on the gradients instead of the weights: its update
+// g / (sqrt(v) + eps) is ~lr * sign(g) for every element at the first step, so an element whose
+// gradient is rounding noise on both sides (the key bias's is exactly 0 in exact arithmetic: softmax
+// ignores a shift shared by all keys) moves by +-lr either way, and weight differences of 1e-4 after
+// 3 steps say nothing about DDP. So at every AdamW step the reference is set to the replica's
+// weights and its full-batch gradient must equal the replica's averaged one.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/random.h"
+#include "dist/bootstrap.h"
+#include "dist/ddp.h"
+#include "layers/models/bert.h"
+#include "layers/state_dict.h"
+#include "optim/optimizer.h"
+#include "tests/support/ddp_fixture.h"
+
+using namespace tandem;
+using namespace tandem::dist;
+using tandem::testing::ddp_fixture::bit_identical;
+using tandem::testing::ddp_fixture::max_rel_diff;
+
+namespace {
+
+constexpr int64_t kB = 2;       // sequences per rank
+constexpr int64_t kS = 12;      // sequence length
+constexpr int64_t kVocab = 50;
+constexpr int64_t kMasked = 3;  // labelled positions per sequence (equal for every sequence: see above)
+constexpr int kSteps = 3;
+
+BertConfig tiny_config() {
+  BertConfig c = models::bert_config("bert_tiny", kVocab);
+  c.num_hidden_layers = 2, c.hidden_size = 32, c.num_attention_heads = 2, c.intermediate_size = 64;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
+  return c;
+}
+
+struct Batch {
+  Tensor ids, mask, types, labels;
+};
+
+// The full batch of n sequences, identical on every rank: random ids, padding at the end of every
+// other sequence, a second segment, and kMasked labels per sequence (never on padding).
+Batch full_batch(int64_t n) {
+  Generator g(11);
+  Tensor ids = Tensor::empty({n, kS}, DType::I64);
+  randint_(ids, kVocab - 5, g);
+  std::vector<int64_t> v = ids.to_vector_i64(), mask(n * kS, 1), types(n * kS, 0), labels(n * kS, -100);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pad = (i % 2) ? 1 + i % 3 : 0;  // 0..3 padded positions at the end
+    for (int64_t j = 0; j < kS; ++j) {
+      int64_t& id = v[i * kS + j];
+      id += 5;
+      if (j >= kS - pad) id = 0, mask[i * kS + j] = 0;
+      if (j >= kS / 2) types[i * kS + j] = 1;
+    }
+    for (int64_t k = 0; k < kMasked; ++k) {  // positions 1 + 3k: inside every sequence's tokens
+      const int64_t j = 1 + 3 * k;
+      labels[i * kS + j] = v[i * kS + j];
+      v[i * kS + j] = 4;  // [MASK]
+    }
+  }
+  auto mk = [&](const std::vector<int64_t>& x) { return Tensor::from_vector_i64(x, {n, kS}); };
+  return {mk(v), mk(mask), mk(types), mk(labels)};
+}
+
+Batch rows(const Batch& b, int64_t from, int64_t count) {
+  return {b.ids.slice(from, from + count), b.mask.slice(from, from + count), b.types.slice(from, from + count),
+          b.labels.slice(from, from + count)};
+}
+
+// One experiment's inputs and models: the full batch, this rank's rows, the reference (seed 7) and
+// the replica (seed 7 + 100 rank, before DDP's broadcast).
+struct Setup {
+  Batch all, mine;
+  std::shared_ptr<models::BertForMaskedLM> ref, model;
+  Setup() {
+    const World& w = world();
+    all = full_batch(w.size * kB);
+    mine = rows(all, w.rank * kB, kB);
+    ref = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7);
+    model = std::make_shared<models::BertForMaskedLM>(tiny_config(), 7 + 100 * w.rank);
+  }
+};
+
+struct Trained {
+  std::shared_ptr<models::BertForMaskedLM> model, ref;
+};
+
+Trained train(const std::string& optimizer, const ReducerOptions& ro) {
+  Setup x;
+  const Batch &all = x.all, &mine = x.mine;
+  auto ref = x.ref, model = x.model;
+  DdpOptions o;
+  o.reducer = ro;
+  DistributedDataParallel ddp(model, o);
+  optim::OptimizerOptions oo;
+  oo.lr = optimizer == "sgd" ? 0.1 : 1e-2;
+  auto opt = optim::make_optimizer(optimizer, model->named_parameters(), oo);
+  auto ref_opt = optim::make_optimizer(optimizer, ref->named_parameters(), oo);
+  for (int step = 0; step < kSteps; ++step) {
+    opt->zero_grad();
+    Tensor loss =
+        ddp.forward_with([&](Module&) { return model->mlm_loss(mine.ids, mine.mask, mine.types, mine.labels); });
+    loss.backward();
+    opt->step();
+    ref_opt->zero_grad();
+    ref->mlm_loss(all.ids, all.mask, all.types, all.labels).backward();
+    ref_opt->step();
+  }
+  CHECK(ddp.timeline().steps().size() == kSteps);  // forward_with started a reducer step each time
+  return {model, ref};
+}
+
+}  // namespace
+
+TEST_CASE("encoder: N ranks x batch b == 1 process x batch N*b after K SGD steps; ranks stay bit-identical") {
+  for (bool overlap : {true, false}) {
+    CAPTURE(overlap);
+    ReducerOptions ro;
+    ro.bucketing = {4096, 16384};  // several buckets in this small model
+    ro.overlap = overlap;
+    Trained t = train("sgd", ro);
+    CHECK(max_rel_diff(*t.model, *t.ref) <= 1e-5);
+    CHECK(bit_identical(*t.model));
+  }
+  Trained t = train("sgd", {});  // default bucket sizes: the whole model in one bucket
+  CHECK(max_rel_diff(*t.model, *t.ref) <= 1e-5);
+  CHECK(bit_identical(*t.model));
+}
+
+TEST_CASE("encoder with AdamW: each step's averaged gradient == the full batch's at the same weights") {
+  Setup x;
+  const Batch &all = x.all, &mine = x.mine;
+  auto ref = x.ref, model = x.model;
+  DdpOptions o;
+  o.reducer.bucketing = {4096, 16384};
+  DistributedDataParallel ddp(model, o);
+  optim::OptimizerOptions oo;
+  oo.lr = 1e-2;
+  auto opt = optim::make_optimizer("adamw", model->named_parameters(), oo);
+  for (int step = 0; step < kSteps; ++step) {
+    CAPTURE(step);
+    load_state_dict(*ref, state_dict(*model));  // the reference evaluates at the replica's weights
+    for (Tensor& p : ref->parameters())
+      if (p.grad().defined()) p.grad().zero_();
+    ref->mlm_loss(all.ids, all.mask, all.types, all.labels).backward();
+    opt->zero_grad();
+    ddp.forward_with([&](Module&) { return model->mlm_loss(mine.ids, mine.mask, mine.types, mine.labels); })
+        .backward();
+    // Rounding scales with the summed terms, bounded by the largest gradients, not with each result
+    // (some are 0 in exact arithmetic): elements are compared relative to max(|ref|, 1e-2 * max|ref|).
+    // A DDP fault (a missed or stale bucket, a wrong average) is off by O(1) on the largest elements.
+    auto pa = model->named_parameters(), pb = ref->named_parameters();
+    double gmax = 0, worst = 0;
+    for (auto& [name, p] : pb)
+      for (float g : p.grad().to_vector()) gmax = std::max(gmax, double(std::abs(g)));
+    for (size_t i = 0; i < pa.size(); ++i) {
+      std::vector<float> a = pa[i].second.grad().to_vector(), b = pb[i].second.grad().to_vector();
+      for (size_t j = 0; j < a.size(); ++j)
+        worst = std::max(worst, std::abs(double(a[j]) - b[j]) / std::max(double(std::abs(b[j])), 1e-2 * gmax));
+    }
+    CHECK(worst <= 1e-5);
+    opt->step();
+  }
+  CHECK(bit_identical(*model));
+  CHECK(bit_identical(*model, true));  // and the gradients they stepped with
+}
