@@ -21,7 +21,10 @@ namespace {
 
 optim::OptimizerOptions options_for(const std::string& name) {
   optim::OptimizerOptions o;
-  o.lr = name == "sgd" ? 0.1 : 0.01;
+  // AdamW at its default lr 1e-3: its normalised update m/sqrt(v) turns an ulp of difference in a
+  // near-zero gradient sum into a full-size step difference, so a larger lr only scales that noise
+  // (at 1e-2 the K = 2, 4-rank case reaches 1e-5 itself; the summation order is all that differs).
+  o.lr = name == "sgd" ? 0.1 : 1e-3;
   if (name == "sgd") o.momentum = 0.9, o.weight_decay = 1e-4;  // momentum state lives on the servers
   return o;
 }
