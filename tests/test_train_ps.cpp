@@ -3,62 +3,44 @@
 // The parameter server (dist/parameter_server.h) must train to the same loss as DDP on the same
 // synthetic data (same SGD with momentum, same batches; the sums differ only in order, so the losses
 // agree to ~1e-5), write its push/pull "buckets" and strategy in the metrics JSON, and refuse more
-// servers than ranks with a sentence naming the limit. Binaries come from TANDEM_TEST_BINARY_DIR.
+// servers than ranks with a sentence naming the limit. Binaries: tests/support/app_run.h.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <string>
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
+#include "tests/support/app_run.h"
+
+using tandem::testing::CommandResult;
 
 namespace {
 
-std::string app(const std::string& name) {
-  const char* d = std::getenv("TANDEM_TEST_BINARY_DIR");
-  return std::string(d ? d : ".") + "/apps/" + name;
-}
-
-struct Run {
-  int status = -1;
-  std::string output;
-};
-
 // 24 synthetic samples, batch 4 on 2 ranks: 3 steps per epoch; 6 steps = 2 epochs.
-Run train(const std::string& args) {
-  std::string cmd = "HYDRA_LAUNCHER=fork timeout -s KILL 120 mpiexec -n 2 -env OPENBLAS_NUM_THREADS 1 "
-                    "-env OMP_NUM_THREADS 1 " + app("train_imagenet") +
-                    " --device cpu --model small_cnn --synthetic --synthetic-size 24 --synthetic-val-size 8"
-                    " --num-classes 4 --image-size 16 --batch 4 --workers 1 --lr 0.05 --steps 6 --log-every 3 " +
-                    args + " 2>&1";
-  Run r;
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f != nullptr);
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) r.output.append(buf, n);
-  const int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+CommandResult train(const std::string& args) {
+  return tandem::testing::run_command(
+      "HYDRA_LAUNCHER=fork timeout -s KILL 120 mpiexec -n 2 -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 " +
+      tandem::testing::app("train_imagenet") +
+      " --device cpu --model small_cnn --synthetic --synthetic-size 24 --synthetic-val-size 8 --num-classes 4"
+      " --image-size 16 --batch 4 --workers 1 --lr 0.05 --steps 6 --log-every 3 " + args + " 2>&1");
 }
 
-json metrics_of(const std::string& args, const fs::path& file) {
-  Run r = train(args + " --metrics " + file.string());
+nlohmann::json metrics_of(const std::string& args, const std::filesystem::path& file) {
+  CommandResult r = train(args + " --metrics " + file.string());
   INFO(r.output);
   REQUIRE(r.status == 0);
   std::ifstream in(file);
-  return json::parse(in);
+  return nlohmann::json::parse(in);
 }
 
 }  // namespace
 
 TEST_CASE("--strategy ps trains like ddp and reports its pushes and pulls") {
+  namespace fs = std::filesystem;
+  using json = nlohmann::json;
   const fs::path dir = fs::temp_directory_path() / ("tandem_ps_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const json ddp = metrics_of("--strategy ddp", dir / "ddp.json");
@@ -87,7 +69,7 @@ TEST_CASE("--strategy ps trains like ddp and reports its pushes and pulls") {
 }
 
 TEST_CASE("--ps-servers above the number of ranks fails with a sentence naming the limit") {
-  Run r = train("--strategy ps --ps-servers 3");
+  CommandResult r = train("--strategy ps --ps-servers 3");
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK(r.output.find("must be between 1 and the number of ranks") != std::string::npos);
