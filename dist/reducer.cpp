@@ -101,6 +101,11 @@ void Reducer::launch(size_t i) {
     DType wire = options_.compression == Compression::BF16 ? DType::BF16 : DType::F16;
     b.wire = ops::cast_raw(ops::scale(b.buffer, 1.0f / static_cast<float>(comm_.size())), wire);
     b.work = comm_.all_reduce(b.wire, ReduceOp::Sum, name);
+  } else if (b.buffer.dtype() == DType::F16 && comm_.size() > 1) {
+    // AMP's f16 buckets (optim/amp.h): divide a copy before the sum, as above - a loss-scaled sum of
+    // N gradients overflows f16 long before their mean does; wait_and_average copies it back.
+    b.wire = ops::scale(b.buffer, 1.0f / static_cast<float>(comm_.size()));
+    b.work = comm_.all_reduce(b.wire, ReduceOp::Sum, name);
   } else {
     b.work = comm_.all_reduce(b.buffer, ReduceOp::Sum, name);
   }

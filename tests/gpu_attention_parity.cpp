@@ -30,21 +30,15 @@
 #include "tests/support/parity.h"
 
 using namespace tandem;
-using testing::parity_check;
-using testing::Tolerance;
+using namespace tandem::testing::parity_names;
 
 namespace {
-const auto& kDtypes = testing::kParityDtypes;
-Tolerance rounded_once(DType t) {
-  return testing::rounded_once(t, "f32: GPU f32 statistics vs CPU double, different summation order");
-}
-Tolerance three_roundings(DType t) {
-  switch (t) {
-    case DType::BF16: return {3e-2, 1e-3, "bf16: scores, p and output each rounded (3 ulp of 2^-8), f32 GEMM order"};
-    case DType::F16: return {6e-3, 2e-4, "f16: scores, p and output each rounded (3 ulp of 2^-11), f32 GEMM order"};
-    default: return {1e-4, 1e-6, "f32 (TF32 off): GEMM summation order and f32 vs double softmax statistics"};
-  }
-}
+const PerDtype rounded_once =
+    testing::rounded_once("f32: GPU f32 statistics vs CPU double, different summation order");
+const PerDtype three_roundings{
+    .f32 = {1e-4, 1e-6, "f32 (TF32 off): GEMM summation order and f32 vs double softmax statistics"},
+    .bf16 = {3e-2, 1e-3, "bf16: scores, p and output each rounded (3 ulp of 2^-8), f32 GEMM order"},
+    .f16 = {6e-3, 2e-4, "f16: scores, p and output each rounded (3 ulp of 2^-11), f32 GEMM order"}};
 Tensor mask(const std::vector<int64_t>& v, int64_t b, int64_t s) { return Tensor::from_vector_i64(v, {b, s}); }
 
 // attention(q, k, v, mask) with training dropout p on the backend chosen per device; a fresh
@@ -62,20 +56,14 @@ std::function<std::vector<Tensor>(const std::vector<Tensor>&)> attention_fn(floa
   };
 }
 
-Tolerance flash_vs_cpu(DType t) {
-  switch (t) {
-    case DType::BF16: return {1.5e-2, 5e-4, "bf16: f32 math, one rounding (2^-8); d_row reads the rounded O"};
-    case DType::F16: return {3e-3, 1e-4, "f16: f32 math, one rounding (2^-11); d_row reads the rounded O"};
-    default: return {1e-4, 1e-5, "f32: tile/butterfly summation order, expf vs double softmax statistics"};
-  }
-}
-Tolerance flash_vs_reference_gpu(DType t) {
-  switch (t) {
-    case DType::BF16: return {4e-2, 2e-3, "bf16: reference's three roundings plus flash's one"};
-    case DType::F16: return {1e-2, 5e-4, "f16: reference's three roundings plus flash's one"};
-    default: return {1e-4, 1e-5, "f32 (TF32 off): summation order only"};
-  }
-}
+const PerDtype flash_vs_cpu{
+    .f32 = {1e-4, 1e-5, "f32: tile/butterfly summation order, expf vs double softmax statistics"},
+    .bf16 = {1.5e-2, 5e-4, "bf16: f32 math, one rounding (2^-8); d_row reads the rounded O"},
+    .f16 = {3e-3, 1e-4, "f16: f32 math, one rounding (2^-11); d_row reads the rounded O"}};
+const PerDtype flash_vs_reference_gpu{
+    .f32 = {1e-4, 1e-5, "f32 (TF32 off): summation order only"},
+    .bf16 = {4e-2, 2e-3, "bf16: reference's three roundings plus flash's one"},
+    .f16 = {1e-2, 5e-4, "f16: reference's three roundings plus flash's one"}};
 
 // [B, Sk] padding: entry 0 keeps a prefix, 1 has holes, 2 is fully padded (uniform rows).
 Tensor flash_mask(int64_t B, int64_t Sk) {
@@ -144,8 +132,7 @@ TEST_CASE("scale_mask_softmax parity: no mask, padding mask, a fully padded row,
 
 TEST_CASE("attention (reference path) parity with a padding mask and dropout") {
   Generator g(2);
-  const bool tf32 = ops::allow_tf32();
-  ops::set_allow_tf32(false);  // f32 compares GEMM order, not TF32's 10-bit mantissa
+  const Tf32Scope tf32(false);  // f32 compares GEMM order, not TF32's 10-bit mantissa
   Tensor m = mask({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                    0, 0, 0, 0, 0, 0, 0},
                   2, 20);
@@ -158,7 +145,6 @@ TEST_CASE("attention (reference path) parity with a padding mask and dropout") {
                          three_roundings(t)) == "");
     }
   }
-  ops::set_allow_tf32(tf32);
 }
 
 TEST_CASE("split_qkv_heads and merge_heads parity (pure data movement: exact)") {
@@ -187,8 +173,7 @@ TEST_CASE("cross_entropy with ignore_index parity") {
 
 TEST_CASE("flash attention (GPU) vs the reference path (CPU): forward and q/k/v gradients, padding, dropout") {
   Generator g(20);
-  const bool tf32 = ops::allow_tf32();
-  ops::set_allow_tf32(false);
+  const Tf32Scope tf32(false);
   for (const FlashShape& s : kFlashShapes) {
     CAPTURE(s.Sq);
     CAPTURE(s.Sk);
@@ -204,7 +189,6 @@ TEST_CASE("flash attention (GPU) vs the reference path (CPU): forward and q/k/v 
         }
     }
   }
-  ops::set_allow_tf32(tf32);
 }
 
 TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests validate)") {
@@ -218,8 +202,7 @@ TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests vali
 
 TEST_CASE("flash vs reference, both on the GPU in bf16/f16; Auto picks flash there; flash is deterministic") {
   Generator g(22);
-  const bool tf32 = ops::allow_tf32();
-  ops::set_allow_tf32(false);
+  const Tf32Scope tf32(false);
   for (const FlashShape& s : kFlashShapes) {
     CAPTURE(s.D);
     for (DType t : {DType::BF16, DType::F16}) {
@@ -246,5 +229,4 @@ TEST_CASE("flash vs reference, both on the GPU in bf16/f16; Auto picks flash the
       }
     }
   }
-  ops::set_allow_tf32(tf32);
 }

@@ -20,16 +20,11 @@
 #include "tests/support/parity.h"
 
 using namespace tandem;
-using testing::compare_values;
-using testing::parity_check;
-using testing::Tolerance;
+using namespace tandem::testing::parity_names;
 
 namespace {
-const auto& kDtypes = testing::kParityDtypes;
 // Results rounded once to the tested dtype (tests/support/parity.h); the f32 reason is this file's.
-Tolerance rounded_once(DType t) {
-  return testing::rounded_once(t, "f32: libm vs CUDA math functions, f32 vs double row sums");
-}
+const PerDtype rounded_once = testing::rounded_once("f32: libm vs CUDA math functions, f32 vs double row sums");
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 Fn binary(Tensor (*op)(const Tensor&, const Tensor&)) {

@@ -14,12 +14,9 @@
 #include "tests/support/parity.h"
 
 using namespace tandem;
-using testing::parity_check;
-using testing::Tolerance;
+using namespace tandem::testing::parity_names;
 
 namespace {
-
-const auto& kDtypes = testing::kParityDtypes;
 
 Tensor randn_cpu(const Shape& s, uint64_t seed) {
   Generator g(seed);
@@ -33,24 +30,18 @@ Tolerance exact(DType) { return {0.0, 0.0, "pure data movement or selection: val
 // Short sums and one division or scaling per output, computed in f32 on both sides and rounded
 // once to the output dtype: one rounding of the dtype (bf16 2^-8, f16 2^-10 relative, with slack
 // for values near a rounding boundary), or f32 summation-order noise.
-Tolerance rounding(DType t) {
-  switch (t) {
-    case DType::BF16: return {1e-2, 1e-3, "one bf16 rounding of the output (2^-8 relative) after f32 math"};
-    case DType::F16: return {2e-3, 1e-4, "one f16 rounding of the output (2^-10 relative) after f32 math"};
-    default: return {1e-5, 1e-6, "f32 summation order differs (gather on GPU, scatter on CPU)"};
-  }
-}
+const PerDtype rounding{
+    .f32 = {1e-5, 1e-6, "f32 summation order differs (gather on GPU, scatter on CPU)"},
+    .bf16 = {1e-2, 1e-3, "one bf16 rounding of the output (2^-8 relative) after f32 math"},
+    .f16 = {2e-3, 1e-4, "one f16 rounding of the output (2^-10 relative) after f32 math"}};
 
 // Batch norm: the training backward subtracts two per-channel means from dy, so outputs near zero
 // carry an absolute error of a few roundings of O(1) terms; weight/bias gradients are sums over
 // all rows (O(sqrt(M)) magnitude) rounded to the dtype of the (16-bit) weight leaf.
-Tolerance batchnorm(DType t) {
-  switch (t) {
-    case DType::BF16: return {2e-2, 2e-2, "bf16 rounding of O(1) outputs and of row-sum gradients; cancellation in dx"};
-    case DType::F16: return {4e-3, 4e-3, "f16 rounding of O(1) outputs and of row-sum gradients; cancellation in dx"};
-    default: return {1e-4, 2e-5, "f32 Welford statistics on GPU vs f64 two-pass on CPU; cancellation in dx"};
-  }
-}
+const PerDtype batchnorm{
+    .f32 = {1e-4, 2e-5, "f32 Welford statistics on GPU vs f64 two-pass on CPU; cancellation in dx"},
+    .bf16 = {2e-2, 2e-2, "bf16 rounding of O(1) outputs and of row-sum gradients; cancellation in dx"},
+    .f16 = {4e-3, 4e-3, "f16 rounding of O(1) outputs and of row-sum gradients; cancellation in dx"}};
 
 // BN parameters stay f32 whatever the activation dtype; the harness hands every floating input
 // over in `dtype`, so widen weight and bias (a differentiable cast, identity on the CPU side).

@@ -20,15 +20,12 @@
 #include "tests/support/parity.h"
 
 using namespace tandem;
-using testing::parity_check;
-using testing::Tolerance;
+using namespace tandem::testing::parity_names;
 
 namespace {
-const auto& kDtypes = testing::kParityDtypes;
 // Results rounded once to the tested dtype (tests/support/parity.h); the f32 reason is this file's.
-Tolerance rounded_once(DType t) {
-  return testing::rounded_once(t, "f32: GPU f32 accumulation vs CPU double, different summation order");
-}
+const PerDtype rounded_once =
+    testing::rounded_once("f32: GPU f32 accumulation vs CPU double, different summation order");
 
 Tensor labels(int64_t n, int64_t classes, Generator& g, DType t = DType::I64) {
   Tensor l = Tensor::empty({n}, t);

@@ -7,31 +7,27 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using tandem::testing::app;
 
 namespace {
-std::string bin(const std::string& name) {
-  const char* d = std::getenv("TANDEM_TEST_BINARY_DIR");
-  return std::string(d ? d : ".") + "/apps/" + name;
-}
 json run_json(const std::string& cmd, const fs::path& out) {
-  int rc = std::system((cmd + " --json " + out.string() + " > " + out.string() + ".log 2>&1").c_str());
-  REQUIRE_MESSAGE(rc == 0, cmd, " failed, see ", out.string(), ".log");
-  std::ifstream f(out);
-  return json::parse(f);
+  const tandem::testing::AppRun r = tandem::testing::run_app(cmd + " --json " + out.string());
+  REQUIRE_MESSAGE(r.status == 0, cmd, " failed:\n", r.output);
+  return json::parse(tandem::testing::slurp(out));
 }
 const fs::path kDir = fs::temp_directory_path() / ("tandem_smoke_" + std::to_string(::getpid()));
 }  // namespace
 
 TEST_CASE("bench_ops (CPU part): every row has positive times and ratio = tandem / direct") {
   fs::create_directories(kDir);
-  json j = run_json(bin("bench_ops") + " --cpu --cpu-reps 1", kDir / "ops.json");
+  json j = run_json(app("bench_ops") + " --cpu --cpu-reps 1", kDir / "ops.json");
   REQUIRE(j["rows"].size() >= 3);
   for (const json& r : j["rows"]) {
     INFO(r.dump());
@@ -44,7 +40,7 @@ TEST_CASE("bench_ops (CPU part): every row has positive times and ratio = tandem
 
 TEST_CASE("bench_allreduce (2 ranks, MPI): algbw = bytes / time and busbw = algbw * 2(n-1)/n") {
   fs::create_directories(kDir);
-  json rows = run_json("HYDRA_LAUNCHER=fork mpiexec -n 2 " + bin("bench_allreduce") +
+  json rows = run_json("HYDRA_LAUNCHER=fork mpiexec -n 2 " + app("bench_allreduce") +
                            " --backend mpi --max-bytes 64K --warmup 1 --reps 3",
                        kDir / "ar.json");
   REQUIRE(rows.size() == 14);  // 8 B .. 64 KiB in powers of two

@@ -3,50 +3,25 @@
 // fails this test instead of stalling CI) and checks exit status, elapsed time and output.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
-#include <chrono>
-#include <cstdio>
-#include <initializer_list>
 #include <string>
 
+#include "tests/support/app_runner.h"
+
+using tandem::testing::AppRun;
+using tandem::testing::check_failed;
+
 namespace {
-struct Run {
-  int status = -1;
-  double seconds = 0;
-  std::string output;
-};
-
-Run run(const std::string& env, const std::string& mpiexec_flags, const std::string& mode) {
-  std::string cmd = env + " timeout -s KILL 120 " TANDEM_MPIEXEC " " + mpiexec_flags + " -n 2 " DIST_FAULT_HELPER " " +
-                    mode + " 2>&1";
-  Run r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f != nullptr);
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) r.output.append(buf, n);
-  int st = pclose(f);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
-// The job failed within limit_s and printed every string of `says` (its output shown on failure).
-void check_failed(const Run& r, double limit_s, std::initializer_list<const char*> says) {
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.seconds < limit_s);
-  for (const char* s : says) CHECK(r.output.find(s) != std::string::npos);
+AppRun run(const std::string& env, const std::string& mpiexec_flags, const std::string& mode) {
+  return tandem::testing::run_app(env + " timeout -s KILL 120 " TANDEM_MPIEXEC " " + mpiexec_flags +
+                                  " -n 2 " DIST_FAULT_HELPER " " + mode);
 }
 }  // namespace
 
 TEST_CASE("a rank that builds a different model: every rank fails, naming the first difference") {
-  Run r = run("", "", "mismatch");
   // Both ranks report the same first difference (rank 1's fc.weight is [4, 5]).
-  check_failed(r, 30, {"[rank 0] error", "[rank 1] error", "rank 1 built a different model", "fc.weight f32[4, 5]"});
-  INFO(r.output);
-  CHECK(r.output.find("no error") == std::string::npos);
+  check_failed(run("", "", "mismatch"), 30,
+               {"[rank 0] error", "[rank 1] error", "rank 1 built a different model", "fc.weight f32[4, 5]"},
+               {"no error"});
 }
 
 TEST_CASE("a rank that dies mid-training: the launcher ends the job") {

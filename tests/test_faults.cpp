@@ -5,118 +5,71 @@
 // under `timeout -s KILL 120`, so a hang fails the test instead of stalling CI. The comm timeout is
 // 5 s here (default 45 s) so a drill that needs the watchdog takes seconds.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "layers/checkpoint.h"
+#include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using tandem::testing::app;
+using tandem::testing::AppRun;
+using tandem::testing::check_failed;
+using tandem::testing::slurp;
 
 namespace {
-std::string app(const std::string& name) {
-  const char* d = std::getenv("TANDEM_TEST_BINARY_DIR");
-  return std::string(d ? d : ".") + "/apps/" + name;
-}
-
 fs::path scratch() {
-  static const fs::path root = [] {
-    fs::path r = fs::temp_directory_path() / ("tandem_faults_" + std::to_string(::getpid()));
-    fs::create_directories(r);
-    return r;
-  }();
+  static const fs::path root = tandem::testing::scratch_dir("tandem_faults");
   return root;
 }
 
-struct Run {
-  int status = -1;
-  double seconds = 0;
-  std::string output;
-  bool has(const std::string& s) const { return output.find(s) != std::string::npos; }
-};
-
 // 24 synthetic samples, batch 4 on 2 ranks: 3 steps per epoch, a few ms each.
-Run train(const std::string& env, const std::string& args, const std::string& mpiexec_flags = "") {
-  std::string cmd = "HYDRA_LAUNCHER=fork TANDEM_COMM_TIMEOUT_S=5 " + env + " timeout -s KILL 120 mpiexec " +
-                    mpiexec_flags + " -n 2 -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 " +
-                    app("train_imagenet") +
-                    " --device cpu --model small_cnn --synthetic --synthetic-size 24 --synthetic-val-size 8"
-                    " --num-classes 4 --image-size 16 --batch 4 --workers 1 --lr 0.05 " +
-                    args + " 2>&1";
-  Run r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f != nullptr);
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) r.output.append(buf, n);
-  int st = pclose(f);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+AppRun train(const std::string& env, const std::string& args, const std::string& mpiexec_flags = "") {
+  return tandem::testing::run_app(
+      "HYDRA_LAUNCHER=fork TANDEM_COMM_TIMEOUT_S=5 " + env + " timeout -s KILL 120 " +
+      tandem::testing::mpiexec(2, mpiexec_flags) + app("train_imagenet") +
+      " --device cpu --model small_cnn --synthetic --synthetic-size 24 --synthetic-val-size 8"
+      " --num-classes 4 --image-size 16 --batch 4 --workers 1 --lr 0.05 " +
+      args);
 }
 }  // namespace
 
 TEST_CASE("a malformed TANDEM_FAULT is refused at start-up, saying what is expected") {
   for (const char* bad : {"1:5", "x:5:kill", "1:0:kill", "1:5:explode", "1:5:kill:3", "1:5:slow:fast", "1:5:crash-in-checkpoint"}) {
-    Run r = train(std::string("TANDEM_FAULT=") + bad, "--steps 3");
+    AppRun r = train(std::string("TANDEM_FAULT=") + bad, "--steps 3");
     INFO(bad, " -> ", r.output);
     CHECK(r.status != 0);
     CHECK(r.has("TANDEM_FAULT='"));
     CHECK(!r.has("done:"));
   }
-  Run r = train("TANDEM_FAULT=5:2:kill", "--steps 3");
+  AppRun r = train("TANDEM_FAULT=5:2:kill", "--steps 3");
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK(r.has("names rank 5 but the job has 2 rank(s)"));
 }
 
 TEST_CASE("kill: the job ends within 60 s; with the launcher's clean-up off, tandem's watchdog names the rank") {
-  Run r = train("TANDEM_FAULT=1:2:kill", "--steps 6");
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.seconds < 60);
-  CHECK(r.has("[rank 1] TANDEM_FAULT: killing this rank at step 2"));
-  CHECK(!r.has("done:"));
-
-  Run w = train("TANDEM_FAULT=1:2:kill", "--steps 6", "-disable-auto-cleanup");
-  INFO(w.output);
-  CHECK(w.status != 0);
-  CHECK(w.seconds < 60);
-  CHECK(w.has("[rank 0] tandem watchdog: rank(s) 1 did not reach collective"));
+  check_failed(train("TANDEM_FAULT=1:2:kill", "--steps 6"), 60,
+               {"[rank 1] TANDEM_FAULT: killing this rank at step 2"}, {"done:"});
+  check_failed(train("TANDEM_FAULT=1:2:kill", "--steps 6", "-disable-auto-cleanup"), 60,
+               {"[rank 0] tandem watchdog: rank(s) 1 did not reach collective"});
 }
 
 TEST_CASE("hang: a rank that stops calling collectives is named by the watchdog and every rank ends") {
-  Run r = train("TANDEM_FAULT=1:3:hang", "--steps 6");
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.seconds < 60);
-  CHECK(r.has("[rank 1] TANDEM_FAULT: hanging at step 3"));
-  CHECK(r.has("[rank 0] tandem watchdog: rank(s) 1 did not reach collective"));
-  CHECK(!r.has("done:"));
+  check_failed(train("TANDEM_FAULT=1:3:hang", "--steps 6"), 60,
+               {"[rank 1] TANDEM_FAULT: hanging at step 3", "[rank 0] tandem watchdog: rank(s) 1 did not reach collective"},
+               {"done:"});
 }
 
 TEST_CASE("nan: every rank stops at that step naming step, rank and loss; no checkpoint; non-zero exit") {
   // Step 3 is the first epoch's last step: without the check, its checkpoint would hold the
   // poisoned update.
   const fs::path dir = scratch() / "nan_stop";
-  Run r = train("TANDEM_FAULT=1:3:nan", "--epochs 2 --log-every 1 --checkpoint-dir " + dir.string());
+  AppRun r = train("TANDEM_FAULT=1:3:nan", "--epochs 2 --log-every 1 --checkpoint-dir " + dir.string());
   INFO(r.output);
   CHECK(r.status == 3);
   CHECK(r.seconds < 60);
@@ -132,7 +85,7 @@ TEST_CASE("nan: every rank stops at that step naming step, rank and loss; no che
 TEST_CASE("nan with --on-nonfinite skip: every rank skips that update and training goes on") {
   const fs::path dir = scratch() / "nan_skip";
   const std::string metrics = (scratch() / "nan_skip.json").string();
-  Run r = train("TANDEM_FAULT=1:3:nan",
+  AppRun r = train("TANDEM_FAULT=1:3:nan",
                 "--epochs 2 --log-every 1 --on-nonfinite skip --checkpoint-dir " + dir.string() + " --metrics " + metrics);
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -159,7 +112,7 @@ TEST_CASE("nan with --on-nonfinite skip: every rank skips that update and traini
 TEST_CASE("slow: the summary names the straggler and its compute time beside the others") {
   const std::string metrics = (scratch() / "slow.json").string();
   // Rank 1 sleeps 100 ms in each of steps 2..8: at least 0.7 s of its own compute.
-  Run r = train("TANDEM_FAULT=1:2:slow:100ms", "--steps 8 --log-every 4 --metrics " + metrics);
+  AppRun r = train("TANDEM_FAULT=1:2:slow:100ms", "--steps 8 --log-every 4 --metrics " + metrics);
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK(r.has("stragglers: slowest rank 1: "));
@@ -175,11 +128,9 @@ TEST_CASE("slow: the summary names the straggler and its compute time beside the
 TEST_CASE("crash-in-checkpoint: the previous checkpoint still loads and --resume auto picks it") {
   const fs::path dir = scratch() / "crash";
   // Armed from step 4 (epoch 2): epoch 1's checkpoint is written normally, epoch 2's dies midway.
-  Run r = train("TANDEM_FAULT=0:4:crash-in-checkpoint", "--epochs 2 --checkpoint-dir " + dir.string());
+  AppRun r = train("TANDEM_FAULT=0:4:crash-in-checkpoint", "--epochs 2 --checkpoint-dir " + dir.string());
+  check_failed(r, 60, {"TANDEM_FAULT: dying halfway through writing a checkpoint"});
   INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.seconds < 60);
-  CHECK(r.has("TANDEM_FAULT: dying halfway through writing a checkpoint"));
   CHECK(!fs::exists(dir / "checkpoint_epoch2.safetensors"));
   bool partial = false;
   for (const auto& e : fs::directory_iterator(dir))
@@ -188,7 +139,7 @@ TEST_CASE("crash-in-checkpoint: the previous checkpoint still loads and --resume
   tandem::Checkpoint ck = tandem::read_checkpoint((dir / "checkpoint_epoch1.safetensors").string());
   CHECK(ck.state.step == 3);
 
-  Run again = train("", "--epochs 2 --checkpoint-dir " + dir.string() + " --resume auto");
+  AppRun again = train("", "--epochs 2 --checkpoint-dir " + dir.string() + " --resume auto");
   INFO(again.output);
   REQUIRE(again.status == 0);
   CHECK(again.has("resumed from " + (dir / "checkpoint_epoch1.safetensors").string() + " at epoch 1, step 3"));

@@ -96,6 +96,17 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
 }
 
+// ops' pool of `kind` on x gives the naive loop's shape and values, and passes gradcheck.
+void check_against_naive(const Tensor& x, const ops::Pool2dParams& p, Kind kind) {
+  auto pool = [&](const Tensor& in) { return kind == Kind::Max ? ops::max_pool2d(in, p) : ops::avg_pool2d(in, p); };
+  Shape want_shape;
+  std::vector<double> want = naive_pool(x, p, kind, want_shape);
+  Tensor y = pool(x);
+  CHECK(y.shape() == want_shape);
+  check_close(y.to_vector_f64(), want);
+  CHECK(gradcheck([&](auto& in) { return pool(in[0]); }, {x}) == "");
+}
+
 ops::Pool2dParams params(int k, int s, int p, bool ceil_mode = false, bool include_pad = true) {
   return {k, k, s, s, p, p, ceil_mode, include_pad};
 }
@@ -105,13 +116,7 @@ ops::Pool2dParams params(int k, int s, int p, bool ceil_mode = false, bool inclu
 TEST_CASE("max_pool2d: overlapping windows with padding, forward and gradcheck") {
   for (auto [shape, p] : {std::pair{Shape{2, 5, 5, 3}, params(3, 2, 1)}, std::pair{Shape{1, 6, 7, 2}, params(3, 2, 1, true)},
                           std::pair{Shape{1, 4, 4, 2}, params(2, 2, 0)}, std::pair{Shape{1, 7, 5, 2}, params(3, 3, 0, true)}}) {
-    Tensor x = tie_free(shape, 3);
-    Shape want_shape;
-    std::vector<double> want = naive_pool(x, p, Kind::Max, want_shape);
-    Tensor y = ops::max_pool2d(x, p);
-    CHECK(y.shape() == want_shape);
-    check_close(y.to_vector_f64(), want);
-    CHECK(gradcheck([&](auto& in) { return ops::max_pool2d(in[0], p); }, {x}) == "");
+    check_against_naive(tie_free(shape, 3), p, Kind::Max);
   }
 }
 
@@ -133,13 +138,7 @@ TEST_CASE("avg_pool2d: padding, count_include_pad and ceil_mode, forward and gra
                             std::pair{Shape{1, 6, 6, 2}, params(3, 2, 0, true, include)},
                             std::pair{Shape{1, 5, 6, 3}, params(3, 2, 1, true, include)},
                             std::pair{Shape{1, 4, 4, 1}, params(2, 2, 1, true, include)}}) {
-      Tensor x = rand_f64(shape, 5);
-      Shape want_shape;
-      std::vector<double> want = naive_pool(x, p, Kind::Avg, want_shape);
-      Tensor y = ops::avg_pool2d(x, p);
-      CHECK(y.shape() == want_shape);
-      check_close(y.to_vector_f64(), want);
-      CHECK(gradcheck([&](auto& in) { return ops::avg_pool2d(in[0], p); }, {x}) == "");
+      check_against_naive(rand_f64(shape, 5), p, Kind::Avg);
     }
 }
 

@@ -4,119 +4,84 @@
 // contradicts the class folders are refused; unreadable files are counted in the done line and
 // the metrics JSON. Uses a tiny dataset from apps/make_dataset; binaries from TANDEM_TEST_BINARY_DIR.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/safetensors.h"
+#include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using tandem::testing::app;
+using tandem::testing::slurp;
+using tandem::testing::AppRun;
 
 namespace {
-std::string app(const std::string& name) {
-  const char* d = std::getenv("TANDEM_TEST_BINARY_DIR");
-  return std::string(d ? d : ".") + "/apps/" + name;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // 3 classes x 8 train / 4 val images; a trained 1-epoch checkpoint of small_cnn on it.
-struct Scratch {
-  fs::path root = fs::temp_directory_path() / ("tandem_cli_" + std::to_string(::getpid()));
-  std::string data = (root / "data").string();
-  Scratch() {
-    fs::create_directories(root);
-    std::string cmd = app("make_dataset") + " --out " + data +
-                      " --classes 3 --train-per-class 8 --val-per-class 4 --min-size 24 --max-size 32 --threads 1 > " +
-                      (root / "make_dataset.log").string() + " 2>&1";
-    REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "make_dataset failed: see ", (root / "make_dataset.log").string());
-  }
-  ~Scratch() { fs::remove_all(root); }
-};
-Scratch& scratch() {
-  static Scratch s;
+tandem::testing::TinyImageDataset& scratch() {
+  static tandem::testing::TinyImageDataset s("tandem_cli");
   return s;
 }
 
-struct Out {
-  int status = -1;
-  std::string log;
-  bool has(const std::string& s) const { return log.find(s) != std::string::npos; }
-};
-
 // `ranks` 0: the binary alone (MPI singleton); else under mpiexec -n ranks.
-Out run(int ranks, const std::string& binary_and_args) {
-  const std::string out = (scratch().root / "out.log").string();
-  std::string cmd = ranks == 0 ? binary_and_args
-                               : "HYDRA_LAUNCHER=fork mpiexec -n " + std::to_string(ranks) +
-                                     " -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 " + binary_and_args;
-  Out o;
-  o.status = std::system((cmd + " > " + out + " 2>&1").c_str());
-  o.log = slurp(out);
-  return o;
+AppRun run(int ranks, const std::string& binary_and_args) {
+  return tandem::testing::run_app(ranks == 0 ? binary_and_args
+                                             : "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + binary_and_args);
 }
 const std::string kTiny = " --device cpu --model small_cnn --image-size 16 --batch 4 --workers 1 --lr 0.05 ";
 }  // namespace
 
 TEST_CASE("--describe needs no data") {
-  Out o = run(0, app("train_imagenet") + " --describe --model resnet50");
-  INFO(o.log);
+  AppRun o = run(0, app("train_imagenet") + " --describe --model resnet50");
+  INFO(o.output);
   CHECK(o.status == 0);
   CHECK(o.has("Bottleneck"));
   CHECK(o.has("out_features=1000"));
-  Out c = run(0, app("train_imagenet") + " --describe --model small_cnn --num-classes 7");
-  INFO(c.log);
+  AppRun c = run(0, app("train_imagenet") + " --describe --model small_cnn --num-classes 7");
+  INFO(c.output);
   CHECK(c.status == 0);
   CHECK(c.has("out_features=7"));
 }
 
 TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
-  Out e = run(0, app("train_imagenet") + " --synthetic --epochs 0");
-  INFO(e.log);
+  AppRun e = run(0, app("train_imagenet") + " --synthetic --epochs 0");
+  INFO(e.output);
   CHECK(e.status != 0);
   CHECK(e.has("--epochs: must be at least 1, got 0"));
-  Out s = run(0, app("train_imagenet") + " --synthetic --steps 0");
-  INFO(s.log);
+  AppRun s = run(0, app("train_imagenet") + " --synthetic --steps 0");
+  INFO(s.output);
   CHECK(s.status != 0);
   CHECK(s.has("--steps: must be at least 1, got 0"));
 }
 
 TEST_CASE("--num-classes beside --data must match the class folders") {
-  Scratch& s = scratch();
-  Out bad = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 10 --epochs 1");
-  INFO(bad.log);
+  auto& s = scratch();
+  AppRun bad = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 10 --epochs 1");
+  INFO(bad.output);
   CHECK(bad.status != 0);
   CHECK(bad.has("--num-classes 10 does not match the 3 class folders"));
-  Out ok = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 3 --describe");
-  INFO(ok.log);
+  AppRun ok = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 3 --describe");
+  INFO(ok.output);
   CHECK(ok.status == 0);
   CHECK(ok.has("out_features=3"));
 }
 
 TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as training saw them") {
-  Scratch& s = scratch();
+  auto& s = scratch();
   const fs::path dir = s.root / "ck";
   const std::string metrics = (s.root / "train.json").string();
   // One training rank: with more, each rank validates with its own BatchNorm running statistics
   // (DDP broadcasts rank 0's only at the next forward) while the checkpoint holds rank 0's.
-  Out t = run(1, app("train_imagenet") + kTiny + "--data " + s.data + " --epochs 1 --checkpoint-dir " + dir.string() +
+  AppRun t = run(1, app("train_imagenet") + kTiny + "--data " + s.data + " --epochs 1 --checkpoint-dir " + dir.string() +
                      " --metrics " + metrics);
-  INFO(t.log);
+  INFO(t.output);
   REQUIRE(t.status == 0);
   const std::string ckpt = (dir / "checkpoint_epoch1.safetensors").string();
-  Out e = run(2, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate --resume " + ckpt);
-  INFO(e.log);
+  AppRun e = run(2, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate --resume " + ckpt);
+  INFO(e.output);
   REQUIRE(e.status == 0);
   // Validation after the last epoch and the checkpoint hold the same weights: the same numbers
   // (the loss to f32 summation order: 2 ranks' partial sums here, one rank's there).
@@ -125,25 +90,25 @@ TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as
   std::snprintf(want, sizeof want, "val top1 %.2f%% top5 %.2f%% loss ", 100 * m["final"]["val_top1"].get<double>(),
                 100 * m["final"]["val_top5"].get<double>());
   const std::string head = "evaluate: " + ckpt + " (step 6): " + want;
-  const size_t at = e.log.find(head);
+  const size_t at = e.output.find(head);
   REQUIRE(at != std::string::npos);
   double loss = -1;
   int images = 0;
-  CHECK(std::sscanf(e.log.c_str() + at + head.size(), "%lf (%d images)", &loss, &images) == 2);
+  CHECK(std::sscanf(e.output.c_str() + at + head.size(), "%lf (%d images)", &loss, &images) == 2);
   CHECK(loss == doctest::Approx(m["final"]["val_loss"].get<double>()).epsilon(1e-3));
   CHECK(images == 12);
   CHECK(!e.has("done:"));  // no training
-  Out none = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate");
-  INFO(none.log);
+  AppRun none = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate");
+  INFO(none.output);
   CHECK(none.status != 0);
   CHECK(none.has("--evaluate needs --resume CHECKPOINT"));
 
   SUBCASE("forward_check takes the model weights from a training checkpoint") {
     const fs::path x = s.root / "x.safetensors", y = s.root / "y.safetensors";
     tandem::safetensors::save(x.string(), {{"input", tandem::Tensor::ones({2, 3, 16, 16})}});
-    Out f = run(0, app("forward_check") + " --model small_cnn --num-classes 3 --weights " + ckpt + " --input " +
+    AppRun f = run(0, app("forward_check") + " --model small_cnn --num-classes 3 --weights " + ckpt + " --input " +
                        x.string() + " --output " + y.string());
-    INFO(f.log);
+    INFO(f.output);
     REQUIRE(f.status == 0);
     CHECK(f.has("training checkpoint (step 6): using its model weights"));
     CHECK(tandem::safetensors::load(y.string()).at("logits").shape() == tandem::Shape{2, 3});
@@ -162,8 +127,8 @@ TEST_CASE("unreadable train and val files are counted in the done line and the m
       }
   }
   const std::string metrics = (scratch().root / "corrupt.json").string();
-  Out o = run(2, app("train_imagenet") + kTiny + "--data " + data.string() + " --epochs 1 --metrics " + metrics);
-  INFO(o.log);
+  AppRun o = run(2, app("train_imagenet") + kTiny + "--data " + data.string() + " --epochs 1 --metrics " + metrics);
+  INFO(o.output);
   REQUIRE(o.status == 0);
   CHECK(o.has("skipped files: 1 train, 1 val"));
   json m = json::parse(slurp(metrics));

@@ -13,15 +13,12 @@
 // entries, reproduces the in-process logits exactly and refuses an untied decoder.
 // Binaries come from TANDEM_TEST_BINARY_DIR (tests/CMakeLists.txt).
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,24 +26,15 @@
 #include "core/safetensors.h"
 #include "layers/models/bert.h"
 #include "layers/state_dict.h"
+#include "tests/support/app_runner.h"
+#include "tests/support/checkpoint_compare.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using tandem::testing::app;
+using tandem::testing::slurp;
 
 namespace {
-std::string bin_dir() {
-  const char* d = std::getenv("TANDEM_TEST_BINARY_DIR");
-  return d ? d : ".";
-}
-std::string app(const std::string& name) { return bin_dir() + "/apps/" + name; }
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // ~600 short documents in fortune format ("%" lines between entries), from a fixed LCG.
 std::string make_text() {
   const std::vector<std::string> numbers{"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
@@ -87,15 +75,14 @@ std::string make_text() {
 
 // The text, its vocab and scratch space, shared by the test cases of this process.
 struct Scratch {
-  fs::path root = fs::temp_directory_path() / ("tandem_enc_e2e_" + std::to_string(::getpid()));
+  fs::path root = tandem::testing::scratch_dir("tandem_enc_e2e");
   std::string text = (root / "corpus.txt").string();
   std::string vocab = (root / "vocab.txt").string();
   Scratch() {
-    fs::create_directories(root);
     std::ofstream(text) << make_text();
-    std::string cmd = app("make_vocab") + " " + text + " --out " + vocab + " --size 80 > " +
-                      (root / "make_vocab.log").string() + " 2>&1";
-    REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "make_vocab failed: ", slurp((root / "make_vocab.log").string()));
+    const tandem::testing::AppRun r =
+        tandem::testing::run_app(app("make_vocab") + " " + text + " --out " + vocab + " --size 80");
+    REQUIRE_MESSAGE(r.status == 0, "make_vocab failed: ", r.output);
   }
   ~Scratch() { fs::remove_all(root); }
 };
@@ -104,18 +91,16 @@ Scratch& scratch() {
   return s;
 }
 
-// mpiexec -n ranks train_encoder with the common small settings plus args; output to <root>/<log>.
+// mpiexec -n ranks train_encoder with the common small settings plus args; returns the exit status,
+// the output is also kept in <root>/<log>.
 int train(int ranks, const std::string& args, const std::string& log) {
   Scratch& s = scratch();
-  const std::string out = (s.root / log).string();
-  const std::string cmd = "HYDRA_LAUNCHER=fork mpiexec -n " + std::to_string(ranks) +
-                          " -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 " + app("train_encoder") +
-                          " --device cpu --data " + s.text + " --vocab " + s.vocab +
-                          " --model bert_tiny --seq-len 32 --batch 8 --held-out-every 5 " + args + " > " + out +
-                          " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) MESSAGE("train_encoder output:\n", slurp(out));
-  return rc;
+  const tandem::testing::AppRun r = tandem::testing::run_app(
+      "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + app("train_encoder") + " --device cpu --data " +
+      s.text + " --vocab " + s.vocab + " --model bert_tiny --seq-len 32 --batch 8 --held-out-every 5 " + args);
+  std::ofstream(s.root / log) << r.output;
+  if (r.status != 0) MESSAGE("train_encoder output:\n", r.output);
+  return r.status;
 }
 }  // namespace
 
@@ -158,27 +143,12 @@ TEST_CASE("--run-steps then --resume auto ends exactly where an uninterrupted ru
   CHECK(fs::exists(b + "/checkpoint_step5.safetensors"));
   REQUIRE(train(2, common + b + " --resume auto", "rb2.log") == 0);
   CHECK(slurp((s.root / "rb2.log").string()).find("resumed from") != std::string::npos);
-  auto x = tandem::safetensors::load(a + "/checkpoint_step12.safetensors");
-  auto y = tandem::safetensors::load(b + "/checkpoint_step12.safetensors");
-  REQUIRE(x.tensors.size() == y.tensors.size());
-  for (size_t i = 0; i < x.tensors.size(); ++i) {
-    INFO(x.tensors[i].first);
-    const auto &p = x.tensors[i].second, &q = y.tensors[i].second;
-    REQUIRE(x.tensors[i].first == y.tensors[i].first);
-    CHECK(std::memcmp(p.data_ptr(), q.data_ptr(), p.nbytes()) == 0);
-  }
-  CHECK(x.metadata == y.metadata);
+  tandem::testing::check_identical_checkpoints(a + "/checkpoint_step12.safetensors", b + "/checkpoint_step12.safetensors");
 }
 
 TEST_CASE("train_encoder: bad flags fail with a message that says what to do") {
   auto fails_with = [](const std::string& args, const std::string& text) {
-    const std::string out = (scratch().root / "bad.log").string();
-    const std::string cmd = app("train_encoder") + " " + args + " > " + out + " 2>&1";
-    const int rc = std::system(cmd.c_str());
-    const std::string log = slurp(out);
-    INFO(args, " -> ", log);
-    CHECK(rc != 0);
-    CHECK(log.find(text) != std::string::npos);
+    tandem::testing::check_refused(app("train_encoder") + " " + args, text);
   };
   fails_with("--synthetic --amp bf16", "not implemented yet");
   fails_with("--synthetic --zero 1", "not implemented yet");
@@ -211,12 +181,12 @@ TEST_CASE("encoder_forward_check: HF's alias entries are accepted and checked; l
   Tensor mask = Tensor::from_vector_i64({1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1}, {2, 6});
   safetensors::save((root / "x.safetensors").string(), {{"input_ids", ids}, {"attention_mask", mask}});
   auto run = [&](const std::string& weights) {
-    const std::string cmd = app("encoder_forward_check") + " --model bert_tiny --weights " + weights + " --input " +
-                            (root / "x.safetensors").string() + " --output " + (root / "y.safetensors").string() +
-                            " > " + (root / "fc.log").string() + " 2>&1";
-    return std::system(cmd.c_str());
+    return tandem::testing::run_app(app("encoder_forward_check") + " --model bert_tiny --weights " + weights +
+                                    " --input " + (root / "x.safetensors").string() + " --output " +
+                                    (root / "y.safetensors").string());
   };
-  REQUIRE_MESSAGE(run((root / "hf.safetensors").string()) == 0, slurp((root / "fc.log").string()));
+  const tandem::testing::AppRun ok = run((root / "hf.safetensors").string());
+  REQUIRE_MESSAGE(ok.status == 0, ok.output);
   Tensor got = safetensors::load((root / "y.safetensors").string()).at("logits");
   Tensor want;
   {
@@ -229,6 +199,7 @@ TEST_CASE("encoder_forward_check: HF's alias entries are accepted and checked; l
   for (auto& [n, t] : hf)
     if (n == "cls.predictions.decoder.bias") t.data<float>()[0] += 1.0f;
   safetensors::save((root / "hf_untied.safetensors").string(), hf);
-  CHECK(run((root / "hf_untied.safetensors").string()) != 0);
-  CHECK(slurp((root / "fc.log").string()).find("cls.predictions.decoder.bias differs") != std::string::npos);
+  const tandem::testing::AppRun untied = run((root / "hf_untied.safetensors").string());
+  CHECK(untied.status != 0);
+  CHECK(untied.has("cls.predictions.decoder.bias differs"));
 }

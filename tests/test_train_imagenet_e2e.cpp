@@ -4,70 +4,42 @@
 // byte-identical checkpoints (model and optimizer), and that bad flags fail with a clear message.
 // Binaries come from TANDEM_TEST_BINARY_DIR (set by tests/CMakeLists.txt).
 #include <doctest/doctest.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/safetensors.h"
+#include "tests/support/app_runner.h"
+#include "tests/support/checkpoint_compare.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using tandem::testing::app;
+using tandem::testing::slurp;
 
 namespace {
-std::string bin_dir() {
-  const char* d = std::getenv("TANDEM_TEST_BINARY_DIR");
-  return d ? d : ".";
-}
-std::string app(const std::string& name) { return bin_dir() + "/apps/" + name; }
-
 // The tiny dataset and scratch space, shared by the test cases of this process.
-struct Scratch {
-  fs::path root = fs::temp_directory_path() / ("tandem_e2e_" + std::to_string(::getpid()));
-  std::string data = (root / "data").string();
-  Scratch() {
-    fs::create_directories(root);
-    // 3 classes x 8 train / 4 val images of 24-32 px: 24 training images = 3 steps per epoch at
-    // batch 4 on 2 ranks.
-    std::string cmd = app("make_dataset") + " --out " + data +
-                      " --classes 3 --train-per-class 8 --val-per-class 4 --min-size 24 --max-size 32 --threads 1"
-                      " > " + (root / "make_dataset.log").string() + " 2>&1";
-    REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "make_dataset failed: see ", (root / "make_dataset.log").string());
-  }
-  ~Scratch() { fs::remove_all(root); }
-};
-Scratch& scratch() {
-  static Scratch s;
+tandem::testing::TinyImageDataset& scratch() {
+  static tandem::testing::TinyImageDataset s("tandem_e2e");
   return s;
 }
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Runs train_imagenet under mpiexec -n ranks with the common tiny settings plus `args`. Returns the
-// exit status; output goes to <root>/<log>.
+// exit status; the output is also kept in <root>/<log>.
 int train(int ranks, const std::string& args, const std::string& log) {
-  std::string out = (scratch().root / log).string();
-  std::string cmd = "HYDRA_LAUNCHER=fork mpiexec -n " + std::to_string(ranks) +
-                    " -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 " + app("train_imagenet") +
-                    " --device cpu --model small_cnn --image-size 16 --batch 4 --workers 1 --lr 0.05 --log-every 1 " +
-                    args + " > " + out + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  if (rc != 0) MESSAGE("train_imagenet output:\n", slurp(out));
-  return rc;
+  const tandem::testing::AppRun r = tandem::testing::run_app(
+      "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + app("train_imagenet") +
+      " --device cpu --model small_cnn --image-size 16 --batch 4 --workers 1 --lr 0.05 --log-every 1 " + args);
+  std::ofstream(scratch().root / log) << r.output;
+  if (r.status != 0) MESSAGE("train_imagenet output:\n", r.output);
+  return r.status;
 }
 }  // namespace
 
 TEST_CASE("mpiexec -n 2 train_imagenet trains on a generated dataset and writes a sensible summary") {
-  Scratch& s = scratch();
+  auto& s = scratch();
   std::string dir = (s.root / "a").string();
   REQUIRE(train(2, "--data " + s.data + " --epochs 2 --checkpoint-dir " + dir + " --metrics " + dir + "/m.json",
                 "a.log") == 0);
@@ -99,7 +71,7 @@ TEST_CASE("mpiexec -n 2 train_imagenet trains on a generated dataset and writes 
 }
 
 TEST_CASE("1 of 2 epochs + --resume auto ends exactly where 2 epochs in one go end") {
-  Scratch& s = scratch();
+  auto& s = scratch();
   std::string a = (s.root / "a").string(), b = (s.root / "b").string();
   if (!fs::exists(a + "/checkpoint_epoch2.safetensors"))
     REQUIRE(train(2, "--data " + s.data + " --epochs 2 --checkpoint-dir " + a, "a2.log") == 0);
@@ -111,21 +83,42 @@ TEST_CASE("1 of 2 epochs + --resume auto ends exactly where 2 epochs in one go e
   CHECK(slurp((s.root / "b2.log").string()).find("resumed from") != std::string::npos);
   json m = json::parse(slurp(b + "/m.json"));
   CHECK(m["steps_this_run"] == 3);
-  auto x = tandem::safetensors::load(a + "/checkpoint_epoch2.safetensors");
-  auto y = tandem::safetensors::load(b + "/checkpoint_epoch2.safetensors");
-  REQUIRE(x.tensors.size() == y.tensors.size());
-  for (size_t i = 0; i < x.tensors.size(); ++i) {
-    INFO(x.tensors[i].first);
-    const auto &p = x.tensors[i].second, &q = y.tensors[i].second;
-    REQUIRE(x.tensors[i].first == y.tensors[i].first);
-    CHECK(std::memcmp(p.data_ptr(), q.data_ptr(), p.nbytes()) == 0);
+  tandem::testing::check_identical_checkpoints(a + "/checkpoint_epoch2.safetensors", b + "/checkpoint_epoch2.safetensors");
+  CHECK(tandem::safetensors::load(a + "/checkpoint_epoch2.safetensors").metadata.at("step") == "6");
+}
+
+TEST_CASE("--amp fp16 and bf16 train under mpiexec -n 2 and report the loss scale") {
+  tandem::testing::TinyImageDataset& s = scratch();
+  for (std::string amp : {"fp16", "bf16"}) {
+    std::string mj = (s.root / ("amp_" + amp + ".json")).string(), ck = (s.root / ("amp_" + amp)).string();
+    REQUIRE(train(2, "--data " + s.data + " --epochs 1 --amp " + amp + " --checkpoint-dir " + ck + " --metrics " + mj,
+                  "amp_" + amp + ".log") == 0);
+    json m = json::parse(slurp(mj));
+    CHECK(m["amp"] == amp);
+    CHECK(std::isfinite(m["final"]["train_loss"].get<double>()));
+    // fp16 starts at 2^16 and only backs off (3 steps are far from the 2000-step growth interval);
+    // bf16 needs no scaling.
+    if (amp == "fp16") {
+      CHECK(m["loss_scale"].get<double>() <= 65536.0);
+      CHECK(m["loss_scale"].get<double>() * (1 << m["skipped_steps"].get<int>()) == 65536.0);
+    } else {
+      CHECK(m["loss_scale"].get<double>() == 1.0);
+    }
+    CHECK(slurp((s.root / ("amp_" + amp + ".log")).string()).find("loss scale") != std::string::npos);
+    // The checkpoint holds 16-bit weights, f32 BatchNorm, the f32 masters and the scaler.
+    auto c = tandem::safetensors::load(ck + "/checkpoint_epoch1.safetensors");
+    bool master = false, scale = false;
+    for (const auto& [name, t] : c.tensors) {
+      master |= name.find("amp.master.") != std::string::npos && t.dtype() == tandem::DType::F32;
+      scale |= name.find("amp.scaler.scale") != std::string::npos;
+    }
+    CHECK(master);
+    CHECK(scale);
   }
-  CHECK(x.metadata.at("step") == "6");
-  CHECK(y.metadata == x.metadata);
 }
 
 TEST_CASE("synthetic compute-only mode runs a fixed number of steps") {
-  Scratch& s = scratch();
+  auto& s = scratch();
   std::string mj = (s.root / "syn.json").string();
   REQUIRE(train(2, "--synthetic --num-classes 10 --synthetic-val-size 16 --steps 4 --metrics " + mj, "syn.log") == 0);
   json m = json::parse(slurp(mj));
@@ -136,15 +129,9 @@ TEST_CASE("synthetic compute-only mode runs a fixed number of steps") {
 
 TEST_CASE("bad flags fail with a message that says what to do") {
   auto fails_with = [](const std::string& args, const std::string& text) {
-    std::string out = (scratch().root / "bad.log").string();
-    std::string cmd = app("train_imagenet") + " " + args + " > " + out + " 2>&1";
-    int rc = std::system(cmd.c_str());
-    std::string log = slurp(out);
-    INFO(args, " -> ", log);
-    CHECK(rc != 0);
-    CHECK(log.find(text) != std::string::npos);
+    tandem::testing::check_refused(app("train_imagenet") + " " + args, text);
   };
-  fails_with("--synthetic --amp bf16", "not implemented yet");
+  fails_with("--synthetic --amp fp8", "--amp");
   fails_with("--synthetic --zero 1", "not implemented yet");
   fails_with("--synthetic --compress int8", "--compress");
   fails_with("--epochs 1", "no data");

@@ -47,7 +47,9 @@ bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, 
   if (t.world->rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);
     std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
-    save_checkpoint(path, *t.model, t.opt->state(), s);
+    optim::NamedTensors opt_state = t.opt->state();
+    if (t.amp) add_amp_state(*t.amp, opt_state);  // f32 masters and the loss scale
+    save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
     prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
   }

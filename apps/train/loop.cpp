@@ -6,7 +6,8 @@
 #include <cstdio>
 
 #include "core/autograd.h"          // defines: NoGradGuard
-#include "core/ops/elementwise.h"   // defines: add (the device-side running loss)
+#include "core/ops/elementwise.h"   // defines: add (the device-side running loss), scale
+#include "core/ops/copy.h"          // defines: cast_raw (--amp inputs)
 #include "core/ops/loss.h"          // defines: cross_entropy, topk_correct
 #include "dist/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/lr_schedule.h"      // defines: lr_at
@@ -23,16 +24,24 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   fault_before_step(s.fault, rank, number);
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
   if (t.ps) t.ps->set_lr(t.opt->lr());
-  Tensor logits = (*t.ddp)(b.images);
+  // --amp: the model computes in 16-bit from its first layer on (the loader yields f32 images).
+  Tensor logits = (*t.ddp)(t.amp ? ops::cast_raw(b.images, t.amp->low) : b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
   loss = fault_in_step(s.fault, rank, number, loss);
   t.opt->zero_grad();
-  loss.backward();  // every rank, even with a bad loss: DDP's all-reduces must match across ranks
+  if (t.amp) t.model->zero_grad();  // the optimizer holds the masters' gradients, not the model's
+  // Every rank, even with a bad loss: DDP's all-reduces must match across ranks. fp16 AMP scales
+  // the loss so small gradients survive in 16-bit (optim/loss_scaler.h).
+  (t.amp ? ops::scale(loss, static_cast<float>(t.amp->scaler.scale())) : loss).backward();
   // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
-  const bool skip = s.on_nonfinite != OnNonfinite::Off &&
-                    skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
-  if (!skip && t.ps) t.ps->step(&t.ddp->timeline());  // push, update on the servers, pull
-  else if (!skip) t.opt->step();
+  const bool loss_skip = s.on_nonfinite != OnNonfinite::Off &&
+                         skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
+  bool skip = loss_skip;
+  if (t.ps) {
+    if (!skip) t.ps->step(&t.ddp->timeline());  // push, update on the servers, pull
+  } else {
+    skip = loss_skip || (t.amp ? !amp_step(*t.amp, *t.opt) : (t.opt->step(), false));
+  }
   ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
   if (skip) {
     ++rec.skipped_steps;
@@ -69,6 +78,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.top1 = v[1] / v[2];
   last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
   last.skipped_steps = rec.skipped_steps;
+  last.loss_scale = t.amp ? t.amp->scaler.scale() : 0;
   timeline_interval(t.ddp->timeline(), s.timeline_from, last);
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
   if (t.world->rank == 0)

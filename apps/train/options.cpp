@@ -71,7 +71,7 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::IsMember({"ddp", "ps"}))->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers, "ps: servers, colocated on ranks 0..K-1")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--amp", o.amp, "mixed precision: off (bf16/fp16 not implemented yet)")
+  app.add_option("--amp", o.amp, "mixed precision: 16-bit compute, f32 master weights (fp16: dynamic loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (1/2 not implemented yet)")->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_epoch<N>.safetensors here");
@@ -103,7 +103,6 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
 void validate(TrainOptions& o) {
   TANDEM_CHECK(o.synthetic || !o.data.empty() || o.describe, "no data: pass --data DIR (train/ and val/ inside, e.g. made by "
                "apps/make_dataset) or --synthetic for a compute-only benchmark");
-  TANDEM_CHECK(o.amp == "off", "--amp ", o.amp, " is not implemented yet in train_imagenet: use --amp off");
   TANDEM_CHECK(o.zero == 0, "--zero ", o.zero, " is not implemented yet in train_imagenet: use --zero 0");
   TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
   TANDEM_CHECK(o.image_size >= 8, "--image-size ", o.image_size, " is too small (at least 8 pixels)");
@@ -115,6 +114,8 @@ void validate(TrainOptions& o) {
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
   TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");
+  TANDEM_CHECK(o.strategy != "ps" || o.amp == "off", "--strategy ps updates f32 parameters on its servers: use "
+               "--amp off with it, or --strategy ddp with --amp");
   TANDEM_CHECK(o.strategy != "ps" || o.checkpoint_dir.empty(), "--strategy ps does not checkpoint (the optimizer "
                "state lives on the servers): drop --checkpoint-dir, or use --strategy ddp");
 }

@@ -135,6 +135,8 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"skipped_files_train", x.skipped_train},
       {"skipped_files_val", x.skipped_val},
       {"skipped_steps", rec.skipped_steps},
+      {"amp", o.amp},
+      {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
       {"on_nonfinite", o.on_nonfinite},
       {"compute_s_per_rank", x.stragglers.compute_s},
       {"straggler", {{"rank", x.stragglers.slowest}, {"compute_s", x.stragglers.compute_s[x.stragglers.slowest]},
@@ -176,6 +178,11 @@ std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr,
                 iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, mib(m.current_bytes).c_str(),
                 mib(m.peak_bytes).c_str());
   std::string line = b;
+  if (iv.loss_scale > 0) {
+    char s[32];
+    std::snprintf(s, sizeof s, " | loss scale %g", iv.loss_scale);
+    line += s;
+  }
   if (iv.skipped_steps > 0) line += " | skipped " + std::to_string(iv.skipped_steps) + " step(s) (non-finite loss)";
   return line;
 }

@@ -32,7 +32,8 @@ struct Interval {
   double wall_ms = 0, data_ms = 0, exposed_ms = 0, overlap = 1;
   double loss = 0, top1 = 0;  // global means over the interval's samples (top1: last batch only)
   double images_per_s = 0;    // global
-  int64_t skipped_steps = 0;  // steps skipped so far in this run (--on-nonfinite skip)
+  int64_t skipped_steps = 0;  // steps skipped so far in this run (--on-nonfinite skip, AMP overflow)
+  double loss_scale = 0;      // --amp: the loss scale after the interval (1 for bf16); 0: no AMP
   double step_ms() const { return steps ? wall_ms / steps : 0; }
   double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
 };
@@ -57,7 +58,7 @@ struct RunRecord {
   EvalResult last_eval;   // the latest validation (zeros when none ran)
   std::vector<EpochRecord> history;
   int64_t checkpoints_written = 0;
-  int64_t skipped_steps = 0;  // steps whose update every rank skipped (non-finite loss)
+  int64_t skipped_steps = 0;  // steps whose update every rank skipped (non-finite loss or AMP gradient)
   double compute_s = 0;       // this rank's own compute time (apps/train/stragglers.h)
 };
 

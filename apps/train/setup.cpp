@@ -121,12 +121,14 @@ std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, M
   return std::make_unique<dist::DistributedDataParallel>(std::move(model), dopt);
 }
 
-std::unique_ptr<optim::SGD> make_sgd(const TrainOptions& o, Module& model) {
+std::unique_ptr<optim::SGD> make_sgd(const TrainOptions& o, Module& model, const AmpRun* amp) {
   optim::SGDOptions so;
   so.lr = o.lr;
   so.momentum = o.momentum;
   so.weight_decay = o.wd;
   so.nesterov = o.nesterov;
+  if (amp)  // AMP: the optimizer updates the f32 masters (apps/train/amp.h)
+    return std::make_unique<optim::SGD>(amp->master->master_segments(), static_cast<int64_t>(amp->master->size()), so);
   return std::make_unique<optim::SGD>(model.named_parameters(), so);
 }
 
@@ -184,6 +186,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.resumed_from = resume;
   t.model = std::move(model);
   t.model->to(t.dev);
+  t.amp = make_amp(o, *t.model);  // before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
   NamedTensors opt_state;
   if (!resume.empty()) {
@@ -191,8 +194,10 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
     t.start = r.state;
     opt_state = std::move(r.optimizer);
   }
+  if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);
   t.ddp = make_ddp(o, t.model);
-  t.opt = make_sgd(o, *t.model);
+  if (t.amp && resume.empty()) t.amp->master->copy_from_model();  // rank 0's broadcast weights
+  t.opt = make_sgd(o, *t.model, t.amp.get());
   if (o.strategy == "ps") t.ps = make_ps(o, *t.ddp);
   if (!opt_state.empty()) t.opt->load_state(opt_state);
   make_loaders(o, t);

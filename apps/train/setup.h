@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/train/amp.h"      // defines: AmpRun
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/dataset.h"        // defines: Dataset
 #include "data/loader.h"         // defines: Loader
@@ -53,7 +54,8 @@ struct Training {
   TrainState start;          // where this run begins (all zeros for a fresh start)
   ModulePtr model;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
-  std::unique_ptr<optim::SGD> opt;
+  std::unique_ptr<optim::SGD> opt;  // over the f32 masters under --amp
+  std::unique_ptr<AmpRun> amp;      // null for --amp off
   // --strategy ps: pushes, updates (on the servers only) and pulls in place of opt->step(); DDP then
   // only broadcasts buffers and times the step (its reducer does not communicate). Null for ddp.
   std::unique_ptr<dist::ParameterServer> ps;

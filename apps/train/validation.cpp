@@ -6,20 +6,21 @@
 
 #include "apps/train/setup.h"  // defines: Training
 #include "core/autograd.h"     // defines: NoGradGuard
+#include "core/ops/copy.h"      // defines: cast_raw (--amp inputs)
 #include "core/ops/loss.h"     // defines: cross_entropy, topk_correct
 #include "dist/bootstrap.h"    // defines: comm_for (the CPU communicator for the counts)
 #include "layers/checkpoint.h" // defines: load_checkpoint
 
 namespace tandem::apps {
 
-EvalResult evaluate(Module& model, data::Loader& loader, int num_classes) {
+EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType input) {
   model.eval();
   autograd::NoGradGuard no_grad;
   double c1 = 0, c5 = 0, loss = 0, n = 0;
   loader.start_epoch(0);
   data::Batch b;
   while (loader.next(b)) {
-    Tensor logits = model(b.images);
+    Tensor logits = model(input == b.images.dtype() ? b.images : ops::cast_raw(b.images, input));
     const int64_t rows = b.labels.numel();
     c1 += ops::topk_correct(logits, b.labels, 1);
     c5 += ops::topk_correct(logits, b.labels, std::min(5, num_classes));
@@ -39,7 +40,7 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes) {
 std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, int64_t epoch, bool last_step) {
   const bool due = (o.val_every > 0 && (epoch + 1) % o.val_every == 0) || last_step;
   if (!t.val || !due) return std::nullopt;
-  const EvalResult r = evaluate(*t.model, *t.val, t.classes);
+  const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.amp ? t.amp->low : DType::F32);
   if (t.world->rank == 0)
     std::printf("epoch %lld validation: top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)\n", (long long)epoch,
                 100 * r.top1, 100 * r.top5, r.loss, (long long)r.samples);

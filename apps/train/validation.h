@@ -25,7 +25,8 @@ struct EvalResult {
 };
 
 // Runs the whole validation loader on every rank and reduces the counts. Collective.
-EvalResult evaluate(Module& model, data::Loader& loader, int num_classes);
+// `input`: the dtype the model computes in (its first layer's; --amp: f16/bf16), images are cast to it.
+EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType input = DType::F32);
 
 // Validates after `epoch` when due (every --val-every epochs, and after the run's last epoch) and
 // prints the result on rank 0. Nothing when there is no validation set. Collective.

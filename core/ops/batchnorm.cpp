@@ -7,6 +7,7 @@
 // backward needs besides x, so the input's statistics are never recomputed.
 #include "core/ops/batchnorm.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/kernels/batchnorm.h"
@@ -31,7 +32,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   TANDEM_CHECK(is_floating(x.dtype()), "batch_norm needs a floating-point input, got ", x.str());
   const int64_t C = x.size(-1);
   const int64_t M = C ? x.numel() / C : 0;
-  const DType pdt = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const DType pdt = autocast::stats_dtype(x.dtype());  // the AMP policy: f32 statistics
   check_param(weight, x, C, pdt, "weight");
   check_param(bias, x, C, pdt, "bias");
   check_param(running_mean, x, C, pdt, "running_mean");

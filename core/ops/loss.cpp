@@ -8,6 +8,7 @@
 // Statistics (lse, loss) are f32 for f32/f16/bf16 logits and f64 for f64 logits (gradient checks).
 #include "core/ops/loss.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops/copy.h"
 #include "core/ops/dispatch.h"
@@ -39,8 +40,6 @@ void check_label_range(const Tensor& labels, int64_t classes, const char* op) {
                  "); labels must be class indices counted from 0, and the model needs one output per class");
 }
 
-DType stats_dtype(DType logits) { return logits == DType::F64 ? DType::F64 : DType::F32; }
-
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
@@ -48,7 +47,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
   TANDEM_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   check_label_range(labels, logits.size(1), "cross_entropy");
-  DType st = stats_dtype(logits.dtype());
+  DType st = autocast::stats_dtype(logits.dtype());  // the AMP policy: f32 loss for 16-bit logits
   Tensor lse = Tensor::empty({logits.size(0)}, st, logits.device());
   Tensor loss = Tensor::empty({1}, st, logits.device());
   TANDEM_BACKEND(logits, kernels::cross_entropy_fwd_cpu(logits, labels, label_smoothing, lse, loss),

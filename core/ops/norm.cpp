@@ -8,6 +8,7 @@
 // x and dy, and skipping them when weight is frozen would save little.
 #include "core/ops/norm.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/kernels/norm.h"
@@ -26,7 +27,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   check_same_device(x, weight, "layer_norm");
   check_same_device(x, bias, "layer_norm");
 
-  DType st = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  DType st = autocast::stats_dtype(x.dtype());  // the AMP policy: f32 statistics
   Tensor x2 = x.detach().view({m, d});
   Tensor y = Tensor::empty_like(x);
   Tensor y2 = y.view({m, d});

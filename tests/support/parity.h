@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/matmul.h"
 #include "core/tensor.h"
 
 namespace tandem::testing {
@@ -25,17 +26,26 @@ struct Tolerance {
 // The dtypes every parity test covers.
 inline constexpr DType kParityDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
-// The tolerance for a result computed in f32 and rounded once to `t`. atol stays small (1e-6)
-// because many compared values are small (cross-entropy gradients ~1e-5 for C = 1000): a large
-// atol would make those comparisons vacuous. f16 below 6.1e-5 is subnormal, with an absolute
+// A tolerance for each tested dtype, written as a table so the three numbers and their reasons
+// sit side by side: `const PerDtype my_tol{.f32 = ..., .bf16 = ..., .f16 = ...};` then my_tol(t).
+// f32's entry also serves any other dtype (the harness only tests kParityDtypes).
+struct PerDtype {
+  Tolerance f32;
+  Tolerance bf16;
+  Tolerance f16;
+  Tolerance operator()(DType t) const { return t == DType::BF16 ? bf16 : t == DType::F16 ? f16 : f32; }
+};
+
+// The tolerance for a result computed in f32 and rounded once to the tested dtype. atol stays small
+// (1e-6) because many compared values are small (cross-entropy gradients ~1e-5 for C = 1000): a
+// large atol would make those comparisons vacuous. f16 below 6.1e-5 is subnormal, with an absolute
 // spacing of 6e-8, well inside 1e-6. `f32_why` says what separates the backends in f32.
-inline Tolerance rounded_once(DType t, const char* f32_why) {
-  switch (t) {
-    case DType::BF16: return {1e-2, 1e-6, "bf16: one rounding of an f32 result is up to 1 ulp = 2^-8 relative"};
-    case DType::F16: return {2e-3, 1e-6, "f16: one rounding of an f32 result is up to 1 ulp = 2^-11 relative"};
-    default: return {1e-5, 1e-6, f32_why};
-  }
+inline PerDtype rounded_once(const char* f32_why) {
+  return {.f32 = {1e-5, 1e-6, f32_why},
+          .bf16 = {1e-2, 1e-6, "bf16: one rounding of an f32 result is up to 1 ulp = 2^-8 relative"},
+          .f16 = {2e-3, 1e-6, "f16: one rounding of an f32 result is up to 1 ulp = 2^-11 relative"}};
 }
+inline Tolerance rounded_once(DType t, const char* f32_why) { return rounded_once(f32_why)(t); }
 
 // Returns "" on success, else a report. `inputs` are CPU tensors (f32 or integer); floating inputs
 // get requires_grad unless listed in `no_grad_inputs`.
@@ -46,5 +56,28 @@ std::string parity_check(const std::function<std::vector<Tensor>(const std::vect
 // Compares two host value lists; returns "" or the first mismatches.
 std::string compare_values(const std::string& what, const std::vector<float>& ref, const std::vector<float>& got,
                            Tolerance tol);
+
+// Sets ops' TF32 switch for a scope and puts the previous value back on leaving it, also when a
+// REQUIRE throws, so one test case cannot change the precision of the next.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool on) : prev_(ops::allow_tf32()) { ops::set_allow_tf32(on); }
+  ~Tf32Scope() { ops::set_allow_tf32(prev_); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// The names a parity test file uses, in one line: `using namespace tandem::testing::parity_names;`.
+namespace parity_names {
+using testing::compare_values;
+using testing::parity_check;
+using testing::PerDtype;
+using testing::Tf32Scope;
+using testing::Tolerance;
+inline constexpr const auto& kDtypes = kParityDtypes;
+}  // namespace parity_names
 
 }  // namespace tandem::testing

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/dropout_functors.h"
 #include "core/ops/kernels/attention.h"
 
@@ -13,6 +14,7 @@ namespace tandem::kernels {
 
 void scale_mask_softmax_fwd_cpu(const Tensor& x, const Tensor& mask, const SoftmaxArgs& a, Tensor& probs,
                                 Tensor& out) {
+  TANDEM_CPU_WIDEN_16BIT(scale_mask_softmax_fwd_cpu, x, mask, a, probs, out);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const T* px = x.data<T>();
     T* pp = probs.data<T>();
@@ -42,6 +44,7 @@ void scale_mask_softmax_fwd_cpu(const Tensor& x, const Tensor& mask, const Softm
 
 void scale_mask_softmax_bwd_cpu(const Tensor& probs, const Tensor& dy, const Tensor& mask, const SoftmaxArgs& a,
                                 Tensor& dx) {
+  TANDEM_CPU_WIDEN_16BIT(scale_mask_softmax_bwd_cpu, probs, dy, mask, a, dx);
   TANDEM_CPU_FLOAT_TYPES(probs.dtype(), T, [&] {
     const T* pp = probs.data<T>();
     const T* pg = dy.data<T>();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/batchnorm.h"
 
 namespace tandem::kernels {
@@ -23,6 +24,7 @@ T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 void batchnorm_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                            Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
                            Tensor& save_mean, Tensor& save_invstd) {
+  TANDEM_CPU_WIDEN_16BIT(batchnorm_forward_cpu, x, weight, bias, running_mean, running_var, training, momentum, eps, y, save_mean, save_invstd);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const int64_t M = x.size(0), C = x.size(1);
     const T* px = x.data<T>();
@@ -73,6 +75,7 @@ void batchnorm_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& 
 
 void batchnorm_backward_cpu(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                             const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  TANDEM_CPU_WIDEN_16BIT(batchnorm_backward_cpu, dy, x, weight, save_mean, save_invstd, training, dx, dweight, dbias);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const int64_t M = x.size(0), C = x.size(1);
     const T* px = x.data<T>();

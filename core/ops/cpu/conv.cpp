@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/conv.h"
 
 namespace tandem::kernels {
@@ -173,14 +174,17 @@ void backward_filter(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 }  // namespace
 
 void conv2d_forward_cpu(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y) {
+  TANDEM_CPU_WIDEN_16BIT(conv2d_forward_cpu, g, x, w, y);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { forward<T>(g, x.data<T>(), w.data<T>(), y.data<T>()); });
 }
 
 void conv2d_backward_data_cpu(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  TANDEM_CPU_WIDEN_16BIT(conv2d_backward_data_cpu, g, dy, w, dx);
   TANDEM_CPU_FLOAT_TYPES(dy.dtype(), T, [&] { backward_data<T>(g, dy.data<T>(), w.data<T>(), dx.data<T>()); });
 }
 
 void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw) {
+  TANDEM_CPU_WIDEN_16BIT(conv2d_backward_filter_cpu, g, x, dy, dw);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { backward_filter<T>(g, x.data<T>(), dy.data<T>(), dw.data<T>()); });
 }
 

@@ -1,5 +1,6 @@
 // core/ops/cpu/elementwise.cpp: CPU loops over the shared functors (core/ops/functors.h).
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/functors.h"
 #include "core/ops/elementwise_visit.h"
 
@@ -31,14 +32,17 @@ void map2(const Tensor& a, const Tensor& b, Tensor& y, F f) {
 }  // namespace
 
 void unary_cpu(Unary op, const Tensor& x, Tensor& y, float alpha) {
+  TANDEM_CPU_WIDEN_16BIT(unary_cpu, op, x, y, alpha);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { visit_unary(op, alpha, [&](auto f) { map1<T>(x, y, f); }); });
 }
 
 void binary_cpu(Binary op, const Tensor& a, const Tensor& b, Tensor& y, float alpha, float beta) {
+  TANDEM_CPU_WIDEN_16BIT(binary_cpu, op, a, b, y, alpha, beta);
   TANDEM_CPU_FLOAT_TYPES(a.dtype(), T, [&] { visit_binary(op, alpha, beta, [&](auto f) { map2<T>(a, b, y, f); }); });
 }
 
 void sum_leading_cpu(const Tensor& src, Tensor& dst) {
+  TANDEM_CPU_WIDEN_16BIT(sum_leading_cpu, src, dst);
   TANDEM_CPU_FLOAT_TYPES(src.dtype(), T, [&] {
     int64_t m = src.size(0), n = src.size(1);
     const T* s = src.data<T>();

@@ -4,11 +4,13 @@
 #include <cstring>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/embedding.h"
 
 namespace tandem::kernels {
 
 void embedding_fwd_cpu(const Tensor& indices, const Tensor& table, Tensor& out) {
+  TANDEM_CPU_WIDEN_16BIT(embedding_fwd_cpu, indices, table, out);
   TANDEM_CPU_FLOAT_TYPES(table.dtype(), T, [&] {
     with_index_ptr(indices, [&](const auto* ix) {
       int64_t k = indices.numel(), d = table.size(1);
@@ -20,6 +22,7 @@ void embedding_fwd_cpu(const Tensor& indices, const Tensor& table, Tensor& out) 
 }
 
 void embedding_bwd_cpu(const Tensor& indices, const Tensor& dout, Tensor& dtable) {
+  TANDEM_CPU_WIDEN_16BIT(embedding_bwd_cpu, indices, dout, dtable);
   TANDEM_CPU_FLOAT_TYPES(dtable.dtype(), T, [&] {
     with_index_ptr(indices, [&](const auto* ix) {
       int64_t k = indices.numel(), d = dtable.size(1);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/dropout_functors.h"
 #include "core/ops/kernels/attention.h"
 
@@ -186,6 +187,7 @@ const int32_t* mask_data(const Tensor& mask) { return mask.defined() ? mask.data
 
 void flash_attention_fwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                              const FlashArgs& a, Tensor& out, Tensor& stats) {
+  TANDEM_CPU_WIDEN_16BIT(flash_attention_fwd_cpu, q, k, v, mask, a, out, stats);
   TANDEM_CPU_FLOAT_TYPES(q.dtype(), T, [&] {
     forward<T>(a, q.data<T>(), k.data<T>(), v.data<T>(), mask_data(mask), out.data<T>(), stats.data<Acc<T>>());
   });
@@ -194,6 +196,7 @@ void flash_attention_fwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, 
 void flash_attention_bwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                              const Tensor& stats, const Tensor& mask, const FlashArgs& a, Tensor& dq, Tensor& dk,
                              Tensor& dv) {
+  TANDEM_CPU_WIDEN_16BIT(flash_attention_bwd_cpu, q, k, v, out, dout, stats, mask, a, dq, dk, dv);
   TANDEM_CPU_FLOAT_TYPES(q.dtype(), T, [&] {
     backward<T>(a, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), dout.data<T>(), stats.data<Acc<T>>(),
                 mask_data(mask), dq.data<T>(), dk.data<T>(), dv.data<T>());

@@ -6,10 +6,12 @@
 #include <cmath>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/loss.h"
 
 namespace tandem::kernels {
 void cross_entropy_fwd_cpu(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss) {
+  TANDEM_CPU_WIDEN_16BIT(cross_entropy_fwd_cpu, logits, labels, smoothing, lse, loss);
   TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
     with_index_ptr(labels, [&](const auto* lab) {
       int64_t n = logits.size(0), c = logits.size(1);
@@ -37,6 +39,7 @@ void cross_entropy_fwd_cpu(const Tensor& logits, const Tensor& labels, float smo
 
 void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
                            float smoothing, Tensor& dlogits) {
+  TANDEM_CPU_WIDEN_16BIT(cross_entropy_bwd_cpu, logits, labels, lse, grad_loss, smoothing, dlogits);
   TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
     with_index_ptr(labels, [&](const auto* lab) {
       int64_t n = logits.size(0), c = logits.size(1);
@@ -57,6 +60,7 @@ void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Ten
 }
 
 int64_t topk_correct_cpu(const Tensor& logits, const Tensor& labels, int k) {
+  TANDEM_CPU_WIDEN_16BIT(topk_correct_cpu, logits, labels, k);
   return TANDEM_CPU_FLOAT_TYPES(logits.dtype(), T, [&] {
     int64_t correct = 0;
     with_index_ptr(labels, [&](const auto* lab) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/matmul.h"
 
 namespace tandem::kernels {
@@ -52,6 +53,7 @@ void run(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const T
 }  // namespace
 
 bool gemm_cpu(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const Tensor& aux) {
+  TANDEM_CPU_WIDEN_16BIT(gemm_cpu, g, a, b, c, aux);
   if (g.m == 0 || g.n == 0) return g.epilogue != GemmEpilogue::BiasGradA;
   TANDEM_CPU_FLOAT_TYPES(a.dtype(), T, [&] { run<T>(g, a, b, c, aux); });
   return g.epilogue != GemmEpilogue::BiasGradA;

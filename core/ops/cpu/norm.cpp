@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/norm.h"
 
 namespace tandem::kernels {
 
 void layer_norm_fwd_cpu(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
                         Tensor& rstd) {
+  TANDEM_CPU_WIDEN_16BIT(layer_norm_fwd_cpu, x, w, b, eps, y, mean, rstd);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     int64_t m = x.size(0), d = x.size(1);
     const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.data<T>();
@@ -33,6 +35,7 @@ void layer_norm_fwd_cpu(const Tensor& x, const Tensor& w, const Tensor& b, doubl
 
 void layer_norm_bwd_cpu(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         Tensor& dx, Tensor& dw, Tensor& db) {
+  TANDEM_CPU_WIDEN_16BIT(layer_norm_bwd_cpu, dy, x, w, mean, rstd, dx, dw, db);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     int64_t m = x.size(0), d = x.size(1);
     const T *px = x.data<T>(), *pdy = dy.data<T>(), *pw = w.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/pool.h"
 
 namespace tandem::kernels {
@@ -47,6 +48,7 @@ int64_t in_offset(const pool::Geom& g, int n, int h, int w) {
 }  // namespace
 
 void max_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y, Tensor& argmax) {
+  TANDEM_CPU_WIDEN_16BIT(max_pool2d_forward_cpu, x, g, y, argmax);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const T* px = x.data<T>();
     T* py = y.data<T>();
@@ -78,6 +80,7 @@ void max_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y, Ten
 }
 
 void max_pool2d_backward_cpu(const Tensor& dy, const Tensor& argmax, const pool::Geom& g, Tensor& dx) {
+  TANDEM_CPU_WIDEN_16BIT(max_pool2d_backward_cpu, dy, argmax, g, dx);
   TANDEM_CPU_FLOAT_TYPES(dy.dtype(), T, [&] {
     const T* pdy = dy.data<T>();
     const int32_t* pa = argmax.data<int32_t>();
@@ -94,6 +97,7 @@ void max_pool2d_backward_cpu(const Tensor& dy, const Tensor& argmax, const pool:
 }
 
 void avg_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y) {
+  TANDEM_CPU_WIDEN_16BIT(avg_pool2d_forward_cpu, x, g, y);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const T* px = x.data<T>();
     T* py = y.data<T>();
@@ -113,6 +117,7 @@ void avg_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y) {
 }
 
 void avg_pool2d_backward_cpu(const Tensor& dy, const pool::Geom& g, Tensor& dx) {
+  TANDEM_CPU_WIDEN_16BIT(avg_pool2d_backward_cpu, dy, g, dx);
   TANDEM_CPU_FLOAT_TYPES(dy.dtype(), T, [&] {
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();

@@ -1,11 +1,13 @@
 // core/ops/cpu/reduce.cpp: sum to a scalar and its broadcast backward on the CPU (the reference).
 // Accumulates in double for f32 and f64 alike: the reference should be the most accurate path.
 #include "core/ops/dispatch.h"
+#include "core/ops/cpu/widen.h"
 #include "core/ops/kernels/reduce.h"
 
 namespace tandem::kernels {
 
 void sum_cpu(const Tensor& x, double scale, Tensor& out) {
+  TANDEM_CPU_WIDEN_16BIT(sum_cpu, x, scale, out);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const T* p = x.data<T>();
     double acc = 0;
@@ -15,6 +17,7 @@ void sum_cpu(const Tensor& x, double scale, Tensor& out) {
 }
 
 void broadcast_scalar_cpu(const Tensor& g, double scale, Tensor& dx) {
+  TANDEM_CPU_WIDEN_16BIT(broadcast_scalar_cpu, g, scale, dx);
   TANDEM_CPU_FLOAT_TYPES(dx.dtype(), T, [&] {
     T v = static_cast<T>(static_cast<double>(g.data<T>()[0]) * scale);
     T* p = dx.data<T>();

@@ -1,0 +1,77 @@
+// tests/support/app_runner.cpp: see app_runner.h.
+#include "tests/support/app_runner.h"
+
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace tandem::testing {
+
+std::string app(const std::string& name) {
+  const char* d = std::getenv("TANDEM_TEST_BINARY_DIR");
+  return std::string(d ? d : ".") + "/apps/" + name;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+AppRun run_app(const std::string& cmd) {
+  AppRun r;
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE_MESSAGE(f != nullptr, "could not start: ", cmd);
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) r.output.append(buf, n);
+  const int st = pclose(f);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string mpiexec(int ranks, const std::string& flags) {
+  return "mpiexec " + flags + " -n " + std::to_string(ranks) + " -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 ";
+}
+
+void check_failed(const AppRun& r, double limit_s, std::initializer_list<std::string> says,
+                  std::initializer_list<std::string> never) {
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.seconds < limit_s);
+  for (const std::string& s : says) CHECK(r.has(s));
+  for (const std::string& s : never) CHECK(!r.has(s));
+}
+
+void check_refused(const std::string& cmd, const std::string& text) {
+  const AppRun r = run_app(cmd);
+  INFO(cmd, " -> ", r.output);
+  CHECK(r.status != 0);
+  CHECK(r.has(text));
+}
+
+fs::path scratch_dir(const std::string& prefix) {
+  const fs::path p = fs::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()));
+  fs::create_directories(p);
+  return p;
+}
+
+TinyImageDataset::TinyImageDataset(const std::string& prefix) : root(scratch_dir(prefix)), data((root / "data").string()) {
+  const AppRun r = run_app(app("make_dataset") + " --out " + data +
+                           " --classes 3 --train-per-class 8 --val-per-class 4 --min-size 24 --max-size 32 --threads 1");
+  REQUIRE_MESSAGE(r.status == 0, "make_dataset failed:\n", r.output);
+}
+
+TinyImageDataset::~TinyImageDataset() { fs::remove_all(root); }
+
+}  // namespace tandem::testing

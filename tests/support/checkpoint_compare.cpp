@@ -1,0 +1,27 @@
+// tests/support/checkpoint_compare.cpp: see checkpoint_compare.h.
+#include "tests/support/checkpoint_compare.h"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "core/safetensors.h"
+
+namespace tandem::testing {
+
+void check_identical_checkpoints(const std::string& a, const std::string& b) {
+  const auto x = safetensors::load(a);
+  const auto y = safetensors::load(b);
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  for (size_t i = 0; i < x.tensors.size(); ++i) {
+    INFO(x.tensors[i].first);
+    const auto &p = x.tensors[i].second, &q = y.tensors[i].second;
+    REQUIRE(x.tensors[i].first == y.tensors[i].first);
+    REQUIRE(p.nbytes() == q.nbytes());
+    // An empty tensor has no storage (null data_ptr()), and memcmp on null is undefined even for 0 bytes.
+    CHECK((p.nbytes() == 0 || std::memcmp(p.data_ptr(), q.data_ptr(), p.nbytes()) == 0));
+  }
+  CHECK(x.metadata == y.metadata);
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,14 @@
+// tests/support/checkpoint_compare.h: "the two runs ended in the same checkpoint", byte for byte.
+//
+// A resumed run must end exactly where an uninterrupted one ends (same model, optimizer state and
+// metadata); the end-to-end training tests check that by comparing the two safetensors files.
+#pragma once
+#include <string>
+
+namespace tandem::testing {
+
+// The files at `a` and `b` hold the same tensors in the same order, with identical bytes, and the
+// same metadata. Names the first tensor that differs.
+void check_identical_checkpoints(const std::string& a, const std::string& b);
+
+}  // namespace tandem::testing
