@@ -3,9 +3,8 @@
 // The parameter server (dist/parameter_server.h) must train to the same loss as DDP on the same
 // synthetic data (same SGD with momentum, same batches; the sums differ only in order, so the losses
 // agree to ~1e-5), write its push/pull "buckets" and strategy in the metrics JSON, and refuse more
-// servers than ranks with a sentence naming the limit. Binaries: tests/support/app_run.h.
+// servers than ranks with a sentence naming the limit. Runs the binaries through tests/support/app_runner.h.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,23 +12,21 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tests/support/app_run.h"
+#include "tests/support/app_runner.h"
 
-using tandem::testing::CommandResult;
+using namespace tandem::testing;
 
 namespace {
 
 // 24 synthetic samples, batch 4 on 2 ranks: 3 steps per epoch; 6 steps = 2 epochs.
-CommandResult train(const std::string& args) {
-  return tandem::testing::run_command(
-      "HYDRA_LAUNCHER=fork timeout -s KILL 120 mpiexec -n 2 -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 " +
-      tandem::testing::app("train_imagenet") +
-      " --device cpu --model small_cnn --synthetic --synthetic-size 24 --synthetic-val-size 8 --num-classes 4"
-      " --image-size 16 --batch 4 --workers 1 --lr 0.05 --steps 6 --log-every 3 " + args + " 2>&1");
+AppRun train(const std::string& args) {
+  return run_app("HYDRA_LAUNCHER=fork timeout -s KILL 120 " + mpiexec(2) + app("train_imagenet") +
+                 " --device cpu --model small_cnn --synthetic --synthetic-size 24 --synthetic-val-size 8"
+                 " --num-classes 4 --image-size 16 --batch 4 --workers 1 --lr 0.05 --steps 6 --log-every 3 " + args);
 }
 
 nlohmann::json metrics_of(const std::string& args, const std::filesystem::path& file) {
-  CommandResult r = train(args + " --metrics " + file.string());
+  AppRun r = train(args + " --metrics " + file.string());
   INFO(r.output);
   REQUIRE(r.status == 0);
   std::ifstream in(file);
@@ -41,8 +38,7 @@ nlohmann::json metrics_of(const std::string& args, const std::filesystem::path& 
 TEST_CASE("--strategy ps trains like ddp and reports its pushes and pulls") {
   namespace fs = std::filesystem;
   using json = nlohmann::json;
-  const fs::path dir = fs::temp_directory_path() / ("tandem_ps_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = scratch_dir("tandem_ps");
   const json ddp = metrics_of("--strategy ddp", dir / "ddp.json");
   CHECK(ddp["strategy"] == "ddp");
   CHECK(ddp["num_classes"] == 4);
@@ -69,8 +65,8 @@ TEST_CASE("--strategy ps trains like ddp and reports its pushes and pulls") {
 }
 
 TEST_CASE("--ps-servers above the number of ranks fails with a sentence naming the limit") {
-  CommandResult r = train("--strategy ps --ps-servers 3");
+  AppRun r = train("--strategy ps --ps-servers 3");
   INFO(r.output);
   CHECK(r.status != 0);
-  CHECK(r.output.find("must be between 1 and the number of ranks") != std::string::npos);
+  CHECK(r.has("must be between 1 and the number of ranks"));
 }
