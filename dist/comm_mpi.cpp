@@ -183,6 +183,22 @@ class MpiCommunicator final : public Communicator {
     }, [=]() mutable { stage(t, h); });
   }
 
+  WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) override {
+    Tensor h = host_of(t, name);
+    MPI_Op mop = reduce_op(t.dtype());
+    const bool is_root = rank_ == root;
+    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
+      stage(h, t);
+      // MPI_IN_PLACE is legal only at the root; the others send their buffer and keep it.
+      MPI_CHECK(MPI_Ireduce(is_root ? MPI_IN_PLACE : h.data_ptr(), is_root ? h.data_ptr() : nullptr, count(h),
+                            mpi_type(h.dtype()), mop, root, c, r));
+    }, [=, this]() mutable {
+      if (!is_root) return;
+      if (op == ReduceOp::Avg) divide(h, size_);
+      stage(t, h);
+    });
+  }
+
   WorkPtr do_barrier(const std::string& name) override {
     return submit(name, [](MPI_Comm c, MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(c, r)); }, [] {});
   }

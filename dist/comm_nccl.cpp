@@ -146,6 +146,13 @@ class NcclCommunicator final : public Communicator {
       NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), root, comm_, stream_));
     });
   }
+  WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) override {
+    check_gpu(t, name);
+    return enqueue(name, {t}, [&] {
+      NCCL_CHECK(ncclReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), root, comm_,
+                            stream_));
+    });
+  }
   WorkPtr do_barrier(const std::string& name) override {
     Tensor s = scratch_;  // NCCL has no barrier: a one-element all-reduce is one
     return all_reduce(s, ReduceOp::Sum, name);

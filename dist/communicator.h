@@ -84,6 +84,13 @@ class Communicator {
     TANDEM_CHECK(root >= 0 && root < size(), name, ": root ", root, " is not a rank of a world of size ", size());
     return do_broadcast(t, root, name);
   }
+  // Only root's t becomes the reduction over ranks; the other ranks' t are left as they were.
+  // The parameter server's push (parameter_server.h): every worker's gradients summed at one server.
+  WorkPtr reduce(Tensor& t, int root, ReduceOp op = ReduceOp::Sum, const std::string& name = "reduce") {
+    check_reducible(t, name);
+    TANDEM_CHECK(root >= 0 && root < size(), name, ": root ", root, " is not a rank of a world of size ", size());
+    return do_reduce(t, root, op, name);
+  }
   WorkPtr barrier(const std::string& name = "barrier") { return do_barrier(name); }
 
   // "Now" on this communicator's timeline, recorded after the work already issued on this rank's
@@ -96,6 +103,7 @@ class Communicator {
   virtual WorkPtr do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) = 0;
   virtual WorkPtr do_all_gather(const Tensor& in, Tensor& out, const std::string& name) = 0;
   virtual WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) = 0;
+  virtual WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) = 0;
   virtual WorkPtr do_barrier(const std::string& name) = 0;
 
  private:

@@ -43,6 +43,15 @@ std::string TimelineSummary::str() const {
   return buf;
 }
 
+namespace {
+// A zero-length event at the moment bucket `b` became ready (its last gradient produced), on the
+// compute track: in Perfetto it marks where the bucket's all-reduce could have started at the
+// earliest, so the gap to "allreduce bucket <b>" is the wait for in-order launch or the channel.
+void trace_bucket_ready(size_t b, double origin_host_us, double ready_us) {
+  profile::add_event({"bucket " + std::to_string(b) + " ready", "comm", origin_host_us + ready_us, 0, 0});
+}
+}  // namespace
+
 void Timeline::start_step(MarkPtr origin) {
   step_.origin = std::move(origin);
   step_.origin_host_us = profile::now_us();
@@ -86,6 +95,7 @@ void Timeline::resolve_front() {
     BucketTiming t{m.ready->us_since(*r.origin), m.launch->us_since(*r.origin), m.finish->us_since(*r.origin), m.bytes};
     s.buckets.push_back(t);
     // The bucket's all-reduce on the trace's communication track, timed by the comm timeline.
+    if (profile::trace_enabled()) trace_bucket_ready(b, r.origin_host_us, t.ready_us);
     if (profile::trace_enabled())
       profile::add_event({"allreduce bucket " + std::to_string(b), "comm", r.origin_host_us + t.launch_us,
                           t.finish_us - t.launch_us, 1});

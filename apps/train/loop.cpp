@@ -26,6 +26,7 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   fault_before_step(s.fault, rank, number);
   const Clock::time_point issue_start = Clock::now();  // host time issuing the step (clock.h)
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
+  if (t.ps) t.ps->set_lr(t.opt->lr());
   // --amp: the model computes in 16-bit from its first layer on (the loader yields f32 images).
   Tensor logits = (*t.ddp)(t.amp ? ops::cast_raw(b.images, t.amp->low) : b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
@@ -40,9 +41,13 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   (t.amp ? ops::scale(loss, static_cast<float>(t.amp->scaler.scale())) : loss).backward();
   clock.interval_host_ms += seconds_since(issue_start) * 1000;
   // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
-  bool skip = s.on_nonfinite != OnNonfinite::Off && skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
+  const bool loss_skip = s.on_nonfinite != OnNonfinite::Off &&
+                         skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
+  bool skip = loss_skip;
   const Clock::time_point step_start = Clock::now();  // the wait in loss.item() is not host work
-  if (!skip && t.amp) {
+  if (t.ps) {
+    if (!skip) t.ps->step(&t.ddp->timeline());  // push, update on the servers, pull
+  } else if (!skip && t.amp) {
     skip = !amp_step(*t.amp, *t.opt);
   } else if (!skip) {
     // The global norm: under ZeRO each rank sums its shard's squares and sum_reduce adds them up.

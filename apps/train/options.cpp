@@ -76,6 +76,10 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
   app.add_option("--compress", o.compress, "gradient dtype on the wire")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--strategy", o.strategy, "ddp: all-reduce during backward; ps: synchronous parameter server")
+      ->check(CLI::IsMember({"ddp", "ps"}))->capture_default_str();
+  app.add_option("--ps-servers", o.ps_servers, "ps: servers, colocated on ranks 0..K-1")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--amp", o.amp, "mixed precision: 16-bit compute, f32 master weights (fp16: dynamic loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (DDP), 1 (shard optimizer state), 2 (and gradients)")
@@ -139,6 +143,14 @@ void validate(TrainOptions& o) {
                "--cuda-graph or use --device cuda");
   TANDEM_CHECK(!o.cuda_graph || o.on_nonfinite == "off", "--cuda-graph cannot capture --on-nonfinite ", o.on_nonfinite,
                ": its per-step loss check reads the loss on the host in the middle of the step. Add --on-nonfinite off");
+  TANDEM_CHECK(o.strategy != "ps" || o.amp == "off", "--strategy ps updates f32 parameters on its servers: use "
+               "--amp off with it, or --strategy ddp with --amp");
+  TANDEM_CHECK(o.strategy != "ps" || o.checkpoint_dir.empty(), "--strategy ps does not checkpoint (the optimizer "
+               "state lives on the servers): drop --checkpoint-dir, or use --strategy ddp");
+  TANDEM_CHECK(o.strategy != "ps" || o.zero == 0, "--strategy ps keeps whole partitions on its servers; ZeRO "
+               "shards DDP's state instead: use one of --zero or --strategy ps");
+  TANDEM_CHECK(o.strategy != "ps" || o.clip_grad_norm == 0, "--strategy ps does not clip gradients yet: drop "
+               "--clip-grad-norm or use --strategy ddp");
 }
 
 }  // namespace tandem::apps

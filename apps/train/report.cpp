@@ -33,6 +33,8 @@ struct Totals {
   double steady_ips = 0;     // global images/s over the steady window
   double whole_run_ips = 0;  // global images/s over all of this run's training time
   dist::TimelineSummary comm;
+  json buckets = json::array();  // per bucket: medians over the steady steps (bucket_medians)
+  double backward_end_ms = 0;    // median over the same steps
   MemoryStats mem;
   int64_t skipped_train = 0, skipped_val = 0;  // unreadable files, summed over ranks
   Stragglers stragglers;
@@ -45,6 +47,36 @@ void sum_skipped_files(const Training& t, Totals& x) {
   dist::comm_for(Device::cpu()).all_reduce(n, dist::ReduceOp::Sum, "skipped files")->wait();
   const std::vector<float> v = n.to_vector();
   x.skipped_train = static_cast<int64_t>(v[0]), x.skipped_val = static_cast<int64_t>(v[1]);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// For the study tools (apps/scripts/study, apps/whatif): each bucket's bytes and its ready, launch
+// and finish times in ms from the step's start, and when backward ended - medians over the steps
+// after the first (which pays one-time setup costs, as TimelineSummary leaves it out too).
+void bucket_medians(dist::Timeline& tl, Totals& x) {
+  const auto& steps = tl.steps();
+  const size_t skip = steps.size() > 1 ? 1 : 0;
+  if (steps.size() <= skip) return;
+  const size_t nb = steps.back().buckets.size();
+  std::vector<double> bwd;
+  for (size_t i = skip; i < steps.size(); ++i) bwd.push_back(steps[i].backward_end_us / 1e3);
+  x.backward_end_ms = median(bwd);
+  for (size_t b = 0; b < nb; ++b) {
+    std::vector<double> ready, launch, finish;
+    for (size_t i = skip; i < steps.size(); ++i) {
+      if (steps[i].buckets.size() != nb) continue;  // a step with another bucket layout: not comparable
+      const dist::BucketTiming& t = steps[i].buckets[b];
+      ready.push_back(t.ready_us / 1e3), launch.push_back(t.launch_us / 1e3), finish.push_back(t.finish_us / 1e3);
+    }
+    x.buckets.push_back({{"bytes", steps.back().buckets[b].bytes}, {"ready_ms", median(ready)},
+                         {"launch_ms", median(launch)}, {"finish_ms", median(finish)}});
+  }
 }
 
 json history_json(const std::vector<EpochRecord>& history) {
@@ -112,7 +144,12 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"compute_s_per_rank", x.stragglers.compute_s},
       {"straggler", {{"rank", x.stragglers.slowest}, {"compute_s", x.stragglers.compute_s[x.stragglers.slowest]},
                      {"median_compute_s", x.stragglers.median_s}}},
-      {"history", history_json(rec.history)}};
+      {"history", history_json(rec.history)},
+      {"num_classes", t.classes},
+      {"strategy", o.strategy},
+      {"ps_servers", o.strategy == "ps" ? o.ps_servers : 0},
+      {"backward_end_ms", x.backward_end_ms},
+      {"buckets", x.buckets}};
 }
 
 void write_json(const std::string& file, const json& j) {
@@ -172,6 +209,7 @@ void report(const TrainOptions& o, Training& t, const RunClock& clock, const Run
   x.whole_run_ips = x.train_s > 0 ? x.steps_this_run * t.global_batch / x.train_s : 0.0;
   if (!o.trace.empty()) dist::write_trace(o.trace);
   x.comm = t.ddp->timeline().summary();
+  bucket_medians(t.ddp->timeline(), x);
   x.mem = memory_stats(t.dev);
   measure_peak(t);
   sum_skipped_files(t, x);

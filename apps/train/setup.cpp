@@ -169,6 +169,24 @@ std::unique_ptr<optim::Optimizer> make_opt(const TrainOptions& o, Training& t) {
   return optim::make_optimizer(o.optimizer, t.zero->segments(), t.zero->num_params(), oo);
 }
 
+// --strategy ps: the reducer stops averaging (permanently "no_sync": backward only accumulates into
+// .grad), and the parameter server's servers run the same SGD on their partitions instead.
+std::unique_ptr<dist::ParameterServer> make_ps(const TrainOptions& o, dist::DistributedDataParallel& ddp) {
+  ddp.reducer().set_sync(false);
+  dist::PsOptions po;
+  po.servers = o.ps_servers;
+  po.optimizer = "sgd";
+  po.optimizer_options.lr = o.lr;
+  po.optimizer_options.momentum = o.momentum;
+  po.optimizer_options.weight_decay = o.wd;
+  po.optimizer_options.nesterov = o.nesterov;
+  optim::NamedTensors trainable;
+  for (auto& [name, p] : ddp.module().named_parameters())
+    if (p.requires_grad()) trainable.emplace_back(name, p);
+  dist::Communicator& comm = dist::comm_for(trainable.front().second.device());
+  return std::make_unique<dist::ParameterServer>(std::move(trainable), comm, po);
+}
+
 // Shuffled, sharded training batches; validation in file order, every sample exactly once.
 void make_loaders(const TrainOptions& o, Training& t) {
   t.train = std::make_unique<data::Loader>(t.data.train, train_loader_options(o, *t.world));
@@ -219,6 +237,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.ddp = make_ddp(o, t.model);
   if (t.amp && resume.empty()) t.amp->master->copy_from_model();  // rank 0's broadcast weights
   t.opt = make_opt(o, t);
+  if (o.strategy == "ps") t.ps = make_ps(o, *t.ddp);
   if (!opt_state.empty()) t.opt->load_state(opt_state);
   make_loaders(o, t);
   plan_steps(o, t);

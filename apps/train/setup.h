@@ -18,6 +18,7 @@
 #include "dist/ddp.h"            // defines: DistributedDataParallel
 #include "dist/memory_ledger.h"  // defines: MemoryLedger
 #include "dist/zero.h"           // defines: Zero (--zero 1|2)
+#include "dist/parameter_server.h"  // defines: ParameterServer (--strategy ps)
 #include "layers/checkpoint.h"   // defines: TrainState
 #include "layers/module.h"       // defines: ModulePtr
 #include "optim/lr_schedule.h"   // defines: LrScheduleOptions
@@ -62,6 +63,9 @@ struct Training {
   std::unique_ptr<optim::Optimizer> opt;  // --optimizer, over the parameters, ZeRO's segments or the
                                           // f32 masters under --amp
   std::unique_ptr<AmpRun> amp;            // null for --amp off
+  // --strategy ps: pushes, updates (on the servers only) and pulls in place of opt->step(); DDP then
+  // only broadcasts buffers and times the step (its reducer does not communicate). Null for ddp.
+  std::unique_ptr<dist::ParameterServer> ps;
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
   int64_t global_batch = 0;   // --batch x ranks
   int64_t steps_per_epoch = 0;

@@ -14,7 +14,11 @@
 //                      + 2 alpha. Servers on the workers (P = N): 2 (N-1)/N * S/B + 2 alpha.
 // Strategies: DDP with and without overlap; ZeRO-1 (reduce-scatter after backward, the optimizer on
 // 1/N of the weights, then all-gather of the weights); ZeRO-2 (reduce-scatter per bucket during
-// backward, then as ZeRO-1); the parameter server (push/pull per bucket during backward).
+// backward, then as ZeRO-1); the parameter server (push/pull per bucket after backward, not
+// overlapped - as tandem's baseline dist/parameter_server.h runs it; it pushes with reduce-to-root,
+// which MPI/NCCL may route as a tree, so its measured push can beat the incast cost assumed here;
+// its K servers sit on worker ranks, whose own share stays local: the dedicated formula with P = K
+// overstates that by a factor N/(N-1) at K = 1).
 // Stragglers: a collective waits for the slowest rank. When one rank's step times vary with
 // standard deviation sigma (StepProfile::jitter_ms), the slowest of N independent ranks is late by
 // about sigma * E[max of N standard normals] (0.56 at N = 2, 1.03 at 4, ~sqrt(2 ln N) for large N),

@@ -7,7 +7,8 @@ A strategy name says how gradients travel; its flags are what train_imagenet nee
   ddp_bf16          bf16 gradients on the wire (--compress bf16)
   ddp_b<MB>         bucket size <MB> MiB, first bucket min(1, MB) (e.g. ddp_b0.25, ddp_b4)
   zero1, zero2      ZeRO stage 1/2 (--zero 1/2)
-  ps                parameter server (--strategy ps)
+  ps                parameter server (--strategy ps --ps-servers 1: one server, on rank 0; the
+                    what-if model gets the same server count, its dedicated-server formula)
 A strategy that this build of train_imagenet rejects is reported as unavailable, not as a failure,
 so the grid can name strategies before they exist. The what-if model's name for each is whatif_args.
 """
@@ -31,14 +32,16 @@ def flags(strategy):
     if strategy in ("zero1", "zero2"):
         return ["--zero", strategy[-1]]
     if strategy == "ps":
-        return ["--strategy", "ps"]
+        return ["--strategy", "ps", "--ps-servers", "1"]
     raise SystemExit(f"study: unknown strategy '{strategy}' (ddp, ddp_no_overlap, ddp_no_bucketing, ddp_bf16, "
                      "ddp_b<MB>, zero1, zero2, ps)")
 
 
 def whatif_args(strategy):
     """The same strategy in apps/whatif's terms."""
-    if strategy in ("ddp", "ddp_no_overlap", "zero1", "zero2", "ps"):
+    if strategy == "ps":  # train_imagenet's one colocated server: rank 0 receives (N-1) pushes at once
+        return ["--strategy", "ps", "--ps-servers", "1"]
+    if strategy in ("ddp", "ddp_no_overlap", "zero1", "zero2"):
         return ["--strategy", strategy]
     if strategy == "ddp_no_bucketing":
         return ["--strategy", "ddp", "--bucket-mb", "0", "--first-bucket-mb", "0"]

@@ -1,0 +1,165 @@
+// dist/parameter_server.cpp: partitions, push (reduce to the server), update, pull (broadcast).
+#include "dist/parameter_server.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/autograd.h"
+#include "core/ops/elementwise.h"
+#include "core/profile.h"
+
+namespace tandem::dist {
+
+std::vector<int> assign_partitions(const std::vector<int64_t>& numels, int servers) {
+  TANDEM_CHECK(servers >= 1, "a parameter server needs at least one server, got ", servers);
+  std::vector<size_t> order(numels.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Largest first: the classic greedy for balancing (each placement can only shrink the imbalance
+  // the big tensors left). stable_sort keeps model order among equal sizes: deterministic.
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return numels[a] > numels[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(servers), 0);
+  std::vector<int> server(numels.size(), 0);
+  for (size_t i : order) {
+    const int s = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());  // first minimum
+    server[i] = s;
+    load[static_cast<size_t>(s)] += numels[i];
+  }
+  return server;
+}
+
+ParameterServer::ParameterServer(optim::NamedTensors params, Communicator& comm, PsOptions options)
+    : params_(std::move(params)), comm_(comm), options_(std::move(options)) {
+  const int n = comm_.size(), k = options_.servers;
+  TANDEM_CHECK(k >= 1 && k <= n, "--ps-servers ", k, " must be between 1 and the number of ranks (", n,
+               "): servers are colocated on ranks 0..K-1");
+  TANDEM_CHECK(!params_.empty(), "the parameter server got no parameters");
+  const Device dev = params_.front().second.device();
+  std::vector<int64_t> numels;
+  for (auto& [name, p] : params_) {
+    TANDEM_CHECK(p.dtype() == DType::F32 && p.device() == dev, "parameter server: ", name, " is ", p.str(),
+                 "; every parameter must be f32 on ", dev.str(), " (the servers update in f32; no --amp with ps)");
+    numels.push_back(p.numel());
+  }
+  server_of_ = assign_partitions(numels, k);
+
+  autograd::NoGradGuard ng;
+  // Every replica starts from rank 0's values, as in DDP: then each server's partition is the same
+  // on every rank, and the pulls below keep it so.
+  {
+    std::vector<WorkPtr> works;
+    for (auto& [name, p] : params_) {
+      Tensor data = p.detach();
+      works.push_back(comm_.broadcast(data, 0, "ps initial broadcast"));
+    }
+    for (auto& w : works) w->wait();
+  }
+
+  // One pair of flat buffers per partition: one message per server and direction each step.
+  parts_.resize(static_cast<size_t>(k));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Partition& part = parts_[static_cast<size_t>(server_of_[i])];
+    const int64_t at = part.offsets.empty() ? 0 : part.offsets.back() + params_[part.params.back()].second.numel();
+    part.params.push_back(i);
+    part.offsets.push_back(at);
+  }
+  for (Partition& part : parts_) {
+    const int64_t total = part.offsets.empty() ? 0 : part.offsets.back() + params_[part.params.back()].second.numel();
+    part.grads = Tensor::zeros({total}, DType::F32, dev);
+    part.values = Tensor::zeros({total}, DType::F32, dev);
+  }
+
+  // A server's optimizer updates 1-D views into its partition's flat buffers: the server's `values`
+  // are the authoritative parameters, and its `grads` receive the pushed sums.
+  const int r = comm_.rank();
+  if (r >= k) return;  // a worker only: no optimizer, no state
+  Partition& mine = parts_[static_cast<size_t>(r)];
+  std::vector<optim::ParamSegment> segs;
+  for (size_t j = 0; j < mine.params.size(); ++j) {
+    const size_t i = mine.params[j];
+    const int64_t lo = mine.offsets[j], hi = lo + params_[i].second.numel();
+    optim::ParamSegment s;
+    s.name = params_[i].first;
+    s.param = mine.values.slice(lo, hi);
+    s.grad = mine.grads.slice(lo, hi);
+    s.param_index = static_cast<int64_t>(i);
+    segs.push_back(std::move(s));
+  }
+  optimizer_ = optim::make_optimizer(options_.optimizer, std::move(segs), static_cast<int64_t>(params_.size()),
+                                     options_.optimizer_options);
+}
+
+ParameterServer::~ParameterServer() = default;
+
+void ParameterServer::set_lr(double lr) {
+  options_.optimizer_options.lr = lr;
+  if (optimizer_) optimizer_->set_lr(lr);
+}
+
+// This rank's gradients of the partition, into its flat push buffer (zeros for a missing gradient:
+// the server's sum then counts this rank as contributing nothing, as DDP's zero-filled bucket does).
+void ParameterServer::pack_grads(Partition& part) {
+  for (size_t j = 0; j < part.params.size(); ++j) {
+    const Tensor& p = params_[part.params[j]].second;
+    Tensor dst = part.grads.slice(part.offsets[j], part.offsets[j] + p.numel());
+    if (p.grad().defined()) dst.copy_(p.grad().view({p.numel()}));
+    else dst.zero_();
+  }
+}
+
+void ParameterServer::unpack_values(const Partition& part) {
+  for (size_t j = 0; j < part.params.size(); ++j) {
+    const Tensor& p = params_[part.params[j]].second;
+    p.detach().view({p.numel()}).copy_(part.values.slice(part.offsets[j], part.offsets[j] + p.numel()));
+  }
+}
+
+void ParameterServer::step(Timeline* timeline) {
+  autograd::NoGradGuard ng;
+  const int r = comm_.rank(), n = comm_.size();
+  const bool record = timeline != nullptr && timeline->step_started();
+  MarkPtr backward_end = record ? comm_.mark() : nullptr;
+  std::vector<WorkPtr> push, pull;
+
+  {  // 1. push: every rank's partition s is summed at server s. All K reduces are in flight at once.
+    profile::Range range("ps push");
+    for (size_t s = 0; s < parts_.size(); ++s) {
+      pack_grads(parts_[s]);
+      push.push_back(comm_.reduce(parts_[s].grads, static_cast<int>(s), ReduceOp::Sum,
+                                  "ps push server " + std::to_string(s)));
+    }
+    for (auto& w : push) w->wait();
+  }
+
+  if (optimizer_) {  // 2. update: only the server's own partition, with the mean gradient
+    Partition& mine = parts_[static_cast<size_t>(r)];
+    ops::scale_(mine.grads, 1.0f / static_cast<float>(n));  // sum, then divide: exact as DDP's average
+    // The server's values are its model's parameters (refreshed here, in case the caller changed
+    // them, e.g. a restored checkpoint); the optimizer updates them through its segment views.
+    for (size_t j = 0; j < mine.params.size(); ++j) {
+      const Tensor& p = params_[mine.params[j]].second;
+      mine.values.slice(mine.offsets[j], mine.offsets[j] + p.numel()).copy_(p.detach().view({p.numel()}));
+    }
+    optimizer_->step();
+  }
+
+  {  // 3. pull: server s broadcasts its partition; every rank (the server too) copies it into the model.
+    profile::Range range("ps pull");
+    for (size_t s = 0; s < parts_.size(); ++s)
+      pull.push_back(comm_.broadcast(parts_[s].values, static_cast<int>(s), "ps pull server " + std::to_string(s)));
+    for (size_t s = 0; s < parts_.size(); ++s) {
+      pull[s]->wait();
+      unpack_values(parts_[s]);
+    }
+  }
+
+  if (!record) return;
+  // Both directions as "buckets" of the step, ready when backward ended: nothing is hidden, which is
+  // exactly what the reducer's overlap buys and this baseline lacks.
+  for (size_t s = 0; s < parts_.size(); ++s)
+    timeline->bucket_done(backward_end, *push[s], static_cast<int64_t>(parts_[s].grads.nbytes()));
+  for (size_t s = 0; s < parts_.size(); ++s)
+    timeline->bucket_done(backward_end, *pull[s], static_cast<int64_t>(parts_[s].values.nbytes()));
+  timeline->end_step(backward_end);
+}
+
+}  // namespace tandem::dist
