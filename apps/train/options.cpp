@@ -147,6 +147,8 @@ void validate(TrainOptions& o) {
                "--amp off with it, or --strategy ddp with --amp");
   TANDEM_CHECK(o.strategy != "ps" || o.checkpoint_dir.empty(), "--strategy ps does not checkpoint (the optimizer "
                "state lives on the servers): drop --checkpoint-dir, or use --strategy ddp");
+  TANDEM_CHECK(o.strategy != "ps" || o.optimizer == "sgd", "--strategy ps runs SGD on its servers: use "
+               "--optimizer sgd with it, or --strategy ddp for ", o.optimizer);
   TANDEM_CHECK(o.strategy != "ps" || o.zero == 0, "--strategy ps keeps whole partitions on its servers; ZeRO "
                "shards DDP's state instead: use one of --zero or --strategy ps");
   TANDEM_CHECK(o.strategy != "ps" || o.clip_grad_norm == 0, "--strategy ps does not clip gradients yet: drop "
