@@ -37,16 +37,6 @@ void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
   s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
 }
 
-// Mean exposed communication and overall overlap of timeline steps [from, end).
-void timeline_interval(dist::Timeline& tl, size_t from, Interval& iv) {
-  const auto& steps = tl.steps();
-  double comm = 0, exposed = 0;
-  size_t n = 0;
-  for (size_t i = from; i < steps.size(); ++i, ++n) comm += steps[i].comm_us, exposed += steps[i].exposed_us;
-  iv.exposed_ms = n ? exposed / n / 1000.0 : 0;
-  iv.overlap = comm > 0 ? (comm - exposed) / comm : 1;
-}
-
 // Closes the progress interval: the global mean loss in one collective; rank 0 prints the line.
 void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& clock, Interval& last) {
   const int world = t.world->size;
@@ -60,7 +50,8 @@ void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& 
   last.sequences_per_s = static_cast<double>(s.interval_steps * t.global_batch) / (last.wall_ms / 1000);
   last.tokens_per_s = last.sequences_per_s * static_cast<double>(o.seq_len);
   last.mfu = t.peak.flops > 0 ? last.tokens_per_s / world * t.flops_per_token / t.peak.flops : 0;
-  timeline_interval(t.ddp->timeline(), s.timeline_from, last);
+  const CommWindow w = comm_window(t.ddp->timeline(), s.timeline_from);
+  last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   if (t.world->rank == 0)
     std::printf("%s\n", progress_line(s.step, o.steps, t.opt->lr(), last, world, t.dev).c_str());
   std::fflush(stdout);

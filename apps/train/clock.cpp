@@ -44,4 +44,15 @@ double RunClock::steady_images_per_s(int64_t step, int64_t run_steps, int64_t gl
   return train > 0 ? run_steps * global_batch / train : 0;
 }
 
+CommWindow comm_window(dist::Timeline& tl, size_t from) {
+  const auto& steps = tl.steps();
+  double comm = 0, exposed = 0;
+  size_t n = 0;
+  for (size_t i = from; i < steps.size(); ++i, ++n) comm += steps[i].comm_us, exposed += steps[i].exposed_us;
+  CommWindow w;
+  w.exposed_ms = n ? exposed / n / 1000.0 : 0;
+  w.overlap = comm > 0 ? (comm - exposed) / comm : 1;
+  return w;
+}
+
 }  // namespace tandem::apps

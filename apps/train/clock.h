@@ -8,9 +8,11 @@
 // progress interval the host runs ahead and only the interval as a whole is timed.
 #pragma once
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/device.h"  // defines: Device
+#include "dist/timeline.h"  // defines: Timeline (comm_window)
 
 namespace tandem::apps {
 
@@ -19,6 +21,14 @@ inline double seconds_since(Clock::time_point t) { return std::chrono::duration<
 
 // Waits for the device's queued work, so host clocks measure it (no-op on the CPU).
 void device_sync(Device d);
+
+// Mean exposed communication per step and overall overlap (hidden / total communication) of the
+// timeline's steps [from, end): a progress interval's communication figures. Overlap is 1 when
+// nothing was communicated. train_imagenet and train_encoder both report it.
+struct CommWindow {
+  double exposed_ms = 0, overlap = 1;
+};
+CommWindow comm_window(dist::Timeline& tl, size_t from);
 
 struct RunClock {
   explicit RunClock(Clock::time_point process_start) : process_start(process_start) {}

@@ -96,7 +96,8 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.skipped_steps = rec.skipped_steps;
   last.loss_scale = t.amp ? t.amp->scaler.scale() : 0;
   last.host_ms = clock.interval_host_ms;
-  timeline_interval(t.ddp->timeline(), s.timeline_from, last);
+  const CommWindow w = comm_window(t.ddp->timeline(), s.timeline_from);
+  last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
   if (t.world->rank == 0)
     std::printf("%s\n", progress_line(epoch, s.step, t.total_steps, t.opt->lr(), last, world, t.dev).c_str());

@@ -17,7 +17,7 @@
 #include "apps/train/faults.h"     // defines: Fault
 #include "apps/train/nonfinite.h"  // defines: OnNonfinite
 #include "apps/train/options.h"    // defines: TrainOptions
-#include "apps/train/report.h"     // defines: RunRecord, Interval, timeline_interval, progress_line
+#include "apps/train/report.h"     // defines: RunRecord, Interval, progress_line
 #include "apps/train/setup.h"      // defines: Training
 #include "core/tensor.h"           // defines: Tensor
 #include "data/loader.h"           // defines: Batch

@@ -160,15 +160,6 @@ void write_json(const std::string& file, const json& j) {
 
 }  // namespace
 
-void timeline_interval(dist::Timeline& tl, size_t from, Interval& iv) {
-  const auto& steps = tl.steps();
-  double comm = 0, exposed = 0;
-  size_t n = 0;
-  for (size_t i = from; i < steps.size(); ++i, ++n) comm += steps[i].comm_us, exposed += steps[i].exposed_us;
-  iv.exposed_ms = n ? exposed / n / 1000.0 : 0;
-  iv.overlap = comm > 0 ? (comm - exposed) / comm : 1;
-}
-
 std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr, const Interval& iv, int world,
                           Device dev) {
   MemoryStats m = memory_stats(dev);

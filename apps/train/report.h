@@ -40,8 +40,6 @@ struct Interval {
   double host_step_ms() const { return steps ? host_ms / steps : 0; }
 };
 
-// Mean exposed communication and overall overlap of timeline steps [from, end).
-void timeline_interval(dist::Timeline& tl, size_t from, Interval& iv);
 
 // "epoch E step S/T | loss ... | lr ... | img/s | ms/step split | mem" for one interval.
 std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr, const Interval& iv, int world,
