@@ -51,9 +51,20 @@ Tensor param(const Tensor& t) { return ops::cast(t, DType::F32); }
 
 Tensor channel_values(const std::vector<float>& v, Device d) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F32, d); }
 
+// Picks the CUDA BatchNorm (ops::set_batchnorm_cudnn; cuDNN by default) for one scope and restores
+// the previous choice, so each test says which implementation it checks.
+struct BnPath {
+  bool was = ops::batchnorm_cudnn();
+  explicit BnPath(bool cudnn) { ops::set_batchnorm_cudnn(cudnn); }
+  BnPath(const BnPath&) = delete;
+  BnPath& operator=(const BnPath&) = delete;
+  ~BnPath() { ops::set_batchnorm_cudnn(was); }
+};
+
 }  // namespace
 
 TEST_CASE("batch_norm training: output, running statistics and gradients, both layouts") {
+  BnPath kernels(false);  // tandem's own kernels, the reference for the cuDNN path below
   for (DType dt : kDtypes)
     for (Shape shape : {Shape{2, 3, 3, 5}, Shape{7, 5}}) {
       INFO(dtype_name(dt), " ", shape_str(shape));
@@ -71,10 +82,7 @@ TEST_CASE("batch_norm training through cuDNN's NHWC batch norm (ops::set_batchno
   // Same checks as above with the cuDNN path on; shapes with C = 8 and 64 as well, since cuDNN's
   // persistent NHWC kernels specialise on channel counts. A problem cuDNN rejects falls back to
   // the hand-written kernels, which pass the same tolerances. Same tolerance reasons as above.
-  struct Reset {
-    ~Reset() { ops::set_batchnorm_cudnn(false); }
-  } reset;
-  ops::set_batchnorm_cudnn(true);
+  BnPath cudnn(true);
   for (DType dt : kDtypes)
     for (Shape shape : {Shape{2, 3, 3, 5}, Shape{7, 5}, Shape{4, 6, 6, 8}, Shape{8, 4, 4, 64}}) {
       INFO(dtype_name(dt), " ", shape_str(shape));
@@ -94,11 +102,8 @@ TEST_CASE("batch_norm_add_relu: composed and cuDNN-fused paths against the CPU c
   // covers it. ReLU's mask can differ only where bn(x) + z rounds to the other side of 0, which
   // these random inputs do not hit. Shapes with C = 8 and 64: cuDNN's fused NHWC kernels
   // specialise on channel counts; a problem it rejects runs the composition.
-  struct Reset {
-    ~Reset() { ops::set_batchnorm_cudnn(false); }
-  } reset;
   for (bool use_cudnn : {false, true}) {
-    ops::set_batchnorm_cudnn(use_cudnn);
+    BnPath path(use_cudnn);
     for (DType dt : kDtypes)
       for (Shape shape : {Shape{2, 3, 3, 5}, Shape{4, 6, 6, 8}, Shape{8, 4, 4, 64}}) {
         const char* path = use_cudnn ? "cuDNN" : "kernels";
