@@ -1,5 +1,6 @@
-// tests/gpu_opsa_parity.cpp: CPU vs CUDA parity for batch_norm, pooling, dropout and the shape ops,
-// forward and backward, in f32, bf16 and f16 (tests/support/parity.h). Exits 77 without a GPU.
+// tests/gpu_opsa_parity.cpp: CPU vs CUDA parity for batch_norm (and ResNet's blocks, whose tail is
+// the fused BN+add+ReLU), pooling, dropout and the shape ops, forward and backward, in f32, bf16 and
+// f16 (tests/support/parity.h). Exits 77 without a GPU.
 //
 // The parity harness rounds inputs to the dtype on both sides, so differences come only from the
 // GPU's arithmetic and from rounding its outputs/gradients to 16 bits. Each tolerance below says
@@ -13,6 +14,7 @@
 
 #include "core/ops/ops.h"
 #include "core/random.h"
+#include "layers/models/resnet.h"
 #include "tests/support/parity.h"
 
 using namespace tandem;
@@ -214,4 +216,60 @@ TEST_CASE("concat_channels, transpose12, reshape and flatten move data exactly")
     };
     CHECK(parity_check(rs, {randn_cpu({2, 3, 4}, 18)}, dt, exact(dt)) == "");
   }
+}
+
+TEST_CASE("ResNet blocks on the GPU (cuDNN BN, fused BN+add+ReLU tail) against the CPU, f32") {
+  // The whole block, as ResNet runs it: BatchNorm2d::forward_add_relu takes cuDNN's fused path on
+  // the GPU (training mode, ops::batchnorm_cudnn() on) and the composition on the CPU. Strict f32
+  // (no TF32) so the convs agree to summation order; BN's backward cancellation then dominates, as
+  // in the batch_norm tolerance above (f32: 1e-4 relative, 2e-5 absolute), with 10x slack for the
+  // chain of three ops. ReLU masks can differ only where a pre-activation is within ~1e-6 of 0.
+  const bool tf32_was = ops::allow_tf32();
+  ops::set_allow_tf32(false);
+  BnPath cudnn(true);
+  auto rand_params = [](Module& m) {
+    Generator g(7);
+    for (auto& [_, p] : m.named_parameters()) p.detach().copy_(ops::scale(randn(p.shape(), g), 0.3f));
+  };
+  auto make = [&](bool bottleneck) -> ModulePtr {
+    auto ds = std::make_shared<Sequential>();
+    Conv2dOptions o;
+    o.stride = 2;
+    o.bias = false;
+    ds->add(std::make_shared<Conv2d>(16, bottleneck ? 32 : 8, 1, o, nullptr));
+    ds->add(std::make_shared<BatchNorm2d>(bottleneck ? 32 : 8));
+    ModulePtr b = bottleneck ? ModulePtr(std::make_shared<models::Bottleneck>(16, 8, 2, ds))
+                             : ModulePtr(std::make_shared<models::BasicBlock>(16, 8, 2, ds));
+    rand_params(*b);
+    return b;
+  };
+  auto close = [](const Tensor& gpu, const Tensor& cpu, const char* what) {
+    std::vector<float> a = gpu.to(Device::cpu()).to_vector(), b = cpu.to_vector();
+    REQUIRE(a.size() == b.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::fabs(a[i] - b[i]) > 2e-4 + 1e-3 * std::fabs(b[i])) {
+        if (bad++ < 5) std::printf("  %s[%zu]: gpu %.7g cpu %.7g\n", what, i, a[i], b[i]);
+      }
+    CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", a.size(), " differ");
+  };
+  for (bool bottleneck : {false, true}) {
+    INFO((bottleneck ? "Bottleneck" : "BasicBlock"));
+    ModulePtr cpu = make(bottleneck), gpu = make(bottleneck);
+    gpu->to(Device::cuda(0));
+    Tensor x = randn_cpu({4, 8, 8, 16}, 21).set_requires_grad(true);
+    Tensor xg = x.detach().to(Device::cuda(0)).set_requires_grad(true);
+    Tensor yc = (*cpu)(x), yg = (*gpu)(xg);
+    Tensor up = randn_cpu(yc.shape(), 22);
+    ops::sum(ops::mul(yc, up)).backward();
+    ops::sum(ops::mul(yg, up.to(Device::cuda(0)))).backward();
+    close(yg, yc, "y");
+    close(xg.grad(), x.grad(), "dx");
+    auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+    for (size_t i = 0; i < pc.size(); ++i) close(pg[i].second.grad(), pc[i].second.grad(), pc[i].first.c_str());
+    auto bc = cpu->named_buffers(), bg = gpu->named_buffers();
+    for (size_t i = 0; i < bc.size(); ++i)
+      if (is_floating(bc[i].second.dtype())) close(bg[i].second, bc[i].second, bc[i].first.c_str());
+  }
+  ops::set_allow_tf32(tf32_was);
 }
