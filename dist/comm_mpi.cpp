@@ -124,10 +124,7 @@ class MpiCommunicator final : public Communicator {
     thread_ = std::thread([this] { loop(); });
   }
   ~MpiCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      stop_ = true;
-    }
+    { std::lock_guard<std::mutex> lock(m_); stop_ = true; }
     cv_.notify_all();
     thread_.join();
     MPI_Op_free(&sum_f16_);

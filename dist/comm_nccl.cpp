@@ -13,11 +13,10 @@
 // NVTX ranges named like the trace events ("allreduce bucket 3") mark the enqueue on the host.
 //
 // Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
-// outstanding collective's end event; past comm_timeout_s it calls watchdog_abort (watchdog.h),
-// which names the rank(s) that never reached it and aborts the job. It also polls
-// ncclCommGetAsyncError: NCCL reports network / peer failures there (the collective's end event then
-// never fires), and its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's
-// reason instead of sitting out the whole timeout.
+// outstanding collective's end event and calls watchdog_abort (watchdog.h) past comm_timeout_s. It also
+// polls ncclCommGetAsyncError, where NCCL reports network and peer failures (the end event then never
+// fires); its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's reason instead
+// of sitting out the whole timeout.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/ops/shape.h"
 #include "core/profile.h"
 #include "dist/bootstrap.h"
 #include "dist/sync_batchnorm.h"
@@ -56,15 +57,7 @@ int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std:
   std::vector<Tensor> flats(groups.size());
   std::vector<WorkPtr> works;
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].size() == 1) {
-      flats[g] = groups[g][0];  // one tensor: broadcast it in place, no copies
-    } else {
-      int64_t total = 0;
-      for (const Tensor& t : groups[g]) total += t.numel();
-      flats[g] = Tensor::empty({total}, keys[g].dtype, keys[g].device);
-      int64_t off = 0;
-      for (const Tensor& t : groups[g]) flats[g].slice(off, off + t.numel()).copy_(t), off += t.numel();
-    }
+    flats[g] = groups[g].size() == 1 ? groups[g][0] : ops::concat_channels(groups[g]);  // one: in place, no copy
     works.push_back(comm_for(keys[g].device).broadcast(flats[g], root, name));
   }
   for (size_t g = 0; g < groups.size(); ++g) {

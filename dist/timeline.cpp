@@ -102,10 +102,7 @@ TimelineSummary Timeline::summary() {
   TimelineSummary out;
   const size_t skip = steps_.size() > 1 ? 1 : 0;  // the first step pays one-time setup costs
   double comm = 0, exposed = 0;
-  for (size_t i = skip; i < steps_.size(); ++i) {
-    comm += steps_[i].comm_us;
-    exposed += steps_[i].exposed_us;
-  }
+  for (size_t i = skip; i < steps_.size(); ++i) comm += steps_[i].comm_us, exposed += steps_[i].exposed_us;
   out.steps = static_cast<int64_t>(steps_.size() - skip);
   if (out.steps > 0) {
     out.comm_ms = comm / 1e3 / out.steps;
