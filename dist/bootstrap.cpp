@@ -50,8 +50,7 @@ void leaving_without_finalize(const char* why) {
                  "%d rank(s) do not wait for this one\n", w.rank, why, w.size - 1);
     abort_job();
   }
-  State* st = std::exchange(g_state, nullptr);
-  delete st;
+  delete std::exchange(g_state, nullptr);
 }
 
 // std::set_terminate: an exception escaped main (or a thread). The default handler would abort()
