@@ -189,6 +189,7 @@ class MpiCommunicator final : public Communicator {
       stage(out, ho);
     });
   }
+
   static int count(const Tensor& t) {
     TANDEM_CHECK(t.numel() <= INT32_MAX, "MPI counts are 32-bit: split tensors above 2^31 elements");
     return static_cast<int>(t.numel());
