@@ -89,6 +89,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   Tensor sums = Tensor::from_vector({loss_sum, float(c1), float(b.labels.numel()), bad_labels}, {4});
   dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "progress")->wait();
   std::vector<float> v = sums.to_vector();
+  rec.bad_labels += static_cast<int64_t>(v[3]);
   if (v[3] > 0 && t.world->rank == 0)
     std::fprintf(stderr,
                  "train_imagenet: WARNING: %.0f labels outside [0, %lld) in steps %lld-%lld (all ranks); the CUDA "
