@@ -10,16 +10,12 @@
 #include "core/autograd.h"
 #include "core/ops/ops.h"
 #include "layers/transformer.h"
+#include "tests/support/gradcheck.h"  // defines: max_abs_diff
 
 using namespace tandem;
+using testing::max_abs_diff;
 
 namespace {
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::fmax(m, std::fabs(static_cast<double>(a[i]) - b[i]));
-  return m;
-}
 Tensor leaf(const Shape& s, Generator& g) {
   Tensor t = randn(s, g);
   t.set_requires_grad(true);
@@ -49,8 +45,8 @@ TEST_CASE("BertResidualOutput (fused bias + dropout + residual) equals dense, Dr
     Tensor y = out.forward(h, r);
     const uint64_t fused_offset = default_generator().offset();
     y.backward(dy);
-    std::vector<float> y1 = y.to_vector(), dh1 = h.grad().to_vector(), dr1 = r.grad().to_vector();
-    std::vector<float> dw1 = p["dense.weight"].grad().to_vector(), db1 = p["dense.bias"].grad().to_vector();
+    std::vector<double> y1 = y.to_vector_f64(), dh1 = h.grad().to_vector_f64(), dr1 = r.grad().to_vector_f64();
+    std::vector<double> dw1 = p["dense.weight"].grad().to_vector_f64(), db1 = p["dense.bias"].grad().to_vector_f64();
     h.set_grad(Tensor());
     r.set_grad(Tensor());
     p["dense.weight"].set_grad(Tensor());
@@ -62,10 +58,10 @@ TEST_CASE("BertResidualOutput (fused bias + dropout + residual) equals dense, Dr
     CHECK(default_generator().offset() == fused_offset);  // the same counters: the same mask
     z.backward(dy);
     // f32 on the CPU: only the bias add's place differs (inside the GEMM's C vs after it).
-    CHECK(max_diff(y1, z.to_vector()) < 1e-5);
-    CHECK(max_diff(dh1, h.grad().to_vector()) < 1e-5);
-    CHECK(max_diff(dr1, r.grad().to_vector()) < 1e-5);
-    CHECK(max_diff(dw1, p["dense.weight"].grad().to_vector()) < 1e-4);
-    CHECK(max_diff(db1, p["dense.bias"].grad().to_vector()) < 1e-5);
+    CHECK(max_abs_diff(y1, z.to_vector_f64()) < 1e-5);
+    CHECK(max_abs_diff(dh1, h.grad().to_vector_f64()) < 1e-5);
+    CHECK(max_abs_diff(dr1, r.grad().to_vector_f64()) < 1e-5);
+    CHECK(max_abs_diff(dw1, p["dense.weight"].grad().to_vector_f64()) < 1e-4);
+    CHECK(max_abs_diff(db1, p["dense.bias"].grad().to_vector_f64()) < 1e-5);
   }
 }

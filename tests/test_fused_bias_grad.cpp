@@ -11,17 +11,8 @@
 
 using namespace tandem;
 using testing::gradcheck;
+using testing::max_abs_diff;
 using testing::rand_f64;
-
-namespace {
-// Largest |a - b| over two equal-length value lists.
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::fmax(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-}  // namespace
 
 TEST_CASE("bias_gelu equals gelu(x + bias), forward and backward") {
   Tensor x = rand_f64({3, 4, 6}, 1, -3, 3), b = rand_f64({6}, 2);
@@ -33,9 +24,9 @@ TEST_CASE("bias_gelu equals gelu(x + bias), forward and backward") {
   Tensor y2 = ops::gelu(ops::add(x2, b2));
   y2.backward(g);
   // Same functors in the same order: equal up to the summation order of the bias gradient.
-  CHECK(max_diff(y1, y2.to_vector_f64()) == 0.0);
-  CHECK(max_diff(dx1, x2.grad().to_vector_f64()) == 0.0);
-  CHECK(max_diff(db1, b2.grad().to_vector_f64()) < 1e-14);
+  CHECK(max_abs_diff(y1, y2.to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(dx1, x2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(db1, b2.grad().to_vector_f64()) < 1e-14);
 }
 
 TEST_CASE("bias_gelu gradcheck (x and bias)") {
@@ -56,7 +47,7 @@ TEST_CASE("bias_dropout_add draws the mask of dropout(x + bias) and advances the
   CHECK(g1.offset() == g2.offset());
   CHECK(g1.offset() == 5 + 8 * 16);
   // residual + (x + b) * (1 / (1 - p)) in the same order on both sides: equal in f64.
-  CHECK(max_diff(fused.to_vector_f64(), unfused.to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(fused.to_vector_f64(), unfused.to_vector_f64()) == 0.0);
   // Some elements were dropped (y == residual) and some kept.
   std::vector<double> yv = fused.to_vector_f64(), rv = r.to_vector_f64();
   int64_t dropped = 0;
@@ -69,8 +60,8 @@ TEST_CASE("bias_dropout_add in eval mode or with p = 0 adds bias and residual, d
   Tensor x = rand_f64({4, 5}, 11), b = rand_f64({5}, 12), r = rand_f64({4, 5}, 13);
   Generator g(3);
   std::vector<double> ref = ops::add(ops::add(x, b), r).to_vector_f64();
-  CHECK(max_diff(ops::bias_dropout_add(x, b, r, 0.5f, false, g).to_vector_f64(), ref) < 1e-15);
-  CHECK(max_diff(ops::bias_dropout_add(x, b, r, 0.0f, true, g).to_vector_f64(), ref) < 1e-15);
+  CHECK(max_abs_diff(ops::bias_dropout_add(x, b, r, 0.5f, false, g).to_vector_f64(), ref) < 1e-15);
+  CHECK(max_abs_diff(ops::bias_dropout_add(x, b, r, 0.0f, true, g).to_vector_f64(), ref) < 1e-15);
   CHECK(g.offset() == 0);
   CHECK(gradcheck([&](auto& in) { return ops::bias_dropout_add(in[0], in[1], in[2], 0.5f, false, g); },
                   {x, b, r}) == "");
@@ -91,9 +82,9 @@ TEST_CASE("bias_dropout_add gradcheck in training mode with a fixed generator st
   Tensor x2 = rand_f64({6, 5}, 20), b2 = rand_f64({5}, 21), r2 = rand_f64({6, 5}, 22);
   g.set_state(21, 100);
   ops::add(ops::dropout(ops::add(x2, b2), 0.4f, true, g), r2).backward(dy);
-  CHECK(max_diff(x.grad().to_vector_f64(), x2.grad().to_vector_f64()) == 0.0);
-  CHECK(max_diff(b.grad().to_vector_f64(), b2.grad().to_vector_f64()) < 1e-14);
-  CHECK(max_diff(r.grad().to_vector_f64(), r2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(x.grad().to_vector_f64(), x2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(b.grad().to_vector_f64(), b2.grad().to_vector_f64()) < 1e-14);
+  CHECK(max_abs_diff(r.grad().to_vector_f64(), r2.grad().to_vector_f64()) == 0.0);
 }
 
 TEST_CASE("fused bias ops in 16 bits on the CPU compute in f32 and round once") {

@@ -15,6 +15,7 @@
 #include "core/ops/cuda/block_reduce.cuh"
 #include "core/ops/cuda/column_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
+#include "core/ops/cuda/vector_access.cuh"
 #include "core/ops/elementwise_visit.h"
 #include "core/ops/functors.h"
 
@@ -23,17 +24,11 @@ namespace {
 using cuda::from_float;
 using cuda::to_float;
 
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-template <typename T>
-struct alignas(16) Vec {
-  T v[kVec<T>];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-__device__ __forceinline__ long long thread_index() { return blockIdx.x * (long long)blockDim.x + threadIdx.x; }
-__device__ __forceinline__ long long grid_stride() { return (long long)gridDim.x * blockDim.x; }
+using cuda::aligned16;
+using cuda::grid_stride;
+using cuda::kVec;
+using cuda::thread_index;
+using cuda::Vec;
 
 template <typename T, typename F>
 __global__ void map1_kernel(const T* x, T* y, long long n, F f) {

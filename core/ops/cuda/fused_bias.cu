@@ -15,6 +15,7 @@
 #include "core/ops/cuda/block_reduce.cuh"
 #include "core/ops/cuda/column_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
+#include "core/ops/cuda/vector_access.cuh"
 #include "core/ops/fused_bias_functors.h"
 #include "core/ops/kernels/fused_bias.h"
 
@@ -22,18 +23,6 @@ namespace tandem::kernels {
 namespace {
 using cuda::from_float;
 using cuda::to_float;
-
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-template <typename T>
-struct alignas(16) Vec {
-  T v[kVec<T>];
-};
-
-bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-__device__ __forceinline__ long long thread_index() { return blockIdx.x * (long long)blockDim.x + threadIdx.x; }
-__device__ __forceinline__ long long grid_stride() { return (long long)gridDim.x * blockDim.x; }
 
 // The forward maps, as one call shape: y[i] = f(x[i], b[c], r[i], i). bias_gelu has no residual
 // (r == nullptr is never read).
@@ -52,7 +41,7 @@ __device__ __forceinline__ float load_or_zero(const T* p, long long i) {
 
 template <typename T, typename F>
 __global__ void bias_map_kernel(const T* x, const T* b, const T* r, T* y, long long n, long long C, F f) {
-  for (long long i = thread_index(); i < n; i += grid_stride())
+  for (long long i = cuda::thread_index(); i < n; i += cuda::grid_stride())
     y[i] = from_float<T>(f(to_float(x[i]), to_float(b[i % C]), load_or_zero(r, i), static_cast<uint64_t>(i)));
 }
 
@@ -60,23 +49,23 @@ __global__ void bias_map_kernel(const T* x, const T* b, const T* r, T* y, long l
 template <typename T, typename F>
 __global__ void bias_map_vec_kernel(const T* x, const T* b, const T* r, T* y, long long n, long long C, long long nv,
                                     F f) {
-  const Vec<T>* xv = reinterpret_cast<const Vec<T>*>(x);
-  const Vec<T>* bv = reinterpret_cast<const Vec<T>*>(b);
-  const Vec<T>* rv = reinterpret_cast<const Vec<T>*>(r);
-  Vec<T>* yv = reinterpret_cast<Vec<T>*>(y);
-  const long long cv = C / kVec<T>;
-  for (long long i = thread_index(); i < nv; i += grid_stride()) {
-    Vec<T> a = xv[i];
-    const Vec<T> w = bv[i % cv];
-    Vec<T> res;
+  const cuda::Vec<T>* xv = reinterpret_cast<const cuda::Vec<T>*>(x);
+  const cuda::Vec<T>* bv = reinterpret_cast<const cuda::Vec<T>*>(b);
+  const cuda::Vec<T>* rv = reinterpret_cast<const cuda::Vec<T>*>(r);
+  cuda::Vec<T>* yv = reinterpret_cast<cuda::Vec<T>*>(y);
+  const long long cv = C / cuda::kVec<T>;
+  for (long long i = cuda::thread_index(); i < nv; i += cuda::grid_stride()) {
+    cuda::Vec<T> a = xv[i];
+    const cuda::Vec<T> w = bv[i % cv];
+    cuda::Vec<T> res;
     if (r) res = rv[i];
 #pragma unroll
-    for (int k = 0; k < kVec<T>; ++k)
+    for (int k = 0; k < cuda::kVec<T>; ++k)
       a.v[k] = from_float<T>(f(to_float(a.v[k]), to_float(w.v[k]), r ? to_float(res.v[k]) : 0.f,
-                               static_cast<uint64_t>(i * kVec<T> + k)));
+                               static_cast<uint64_t>(i * cuda::kVec<T> + k)));
     yv[i] = a;
   }
-  long long j = nv * kVec<T> + thread_index();
+  long long j = nv * cuda::kVec<T> + cuda::thread_index();
   if (j < n) y[j] = from_float<T>(f(to_float(x[j]), to_float(b[j % C]), load_or_zero(r, j), static_cast<uint64_t>(j)));
 }
 
@@ -89,8 +78,8 @@ void bias_map(const Tensor& x, const Tensor& bias, const Tensor* residual, Tenso
   const T* rp = residual ? static_cast<const T*>(residual->data_ptr()) : nullptr;
   T* yp = static_cast<T*>(y.data_ptr());
   cudaStream_t s = cuda::compute_stream();
-  if (aligned16(xp) && aligned16(bp) && aligned16(rp) && aligned16(yp) && C % kVec<T> == 0) {
-    const long long nv = n / kVec<T>;
+  if (cuda::aligned16(xp) && cuda::aligned16(bp) && cuda::aligned16(rp) && cuda::aligned16(yp) && C % cuda::kVec<T> == 0) {
+    const long long nv = n / cuda::kVec<T>;
     bias_map_vec_kernel<<<cuda::grid_for(nv), 256, 0, s>>>(xp, bp, rp, yp, n, C, nv, f);
   } else {
     bias_map_kernel<<<cuda::grid_for(n), 256, 0, s>>>(xp, bp, rp, yp, n, C, f);
