@@ -53,10 +53,14 @@ __global__ void bias_map_vec_kernel(const T* x, const T* b, const T* r, T* y, lo
   const cuda::Vec<T>* bv = reinterpret_cast<const cuda::Vec<T>*>(b);
   const cuda::Vec<T>* rv = reinterpret_cast<const cuda::Vec<T>*>(r);
   cuda::Vec<T>* yv = reinterpret_cast<cuda::Vec<T>*>(y);
-  const long long cv = C / cuda::kVec<T>;
+  // The bias vector index i % cv, stepped along with i instead of a 64-bit modulo per vector
+  // (the dropout hash already keeps the integer units busy).
+  const long long cv = C / cuda::kVec<T>, step = cuda::grid_stride() % cv;
+  long long c = cuda::thread_index() % cv;
   for (long long i = cuda::thread_index(); i < nv; i += cuda::grid_stride()) {
     cuda::Vec<T> a = xv[i];
-    const cuda::Vec<T> w = bv[i % cv];
+    const cuda::Vec<T> w = bv[c];
+    c = c + step >= cv ? c + step - cv : c + step;
     cuda::Vec<T> res;
     if (r) res = rv[i];
 #pragma unroll
@@ -78,7 +82,8 @@ void bias_map(const Tensor& x, const Tensor& bias, const Tensor* residual, Tenso
   const T* rp = residual ? static_cast<const T*>(residual->data_ptr()) : nullptr;
   T* yp = static_cast<T*>(y.data_ptr());
   cudaStream_t s = cuda::compute_stream();
-  if (cuda::aligned16(xp) && cuda::aligned16(bp) && cuda::aligned16(rp) && cuda::aligned16(yp) && C % cuda::kVec<T> == 0) {
+  using cuda::aligned16;
+  if (aligned16(xp) && aligned16(bp) && aligned16(rp) && aligned16(yp) && C % cuda::kVec<T> == 0) {
     const long long nv = n / cuda::kVec<T>;
     bias_map_vec_kernel<<<cuda::grid_for(nv), 256, 0, s>>>(xp, bp, rp, yp, n, C, nv, f);
   } else {
