@@ -12,6 +12,8 @@
 // GPU attention (bf16, BERT shapes): the flash path's time next to the reference path's.
 // GPU memory-bound ops (BN, elementwise, pooling, bias gradient, fused SGD): achieved GB/s next to
 // a device-to-device copy's (apps/bench_ops_bandwidth.h).
+// GPU fused GEMM tails (bias_gelu, bias_dropout_add vs the unfused op sequences, BERT-large
+// shapes): GB/s next to a copy's, the same way (apps/bench_ops_fused.h).
 // --json FILE writes every row. Performance is reported, never asserted.
 #include <cblas.h>
 
@@ -28,6 +30,7 @@
 #include "core/ops/ops.h"
 #ifdef TANDEM_WITH_CUDA
 #include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
+#include "apps/bench_ops_fused.h"      // defines: bench::fused_bias_part
 #include "apps/bench_ops_gpu.h"
 #include "core/cuda/context.h"
 #endif
@@ -162,6 +165,7 @@ void gpu_part(const Options& o, json& rows) {
   bench::Timing t{o.warmup, o.reps};
   attention_part(t, rows);  // before the no-grad guard below: it times backward too
   bench::bandwidth_part(t, rows);  // likewise (BN forward + backward)
+  bench::fused_bias_part(t, rows);  // likewise (fused tails forward + backward)
   cudaStream_t tandem_stream = cuda::compute_stream();
   cudaStream_t direct_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));

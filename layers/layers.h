@@ -220,6 +220,10 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
+  // For a parent that fuses this dropout into a larger op (ops::bias_dropout_add): the same p and
+  // generator, so the fused op draws the masks this module would.
+  double p() const { return p_; }
+  Generator& generator() const { return *gen_; }
 
  private:
   double p_;

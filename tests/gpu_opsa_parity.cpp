@@ -1,6 +1,6 @@
 // tests/gpu_opsa_parity.cpp: CPU vs CUDA parity for batch_norm (and ResNet's blocks, whose tail is
-// the fused BN+add+ReLU), pooling, dropout and the shape ops, forward and backward, in f32, bf16 and
-// f16 (tests/support/parity.h). Exits 77 without a GPU.
+// the fused BN+add+ReLU), pooling, dropout (and the fused bias_dropout_add) and the shape ops,
+// forward and backward, in f32, bf16 and f16 (tests/support/parity.h). Exits 77 without a GPU.
 //
 // The parity harness rounds inputs to the dtype on both sides, so differences come only from the
 // GPU's arithmetic and from rounding its outputs/gradients to 16 bits. Each tolerance below says
@@ -200,6 +200,49 @@ TEST_CASE("dropout: the same generator state gives the same mask on both backend
     REQUIRE(yc.size() == yg.size());
     for (size_t i = 0; i < yc.size(); ++i) CHECK((yc[i] == 0.0f) == (yg[i] == 0.0f));
     CHECK(gc.offset() == gg.offset());
+  }
+}
+
+TEST_CASE("bias_dropout_add: values, gradients and the mask match the CPU and ops::dropout") {
+  for (DType dt : kDtypes) {
+    INFO(dtype_name(dt));
+    auto f = [](const std::vector<Tensor>& in) {
+      Generator g(4321);
+      g.advance(33);
+      return std::vector<Tensor>{ops::bias_dropout_add(in[0], in[1], in[2], 0.3f, true, g)};
+    };
+    // residual + (x + b) / (1 - p) in f32, one rounding; db sums <= 40 rows of masked dy in f32.
+    CHECK(parity_check(f, {randn_cpu({5, 8, 16}, 40), randn_cpu({16}, 41), randn_cpu({5, 8, 16}, 42)}, dt, rounding(dt)) ==
+          "");
+    CHECK(parity_check(f, {randn_cpu({9, 37}, 43), randn_cpu({37}, 44), randn_cpu({9, 37}, 45)}, dt, rounding(dt)) == "");
+    // Many rows: the bias gradient takes the multi-chunk partials + ordered finish (32 chunks).
+    Tolerance many = rounding(dt);
+    many.atol = 2e-3;
+    many.why = "bias gradient: f32 column sums of 4096 rows vs double, then one rounding to the dtype";
+    CHECK(parity_check(f, {randn_cpu({4096, 64}, 51), randn_cpu({64}, 52), randn_cpu({4096, 64}, 53)}, dt, many) == "");
+    auto eval = [](const std::vector<Tensor>& in) {
+      Generator g(1);
+      return std::vector<Tensor>{ops::bias_dropout_add(in[0], in[1], in[2], 0.3f, false, g)};
+    };
+    CHECK(parity_check(eval, {randn_cpu({6, 24}, 46), randn_cpu({24}, 47), randn_cpu({6, 24}, 48)}, dt, rounding(dt)) ==
+          "");
+    // The zero pattern (residual 0) must be the same on the CPU, on the GPU, and for the GPU's
+    // unfused dropout(x + b) from the same generator state.
+    Tensor x = ops::cast_raw(randn_cpu({12, 40}, 49), dt), b = ops::cast_raw(randn_cpu({40}, 50), dt);
+    Tensor zero = Tensor::zeros({12, 40}, dt);
+    const Device gpu = Device::cuda(0);
+    Generator gc(77), gg(77), gu(77);
+    auto f32 = [](const Tensor& t) { return ops::cast_raw(t, DType::F32); };
+    std::vector<float> yc = ops::bias_dropout_add(f32(x), f32(b), f32(zero), 0.5f, true, gc).to_vector();
+    std::vector<float> yg = ops::bias_dropout_add(x.to(gpu), b.to(gpu), zero.to(gpu), 0.5f, true, gg).to_vector();
+    std::vector<float> yu = ops::dropout(ops::add(x.to(gpu), b.to(gpu)), 0.5f, true, gu).to_vector();
+    REQUIRE(yc.size() == yg.size());
+    for (size_t i = 0; i < yc.size(); ++i) {
+      CHECK((yc[i] == 0.0f) == (yg[i] == 0.0f));
+      CHECK((yu[i] == 0.0f) == (yg[i] == 0.0f));
+    }
+    CHECK(gc.offset() == gg.offset());
+    CHECK(gu.offset() == gg.offset());
   }
 }
 
