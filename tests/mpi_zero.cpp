@@ -175,6 +175,13 @@ TEST_CASE("ZeRO-1 and ZeRO-2 with AdamW equal DDP with AdamW; ranks bit-identica
   Setup one_bucket;
   one_bucket.buckets = {};
   check_same_as_ddp(one_bucket);
+  // TinyMlp's fc1.weight (18 KiB, 4608 = 72 x 64 elements) is a bucket alone under ZeRO-2 and needs
+  // no padding: its gradient is handed over as the bucket and the gather lands in the parameter.
+  Setup alone;
+  alone.mlp = true;
+  check_same_as_ddp(alone);
+  alone.accumulate = true;
+  check_same_as_ddp(alone);
 }
 
 TEST_CASE("ZeRO with LAMB (norms across shards), SGD momentum, clipping and no_sync equals DDP") {
