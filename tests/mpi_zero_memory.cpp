@@ -9,7 +9,7 @@
 // model state plus the ledger's transient gradients (one weight's gradient; ZeRO-2 one more in
 // flight) plus 1 MiB of activations and workspace, and ZeRO-2's peak at N = 4 under 0.6 of DDP's
 // (7Ψ + Ψ/2 vs 16Ψ + Ψ/4: 0.53; before ZeRO-2 handed its gradients over without copies and bounded
-// the buckets in flight it was 0.65). The same measurement on VGG-16 (138 M parameters) is
+// the buckets in flight it was 0.71). The same measurement on VGG-16 (138 M parameters) is
 // committed under apps/results/ (zero_tables.sh): too slow for CI at 4 ranks on 2 cores.
 #include <doctest/doctest.h>
 
