@@ -15,6 +15,8 @@
 //   - fp16 with an inf written into ONE rank's gradient shard: each rank checks only its shard,
 //     so without the found-inf all-reduce only that rank would skip; with it every rank skips,
 //     halves its scale, keeps its parameters, and the next clean step applies everywhere.
+//   - ZeRO-2's f16 buckets are divided before the reduce-scatter, as DDP's before the all-reduce:
+//     a mean that fits f16 never overflows as a sum.
 //   - --clip-grad-norm under AMP + ZeRO (the norm of the unscaled f32 master gradients, summed over
 //     the shards) equals AMP DDP clipping, and clipping does change the result; LAMB's per-parameter
 //     norms across shards likewise.
@@ -236,6 +238,31 @@ TEST_CASE("fp16 + ZeRO: an inf in one rank's gradient shard skips the step on ev
     CHECK(host_bytes(r.model->fc->weight()) + host_bytes(r.model->conv->weight()) != before);
     CHECK(bit_identical(*r.model));
   }
+}
+
+TEST_CASE("ZeRO-2 averages f16 buckets without overflow (divide before the reduce-scatter)") {
+  // Each rank's gradient is 40000 (f16 holds up to 65504): their sum would overflow, their mean not.
+  struct Gain : Module {
+    Tensor p;
+    Gain() { p = register_parameter("p", ops::cast_raw(Tensor::full({64}, 0.01), DType::F16)); }
+    Tensor forward(const Tensor& x) override { return ops::mul(p, x); }
+    std::string type_name() const override { return "Gain"; }
+  };
+  auto m = std::make_shared<Gain>();
+  DdpOptions o;
+  o.reducer.collective = Collective::ReduceScatter;
+  DistributedDataParallel ddp(m, o);
+  Zero zero(ddp, 2);
+  ops::sum(ops::cast((ddp)(ops::cast_raw(Tensor::full({64}, 40000.0), DType::F16)), DType::F32)).backward();
+  int64_t seen = 0;
+  for (const Tensor& g : zero.grads()) {
+    CHECK(g.dtype() == DType::F16);
+    for (float v : g.to_vector()) {
+      CHECK(v == 40000.0f);
+      ++seen;
+    }
+  }
+  CHECK(seen == 64 / world().size);
 }
 
 TEST_CASE("clip-grad-norm under AMP + ZeRO equals AMP DDP clipping; LAMB's norms across shards too") {
