@@ -53,7 +53,7 @@ std::unique_ptr<optim::Optimizer> make_amp_optimizer(const AmpRun& amp, const st
 // every rank skipped it. Collective: every rank calls it every step.
 bool amp_step(AmpRun& amp, optim::Optimizer& opt, double clip_grad_norm = 0);
 // Checkpoint entries (see the file comment). amp_state is collective under ZeRO (the masters are
-// gathered); only `root` gets the tensors.
+// gathered, and only `root` gets them); use its result on `root`.
 optim::NamedTensors amp_state(const AmpRun& amp, int root = 0);
 void take_amp_state(AmpRun* amp, optim::NamedTensors& state);
 
