@@ -74,6 +74,14 @@ struct Setup {
   std::vector<int> stages{1, 2};        // check_same_as_ddp: the ZeRO stages to compare with DDP
 };
 
+// Stage 2 needs the reducer to reduce-scatter (dist/zero.h).
+DdpOptions ddp_options(const Setup& s) {
+  DdpOptions o;
+  o.reducer.bucketing = s.buckets;
+  o.reducer.collective = s.stage == 2 ? Collective::ReduceScatter : Collective::AllReduce;
+  return o;
+}
+
 // One AMP run: a DDP-wrapped AmpNet (rank r seeded 7 + 100 r: the broadcast must make them equal),
 // [ZeRO,] the masters and the optimizer over them, built in the trainers' order (apps/train/amp.h).
 struct Run {
@@ -87,12 +95,9 @@ struct Run {
   explicit Run(const Setup& s, const std::string& ckpt = "") : setup(s) {
     model = std::make_shared<AmpNet>(7 + 100 * world().rank);
     amp = apps::make_amp(s.low, *model);
-    optim::NamedTensors load;
-    if (!ckpt.empty()) load = load_checkpoint(ckpt, *model).optimizer;
-    DdpOptions o;
-    o.reducer.bucketing = s.buckets;
-    if (s.stage == 2) o.reducer.collective = Collective::ReduceScatter;
-    ddp = std::make_unique<DistributedDataParallel>(model, o);
+    // A checkpoint's weights go in before DDP broadcasts rank 0's; its state after the masters exist.
+    optim::NamedTensors load = ckpt.empty() ? optim::NamedTensors{} : load_checkpoint(ckpt, *model).optimizer;
+    ddp = std::make_unique<DistributedDataParallel>(model, ddp_options(s));
     if (s.stage > 0) zero = std::make_unique<Zero>(*ddp, s.stage);
     apps::build_masters(*amp, *model, zero.get());
     if (!ckpt.empty()) apps::take_amp_state(amp.get(), load);
@@ -163,6 +168,22 @@ bool has_master(const optim::NamedTensors& s) {
     if (name.rfind("amp.master.", 0) == 0 && t.dtype() == DType::F32) return true;
   return false;
 }
+
+// A checkpoint every rank can read: rank 0 writes it, then a barrier; removed (after another
+// barrier) when it goes out of scope.
+struct SharedCheckpoint {
+  std::string path;
+  SharedCheckpoint(const Module& model, const optim::NamedTensors& state)
+      : path((std::filesystem::temp_directory_path() /
+              ("tandem_mpi_zero_amp_np" + std::to_string(world().size) + ".safetensors")).string()) {
+    if (world().rank == 0) save_checkpoint(path, model, state, TrainState{});
+    all_gather_strings("checkpoint written");
+  }
+  ~SharedCheckpoint() {
+    all_gather_strings("checkpoint read");
+    if (world().rank == 0) std::filesystem::remove(path);
+  }
+};
 
 // Runs s as DDP and as ZeRO-1 and ZeRO-2; checks each against DDP. Returns DDP's run.
 std::unique_ptr<Run> check_same_as_ddp(Setup s, int steps = kSteps) {
@@ -283,32 +304,28 @@ TEST_CASE("clip-grad-norm under AMP + ZeRO equals AMP DDP clipping; LAMB's norms
 
 TEST_CASE("AMP resume across stage and world size equals the uninterrupted AMP DDP run") {
   constexpr int kBefore = 2, kAfter = 2;
-  const std::string dir = (std::filesystem::temp_directory_path() / "tandem_mpi_zero_amp").string();
-  const std::string path = dir + "/ckpt_np" + std::to_string(world().size) + ".safetensors";
   Setup s;
   s.same_rows = true;
   Run whole(s);  // uninterrupted AMP DDP
   whole.steps(kBefore + kAfter);
   const optim::NamedTensors whole_state = whole.state();
+  // The first half under ZeRO-2, its gathered state written by rank 0.
   s.stage = 2;
   Run first(s);
   first.steps(kBefore);
-  const optim::NamedTensors st = first.state();
-  if (world().rank == 0) {
-    CHECK(has_master(st));
-    std::filesystem::create_directories(dir);
-    save_checkpoint(path, *first.model, st, TrainState{});
-  }
-  all_gather_strings("saved");  // a barrier: the file exists before anyone reads it
-  for (int stage : {0, 1, 2}) {
+  const optim::NamedTensors saved = first.state();
+  if (world().rank == 0) CHECK(has_master(saved));
+  const SharedCheckpoint ck(*first.model, saved);
+  const std::string& path = ck.path;
+  for (int stage : {0, 1, 2}) {  // the second half under DDP, ZeRO-1 and ZeRO-2
     CAPTURE(stage);
     s.stage = stage;
-    Run resumed(s, path);
-    resumed.steps(kAfter);
-    CHECK(same_bits(*resumed.model, *whole.model));
-    CHECK(bit_identical(*resumed.model));
-    const optim::NamedTensors rs = resumed.state();
-    if (world().rank == 0) CHECK(state_diff(rs, whole_state) <= 1e-6);
+    Run second(s, path);
+    second.steps(kAfter);
+    CHECK(bit_identical(*second.model));
+    CHECK(same_bits(*second.model, *whole.model));
+    const optim::NamedTensors end = second.state();
+    if (world().rank == 0) CHECK(state_diff(end, whole_state) <= 1e-6);
   }
   // World size 1: one process, unsharded masters, the same rows, from the same checkpoint.
   {
@@ -333,6 +350,4 @@ TEST_CASE("AMP resume across stage and world size equals the uninterrupted AMP D
     for (auto& e : apps::amp_state(*amp)) os.push_back(e);
     if (world().rank == 0) CHECK(state_diff(os, whole_state) <= 1e-6);
   }
-  all_gather_strings("done");
-  if (world().rank == 0) std::filesystem::remove(path);
 }
