@@ -56,8 +56,9 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--betas", o.betas, "AdamW/LAMB: beta1,beta2")->delimiter(',')->expected(2)->capture_default_str();
   app.add_option("--eps", o.eps, "AdamW/LAMB: denominator guard (default: AdamW 1e-8, LAMB 1e-6)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--clip-grad-norm", o.clip_grad_norm, "clip the global gradient norm to this (0: off); under --amp the norm of the "
-                 "unscaled f32 master gradients, under --zero summed over every rank's shard")
+  app.add_option("--clip-grad-norm", o.clip_grad_norm,
+                 "clip the global gradient norm to this (0: off); under --amp the norm of the unscaled f32 master "
+                 "gradients, under --zero summed over every rank's shard")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--lr-schedule", o.lr_schedule)->check(CLI::IsMember({"step", "cosine", "poly", "constant"}))
       ->capture_default_str();

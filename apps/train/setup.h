@@ -6,7 +6,8 @@
 // again), and only then wrapped in DDP (which broadcasts rank 0's tensors) and handed to the optimizer and
 // the loaders. --amp casts the model before the restore (an AMP checkpoint holds 16-bit weights) and
 // builds the f32 masters after DDP and ZeRO, from the broadcast weights (of this rank's shard under
-// --zero); the checkpoint's masters then replace them (apps/train/amp.h). --describe stops after the model is created, before any of that.
+// --zero); the checkpoint's masters then replace them (apps/train/amp.h). --describe stops after the
+// model is created, before any of that.
 #pragma once
 #include <cstdint>
 #include <memory>
