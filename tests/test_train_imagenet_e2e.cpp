@@ -172,6 +172,12 @@ TEST_CASE("--amp bf16 --zero 2 with clipping: mixed-precision ledger, canonical 
   REQUIRE(train(2, flags + "--zero 2 --run-epochs 1 --checkpoint-dir " + b, "amp_zero_b1.log") == 0);
   REQUIRE(train(2, flags + "--zero 1 --resume auto --checkpoint-dir " + b, "amp_zero_b2.log") == 0);
   tandem::testing::check_identical_checkpoints(a + "/checkpoint_epoch2.safetensors", b + "/checkpoint_epoch2.safetensors");
+  // The same epoch-end checkpoint resumes on one rank without ZeRO (the masters are unsharded).
+  const std::string one = (s.root / "amp_zero_one").string();
+  fs::create_directories(one);
+  fs::copy_file(b + "/checkpoint_epoch1.safetensors", one + "/checkpoint_epoch1.safetensors");
+  REQUIRE(train(1, flags + "--zero 0 --resume auto --checkpoint-dir " + one, "amp_zero_c.log") == 0);
+  CHECK(slurp((s.root / "amp_zero_c.log").string()).find("resumed from") != std::string::npos);
 }
 
 TEST_CASE("bad flags fail with a message that says what to do") {
