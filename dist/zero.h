@@ -62,7 +62,8 @@ class Zero {
   // communicator), so every rank skips the same steps and keeps the same loss scale.
   optim::FoundInfReduce found_inf_reduce() const;
   // Zeroes what the next backward accumulates into: stage 1 the whole bucket gradients (the
-  // optimizer only sees its slices), stage 2 the shards.
+  // optimizer only sees its slices), stage 2 the shards (through `opt`; under AMP `opt` holds the
+  // f32 master gradients instead, and the 16-bit shards need none: the reduce-scatter overwrites them).
   void zero_grad(optim::Optimizer& opt);
   // After opt.step(): every rank's updated slices to every rank.
   void gather_parameters();
