@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/autograd.h"
@@ -92,10 +93,10 @@ void Zero::zero_grad(optim::Optimizer& opt) {
 }
 
 template <typename F>
-Tensor Zero::own_slice(size_t b, DType dtype, F&& source) const {
+Tensor Zero::own_slice(size_t b, F&& source, std::optional<DType> dtype) const {
   const LayoutBucket& lb = layout_.buckets()[b];
   const Tensor& first = params_[lb.params.front()].second;
-  Tensor mine = Tensor::zeros({lb.chunk}, dtype, first.device());
+  Tensor mine = Tensor::zeros({lb.chunk}, dtype.value_or(first.dtype()), first.device());
   for (const ShardPiece& pc : pieces_)
     if (pc.bucket == b) mine.slice(pc.slice_offset, pc.slice_offset + pc.length).copy_(source(pc));
   return mine;
@@ -119,8 +120,7 @@ void Zero::gather_parameters() {
   // gathered buckets exist at a time (the transient term of the memory ledger).
   std::vector<InFlight> pending;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
-    const DType dtype = params_[layout_.buckets()[b].params.front()].second.dtype();  // the bucket's
-    InFlight f{b, own_slice(b, dtype, [&](const ShardPiece& pc) {
+    InFlight f{b, own_slice(b, [&](const ShardPiece& pc) {
       return flat(params_[pc.param].second, pc.param_offset, pc.length);
     }), Tensor(), nullptr};
     f.all = Tensor::empty({f.mine.numel() * comm_.size()}, f.mine.dtype(), f.mine.device());
@@ -195,12 +195,12 @@ optim::NamedTensors Zero::gather_slices(const std::vector<optim::StateSlice>& sl
       if (p.suffix == names[k]) values[{p.param, p.slice->offset}] = p.slice->value;
     for (size_t b = 0; b < layout_.buckets().size(); ++b) {
       const LayoutBucket& lb = layout_.buckets()[b];
-      Tensor mine = own_slice(b, DType::F32, [&](const ShardPiece& pc) {
+      Tensor mine = own_slice(b, [&](const ShardPiece& pc) {
         auto it = values.find({pc.param, pc.param_offset});
         const Tensor& p = params_[pc.param].second;
         return it == values.end() ? Tensor::zeros({pc.length}, DType::F32, p.device())
                                   : it->second.view({pc.length}).to(DType::F32);
-      });
+      }, DType::F32);
       Tensor all = Tensor::empty({mine.numel() * comm_.size()}, mine.dtype(), mine.device());
       comm_.all_gather(mine, all, "allgather state bucket " + std::to_string(b))->wait();
       for (size_t j = 0; j < lb.params.size() && keep; ++j)

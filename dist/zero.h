@@ -34,6 +34,7 @@
 // gather the masters with gather_slices() (masters.state_slices(), keyed by parameter name); the
 // layout, the collectives and the names are the same as for f32 (apps/train/amp.h writes them).
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "dist/ddp.h"
@@ -76,9 +77,10 @@ class Zero {
   optim::NamedTensors gather_slices(const std::vector<optim::StateSlice>& slices, int root = 0) const;
 
  private:
-  // This rank's slice of bucket b in `dtype`, built from `source(piece)` per piece (padding zero).
+  // This rank's slice of bucket b, built from `source(piece)` per piece (padding zero), in `dtype`
+  // (default: the bucket's parameters' dtype).
   template <typename F>
-  Tensor own_slice(size_t b, DType dtype, F&& source) const;
+  Tensor own_slice(size_t b, F&& source, std::optional<DType> dtype = std::nullopt) const;
 
   DistributedDataParallel& ddp_;
   std::vector<std::pair<std::string, Tensor>> params_;  // the reducer's list (trainable, in order)
