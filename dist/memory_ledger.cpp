@@ -17,9 +17,9 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
   m.params = low * psi;
   m.grads = low * (o.stage == 2 ? shard : psi);
   const double state_elems = o.stage == 0 ? psi : shard;
+  m.master_grads = o.mixed ? 4 * state_elems : 0;  // one f32 gradient per master
   m.optimizer = o.state_bytes * state_elems;
   m.masters = o.mixed ? 4 * state_elems : 0;
-  m.master_grads = m.masters;  // one f32 gradient per master
   const double bucket = low * static_cast<double>(o.largest_bucket);
   m.transient = o.stage == 0 ? 0 : 2 * bucket;  // two in flight: ZeRO-2's buckets, the parameter gather
   const auto term = [](double c, bool per_n) {
@@ -34,15 +34,16 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
 
 std::string MemoryLedger::str() const {
   const auto mb = [](double b) { return b / (1 << 20); };
-  char buf[512], mg[64] = "";
-  if (master_grads > 0) std::snprintf(mg, sizeof mg, ", master grads %.1f MiB", mb(master_grads));
+  char buf[512];
   std::snprintf(buf, sizeof buf,
                 "memory per rank (predicted, %s): params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, master "
-                "weights %.1f MiB%s = %.1f MiB; transient buckets %.1f MiB",
-                formula.c_str(), mb(params), mb(grads), mb(optimizer), mb(masters),
-                mg,
-                mb(model_state()), mb(transient));
+                "weights %.1f MiB = %.1f MiB; transient buckets %.1f MiB",
+                formula.c_str(), mb(params), mb(grads), mb(optimizer), mb(masters), mb(model_state()), mb(transient));
   std::string s = buf;
+  if (master_grads > 0) {
+    std::snprintf(buf, sizeof buf, " (model state includes f32 master grads of %.1f MiB)", mb(master_grads));
+    s += buf;
+  }
   if (measured_state >= 0) {
     std::snprintf(buf, sizeof buf, "\nmemory per rank (measured): model state %.1f MiB (%+.1f%% vs predicted), peak "
                   "%.1f MiB (activations, workspace and transients %.1f MiB)",
