@@ -10,10 +10,12 @@ namespace {
 const std::string kMaster = "amp.master.", kScaler = "amp.scaler.";
 }  // namespace
 
-std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model) {
-  if (o.amp == "off") return nullptr;
+std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model) { return make_amp(o.amp, model); }
+
+std::unique_ptr<AmpRun> make_amp(const std::string& name, Module& model) {
+  if (name == "off") return nullptr;
   auto amp = std::make_unique<AmpRun>();
-  amp->low = autocast::amp_dtype_from_name(o.amp);
+  amp->low = autocast::amp_dtype_from_name(name);
   optim::LossScalerOptions so;
   so.enabled = amp->low == DType::F16;  // bf16 has f32's exponent range: nothing to scale
   amp->scaler = optim::LossScaler(so);
@@ -22,13 +24,14 @@ std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model) {
   return amp;
 }
 
+bool any_rank_found_inf(bool found) {
+  Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
+  dist::comm_for(Device::cpu()).all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
+  return flag.item() > 0;
+}
+
 bool amp_step(AmpRun& amp, optim::Optimizer& opt) {
-  auto all_ranks = [](bool found) {
-    Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
-    dist::comm_for(Device::cpu()).all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
-    return flag.item() > 0;
-  };
-  return optim::amp_step(*amp.master, amp.scaler, opt, amp.master->model_grads(), all_ranks);
+  return optim::amp_step(*amp.master, amp.scaler, opt, amp.master->model_grads(), any_rank_found_inf);
 }
 
 void add_amp_state(const AmpRun& amp, optim::NamedTensors& state) {

@@ -28,6 +28,10 @@ struct AmpRun {
 // Null for --amp off. Otherwise casts `model` in place (call before DDP wraps it) and builds the
 // masters from its parameters.
 std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model);
+// The same from the --amp value ("off", "bf16", "fp16"): train_encoder's entry.
+std::unique_ptr<AmpRun> make_amp(const std::string& amp, Module& model);
+// One rank's overflow flag made every rank's decision (an all-reduce over the CPU communicator).
+bool any_rank_found_inf(bool found);
 // One AMP optimizer step over the model's gradients (see the file comment). Returns false when
 // every rank skipped it.
 bool amp_step(AmpRun& amp, optim::Optimizer& opt);
