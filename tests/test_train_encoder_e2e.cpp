@@ -7,13 +7,19 @@
 // (always the most frequent token) cannot. After 300 steps (~20 s on 2 cores) bert_tiny is still
 // early in learning (about 2.5x the baseline's accuracy; runs are deterministic for a seed), so the
 // test asks for 1.5x and a lower loss: enough to show that the model learnt from context.
+// --amp bf16 (16-bit model, f32 masters) trains 160 steps at lr 2e-3 (about 2.3x the baseline's
+// accuracy, ~7 s of CPU on 2 cores) and must clear the same 1.5x bar.
 // Also: a run split by --run-steps and resumed with --resume auto ends in a checkpoint
-// byte-identical to an uninterrupted run's; bad flags fail with a message; encoder_forward_check
+// byte-identical to an uninterrupted run's; a --zero 2 run resumed under --zero 1 ends in a
+// checkpoint with the DDP run's names, shapes and dtypes (the state gathered unsharded, keyed by
+// parameter name) and values within 1e-3 of it; bad flags fail with a message; encoder_forward_check
 // (the C++ half of apps/scripts/check_encoder_against_pytorch.py) takes a state dict with HF's alias
 // entries, reproduces the in-process logits exactly and refuses an untied decoder.
 // Binaries come from TANDEM_TEST_BINARY_DIR (tests/CMakeLists.txt).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -134,6 +140,56 @@ TEST_CASE("mpiexec -n 2 train_encoder: bert_tiny beats the unigram baseline on h
   CHECK(log.find("exposed-comm") != std::string::npos);
 }
 
+TEST_CASE("mpiexec -n 2 train_encoder --amp bf16: bert_tiny still beats the unigram baseline") {
+  Scratch& s = scratch();
+  const std::string dir = (s.root / "amp").string();
+  REQUIRE(train(2, "--amp bf16 --steps 160 --lr 2e-3 --warmup-steps 16 --log-every 50 --val-every 0 --metrics " +
+                       dir + "/m.json",
+                "amp.log") == 0);
+  json m = json::parse(slurp(dir + "/m.json"));
+  CHECK(m["amp"] == "bf16");
+  CHECK(m["loss_scale"] == 1.0);  // bf16 needs no scaling
+  CHECK(m["skipped_steps"] == 0);
+  const double acc = m["final"]["val"]["masked_token_accuracy"], base = m["baseline"]["masked_token_accuracy"];
+  MESSAGE("--amp bf16: masked-token accuracy ", acc, " vs unigram baseline ", base);
+  CHECK(acc > 1.5 * base);
+  CHECK(m["final"]["val"]["loss"].get<double>() < m["baseline"]["loss"].get<double>());
+  // The ledger counts the f32 masters beside the 16-bit parameters; the measurement agrees within 10 %.
+  const json& led = m["memory_ledger"];
+  CHECK(led["predicted_bytes"]["master_weights"].get<double>() == 2 * led["predicted_bytes"]["params"].get<double>());
+  CHECK(led["measured_bytes"]["model_state"].get<double>() ==
+        doctest::Approx(led["predicted_bytes"]["model_state"].get<double>()).epsilon(0.1));
+  const std::string log = slurp((s.root / "amp.log").string());
+  CHECK(log.find("loss scale 1") != std::string::npos);
+  CHECK(log.find("memory per rank (predicted") != std::string::npos);
+}
+
+TEST_CASE("--zero 2 resumed under --zero 1: a canonical checkpoint, close to the DDP run's") {
+  Scratch& s = scratch();
+  const std::string d = (s.root / "zd").string(), z = (s.root / "zz").string();
+  const std::string common = "--steps 12 --log-every 4 --val-batches 1 --checkpoint-dir ";
+  REQUIRE(train(2, common + d, "zd.log") == 0);
+  REQUIRE(train(2, common + z + " --zero 2 --run-steps 6", "zz1.log") == 0);
+  REQUIRE(train(2, common + z + " --zero 1 --resume auto --metrics " + z + "/m.json", "zz2.log") == 0);
+  CHECK(slurp((s.root / "zz2.log").string()).find("resumed from") != std::string::npos);
+  CHECK(json::parse(slurp(z + "/m.json"))["zero"] == 1);
+  const auto a = tandem::safetensors::load(d + "/checkpoint_step12.safetensors");
+  const auto b = tandem::safetensors::load(z + "/checkpoint_step12.safetensors");
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (const auto& [name, t] : a.tensors) {
+    CAPTURE(name);
+    const tandem::Tensor* u = b.find(name);
+    REQUIRE(u != nullptr);
+    CHECK(u->shape() == t.shape());
+    CHECK(u->dtype() == t.dtype());
+    if (name.find("key.bias") != std::string::npos || t.dtype() != tandem::DType::F32) continue;  // noise: see mpi_encoder_zero
+    const std::vector<float> x = t.to_vector(), y = u->to_vector();
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < x.size(); ++i) diff = std::max(diff, double(std::abs(x[i] - y[i]))), mag = std::max(mag, double(std::abs(x[i])));
+    CHECK(diff <= 1e-3 * std::max(mag, 1e-3));
+  }
+}
+
 TEST_CASE("--run-steps then --resume auto ends exactly where an uninterrupted run ends") {
   Scratch& s = scratch();
   const std::string a = (s.root / "ra").string(), b = (s.root / "rb").string();
@@ -150,8 +206,11 @@ TEST_CASE("train_encoder: bad flags fail with a message that says what to do") {
   auto fails_with = [](const std::string& args, const std::string& text) {
     tandem::testing::check_refused(app("train_encoder") + " " + args, text);
   };
-  fails_with("--synthetic --amp bf16", "not implemented yet");
-  fails_with("--synthetic --zero 1", "not implemented yet");
+  // AMP+ZeRO: refused until sharded f32 masters are wired (apps/encoder/options.cpp's marked check);
+  // when that lands this becomes a run that trains.
+  fails_with("--synthetic --amp bf16 --zero 1", "--amp bf16 together with --zero 1 is not supported yet");
+  fails_with("--synthetic --zero 3", "--zero");
+  fails_with("--synthetic --zero 2 --compress bf16", "--zero 2 with --compress");
   fails_with("--steps 10", "no data");
   fails_with("--data " + scratch().text, "--vocab");
   fails_with("--synthetic --model resnet18", "not an encoder");
