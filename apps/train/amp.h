@@ -1,4 +1,6 @@
 // apps/train/amp.h: --amp bf16|fp16 in train_imagenet - model cast, master weights, loss scale, step.
+// train_encoder uses the same pieces (make_amp by name, any_rank_found_inf, the checkpoint entries)
+// with its own step, which clips the unscaled master gradients (apps/encoder/loop.h).
 //
 // make_amp casts the model as the AMP policy says (layers/amp_cast.h: 16-bit except BatchNorm)
 // before DDP wraps it, so the gradient buckets of the 16-bit parameters are 16-bit on the wire;
