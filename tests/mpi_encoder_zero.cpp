@@ -22,68 +22,34 @@
 // uninterrupted DDP run.
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
 
 #include "apps/encoder/param_groups.h"
-#include "core/random.h"
 #include "dist/bootstrap.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
 #include "layers/checkpoint.h"
 #include "layers/models/bert.h"
 #include "tests/support/ddp_fixture.h"
+#include "tests/support/encoder_fixture.h"
 
 using namespace tandem;
 using namespace tandem::dist;
 using tandem::apps::encoder::ParamGroups;
+using namespace tandem::testing::encoder_fixture;
 using tandem::testing::ddp_fixture::bit_identical;
+using tandem::testing::ddp_fixture::max_named_rel_diff;
+using tandem::testing::ddp_fixture::save_on_rank0;
 
 namespace {
 
-constexpr int64_t kB = 2;       // sequences per rank
-constexpr int64_t kS = 12;      // sequence length
-constexpr int64_t kVocab = 50;
+constexpr int64_t kB = 2;  // sequences per rank
 constexpr int kSteps = 3;
 
-BertConfig tiny_config() {
-  BertConfig c = models::bert_config("bert_tiny", kVocab);
-  c.num_hidden_layers = 2, c.hidden_size = 32, c.num_attention_heads = 2, c.intermediate_size = 64;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
-  return c;
-}
-
-struct Batch {
-  Tensor ids, mask, types, labels;
-};
-
-// This rank's rows of a full batch identical on every rank: random ids, padding at the end of every
-// other sequence, a second segment, three masked positions per sequence.
-Batch my_rows() {
-  const int64_t n = world().size * kB;
-  Generator g(11);
-  Tensor t = Tensor::empty({n, kS}, DType::I64);
-  randint_(t, kVocab - 5, g);
-  std::vector<int64_t> v = t.to_vector_i64(), mask(n * kS, 1), types(n * kS, 0), labels(n * kS, -100);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t pad = (i % 2) ? 1 + i % 3 : 0;
-    for (int64_t j = 0; j < kS; ++j) {
-      int64_t& id = v[i * kS + j];
-      id += 5;
-      if (j >= kS - pad) id = 0, mask[i * kS + j] = 0;
-      if (j >= kS / 2) types[i * kS + j] = 1;
-    }
-    for (int64_t j : {1, 4, 7}) labels[i * kS + j] = v[i * kS + j], v[i * kS + j] = 4;  // [MASK]
-  }
-  auto mk = [&](const std::vector<int64_t>& x) {
-    return Tensor::from_vector_i64(x, {n, kS}).slice(world().rank * kB, (world().rank + 1) * kB);
-  };
-  return {mk(v), mk(mask), mk(types), mk(labels)};
-}
+// This rank's rows of tests/support/encoder_fixture.h's full batch.
+MlmBatch my_rows() { return rows(full_batch(world().size * kB), world().rank * kB, kB); }
 
 // One training run: the model in DDP, sharded when stage > 0, with train_encoder's ParamGroups.
 struct Run {
@@ -114,7 +80,7 @@ struct Run {
   }
 
   void steps(int n) {
-    const Batch b = my_rows();
+    const MlmBatch b = my_rows();
     for (int i = 0; i < n; ++i) {
       Tensor loss = ddp->forward_with([&](Module&) { return model->mlm_loss(b.ids, b.mask, b.types, b.labels); });
       opt->zero_grad();
@@ -128,42 +94,11 @@ struct Run {
 // The bound of the header: 1e-6, or 1e-5 where ZeRO-2's reduce-scatter sums more than two ranks.
 double bound(bool reduce_scattered) { return reduce_scattered && world().size > 2 ? 1e-5 : 1e-6; }
 
-bool compared(const std::string& name) { return name.find("attention.self.key.bias") == std::string::npos; }
+bool key_bias(const std::string& name) { return name.find("attention.self.key.bias") != std::string::npos; }
 
-// max over compared parameter tensors of max|a - b| / max|b|; infinity for NaN/inf or a name mismatch.
-double model_diff(Module& a, Module& b) {
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  if (pa.size() != pb.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    if (pa[i].first != pb[i].first) return INFINITY;
-    if (!compared(pa[i].first)) continue;
-    const std::vector<float> x = pa[i].second.to_vector(), y = pb[i].second.to_vector();
-    double d = 0, m = 0;
-    for (size_t j = 0; j < x.size(); ++j) {
-      if (!std::isfinite(x[j])) return INFINITY;
-      d = std::max(d, double(std::abs(x[j] - y[j]))), m = std::max(m, double(std::abs(y[j])));
-    }
-    worst = std::max(worst, m > 0 ? d / m : d);
-  }
-  return worst;
-}
-
-// The same over state tensors ("<param>.<state>"), which must have the same names on both sides.
-double state_diff(const optim::NamedTensors& a, const optim::NamedTensors& b) {
-  std::map<std::string, Tensor> bm(b.begin(), b.end());
-  double worst = a.size() == b.size() ? 0.0 : INFINITY;
-  for (auto& [name, t] : a) {
-    auto it = bm.find(name);
-    if (it == bm.end() || it->second.numel() != t.numel()) return INFINITY;
-    if (!compared(name)) continue;
-    const std::vector<double> x = t.to_vector_f64(), y = it->second.to_vector_f64();
-    double d = 0, m = 0;
-    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i])), m = std::max(m, std::abs(y[i]));
-    worst = std::max(worst, m > 0 ? d / m : d);
-  }
-  return worst;
-}
+// Norm-wise per tensor (ddp_fixture's max_named_rel_diff), the key biases left out (see the header).
+double model_diff(Module& a, Module& b) { return max_named_rel_diff(a.named_parameters(), b.named_parameters(), key_bias); }
+double state_diff(const optim::NamedTensors& a, const optim::NamedTensors& b) { return max_named_rel_diff(a, b, key_bias); }
 
 }  // namespace
 
@@ -213,12 +148,7 @@ TEST_CASE("encoder: a ZeRO-2 checkpoint resumes under DDP, ZeRO-1 and ZeRO-2 equ
   whole.steps(kBefore + kAfter);
   Run first(2, buckets);
   first.steps(kBefore);
-  const optim::NamedTensors st = first.opt->state();
-  if (world().rank == 0) {
-    std::filesystem::create_directories(dir);
-    save_checkpoint(path, *first.model, st, TrainState{});
-  }
-  all_gather_strings("saved");  // a barrier: the file exists before anyone reads it
+  save_on_rank0(path, *first.model, first.opt->state());
   for (int stage : {0, 1, 2}) {
     CAPTURE(stage);
     Run resumed(stage, buckets, path);
