@@ -16,7 +16,8 @@ const std::vector<Rule>& policy() {
        "scale_mask_softmax (the reference attention path): max, exp and the row sum in f32 (f64 on the CPU), "
        "masked keys at a finite floor; one rounding of each probability"},
       {"elementwise", P::F32, P::Low, P::Low, "one rounding per element, nothing accumulates"},
-      {"gelu", P::F32, P::Low, P::Low, "erf form per element in f32 (or in cuBLASLt's f32 epilogue): one rounding"},
+      {"gelu", P::F32, P::Low, P::Low,
+       "erf form per element in f32 (or in cuBLASLt's f32 epilogue): one rounding"},
       {"pool", P::F32, P::Low, P::Low, "one rounding per element (max) or a short window (avg)"},
       {"dropout", P::F32, P::Low, P::Low, "one rounding per element"},
       {"embedding", P::Low, P::Low, P::Low,
