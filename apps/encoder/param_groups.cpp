@@ -55,6 +55,14 @@ ParamGroups::ParamGroups(const std::string& kind, dist::Zero& zero, optim::Optim
         return opt;
       }()) {
   zero_ = &zero;
+  // LAMB's step all-reduces its per-parameter norms, but an optimizer without segments skips its step
+  // (optim/optimizer.h): a rank whose shard holds nothing of one group would leave the others waiting.
+  if (kind != "lamb") return;
+  std::vector<double> empty{decay_->num_segments() == 0 ? 1.0 : 0.0, no_decay_->num_segments() == 0 ? 1.0 : 0.0};
+  zero.sum_reduce()(empty);  // every rank decides alike
+  TANDEM_CHECK(empty[0] == 0 && empty[1] == 0, "--optimizer lamb with --zero: on some rank the ZeRO shard holds no ",
+               empty[0] > 0 ? "weight-decayed" : "bias/LayerNorm", " parameter, and LAMB's norms need every rank: use "
+               "fewer ranks, a larger --bucket-mb, or --optimizer adamw");
 }
 
 void ParamGroups::set_lr(double lr) { decay_->set_lr(lr), no_decay_->set_lr(lr); }

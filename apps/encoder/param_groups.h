@@ -40,7 +40,8 @@ class ParamGroups {
   // refers to (-1 indices: positions in each group).
   ParamGroups(const std::string& kind, std::vector<optim::ParamSegment> segments, int64_t num_params,
               const optim::OptimizerOptions& opt);
-  // Over this rank's ZeRO shard (`zero` must outlive this); LAMB's norms are summed across ranks.
+  // Over this rank's ZeRO shard (`zero` must outlive this); LAMB's norms are summed across ranks,
+  // so for LAMB every rank must hold some of both groups (checked, collectively).
   ParamGroups(const std::string& kind, dist::Zero& zero, optim::OptimizerOptions opt);
 
   void set_lr(double lr);
