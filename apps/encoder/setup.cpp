@@ -124,6 +124,7 @@ void plan_memory(Training& t) {
   if (t.amp)
     for (const optim::StateSlice& m : t.amp->master->state_slices()) masters += static_cast<int64_t>(m.value.nbytes());
   t.mem_other = memory_stats(t.dev).current_bytes - model_state_bytes(*t.ddp, masters);
+  reset_peak_memory(t.dev);  // the measured peak is the steps' (dist/memory_ledger.h), not the set-up's
 }
 
 // Shuffled, sharded training batches; the held-out set in order, every sequence once.

@@ -9,8 +9,11 @@ dist::LedgerOptions ledger_inputs(dist::DistributedDataParallel& ddp, const dist
   dist::LedgerOptions lo;
   for (auto& [name, p] : ddp.module().named_parameters())
     if (p.requires_grad()) lo.params += p.numel();
-  for (const dist::Bucket& b : ddp.reducer().buckets())
-    lo.largest_bucket = std::max(lo.largest_bucket, b.padded ? b.padded : b.buffer.numel());
+  for (const dist::Bucket& b : ddp.reducer().buckets()) {
+    const int64_t n = b.padded ? b.padded : b.buffer.numel();
+    lo.next_bucket = std::max(lo.next_bucket, std::min(n, lo.largest_bucket));
+    lo.largest_bucket = std::max(lo.largest_bucket, n);
+  }
   lo.shard_params = zero ? zero->layout().shard_numel() : -1;
   lo.world = world;
   lo.stage = zero ? zero->stage() : 0;
