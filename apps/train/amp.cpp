@@ -20,9 +20,17 @@ std::unique_ptr<AmpRun> make_amp(DType low, Module& model) {
   return amp;
 }
 
-std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model) {
-  if (o.amp == "off") return nullptr;
-  return make_amp(autocast::amp_dtype_from_name(o.amp), model);
+std::unique_ptr<AmpRun> make_amp(const std::string& name, Module& model) {
+  if (name == "off") return nullptr;
+  return make_amp(autocast::amp_dtype_from_name(name), model);
+}
+
+std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model) { return make_amp(o.amp, model); }
+
+bool any_rank_found_inf(bool found) {
+  Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
+  dist::comm_for(Device::cpu()).all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
+  return flag.item() > 0;
 }
 
 void build_masters(AmpRun& amp, Module& model, dist::Zero* zero) {
@@ -48,11 +56,7 @@ bool amp_step(AmpRun& amp, optim::Optimizer& opt, double clip_grad_norm) {
   } else {
     // DDP's averaged gradients are the same on every rank, but a rank may still differ (a fault):
     // the one collective keeps the decision common.
-    so.found_inf_reduce = [](bool found) {
-      Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
-      dist::comm_for(Device::cpu()).all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
-      return flag.item() > 0;
-    };
+    so.found_inf_reduce = any_rank_found_inf;
   }
   const bool applied = optim::amp_step(*amp.master, amp.scaler, opt,
                                        amp.zero ? amp.zero->grads() : amp.master->model_grads(), so);

@@ -43,6 +43,8 @@ struct AmpRun {
 std::unique_ptr<AmpRun> make_amp(DType low, Module& model);
 // Null for --amp off, else make_amp(dtype of --amp, model).
 std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model);
+// The same from the --amp value ("off": null; "bf16", "fp16"): train_encoder's entry.
+std::unique_ptr<AmpRun> make_amp(const std::string& amp, Module& model);
 // The f32 masters, from the model's (broadcast) 16-bit weights: over all of `model`'s parameters,
 // or over zero's shard when zero is not null (it must outlive `amp`).
 void build_masters(AmpRun& amp, Module& model, dist::Zero* zero);
@@ -55,6 +57,9 @@ bool amp_step(AmpRun& amp, optim::Optimizer& opt, double clip_grad_norm = 0);
 // Checkpoint entries (see the file comment). amp_state is collective under ZeRO (the masters are
 // gathered, and only `root` gets them); use its result on `root`.
 optim::NamedTensors amp_state(const AmpRun& amp, int root = 0);
+// One rank's overflow flag made every rank's decision (an all-reduce over the CPU communicator).
+bool any_rank_found_inf(bool found);
+// Removes the AMP entries from a loaded optimizer state and loads them (each rank its own range).
 void take_amp_state(AmpRun* amp, optim::NamedTensors& state);
 
 }  // namespace tandem::apps
