@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "apps/train/checkpointing.h"  // defines: restore_checkpoint
+#include "apps/train/ddp_options.h"    // defines: ddp_options
 #include "apps/train/memory.h"         // defines: plan_memory
 #include "core/device.h"               // defines: require_cuda, built_with_cuda
 #include "core/ops/batchnorm.h"        // defines: set_batchnorm_cudnn
@@ -133,17 +134,11 @@ std::unique_ptr<data::Loader> make_val_loader(const TrainOptions& o, const dist:
 namespace {
 
 std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, ModulePtr model) {
-  dist::DdpOptions dopt;
-  dopt.reducer.bucketing.first_bucket_bytes = static_cast<size_t>(o.first_bucket_mb * (1 << 20));
-  dopt.reducer.bucketing.bucket_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
-  dopt.reducer.bucketed = !o.no_bucketing;
-  dopt.reducer.overlap = !o.no_overlap;
-  dopt.reducer.compression = o.compress == "bf16"   ? dist::Compression::BF16
-                             : o.compress == "fp16" ? dist::Compression::F16
-                                                    : dist::Compression::None;
-  // ZeRO-2 shards the gradients: each bucket is reduce-scattered (dist/zero.h).
-  if (o.zero == 2) dopt.reducer.collective = dist::Collective::ReduceScatter;
-  return std::make_unique<dist::DistributedDataParallel>(std::move(model), dopt);
+  DdpFlags f;
+  f.first_bucket_mb = o.first_bucket_mb, f.bucket_mb = o.bucket_mb;
+  f.overlap = !o.no_overlap, f.bucketed = !o.no_bucketing;
+  f.compress = o.compress, f.zero = o.zero;
+  return std::make_unique<dist::DistributedDataParallel>(std::move(model), ddp_options(f));
 }
 
 // --optimizer over the whole parameters (DDP), this rank's ZeRO segments, or the f32 masters (AMP:
