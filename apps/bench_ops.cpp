@@ -12,6 +12,8 @@
 // GPU attention (bf16, BERT shapes): the flash path's time next to the reference path's.
 // GPU memory-bound ops (BN, elementwise, pooling, bias gradient, fused SGD): achieved GB/s next to
 // a device-to-device copy's (apps/bench_ops_bandwidth.h).
+// GPU fused GEMM tails (bias_gelu, bias_dropout_add vs the unfused op sequences, BERT-large
+// shapes): GB/s next to a copy's, the same way (apps/bench_ops_fused.h).
 // --json FILE writes every row. Performance is reported, never asserted.
 #include <cblas.h>
 
@@ -28,6 +30,7 @@
 #include "core/ops/ops.h"
 #ifdef TANDEM_WITH_CUDA
 #include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
+#include "apps/bench_ops_fused.h"      // defines: bench::fused_bias_part
 #include "apps/bench_ops_gpu.h"
 #include "core/cuda/context.h"
 #endif
@@ -162,6 +165,7 @@ void gpu_part(const Options& o, json& rows) {
   bench::Timing t{o.warmup, o.reps};
   attention_part(t, rows);  // before the no-grad guard below: it times backward too
   bench::bandwidth_part(t, rows);  // likewise (BN forward + backward)
+  bench::fused_bias_part(t, rows);  // likewise (fused tails forward + backward)
   cudaStream_t tandem_stream = cuda::compute_stream();
   cudaStream_t direct_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));
@@ -208,8 +212,10 @@ void gpu_part(const Options& o, json& rows) {
       rows.push_back({{"part", "gpu_linear"}, {"name", g.name}, {"dtype", label}, {"m", g.m}, {"n", g.n}, {"k", g.k},
                       {"tandem_ms", tt}, {"direct_ms", td}, {"ratio", tt / td}});
     }
-    std::printf("\nGPU conv2d forward, %s, NHWC, batch %lld                   tandem ms  cuDNN ms  ratio\n", label,
-                (long long)nb);
+    // The last two columns: the same conv with a bias, fused into cuDNN's graph and as a separate
+    // add (ops::set_conv_bias_fusion): what VGG/AlexNet's biased convs cost each way.
+    std::printf("\nGPU conv2d forward, %s, NHWC, batch %lld                   tandem ms  cuDNN ms  ratio  "
+                "+bias fused ms  +bias add ms\n", label, (long long)nb);
     for (const Conv& c : convs) {
       Device d = Device::cuda(cuda::current_device());
       Tensor x = Tensor::full({c.s.n, c.s.h, c.s.w, c.s.c}, 0.01, dt, d);
@@ -217,18 +223,27 @@ void gpu_part(const Options& o, json& rows) {
       ops::Conv2dParams p;
       p.stride_h = p.stride_w = static_cast<int>(c.s.stride);
       p.pad_h = p.pad_w = static_cast<int>(c.s.pad);
-      double tt = -1, td = -1;
+      Tensor b = Tensor::full({c.s.o}, 0.01, dt, d);
+      double tt = -1, td = -1, tf = -1, ta = -1;
+      const bool fusion_was = ops::conv_bias_fusion();
       try {  // a shape cuDNN has no engine for (e.g. 16-bit with 3 channels) skips the row, not the run
         tt = bench::median_ms(tandem_stream, t, [&] { ops::conv2d(x, w, Tensor(), p); });
         td = bench::cudnn_conv_ms(direct_stream, t, ddt, es, c.s);
+        for (bool fuse : {true, false}) {
+          ops::set_conv_bias_fusion(fuse);
+          (fuse ? tf : ta) = bench::median_ms(tandem_stream, t, [&] { ops::conv2d(x, w, b, p); });
+        }
+        ops::set_conv_bias_fusion(fusion_was);
       } catch (const Error& e) {
+        ops::set_conv_bias_fusion(fusion_was);
         std::printf("  %-56s n/a: %s\n", c.name, e.what());
         rows.push_back({{"part", "gpu_conv"}, {"name", c.name}, {"dtype", label}, {"error", e.what()}});
         continue;
       }
-      std::printf("  %-56s %9.3f  %8.3f  %5.2f\n", c.name, tt, td, td > 0 ? tt / td : 0.0);
+      std::printf("  %-56s %9.3f  %8.3f  %5.2f  %13.3f  %12.3f\n", c.name, tt, td, td > 0 ? tt / td : 0.0, tf, ta);
       rows.push_back({{"part", "gpu_conv"}, {"name", c.name}, {"dtype", label}, {"batch", nb}, {"tandem_ms", tt},
-                      {"direct_ms", td}, {"ratio", td > 0 ? tt / td : 0.0}});
+                      {"direct_ms", td}, {"ratio", td > 0 ? tt / td : 0.0}, {"bias_fused_ms", tf},
+                      {"bias_add_ms", ta}});
     }
   }
   CUDA_CHECK(cudaStreamDestroy(direct_stream));

@@ -42,9 +42,9 @@ inline void bandwidth_part(const Timing& t, nlohmann::json& rows) {
   const double roof = copy_gbs(s, t, static_cast<size_t>(n) * 4);
   std::printf("\nGPU memory-bound ops, [%lld, %lld, %lld, %lld] NHWC      dtype   ms      GB/s  %% of copy (copy: %.0f GB/s)\n",
               (long long)N, (long long)H, (long long)W, (long long)C, roof);
-  auto report = [&](const char* name, const char* dtype, double ms, double bytes) {
+  auto report = [&](const std::string& name, const char* dtype, double ms, double bytes) {
     double gbs = bytes / ms / 1e6;
-    std::printf("  %-46s %-5s %7.3f  %7.0f  %5.1f\n", name, dtype, ms, gbs, 100.0 * gbs / roof);
+    std::printf("  %-46s %-5s %7.3f  %7.0f  %5.1f\n", name.c_str(), dtype, ms, gbs, 100.0 * gbs / roof);
     rows.push_back({{"part", "gpu_bandwidth"}, {"name", name}, {"dtype", dtype}, {"ms", ms}, {"bytes", bytes},
                     {"gbs", gbs}, {"copy_gbs", roof}, {"fraction_of_copy", gbs / roof}});
   };
@@ -69,20 +69,30 @@ inline void bandwidth_part(const Timing& t, nlohmann::json& rows) {
     }
     // BatchNorm, training: the minimum is one read of x and one write of y (forward), and reads of
     // dy and x plus a write of dx (backward); the statistics pass is the extra read.
+    // Both implementations (ops::set_batchnorm_cudnn): cuDNN's, the default, and tandem's kernels.
     Tensor w = Tensor::ones({C}, DType::F32, d), b = Tensor::zeros({C}, DType::F32, d);
     Tensor rm = Tensor::zeros({C}, DType::F32, d), rv = Tensor::ones({C}, DType::F32, d);
-    {
-      autograd::NoGradGuard no_grad;
-      report("batch_norm forward, training (read x, write y)", label,
-             median_ms(s, t, [&] { ops::batch_norm(x, w, b, rm, rv, true); }), 2 * n * es);
+    const bool was_cudnn = ops::batchnorm_cudnn();
+    for (bool cudnn : {true, false}) {
+      ops::set_batchnorm_cudnn(cudnn);
+      const std::string impl = cudnn ? ", cuDNN" : ", tandem";
+      {
+        autograd::NoGradGuard no_grad;
+        report("batch_norm fwd, training (read x, write y)" + impl, label,
+               median_ms(s, t, [&] { ops::batch_norm(x, w, b, rm, rv, true); }), 2 * n * es);
+        // The ResNet block tail: cuDNN fuses it into one op; tandem composes BN, add and ReLU.
+        report("bn + add + relu fwd (read x, z, write y)" + impl, label,
+               median_ms(s, t, [&] { ops::batch_norm_add_relu(x, x2, w, b, rm, rv, true); }), 3 * n * es);
+      }
+      Tensor xg = x.clone();
+      xg.set_requires_grad(true);
+      double fb = median_ms(s, t, [&] {
+        Tensor y = ops::batch_norm(xg, w, b, rm, rv, true);
+        autograd::backward({y}, {dy});
+      });
+      report("batch_norm fwd + bwd (5 passes min.)" + impl, label, fb, 5 * n * es);
     }
-    Tensor xg = x.clone();
-    xg.set_requires_grad(true);
-    double fb = median_ms(s, t, [&] {
-      Tensor y = ops::batch_norm(xg, w, b, rm, rv, true);
-      autograd::backward({y}, {dy});
-    });
-    report("batch_norm forward + backward (5 passes min.)", label, fb, 5 * n * es);
+    ops::set_batchnorm_cudnn(was_cudnn);
   }
   // Fused SGD with momentum and weight decay over ResNet-50's 25.6M parameters in one tensor per
   // ~1M (the multi-tensor launch): reads p, g, buf and writes p, buf = 5 x 4 bytes per parameter.

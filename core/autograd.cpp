@@ -24,6 +24,12 @@ void accumulate(Tensor& slot, const Tensor& g) {
   if (!g.defined()) return;
   slot = slot.defined() ? ops::add(slot, g) : g;
 }
+// The engine's handle is the only one to g's impl and its storage, and g covers all of that
+// storage: taking it as a leaf's .grad cannot alias any other tensor or pin a larger block.
+bool sole_owner(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.storage() && g.storage().use_count() == 1 && g.storage_offset() == 0 &&
+         g.nbytes() == g.storage()->bytes();
+}
 }  // namespace
 
 Node::Node() : sequence_nr(g_next_seq.fetch_add(1)) {}
@@ -52,8 +58,15 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
     } else {
       ops::add_(cur, src);  // in place: .grad may be a bucket view
     }
+  } else if (g.dtype() != leaf.dtype()) {
+    leaf.set_grad(ops::cast_raw(g, leaf.dtype()));
+  } else if (sole_owner(g)) {
+    // Nobody else can see the incoming gradient: it becomes .grad as is. A clone would hold the
+    // gradient twice at this moment (VGG-16's classifier: 392 MiB more peak under ZeRO-2, whose
+    // .grad starts undefined every step).
+    leaf.set_grad(std::move(grad_outputs[0]));
   } else {
-    leaf.set_grad(g.dtype() == leaf.dtype() ? g.clone() : ops::cast_raw(g, leaf.dtype()));
+    leaf.set_grad(g.clone());
   }
   // By index: a hook may drop hook handles, which erases from this vector.
   for (size_t k = 0; k < leaf_impl->grad_ready_hooks.size(); ++k) leaf_impl->grad_ready_hooks[k].second(leaf);

@@ -12,6 +12,7 @@
 //      dist/ bucket) and then fires the leaf's grad-ready hooks: exactly once per leaf per backward.
 //      When the .grad is known to be zero (mark_grad_zero after a zero_grad), the first
 //      accumulation copies instead: one read of the incoming gradient, no read of the zeros.
+//      A leaf without .grad takes the incoming gradient itself when nothing else holds it (else a clone).
 // Backward always runs with grad mode off: tandem does not do double backward.
 // Callbacks queued with queue_callback() during a backward run after its last node: dist/ uses
 // this to wait for outstanding all-reduces.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "core/check.h"
@@ -49,12 +50,8 @@ void leaving_without_finalize(const char* why) {
                  "%d rank(s) do not wait for this one\n", w.rank, why, w.size - 1);
     abort_job();
   }
-  State* st = std::exchange(g_state, nullptr);
-  delete st;
+  delete std::exchange(g_state, nullptr);
 }
-
-// std::atexit: main returned (or exit() was called) while the communicators were still up.
-void at_exit() { leaving_without_finalize("the process is exiting"); }
 
 // std::set_terminate: an exception escaped main (or a thread). The default handler would abort()
 // this process only; the peers would sit in their next collective until the watchdog's deadline,
@@ -62,14 +59,9 @@ void at_exit() { leaving_without_finalize("the process is exiting"); }
 std::terminate_handler g_previous_terminate = nullptr;
 [[noreturn]] void on_terminate() {
   std::string what = "an unknown exception";
-  if (std::exception_ptr e = std::current_exception()) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      what = x.what();
-    } catch (...) {
-    }
-  }
+  try {
+    if (std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
+  } catch (const std::exception& x) { what = x.what(); } catch (...) {}
   if (g_state && g_state->world.size > 1) {
     std::fprintf(stderr, "[rank %d] tandem: uncaught error: %s\n", g_state->world.rank, what.c_str());
     leaving_without_finalize("an exception escaped main");
@@ -97,13 +89,9 @@ const World& init(InitOptions options) {
   auto st = std::make_unique<State>();
   int inited = 0, provided = 0;
   MPI_Initialized(&inited);
-  if (!inited) {
-    // Without mpiexec this is MPI's singleton init: a world of one process.
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-    st->owns_mpi = true;
-  } else {
-    MPI_Query_thread(&provided);
-  }
+  st->owns_mpi = !inited;  // without mpiexec, MPI_Init_thread is MPI's singleton init: a world of one process
+  if (!inited) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  else MPI_Query_thread(&provided);
   // The communication thread calls MPI while the training thread may call it too.
   TANDEM_CHECK(provided == MPI_THREAD_MULTIPLE, "MPI was initialised without MPI_THREAD_MULTIPLE: call "
                "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let dist::init() initialise MPI");
@@ -137,12 +125,12 @@ const World& init(InitOptions options) {
 #endif
   watchdog_watch_device(w.device);
   g_state = st.release();
-  static bool hooks_installed = false;  // init() may run again after finalize()
-  if (!hooks_installed) {
-    hooks_installed = true;
-    std::atexit(at_exit);
+  static std::once_flag hooks;  // init() may run again after finalize()
+  std::call_once(hooks, [] {
+    // atexit: main returned (or exit() was called) while the communicators were still up.
+    std::atexit([] { leaving_without_finalize("the process is exiting"); });
     g_previous_terminate = std::set_terminate(on_terminate);
-  }
+  });
   return g_state->world;
 }
 
@@ -163,8 +151,7 @@ const World& world() {
 
 Communicator& comm_for(Device d) {
   TANDEM_CHECK(g_state, "dist::comm_for() before dist::init(): call dist::init() at the start of main");
-  if (d.is_cuda() && g_state->nccl) return *g_state->nccl;
-  return *g_state->mpi;
+  return d.is_cuda() && g_state->nccl ? *g_state->nccl : *g_state->mpi;
 }
 
 std::vector<std::string> all_gather_strings(const std::string& mine) {
@@ -173,14 +160,12 @@ std::vector<std::string> all_gather_strings(const std::string& mine) {
   Tensor len = Tensor::from_vector_i64({static_cast<int64_t>(mine.size())}, {1});
   Tensor lens = Tensor::empty({n}, DType::I64);
   c.all_gather(len, lens, "all_gather_strings")->wait();
-  int64_t longest = 0;
-  for (int64_t l : lens.to_vector_i64()) longest = std::max(longest, l);
-  const int64_t words = (longest + 7) / 8;  // characters packed into i64 words
+  const std::vector<int64_t> l = lens.to_vector_i64();
+  const int64_t words = (*std::max_element(l.begin(), l.end()) + 7) / 8;  // characters packed into i64 words
   Tensor in = Tensor::zeros({words}, DType::I64), out = Tensor::empty({n * words}, DType::I64);
   if (!mine.empty()) std::memcpy(in.data_ptr(), mine.data(), mine.size());
   c.all_gather(in, out, "all_gather_strings")->wait();
   std::vector<std::string> all(n);
-  const int64_t* l = lens.data<int64_t>();
   for (int r = 0; r < n; ++r) all[r].assign(static_cast<const char*>(out.data_ptr()) + r * words * 8, l[r]);
   return all;
 }

@@ -22,6 +22,14 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& bytes
   for (size_t k = bytes.size(); k-- > 0;) {      // reverse registration order
     auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == keys[k]; });
     Open& b = it != open.end() ? it->second : open.emplace_back(keys[k], Open{}).second;
+    if (options.alone_bytes > 0 && bytes[k] >= options.alone_bytes) {
+      // Close the open bucket first: left open, it would sort before this one (launch order below)
+      // and hold it back until later, smaller gradients fill it.
+      if (!b.params.empty()) closed.push_back(std::move(b.params));
+      closed.push_back({k});
+      b = Open{{}, 0, false};
+      continue;
+    }
     b.params.push_back(k);
     b.bytes += bytes[k];
     const size_t limit = b.first ? options.first_bucket_bytes : options.bucket_bytes;

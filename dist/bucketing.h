@@ -7,7 +7,9 @@
 // for 25 MiB of gradients; the rest use a larger limit (25 MiB, PyTorch DDP's default) because
 // one large message uses the link far better than many small ones (see apps/bench_allreduce).
 // A bucket holds a single dtype and device (one flat buffer, one collective), so parameters with
-// different BucketKeys never share a bucket. A parameter larger than the limit gets its own bucket.
+// different BucketKeys never share a bucket. A parameter larger than the limit closes the bucket it
+// joins; with `alone_bytes` set, a parameter that large gets a bucket of its own instead (ZeRO-2:
+// its gradient can then be the bucket itself, see reducer.h).
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -20,6 +22,7 @@ namespace tandem::dist {
 struct BucketingOptions {
   size_t first_bucket_bytes = size_t{1} << 20;  // 1 MiB: the first bucket launches early in backward
   size_t bucket_bytes = size_t{25} << 20;       // 25 MiB: large enough to reach link bandwidth
+  size_t alone_bytes = 0;  // > 0: a parameter of at least this many bytes is a bucket alone; 0: off (DDP)
 };
 
 // What parameters are grouped by: one bucket is one flat buffer, so one dtype on one device.

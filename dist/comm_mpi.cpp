@@ -124,10 +124,7 @@ class MpiCommunicator final : public Communicator {
     thread_ = std::thread([this] { loop(); });
   }
   ~MpiCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      stop_ = true;
-    }
+    { std::lock_guard<std::mutex> lock(m_); stop_ = true; }
     cv_.notify_all();
     thread_.join();
     MPI_Op_free(&sum_f16_);
@@ -143,64 +140,54 @@ class MpiCommunicator final : public Communicator {
 
  private:  // the collectives, after Communicator checked their arguments
   WorkPtr do_all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
-    Tensor h = host_of(t, name);
-    MPI_Op mop = reduce_op(t.dtype());
-    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage(h, t);
-      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h.data_ptr(), count(h), mpi_type(h.dtype()), mop, c, r));
-    }, [=, this]() mutable {
-      if (op == ReduceOp::Avg) divide(h, size_);
-      stage(t, h);
+    return collective(name, t, t, op == ReduceOp::Avg, [this](Tensor& h, Tensor&, MPI_Comm c, MPI_Request* r) {
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h.data_ptr(), count(h), mpi_type(h.dtype()), reduce_op(h.dtype()), c, r));
     });
   }
-
   WorkPtr do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
-    Tensor hi = host_of(in, name), ho = host_of(out, name);
-    MPI_Op mop = reduce_op(in.dtype());
-    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage(hi, in);
-      MPI_CHECK(MPI_Ireduce_scatter_block(hi.data_ptr(), ho.data_ptr(), count(ho), mpi_type(ho.dtype()), mop, c, r));
-    }, [=, this]() mutable {
-      if (op == ReduceOp::Avg) divide(ho, size_);
-      stage(out, ho);
+    return collective(name, in, out, op == ReduceOp::Avg, [this](Tensor& hi, Tensor& ho, MPI_Comm c, MPI_Request* r) {
+      MPI_CHECK(MPI_Ireduce_scatter_block(hi.data_ptr(), ho.data_ptr(), count(ho), mpi_type(ho.dtype()),
+                                          reduce_op(hi.dtype()), c, r));
     });
   }
-
   WorkPtr do_all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
-    Tensor hi = host_of(in, name), ho = host_of(out, name);
-    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage(hi, in);
+    return collective(name, in, out, false, [](Tensor& hi, Tensor& ho, MPI_Comm c, MPI_Request* r) {
       MPI_Datatype ty = mpi_type(hi.dtype());
       MPI_CHECK(MPI_Iallgather(hi.data_ptr(), count(hi), ty, ho.data_ptr(), count(hi), ty, c, r));
-    }, [=]() mutable { stage(out, ho); });
-  }
-
-  WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) override {
-    Tensor h = host_of(t, name);
-    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage(h, t);
-      MPI_CHECK(MPI_Ibcast(h.data_ptr(), count(h), mpi_type(h.dtype()), root, c, r));
-    }, [=]() mutable { stage(t, h); });
-  }
-
-  WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) override {
-    Tensor h = host_of(t, name);
-    MPI_Op mop = reduce_op(t.dtype());
-    const bool is_root = rank_ == root;
-    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
-      stage(h, t);
-      // MPI_IN_PLACE is legal only at the root; the others send their buffer and keep it.
-      MPI_CHECK(MPI_Ireduce(is_root ? MPI_IN_PLACE : h.data_ptr(), is_root ? h.data_ptr() : nullptr, count(h),
-                            mpi_type(h.dtype()), mop, root, c, r));
-    }, [=, this]() mutable {
-      if (!is_root) return;
-      if (op == ReduceOp::Avg) divide(h, size_);
-      stage(t, h);
     });
   }
-
+  WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) override {
+    return collective(name, t, t, false, [root](Tensor& h, Tensor&, MPI_Comm c, MPI_Request* r) {
+      MPI_CHECK(MPI_Ibcast(h.data_ptr(), count(h), mpi_type(h.dtype()), root, c, r));
+    });
+  }
+  WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) override {
+    const bool is_root = rank_ == root;  // only the root's t changes: the others skip average and stage-out
+    return collective(name, t, t, op == ReduceOp::Avg, [=, this](Tensor& h, Tensor&, MPI_Comm c, MPI_Request* r) {
+      // MPI_IN_PLACE is legal only at the root; the others send their buffer and keep it.
+      MPI_CHECK(MPI_Ireduce(is_root ? MPI_IN_PLACE : h.data_ptr(), is_root ? h.data_ptr() : nullptr, count(h),
+                            mpi_type(h.dtype()), reduce_op(h.dtype()), root, c, r));
+    }, is_root);
+  }
   WorkPtr do_barrier(const std::string& name) override {
     return submit(name, [](MPI_Comm c, MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(c, r)); }, [] {});
+  }
+
+  // One collective from `in` to `out` (in-place ones pass the same tensor twice) on the buffers MPI works on:
+  // `call` starts it once `in` is staged in; when it is done, `out`'s buffer is divided by the world size if
+  // `average` and staged out - unless `out_changes` is false (a reduce's non-root ranks).
+  template <typename F>
+  WorkPtr collective(const std::string& name, const Tensor& in, Tensor& out, bool average, F call,
+                     bool out_changes = true) {
+    Tensor hi = host_of(in, name), ho = &in == &out ? hi : host_of(out, name);
+    return submit(name, [=](MPI_Comm c, MPI_Request* r) mutable {
+      stage(hi, in);
+      call(hi, ho, c, r);
+    }, [=, this]() mutable {
+      if (!out_changes) return;
+      if (average) divide(ho, size_);
+      stage(out, ho);
+    });
   }
 
   static int count(const Tensor& t) {

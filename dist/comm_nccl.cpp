@@ -13,11 +13,10 @@
 // NVTX ranges named like the trace events ("allreduce bucket 3") mark the enqueue on the host.
 //
 // Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
-// outstanding collective's end event; past comm_timeout_s it calls watchdog_abort (watchdog.h),
-// which names the rank(s) that never reached it and aborts the job. It also polls
-// ncclCommGetAsyncError: NCCL reports network / peer failures there (the collective's end event then
-// never fires), and its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's
-// reason instead of sitting out the whole timeout.
+// outstanding collective's end event and calls watchdog_abort (watchdog.h) past comm_timeout_s. It also
+// polls ncclCommGetAsyncError, where NCCL reports network and peer failures (the end event then never
+// fires); its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's reason instead
+// of sitting out the whole timeout.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -123,32 +122,27 @@ class NcclCommunicator final : public Communicator {
 
  private:  // the collectives, after Communicator checked their arguments
   WorkPtr do_all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
-    check_gpu(t, name);
     return enqueue(name, {t}, [&] {
       NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_, stream_));
     });
   }
   WorkPtr do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, const std::string& name) override {
-    for (const Tensor& t : {in, out}) check_gpu(t, name);
     return enqueue(name, {in, out}, [&] {
       NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.dtype()), nccl_op(op),
                                    comm_, stream_));
     });
   }
   WorkPtr do_all_gather(const Tensor& in, Tensor& out, const std::string& name) override {
-    for (const Tensor& t : {in, out}) check_gpu(t, name);
     return enqueue(name, {in, out}, [&] {
       NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.dtype()), comm_, stream_));
     });
   }
   WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) override {
-    check_gpu(t, name);
     return enqueue(name, {t}, [&] {
       NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), root, comm_, stream_));
     });
   }
   WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) override {
-    check_gpu(t, name);
     return enqueue(name, {t}, [&] {
       NCCL_CHECK(ncclReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), root, comm_,
                             stream_));
@@ -159,13 +153,13 @@ class NcclCommunicator final : public Communicator {
     return all_reduce(s, ReduceOp::Sum, name);
   }
 
-  void check_gpu(const Tensor& t, const std::string& name) const {
-    TANDEM_CHECK(t.is_cuda() && t.device().index == device_, name, ": NCCL works on tensors on cuda:", device_,
-                 ", got ", t.str(), "; use comm_for(tensor.device())");
-  }
-
+  // Checks that the tensors are on this communicator's GPU, then enqueues `call` on the comm stream
+  // after everything already on the compute stream; `keep` stays alive until the collective is done.
   template <typename F>
   WorkPtr enqueue(const std::string& name, std::vector<Tensor> keep, F&& call) {
+    for (const Tensor& t : keep)
+      TANDEM_CHECK(t.is_cuda() && t.device().index == device_, name, ": NCCL works on tensors on cuda:", device_,
+                   ", got ", t.str(), "; use comm_for(tensor.device())");
     nvtxRangePushA(name.c_str());
     // Hand-off from the compute stream: everything enqueued so far (the gradients) before NCCL.
     cudaEvent_t ready;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/ops/shape.h"
 #include "core/profile.h"
 #include "dist/bootstrap.h"
 #include "dist/sync_batchnorm.h"
@@ -11,13 +12,13 @@
 namespace tandem::dist {
 namespace {
 
-// One line per parameter/buffer: "param layer1.0.weight f32[64, 3, 3, 3]".
-std::vector<std::string> signature(const Module& m) {
-  std::vector<std::string> lines;
+// One line per parameter/buffer: "parameter layer1.0.weight f32[64, 3, 3, 3]".
+std::string signature(const Module& m) {
+  std::string lines;
   for (auto& [name, t] : m.named_parameters())
-    lines.push_back("parameter " + name + " " + dtype_name(t.dtype()) + shape_str(t.shape()));
+    lines += "parameter " + name + " " + dtype_name(t.dtype()) + shape_str(t.shape()) + "\n";
   for (auto& [name, t] : m.named_buffers())
-    lines.push_back("buffer " + name + " " + dtype_name(t.dtype()) + shape_str(t.shape()));
+    lines += "buffer " + name + " " + dtype_name(t.dtype()) + shape_str(t.shape()) + "\n";
   return lines;
 }
 
@@ -32,15 +33,6 @@ std::vector<Tensor> values(const std::vector<std::pair<std::string, Tensor>>& na
   std::vector<Tensor> out;
   for (auto& [_, t] : named) out.push_back(t);
   return out;
-}
-
-void broadcast_all(const std::vector<std::pair<std::string, Tensor>>& tensors, const char* what) {
-  std::vector<WorkPtr> works;
-  for (auto& [name, t] : tensors) {
-    Tensor data = t.detach();  // same storage; the broadcast is not a differentiable op
-    works.push_back(comm_for(t.device()).broadcast(data, 0, std::string("broadcast ") + what));
-  }
-  for (auto& w : works) w->wait();
 }
 
 }  // namespace
@@ -65,15 +57,7 @@ int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std:
   std::vector<Tensor> flats(groups.size());
   std::vector<WorkPtr> works;
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].size() == 1) {
-      flats[g] = groups[g][0];  // one tensor: broadcast it in place, no copies
-    } else {
-      int64_t total = 0;
-      for (const Tensor& t : groups[g]) total += t.numel();
-      flats[g] = Tensor::empty({total}, keys[g].dtype, keys[g].device);
-      int64_t off = 0;
-      for (const Tensor& t : groups[g]) flats[g].slice(off, off + t.numel()).copy_(t), off += t.numel();
-    }
+    flats[g] = groups[g].size() == 1 ? groups[g][0] : ops::concat_channels(groups[g]);  // one: in place, no copy
     works.push_back(comm_for(keys[g].device).broadcast(flats[g], root, name));
   }
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -86,9 +70,7 @@ int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std:
 }
 
 void check_same_model(const Module& m) {
-  std::string mine;
-  for (const std::string& line : signature(m)) mine += line + "\n";
-  std::vector<std::string> all = all_gather_strings(mine);
+  std::vector<std::string> all = all_gather_strings(signature(m));
   const std::vector<std::string> ref = split_lines(all[0]);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
@@ -108,11 +90,15 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, DdpOptions op
   TANDEM_CHECK(module_, "DistributedDataParallel got a null module");
   if (options_.sync_batchnorm) module_ = convert_sync_batchnorm(module_);
   check_same_model(*module_);  // first: any other collective could mismatch on a different model
-  broadcast_all(module_->named_parameters(), "parameters");
-  broadcast_coalesced(values(module_->named_buffers()), 0, "broadcast buffers");
+  std::vector<WorkPtr> works;
   std::vector<std::pair<std::string, Tensor>> trainable;
-  for (auto& [name, p] : module_->named_parameters())
+  for (auto& [name, p] : module_->named_parameters()) {
+    Tensor data = p.detach();  // same storage; the broadcast is not a differentiable op
+    works.push_back(comm_for(p.device()).broadcast(data, 0, "broadcast parameters"));
     if (p.requires_grad()) trainable.emplace_back(name, p);
+  }
+  for (auto& w : works) w->wait();
+  broadcast_coalesced(values(module_->named_buffers()), 0, "broadcast buffers");
   TANDEM_CHECK(!trainable.empty(), "DistributedDataParallel: the module has no parameter that requires grad");
   comm_ = &comm_for(trainable.front().second.device());
   reducer_ = std::make_unique<Reducer>(std::move(trainable), *comm_, options_.reducer);

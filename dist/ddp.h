@@ -1,20 +1,14 @@
 // dist/ddp.h: DistributedDataParallel - one model replica per rank, gradients averaged.
 //
 // Wrapping a Module:
-//   1. checks that every rank built the same model: each rank's list of parameter and buffer
-//      names, shapes and dtypes is gathered (before any other collective, since a different model
-//      would make the next collectives mismatch), and every rank throws the same error naming the
-//      first difference - no rank hangs;
+//   1. checks that every rank built the same model (check_same_model below), before any other
+//      collective: a different model would make the next collectives mismatch;
 //   2. broadcasts parameters and buffers from rank 0, so every replica starts identical;
 //   3. builds a Reducer (reducer.h) over the parameters that require grad.
 // Each training forward first broadcasts rank 0's buffers (BatchNorm running statistics), as
 // PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank; the buffers
-// of one dtype travel as one flat, coalesced broadcast (PyTorch's _broadcast_coalesced does the same).
+// of one dtype travel as one flat broadcast (broadcast_coalesced below, PyTorch's _broadcast_coalesced).
 // With sync_batchnorm the module is converted first (sync_batchnorm.h; module() returns it).
-// Gradient accumulation: backward calls inside a no_sync() scope only accumulate locally; the
-// first backward after it averages the accumulated sum.
-// Models with several inputs (BERT: ids, attention mask, token types, labels) use forward_with(f):
-// the same per-forward work as forward(x), then f(module()) computes whatever the step needs.
 #pragma once
 #include <memory>
 #include <string>
@@ -41,8 +35,8 @@ class DistributedDataParallel {
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
 
-  // forward() for a module that takes more than one tensor: does forward()'s work before the module
-  // runs (prepare_forward) and returns f(module()), called inside the "forward" profile range:
+  // forward() for a module that takes more than one tensor (BERT: ids, mask, token types, labels):
+  // does forward()'s work (prepare_forward) and returns f(module()), inside the "forward" profile range:
   //   Tensor loss = ddp.forward_with([&](Module& m) { return bert.mlm_loss(ids, mask, types, labels); });
   // f must run the wrapped module's forward exactly once (the reducer counts one backward per step).
   template <class F>
@@ -55,15 +49,13 @@ class DistributedDataParallel {
   // rank 0's buffers (training mode, broadcast_buffers).
   void prepare_forward();
 
-  // RAII: while alive, backward does not communicate (gradient accumulation).
+  // Gradient accumulation. RAII: while alive, backward only accumulates locally; the first backward
+  // after it averages the accumulated sum.
   class NoSync {
    public:
     explicit NoSync(Reducer& r) : r_(&r), prev_(r.sync()) { r.set_sync(false); }
+    NoSync(NoSync&& o) noexcept : r_(std::exchange(o.r_, nullptr)), prev_(o.prev_) {}  // no copies, no assignment
     ~NoSync() { if (r_) r_->set_sync(prev_); }
-    NoSync(NoSync&& o) noexcept : r_(o.r_), prev_(o.prev_) { o.r_ = nullptr; }
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-    NoSync& operator=(NoSync&&) = delete;
 
    private:
     Reducer* r_;

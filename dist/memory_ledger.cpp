@@ -19,8 +19,7 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
   const double state_elems = o.stage == 0 ? psi : shard;
   m.optimizer = o.state_bytes * state_elems;
   m.masters = o.mixed ? 4 * state_elems : 0;
-  const double bucket = low * static_cast<double>(o.largest_bucket);
-  m.transient = o.stage == 0 ? 0 : 2 * bucket;  // two in flight: ZeRO-2's buckets, the parameter gather
+  m.transient = low * static_cast<double>(o.largest_bucket + (o.stage == 2 ? o.next_bucket : 0));
   const auto term = [](double c, bool per_n) {
     char b[32];
     std::snprintf(b, sizeof b, "%g%s", c, per_n ? "Ψ/N" : "Ψ");
@@ -35,7 +34,7 @@ std::string MemoryLedger::str() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "memory per rank (predicted, %s): params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, master "
-                "weights %.1f MiB = %.1f MiB; transient buckets %.1f MiB",
+                "weights %.1f MiB = %.1f MiB; transient gradients %.1f MiB",
                 formula.c_str(), mb(params), mb(grads), mb(optimizer), mb(masters), mb(model_state()), mb(transient));
   std::string s = buf;
   if (measured_state >= 0) {

@@ -10,13 +10,21 @@
 //     ZeRO-1 4Ψ + 4Ψ   + KΨ/N         (Adam: 8Ψ + 8Ψ/N)
 //     ZeRO-2 4Ψ + 4Ψ/N + KΨ/N         (Adam: 4Ψ + 12Ψ/N)
 // The ledger uses exactly these, with Ψ/N replaced by the rank's real shard (shard_layout.h: each
-// bucket padded to N aligned chunks). Beside them it predicts the transient communication buffers
-// (ZeRO-2: the buckets between their first gradient and the end of their reduce-scatter, at most
-// every bucket at once when backward outruns the network - it counts two largest buckets, the
-// steady state of an overlapped backward; ZeRO-1/2: two gathered buckets after the step).
+// bucket padded to N aligned chunks). Beside them it predicts the transient gradient buffers, which
+// set the peak of a step when activations are small (VGG-16 on small images):
+//   DDP, ZeRO-1: autograd's fresh gradient of a layer before it is copied into its bucket - at
+//                most the largest bucket. (ZeRO-1's parameter gather lands in the spent gradient
+//                buckets, or straight in a lone parameter, so it adds less than that.)
+//   ZeRO-2:      the largest gradient, handed over as its own bucket (a parameter of a bucket's
+//                size is a bucket alone), plus one launched bucket still reduce-scattering
+//                (ReducerOptions::scatter_in_flight = 1): the two largest buckets.
+// Why ZeRO-2's peak stays above half of DDP's for VGG-16 at N = 4 although its model state is 7/16:
+// the classifier's first weight is 74 % of Ψ, and its whole gradient (4 x 0.74Ψ bytes) exists once
+// on every rank before it can be reduce-scattered: 7Ψ + 3Ψ vs 16Ψ + 3Ψ is 0.53 at best. Less would
+// need the weight gradient computed in row blocks, each reduce-scattered as it is made.
 // Measured: the allocator's current bytes with the model state live (after a step, between steps)
-// and its peak; the difference between peak and that is activations and workspace (and the
-// transient buckets), which the ZeRO formulas leave out.
+// and its peak during the steps; the difference between peak and that is activations and workspace
+// (and the transient buffers), which the ZeRO formulas leave out.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,12 +39,13 @@ struct LedgerOptions {
   bool mixed = false;            // AMP: 16-bit parameters and gradients, f32 master weights
   int state_bytes = 8;           // f32 optimizer state per parameter: Adam/LAMB 8, SGD+momentum 4, SGD 0
   int64_t largest_bucket = 0;    // elements of the largest gradient bucket (transient terms)
+  int64_t next_bucket = 0;       // elements of the second largest (ZeRO-2's bucket in flight)
 };
 
 struct MemoryLedger {
   // Predicted bytes per rank.
   double params = 0, grads = 0, optimizer = 0, masters = 0;  // the ZeRO paper's model state
-  double transient = 0;                                       // communication buffers, see above
+  double transient = 0;                                       // gradient buffers, see above
   std::string formula;                                        // e.g. "4Ψ + 4Ψ/N + 8Ψ/N"
   double model_state() const { return params + grads + optimizer + masters; }
   // Measured (allocator, this rank's device); -1: not measured yet.

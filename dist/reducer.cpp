@@ -2,6 +2,8 @@
 // See reducer.h for the algorithm and the reasons behind it.
 #include "dist/reducer.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "core/graph_capture.h"
 #include "core/ops/copy.h"
@@ -25,6 +27,9 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Commu
   // Bucketing off is the limit of tiny buckets: every parameter closes its own.
   BucketingOptions limits = options_.bucketed ? options_.bucketing : BucketingOptions{0, 0};
   const bool scatter = options_.collective == Collective::ReduceScatter;
+  // ZeRO-2: a gradient of a full bucket's size or more is a bucket alone, so it can be handed over
+  // as the bucket instead of copied into one (stage_gradient).
+  if (scatter && limits.alone_bytes == 0) limits.alone_bytes = limits.bucket_bytes;
   TANDEM_CHECK(!scatter || options_.compression == Compression::None, "gradient compression is not supported with "
                "reduce-scatter (ZeRO-2): set compression = None");
   locators_.resize(params_.size());
@@ -130,8 +135,15 @@ void Reducer::stage_gradient(size_t i) {
 }
 
 void Reducer::release_finished_buckets() {
-  for (size_t k = 0; k < next_launch_; ++k)
-    if (buckets_[k].buffer.defined() && buckets_[k].work->done()) buckets_[k].buffer = Tensor();
+  // The oldest launched buckets past the allowance are waited for (GPU: a stream wait, the host does
+  // not block), so at most scatter_in_flight full buffers outlive their launch.
+  const size_t keep = static_cast<size_t>(std::max(options_.scatter_in_flight, 0));
+  for (size_t k = 0; k < next_launch_; ++k) {
+    Bucket& b = buckets_[k];
+    if (!b.buffer.defined()) continue;
+    if (k + keep < next_launch_) b.work->wait();
+    if (k + keep < next_launch_ || b.work->done()) b.buffer = Tensor();
+  }
 }
 
 void Reducer::mark_ready(size_t i) {

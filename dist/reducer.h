@@ -36,10 +36,13 @@ enum class Compression { None, BF16, F16 };
 //   ReduceScatter: only this rank's slice of the averaged bucket, Bucket::shard (ZeRO-2). Buckets are
 //                  padded to the canonical layout (shard_layout.h) so slice r is rank r's; .grad is
 //                  not a bucket view: the grad-ready hook copies the gradient into the bucket and
-//                  drops .grad (a lone parameter that fills its bucket exactly hands over its
-//                  .grad instead of copying it), and the bucket's buffer lives from its first gradient until its
-//                  reduce-scatter is done (released as soon as done() says so, at the latest at the
-//                  end of backward). Under no_sync .grad accumulates locally, whole, as with DDP.
+//                  drops .grad. A parameter of a full bucket's size or more is a bucket alone
+//                  (BucketingOptions::alone_bytes) and, when it fills its bucket exactly, hands over
+//                  its .grad as the bucket: autograd's fresh gradient is the only full-size copy.
+//                  A bucket's buffer lives from its first gradient until its reduce-scatter is done
+//                  (released when done() says so, or waited for once more than scatter_in_flight
+//                  buckets are launched, at the latest at the end of backward). Under no_sync .grad
+//                  accumulates locally, whole, as with DDP.
 enum class Collective { AllReduce, ReduceScatter };
 
 struct ReducerOptions {
@@ -53,6 +56,11 @@ struct ReducerOptions {
   // parameters launch late - put such parameters early in registration order, or turn this off.
   bool find_unused_parameters = false;
   Collective collective = Collective::AllReduce;  // ReduceScatter: ZeRO-2 (see above); no compression
+  // ReduceScatter: how many launched buckets may still hold their full buffer while backward goes on.
+  // When backward outruns the network (CPU ranks sharing cores), every bucket would otherwise be
+  // alive at the end of backward - the whole 4Ψ of gradients ZeRO-2 exists to avoid. 1 (default)
+  // keeps one reduce-scatter overlapping the next layer's backward; 0 waits for each at its launch.
+  int scatter_in_flight = 1;
 };
 
 // One flat gradient buffer and the parameters whose .grad are views into it.
@@ -110,7 +118,7 @@ class Reducer {
   void launch_ready_buckets();
   void launch(size_t b);
   void stage_gradient(size_t param);  // ReduceScatter: .grad into its (lazily allocated) bucket
-  void release_finished_buckets();    // ReduceScatter: drop buffers whose reduce-scatter is done
+  void release_finished_buckets();    // ReduceScatter: drop done buffers; wait beyond scatter_in_flight
   void finish_backward();
   void check_unused();
   void wait_and_average();

@@ -65,6 +65,13 @@ Tensor SyncBatchNorm::normalize_training(const Tensor& x) {
   return sync_batch_norm(x, weight_, bias_, running_mean_, running_var_, momentum(), eps());
 }
 
+Tensor SyncBatchNorm::normalize_training_add_relu(const Tensor& x, const Tensor& residual) {
+  if (!initialized() || world().size == 1) return BatchNorm2d::normalize_training_add_relu(x, residual);
+  Tensor y = ops::add(sync_batch_norm(x, weight_, bias_, running_mean_, running_var_, momentum(), eps()), residual);
+  ops::relu_(y);  // add saves nothing for its backward, so overwriting its output is safe
+  return y;
+}
+
 ModulePtr convert_sync_batchnorm(ModulePtr m) {
   if (dynamic_cast<SyncBatchNorm*>(m.get())) return m;  // already synchronised
   if (auto* bn = dynamic_cast<BatchNorm2d*>(m.get())) return std::make_shared<SyncBatchNorm>(*bn);

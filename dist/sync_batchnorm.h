@@ -37,6 +37,9 @@ class SyncBatchNorm : public BatchNorm2d {
 
  protected:
   Tensor normalize_training(const Tensor& x) override;
+  // forward_add_relu (ResNet's block tail): the synchronised BN above, then add and ReLU as
+  // separate ops; cuDNN's fused op computes local statistics, so it runs only for one rank.
+  Tensor normalize_training_add_relu(const Tensor& x, const Tensor& residual) override;
 };
 
 // Replaces every BatchNorm2d in the tree by a SyncBatchNorm sharing its tensors (PyTorch's

@@ -22,13 +22,8 @@ void compute_overlap(StepTiming& s) {
     exposed += std::max(0.0, cur_hi - std::max(cur_lo, s.backward_end_us));
   };
   for (auto [lo, hi] : iv) {
-    if (lo > cur_hi) {
-      flush();
-      cur_lo = lo;
-      cur_hi = hi;
-    } else {
-      cur_hi = std::max(cur_hi, hi);
-    }
+    if (lo > cur_hi) flush(), cur_lo = lo, cur_hi = hi;  // a gap: a new merged interval starts
+    else cur_hi = std::max(cur_hi, hi);
   }
   flush();
   s.comm_us = comm;
@@ -42,15 +37,6 @@ std::string TimelineSummary::str() const {
                 exposed_ms, 100 * overlap, static_cast<long long>(steps));
   return buf;
 }
-
-namespace {
-// A zero-length event at the moment bucket `b` became ready (its last gradient produced), on the
-// compute track: in Perfetto it marks where the bucket's all-reduce could have started at the
-// earliest, so the gap to "allreduce bucket <b>" is the wait for in-order launch or the channel.
-void trace_bucket_ready(size_t b, double origin_host_us, double ready_us) {
-  profile::add_event({"bucket " + std::to_string(b) + " ready", "comm", origin_host_us + ready_us, 0, 0});
-}
-}  // namespace
 
 void Timeline::start_step(MarkPtr origin) {
   step_.origin = std::move(origin);
@@ -94,11 +80,12 @@ void Timeline::resolve_front() {
     const Raw::Bucket& m = r.buckets[b];
     BucketTiming t{m.ready->us_since(*r.origin), m.launch->us_since(*r.origin), m.finish->us_since(*r.origin), m.bytes};
     s.buckets.push_back(t);
-    // The bucket's all-reduce on the trace's communication track, timed by the comm timeline.
-    if (profile::trace_enabled()) trace_bucket_ready(b, r.origin_host_us, t.ready_us);
-    if (profile::trace_enabled())
-      profile::add_event({"allreduce bucket " + std::to_string(b), "comm", r.origin_host_us + t.launch_us,
-                          t.finish_us - t.launch_us, 1});
+    if (!profile::trace_enabled()) continue;
+    // Compute track: a zero-length event when the bucket became ready, the earliest its all-reduce could
+    // start; the gap to "allreduce bucket <b>" on the comm track is the wait for in-order launch or the channel.
+    const std::string id = "bucket " + std::to_string(b);
+    profile::add_event({id + " ready", "comm", r.origin_host_us + t.ready_us, 0, 0});
+    profile::add_event({"allreduce " + id, "comm", r.origin_host_us + t.launch_us, t.finish_us - t.launch_us, 1});
   }
   compute_overlap(s);
   steps_.push_back(std::move(s));
@@ -115,10 +102,7 @@ TimelineSummary Timeline::summary() {
   TimelineSummary out;
   const size_t skip = steps_.size() > 1 ? 1 : 0;  // the first step pays one-time setup costs
   double comm = 0, exposed = 0;
-  for (size_t i = skip; i < steps_.size(); ++i) {
-    comm += steps_[i].comm_us;
-    exposed += steps_[i].exposed_us;
-  }
+  for (size_t i = skip; i < steps_.size(); ++i) comm += steps_[i].comm_us, exposed += steps_[i].exposed_us;
   out.steps = static_cast<int64_t>(steps_.size() - skip);
   if (out.steps > 0) {
     out.comm_ms = comm / 1e3 / out.steps;

@@ -10,9 +10,8 @@
 //   comm     = length of the union of the [launch, finish] intervals,
 //   exposed  = the part of that union after backward_end: communication that nothing hid,
 //   overlap  = (comm - exposed) / comm, the fraction of communication hidden behind backward.
-// Reading GPU timings waits for the events, so steps() is for log intervals, not every step. The
-// periodic clean-up at end_step never waits: it resolves only steps older than the newest one whose
-// events have all completed (cudaEventQuery), so the host never drains the stream mid-training.
+// Reading GPU timings waits for the events, so steps() is for log intervals, not every step;
+// end_step's clean-up never waits (it resolves only steps whose events completed, one step behind).
 #pragma once
 #include <cstdint>
 #include <deque>

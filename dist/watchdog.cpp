@@ -10,19 +10,10 @@
 
 namespace tandem::dist {
 
-constexpr int kPingTag = 7001, kReplyTag = 7002;  // the question and the answer, on `watch`
-// The answer of a rank whose GPU faulted: not a collective number (those start at 1).
-constexpr long long kFaulted = -2;
-
 namespace {
+constexpr int kPingTag = 7001, kReplyTag = 7002;  // the question and the answer, on `watch`
+constexpr long long kFaulted = -2;  // a faulted rank's answer: not a collective number (those start at 1)
 std::atomic<int> g_watched_gpu{-1};  // written once by dist::init, read by communication threads
-
-[[noreturn]] void fault_abort(int rank, const std::string& fault, long long seq, const std::string& what) {
-  std::fprintf(stderr, "[rank %d] tandem watchdog: kernel fault on rank %d: %s. Collective #%lld (%s) cannot "
-               "finish because this rank's GPU stopped. Aborting the job; rerun with TANDEM_SYNC_CHECK=1 or under "
-               "compute-sanitizer to find the kernel.\n", rank, rank, fault.c_str(), seq, what.c_str());
-  abort_job();
-}
 }  // namespace
 
 void abort_job() {
@@ -65,7 +56,12 @@ void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, doub
   MPI_Comm_rank(watch, &rank);
   MPI_Comm_size(watch, &size);
   // The local GPU first: a fault here is the cause, whatever the peers answer.
-  if (std::string fault = watchdog_local_fault(); !fault.empty()) fault_abort(rank, fault, seq, what);
+  if (std::string fault = watchdog_local_fault(); !fault.empty()) {
+    std::fprintf(stderr, "[rank %d] tandem watchdog: kernel fault on rank %d: %s. Collective #%lld (%s) cannot "
+                 "finish because this rank's GPU stopped. Aborting the job; rerun with TANDEM_SYNC_CHECK=1 or under "
+                 "compute-sanitizer to find the kernel.\n", rank, rank, fault.c_str(), seq, what.c_str());
+    abort_job();
+  }
   std::vector<long long> reached(size, -1);
   std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL), sends(size, MPI_REQUEST_NULL);
   for (int p = 0; p < size; ++p) {

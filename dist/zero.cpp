@@ -97,6 +97,7 @@ void Zero::gather_parameters() {
   auto copy_out = [&](InFlight& f) {
     f.work->wait();
     const LayoutBucket& lb = layout_.buckets()[f.b];
+    if (f.all.shares_storage(params_[lb.params.front()].second)) return;  // gathered in place
     for (size_t j = 0; j < lb.params.size(); ++j)
       flat(params_[lb.params[j]].second, 0, lb.lengths[j]).copy_(f.all.slice(lb.offsets[j], lb.offsets[j] + lb.lengths[j]));
   };
@@ -104,10 +105,23 @@ void Zero::gather_parameters() {
   // gathered buckets exist at a time (the transient term of the memory ledger).
   std::vector<InFlight> pending;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const LayoutBucket& lb = layout_.buckets()[b];
     InFlight f{b, own_slice(b, [&](const ShardPiece& pc) {
       return flat(params_[pc.param].second, pc.param_offset, pc.length);
     }), Tensor(), nullptr};
-    f.all = Tensor::empty({f.mine.numel() * comm_.size()}, f.mine.dtype(), f.mine.device());
+    // A lone, unpadded parameter (ZeRO-2 gives large ones a bucket alone, bucketing.h) is gathered
+    // straight into itself: no gathered copy of VGG's 392 MiB classifier weight. Its own slice goes
+    // in unchanged, so `mine` may be sent from a copy while the gather overwrites the rest.
+    // Stage 1's gradient bucket is spent once the step has read it, and it is exactly the gathered
+    // size when the bucket needs no padding: the gather lands there (zero_grad clears it before the
+    // next backward), so it costs no buffer either.
+    const Tensor& grads = ddp_.reducer().buckets()[b].buffer;
+    if (lb.params.size() == 1 && lb.chunk * comm_.size() == lb.lengths[0])
+      f.all = flat(params_[lb.params[0]].second, 0, lb.lengths[0]);
+    else if (stage_ == 1 && grads.numel() == f.mine.numel() * comm_.size())
+      f.all = grads.detach();
+    else
+      f.all = Tensor::empty({f.mine.numel() * comm_.size()}, f.mine.dtype(), f.mine.device());
     f.work = comm_.all_gather(f.mine, f.all, "allgather params bucket " + std::to_string(b));
     pending.push_back(std::move(f));
     if (pending.size() == 2) {

@@ -14,7 +14,20 @@
 // Collectives, in order and identical on every rank: the reducer's per-bucket all-reduce (1) or
 // reduce-scatter (2) during backward; sum_reduce's one all-reduce of a few doubles (clipping, LAMB);
 // after the step one all-gather per bucket, in bucket order, two in flight at a time (one bucket's
-// copy-out overlaps the next one's gather; overlapping with the next forward is left out).
+// copy-out overlaps the next one's gather).
+// Where a gather lands (memory_ledger.h counts it): a lone, unpadded parameter's bucket (ZeRO-2
+// gives large parameters a bucket alone) straight in the parameter; under stage 1 an unpadded
+// bucket in its gradient buffer, spent once the step has read it (zero_grad clears it before the
+// next backward: nothing may read the gradients between gather_parameters() and zero_grad());
+// otherwise a buffer of the bucket's size. So VGG-16's 392 MiB classifier weight needs no gathered
+// copy, only this rank's chunk as the send buffer.
+// Why the gather does not overlap the next forward (the issue asks for it "where possible"): the
+// forward would have to wait per bucket just before the first layer that uses it, and tandem's
+// Module has no forward pre-hook to hang that wait on (DDP's forward calls the module whole); the
+// gathers would also have to run in reverse bucket order (bucket 0 holds the last layers), and every
+// padded bucket's gather buffer would then live until its layer runs instead of two at a time,
+// raising ZeRO's peak - the thing it is for. On the CPU the MPI thread shares the cores with the
+// forward, so the time to win is small; on a GPU it is the next thing to do.
 // Checkpoints: gather_state() assembles the unsharded, name-keyed state an unsharded optimizer's
 // state() returns, bucket by bucket (an all-gather per bucket and state buffer), so a checkpoint
 // resumes at any world size and stage; load_state() of the sharded optimizer takes its ranges.
@@ -52,7 +65,8 @@ class Zero {
   // Zeroes what the next backward accumulates into: stage 1 the whole bucket gradients (the
   // optimizer only sees its slices), stage 2 the shards.
   void zero_grad(optim::Optimizer& opt);
-  // After opt.step(): every rank's updated slices to every rank.
+  // After opt.step(): every rank's updated slices to every rank. Stage 1 may overwrite the
+  // gradient buckets (spent; see above).
   void gather_parameters();
   // The unsharded optimizer state, keyed "<param>.<state>" with the parameters' shapes (as an
   // unsharded optimizer's state()). Collective; only `root` gets the tensors, the others get {}.

@@ -140,6 +140,11 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual): the ResNet block tail (bn2/bn3, the shortcut, the final ReLU) as
+  // one op, ops::batch_norm_add_relu, which cuDNN fuses on the GPU in training mode (one pass, and
+  // neither the normalised tensor nor the sum is written). Same values and gradients as the
+  // composition, which the CPU runs. Counts the batch and adds the profiling range like operator().
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;  // weight 1, bias 0, running stats reset
@@ -161,12 +166,17 @@ class BatchNorm2d : public Module {
   // Training-mode normalisation with batch statistics, updating the running stats in place. The
   // one step SyncBatchNorm (dist/) replaces, with statistics over every rank's batch.
   virtual Tensor normalize_training(const Tensor& x);
+  // The same followed by + residual and ReLU (forward_add_relu in training mode). SyncBatchNorm
+  // overrides it: its statistics need a collective, so it runs its own BN, then add and ReLU.
+  virtual Tensor normalize_training_add_relu(const Tensor& x, const Tensor& residual);
   Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
 
  private:
   int64_t c_;
   double eps_, momentum_;
   int64_t host_batches_ = -1;  // GPU only: host mirror of num_batches_tracked, read once
+  void check_input(const Tensor& x) const;
+  void count_batch();  // training mode: num_batches_tracked += 1
 };
 
 // Layer norm over the last dim (transformers). weight 1, bias 0.
@@ -210,6 +220,10 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
+  // For a parent that fuses this dropout into a larger op (ops::bias_dropout_add): the same p and
+  // generator, so the fused op draws the masks this module would.
+  double p() const { return p_; }
+  Generator& generator() const { return *gen_; }
 
  private:
   double p_;

@@ -1,7 +1,11 @@
-// layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers) and LayerNorm.
+// layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers; forward_add_relu for ResNet's block tail)
+// and LayerNorm.
 #include "core/ops/batchnorm.h"
+#include "core/ops/batchnorm_add_relu.h"
 #include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/norm.h"
+#include "core/profile.h"
 #include "layers/layers.h"
 
 namespace tandem {
@@ -36,11 +40,12 @@ BatchNorm2d::BatchNorm2d(ShareTensorsOf from)
   train(from.other.is_training());
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+void BatchNorm2d::check_input(const Tensor& x) const {
   TANDEM_CHECK(x.dim() >= 2 && x.size(-1) == c_, type_name(), "(", c_, "): expects channels-last input [..., ",
                c_, "], got ", x.str());
-  if (!is_training())
-    return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+}
+
+void BatchNorm2d::count_batch() {
   if (num_batches_tracked_.device().is_cpu()) {
     ++*num_batches_tracked_.data<int64_t>();
   } else {
@@ -48,11 +53,38 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     if (host_batches_ < 0) host_batches_ = static_cast<int64_t>(num_batches_tracked_.item());
     ops::fill_(num_batches_tracked_, static_cast<double>(++host_batches_));
   }
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  check_input(x);
+  if (!is_training())
+    return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+  count_batch();
   return normalize_training(x);
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  // Module::operator()'s range, so the timeline still shows this BN (the ReLU is inside it now).
+  std::string label = name().empty() ? type_name() : type_name() + " " + name();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  check_input(x);
+  if (residual.dtype() != x.dtype()) {  // the fused op needs one dtype: let add promote, as before
+    Tensor y = ops::add(forward(x), residual);
+    ops::relu_(y);
+    return y;
+  }
+  if (!is_training())
+    return ops::batch_norm_add_relu(x, residual, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+  count_batch();
+  return normalize_training_add_relu(x, residual);
 }
 
 Tensor BatchNorm2d::normalize_training(const Tensor& x) {
   return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
+}
+
+Tensor BatchNorm2d::normalize_training_add_relu(const Tensor& x, const Tensor& residual) {
+  return ops::batch_norm_add_relu(x, residual, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
 }
 
 std::string BatchNorm2d::extra_repr() const {

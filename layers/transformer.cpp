@@ -90,7 +90,10 @@ BertResidualOutput::BertResidualOutput(const BertConfig& cfg, int64_t in_feature
 }
 
 Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  Tensor y = ops::add((*dropout_)((*dense_)(h)), residual);
+  // dense's GEMM without its bias, then bias + dropout + residual in one pass (ops::bias_dropout_add,
+  // the same masks as the Dropout module would draw). The modules keep HF's names and parameters.
+  Tensor y = ops::bias_dropout_add(ops::linear(h, dense_->weight()), dense_->bias(), residual,
+                                   static_cast<float>(dropout_->p()), is_training(), dropout_->generator());
   return pre_ln_ ? y : (*norm_)(y);
 }
 
@@ -127,12 +130,17 @@ BertLayer::BertLayer(const BertConfig& cfg) : pre_ln_(cfg.pre_layer_norm) {
 Tensor BertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
   const std::string label = "BertLayer " + name();  // the layer index, so a trace tells layers apart
   profile::Range range(label.c_str(), profile::Level::Layer);
+  // intermediate.dense's GEMM without its bias, then bias + erf GELU in one pass (ops::bias_gelu;
+  // core/ops/fused_bias.h says why not a cuBLASLt GELU epilogue).
+  auto feed_forward = [&](const Tensor& in) {
+    return ops::bias_gelu(ops::linear(in, intermediate_->weight()), intermediate_->bias());
+  };
   if (pre_ln_) {
     Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
-    return out_->forward(ops::gelu((*intermediate_)(out_->norm()(a))), a);
+    return out_->forward(feed_forward(out_->norm()(a)), a);
   }
   Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
-  return out_->forward(ops::gelu((*intermediate_)(a)), a);
+  return out_->forward(feed_forward(a), a);
 }
 
 BertEncoder::BertEncoder(const BertConfig& cfg) {

@@ -98,6 +98,8 @@ class BertSelfAttention : public Module {
 };
 
 // dense + dropout + residual, with LayerNorm after (post-LN) or none here (pre-LN; see above).
+// The dense bias, the dropout and the residual add run as one op (ops::bias_dropout_add after the
+// bias-free GEMM); BertLayer likewise runs intermediate.dense's bias with the GELU (ops::bias_gelu).
 // Used for both attention.output (BertSelfOutput) and output (BertOutput): HF's two classes differ
 // only in the dense layer's input width.
 class BertResidualOutput : public Module {

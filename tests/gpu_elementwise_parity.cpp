@@ -1,6 +1,7 @@
 // tests/gpu_elementwise_parity.cpp: CPU vs CUDA parity for the elementwise ops (add/sub/mul with
-// and without trailing broadcast, scale, add_scalar, axpby, relu, gelu, square), the in-place
-// variants, and casts between f32, bf16 and f16; forward and backward, in f32, bf16 and f16.
+// and without trailing broadcast, scale, add_scalar, axpby, relu, gelu, square, and the fused
+// bias_gelu), the in-place variants, and casts between f32, bf16 and f16; forward and backward,
+// in f32, bf16 and f16. (bias_dropout_add sits beside dropout in gpu_opsa_parity.cpp.)
 //
 // Both backends see the same inputs, already rounded to the dtype (tests/support/parity.h). The
 // functors are shared (core/ops/functors.h) and run in f32 on both sides, so the differences are:
@@ -157,5 +158,38 @@ TEST_CASE("bias gradient: many rows take the 2-D partials + finish reduction") {
     CHECK(parity_check(binary(ops::add), {randn({4096, 64}, g), randn({64}, g)}, t, tol) == "");
     CHECK(parity_check(binary(ops::add), {randn({300, 1000}, g), randn({1000}, g)}, t, tol) == "");
     CHECK(parity_check(binary(ops::add), {randn({5, 3}, g), randn({3}, g)}, t, tol) == "");
+  }
+}
+
+TEST_CASE("bias_gelu: vectorised and scalar maps, one-chunk and multi-chunk bias gradients") {
+  // Forward: gelu(x + b) in f32 on both sides, one rounding to the dtype (libm vs CUDA erf in f32).
+  // Backward: dx is one rounding of dy * gelu'(x + b); db sums the unrounded f32 dx over the rows
+  // (f32 partials on the GPU, double on the CPU) and rounds once. [4096, 64] takes 32 row chunks;
+  // its column sums of 4096 O(1) terms differ from the double ones by ~1e-4, hence atol 2e-3 as in
+  // the bias-gradient case above. C = 64 and 16 take the 16-byte maps, C = 37 the scalar one.
+  Generator g(8);
+  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::bias_gelu(in[0], in[1])}; };
+  for (DType t : kDtypes) {
+    CAPTURE(dtype_name(t));
+    Tolerance tol = rounded_once(t);
+    CHECK(parity_check(f, {randn({3, 5, 16}, g), randn({16}, g)}, t, tol) == "");
+    CHECK(parity_check(f, {randn({6, 37}, g), randn({37}, g)}, t, tol) == "");
+    tol.atol = 2e-3;
+    tol.why = "bias gradient: f32 column sums of 4096 rows vs double, then one rounding to the dtype";
+    CHECK(parity_check(f, {randn({4096, 64}, g), randn({64}, g)}, t, tol) == "");
+  }
+}
+
+TEST_CASE("bias_gelu on the GPU equals the unfused add + gelu to one rounding") {
+  Generator g(9);
+  for (DType t : kDtypes) {
+    CAPTURE(dtype_name(t));
+    Tensor x = ops::cast_raw(randn({64, 40}, g), t).to(Device::cuda(0));
+    Tensor b = ops::cast_raw(randn({40}, g), t).to(Device::cuda(0));
+    // The unfused path rounds x + b to the dtype before the GELU: one extra rounding.
+    Tolerance tol = rounded_once(t);
+    tol.rtol *= 2;
+    CHECK(compare_values("bias_gelu vs gelu(add)", ops::gelu(ops::add(x, b)).to_vector(),
+                         ops::bias_gelu(x, b).to_vector(), tol) == "");
   }
 }

@@ -108,15 +108,23 @@ TEST_CASE("conv2d parity (cuDNN graph API) across stride, padding, dilation, gro
       {"grouped", {2, 6, 6, 16}, {16, 3, 3, 4}, conv_params(1, 1, 1, 4)},
       {"depthwise", {2, 7, 7, 16}, {16, 3, 3, 1}, conv_params(1, 1, 1, 16)},
   };
-  for_each_precision([&](const Precision& p) {
-    for (const Case& c : cases) {
-      CAPTURE(c.name);
-      auto f = [&](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{ops::conv2d(in[0], in[1], in[2], c.p)};
-      };
-      CHECK(parity_check(f, {rnd(c.x, 30), rnd(c.w, 31), rnd({c.w[0]}, 32)}, p.dtype, p.tol) == "");
-    }
-  });
+  // Both bias paths: cuDNN's fused conv + bias graph (the default, where an engine takes the shape)
+  // and the plain conv followed by the broadcast add (ops::set_conv_bias_fusion, core/ops/conv.h).
+  const bool fusion_was = ops::conv_bias_fusion();
+  for (bool fuse : {true, false}) {
+    CAPTURE(fuse);
+    ops::set_conv_bias_fusion(fuse);
+    for_each_precision([&](const Precision& p) {
+      for (const Case& c : cases) {
+        CAPTURE(c.name);
+        auto f = [&](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{ops::conv2d(in[0], in[1], in[2], c.p)};
+        };
+        CHECK(parity_check(f, {rnd(c.x, 30), rnd(c.w, 31), rnd({c.w[0]}, 32)}, p.dtype, p.tol) == "");
+      }
+    });
+  }
+  ops::set_conv_bias_fusion(fusion_was);
 }
 
 TEST_CASE("cached plans are reused correctly when the same shape runs again") {

@@ -1,4 +1,5 @@
-// tests/gpu_opsa_parity.cpp: CPU vs CUDA parity for batch_norm, pooling, dropout and the shape ops,
+// tests/gpu_opsa_parity.cpp: CPU vs CUDA parity for batch_norm (and ResNet's blocks, whose tail is
+// the fused BN+add+ReLU), pooling, dropout (and the fused bias_dropout_add) and the shape ops,
 // forward and backward, in f32, bf16 and f16 (tests/support/parity.h). Exits 77 without a GPU.
 //
 // The parity harness rounds inputs to the dtype on both sides, so differences come only from the
@@ -13,6 +14,7 @@
 
 #include "core/ops/ops.h"
 #include "core/random.h"
+#include "layers/models/resnet.h"
 #include "tests/support/parity.h"
 
 using namespace tandem;
@@ -51,9 +53,20 @@ Tensor param(const Tensor& t) { return ops::cast(t, DType::F32); }
 
 Tensor channel_values(const std::vector<float>& v, Device d) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F32, d); }
 
+// Picks the CUDA BatchNorm (ops::set_batchnorm_cudnn; cuDNN by default) for one scope and restores
+// the previous choice, so each test says which implementation it checks.
+struct BnPath {
+  bool was = ops::batchnorm_cudnn();
+  explicit BnPath(bool cudnn) { ops::set_batchnorm_cudnn(cudnn); }
+  BnPath(const BnPath&) = delete;
+  BnPath& operator=(const BnPath&) = delete;
+  ~BnPath() { ops::set_batchnorm_cudnn(was); }
+};
+
 }  // namespace
 
 TEST_CASE("batch_norm training: output, running statistics and gradients, both layouts") {
+  BnPath kernels(false);  // tandem's own kernels, the reference for the cuDNN path below
   for (DType dt : kDtypes)
     for (Shape shape : {Shape{2, 3, 3, 5}, Shape{7, 5}}) {
       INFO(dtype_name(dt), " ", shape_str(shape));
@@ -71,10 +84,7 @@ TEST_CASE("batch_norm training through cuDNN's NHWC batch norm (ops::set_batchno
   // Same checks as above with the cuDNN path on; shapes with C = 8 and 64 as well, since cuDNN's
   // persistent NHWC kernels specialise on channel counts. A problem cuDNN rejects falls back to
   // the hand-written kernels, which pass the same tolerances. Same tolerance reasons as above.
-  struct Reset {
-    ~Reset() { ops::set_batchnorm_cudnn(false); }
-  } reset;
-  ops::set_batchnorm_cudnn(true);
+  BnPath cudnn(true);
   for (DType dt : kDtypes)
     for (Shape shape : {Shape{2, 3, 3, 5}, Shape{7, 5}, Shape{4, 6, 6, 8}, Shape{8, 4, 4, 64}}) {
       INFO(dtype_name(dt), " ", shape_str(shape));
@@ -94,11 +104,8 @@ TEST_CASE("batch_norm_add_relu: composed and cuDNN-fused paths against the CPU c
   // covers it. ReLU's mask can differ only where bn(x) + z rounds to the other side of 0, which
   // these random inputs do not hit. Shapes with C = 8 and 64: cuDNN's fused NHWC kernels
   // specialise on channel counts; a problem it rejects runs the composition.
-  struct Reset {
-    ~Reset() { ops::set_batchnorm_cudnn(false); }
-  } reset;
   for (bool use_cudnn : {false, true}) {
-    ops::set_batchnorm_cudnn(use_cudnn);
+    BnPath path(use_cudnn);
     for (DType dt : kDtypes)
       for (Shape shape : {Shape{2, 3, 3, 5}, Shape{4, 6, 6, 8}, Shape{8, 4, 4, 64}}) {
         const char* path = use_cudnn ? "cuDNN" : "kernels";
@@ -196,6 +203,49 @@ TEST_CASE("dropout: the same generator state gives the same mask on both backend
   }
 }
 
+TEST_CASE("bias_dropout_add: values, gradients and the mask match the CPU and ops::dropout") {
+  for (DType dt : kDtypes) {
+    INFO(dtype_name(dt));
+    auto f = [](const std::vector<Tensor>& in) {
+      Generator g(4321);
+      g.advance(33);
+      return std::vector<Tensor>{ops::bias_dropout_add(in[0], in[1], in[2], 0.3f, true, g)};
+    };
+    // residual + (x + b) / (1 - p) in f32, one rounding; db sums <= 40 rows of masked dy in f32.
+    CHECK(parity_check(f, {randn_cpu({5, 8, 16}, 40), randn_cpu({16}, 41), randn_cpu({5, 8, 16}, 42)}, dt, rounding(dt)) ==
+          "");
+    CHECK(parity_check(f, {randn_cpu({9, 37}, 43), randn_cpu({37}, 44), randn_cpu({9, 37}, 45)}, dt, rounding(dt)) == "");
+    // Many rows: the bias gradient takes the multi-chunk partials + ordered finish (32 chunks).
+    Tolerance many = rounding(dt);
+    many.atol = 2e-3;
+    many.why = "bias gradient: f32 column sums of 4096 rows vs double, then one rounding to the dtype";
+    CHECK(parity_check(f, {randn_cpu({4096, 64}, 51), randn_cpu({64}, 52), randn_cpu({4096, 64}, 53)}, dt, many) == "");
+    auto eval = [](const std::vector<Tensor>& in) {
+      Generator g(1);
+      return std::vector<Tensor>{ops::bias_dropout_add(in[0], in[1], in[2], 0.3f, false, g)};
+    };
+    CHECK(parity_check(eval, {randn_cpu({6, 24}, 46), randn_cpu({24}, 47), randn_cpu({6, 24}, 48)}, dt, rounding(dt)) ==
+          "");
+    // The zero pattern (residual 0) must be the same on the CPU, on the GPU, and for the GPU's
+    // unfused dropout(x + b) from the same generator state.
+    Tensor x = ops::cast_raw(randn_cpu({12, 40}, 49), dt), b = ops::cast_raw(randn_cpu({40}, 50), dt);
+    Tensor zero = Tensor::zeros({12, 40}, dt);
+    const Device gpu = Device::cuda(0);
+    Generator gc(77), gg(77), gu(77);
+    auto f32 = [](const Tensor& t) { return ops::cast_raw(t, DType::F32); };
+    std::vector<float> yc = ops::bias_dropout_add(f32(x), f32(b), f32(zero), 0.5f, true, gc).to_vector();
+    std::vector<float> yg = ops::bias_dropout_add(x.to(gpu), b.to(gpu), zero.to(gpu), 0.5f, true, gg).to_vector();
+    std::vector<float> yu = ops::dropout(ops::add(x.to(gpu), b.to(gpu)), 0.5f, true, gu).to_vector();
+    REQUIRE(yc.size() == yg.size());
+    for (size_t i = 0; i < yc.size(); ++i) {
+      CHECK((yc[i] == 0.0f) == (yg[i] == 0.0f));
+      CHECK((yu[i] == 0.0f) == (yg[i] == 0.0f));
+    }
+    CHECK(gc.offset() == gg.offset());
+    CHECK(gu.offset() == gg.offset());
+  }
+}
+
 TEST_CASE("concat_channels, transpose12, reshape and flatten move data exactly") {
   for (DType dt : kDtypes) {
     INFO(dtype_name(dt));
@@ -209,4 +259,60 @@ TEST_CASE("concat_channels, transpose12, reshape and flatten move data exactly")
     };
     CHECK(parity_check(rs, {randn_cpu({2, 3, 4}, 18)}, dt, exact(dt)) == "");
   }
+}
+
+TEST_CASE("ResNet blocks on the GPU (cuDNN BN, fused BN+add+ReLU tail) against the CPU, f32") {
+  // The whole block, as ResNet runs it: BatchNorm2d::forward_add_relu takes cuDNN's fused path on
+  // the GPU (training mode, ops::batchnorm_cudnn() on) and the composition on the CPU. Strict f32
+  // (no TF32) so the convs agree to summation order; BN's backward cancellation then dominates, as
+  // in the batch_norm tolerance above (f32: 1e-4 relative, 2e-5 absolute), with 10x slack for the
+  // chain of three ops. ReLU masks can differ only where a pre-activation is within ~1e-6 of 0.
+  const bool tf32_was = ops::allow_tf32();
+  ops::set_allow_tf32(false);
+  BnPath cudnn(true);
+  auto rand_params = [](Module& m) {
+    Generator g(7);
+    for (auto& [_, p] : m.named_parameters()) p.detach().copy_(ops::scale(randn(p.shape(), g), 0.3f));
+  };
+  auto make = [&](bool bottleneck) -> ModulePtr {
+    auto ds = std::make_shared<Sequential>();
+    Conv2dOptions o;
+    o.stride = 2;
+    o.bias = false;
+    ds->add(std::make_shared<Conv2d>(16, bottleneck ? 32 : 8, 1, o, nullptr));
+    ds->add(std::make_shared<BatchNorm2d>(bottleneck ? 32 : 8));
+    ModulePtr b = bottleneck ? ModulePtr(std::make_shared<models::Bottleneck>(16, 8, 2, ds))
+                             : ModulePtr(std::make_shared<models::BasicBlock>(16, 8, 2, ds));
+    rand_params(*b);
+    return b;
+  };
+  auto close = [](const Tensor& gpu, const Tensor& cpu, const char* what) {
+    std::vector<float> a = gpu.to(Device::cpu()).to_vector(), b = cpu.to_vector();
+    REQUIRE(a.size() == b.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::fabs(a[i] - b[i]) > 2e-4 + 1e-3 * std::fabs(b[i])) {
+        if (bad++ < 5) std::printf("  %s[%zu]: gpu %.7g cpu %.7g\n", what, i, a[i], b[i]);
+      }
+    CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", a.size(), " differ");
+  };
+  for (bool bottleneck : {false, true}) {
+    INFO((bottleneck ? "Bottleneck" : "BasicBlock"));
+    ModulePtr cpu = make(bottleneck), gpu = make(bottleneck);
+    gpu->to(Device::cuda(0));
+    Tensor x = randn_cpu({4, 8, 8, 16}, 21).set_requires_grad(true);
+    Tensor xg = x.detach().to(Device::cuda(0)).set_requires_grad(true);
+    Tensor yc = (*cpu)(x), yg = (*gpu)(xg);
+    Tensor up = randn_cpu(yc.shape(), 22);
+    ops::sum(ops::mul(yc, up)).backward();
+    ops::sum(ops::mul(yg, up.to(Device::cuda(0)))).backward();
+    close(yg, yc, "y");
+    close(xg.grad(), x.grad(), "dx");
+    auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+    for (size_t i = 0; i < pc.size(); ++i) close(pg[i].second.grad(), pc[i].second.grad(), pc[i].first.c_str());
+    auto bc = cpu->named_buffers(), bg = gpu->named_buffers();
+    for (size_t i = 0; i < bc.size(); ++i)
+      if (is_floating(bc[i].second.dtype())) close(bg[i].second, bc[i].second, bc[i].first.c_str());
+  }
+  ops::set_allow_tf32(tf32_was);
 }

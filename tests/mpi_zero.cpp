@@ -37,10 +37,10 @@ namespace {
 // SmallCnn registers its tensors on itself under dotted names, which state_dict does not walk.
 struct TinyMlp : Module {
   Child<Linear> fc1, fc2;
-  explicit TinyMlp(uint64_t seed) {
+  explicit TinyMlp(uint64_t seed, int64_t hidden = 24) {
     Generator g(seed);
-    fc1 = register_module("fc1", std::make_shared<Linear>(192, 24, true, &g));
-    fc2 = register_module("fc2", std::make_shared<Linear>(24, 10, true, &g));
+    fc1 = register_module("fc1", std::make_shared<Linear>(192, hidden, true, &g));
+    fc2 = register_module("fc2", std::make_shared<Linear>(hidden, 10, true, &g));
   }
   Tensor forward(const Tensor& x) override { return (*fc2)(ops::relu((*fc1)(ops::flatten(x)))); }
   std::string type_name() const override { return "TinyMlp"; }
@@ -48,6 +48,7 @@ struct TinyMlp : Module {
 
 struct Setup {
   bool mlp = false;             // TinyMlp instead of SmallCnn
+  int64_t hidden = 24;          // TinyMlp's width
   int stage = 0;                // 0: DDP
   std::string optimizer = "adamw";
   BucketingOptions buckets{256, 1024};
@@ -66,7 +67,7 @@ struct Run {
   // ckpt: a checkpoint to resume (weights before DDP's broadcast, then the optimizer state).
   explicit Run(const Setup& s, const std::string& ckpt = "") : setup(s) {
     const uint64_t seed = 7 + 100 * world().rank;
-    model = s.mlp ? ModulePtr(std::make_shared<TinyMlp>(seed)) : ModulePtr(std::make_shared<SmallCnn>(seed));
+    model = s.mlp ? ModulePtr(std::make_shared<TinyMlp>(seed, s.hidden)) : ModulePtr(std::make_shared<SmallCnn>(seed));
     optim::NamedTensors load;
     if (!ckpt.empty()) load = load_checkpoint(ckpt, *model).optimizer;
     DdpOptions o;
@@ -175,6 +176,16 @@ TEST_CASE("ZeRO-1 and ZeRO-2 with AdamW equal DDP with AdamW; ranks bit-identica
   Setup one_bucket;
   one_bucket.buckets = {};
   check_same_as_ddp(one_bucket);
+  // The gathers that need no buffer. Width 64: fc1.weight (48 KiB, 12288 = 192 x 64 elements) is a
+  // bucket alone under ZeRO-2 and needs no padding at N = 2 or 4, so its gradient is handed over as
+  // the bucket and the gather lands in the parameter; under ZeRO-1 {fc1.bias, fc1.weight} (12352 =
+  // 193 x 64) is a bucket without padding, so the gather lands in its spent gradient buffer.
+  Setup alone;
+  alone.mlp = true;
+  alone.hidden = 64;
+  check_same_as_ddp(alone);
+  alone.accumulate = true;
+  check_same_as_ddp(alone);
 }
 
 TEST_CASE("ZeRO with LAMB (norms across shards), SGD momentum, clipping and no_sync equals DDP") {

@@ -131,6 +131,14 @@ TEST_CASE("batch_norm_add_relu: equals relu(batch_norm(x) + z); gradients for x,
     CHECK(fused.to_vector_f64() == ref.to_vector_f64());
     CHECK(rm1.to_vector_f64() == rm2.to_vector_f64());  // running stats updated once, the same way
   }
+  {  // eval mode (BatchNorm2d::forward_add_relu in a validation pass): the running statistics
+    Tensor rm = rand_f64({3}, 71, -0.5, 0.5, false), rv = rand_f64({3}, 72, 0.5, 2.0, false);
+    auto f = [&](const std::vector<Tensor>& in) {
+      return ops::batch_norm_add_relu(in[0], in[1], in[2], in[3], rm, rv, false, 0.1, 1e-5);
+    };
+    CHECK(gradcheck(f, {rand_f64({2, 2, 2, 3}, 73, -2, 2), rand_f64({2, 2, 2, 3}, 74, -1, 1),
+                        rand_f64({3}, 75, 0.5, 1.5), rand_f64({3}, 76)}) == "");
+  }
   Tensor rm = Tensor::zeros({3}, DType::F64), rv = Tensor::ones({3}, DType::F64);
   Tensor none;
   CHECK_THROWS_WITH_AS(ops::batch_norm_add_relu(rand_f64({4, 3}, 69), rand_f64({2, 3}, 70), none, none, rm, rv, true),

@@ -30,6 +30,17 @@ TEST_CASE("a parameter larger than the limit gets a bucket of its own") {
   CHECK(c == Buckets{{3, 2}, {1}, {0}});
 }
 
+TEST_CASE("alone_bytes: a large parameter is a bucket alone, the open bucket closes before it") {
+  // ZeRO-2's rule (reducer.cpp): without it the large gradient would share {3, 2, 1}.
+  BucketingOptions o{100, 100};
+  o.alone_bytes = 100;
+  Buckets b = assign_buckets({10, 5000, 10, 10}, same(4), o);
+  CHECK(b == Buckets{{3, 2}, {1}, {0}});
+  // Two large ones in a row (VGG's classifier): each alone, small ones between them closed early.
+  Buckets c = assign_buckets({10, 500, 10, 500, 10}, same(5), o);
+  CHECK(c == Buckets{{4}, {3}, {2}, {1}, {0}});
+}
+
 TEST_CASE("limits of zero put every parameter alone: the bucketing-off baseline") {
   Buckets b = assign_buckets({4, 8, 12}, same(3), {0, 0});
   CHECK(b == Buckets{{2}, {1}, {0}});

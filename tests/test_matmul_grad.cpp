@@ -9,6 +9,7 @@
 
 using namespace tandem;
 using testing::gradcheck;
+using testing::max_abs_diff;
 using testing::rand_f64;
 
 namespace {
@@ -31,13 +32,6 @@ std::vector<double> naive(const Tensor& a, const Tensor& b, bool ta, bool tb, in
         c[(s * m + i) * n + j] = acc;
       }
   return c;
-}
-
-double max_abs_diff(const std::vector<double>& x, const std::vector<double>& y) {
-  REQUIRE(x.size() == y.size());
-  double d = 0;
-  for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::fabs(x[i] - y[i]));
-  return d;
 }
 
 }  // namespace

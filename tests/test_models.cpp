@@ -14,9 +14,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/autograd.h"
+#include "core/ops/ops.h"
 #include "layers/models/models.h"
+#include "layers/models/resnet.h"
 
 using namespace tandem;
 
@@ -142,4 +145,63 @@ TEST_CASE("zero_init_residual zeroes the last BN of every block; small models ru
   ModulePtr s = models::create_model("small_cnn", 4, 1);
   CHECK((*s)(randn({3, 16, 16, 3}, gen)).shape() == Shape{3, 4});
   CHECK(s->num_parameters() == 23696 + 65 * 4);
+}
+
+TEST_CASE("ResNet blocks: the BN+add+ReLU tail (forward_add_relu) equals the block composed by hand") {
+  // The blocks end in BatchNorm2d::forward_add_relu (cuDNN's fused op on the GPU); on the CPU it is
+  // the composition, so values and gradients must equal conv/bn/relu/add run one by one, bit for
+  // bit, as before the change. BasicBlock with the identity shortcut, Bottleneck with a downsample.
+  auto rand_params = [](Module& m, uint64_t seed) {
+    Generator g(seed);
+    for (auto& [_, p] : m.named_parameters()) p.detach().copy_(ops::scale(randn(p.shape(), g), 0.5f));
+  };
+  auto ds = std::make_shared<Sequential>();
+  Conv2dOptions dso;
+  dso.stride = 2;
+  dso.bias = false;
+  ds->add(std::make_shared<Conv2d>(4, 8, 1, dso, nullptr));
+  ds->add(std::make_shared<BatchNorm2d>(8));
+  struct Case {
+    const char* name;
+    ModulePtr block;
+    int stages;
+  };
+  for (const Case& c : {Case{"basic", std::make_shared<models::BasicBlock>(4, 4, 1, nullptr), 2},
+                        Case{"bottleneck", std::make_shared<models::Bottleneck>(4, 2, 2, ds), 3}}) {
+    INFO(c.name);
+    Module& b = *c.block;
+    rand_params(b, 7);
+    auto children = b.named_children();
+    std::map<std::string, ModulePtr> kids(children.begin(), children.end());
+    for (bool training : {true, false}) {
+      INFO("training ", training);
+      b.train(training);
+      Generator g(3);
+      Tensor x = randn({2, 6, 6, 4}, g).set_requires_grad(true);
+      Tensor x2 = x.detach().clone().set_requires_grad(true);
+      Tensor y = b(x);
+      ops::sum(ops::mul(y, y)).backward();
+      std::vector<std::vector<float>> grads;
+      for (auto& [_, p] : b.named_parameters()) grads.push_back(p.grad().to_vector());
+      b.zero_grad();
+
+      Tensor h = x2;
+      for (int i = 1; i < c.stages; ++i) {
+        const std::string n = std::to_string(i);
+        h = ops::relu((*kids.at("bn" + n))((*kids.at("conv" + n))(h)));
+      }
+      const std::string n = std::to_string(c.stages);
+      Tensor tail = (*kids.at("bn" + n))((*kids.at("conv" + n))(h));
+      Tensor ref = ops::relu(ops::add(tail, kids.count("downsample") ? (*kids.at("downsample"))(x2) : x2));
+      ops::sum(ops::mul(ref, ref)).backward();
+      CHECK(y.to_vector() == ref.to_vector());
+      CHECK(x.grad().to_vector() == x2.grad().to_vector());
+      size_t i = 0;
+      for (auto& [name, p] : b.named_parameters()) {
+        INFO(name);
+        CHECK(p.grad().to_vector() == grads[i++]);
+      }
+      b.zero_grad();
+    }
+  }
 }

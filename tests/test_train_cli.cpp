@@ -47,6 +47,27 @@ TEST_CASE("--describe needs no data") {
   CHECK(c.has("out_features=7"));
 }
 
+TEST_CASE("--bn-impl: cudnn by default, tandem selectable, --cudnn-bn kept as an alias") {
+  AppRun h = run(0, app("train_imagenet") + " --help");
+  INFO(h.output);
+  CHECK(h.status == 0);
+  CHECK(h.has("--bn-impl"));
+  CHECK(h.has("{cudnn,tandem}=cudnn"));  // CLI11 prints the choices and the captured default
+  for (const char* ok : {" --bn-impl tandem", " --bn-impl cudnn", " --cudnn-bn"}) {
+    AppRun d = run(0, app("train_imagenet") + " --describe --model small_cnn" + ok);
+    INFO(ok, "\n", d.output);
+    CHECK(d.status == 0);
+  }
+  AppRun bad = run(0, app("train_imagenet") + " --describe --bn-impl cub");
+  INFO(bad.output);
+  CHECK(bad.status != 0);
+  CHECK(bad.has("--bn-impl"));
+  AppRun both = run(0, app("train_imagenet") + " --describe --cudnn-bn --bn-impl tandem");
+  INFO(both.output);
+  CHECK(both.status != 0);
+  CHECK(both.has("excludes"));
+}
+
 TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
   AppRun e = run(0, app("train_imagenet") + " --synthetic --epochs 0");
   INFO(e.output);

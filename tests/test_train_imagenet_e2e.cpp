@@ -84,6 +84,8 @@ TEST_CASE("1 of 2 epochs + --resume auto ends exactly where 2 epochs in one go e
   CHECK(slurp((s.root / "b2.log").string()).find("resumed from") != std::string::npos);
   json m = json::parse(slurp(b + "/m.json"));
   CHECK(m["steps_this_run"] == 3);
+  CHECK(m["bn_impl"] == "cpu");   // --bn-impl picks a GPU BatchNorm; the CPU has one
+  CHECK(m["bad_labels"] == 0);    // only the CUDA loss clamps and counts (CPU labels throw)
   tandem::testing::check_identical_checkpoints(a + "/checkpoint_epoch2.safetensors", b + "/checkpoint_epoch2.safetensors");
   CHECK(tandem::safetensors::load(a + "/checkpoint_epoch2.safetensors").metadata.at("step") == "6");
 }

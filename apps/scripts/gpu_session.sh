@@ -3,7 +3,7 @@
 #
 #   source .devkit/env.sh && bash apps/scripts/gpu_session.sh [options] [phase ...]
 #
-# Phases, in this order (default: all of them):
+# Phases, in this order (default: all of them but sanitize):
 #   build  configure + build build-gpu (Release, sm_90 from TANDEM_CMAKE_ARGS, ninja, -j16; never apt)
 #   info   nvidia-smi, driver, nvcc, cuDNN / NCCL versions (headers, PyTorch, what tandem links)
 #   test   ctest -L gpu (the parity tests), then every other ctest entry (CPU and multi-rank)
@@ -13,6 +13,11 @@
 #   train  per config: train_imagenet --synthetic, then the PyTorch peer (pytorch_peer.py) with the
 #          same model, batch, precision (f32 + TF32) and steps; then train_imagenet with and without
 #          --cuda-graph for the first resnet50 and resnet18 configs (cudagraph_<tag>_on/_off)
+#   sanitize  compute-sanitizer --tool memcheck on one resnet18 training step (tiny synthetic setup,
+#          cuDNN BN and tandem's BN kernels) and on each GPU parity test binary (tests/gpu_*); any
+#          reported error fails the step; the ERROR SUMMARY lines go to sanitize_summary.txt.
+#          Not in `all` (slow: run it as its own call). Memcheck slows kernels 10-100x, so the sizes
+#          are small and each run has its own time limit.
 # Every step runs under `timeout`, logs to its own file and is recorded in steps.tsv; a failing step
 # never ends the session. After every step summary.md (session_summary.py) and results.tar.gz are
 # rewritten, so a call killed by the device tool's time limit still returns what it had.
@@ -29,8 +34,8 @@ set -uo pipefail  # no -e: one failing step must not end the session
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/apps/scripts
-smoke=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; cat <<'EOF'
+smoke=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16 san_only=.
+usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; cat <<'EOF'
 Options:
   --cpu-smoke        CPU-only rehearsal with tiny settings (see above)
   --build-dir DIR    default build-gpu (build-cpu with --cpu-smoke)
@@ -41,6 +46,8 @@ Options:
   --configs LIST     model:batch list (default resnet50:64,resnet50:128,resnet18:128,vgg16:64)
   --jobs N           build parallelism (default 16)
   --fresh            forget earlier calls' raw results
+  --sanitize REGEX   sanitize phase: only the runs whose step name matches (default: all), e.g.
+                     'train' or 'gpu_ops' to split the phase over calls of 10 minutes
 EOF
 }
 phases=()
@@ -54,14 +61,20 @@ while [ $# -gt 0 ]; do
     --configs) configs=$2; shift ;;
     --jobs) jobs=$2; shift ;;
     --fresh) fresh=1 ;;
+    --sanitize) san_only=$2; shift ;;
     -h|--help) usage; exit 0 ;;
-    build|info|test|dist|bench|train|all) phases+=("$1") ;;
+    build|info|test|dist|bench|train|sanitize|all) phases+=("$1") ;;
     *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [ ${#phases[@]} -eq 0 ] && phases=(all)
-want() { local p; for p in "${phases[@]}"; do [ "$p" = all ] || [ "$p" = "$1" ] && return 0; done; return 1; }
+# `all` is every phase but sanitize (minutes of memcheck; asked for by name).
+want() {
+  local p
+  for p in "${phases[@]}"; do { [ "$p" = all ] && [ "$1" != sanitize ]; } || [ "$p" = "$1" ] && return 0; done
+  return 1
+}
 
 cd "$root" || exit 1
 export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}  # local ranks by fork: hydra must not look for ssh
@@ -271,6 +284,51 @@ if want train; then
   run_step "torch_${m}_b${b}_cudnnbench" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" \
     --batch "$b" --steps "$steps" --warmup "$warm" --image-size "$image" --cudnn-benchmark \
     --json "$raw/torch_${m}_b${b}_cudnnbench.json"
+fi
+
+if want sanitize; then
+  # compute-sanitizer ships with the toolkit; on the node it may not be on PATH.
+  san=$(command -v compute-sanitizer || true)
+  for c in "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/compute-sanitizer" \
+           /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -z "$san" ] && [ -x "$c" ] && san=$c
+  done
+  # --error-exitcode: any memcheck error fails the step even when the program itself exits 0.
+  # Leak checking stays off: the stream-ordered pool keeps memory by design (core/ storage).
+  san_args=(--tool memcheck --error-exitcode 99 --print-limit 50 --target-processes all)
+  if ! have_gpu; then
+    skip_step sanitize "no GPU (memcheck needs one)"
+  elif [ -z "$san" ]; then
+    # A GPU without the sanitizer is a broken toolkit, not a reason to skip: fail loudly.
+    run_step sanitize_tool 10 bash -c 'echo "compute-sanitizer not found (PATH, next to nvcc, /usr/local/cuda): install the CUDA toolkit'"'"'s sanitizer" >&2; exit 1'
+  else
+    # One step of resnet18, batch 4 at 64 px (layer4 at 2x2: every kernel and cuDNN BN path runs,
+    # at ~1 % of a 224 px batch's work), with each BN implementation.
+    for impl in cudnn tandem; do
+      [[ "sanitize_train_resnet18_$impl" =~ $san_only ]] || continue
+      need "$bin/apps/train_imagenet" "sanitize_train_resnet18_$impl" && \
+        run_step "sanitize_train_resnet18_$impl" 420 mpiexec -n 1 "$san" "${san_args[@]}" "$bin/apps/train_imagenet" \
+          --device cuda --synthetic --synthetic-size 64 --synthetic-val-size 0 --model resnet18 --batch 4 \
+          --image-size 64 --steps 1 --log-every 1 --workers 1 --bn-impl "$impl"
+    done
+    # The GPU parity tests (tests/gpu_*): exit 77 would mean "no GPU", which is a failure here.
+    for t in "$bin"/tests/gpu_*; do
+      [ -x "$t" ] || continue
+      n=$(basename "$t")
+      [[ "sanitize_$n" =~ $san_only ]] || continue
+      run_step "sanitize_$n" 420 bash -c '"$@"; rc=$?; [ $rc = 77 ] && { echo "$1: exit 77 (no GPU) on a GPU node" >&2; exit 1; }; exit $rc' \
+        _ "$san" "${san_args[@]}" "$t"
+    done
+  fi
+  # One line per run: the step's status and compute-sanitizer's "ERROR SUMMARY: N errors" (none
+  # when the sanitizer never got to print it: a timeout, or a missing tool).
+  for f in "$raw"/sanitize_*.log; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .log)
+    printf '%s: %s; %s\n' "$n" "$(awk -F'\t' -v n="$n" '$1 == n {s = $2 " (rc " $3 ")"} END {print s}' "$raw/steps.tsv")" \
+      "$(grep -h 'ERROR SUMMARY' "$f" | tail -1 | sed 's/^=* *//' | grep . || echo 'no ERROR SUMMARY line')"
+  done > "$raw/sanitize_summary.txt"
+  [ -s "$raw/sanitize_summary.txt" ] && cp "$raw/sanitize_summary.txt" "$results/sanitize_summary.txt"
 fi
 
 pack

@@ -2,7 +2,7 @@
 """apps/scripts/session_summary.py: the short report of a gpu_session.sh run, from its raw folder.
 
 Reads what gpu_session.sh left in RAW (steps.tsv, *.log, tandem_*.json, torch_*.json,
-bench_ops.json, bench_allreduce_*.json, info.log) and prints Markdown: the machine, the step
+bench_ops.json, bench_allreduce_*.json, info.log, sanitize_summary.txt) and prints Markdown: the machine, the step
 statuses, ctest pass/fail/skip counts, tandem vs PyTorch images/s per config, bench_ops median
 ratios and all-reduce bandwidth. --json FILE also writes the same numbers as JSON.
 Anything missing (a step that did not run yet, a run killed by its time limit) shows as "-": the
@@ -214,6 +214,9 @@ def main():
                 "|---|---|---|---|---|"]
         out += [f"| {r['run']} | {r['backend']} | {r['ranks']} | {r['small_bytes']}, {r['small_us']:.1f} "
                 f"| {r['big_bytes']}, {r['big_busbw_GBps']:.2f} |" for r in s["allreduce"]]
+    san = read(os.path.join(a.raw, "sanitize_summary.txt")).splitlines()
+    if san:  # gpu_session.sh's sanitize phase: compute-sanitizer memcheck, one line per run
+        out += ["", "## compute-sanitizer memcheck", ""] + [f"- {l}" for l in san]
     # What went wrong, readable without unpacking the tarball: compiler errors for the build, the
     # log's tail otherwise.
     bad = [k for k, r in st.items() if r["status"] in ("fail", "timeout")]

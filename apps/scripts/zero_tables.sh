@@ -50,18 +50,21 @@ def load(pattern):
     return rows
 lines = ["# ZeRO memory per rank: the ledger's prediction vs the allocator", "",
          "Model state = parameters + gradients + optimizer state (AdamW, f32), measured as the allocator's bytes",
-         "after the first step minus what was held before (data, loaders). Peak adds activations, workspace and",
-         "the transient buckets. MiB per rank.", "",
-         "| model | N | stage | formula | predicted state | measured state | diff | measured peak | vs DDP (state) |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "after the first step minus what was held before (data, loaders). Peak is the allocator's high-water mark",
+         "during the steps (set-up excluded): the model state plus activations, workspace and the transient",
+         "gradients, which the ledger predicts (dist/memory_ledger.h). MiB per rank.", "",
+         "| model | N | stage | formula | predicted state | measured state | diff | predicted state + transient | "
+         "measured peak | vs DDP (state) | vs DDP (peak) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
 ddp = {}
 for tag, m in load("mem_*.json"):
     led = m["memory_ledger"]; n = m["world_size"]; z = m["optimizer"]["zero"]
     p = led["predicted_bytes"]["model_state"]; s = led["measured_bytes"]["model_state"]
-    if z == 0: ddp[n] = s
-    ratio = f"{s / ddp[n]:.2f}" if n in ddp else ""
+    t = led["predicted_bytes"]["transient"]; peak = led["measured_bytes"]["peak"]
+    if z == 0: ddp[n] = (s, peak)
+    ratio = f"{s / ddp[n][0]:.2f} | {peak / ddp[n][1]:.2f}" if n in ddp else " | "
     lines.append(f"| {m['model']} ({m['parameters']/1e6:.1f} M) | {n} | {z} | {led['formula']} | {mib(p):.1f} | "
-                 f"{mib(s):.1f} | {100*(s/p-1):+.1f} % | {mib(led['measured_bytes']['peak']):.1f} | {ratio} |")
+                 f"{mib(s):.1f} | {100*(s/p-1):+.1f} % | {mib(p + t):.1f} | {mib(peak):.1f} | {ratio} |")
 open(os.path.join(out, "memory.md"), "w").write("\n".join(lines) + "\n")
 lines = ["# ZeRO throughput on the CPU: DDP vs ZeRO-1 vs ZeRO-2", "",
          "Steady images/s (global), AdamW, synthetic 64x64, batch 16 per rank, MPI over shared memory.", "",

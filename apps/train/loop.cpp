@@ -9,7 +9,7 @@
 #include "core/autograd.h"          // defines: NoGradGuard
 #include "core/ops/elementwise.h"   // defines: add (the device-side running loss), scale
 #include "core/ops/copy.h"          // defines: cast_raw (--amp inputs)
-#include "core/ops/loss.h"          // defines: cross_entropy, topk_correct
+#include "core/ops/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
 #include "dist/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/clip.h"             // defines: clip_grad_norm (--clip-grad-norm)
 #include "optim/lr_schedule.h"      // defines: lr_at
@@ -106,10 +106,21 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   const int world = t.world->size;
   double c1 = static_cast<double>(ops::topk_correct(logits, b.labels, 1));
   const float loss_sum = s.loss_sum.defined() ? s.loss_sum.to_vector()[0] : 0.0f;  // syncs the device
+  // Labels outside [0, classes) that the CUDA loss clamped in this interval (core/ops/loss.h): read
+  // once per progress line, where the reads above have already synchronised the device.
+  const auto bad_labels = static_cast<float>(t.dev.is_cuda() ? ops::take_bad_label_count() : 0);
   const double own_wall_ms = clock.interval_ms();
-  Tensor sums = Tensor::from_vector({loss_sum, float(c1), float(b.labels.numel())}, {3});
+  Tensor sums = Tensor::from_vector({loss_sum, float(c1), float(b.labels.numel()), bad_labels}, {4});
   dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "progress")->wait();
   std::vector<float> v = sums.to_vector();
+  rec.bad_labels += static_cast<int64_t>(v[3]);
+  if (v[3] > 0 && t.world->rank == 0)
+    std::fprintf(stderr,
+                 "train_imagenet: WARNING: %.0f labels outside [0, %lld) in steps %lld-%lld (all ranks); the CUDA "
+                 "loss clamped them into range, so those steps' loss, accuracy and gradients are wrong. Check "
+                 "the dataset's labels against its %lld classes.\n",
+                 v[3], static_cast<long long>(t.classes), static_cast<long long>(s.step - s.interval_steps + 1),
+                 static_cast<long long>(s.step), static_cast<long long>(t.classes));
   last.steps = s.interval_steps;
   last.wall_ms = clock.interval_ms();
   last.data_ms = clock.interval_data_ms;

@@ -4,7 +4,8 @@
 // all-reduced in buckets while backward runs), SGD, with the LR of optim/lr_schedule.h for that
 // step. The loss is summed on the device and read only when a progress line is due (every
 // --log-every steps and after the last), so no step waits for the host; the line's loss and top-1
-// are reduced across ranks in one collective. Unless --on-nonfinite off, every step also agrees
+// are reduced across ranks in one collective, together with the count of out-of-range labels the
+// CUDA loss clamped (a non-zero count is printed as a warning naming the steps). Unless --on-nonfinite off, every step also agrees
 // across ranks whether its loss is finite (apps/train/nonfinite.h: stop, or skip the update on every
 // rank), and TANDEM_FAULT's hooks run at their places in the step (apps/train/faults.h).
 #pragma once

@@ -97,9 +97,14 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
   app.add_flag("--describe", o.describe, "print the model and the settings, then exit (no data needed)");
   app.add_flag("--evaluate", o.evaluate, "print validation top-1/top-5 and loss of the --resume checkpoint, then exit");
-  app.add_flag("--cudnn-bn", o.cudnn_bn,
-               "GPU BatchNorm through cuDNN's NHWC batch norm instead of tandem's kernels (off by default until "
-               "measured; both pass the parity tests)");
+  auto* bn_impl = app.add_option("--bn-impl", o.bn_impl,
+                                 "GPU BatchNorm in training: cudnn (cuDNN's NHWC batch norm, with the ResNet block tail "
+                                 "fused as BN+add+ReLU) or tandem (tandem's own kernels: the parity reference)")
+                      ->check(CLI::IsMember({"cudnn", "tandem"}))->capture_default_str();
+  // The first H100 session's spelling (apps/results/2026-11-22-h100/call13_runs.log), kept so its
+  // commands still run; cuDNN is now the default, so it changes nothing.
+  app.add_flag_callback("--cudnn-bn", [&o] { o.bn_impl = "cudnn"; }, "same as --bn-impl cudnn (the default)")
+      ->excludes(bn_impl);
   app.add_flag("--deterministic", o.deterministic,
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
   app.add_option("--on-nonfinite", o.on_nonfinite,

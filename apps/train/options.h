@@ -75,7 +75,9 @@ struct TrainOptions {
   bool describe = false;            // print the model and settings, then exit (needs no data)
   bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
   bool deterministic = false;       // cuDNN: skip non-deterministic engines (ops::set_deterministic)
-  bool cudnn_bn = false;            // GPU BatchNorm through cuDNN's NHWC kernels (ops::set_batchnorm_cudnn)
+  std::string bn_impl = "cudnn";   // GPU training-mode BatchNorm: cudnn (cuDNN's NHWC kernels, and the
+                                    // fused BN+add+ReLU ResNet block tail) | tandem (tandem's own kernels,
+                                    // the parity reference); ops::set_batchnorm_cudnn. The CPU ignores it
   // faults (apps/train/nonfinite.h)
   // CUDA graphs (apps/train/graph_step.h): 3 eager steps, then the step is captured once and
   // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /

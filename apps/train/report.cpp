@@ -145,7 +145,9 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"skipped_files_train", x.skipped_train},
       {"skipped_files_val", x.skipped_val},
       {"skipped_steps", rec.skipped_steps},
+      {"bad_labels", rec.bad_labels},
       {"amp", o.amp},
+      {"bn_impl", t.dev.is_cuda() ? o.bn_impl : "cpu"},  // --bn-impl (the CPU has one BatchNorm)
       {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
       {"on_nonfinite", o.on_nonfinite},
       {"cuda_graph", o.cuda_graph},

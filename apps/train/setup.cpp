@@ -227,7 +227,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.amp = make_amp(o, *t.model);  // before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
   ops::set_deterministic(o.deterministic);  // before the first conv builds its cuDNN plans
-  ops::set_batchnorm_cudnn(o.cudnn_bn);
+  ops::set_batchnorm_cudnn(o.bn_impl == "cudnn");  // --bn-impl: on the CPU neither path exists
   NamedTensors opt_state;
   if (!resume.empty()) {
     Restored r = restore_checkpoint(resume, *t.model, o, w);

@@ -17,7 +17,7 @@
 namespace tandem::ops {
 namespace {
 
-std::atomic<bool> g_batchnorm_cudnn{false};  // see batchnorm.h
+std::atomic<bool> g_batchnorm_cudnn{true};  // see batchnorm.h: cuDNN by default
 
 void check_param(const Tensor& t, const Tensor& x, int64_t C, DType pdt, const char* what) {
   if (!t.defined()) return;

@@ -2,11 +2,10 @@
 //
 // The conv node saves x and w (detached) and computes, on demand, dx (backward data) and dw
 // (backward filter) through the backend. The bias [O] (NHWC makes it the innermost dim) is added
-// in place into the conv output (ops::add_, a vectorised broadcast on CUDA) inside the same op, so
-// there is no second activation-sized tensor and no separate add node; its gradient is the column
-// sum of dy (sum_to_trailing: a 2-D partials + finish reduction on CUDA). A fused conv+bias cuDNN
-// graph would need the runtime-fusion engines, which do not cover every shape and dtype, for a
-// saving that only matters to VGG/AlexNet (ResNet's convs have no bias: BatchNorm follows).
+// by cuDNN's fused conv + bias graph on CUDA where an engine takes it (ops::set_conv_bias_fusion,
+// conv.h), else in place into the conv output (ops::add_, a vectorised broadcast on CUDA) inside the
+// same op, so there is no second activation-sized tensor and no separate add node either way; its
+// gradient is the column sum of dy (sum_to_trailing: a 2-D partials + finish reduction on CUDA).
 #include "core/ops/conv.h"
 
 #include <atomic>
@@ -21,6 +20,7 @@ namespace {
 
 std::atomic<bool> g_deterministic{false};
 std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // see conv.h
+std::atomic<bool> g_bias_fusion{true};                     // see conv.h
 
 kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   TANDEM_CHECK(x.dim() == 4, "conv2d: input must be NHWC [N, H, W, C], got ", shape_str(x.shape()));
@@ -68,6 +68,8 @@ void set_conv_workspace_limit(int64_t bytes) {
   g_workspace_limit.store(bytes);
 }
 int64_t conv_workspace_limit() { return g_workspace_limit.load(); }
+void set_conv_bias_fusion(bool on) { g_bias_fusion.store(on); }
+bool conv_bias_fusion() { return g_bias_fusion.load(); }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   check_same_device(x, w, "conv2d");
@@ -77,13 +79,19 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
                "conv2d: f64 exists for CPU gradient checks only; cast to f32/bf16/f16 for CUDA");
   kernels::ConvGeom g = geometry(x, w, p);
   Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.o}, x.dtype(), x.device());
-  TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
-
   if (b.defined()) {
     check_same_device(x, b, "conv2d");
     check_same_dtype(x, b, "conv2d");
     check_shape(b, {g.o}, "conv2d", "bias");
-    add_(y, b);  // y is ours and not yet in any graph: adding in place is safe
+  }
+  bool bias_done = false;
+#ifdef TANDEM_WITH_CUDA
+  if (b.defined() && x.is_cuda() && conv_bias_fusion())  // TANDEM_BACKEND: for TANDEM_SYNC_CHECK
+    TANDEM_BACKEND(x, (void)0, bias_done = kernels::conv2d_forward_bias_cuda(g, x, w, b, y));
+#endif
+  if (!bias_done) {
+    TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
+    if (b.defined()) add_(y, b);  // y is ours and not yet in any graph: adding in place is safe
   }
 
   bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();

@@ -32,5 +32,17 @@ bool deterministic();
 // come from the same stream-ordered pool).
 void set_conv_workspace_limit(int64_t bytes);
 int64_t conv_workspace_limit();
+// Forward bias in cuDNN's graph (CUDA): conv and a pointwise bias ADD as one fused graph, so y is
+// written once instead of written, read and written again by a separate broadcast add (for VGG16 at
+// batch 64, 224 px, ~7 GB of traffic per step, ~2.5 ms on an H100). Only cuDNN's runtime-fusion
+// engines take that graph: the first call per shape compiles a kernel (NVRTC, part of init time),
+// and shapes or dtypes without a fused engine (or whose fused plan fails) fall back, remembered per
+// shape, to the plain conv plus the broadcast add. Same values either way up to f32 summation order:
+// the bias is added in f32 before the one rounding to y's dtype. Default on; off restores the
+// separate add. Backward is unchanged (the bias gradient is a column sum of dy). ResNet's convs have
+// no bias, so only VGG/AlexNet see it. Not yet timed on a GPU: bench_ops prints both.
+// Linear layers need no switch: ops::linear already uses cuBLASLt's BIAS / BGRADB epilogues.
+void set_conv_bias_fusion(bool on);
+bool conv_bias_fusion();
 
 }  // namespace tandem::ops

@@ -25,6 +25,7 @@
 #include "core/ops/dropout.h"      // defines: dropout
 #include "core/ops/elementwise.h"  // defines: add, sub, mul, scale, relu, relu_, gelu, in-place add_/scale_/axpby_
 #include "core/ops/embedding.h"    // defines: embedding
+#include "core/ops/fused_bias.h"   // defines: bias_gelu, bias_dropout_add (transformer GEMM tails)
 #include "core/ops/loss.h"         // defines: cross_entropy (label smoothing), take_bad_label_count, topk_correct
 #include "core/ops/matmul.h"       // defines: linear, matmul
 #include "core/ops/norm.h"         // defines: layer_norm

@@ -1,7 +1,6 @@
 // layers/models/resnet.cpp: torchvision's ResNet (v1.5) on NHWC tensors.
 #include "layers/models/resnet.h"
 
-#include "core/ops/elementwise.h"
 #include "layers/init.h"
 
 namespace tandem::models {
@@ -32,12 +31,12 @@ ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after
 
 Tensor ResidualBlock::forward(const Tensor& x) {
   Tensor out = x;
-  for (size_t i = 0; i < convs_.size(); ++i) {
-    out = bns_[i](convs_[i](out));
-    if (i + 1 < convs_.size()) out = relu_(out);
-  }
+  const size_t last = convs_.size() - 1;
+  for (size_t i = 0; i < last; ++i) out = relu_(bns_[i](convs_[i](out)));
+  Tensor tail = convs_[last](out);
   Tensor identity = downsample_ ? downsample_(x) : x;
-  return relu_(ops::add(out, identity));
+  // relu(bn(tail) + identity) as one op: cuDNN's fused BN+add+ReLU on the GPU (BatchNorm2d).
+  return bns_[last]->forward_add_relu(tail, identity);
 }
 
 BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int stride, std::shared_ptr<Sequential> downsample)

@@ -70,4 +70,11 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
   return err.str();
 }
 
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  TANDEM_CHECK(a.size() == b.size(), "max_abs_diff: the lists differ in length (", a.size(), " vs ", b.size(), ")");
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::fmax(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
 }  // namespace tandem::testing

@@ -27,6 +27,10 @@ struct GradcheckOptions {
 std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
                       const GradcheckOptions& opt = {});
 
+// Largest |a[i] - b[i]| of two equal-length value lists (an error when the lengths differ), for
+// tests that compare an op with the op sequence it replaces.
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
+
 // Random f64 CPU tensor in [lo, hi) that requires grad.
 Tensor rand_f64(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0, bool requires_grad = true);
 

@@ -8,7 +8,10 @@
 // the column, so a warp reads kColTx consecutive columns of one row (coalesced); each block writes
 // one partial per column, and a second kernel adds the R partials in chunk order. No atomics: the
 // result is bit-reproducible for a given shape.
+// column_finish_kernel is that second kernel, shared by the bias-gradient reductions
+// (elementwise.cu, fused_bias.cu).
 #pragma once
+#include "core/ops/cuda/dispatch.cuh"
 
 namespace tandem::cuda {
 
@@ -31,6 +34,17 @@ inline ColumnChunks plan_column_chunks(long long M, long long C) {
   if (rpc < 1) rpc = 1;
   long long count = (M + rpc - 1) / rpc;
   return {rpc, static_cast<int>(count < 1 ? 1 : count)};
+}
+
+// dst[c] = sum over the `chunks` f32 partials of column c ([chunks, n] row-major), in chunk order
+// (deterministic). One thread per column; launch with ceil(n / 256) blocks of 256.
+template <typename T>
+__global__ void column_finish_kernel(const float* partial, int chunks, long long n, T* dst) {
+  long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (c >= n) return;
+  float acc = 0.f;
+  for (int r = 0; r < chunks; ++r) acc += partial[r * n + c];
+  dst[c] = from_float<T>(acc);
 }
 
 }  // namespace tandem::cuda

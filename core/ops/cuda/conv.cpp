@@ -9,6 +9,12 @@
 //   finalizes -> plan, executed with a variant pack (uid -> device pointer, workspace).
 // The same three uids serve all three ops: forward reads 1, 2 and writes 3; backward data reads 2, 3
 // and writes 1; backward filter reads 1, 3 and writes 2.
+// Forward with bias (conv2d_forward_bias_cuda) is a two-node graph: the convolution writes a virtual
+// f32 tensor (uid 4, never in memory) and a pointwise ADD with the bias (uid 5, [1, O, 1, 1]
+// broadcast over N, H, W) writes y (uid 3), so the bias costs no extra pass over y. Only cuDNN's
+// runtime-fusion engines take such graphs (compiled with NVRTC when the plan is built) and not for
+// every shape and dtype: a problem without a fused engine is remembered and runs the plain forward,
+// and the caller adds the bias (core/ops/conv.cpp).
 //
 // Layout: cuDNN dimensions are always in N, C, H, W order; NHWC is said with strides
 // ([H W C, 1, W C, C]) and the OHWI filter likewise ([KH KW Cg, 1, KW Cg, Cg]). Groups are implied
@@ -44,11 +50,11 @@
 namespace tandem::kernels {
 namespace {
 
-enum class ConvOp : int64_t { Forward, BackwardData, BackwardFilter };
+enum class ConvOp : int64_t { Forward, BackwardData, BackwardFilter, ForwardBias };
 
 // What differs between the three operations is only which descriptor type and attribute names
 // they use; the roles (x-shaped, w-shaped, y-shaped tensor, conv descriptor, alpha, beta) are the
-// same. Indexed by ConvOp.
+// same. Indexed by ConvOp (ForwardBias uses Forward's).
 struct OpAttrs {
   const char* name;  // for error messages
   cudnnBackendDescriptorType_t type;
@@ -91,11 +97,11 @@ void set_desc(const DescPtr& d, cudnnBackendAttributeName_t name, const DescPtr&
 
 struct Plan {
   std::vector<DescPtr> keep;  // tensors, conv, op and graph: alive as long as the plan refers to them
-  DescPtr plan;
+  DescPtr plan;  // null: no engine takes the fused conv + bias graph for this problem
   int64_t workspace = 0;
 };
 
-using Key = std::array<int64_t, 23>;
+using Key = std::array<int64_t, 24>;
 // One entry per distinct conv problem of the model. Leaked on purpose, like the handles: a static
 // map would destroy its execution plans after the CUDA runtime's own atexit teardown, and cuDNN
 // 9.10+ is reported to segfault there (pytorch/pytorch#169153 leaks its plan cache for this).
@@ -122,10 +128,14 @@ int64_t alignment(const void* p) {  // largest power of two <= 16 dividing the a
 }
 
 // A 4-D NHWC tensor [n, h, w, c] described to cuDNN as dims (n, c, h, w) with NHWC strides.
-DescPtr tensor(int64_t uid, cudnnDataType_t t, int64_t n, int64_t h, int64_t w, int64_t c, int64_t align) {
+// Virtual: an intermediate of a fused graph, never in memory. A [1, 1, 1, c] tensor (the bias)
+// broadcasts over the others' n, h and w.
+DescPtr tensor(int64_t uid, cudnnDataType_t t, int64_t n, int64_t h, int64_t w, int64_t c, int64_t align,
+               bool is_virtual = false) {
   auto d = std::make_shared<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   const int64_t dims[4] = {n, c, h, w};
   const int64_t strides[4] = {h * w * c, 1, w * c, c};
+  if (is_virtual) set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
   set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t);
   set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
   set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
@@ -199,16 +209,19 @@ bool pick_plan(cudnnHandle_t handle, const DescPtr& graph, cudnnBackendHeurMode_
   return false;
 }
 
-Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, const int64_t align[3]) {
+// Builds the plan; for ForwardBias, a plan whose `plan` is null when no engine takes the graph.
+Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, const int64_t align[4]) {
   cudnnHandle_t handle = cuda::dnn_handle();
   cudnnDataType_t t = dnn_type(dt);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // f32 accumulation for every dtype
+  const bool fused = op == ConvOp::ForwardBias;
   const int64_t cg = g.c / g.p.groups;
   DescPtr x = tensor(1, t, g.n, g.h, g.w, g.c, align[0]);
   DescPtr w = tensor(2, t, g.o, g.kh, g.kw, cg, align[1]);  // OHWI is NHWC-shaped: (O, KH, KW, Cg)
   DescPtr y = tensor(3, t, g.n, g.oh, g.ow, g.o, align[2]);
+  DescPtr conv_y = fused ? tensor(4, compute, g.n, g.oh, g.ow, g.o, 16, true) : y;
 
   auto conv = std::make_shared<Desc>(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // f32 accumulation for every dtype
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   const int64_t dims = 2;
   const int64_t dil[2] = {g.p.dilation_h, g.p.dilation_w}, str[2] = {g.p.stride_h, g.p.stride_w},
@@ -223,25 +236,48 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
   CUDNN_CHECK(cudnnBackendFinalize(conv->d));
 
   const float alpha = 1.0f, beta = 0.0f;  // outputs are overwritten, never accumulated into
-  const OpAttrs& a = kOpAttrs[static_cast<int>(op)];
+  const OpAttrs& a = kOpAttrs[static_cast<int>(fused ? ConvOp::Forward : op)];
   auto node = std::make_shared<Desc>(a.type);
   set_desc(node, a.x, x);
   set_desc(node, a.w, w);
-  set_desc(node, a.y, y);
+  set_desc(node, a.y, conv_y);
   set_desc(node, a.conv, conv);
   set(node, a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha);
   set(node, a.beta, CUDNN_TYPE_FLOAT, 1, &beta);
   CUDNN_CHECK(cudnnBackendFinalize(node->d));
 
-  auto graph = std::make_shared<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &node->d);
-  set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  CUDNN_CHECK(cudnnBackendFinalize(graph->d));
-
   Plan p;
-  p.keep = {x, w, y, conv, node, graph};
+  p.keep = {x, w, y, conv, node};
+  std::vector<cudnnBackendDescriptor_t> nodes{node->d};
+  if (fused) {  // y = conv_y + bias, in f32 before the one rounding to y's dtype
+    DescPtr bias = tensor(5, t, 1, 1, 1, g.o, align[3]);
+    auto add = std::make_shared<Desc>(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    const cudnnPointwiseMode_t pw_mode = CUDNN_POINTWISE_ADD;
+    set(add, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &pw_mode);
+    set(add, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+    CUDNN_CHECK(cudnnBackendFinalize(add->d));
+    auto add_node = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    set_desc(add_node, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, add);
+    set_desc(add_node, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, conv_y);
+    set_desc(add_node, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, bias);
+    set_desc(add_node, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+    CUDNN_CHECK(cudnnBackendFinalize(add_node->d));
+    p.keep.insert(p.keep.end(), {conv_y, bias, add, add_node});
+    nodes.push_back(add_node->d);
+  }
+
+  auto graph = std::make_shared<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(nodes.size()),
+      nodes.data());
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  // A fused graph cuDNN cannot take may already fail here (NOT_SUPPORTED): no fused plan.
+  if (fused && cudnnBackendFinalize(graph->d) != CUDNN_STATUS_SUCCESS) return Plan{};
+  if (!fused) CUDNN_CHECK(cudnnBackendFinalize(graph->d));
+  p.keep.push_back(graph);
+
   bool ok = pick_plan(handle, graph, CUDNN_HEUR_MODE_A, filter, p) ||
             pick_plan(handle, graph, CUDNN_HEUR_MODE_FALLBACK, filter, p);
+  if (fused && !ok) return Plan{};
   TANDEM_CHECK(ok, "cuDNN has no engine for conv2d ", a.name, " (", dtype_name(dt), ", x [",
                g.n, ", ", g.h, ", ", g.w, ", ", g.c, "], w [", g.o, ", ", g.kh, ", ", g.kw, ", ", cg, "], groups ",
                g.p.groups, filter.f32_strict ? ", TF32 disabled" : "", filter.deterministic ? ", deterministic" : "",
@@ -250,39 +286,67 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
   return p;
 }
 
-void run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const Tensor& ys) {
-  if (g.n == 0) return;
+// Runs op on the compute stream. bias: ForwardBias only. Returns false only for ForwardBias without a
+// working fused plan (y is then garbage or untouched: the caller's plain forward overwrites it);
+// every other failure throws.
+bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const Tensor& ys,
+         const Tensor& bias = Tensor()) {
+  if (g.n == 0) return true;  // nothing to compute, and an empty y has no bias to add
+  const bool fused = op == ConvOp::ForwardBias;
   const DType dt = xs.dtype();
   const EngineFilter filter{dt == DType::F32 && !ops::allow_tf32(), ops::deterministic(), ops::conv_workspace_limit()};
-  void* ptrs[3] = {xs.data_ptr(), ws.data_ptr(), ys.data_ptr()};
-  const int64_t align[3] = {alignment(ptrs[0]), alignment(ptrs[1]), alignment(ptrs[2])};
+  void* ptrs[4] = {xs.data_ptr(), ws.data_ptr(), ys.data_ptr(), fused ? bias.data_ptr() : nullptr};
+  const int64_t align[4] = {alignment(ptrs[0]), alignment(ptrs[1]), alignment(ptrs[2]), fused ? alignment(ptrs[3]) : 0};
   const int device = cuda::current_device();
   Key key{device, static_cast<int64_t>(dt), static_cast<int64_t>(op), filter.f32_strict, filter.deterministic,
           filter.max_workspace, g.n, g.h, g.w, g.c, g.o, g.kh, g.kw,
           g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups,
-          align[0], align[1], align[2]};
+          align[0], align[1], align[2], align[3]};
 
   std::lock_guard<std::mutex> lock(g_mutex);  // plans are shared; execution is a cheap enqueue
   auto it = plans().find(key);
-  if (it == plans().end()) it = plans().emplace(key, build(g, op, dt, filter, align)).first;
-  const Plan& p = it->second;
+  if (it == plans().end()) {
+    Plan built;
+    if (!fused) {
+      built = build(g, op, dt, filter, align);
+    } else {
+      try {  // an attribute this cuDNN rejects means no fused plan, not a failed conv
+        built = build(g, op, dt, filter, align);
+      } catch (const Error&) {
+        built = Plan{};
+      }
+    }
+    it = plans().emplace(key, std::move(built)).first;
+  }
+  Plan& p = it->second;
+  if (!p.plan) return false;
 
   Storage workspace(static_cast<size_t>(p.workspace), Device::cuda(device));
   void* ws_ptr = workspace.data();
-  const int64_t uids[3] = {1, 2, 3};
+  const int64_t uids[4] = {1, 2, 3, 5};
+  const int64_t n_ptrs = fused ? 4 : 3;
   auto pack = std::make_shared<Desc>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-  set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+  set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n_ptrs, uids);
+  set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n_ptrs, ptrs);
   set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr);
   CUDNN_CHECK(cudnnBackendFinalize(pack->d));
-  CUDNN_CHECK(cudnnBackendExecute(cuda::dnn_handle(), p.plan->d, pack->d), "conv2d on x [", g.n, ", ", g.h, ", ",
-              g.w, ", ", g.c, "] with ", g.o, " filters ", g.kh, "x", g.kw);
+  const cudnnStatus_t st = cudnnBackendExecute(cuda::dnn_handle(), p.plan->d, pack->d);
+  if (fused && st != CUDNN_STATUS_SUCCESS) {  // e.g. a runtime-compiled kernel that cannot launch
+    p = Plan{};  // never again for this problem: the plain forward and the broadcast add run
+    return false;
+  }
+  CUDNN_CHECK(st, "conv2d on x [", g.n, ", ", g.h, ", ", g.w, ", ", g.c, "] with ", g.o, " filters ", g.kh, "x",
+              g.kw);
+  return true;
 }
 
 }  // namespace
 
 void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y) {
   run(ConvOp::Forward, g, x, w, y);
+}
+bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  return run(ConvOp::ForwardBias, g, x, w, y, b);
 }
 void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
   run(ConvOp::BackwardData, g, dx, w, dy);

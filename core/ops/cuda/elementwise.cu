@@ -15,6 +15,7 @@
 #include "core/ops/cuda/block_reduce.cuh"
 #include "core/ops/cuda/column_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
+#include "core/ops/cuda/vector_access.cuh"
 #include "core/ops/elementwise_visit.h"
 #include "core/ops/functors.h"
 
@@ -23,17 +24,11 @@ namespace {
 using cuda::from_float;
 using cuda::to_float;
 
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-template <typename T>
-struct alignas(16) Vec {
-  T v[kVec<T>];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-__device__ __forceinline__ long long thread_index() { return blockIdx.x * (long long)blockDim.x + threadIdx.x; }
-__device__ __forceinline__ long long grid_stride() { return (long long)gridDim.x * blockDim.x; }
+using cuda::aligned16;
+using cuda::grid_stride;
+using cuda::kVec;
+using cuda::thread_index;
+using cuda::Vec;
 
 template <typename T, typename F>
 __global__ void map1_kernel(const T* x, T* y, long long n, F f) {
@@ -125,16 +120,6 @@ __global__ void column_partial_kernel(const T* src, long long m, long long n, lo
   if (threadIdx.y == 0 && c < n) out[blockIdx.y * n + c] = from_float<O>(acc);
 }
 
-// dst[c] = sum over the R partials of column c, in chunk order (deterministic).
-template <typename T>
-__global__ void column_finish_kernel(const float* partial, int chunks, long long n, T* dst) {
-  long long c = thread_index();
-  if (c >= n) return;
-  float acc = 0.f;
-  for (int r = 0; r < chunks; ++r) acc += partial[r * n + c];
-  dst[c] = from_float<T>(acc);
-}
-
 }  // namespace
 
 void unary_cuda(Unary op, const Tensor& x, Tensor& y, float alpha) {
@@ -163,7 +148,7 @@ void sum_leading_cuda(const Tensor& src, Tensor& dst) {
     Tensor partial = Tensor::empty({ch.count, n}, DType::F32, src.device());
     column_partial_kernel<T, float><<<grid, block, 0, s>>>(sp, m, n, ch.rows_per_chunk, partial.data<float>());
     CUDA_CHECK_LAUNCH("bias gradient (column partial sums)");
-    column_finish_kernel<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(partial.data<float>(), ch.count, n,
+    cuda::column_finish_kernel<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(partial.data<float>(), ch.count, n,
                                                                                    dp);
     CUDA_CHECK_LAUNCH("bias gradient (column finish)");
   });

@@ -5,7 +5,9 @@
 // [g C/groups, (g+1) C/groups) and writes output channels [g O/groups, (g+1) O/groups).
 // The op layer (core/ops/conv.cpp) validates shapes and fills ConvGeom; these functions only
 // compute. Every output is overwritten (=), never accumulated into: dx and dw are fresh tensors.
-// Bias is not handled here (conv.cpp adds it with the broadcast add).
+// Bias: conv2d_forward_bias_cuda fuses it into cuDNN's graph where an engine takes it and returns
+// false where none does (y must then be recomputed: conv.cpp runs the plain forward and the
+// broadcast add, as it does everywhere else).
 #pragma once
 #include <cstdint>
 
@@ -26,6 +28,7 @@ void conv2d_backward_data_cpu(const ConvGeom& g, const Tensor& dy, const Tensor&
 void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
 #ifdef TANDEM_WITH_CUDA
 void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y);
+bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
 #endif
