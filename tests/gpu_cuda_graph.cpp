@@ -116,7 +116,10 @@ TEST_CASE("a host sync inside the step fails the capture with the reason, and ea
   }
   INFO(message);
   CHECK(message.find("capturing the training step as a CUDA graph failed") != std::string::npos);
-  CHECK(message.find("host synchronisation") != std::string::npos);
+  // CUDA reports the D2H copy or the stream sync as unsupported, or (if an earlier call already
+  // broke the capture) as invalidated: either way the message explains it.
+  CHECK((message.find("host synchronisation") != std::string::npos ||
+         message.find("invalidated the capture") != std::string::npos));
   CHECK_FALSE(graph.captured());
   CHECK(ops::add(a, a).to_vector()[3] == 2.0f);  // the stream is out of capture mode
 }
