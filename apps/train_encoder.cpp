@@ -4,6 +4,8 @@
 //   mpiexec -n 2 train_encoder --data /usr/share/games/fortunes --vocab vocab.txt --model bert_mini
 //   mpiexec -n 8 train_encoder --synthetic --model bert_base --steps 200 --metrics run.json
 //
+//   mpiexec -n 4 train_encoder --synthetic --model bert_large --amp bf16 --steps 100   (or --zero 2)
+//
 // One process per rank (GPU local_rank % device_count, or the CPU). The corpus is tokenized with
 // WordPiece, packed into --seq-len sequences and masked as BERT does (data/text_dataset.h); every
 // 20th document is held out. Each step: forward through DDP computing the masked-LM loss, backward
@@ -11,8 +13,15 @@
 // warmup + linear decay. Validation reports masked-token accuracy and loss on the held-out text
 // beside the unigram baseline (always guessing the most frequent token). Checkpoints carry Hugging
 // Face's BertForMaskedLM names; --resume auto continues exactly (same batches, masks, LR).
-// Progress lines: sequences/s and tokens/s, MFU, the ms/step split and memory (apps/encoder/report.h).
-// Left out (rejected with an error, never ignored): --amp bf16/fp16 and --zero 1/2.
+// --amp bf16|fp16: the model in 16-bit as core/autocast.h says (LayerNorm statistics, softmax, the
+// loss and the embedding gradients' sums in f32), f32 master weights and optimizer state, fp16 loss
+// scaling; steps with non-finite gradients are skipped on every rank and counted (apps/train/amp.h).
+// --zero 1|2: the optimizer state (1) and the gradients (2) sharded across ranks (dist/zero.h), with
+// BERT's weight-decay groups applied per shard segment by parameter name. Either way checkpoints
+// stay canonical (unsharded, name-keyed optimizer state; f32 masters), so a run resumes at another
+// world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/train/amp.h).
+// Progress lines: sequences/s and tokens/s, MFU, the ms/step split, memory, the loss scale and skipped
+// steps (apps/encoder/report.h); the start-up lines print the memory ledger.
 //
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
 // flops.h, param_groups.h (apps/train/clock.h holds every timing).

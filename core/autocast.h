@@ -8,13 +8,19 @@
 //   conv2d          Low (*)      Low      Low         tensor cores; cuDNN/OpenBLAS accumulate in f32
 //   linear/matmul   Low (*)      Low      Low         tensor cores; cuBLASLt/OpenBLAS accumulate in f32
 //   attention       Low (*)      Low      -           GEMMs as above; softmax in f32 registers
+//   softmax         f32          Low      -           the reference path's scale_mask_softmax: max,
+//                                                     exp and row sum in f32 (CPU f64; masked: a floor)
 //   elementwise     f32 per elt  Low      -           one rounding per element, nothing accumulates
+//   gelu            f32 per elt  Low      -           erf form (BERT), or cuBLASLt's f32 epilogue
 //   pools, dropout  f32 per elt  Low      -           as elementwise
-//   embedding       copy         Low      Low         a gather: no arithmetic
+//   embedding       copy         Low      Low         forward a gather; backward's scatter-add of
+//                                                     repeated tokens (and of the tied MLM decoder)
+//                                                     accumulates in f32 and rounds once
 //   batch_norm      f32          Low      f32         mean/var of 16-bit values lose digits (f16 var
 //                                                     overflows past 256^2); cuDNN takes 16-bit x with
 //                                                     f32 scale, bias and statistics
-//   layer_norm      f32          Low      Low (**)    statistics in f32 inside the kernel
+//   layer_norm      f32          Low      Low (**)    statistics in f32 inside the kernel; the
+//                                                     weight/bias gradients' column sums too
 //   softmax-CE      f32          f32      -           log-sum-exp overflows f16; the loss is a sum
 //   sum/mean        f32 (f64 CPU) Low     -           long reductions lose digits in 16-bit
 //   loss scaling,   f32          f32      f32         optim/amp.h: master weights and the optimizer
@@ -22,6 +28,9 @@
 // (*) the CPU computes every 16-bit op in f32 and rounds its output once (core/ops/cpu/widen.h).
 // (**) the layer_norm op takes weight and bias in x's dtype (core/ops/norm.cpp); their f32 master
 //      copies live in optim/amp.h like every other 16-bit parameter.
+// The encoder under AMP (apps/train_encoder --amp): LayerNorm, the attention softmax, the masked-LM
+// cross-entropy and the embedding gradients' reductions run in f32 by the rows above; its
+// parameters are all 16-bit with f32 masters (the tied decoder weight is the word embedding's).
 #pragma once
 #include <string>
 #include <vector>

@@ -17,6 +17,7 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
   m.params = low * psi;
   m.grads = low * (o.stage == 2 ? shard : psi);
   const double state_elems = o.stage == 0 ? psi : shard;
+  m.master_grads = o.mixed ? 4 * state_elems : 0;  // one f32 gradient per master
   m.optimizer = o.state_bytes * state_elems;
   m.masters = o.mixed ? 4 * state_elems : 0;
   m.transient = low * static_cast<double>(o.largest_bucket + (o.stage == 2 ? o.next_bucket : 0));
@@ -26,6 +27,7 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
     return std::string(b);
   };
   m.formula = term(low, false) + " + " + term(low, o.stage == 2) + " + " + term(k, o.stage > 0);
+  if (o.mixed) m.formula += " (+ " + term(4, o.stage > 0) + " f32 master grads)";
   return m;
 }
 
@@ -37,6 +39,10 @@ std::string MemoryLedger::str() const {
                 "weights %.1f MiB = %.1f MiB; transient gradients %.1f MiB",
                 formula.c_str(), mb(params), mb(grads), mb(optimizer), mb(masters), mb(model_state()), mb(transient));
   std::string s = buf;
+  if (master_grads > 0) {
+    std::snprintf(buf, sizeof buf, " (model state includes f32 master grads of %.1f MiB)", mb(master_grads));
+    s += buf;
+  }
   if (measured_state >= 0) {
     std::snprintf(buf, sizeof buf, "\nmemory per rank (measured): model state %.1f MiB (%+.1f%% vs predicted), peak "
                   "%.1f MiB (activations, workspace and transients %.1f MiB)",

@@ -5,6 +5,10 @@
 //     DDP    2Ψ + 2Ψ   + 12Ψ          = 16Ψ
 //     ZeRO-1 2Ψ + 2Ψ   + 12Ψ/N        = 4Ψ + 12Ψ/N
 //     ZeRO-2 2Ψ + 2Ψ/N + 12Ψ/N        = 2Ψ + 14Ψ/N
+//   beyond the paper, tandem's AMP also keeps an f32 gradient per master (optim/amp.h: the fused
+//   unscale writes it, the optimizer reads it), 4Ψ (DDP) or 4Ψ/N (ZeRO): the ledger's own term
+//   master_grads, in model_state() and after the formula ("... (+ 4Ψ/N f32 master grads)"), so
+//   predicted and measured compare like for like;
 //   f32 (no AMP: the parameters are the master weights, K = 8 for Adam, 4 for SGD with momentum):
 //     DDP    4Ψ + 4Ψ   + KΨ           (Adam: 16Ψ)
 //     ZeRO-1 4Ψ + 4Ψ   + KΨ/N         (Adam: 8Ψ + 8Ψ/N)
@@ -47,7 +51,8 @@ struct MemoryLedger {
   double params = 0, grads = 0, optimizer = 0, masters = 0;  // the ZeRO paper's model state
   double transient = 0;                                       // gradient buffers, see above
   std::string formula;                                        // e.g. "4Ψ + 4Ψ/N + 8Ψ/N"
-  double model_state() const { return params + grads + optimizer + masters; }
+  double model_state() const { return params + grads + optimizer + masters + master_grads; }
+  double master_grads = 0;  // AMP's f32 master gradients (see above)
   // Measured (allocator, this rank's device); -1: not measured yet.
   int64_t measured_state = -1;  // bytes held by the model state between steps
   int64_t measured_peak = -1;   // peak bytes of the run's steps (model state + activations + workspace)

@@ -168,6 +168,10 @@ void Reducer::launch_ready_buckets() {
 void Reducer::launch(size_t i) {
   Bucket& b = buckets_[i];
   if (b.padded) {
+    // AMP's f16 buckets: divide before the sum, as the all-reduce below does (the buffer is
+    // transient, so in place); wait_and_average then leaves the shard as it is.
+    if (b.buffer.dtype() == DType::F16 && comm_.size() > 1)
+      ops::scale_(b.buffer, 1.0f / static_cast<float>(comm_.size()));
     b.work = comm_.reduce_scatter(b.buffer, b.shard, ReduceOp::Sum, "reducescatter bucket " + std::to_string(i));
     return;
   }
@@ -225,7 +229,7 @@ void Reducer::wait_and_average() {
     b.work->wait();  // GPU: the compute stream waits for the comm stream; the host does not block
     if (b.padded) {
       b.buffer = Tensor();  // only the shard is kept
-      if (comm_.size() > 1) ops::scale_(b.shard, inv);
+      if (comm_.size() > 1 && b.shard.dtype() != DType::F16) ops::scale_(b.shard, inv);  // f16: divided at launch
     } else if (b.wire.defined()) {
       b.buffer.copy_(ops::cast_raw(b.wire, b.buffer.dtype()));  // divided before the cast
     } else if (comm_.size() > 1) {

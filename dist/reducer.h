@@ -14,7 +14,8 @@
 //      the host never blocks), and records the step's timing.
 // The buckets' sum is averaged after the all-reduce (in f32, exact for the equivalence tests);
 // with 16-bit compression the gradients are divided before the cast instead, so the sum on the
-// wire cannot overflow f16.
+// wire cannot overflow f16; AMP's f16 buckets are divided before the sum too (all-reduced or
+// reduce-scattered alike, so ZeRO-2 skips exactly the steps DDP skips).
 //
 // What it leaves out: rebuilding buckets from the observed order (PyTorch does this after the first
 // iteration), static-graph optimisations, and gradients of sparse or non-contiguous parameters.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/autograd.h"
@@ -71,16 +72,31 @@ optim::SumSquaresReduce Zero::sum_reduce() const {
   };
 }
 
+std::vector<Tensor> Zero::grads() const {
+  std::vector<Tensor> out;
+  for (const optim::ParamSegment& s : segments()) out.push_back(s.grad);
+  return out;
+}
+
+optim::FoundInfReduce Zero::found_inf_reduce() const {
+  Communicator* cpu = &comm_for(Device::cpu());  // one flag: the host communicator
+  return [cpu](bool found) {
+    Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
+    cpu->all_reduce(flag, ReduceOp::Sum, "zero amp found_inf")->wait();
+    return flag.item() > 0;
+  };
+}
+
 void Zero::zero_grad(optim::Optimizer& opt) {
   if (stage_ == 1) ddp_.module().zero_grad();  // the whole buckets: backward accumulates into them
   opt.zero_grad();
 }
 
 template <typename F>
-Tensor Zero::own_slice(size_t b, F&& source) const {
+Tensor Zero::own_slice(size_t b, F&& source, std::optional<DType> dtype) const {
   const LayoutBucket& lb = layout_.buckets()[b];
   const Tensor& first = params_[lb.params.front()].second;
-  Tensor mine = Tensor::zeros({lb.chunk}, first.dtype(), first.device());
+  Tensor mine = Tensor::zeros({lb.chunk}, dtype.value_or(first.dtype()), first.device());
   for (const ShardPiece& pc : pieces_)
     if (pc.bucket == b) mine.slice(pc.slice_offset, pc.slice_offset + pc.length).copy_(source(pc));
   return mine;
@@ -133,8 +149,11 @@ void Zero::gather_parameters() {
 }
 
 optim::NamedTensors Zero::gather_state(const optim::Optimizer& opt, int root) const {
+  return gather_slices(opt.state_slices(), root);
+}
+
+optim::NamedTensors Zero::gather_slices(const std::vector<optim::StateSlice>& slices, int root) const {
   autograd::NoGradGuard ng;
-  const std::vector<optim::StateSlice> slices = opt.state_slices();
   std::map<std::string, size_t> index;  // parameter name -> index
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
   // key "<param>.<suffix>": split at the longest parameter name that prefixes it.
@@ -146,6 +165,11 @@ optim::NamedTensors Zero::gather_state(const optim::Optimizer& opt, int root) co
   std::vector<Parsed> parsed;
   std::set<std::string> suffixes;
   for (const optim::StateSlice& s : slices) {
+    if (auto whole = index.find(s.key); whole != index.end()) {  // "<param>": an AMP master
+      parsed.push_back({whole->second, "", &s});
+      suffixes.insert("");
+      continue;
+    }
     const size_t dot = s.key.rfind('.');
     auto it = index.find(s.key.substr(0, dot));
     TANDEM_CHECK(dot != std::string::npos && it != index.end(), "internal: state key ", s.key, " names no parameter");
@@ -188,14 +212,14 @@ optim::NamedTensors Zero::gather_state(const optim::Optimizer& opt, int root) co
       Tensor mine = own_slice(b, [&](const ShardPiece& pc) {
         auto it = values.find({pc.param, pc.param_offset});
         const Tensor& p = params_[pc.param].second;
-        return it == values.end() ? Tensor::zeros({pc.length}, p.dtype(), p.device())
-                                  : it->second.view({pc.length}).to(p.dtype());
-      });
+        return it == values.end() ? Tensor::zeros({pc.length}, DType::F32, p.device())
+                                  : it->second.view({pc.length}).to(DType::F32);
+      }, DType::F32);
       Tensor all = Tensor::empty({mine.numel() * comm_.size()}, mine.dtype(), mine.device());
       comm_.all_gather(mine, all, "allgather state bucket " + std::to_string(b))->wait();
       for (size_t j = 0; j < lb.params.size() && keep; ++j)
         if (present[lb.params[j] * ns + k] > 0)
-          out.emplace_back(params_[lb.params[j]].first + "." + names[k],
+          out.emplace_back(params_[lb.params[j]].first + (names[k].empty() ? "" : "." + names[k]),
                            all.slice(lb.offsets[j], lb.offsets[j] + lb.lengths[j]).clone().view(
                                params_[lb.params[j]].second.shape()));
     }

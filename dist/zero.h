@@ -34,17 +34,25 @@
 // Rank 0 keeps the whole assembled state while it writes (no streaming write: save_checkpoint takes
 // the tensors at once); the other ranks keep only one bucket's worth at a time.
 //
-// The AMP seam (mixed precision): today the segments' `param` are views into the f32 parameters and
-// the optimizer updates them in place. With 16-bit parameters, each rank will hold an f32 master
-// copy of its shard only (shard_numel() elements): segments() then points `param` at the master
-// shard and `grad` at an f32 copy of the gradient shard, and gather_parameters() casts the master
-// slices to the parameter dtype into its send buffer (`own_slice`) before the all-gather. Nothing
-// else changes: the layout, the collectives and the checkpoint names are the same.
+// Mixed precision (--amp bf16|fp16, optim/amp.h): the model's parameters and the gradient buckets
+// are 16-bit (BatchNorm's f32), and segments() are views into them. The caller builds
+// optim::MasterWeights over segments(), so each rank keeps f32 masters, master gradients and
+// optimizer state for its shard only; the optimizer is built over the masters. One step:
+//     loop: zero.zero_grad(*opt); backward of the scaled loss;
+//           if (optim::amp_step(masters, scaler, *opt, zero.grads(), {zero.found_inf_reduce(),
+//                               clip, zero.sum_reduce()}))   // unscale + check, agree, [clip], step,
+//             zero.gather_parameters();                     // copy_to_model(); then the 16-bit gather
+// found_inf_reduce() is needed because each rank checks only its shard: without it one rank could
+// skip a step the others take. Skipped steps leave every parameter as it is (no gather). Checkpoints
+// gather the masters with gather_slices() (masters.state_slices(), keyed by parameter name); the
+// layout, the collectives and the names are the same as for f32 (apps/train/amp.h writes them).
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "dist/ddp.h"
 #include "dist/shard_layout.h"
+#include "optim/amp.h"
 #include "optim/optimizer.h"
 
 namespace tandem::dist {
@@ -62,8 +70,14 @@ class Zero {
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
   // Sums a vector of partial sums over the ranks (an all-reduce): clip_grad_norm and LAMB.
   optim::SumSquaresReduce sum_reduce() const;
+  // This step's gradient views of segments() (same order): under AMP, optim::amp_step's `grads`.
+  std::vector<Tensor> grads() const;
+  // AMP: makes one rank's inf/NaN finding every rank's (an all-reduce of the flag on the host
+  // communicator), so every rank skips the same steps and keeps the same loss scale.
+  optim::FoundInfReduce found_inf_reduce() const;
   // Zeroes what the next backward accumulates into: stage 1 the whole bucket gradients (the
-  // optimizer only sees its slices), stage 2 the shards.
+  // optimizer only sees its slices), stage 2 the shards (through `opt`; under AMP `opt` holds the
+  // f32 master gradients instead, and the 16-bit shards need none: the reduce-scatter overwrites them).
   void zero_grad(optim::Optimizer& opt);
   // After opt.step(): every rank's updated slices to every rank. Stage 1 may overwrite the
   // gradient buckets (spent; see above).
@@ -71,11 +85,16 @@ class Zero {
   // The unsharded optimizer state, keyed "<param>.<state>" with the parameters' shapes (as an
   // unsharded optimizer's state()). Collective; only `root` gets the tensors, the others get {}.
   optim::NamedTensors gather_state(const optim::Optimizer& opt, int root = 0) const;
+  // The same for any sharded, name-keyed slices: keys "<param>.<state>", or "<param>" itself (AMP's
+  // f32 masters, optim::MasterWeights::state_slices()). Gathered in f32 whatever the parameters'
+  // dtype (optimizer state and masters are f32; a 16-bit trip would round them).
+  optim::NamedTensors gather_slices(const std::vector<optim::StateSlice>& slices, int root = 0) const;
 
  private:
-  // This rank's slice of bucket b, built from `source(piece)` per piece (padding zero).
+  // This rank's slice of bucket b, built from `source(piece)` per piece (padding zero), in `dtype`
+  // (default: the bucket's parameters' dtype).
   template <typename F>
-  Tensor own_slice(size_t b, F&& source) const;
+  Tensor own_slice(size_t b, F&& source, std::optional<DType> dtype = std::nullopt) const;
 
   DistributedDataParallel& ddp_;
   std::vector<std::pair<std::string, Tensor>> params_;  // the reducer's list (trainable, in order)

@@ -6,6 +6,7 @@
 #include "core/autocast.h"
 #include "core/check.h"
 #include "core/ops/kernels/copy.h"
+#include "optim/clip.h"
 #include "optim/kernels/amp.h"
 
 namespace tandem::optim {
@@ -148,15 +149,32 @@ void MasterWeights::load_state(const NamedTensors& masters) {
   copy_to_model();
 }
 
+int64_t MasterWeights::bytes() const {
+  int64_t n = 0;
+  for (const Seg& s : segs_) {
+    if (!s.master.shares_storage(s.model.param)) n += static_cast<int64_t>(s.master.nbytes());
+    n += static_cast<int64_t>(s.master_grad.nbytes());
+  }
+  return n;
+}
+
 bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, const std::vector<Tensor>& grads,
-              const FoundInfReduce& reduce) {
+              const AmpStepOptions& options) {
   bool found = master.unscale_and_check(grads, 1.0 / scaler.scale());
-  if (reduce) found = reduce(found);
+  if (options.found_inf_reduce) found = options.found_inf_reduce(found);
   if (!scaler.update(found)) return false;
   optimizer.set_grads(master.master_grads());
+  if (options.clip_grad_norm > 0) clip_grad_norm(optimizer, options.clip_grad_norm, options.norm_reduce);
   optimizer.step();
   master.copy_to_model();
   return true;
+}
+
+bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, const std::vector<Tensor>& grads,
+              const FoundInfReduce& reduce) {
+  AmpStepOptions o;
+  o.found_inf_reduce = reduce;
+  return amp_step(master, scaler, optimizer, grads, o);
 }
 
 }  // namespace tandem::optim

@@ -13,13 +13,17 @@
 // f32 parameters (BatchNorm) are their own masters: the optimizer updates them in place, and only
 // their gradients are unscaled (into master gradient buffers, so every segment looks alike).
 //
-// The ZeRO seam. MasterWeights works on ParamSegments (optim/optimizer.h), not on parameters: the
-// unsharded case passes whole parameters (segments_from_parameters), and ZeRO passes this rank's
-// shard - 1-D views into the 16-bit parameters - and, each step, the 16-bit reduce-scattered gradient
-// shard views in the same order. It then keeps f32 masters and optimizer state only for its shard,
-// and after copy_to_model() all-gathers the 16-bit parameters as it does today. Master segments carry
-// the model segments' name, offset, param_numel and param_index, so optimizer state stays
-// canonical across world sizes.
+// ZeRO (dist/zero.h, built): MasterWeights works on ParamSegments (optim/optimizer.h), not on
+// parameters. The unsharded case passes whole parameters (segments_from_parameters); ZeRO passes
+// Zero::segments() - this rank's shard, 1-D views into the 16-bit parameters - and, each step, the
+// gradient views of the same segments (16-bit slices of the all-reduced buckets at stage 1, of the
+// reduce-scattered shards at stage 2). So each rank keeps f32 masters, master gradients and
+// optimizer state for its shard only; copy_to_model() writes the rounded masters into the shard's
+// 16-bit parameter views, and Zero::gather_parameters() then all-gathers the 16-bit parameters as
+// for f32. Master segments carry the model segments' name, offset, param_numel and param_index, so
+// optimizer state stays canonical across world sizes. With ZeRO every rank sees only its shard's
+// gradients, so the found-inf flag must be reduced across ranks (Zero::found_inf_reduce()), and a
+// global norm for clipping must be summed across the shards (Zero::sum_reduce()).
 // Checkpoints: state() returns the masters of the 16-bit segments under the parameters' names, as
 // 1-D f32 slices with their offsets (StateSlice), so resuming keeps the f32 bits exactly.
 #pragma once
@@ -62,6 +66,9 @@ class MasterWeights {
   // names not held here are skipped; then copy_to_model().
   void load_state(const NamedTensors& masters);
   size_t size() const { return segs_.size(); }
+  // Bytes this object allocated: f32 masters of the 16-bit segments and every master gradient
+  // buffer (the memory ledger counts them as model state).
+  int64_t bytes() const;
 
  private:
   struct Seg {
@@ -78,10 +85,24 @@ class MasterWeights {
 // every rank - each rank then finds the same flag by itself).
 using FoundInfReduce = std::function<bool(bool local_found_inf)>;
 
+// What one amp_step does besides unscale / step / copy back. Defaults: this rank decides alone, no
+// clipping.
+struct AmpStepOptions {
+  FoundInfReduce found_inf_reduce;  // see FoundInfReduce; required under ZeRO
+  // > 0: clip the unscaled f32 master gradients to this global L2 norm (optim/clip.h) before the
+  // step - after the skip decision, so a skipped step stays skipped and clean steps clip by the
+  // true norm, not the loss-scaled one.
+  double clip_grad_norm = 0;
+  SumSquaresReduce norm_reduce;  // sharded masters (ZeRO): sums the squares across ranks
+};
+
 // One mixed-precision optimizer step over `grads` (one per MasterWeights segment): unscale and
-// check, agree on the flag, update the scaler, and on a clean step run the optimizer on the masters
-// and round them into the model. Returns false when the step was skipped (parameters unchanged).
-// The optimizer must have been built from master.master_segments().
+// check, agree on the flag, update the scaler, and on a clean step [clip,] run the optimizer on the
+// masters and round them into the model. Returns false when the step was skipped (parameters
+// unchanged). The optimizer must have been built from master.master_segments(). Under ZeRO the
+// caller all-gathers the parameters after a clean step.
+bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, const std::vector<Tensor>& grads,
+              const AmpStepOptions& options);
 bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, const std::vector<Tensor>& grads,
               const FoundInfReduce& reduce = {});
 

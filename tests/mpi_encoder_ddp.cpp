@@ -24,68 +24,26 @@
 #include <memory>
 #include <string>
 
-#include "core/random.h"
 #include "dist/bootstrap.h"
 #include "dist/ddp.h"
 #include "layers/models/bert.h"
 #include "layers/state_dict.h"
 #include "optim/optimizer.h"
 #include "tests/support/ddp_fixture.h"
+#include "tests/support/encoder_fixture.h"
 
 using namespace tandem;
 using namespace tandem::dist;
 using tandem::testing::ddp_fixture::bit_identical;
 using tandem::testing::ddp_fixture::max_rel_diff;
+using namespace tandem::testing::encoder_fixture;
 
 namespace {
 
-constexpr int64_t kB = 2;       // sequences per rank
-constexpr int64_t kS = 12;      // sequence length
-constexpr int64_t kVocab = 50;
-constexpr int64_t kMasked = 3;  // labelled positions per sequence (equal for every sequence: see above)
+constexpr int64_t kB = 2;  // sequences per rank
 constexpr int kSteps = 3;
 
-BertConfig tiny_config() {
-  BertConfig c = models::bert_config("bert_tiny", kVocab);
-  c.num_hidden_layers = 2, c.hidden_size = 32, c.num_attention_heads = 2, c.intermediate_size = 64;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
-  return c;
-}
-
-struct Batch {
-  Tensor ids, mask, types, labels;
-};
-
-// The full batch of n sequences, identical on every rank: random ids, padding at the end of every
-// other sequence, a second segment, and kMasked labels per sequence (never on padding).
-Batch full_batch(int64_t n) {
-  Generator g(11);
-  Tensor ids = Tensor::empty({n, kS}, DType::I64);
-  randint_(ids, kVocab - 5, g);
-  std::vector<int64_t> v = ids.to_vector_i64(), mask(n * kS, 1), types(n * kS, 0), labels(n * kS, -100);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t pad = (i % 2) ? 1 + i % 3 : 0;  // 0..3 padded positions at the end
-    for (int64_t j = 0; j < kS; ++j) {
-      int64_t& id = v[i * kS + j];
-      id += 5;
-      if (j >= kS - pad) id = 0, mask[i * kS + j] = 0;
-      if (j >= kS / 2) types[i * kS + j] = 1;
-    }
-    for (int64_t k = 0; k < kMasked; ++k) {  // positions 1 + 3k: inside every sequence's tokens
-      const int64_t j = 1 + 3 * k;
-      labels[i * kS + j] = v[i * kS + j];
-      v[i * kS + j] = 4;  // [MASK]
-    }
-  }
-  auto mk = [&](const std::vector<int64_t>& x) { return Tensor::from_vector_i64(x, {n, kS}); };
-  return {mk(v), mk(mask), mk(types), mk(labels)};
-}
-
-Batch rows(const Batch& b, int64_t from, int64_t count) {
-  return {b.ids.slice(from, from + count), b.mask.slice(from, from + count), b.types.slice(from, from + count),
-          b.labels.slice(from, from + count)};
-}
+using Batch = MlmBatch;
 
 // One experiment's inputs and models: the full batch, this rank's rows, the reference (seed 7) and
 // the replica (seed 7 + 100 rank, before DDP's broadcast).

@@ -149,6 +149,9 @@ TEST_CASE("autocast policy: one table, the documented decisions") {
   CHECK(autocast::rule("cross_entropy").output == P::F32);
   CHECK(autocast::rule("layer_norm").compute == P::F32);
   CHECK(autocast::rule("sum").compute == P::F32);
+  CHECK(autocast::rule("softmax").compute == P::F32);  // the encoder's f32 reductions (train_encoder --amp)
+  CHECK(autocast::rule("gelu").compute == P::F32);
+  CHECK(autocast::rule("embedding").reason.find("f32") != std::string::npos);
   for (const auto& r : autocast::policy()) CHECK_MESSAGE(!r.reason.empty(), r.op, " has no reason written down");
   CHECK_THROWS_WITH_AS(autocast::rule("nope"), doctest::Contains("known ops"), Error);
   CHECK(autocast::parameter_dtype("batch_norm", DType::F16) == DType::F32);

@@ -6,7 +6,11 @@
 // transformers loads the file directly (apps/scripts/check_encoder_against_pytorch.py does). The
 // state records where the next step begins: the loader's epoch and the sequences this rank has read
 // in it. A checkpoint taken inside an epoch resumes only on the same number of ranks (the shards
-// differ otherwise), which restore_checkpoint checks; the optimizer state is the unsharded one.
+// differ otherwise), which restore_checkpoint checks. The optimizer state is the unsharded one, keyed
+// by parameter name ("<param>.exp_avg"), also under --zero 1|2 (gathered from the shards, dist/zero.h),
+// so a checkpoint resumes at any world size and ZeRO stage. Under --amp the model tensors are the
+// 16-bit weights and the f32 masters ride beside the optimizer state ("amp.master.<param>", with the
+// loss scaler's "amp.scaler.*": apps/train/amp.h), so resuming keeps the f32 bits.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,10 +1,11 @@
 // apps/encoder/loop.cpp: the steps and their progress lines (see loop.h).
 #include "apps/encoder/loop.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "core/autograd.h"         // defines: NoGradGuard
-#include "core/ops/elementwise.h"  // defines: add (the device-side running loss)
+#include "core/ops/elementwise.h"  // defines: add (the device-side running loss), scale (--amp)
 #include "dist/bootstrap.h"        // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/lr_schedule.h"     // defines: lr_at
 
@@ -23,16 +24,45 @@ void next_batch(Training& t, LoopState& s, RunClock& clock) {
   clock.interval_data_ms += seconds_since(t0) * 1000;
 }
 
+// --amp's update (see loop.h): returns false when every rank skipped it.
+bool amp_update(Training& t, const EncoderOptions& o, LoopState& s) {
+  AmpRun& amp = *t.amp;
+  // The 16-bit gradients: whole parameters' (DDP), or this rank's shard views (--zero 1|2).
+  const bool found = amp.master->unscale_and_check(amp.zero ? amp.zero->grads() : amp.master->model_grads(),
+                                                   1.0 / amp.scaler.scale());
+  if (!amp.scaler.update(any_rank_found_inf(found))) return false;  // under ZeRO each rank saw a shard
+  t.opt->set_grads(amp.master->master_grads());
+  if (o.clip > 0) s.grad_norm = t.opt->clip_grad_norm(o.clip);  // summed over the shards under ZeRO
+  t.opt->step();
+  amp.master->copy_to_model();
+  if (amp.zero) amp.zero->gather_parameters();  // every rank's updated 16-bit shard to every rank
+  return true;
+}
+
 void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
   const data::TextBatch& b = s.batch;
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
   Tensor loss = t.ddp->forward_with(
       [&](Module&) { return t.model->mlm_loss(b.input_ids, b.attention_mask, b.token_type_ids, b.labels); });
-  t.opt->zero_grad();
-  loss.backward();
-  if (o.clip > 0) s.grad_norm = t.opt->clip_grad_norm(o.clip);
-  t.opt->step();
+  // The gradients backward accumulates into: DDP's bucket views (AMP: the 16-bit ones; the masters'
+  // are overwritten by the unscale), or under ZeRO the buckets and shards (ParamGroups::zero_grad).
+  if (t.amp && !t.zero) t.ddp->reducer().zero_grad();
+  else t.opt->zero_grad();
+  (t.amp ? ops::scale(loss, static_cast<float>(t.amp->scaler.scale())) : loss).backward();
+  bool applied = true;
+  if (t.amp) {
+    applied = amp_update(t, o, s);
+  } else {
+    if (o.clip > 0) s.grad_norm = t.opt->clip_grad_norm(o.clip);
+    t.opt->step();  // under ZeRO followed by the parameter all-gather
+  }
+  if (applied) measure_state_memory(t);  // once: the optimizer state exists from here on
   ++s.step, ++s.interval_steps;
+  if (!applied) {
+    ++s.skipped_steps;
+    return;
+  }
+  ++s.interval_losses;
   autograd::NoGradGuard ng;  // a device-side running sum: no host sync inside the interval
   s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
 }
@@ -40,12 +70,15 @@ void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
 // Closes the progress interval: the global mean loss in one collective; rank 0 prints the line.
 void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& clock, Interval& last) {
   const int world = t.world->size;
-  Tensor sums = Tensor::from_vector({float(s.loss_sum.to_vector()[0])}, {1});
+  Tensor sums = Tensor::from_vector({s.loss_sum.defined() ? s.loss_sum.to_vector()[0] : 0.0f}, {1});
   dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "progress")->wait();
   last.steps = s.interval_steps;
   last.wall_ms = clock.interval_ms();
   last.data_ms = clock.interval_data_ms;
-  last.loss = sums.to_vector()[0] / static_cast<double>(s.interval_steps * world);
+  // Skipped steps (every rank skipped the same ones) have no loss in the sums.
+  last.loss = s.interval_losses ? sums.to_vector()[0] / static_cast<double>(s.interval_losses * world) : std::nan("");
+  last.skipped_steps = s.skipped_steps;
+  last.loss_scale = t.amp ? t.amp->scaler.scale() : 0;
   last.grad_norm = s.grad_norm;
   last.sequences_per_s = static_cast<double>(s.interval_steps * t.global_batch) / (last.wall_ms / 1000);
   last.tokens_per_s = last.sequences_per_s * static_cast<double>(o.seq_len);
@@ -56,7 +89,7 @@ void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& 
     std::printf("%s\n", progress_line(s.step, o.steps, t.opt->lr(), last, world, t.dev).c_str());
   std::fflush(stdout);
   s.timeline_from = t.ddp->timeline().steps().size();
-  s.interval_steps = 0, s.loss_sum = Tensor();
+  s.interval_steps = 0, s.interval_losses = 0, s.loss_sum = Tensor();
   clock.start_interval();
 }
 

@@ -3,10 +3,17 @@
 // Each step: the next batch of masked sequences (the loader moves on to the next epoch, reshuffled
 // and re-masked, when one runs out), the LR of BERT's schedule for that step, forward through
 // DDP (forward_with: the model takes ids, attention mask, token types and labels) computing the
-// masked-LM loss, backward (gradients all-reduced in buckets while backward runs), global-norm
-// clipping, the optimizer step. The loss is summed on the device and read only when a progress line
-// is due (every --log-every steps and at a stop), so no step waits for the host except clipping's
-// one read of the norm.
+// masked-LM loss, backward (gradients all-reduced in buckets while backward runs; reduce-scattered
+// under --zero 2), global-norm clipping, the optimizer step (under --zero 1|2 on this rank's shard,
+// then the parameter all-gather). The loss is summed on the device and read only when a progress
+// line is due (every --log-every steps and at a stop), so no step waits for the host except
+// clipping's one read of the norm.
+// --amp: backward from the loss times the loss scale (fp16; 1 for bf16), then the unscale + inf/NaN
+// check of the 16-bit gradients into the f32 masters, one all-rank agreement on the flag
+// (apps/train/amp.h), the loss scaler's update, and on a clean step clipping of the f32 master
+// gradients, the update of the masters and their rounding into the model. A step with non-finite
+// gradients is skipped on every rank: counted in the progress line and the metrics, its loss left
+// out of the interval's mean.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +31,8 @@ struct LoopState {
   int64_t epoch = 0;           // the training loader's epoch
   int64_t index_in_epoch = 0;  // sequences this rank has read in that epoch
   int64_t interval_steps = 0;  // steps since the last progress line
+  int64_t interval_losses = 0; // of those, the steps whose loss is in loss_sum (not skipped)
+  int64_t skipped_steps = 0;   // steps of this run whose update every rank skipped (--amp overflow)
   Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
   double grad_norm = 0;        // the last step's, before clipping
   size_t timeline_from = 0;    // the DDP timeline's first step of the interval

@@ -45,9 +45,12 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_flag("--no-overlap", o.no_overlap, "all-reduce after backward instead of during it");
   app.add_option("--compress", o.compress, "gradient dtype on the wire")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
-  app.add_option("--amp", o.amp, "mixed precision: off (bf16/fp16 not implemented yet)")
+  app.add_option("--amp", o.amp, "mixed precision: 16-bit compute with f32 master weights (fp16: with loss "
+                                 "scaling); with --zero the masters are sharded too")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
-  app.add_option("--zero", o.zero, "ZeRO stage: 0 (1/2 not implemented yet)")->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage: 0 DDP, 1 shard the optimizer state (and --amp's f32 masters), 2 "
+                                   "also the gradients")
+      ->check(CLI::IsMember({0, 1, 2}))->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_step<N>.safetensors here");
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: after the last step)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -81,8 +84,8 @@ void validate(EncoderOptions& o) {
                "benchmark");
   TANDEM_CHECK(o.synthetic || !o.vocab.empty(), "--data needs --vocab vocab.txt: build one with "
                "build/apps/make_vocab <paths> --out vocab.txt");
-  TANDEM_CHECK(o.amp == "off", "--amp ", o.amp, " is not implemented yet in train_encoder: use --amp off");
-  TANDEM_CHECK(o.zero == 0, "--zero ", o.zero, " is not implemented yet in train_encoder: use --zero 0");
+  TANDEM_CHECK(o.zero != 2 || o.compress == "none", "--zero 2 with --compress ", o.compress,
+               " is not supported (stage 2 reduce-scatters f32 gradients): drop --compress or use --zero 1");
   TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
   TANDEM_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
   TANDEM_CHECK(o.seq_len >= 8 && o.seq_len <= 512, "--seq-len ", o.seq_len,

@@ -43,9 +43,9 @@ struct EncoderOptions {
   double first_bucket_mb = 1;
   bool no_overlap = false;
   std::string compress = "none";
-  // precision and sharding: only the implemented values are accepted
-  std::string amp = "off";
-  int zero = 0;
+  // precision and sharding (as train_imagenet; the two together are refused for now: options.cpp)
+  std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/train/amp.h)
+  int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients
   // checkpoints
   std::string checkpoint_dir;       // empty: no checkpoints
   int64_t checkpoint_every = 0;     // steps between checkpoints (0: only after the last step)

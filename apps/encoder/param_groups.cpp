@@ -14,35 +14,99 @@ bool no_weight_decay(const std::string& name) {
   return is_bias || name.find("LayerNorm") != std::string::npos;
 }
 
+namespace {
+optim::OptimizerOptions without_decay(optim::OptimizerOptions o) {
+  o.weight_decay = 0.0;
+  return o;
+}
+}  // namespace
+
 ParamGroups::ParamGroups(const std::string& kind, const optim::NamedTensors& params,
                          const optim::OptimizerOptions& opt) {
-  optim::NamedTensors decay;
-  for (const auto& [name, p] : params) (no_weight_decay(name) ? no_decay_params_ : decay).emplace_back(name, p);
-  optim::OptimizerOptions nd = opt;
-  nd.weight_decay = 0.0;
+  optim::NamedTensors decay, no_decay;
+  for (const auto& [name, p] : params) (no_weight_decay(name) ? no_decay : decay).emplace_back(name, p);
+  for (const auto& [name, p] : no_decay) no_decay_names_.push_back(name);
   decay_ = optim::make_optimizer(kind, std::move(decay), opt);
-  no_decay_ = optim::make_optimizer(kind, no_decay_params_, nd);
+  no_decay_ = optim::make_optimizer(kind, std::move(no_decay), without_decay(opt));
+}
+
+ParamGroups::ParamGroups(const std::string& kind, std::vector<optim::ParamSegment> segments, int64_t num_params,
+                         const optim::OptimizerOptions& opt) {
+  std::vector<optim::ParamSegment> decay, no_decay;
+  for (optim::ParamSegment& s : segments) {
+    const bool nd = no_weight_decay(s.name);
+    seg_no_decay_.push_back(nd);
+    if (nd && (no_decay_names_.empty() || no_decay_names_.back() != s.name)) no_decay_names_.push_back(s.name);
+    (nd ? no_decay : decay).push_back(std::move(s));
+  }
+  // Positions (param_index -1) count within each group; a list-wide index keeps num_params.
+  auto count = [&](const std::vector<optim::ParamSegment>& g) {
+    return std::any_of(g.begin(), g.end(), [](const auto& s) { return s.param_index < 0; })
+               ? static_cast<int64_t>(g.size()) : num_params;
+  };
+  const int64_t nd_count = count(no_decay), d_count = count(decay);
+  decay_ = optim::make_optimizer(kind, std::move(decay), d_count, opt);
+  no_decay_ = optim::make_optimizer(kind, std::move(no_decay), nd_count, without_decay(opt));
+}
+
+ParamGroups::ParamGroups(const std::string& kind, dist::Zero& zero, optim::OptimizerOptions opt)
+    : ParamGroups(kind, zero.segments(), zero, std::move(opt)) {
+  gather_in_step_ = true;
+}
+
+ParamGroups::ParamGroups(const std::string& kind, std::vector<optim::ParamSegment> masters, dist::Zero& zero,
+                         optim::OptimizerOptions opt)
+    : ParamGroups(kind, std::move(masters), zero.num_params(), [&] {
+        opt.norm_reduce = zero.sum_reduce();  // LAMB's per-parameter norms span every rank's shard
+        return opt;
+      }()) {
+  zero_ = &zero;
+  // LAMB's step all-reduces its per-parameter norms, but an optimizer without segments skips its step
+  // (optim/optimizer.h): a rank whose shard holds nothing of one group would leave the others waiting.
+  if (kind != "lamb") return;
+  std::vector<double> empty{decay_->num_segments() == 0 ? 1.0 : 0.0, no_decay_->num_segments() == 0 ? 1.0 : 0.0};
+  zero.sum_reduce()(empty);  // every rank decides alike
+  TANDEM_CHECK(empty[0] == 0 && empty[1] == 0, "--optimizer lamb with --zero: on some rank the ZeRO shard holds no ",
+               empty[0] > 0 ? "weight-decayed" : "bias/LayerNorm", " parameter, and LAMB's norms need every rank: use "
+               "fewer ranks, a larger --bucket-mb, or --optimizer adamw");
 }
 
 void ParamGroups::set_lr(double lr) { decay_->set_lr(lr), no_decay_->set_lr(lr); }
-void ParamGroups::zero_grad() { decay_->zero_grad(), no_decay_->zero_grad(); }
-void ParamGroups::step() { decay_->step(), no_decay_->step(); }
+
+void ParamGroups::zero_grad() {
+  if (zero_) zero_->zero_grad(*decay_);  // stage 1: the whole buckets too
+  else decay_->zero_grad();
+  no_decay_->zero_grad();
+}
+
+void ParamGroups::step() {
+  decay_->step(), no_decay_->step();
+  if (gather_in_step_) zero_->gather_parameters();
+}
+
+void ParamGroups::set_grads(const std::vector<Tensor>& grads) {
+  TANDEM_CHECK(grads.size() == seg_no_decay_.size(), "ParamGroups::set_grads: got ", grads.size(),
+               " gradients for ", seg_no_decay_.size(), " segments (only the segment constructors take them)");
+  std::vector<Tensor> d, nd;
+  for (size_t i = 0; i < grads.size(); ++i) (seg_no_decay_[i] ? nd : d).push_back(grads[i]);
+  decay_->set_grads(d);
+  no_decay_->set_grads(nd);
+}
 
 double ParamGroups::clip_grad_norm(double max_norm) const {
   std::vector<Tensor> grads = decay_->grads();
   for (Tensor& g : no_decay_->grads()) grads.push_back(g);
-  return optim::clip_grad_norm(grads, max_norm);
+  return optim::clip_grad_norm(grads, max_norm, zero_ ? zero_->sum_reduce() : optim::SumSquaresReduce{});
 }
 
 optim::NamedTensors ParamGroups::state() const {
-  optim::NamedTensors s = decay_->state();
-  for (auto& e : no_decay_->state()) s.push_back(std::move(e));
+  optim::NamedTensors s = zero_ ? zero_->gather_state(*decay_) : decay_->state();
+  for (auto& e : zero_ ? zero_->gather_state(*no_decay_) : no_decay_->state()) s.push_back(std::move(e));
   return s;
 }
 
 void ParamGroups::load_state(const optim::NamedTensors& state) {
-  std::set<std::string> nd;
-  for (const auto& [name, p] : no_decay_params_) nd.insert(name);
+  const std::set<std::string> nd(no_decay_names_.begin(), no_decay_names_.end());
   optim::NamedTensors a, b;
   for (const auto& [key, t] : state) {
     const std::string param = key.substr(0, key.rfind('.'));  // "<param>.exp_avg" -> "<param>"

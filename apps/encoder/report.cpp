@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/encoder/setup.h"  // defines: Training
+#include "apps/train/ledger.h"   // defines: ledger_json
 #include "core/storage.h"        // defines: memory_stats
 #include "dist/bootstrap.h"      // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"   // defines: kTandemVersion
@@ -43,7 +44,17 @@ std::string progress_line(int64_t step, int64_t total, double lr, const Interval
                 iv.tokens_per_s, iv.tokens_per_s / world, mfu, iv.step_ms(),
                 iv.data_ms / std::max<int64_t>(iv.steps, 1), iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap,
                 mib(m.current_bytes).c_str(), mib(m.peak_bytes).c_str());
-  return b;
+  std::string line = b;
+  if (iv.loss_scale > 0) {
+    std::snprintf(b, sizeof b, " | loss scale %g", iv.loss_scale);
+    line += b;
+  }
+  if (iv.skipped_steps > 0) line += " | skipped " + std::to_string(iv.skipped_steps) + " step(s) (non-finite gradients)";
+  return line;
+}
+
+void measure_state_memory(Training& t) {
+  if (t.ledger.measured_state < 0) t.ledger.measured_state = memory_stats(t.dev).current_bytes - t.mem_other;
 }
 
 std::string validation_line(const EvalResult& r, const Training& t) {
@@ -81,6 +92,8 @@ void print_start(const EncoderOptions& o, const Training& t) {
               (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)o.steps,
               (long long)c.train->size(), t.opt->name(), o.lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
+  std::printf("precision %s, ZeRO stage %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
+              t.ledger.str().c_str());
   std::fflush(stdout);
 }
 
@@ -95,11 +108,16 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
   if (!o.trace.empty()) dist::write_trace(o.trace);
   const dist::TimelineSummary comm = t.ddp->timeline().summary();
   const MemoryStats mem = memory_stats(t.dev);
+  t.ledger.measured_peak = mem.peak_bytes - t.mem_other;
   if (t.world->rank != 0) return;
   std::printf("done: %lld steps, init %.2f s, train %.2f s, steady %.1f seq/s (%.1f/rank), %.0f tok/s (%.0f/rank), "
               "MFU %.1f%%, wall %.2f s, %s\n",
               (long long)run_steps, clock.init_or_zero_s(), train_s, seq_s, seq_s / world, tok_s, tok_s / world,
               100 * mfu, clock.wall_s(), comm.str().c_str());
+  if (rec.last.skipped_steps > 0)
+    std::printf("skipped steps: %lld (non-finite gradients under --amp %s)\n", (long long)rec.last.skipped_steps,
+                o.amp.c_str());
+  std::printf("%s\n", t.ledger.str().c_str());
   if (o.metrics.empty()) return;
   const Interval& last = rec.last;
   const data::UnigramBaseline& u = t.corpus.baseline;
@@ -124,6 +142,10 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
       {"warmup_steps", o.warmup_steps},
       {"weight_decay", o.wd},
       {"clip", o.clip},
+      {"amp", o.amp},
+      {"zero", o.zero},
+      {"skipped_steps", last.skipped_steps},
+      {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
       {"steps", step},
       {"steps_this_run", run_steps},
       {"resumed_from", t.resumed_from},
@@ -147,6 +169,7 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
       {"comm", {{"comm_ms_per_step", comm.comm_ms}, {"exposed_ms_per_step", comm.exposed_ms},
                 {"overlap", comm.overlap}, {"steps", comm.steps}}},
       {"memory", {{"current_bytes", mem.current_bytes}, {"peak_bytes", mem.peak_bytes}}},
+      {"memory_ledger", ledger_json(t.ledger, t.amp != nullptr)},
       {"baseline", {{"token", u.token}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
       {"final", {{"train_loss", last.loss}}},
       {"validations", evals},

@@ -9,7 +9,11 @@
 //   ms/step split: data (the host building the batch: masking, copies), exposed communication
 //   (all-reduce time that backward did not hide, from dist/timeline.h), compute (the rest), and the
 //   overlap fraction (hidden / total communication time);
-//   memory: current and peak bytes of this rank's device.
+//   memory: current and peak bytes of this rank's device;
+//   under --amp the loss scale (1 for bf16), and the steps skipped so far when there are any.
+// At start-up, the memory ledger's prediction (dist/memory_ledger.h: parameters, gradients,
+// optimizer state, f32 masters for --amp, per rank under --zero); the summary and the --metrics
+// JSON ("memory_ledger") add what was measured after the first step and at the peak.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -33,6 +37,8 @@ struct Interval {
   double sequences_per_s = 0;    // global
   double tokens_per_s = 0;       // global
   double mfu = 0;                // per rank, 0 when the peak is unknown
+  int64_t skipped_steps = 0;     // steps of this run skipped so far (--amp: non-finite gradients)
+  double loss_scale = 0;         // --amp: the loss scale after the interval (1 for bf16); 0: no AMP
   double step_ms() const { return steps ? wall_ms / steps : 0; }
   double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
 };
@@ -42,7 +48,10 @@ std::string progress_line(int64_t step, int64_t total, double lr, const Interval
 // "validation step S: masked-token accuracy A (unigram baseline B) | loss L (baseline M)".
 std::string validation_line(const EvalResult& r, const Training& t);
 
-// Corpus, model and settings (rank 0).
+// The allocator's bytes once the optimizer state exists (the first applied step; later calls do nothing).
+void measure_state_memory(Training& t);
+
+// Corpus, model, settings and the predicted memory ledger (rank 0).
 void print_start(const EncoderOptions& o, const Training& t);
 
 struct RunRecord {

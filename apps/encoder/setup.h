@@ -4,8 +4,11 @@
 // and tokenized (every rank does it: it is a pure function of the files and the vocab, and cheaper
 // than broadcasting), the unigram baseline is scored on the held-out set, the model is created
 // (init drawn from --seed, skipped when a checkpoint will overwrite it), moved to the device, the
-// default generator reseeded (dropout), the checkpoint restored, and only then wrapped in DDP and
-// handed to the optimizer and the loaders.
+// default generator reseeded (dropout), cast to 16-bit under --amp (before the restore: an AMP
+// checkpoint holds 16-bit weights; apps/train/amp.h), the checkpoint restored, and only then wrapped
+// in DDP (reduce-scatter buckets under --zero 2), sharded (--zero 1|2, dist/zero.h) and handed to
+// the optimizer (ParamGroups over the parameters, the f32 masters or the ZeRO shard) and the loaders.
+// Last, the memory ledger is predicted (apps/train/ledger.h) and printed at start-up.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,10 +17,13 @@
 #include "apps/encoder/flops.h"         // defines: PeakFlops
 #include "apps/encoder/options.h"       // defines: EncoderOptions
 #include "apps/encoder/param_groups.h"  // defines: ParamGroups
+#include "apps/train/amp.h"             // defines: AmpRun
 #include "data/mlm_baseline.h"          // defines: UnigramBaseline
 #include "data/text_loader.h"           // defines: TextLoader, MlmDataset
 #include "dist/bootstrap.h"             // defines: World
 #include "dist/ddp.h"                   // defines: DistributedDataParallel
+#include "dist/memory_ledger.h"         // defines: MemoryLedger
+#include "dist/zero.h"                  // defines: Zero
 #include "layers/checkpoint.h"          // defines: TrainState
 #include "layers/models/bert.h"         // defines: BertForMaskedLM
 #include "optim/lr_schedule.h"          // defines: LrScheduleOptions
@@ -47,6 +53,8 @@ struct Training {
   TrainState start;          // where this run begins (all zeros for a fresh start)
   std::shared_ptr<models::BertForMaskedLM> model;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::Zero> zero;  // --zero 1|2 (null: plain DDP); opt then holds this rank's shard
+  std::unique_ptr<AmpRun> amp;       // --amp bf16|fp16 (null: f32); opt then updates the f32 masters
   std::unique_ptr<ParamGroups> opt;
   std::unique_ptr<data::TextLoader> train, val;  // val null without a held-out set
   optim::LrScheduleOptions sched;
@@ -55,6 +63,8 @@ struct Training {
   int64_t bench_warmup = 0;  // steps left out of the steady rates
   double flops_per_token = 0;
   PeakFlops peak;            // per rank
+  dist::MemoryLedger ledger; // predicted at set-up, measured after the first step and at the end
+  int64_t mem_other = 0;     // allocator bytes at set-up that are not model state (corpus, loaders)
 };
 
 // Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK).

@@ -46,11 +46,13 @@ bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, 
   s.extra["total_steps"] = std::to_string(t.total_steps);
   // ZeRO: every rank takes part in assembling the unsharded state; rank 0 receives it.
   NamedTensors opt_state = t.zero ? t.zero->gather_state(*t.opt) : NamedTensors{};
+  // AMP: f32 masters (gathered from the shards under ZeRO, also collective) and the loss scale.
+  NamedTensors amp = t.amp ? amp_state(*t.amp) : NamedTensors{};
   if (t.world->rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);
     std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
     if (!t.zero) opt_state = t.opt->state();
-    if (t.amp) add_amp_state(*t.amp, opt_state);  // f32 masters and the loss scale
+    opt_state.insert(opt_state.end(), amp.begin(), amp.end());
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
     prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);

@@ -75,7 +75,8 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   if (t.ps) {
     if (!skip) t.ps->step(&t.ddp->timeline());  // push, update on the servers, pull
   } else if (!skip && t.amp) {
-    skip = !amp_step(*t.amp, *t.opt);
+    // Unscale, agree on the skip, [clip the f32 master gradients], step, [ZeRO: all-gather].
+    skip = !amp_step(*t.amp, *t.opt, o.clip_grad_norm);
   } else if (!skip) {
     // The global norm: under ZeRO each rank sums its shard's squares and sum_reduce adds them up.
     if (o.clip_grad_norm > 0)

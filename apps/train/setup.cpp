@@ -147,9 +147,9 @@ std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, M
   return std::make_unique<dist::DistributedDataParallel>(std::move(model), dopt);
 }
 
-// --optimizer over the whole parameters (DDP), this rank's ZeRO segments or the f32 masters (AMP).
-// The lr is overwritten at every step by the schedule; momentum/nesterov are SGD's, betas/eps
-// AdamW's and LAMB's.
+// --optimizer over the whole parameters (DDP), this rank's ZeRO segments, or the f32 masters (AMP:
+// of the whole parameters, or of the ZeRO shard). The lr is overwritten at every step by the
+// schedule; momentum/nesterov are SGD's, betas/eps AdamW's and LAMB's.
 std::unique_ptr<optim::Optimizer> make_opt(const TrainOptions& o, Training& t) {
   optim::OptimizerOptions oo;
   oo.lr = o.lr;
@@ -161,12 +161,9 @@ std::unique_ptr<optim::Optimizer> make_opt(const TrainOptions& o, Training& t) {
     oo.beta1 = o.betas[0], oo.beta2 = o.betas[1];
     if (o.eps > 0) oo.eps = o.eps;
   }
-  if (t.amp)  // AMP: the optimizer updates the f32 masters (apps/train/amp.h)
-    return optim::make_optimizer(o.optimizer, t.amp->master->master_segments(),
-                                 static_cast<int64_t>(t.amp->master->size()), oo);
-  if (o.zero == 0) return optim::make_optimizer(o.optimizer, t.model->named_parameters(), oo);
-  t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
-  oo.norm_reduce = t.zero->sum_reduce();  // LAMB's per-parameter norms span every rank's shard
+  if (t.zero) oo.norm_reduce = t.zero->sum_reduce();  // LAMB's per-parameter norms span every rank's shard
+  if (t.amp) return make_amp_optimizer(*t.amp, o.optimizer, oo);  // apps/train/amp.h
+  if (!t.zero) return optim::make_optimizer(o.optimizer, t.model->named_parameters(), oo);
   return optim::make_optimizer(o.optimizer, t.zero->segments(), t.zero->num_params(), oo);
 }
 
@@ -224,7 +221,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.resumed_from = resume;
   t.model = std::move(model);
   t.model->to(t.dev);
-  t.amp = make_amp(o, *t.model);  // before the restore (an AMP checkpoint holds 16-bit weights) and DDP
+  t.amp = make_amp(o, *t.model);  // the cast: before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
   ops::set_deterministic(o.deterministic);  // before the first conv builds its cuDNN plans
   ops::set_batchnorm_cudnn(o.bn_impl == "cudnn");  // --bn-impl: on the CPU neither path exists
@@ -234,9 +231,12 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
     t.start = r.state;
     opt_state = std::move(r.optimizer);
   }
-  if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);
   t.ddp = make_ddp(o, t.model);
-  if (t.amp && resume.empty()) t.amp->master->copy_from_model();  // rank 0's broadcast weights
+  if (o.zero > 0) t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
+  // The masters start from rank 0's broadcast 16-bit weights (of this rank's shard under ZeRO);
+  // a checkpoint's f32 masters then replace them.
+  if (t.amp) build_masters(*t.amp, *t.model, t.zero.get());
+  if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);
   t.opt = make_opt(o, t);
   if (o.strategy == "ps") t.ps = make_ps(o, *t.ddp);
   if (!opt_state.empty()) t.opt->load_state(opt_state);

@@ -4,7 +4,10 @@
 // (its init drawn from --seed, or skipped when a checkpoint will overwrite every tensor), moved to
 // the device, the default generator reseeded, the checkpoint restored (which may set the generator
 // again), and only then wrapped in DDP (which broadcasts rank 0's tensors) and handed to the optimizer and
-// the loaders. --describe stops after the model is created, before any of that.
+// the loaders. --amp casts the model before the restore (an AMP checkpoint holds 16-bit weights) and
+// builds the f32 masters after DDP and ZeRO, from the broadcast weights (of this rank's shard under
+// --zero); the checkpoint's masters then replace them (apps/train/amp.h). --describe stops after the
+// model is created, before any of that.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -64,7 +67,7 @@ struct Training {
   std::unique_ptr<dist::Zero> zero;      // --zero 1|2 (null: plain DDP); opt then holds this rank's shard
   std::unique_ptr<optim::Optimizer> opt;  // --optimizer, over the parameters, ZeRO's segments or the
                                           // f32 masters under --amp
-  std::unique_ptr<AmpRun> amp;            // null for --amp off
+  std::unique_ptr<AmpRun> amp;            // null for --amp off; masters of the ZeRO shard under --zero
   // --strategy ps: pushes, updates (on the servers only) and pulls in place of opt->step(); DDP then
   // only broadcasts buffers and times the step (its reducer does not communicate). Null for ddp.
   std::unique_ptr<dist::ParameterServer> ps;

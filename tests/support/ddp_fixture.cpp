@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <map>
 
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "dist/bootstrap.h"
 #include "dist/ddp.h"
+#include "layers/checkpoint.h"
 
 namespace tandem::testing::ddp_fixture {
 namespace {
@@ -88,6 +91,35 @@ double max_tensor_rel_diff(Module& a, Module& b) {
     worst = std::max(worst, diff / std::max(size, 1e-30));
   }
   return worst;
+}
+
+double max_named_rel_diff(const std::vector<std::pair<std::string, Tensor>>& a,
+                          const std::vector<std::pair<std::string, Tensor>>& b,
+                          const std::function<bool(const std::string&)>& skip) {
+  std::map<std::string, Tensor> bm(b.begin(), b.end());
+  double worst = a.size() == b.size() ? 0.0 : kNotFinite;
+  for (auto& [name, t] : a) {
+    auto it = bm.find(name);
+    if (it == bm.end() || it->second.numel() != t.numel()) return kNotFinite;
+    if (skip && skip(name)) continue;
+    const std::vector<double> x = t.to_vector_f64(), y = it->second.to_vector_f64();
+    double d = 0, m = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return kNotFinite;
+      d = std::max(d, std::abs(x[i] - y[i])), m = std::max(m, std::abs(y[i]));
+    }
+    worst = std::max(worst, m > 0 ? d / m : d);
+  }
+  return worst;
+}
+
+void save_on_rank0(const std::string& path, const Module& model,
+                   const std::vector<std::pair<std::string, Tensor>>& state) {
+  if (dist::world().rank == 0) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    save_checkpoint(path, model, state, TrainState{});
+  }
+  dist::all_gather_strings("saved");  // a barrier: the file exists before anyone reads it
 }
 
 std::string host_bytes(const Tensor& t) {

@@ -10,8 +10,11 @@
 // cases (no_sync, compression, buffers). The helpers call collectives (DDP's, all_gather_strings),
 // so every rank must call them together; the check_* ones use doctest CHECKs.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dist/reducer.h"
 #include "layers/module.h"
@@ -51,6 +54,19 @@ double max_rel_diff(Module& a, Module& b);
 // whose algorithms (cuDNN Winograd/FFT, split-K GEMMs) bound the error relative to the size of
 // the terms summed, not relative to each (possibly near-zero) result.
 double max_tensor_rel_diff(Module& a, Module& b);
+
+// Norm-wise per named tensor: max over the entries of `a` (leaving out the names `skip` accepts) of
+// max|a - b| / max|b| (max|a - b| where b is all zeros). Infinity when a name or size of `a` has no
+// match in `b`, the two lists differ in length, or a value is not finite. For optimizer states and
+// named parameters.
+double max_named_rel_diff(const std::vector<std::pair<std::string, Tensor>>& a,
+                          const std::vector<std::pair<std::string, Tensor>>& b,
+                          const std::function<bool(const std::string&)>& skip = {});
+
+// Rank 0 writes the checkpoint `path` (creating its folder) from `model` and the optimizer `state`;
+// every rank returns once the file exists (a barrier). Collective.
+void save_on_rank0(const std::string& path, const Module& model,
+                   const std::vector<std::pair<std::string, Tensor>>& state);
 
 // The tensor's bytes, copied to the host first when it lives on a GPU.
 std::string host_bytes(const Tensor& t);

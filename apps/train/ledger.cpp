@@ -1,0 +1,44 @@
+// apps/train/ledger.cpp: the memory ledger's shared inputs (see ledger.h).
+#include "apps/train/ledger.h"
+
+#include <algorithm>
+
+namespace tandem::apps {
+
+dist::LedgerOptions ledger_inputs(dist::DistributedDataParallel& ddp, const dist::Zero* zero, int world) {
+  dist::LedgerOptions lo;
+  for (auto& [name, p] : ddp.module().named_parameters())
+    if (p.requires_grad()) lo.params += p.numel();
+  for (const dist::Bucket& b : ddp.reducer().buckets()) {
+    const int64_t n = b.padded ? b.padded : b.buffer.numel();
+    lo.next_bucket = std::max(lo.next_bucket, std::min(n, lo.largest_bucket));
+    lo.largest_bucket = std::max(lo.largest_bucket, n);
+  }
+  lo.shard_params = zero ? zero->layout().shard_numel() : -1;
+  lo.world = world;
+  lo.stage = zero ? zero->stage() : 0;
+  return lo;
+}
+
+int64_t model_state_bytes(dist::DistributedDataParallel& ddp, int64_t extra) {
+  int64_t bytes = extra;
+  for (auto& [name, p] : ddp.module().named_parameters())
+    if (p.requires_grad()) bytes += static_cast<int64_t>(p.nbytes());
+  for (const dist::Bucket& b : ddp.reducer().buckets())
+    for (const Tensor& g : {b.buffer, b.shard})
+      if (g.defined()) bytes += static_cast<int64_t>(g.nbytes());
+  return bytes;
+}
+
+nlohmann::json ledger_json(const dist::MemoryLedger& m, bool mixed) {
+  return {{"formula", m.formula},
+          {"mixed_precision", mixed},
+          {"predicted_bytes", {{"params", m.params}, {"grads", m.grads}, {"optimizer", m.optimizer},
+                               {"master_weights", m.masters}, {"master_grads", m.master_grads},
+                               {"model_state", m.model_state()},
+                               {"transient", m.transient}}},
+          {"measured_bytes", {{"model_state", m.measured_state}, {"peak", m.measured_peak},
+                              {"activations_workspace_transient", m.measured_peak - m.measured_state}}}};
+}
+
+}  // namespace tandem::apps
