@@ -210,7 +210,7 @@ TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests vali
   }
 }
 
-TEST_CASE("flash vs reference, both on the GPU in bf16/f16; Auto picks flash there; flash is deterministic") {
+TEST_CASE("flash vs reference on the GPU in bf16/f16; Auto is the reference at these sizes; flash is deterministic") {
   Generator g(22);
   const Tf32Scope tf32(false);
   for (const FlashShape& s : kFlashShapes) {
@@ -230,12 +230,16 @@ TEST_CASE("flash vs reference, both on the GPU in bf16/f16; Auto picks flash the
         CHECK(testing::compare_values("dq", ref.dq, fused.dq, tol) == "");
         CHECK(testing::compare_values("dk", ref.dk, fused.dk, tol) == "");
         CHECK(testing::compare_values("dv", ref.dv, fused.dv, tol) == "");
-        // Auto must be the flash path here, and flash has no atomics: the same bits twice.
+        // Flash has no atomics: the same bits twice.
+        const GpuRun again = run_gpu(ops::AttentionBackend::Fused, in, m, p);
+        CHECK(again.out == fused.out);
+        CHECK(again.dq == fused.dq);
+        CHECK(again.dk == fused.dk);
+        CHECK(again.dv == fused.dv);
+        // Auto at these small sizes is the reference path (attention.h's size rule): its bits.
         const GpuRun autob = run_gpu(ops::AttentionBackend::Auto, in, m, p);
-        CHECK(autob.out == fused.out);
-        CHECK(autob.dq == fused.dq);
-        CHECK(autob.dk == fused.dk);
-        CHECK(autob.dv == fused.dv);
+        CHECK(autob.out == ref.out);
+        CHECK(autob.dv == ref.dv);
       }
     }
   }

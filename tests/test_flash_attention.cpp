@@ -192,3 +192,14 @@ TEST_CASE("attention backend policy on the CPU: Auto is the reference path; Fuse
   // Auto with an unsupported head dim silently takes the reference path.
   CHECK_NOTHROW(ops::attention(q12, k12, k12, Tensor(), autop));
 }
+
+TEST_CASE("Auto's size rule: flash only for large 16-bit CUDA problems (where memory, not speed, decides)") {
+  const int64_t big = ops::kAutoFusedMinBytes, small = big - 1;
+  CHECK(ops::auto_prefers_fused(true, DType::BF16, big));
+  CHECK(ops::auto_prefers_fused(true, DType::F16, 4 * big));
+  CHECK_FALSE(ops::auto_prefers_fused(true, DType::BF16, small));  // BERT's shapes: the faster reference
+  CHECK_FALSE(ops::auto_prefers_fused(true, DType::F32, 4 * big));  // f32 keeps the TF32 GEMMs
+  CHECK_FALSE(ops::auto_prefers_fused(false, DType::BF16, 4 * big));  // the CPU twin is a test vehicle
+  // BERT-large at seq 512, batch 8: 8 * 16 * 512 * 512 * 2 bytes = 64 MiB per layer -> reference.
+  CHECK_FALSE(ops::auto_prefers_fused(true, DType::BF16, int64_t{8} * 16 * 512 * 512 * 2));
+}

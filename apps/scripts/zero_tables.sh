@@ -3,20 +3,22 @@
 # ledger, dist/memory_ledger.h, vs measured by the allocator) and throughput, DDP vs ZeRO-1 vs ZeRO-2.
 #
 #   bash apps/scripts/zero_tables.sh [--out DIR] [--mem-model vgg16] [--mem-ranks 1,2,4]
-#                                    [--tp-model resnet_tiny] [--tp-ranks 2,4] [--tp-steps 30]
+#                                    [--tp-model resnet_tiny] [--tp-ranks 2,4] [--tp-steps 30] [--amp bf16]
 # Memory: --mem-model with AdamW on 32x32 synthetic images, 2 steps, batch 2 per rank (the model
 # state dominates; VGG-16 needs 2.2 GB per rank under DDP). Throughput: --tp-model, AdamW, 64x64
 # images, batch 16 per rank, steady images/s. Each run's --metrics JSON and log are kept in --out;
 # memory.md and throughput.md are made from them (CPU: build with the default configuration).
+# --amp bf16|fp16 runs every case in mixed precision (16-bit parameters and gradients, f32 masters:
+# the ZeRO paper's K = 12 accounting); --tp-ranks '' skips the throughput table.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}
-out=$root/runs/zero-$(date +%Y%m%d-%H%M%S) mem_model=vgg16 mem_ranks=1,2,4 tp_model=resnet_tiny tp_ranks=2,4 tp_steps=30
+out=$root/runs/zero-$(date +%Y%m%d-%H%M%S) mem_model=vgg16 mem_ranks=1,2,4 tp_model=resnet_tiny tp_ranks=2,4 tp_steps=30 amp=off
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;; --mem-model) mem_model=$2; shift 2 ;; --mem-ranks) mem_ranks=$2; shift 2 ;;
-    --tp-model) tp_model=$2; shift 2 ;; --tp-ranks) tp_ranks=$2; shift 2 ;; --tp-steps) tp_steps=$2; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    --tp-model) tp_model=$2; shift 2 ;; --tp-ranks) tp_ranks=$2; shift 2 ;; --tp-steps) tp_steps=$2; shift 2 ;; --amp) amp=$2; shift 2 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     *) echo "zero_tables: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -25,7 +27,7 @@ run() {  # ranks zero tag args...
   local n=$1 z=$2 tag=$3; shift 3
   echo "zero_tables: $tag (N=$n, --zero $z)"
   HYDRA_LAUNCHER=fork mpiexec -n "$n" "$build/apps/train_imagenet" --synthetic --device cpu --optimizer adamw \
-    --lr 0.0001 --synthetic-val-size 0 --workers 1 --zero "$z" --metrics "$out/$tag.json" "$@" > "$out/$tag.log" 2>&1
+    --lr 0.0001 --synthetic-val-size 0 --workers 1 --zero "$z" --amp "$amp" --metrics "$out/$tag.json" "$@" > "$out/$tag.log" 2>&1
 }
 for n in ${mem_ranks//,/ }; do
   for z in 0 1 2; do
@@ -39,9 +41,9 @@ for n in ${tp_ranks//,/ }; do
       --synthetic-size 100000 --num-classes 100 --log-every "$tp_steps"
   done
 done
-python3 - "$out" <<'PY'
+python3 - "$out" "$amp" <<'PY'
 import json, glob, os, sys
-out = sys.argv[1]
+out, amp = sys.argv[1], sys.argv[2]
 mib = lambda b: b / 2**20
 def load(pattern):
     rows = []
@@ -49,7 +51,7 @@ def load(pattern):
         rows.append((os.path.basename(f)[:-5], json.load(open(f))))
     return rows
 lines = ["# ZeRO memory per rank: the ledger's prediction vs the allocator", "",
-         "Model state = parameters + gradients + optimizer state (AdamW, f32), measured as the allocator's bytes",
+         "Model state = parameters + gradients + optimizer state (AdamW, " + ("f32" if amp == "off" else f"--amp {amp}: 16-bit parameters and gradients, f32 masters, master gradients and moments") + "), measured as the allocator's bytes",
          "after the first step minus what was held before (data, loaders). Peak is the allocator's high-water mark",
          "during the steps (set-up excluded): the model state plus activations, workspace and the transient",
          "gradients, which the ledger predicts (dist/memory_ledger.h). MiB per rank.", "",

@@ -51,10 +51,13 @@ std::string fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v)
   return "";
 }
 
-// Auto's policy (attention.h): flash on CUDA for the 16-bit dtypes; the reference path otherwise.
-bool auto_prefers_fused(const Tensor& q) {
-  return q.is_cuda() && (q.dtype() == DType::F16 || q.dtype() == DType::BF16);
+}  // namespace
+
+bool auto_prefers_fused(bool cuda, DType dtype, int64_t prob_bytes) {
+  return cuda && (dtype == DType::F16 || dtype == DType::BF16) && prob_bytes >= kAutoFusedMinBytes;
 }
+
+namespace {
 
 // The flash path: one op with its own backward (kernels in core/ops/{cpu,cuda}/flash_attention.*).
 // Saves q, k, v, the output and per-row {m, 1/l}: O(B H S D) memory, never the [Sq, Sk] probabilities.
@@ -143,8 +146,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   if (opt.backend == AttentionBackend::Fused)
     TANDEM_CHECK(why_not.empty(), "attention: AttentionBackend::Fused cannot run these inputs: ", why_not,
                  "; use AttentionBackend::Auto (which falls back to Reference) or Reference");
-  if (opt.backend == AttentionBackend::Fused || (opt.backend == AttentionBackend::Auto && auto_prefers_fused(q) &&
-                                                 why_not.empty()))
+  const int64_t prob_bytes = B * H * Sq * Sk * static_cast<int64_t>(dtype_size(q.dtype()));
+  const bool auto_fused = opt.backend == AttentionBackend::Auto && why_not.empty() &&
+                          auto_prefers_fused(q.is_cuda(), q.dtype(), prob_bytes);
+  if (opt.backend == AttentionBackend::Fused || auto_fused)
     return flash_attention(q, k, v, mask, scale, opt, gen);
   Tensor q3 = reshape(q, {B * H, Sq, D}), k3 = reshape(k, {B * H, Sk, D}), v3 = reshape(v, {B * H, Sk, v.size(3)});
   Tensor scores = reshape(matmul(q3, k3, false, true), {B, H, Sq, Sk});

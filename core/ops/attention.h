@@ -23,8 +23,13 @@
 //   - Fused runs when: head dim D is a multiple of 8 and at most 128, v's head dim equals D,
 //     Sk > 0, q/k/v share a dtype, and that dtype is f32/f16/bf16 on CUDA or f32/f64 on the CPU.
 //     Asking for Fused where it cannot run is an error that says why.
-//   - Auto = Fused for CUDA f16/bf16 inputs that Fused supports; Reference otherwise (f32 on
-//     CUDA keeps cuBLAS's TF32 GEMMs; the CPU keeps OpenBLAS).
+//   - Auto = Fused for CUDA f16/bf16 inputs that Fused supports AND whose [B, H, Sq, Sk]
+//     probabilities would take at least kAutoFusedMinBytes; Reference otherwise. Why the size rule:
+//     on the H100 our SIMT flash kernel is 4.5-11x slower than the reference path's tensor-core
+//     GEMMs at BERT's shapes (apps/results/2026-11-22-h100/call12/bench_ops.log: BERT-base seq 128
+//     fwd+bwd 1.16 vs 0.17 ms; BERT-large seq 512 5.7 vs 0.52 ms), so Auto takes it only where the
+//     reference path's saved probabilities would cost more memory than a model can spare (long
+//     sequences). f32 on CUDA keeps cuBLAS's TF32 GEMMs; the CPU keeps OpenBLAS.
 //
 // Adding an op like these takes: this header, core/ops/attention.cpp (checks + autograd),
 // core/ops/kernels/attention.h (backend entries), core/ops/cpu/attention.cpp and
@@ -45,7 +50,7 @@ Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, float scale, floa
                           bool training = false, Generator& gen = default_generator());
 
 enum class AttentionBackend {
-  Auto,       // Fused for CUDA f16/bf16 where supported, else Reference (policy above)
+  Auto,       // Fused for large CUDA f16/bf16 problems where supported, else Reference (policy above)
   Reference,  // GEMM + scale_mask_softmax + GEMM (CPU and CUDA)
   Fused,      // flash attention (CUDA kernel; CPU twin); an error where unsupported
 };
@@ -56,6 +61,13 @@ struct AttentionOptions {
   float scale = 0.0f;       // 0 means 1 / sqrt(D), the usual scaled dot product
   AttentionBackend backend = AttentionBackend::Auto;
 };
+
+// Auto's size rule (policy above): 512 MiB of probabilities, e.g. batch 8, 16 heads, Sq = Sk = 1448
+// in 16-bit - one layer's, and a 24-layer model saves 24 of them.
+inline constexpr int64_t kAutoFusedMinBytes = int64_t{512} << 20;
+// Auto's choice for inputs on CUDA (or not) of `dtype` whose probabilities take `prob_bytes`; the
+// caller also checks that Fused supports them.
+bool auto_prefers_fused(bool cuda, DType dtype, int64_t prob_bytes);
 
 // softmax(q k^T * scale, masked) v: q [B, H, Sq, D], k and v [B, H, Sk, D], mask [B, Sk] -> [B, H, Sq, D].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
