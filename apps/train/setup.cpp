@@ -47,11 +47,12 @@ void check_cuda_graph(const dist::World& w) {
   TANDEM_CHECK(backend == "nccl", "--cuda-graph: the gradient all-reduces go over ", backend,
                " (host memory, driven by a CPU thread), which a CUDA graph cannot capture. Give every rank its own "
                "GPU and leave TANDEM_HOST_STAGING unset so that NCCL carries them, or drop --cuda-graph");
-  // What is left is the capture itself: the step (forward, backward with the reducer's NCCL calls,
-  // optimizer) on a capture stream after warm-up steps, replayed each step from static input
-  // buffers. It needs a GPU to be written and tested; until then, say so instead of running without.
-  TANDEM_THROW("--cuda-graph: capturing the training step is not implemented yet (the option's checks are); "
-               "drop --cuda-graph");
+  for (const char* var : {"TANDEM_FAULT", "TANDEM_SYNC_CHECK"}) {
+    const char* v = std::getenv(var);
+    TANDEM_CHECK(!v || !*v || std::string(v) == "0", "--cuda-graph with ", var, "=", v ? v : "",
+                 ": its hooks act on the host in the middle of the step (a fault drill, a sync after every op), "
+                 "which a replayed graph cannot do. Unset ", var, " or drop --cuda-graph");
+  }
 }
 
 Datasets make_datasets(const TrainOptions& o) {
@@ -237,6 +238,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   make_loaders(o, t);
   plan_steps(o, t);
   plan_memory(o, t);
+  if (o.cuda_graph) t.graph = std::make_unique<GraphStep>();
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }
