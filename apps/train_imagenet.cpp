@@ -17,9 +17,10 @@
 // --on-nonfinite skip, skips that step's update everywhere. --evaluate only validates a checkpoint.
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
 // The memory ledger (apps/train/memory.h) is printed at start-up and in the summary.
+// --cuda-graph captures the step as a CUDA graph after 3 eager steps and replays it (apps/train/graph_step.h).
 // Left out (rejected with an error, never ignored): --amp bf16/fp16.
 //
-// Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, memory.h, report.h
+// Reading order: apps/train/options.h, setup.h, loop.h, graph_step.h, validation.h, checkpointing.h, memory.h, report.h
 // (clock.h holds every timing).
 #include <cstdlib>
 #include <exception>

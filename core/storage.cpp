@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/check.h"
+#include "core/graph_capture.h"
 #ifdef TANDEM_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -81,6 +82,12 @@ Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), 
       TANDEM_THROW("out of GPU memory on ", device.str(), " allocating ", bytes, " bytes (", s.current_bytes,
                    " bytes in use by tandem): reduce --batch, use --amp bf16 or --zero 1/2");
     }
+    // On a capturing stream the allocation is a graph memory node: counted, so the capture can
+    // check that each such block is also freed inside it (core/graph_capture.h).
+    if (graph_capture::active(device.index)) {
+      capture_ = graph_capture::generation();
+      graph_capture::note_alloc(bytes);
+    }
 #else
     TANDEM_THROW("cannot allocate on ", device.str(), ": tandem was built without CUDA");
 #endif
@@ -99,7 +106,18 @@ Storage::~Storage() {
   } else {
 #ifdef TANDEM_WITH_CUDA
     // Destructors must not throw; a failed free at teardown is not actionable.
-    cudaFreeAsync(data_, cuda::compute_stream(device_.index));
+    if (graph_capture::active(device_.index)) {
+      if (capture_ != graph_capture::generation()) {
+        // A block from before the capture: a graph free node may not free it. Freed at its end.
+        graph_capture::defer_free(data_, device_.index);
+        count(device_, -static_cast<int64_t>(bytes_));
+        return;
+      }
+      graph_capture::note_free(bytes_);  // a free node of the graph: its bytes are the graph's again
+    }
+    // A failed free (teardown, or a block of a capture that failed and was discarded) must not be
+    // left as the "last error" that the next kernel launch's check would report as its own.
+    if (cudaFreeAsync(data_, cuda::compute_stream(device_.index)) != cudaSuccess) (void)cudaGetLastError();
 #endif
   }
   count(device_, -static_cast<int64_t>(bytes_));

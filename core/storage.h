@@ -9,6 +9,8 @@
 // A CPU block can also be page-locked (HostMemory::Pinned, cudaHostAlloc): the staging buffers of
 // the data loader (data/pinned.h) are such blocks, so there is one owning byte buffer in tandem.
 // Every block, pinned or not, counts towards its device's memory counters.
+// While a CUDA graph is captured (core/graph_capture.h), CUDA blocks become graph allocations and
+// frees of older blocks are deferred to the end of the capture.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +44,7 @@ class Storage {
   size_t bytes_ = 0;
   Device device_;
   bool pinned_ = false;
+  uint64_t capture_ = 0;  // the graph capture this CUDA block was allocated in (0: none)
 };
 
 struct MemoryStats {

@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "core/cuda/context.h"
+#include "core/graph_capture.h"
 #include "dist/communicator.h"
 #include "dist/watchdog.h"
 
@@ -170,7 +171,10 @@ class NcclCommunicator final : public Communicator {
     call();
     auto end = std::make_shared<EventMark>(stream_);
     nvtxRangePop();
-    {
+    // A collective captured into a CUDA graph (core/graph_capture.h) is not watched: its events
+    // belong to the graph, and querying them (or the capturing stream) from the watchdog thread
+    // would fail or invalidate the capture. Replays run the same collectives unwatched.
+    if (!graph_capture::active(device_)) {
       std::lock_guard<std::mutex> lock(m_);
       outstanding_.push_back({++issued_, name, end, std::chrono::steady_clock::now()});
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/autograd.h"
+#include "core/graph_capture.h"
 #include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
 #include "core/profile.h"
@@ -72,7 +73,12 @@ Reducer::~Reducer() {
     if (b.work) try { b.work->wait(); } catch (...) {}  // NOLINT: a destructor must not throw
 }
 
-void Reducer::start_step() { timeline_.start_step(comm_.mark()); }
+// Inside a CUDA graph capture (core/graph_capture.h) the marks would be events recorded in the
+// graph, which the host can never read: the timeline skips captured steps, so replays have no
+// per-bucket timing (train_imagenet's progress interval still times them as a whole).
+void Reducer::start_step() {
+  if (!graph_capture::active()) timeline_.start_step(comm_.mark());
+}
 
 void Reducer::zero_grad() {
   for (Bucket& b : buckets_) {
@@ -234,13 +240,18 @@ void Reducer::wait_and_average() {
 
 void Reducer::record_timing(MarkPtr backward_end) {
   for (Bucket& b : buckets_) {
+    if (graph_capture::active()) {  // see start_step: nothing to time, only the step's state to clear
+      b.work.reset(), b.wire = Tensor(), b.ready.reset();
+      continue;
+    }
     const int64_t bytes = b.padded ? b.padded * static_cast<int64_t>(dtype_size(b.shard.dtype()))
                                    : static_cast<int64_t>((b.wire.defined() ? b.wire : b.buffer).nbytes());
     timeline_.bucket_done(b.ready, *b.work, bytes);
     b.work.reset();  // the step's collective and its wire copy are done with
     b.wire = Tensor();
   }
-  timeline_.end_step(std::move(backward_end));
+  if (graph_capture::active()) timeline_.drop_step();  // see start_step
+  else timeline_.end_step(std::move(backward_end));
 }
 
 }  // namespace tandem::dist

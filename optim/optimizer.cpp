@@ -54,6 +54,7 @@ void Optimizer::add_slot(ParamSegment seg, Tensor whole, size_t position) {
 void Optimizer::set_lr(double lr) {
   TANDEM_CHECK(lr >= 0, name(), ": lr must be >= 0, got ", lr, " (check the LR schedule's settings)");
   lr_ = lr;
+  lr_changed();
 }
 
 void Optimizer::step() {

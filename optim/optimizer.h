@@ -151,6 +151,9 @@ class Optimizer {
   virtual bool has_step_count() const = 0;
   // Updates `active` (the slots with a gradient this step, grad set, all checked).
   virtual void update(std::vector<Slot*>& active) = 0;
+  // After set_lr: an optimizer whose kernels read the LR from device memory (SGD on CUDA, so that a
+  // captured CUDA graph follows the schedule) uploads it here. Default: nothing to do.
+  virtual void lr_changed() {}
 
   int64_t num_params() const { return num_params_; }
   std::vector<Slot> slots_;

@@ -51,6 +51,12 @@ void SGD::update(std::vector<Slot*>& active) {
   if (!gpu.empty()) step_cuda(gpu);
 }
 
+void SGD::lr_changed() {
+#ifdef TANDEM_WITH_CUDA
+  kernels::sgd_set_lr_cuda(cuda_table_, static_cast<float>(lr()));
+#endif
+}
+
 void SGD::step_cpu(Slot& s) {
   Tensor param = s.seg.param;  // a handle: the kernel writes through it into the parameter
   const bool first = s.bufs.empty() || !s.bufs[0].defined();

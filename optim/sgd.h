@@ -56,6 +56,7 @@ class SGD : public Optimizer {
   std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
   bool has_step_count() const override { return false; }
   void update(std::vector<Slot*>& active) override;
+  void lr_changed() override;  // CUDA: the kernel's device-side LR (optim/cuda/sgd.cu)
   void step_cpu(Slot& s);
   void step_cuda(std::vector<Slot*>& slots);
   SGDOptions opt_;  // lr lives in Optimizer (set_lr)

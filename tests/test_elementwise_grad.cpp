@@ -17,6 +17,21 @@ TEST_CASE("add/sub/mul with and without trailing broadcast") {
   }
 }
 
+TEST_CASE("mul with only the broadcast operand requiring a gradient") {
+  // A constant full-shape a and a [4] parameter b: db is a summed over the leading dims.
+  Tensor a = rand_f64({2, 3, 4}, 7, -1, 1, false), b = rand_f64({4}, 8, -1, 1, true);
+  ops::sum(ops::mul(a, b)).backward();
+  REQUIRE(b.grad().defined());
+  const std::vector<double> av = a.to_vector_f64(), gb = b.grad().to_vector_f64();
+  for (int j = 0; j < 4; ++j) {
+    double want = 0;
+    for (int i = 0; i < 6; ++i) want += av[i * 4 + j];
+    CHECK(gb[j] == doctest::Approx(want).epsilon(1e-12));
+  }
+  auto f = [&](const std::vector<Tensor>& in) { return ops::mul(a, in[0]); };
+  CHECK(gradcheck(f, {rand_f64({4}, 9)}) == "");
+}
+
 TEST_CASE("scale, add_scalar, axpby, square") {
   CHECK(gradcheck([](auto& in) { return ops::scale(in[0], -1.5f); }, {rand_f64({7}, 1)}) == "");
   CHECK(gradcheck([](auto& in) { return ops::add_scalar(in[0], 0.25f); }, {rand_f64({7}, 2)}) == "");

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "apps/encoder/checkpointing.h"  // defines: restore_checkpoint
+#include "apps/train/ddp_options.h"      // defines: ddp_options
 #include "apps/train/ledger.h"           // defines: ledger_inputs, model_state_bytes
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
@@ -87,16 +88,10 @@ std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int
 namespace {
 
 std::unique_ptr<dist::DistributedDataParallel> make_ddp(const EncoderOptions& o, ModulePtr model) {
-  dist::DdpOptions d;
-  d.reducer.bucketing.first_bucket_bytes = static_cast<size_t>(o.first_bucket_mb * (1 << 20));
-  d.reducer.bucketing.bucket_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
-  d.reducer.overlap = !o.no_overlap;
-  d.reducer.compression = o.compress == "bf16"   ? dist::Compression::BF16
-                          : o.compress == "fp16" ? dist::Compression::F16
-                                                 : dist::Compression::None;
-  // ZeRO-2 shards the gradients: each bucket is reduce-scattered (dist/zero.h).
-  if (o.zero == 2) d.reducer.collective = dist::Collective::ReduceScatter;
-  return std::make_unique<dist::DistributedDataParallel>(std::move(model), d);
+  DdpFlags f;
+  f.first_bucket_mb = o.first_bucket_mb, f.bucket_mb = o.bucket_mb, f.overlap = !o.no_overlap;
+  f.compress = o.compress, f.zero = o.zero;
+  return std::make_unique<dist::DistributedDataParallel>(std::move(model), ddp_options(f));
 }
 
 // --optimizer's two groups over the parameters (DDP), the f32 masters (--amp: of every parameter, or

@@ -11,7 +11,8 @@
 #          TANDEM_HOST_STAGING=1; train_imagenet on 2 host-staged ranks (GPU tensors through MPI)
 #   bench  bench_ops (tandem vs cuBLASLt/cuDNN), bench_allreduce (1 rank NCCL; 2 ranks host-staged)
 #   train  per config: train_imagenet --synthetic, then the PyTorch peer (pytorch_peer.py) with the
-#          same model, batch, precision (f32 + TF32) and steps
+#          same model, batch, precision (f32 + TF32) and steps; then train_imagenet with and without
+#          --cuda-graph for the first resnet50 and resnet18 configs (cudagraph_<tag>_on/_off)
 #   sanitize  compute-sanitizer --tool memcheck on one resnet18 training step (tiny synthetic setup,
 #          cuDNN BN and tandem's BN kernels) and on each GPU parity test binary (tests/gpu_*); any
 #          reported error fails the step; the ERROR SUMMARY lines go to sanitize_summary.txt.
@@ -257,6 +258,26 @@ if want train; then
         --log-every 20 --metrics "$raw/tandem_$tag.json"
     run_step "torch_$tag" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" --batch "$b" \
       --steps "$steps" --warmup "$warm" --image-size "$image" --json "$raw/torch_$tag.json"
+  done
+  # --cuda-graph (apps/train/graph_step.h): the same run with and without graphs, side by side, for
+  # the first resnet50 and resnet18 configs. Both sides use --on-nonfinite off (the graph requires it,
+  # and the eager default's per-step loss read would otherwise be counted against eager).
+  for gm in resnet50 resnet18; do
+    gc=""
+    for c in "${cfgs[@]}"; do [ "${c%%:*}" = "$gm" ] && { gc=$c; break; }; done
+    [ "$smoke" = 1 ] && [ -z "$gc" ] && gc=${cfgs[0]}
+    [ -z "$gc" ] && continue
+    m=${gc%%:*} b=${gc##*:} tag=${gc%%:*}_b${gc##*:}
+    for mode in off on; do
+      extra=(--on-nonfinite off)
+      [ "$mode" = on ] && extra+=(--cuda-graph)
+      if [ "$mode" = on ] && ! have_gpu; then skip_step "cudagraph_${tag}_on" "no GPU: --cuda-graph needs one"; continue; fi
+      need "$bin/apps/train_imagenet" "cudagraph_${tag}_$mode" && \
+        run_step "cudagraph_${tag}_$mode" 240 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
+          "${dev_args[@]}" --model "$m" --batch "$b" --steps "$steps" --bench-warmup "$warm" --image-size "$image" \
+          --log-every 20 "${extra[@]}" --metrics "$raw/cudagraph_${tag}_$mode.json"
+    done
+    [ "$smoke" = 1 ] && break  # one config is enough to rehearse the pipeline
   done
   # What cuDNN autotuning would add on top of heuristics (tandem does not autotune): one config.
   m=${cfgs[0]%%:*} b=${cfgs[0]##*:}

@@ -58,6 +58,24 @@ def steps_table(raw):
 CTEST_LINE = re.compile(r"Test\s+#\d+:\s+(\S+)\s+\.*\s*\**([A-Za-z][A-Za-z ]*?)(?::.*?)?\s+[\d.]+\s+sec")
 
 
+def cuda_graphs(raw):
+    """train_imagenet with and without --cuda-graph (cudagraph_<tag>_off/_on.json): host and step time."""
+    rows = []
+    tags = sorted({os.path.basename(f)[len("cudagraph_"):].rsplit("_", 1)[0]
+                   for f in glob.glob(os.path.join(raw, "cudagraph_*_o*.json"))})
+    for tag in tags:
+        for mode in ("off", "on"):
+            t = load(os.path.join(raw, f"cudagraph_{tag}_{mode}.json"))
+            if not t:
+                continue
+            ips = t.get("images_per_s") or None
+            last = t.get("last_interval_ms_per_step", {})
+            cap = t.get("cuda_graph_capture") or {}
+            rows.append({"config": tag, "graph": mode, "ips": ips, "ms": 1e3 * t["batch_per_rank"] / ips if ips else None,
+                         "host_ms": last.get("host"), "nodes": cap.get("nodes"), "capture_ms": cap.get("capture_ms")})
+    return rows
+
+
 def ctest_counts(log):
     tests = {}
     for m in CTEST_LINE.finditer(read(log)):
@@ -149,7 +167,7 @@ def main():
     s = {"machine": machine(a.raw), "steps": steps_table(a.raw),
          "ctest": {k: ctest_counts(os.path.join(a.raw, f"ctest_{k}.log")) for k in ("gpu", "rest")},
          "training": training(a.raw), "bench_ops": bench_ops(a.raw), "allreduce": allreduce(a.raw),
-         "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json"))}
+         "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json")), "cuda_graphs": cuda_graphs(a.raw)}
     out = ["# tandem GPU session", ""]
     for k, v in s["machine"].items():
         out.append(f"- {k}: {v}")
@@ -175,6 +193,12 @@ def main():
                    f"| {fmt(r.get('torch_median_ips'))} | {fmt(r.get('torch_cudnnbench_ips'))} | {fmt(r.get('tandem_ms'), '.2f')} "
                    f"| {fmt(r.get('torch_ms'), '.2f')} | {fmt(r.get('tandem_peak_mib'), '.0f')} | {fmt(r.get('torch_peak_mib'), '.0f')} |")
     out += [f"- warning ({r['config']}): {r['warning']}" for r in s["training"] if "warning" in r]
+    if s["cuda_graphs"]:
+        out += ["", "## CUDA graphs (train_imagenet --cuda-graph vs eager, both --on-nonfinite off; host = issuing time "
+                "per step in the last progress interval)", "",
+                "| config | cuda graph | img/s | ms/step | host ms/step | graph nodes | capture ms |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['config']} | {r['graph']} | {fmt(r['ips'])} | {fmt(r['ms'], '.2f')} | {fmt(r['host_ms'], '.2f')} "
+                f"| {r['nodes'] if r['nodes'] is not None else '-'} | {fmt(r['capture_ms'], '.0f')} |" for r in s["cuda_graphs"]]
     t2 = s["train_np2_staged"]
     if t2:
         out.append(f"- 2 ranks, host-staged ({t2.get('backend')}, {t2.get('model')}): {fmt(t2.get('images_per_s'))} img/s, "

@@ -42,6 +42,7 @@ struct RunClock {
                                        // backward, optimizer), without the waits for the device: on
                                        // a GPU the launch overhead that CUDA graphs remove; on the
                                        // CPU, where ops run as they are issued, the compute itself
+  int64_t interval_graph_steps = 0;    // of this interval's steps, those replayed as a CUDA graph
   Clock::time_point steady_start{};    // end of the --bench-warmup steps, device synchronised
   int64_t steady_from = -1;            // the step the steady window starts after (-1: not reached)
   double paused_s_at_steady = 0;       // paused_s when the steady window started
@@ -55,7 +56,9 @@ struct RunClock {
   // After `step` steps: the warm-up is over, the steady window starts now.
   void start_steady(int64_t step, Device dev);
   double interval_ms() const { return seconds_since(interval_start) * 1000; }
-  void start_interval() { interval_data_ms = 0, interval_host_ms = 0, interval_start = Clock::now(); }
+  void start_interval() {
+    interval_data_ms = 0, interval_host_ms = 0, interval_graph_steps = 0, interval_start = Clock::now();
+  }
 
   // Brackets validation and checkpoints: their time counts as paused, not as training, and the
   // interval running across them is shifted so its rate does not include them either.

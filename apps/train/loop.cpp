@@ -18,6 +18,32 @@ namespace tandem::apps {
 
 namespace {
 
+// Adds a step's (not skipped) loss to the interval's device-side running sum.
+void add_loss(LoopState& s, const Tensor& loss) {
+  autograd::NoGradGuard ng;  // a device-side running sum: no host sync inside the interval
+  s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
+}
+
+// --cuda-graph (graph_step.h): the step runs eagerly for the warm-up, then as a replayed graph. The
+// option's checks left nothing to skip or sync in it. The one-off capture is not host time per step.
+Tensor graph_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, Clock::time_point issue_start) {
+  const bool capturing = !t.graph->captured() && s.step - t.start.step >= t.graph->warmup();
+  t.graph->step(t, o, s.batch);
+  double host_ms = seconds_since(issue_start) * 1000;
+  if (capturing && t.graph->captured()) {
+    host_ms -= t.graph->capture_ms();
+    if (t.world->rank == 0)
+      std::printf("cuda graph: captured step %lld (%zu nodes) in %.1f ms after %d eager steps; replaying it from "
+                  "here on\n", (long long)(s.step + 1), t.graph->nodes(), t.graph->capture_ms(), t.graph->warmup());
+  }
+  clock.interval_host_ms += host_ms;
+  clock.interval_graph_steps += t.graph->captured() ? 1 : 0;
+  measure_memory(t);
+  ++s.step, ++s.interval_steps, ++s.interval_losses, clock.interval_data_ms += s.batch.wait_ms;
+  add_loss(s, t.graph->loss());
+  return t.graph->logits();
+}
+
 // One optimizer step on s.batch. Returns the logits (the progress line's top-1 reads them).
 Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, RunRecord& rec) {
   const data::Batch& b = s.batch;
@@ -27,6 +53,7 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   const Clock::time_point issue_start = Clock::now();  // host time issuing the step (clock.h)
   t.opt->set_lr(optim::lr_at(t.sched, s.step));
   if (t.ps) t.ps->set_lr(t.opt->lr());
+  if (t.graph) return graph_step(t, o, s, clock, issue_start);
   // --amp: the model computes in 16-bit from its first layer on (the loader yields f32 images).
   Tensor logits = (*t.ddp)(t.amp ? ops::cast_raw(b.images, t.amp->low) : b.images);
   Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
@@ -65,10 +92,7 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
     return logits;
   }
   ++s.interval_losses;
-  {
-    autograd::NoGradGuard ng;  // a device-side running sum: no host sync inside the interval
-    s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
-  }
+  add_loss(s, loss);
   return logits;
 }
 
@@ -108,6 +132,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.skipped_steps = rec.skipped_steps;
   last.loss_scale = t.amp ? t.amp->scaler.scale() : 0;
   last.host_ms = clock.interval_host_ms;
+  last.graph_steps = clock.interval_graph_steps;
   const CommWindow w = comm_window(t.ddp->timeline(), s.timeline_from);
   last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;

@@ -149,6 +149,24 @@ void validate(TrainOptions& o) {
                "--cuda-graph or use --device cuda");
   TANDEM_CHECK(!o.cuda_graph || o.on_nonfinite == "off", "--cuda-graph cannot capture --on-nonfinite ", o.on_nonfinite,
                ": its per-step loss check reads the loss on the host in the middle of the step. Add --on-nonfinite off");
+  // What a captured step cannot contain (apps/train/graph_step.h): each reads a host value mid-step
+  // or passes a changing one to a kernel as an argument, which the graph would freeze.
+  TANDEM_CHECK(!o.cuda_graph || o.optimizer == "sgd", "--cuda-graph supports --optimizer sgd only: ", o.optimizer,
+               " passes its LR and bias corrections to its kernels as host values, which a graph would freeze. Use "
+               "--optimizer sgd or drop --cuda-graph");
+  TANDEM_CHECK(!o.cuda_graph || o.amp == "off", "--cuda-graph cannot capture --amp ", o.amp, ": the update reads its "
+               "overflow flags on the host every step (apps/train/amp.cpp). Use --amp off or drop --cuda-graph");
+  TANDEM_CHECK(!o.cuda_graph || o.zero == 0, "--cuda-graph with --zero ", o.zero, " is not supported yet (the "
+               "sharded step has not been checked for capture): use --zero 0 or drop --cuda-graph");
+  TANDEM_CHECK(!o.cuda_graph || o.clip_grad_norm == 0, "--cuda-graph cannot capture --clip-grad-norm: the global "
+               "norm is read on the host (optim/clip.h). Drop one of them");
+  // VGG and AlexNet: dropout keys its mask by a host-side (seed, offset) pair (core/ops/dropout.h).
+  const bool dropout = o.model.rfind("vgg", 0) == 0 || o.model == "alexnet";
+  TANDEM_CHECK(!o.cuda_graph || !dropout, "--cuda-graph cannot capture --model ", o.model, ": its dropout layers take "
+               "their random offset from the host every step, so a replayed graph would apply the same mask every "
+               "step. Use a ResNet or small_cnn, or drop --cuda-graph");
+  TANDEM_CHECK(!o.cuda_graph || o.strategy == "ddp", "--cuda-graph cannot capture --strategy ", o.strategy,
+               ": the parameter server's push and pull run on the host. Use --strategy ddp or drop --cuda-graph");
   TANDEM_CHECK(o.strategy != "ps" || o.amp == "off", "--strategy ps updates f32 parameters on its servers: use "
                "--amp off with it, or --strategy ddp with --amp");
   TANDEM_CHECK(o.strategy != "ps" || o.checkpoint_dir.empty(), "--strategy ps does not checkpoint (the optimizer "

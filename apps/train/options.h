@@ -79,10 +79,12 @@ struct TrainOptions {
                                     // fused BN+add+ReLU ResNet block tail) | tandem (tandem's own kernels,
                                     // the parity reference); ops::set_batchnorm_cudnn. The CPU ignores it
   // faults (apps/train/nonfinite.h)
-  // CUDA graphs (apps/train/setup.cpp check_cuda_graph): replay one captured step instead of
-  // issuing every kernel from the host. Needs a GPU and NCCL (MPI / host-staged collectives cannot
-  // be captured) and --on-nonfinite off (its per-step loss read is a host sync inside the step).
-  // Default off. The progress line's "host ms/step" shows what it would save.
+  // CUDA graphs (apps/train/graph_step.h): 3 eager steps, then the step is captured once and
+  // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /
+  // host-staged collectives cannot be captured), --on-nonfinite off (its per-step loss read is a
+  // host sync inside the step), SGD, and no --amp, --zero, --clip-grad-norm or --strategy ps
+  // (validate() and setup.cpp check_cuda_graph say why for each). Default off. The progress line's
+  // "host ms/step" shows what it saves, and "cuda graph N/M steps replayed" how many were replays.
   bool cuda_graph = false;
   std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss on any rank stops the
                                       // run (no checkpoint from that state), skips the step on

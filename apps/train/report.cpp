@@ -79,6 +79,13 @@ void bucket_medians(dist::Timeline& tl, Totals& x) {
   }
 }
 
+// --cuda-graph: when the step was captured and how big the graph is (null without --cuda-graph).
+json graph_json(const Training& t) {
+  if (!t.graph) return nullptr;
+  return {{"warmup_steps", t.graph->warmup()}, {"captured_step", t.graph->captured_at()},
+          {"nodes", t.graph->nodes()}, {"capture_ms", t.graph->capture_ms()}};
+}
+
 json history_json(const std::vector<EpochRecord>& history) {
   json a = json::array();
   for (const EpochRecord& e : history) {
@@ -123,7 +130,7 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"bench_warmup_steps", t.bench_warmup},
       {"last_interval_ms_per_step",
        {{"total", last.step_ms()}, {"data", last.data_ms / std::max<int64_t>(last.steps, 1)},
-        {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}}},
+        {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}, {"host", last.host_step_ms()}}},
       {"comm", {{"comm_ms_per_step", x.comm.comm_ms}, {"exposed_ms_per_step", x.comm.exposed_ms},
                 {"overlap", x.comm.overlap}, {"steps", x.comm.steps}}},
       {"ddp", {{"bucket_mb", o.bucket_mb}, {"first_bucket_mb", o.first_bucket_mb}, {"overlap", !o.no_overlap},
@@ -143,6 +150,8 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"bn_impl", t.dev.is_cuda() ? o.bn_impl : "cpu"},  // --bn-impl (the CPU has one BatchNorm)
       {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
       {"on_nonfinite", o.on_nonfinite},
+      {"cuda_graph", o.cuda_graph},
+      {"cuda_graph_capture", graph_json(t)},
       {"compute_s_per_rank", x.stragglers.compute_s},
       {"straggler", {{"rank", x.stragglers.slowest}, {"compute_s", x.stragglers.compute_s[x.stragglers.slowest]},
                      {"median_compute_s", x.stragglers.median_s}}},
@@ -175,6 +184,8 @@ std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr,
                 iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, iv.host_step_ms(), mib(m.current_bytes).c_str(),
                 mib(m.peak_bytes).c_str());
   std::string line = b;
+  if (iv.graph_steps > 0) line += " | cuda graph " + std::to_string(iv.graph_steps) + "/" + std::to_string(iv.steps) +
+                                  " steps replayed";
   if (iv.loss_scale > 0) {
     char s[32];
     std::snprintf(s, sizeof s, " | loss scale %g", iv.loss_scale);

@@ -35,6 +35,7 @@ struct Interval {
   int64_t skipped_steps = 0;  // steps skipped so far in this run (--on-nonfinite skip, AMP overflow)
   double loss_scale = 0;      // --amp: the loss scale after the interval (1 for bf16); 0: no AMP
   double host_ms = 0;         // host time issuing the interval's steps (RunClock::interval_host_ms)
+  int64_t graph_steps = 0;    // of `steps`, those replayed as a CUDA graph (--cuda-graph)
   double step_ms() const { return steps ? wall_ms / steps : 0; }
   double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
   double host_step_ms() const { return steps ? host_ms / steps : 0; }

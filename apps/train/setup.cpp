@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "apps/train/checkpointing.h"  // defines: restore_checkpoint
+#include "apps/train/ddp_options.h"    // defines: ddp_options
 #include "apps/train/memory.h"         // defines: plan_memory
 #include "core/device.h"               // defines: require_cuda, built_with_cuda
 #include "core/ops/batchnorm.h"        // defines: set_batchnorm_cudnn
@@ -46,11 +47,12 @@ void check_cuda_graph(const dist::World& w) {
   TANDEM_CHECK(backend == "nccl", "--cuda-graph: the gradient all-reduces go over ", backend,
                " (host memory, driven by a CPU thread), which a CUDA graph cannot capture. Give every rank its own "
                "GPU and leave TANDEM_HOST_STAGING unset so that NCCL carries them, or drop --cuda-graph");
-  // What is left is the capture itself: the step (forward, backward with the reducer's NCCL calls,
-  // optimizer) on a capture stream after warm-up steps, replayed each step from static input
-  // buffers. It needs a GPU to be written and tested; until then, say so instead of running without.
-  TANDEM_THROW("--cuda-graph: capturing the training step is not implemented yet (the option's checks are); "
-               "drop --cuda-graph");
+  for (const char* var : {"TANDEM_FAULT", "TANDEM_SYNC_CHECK"}) {
+    const char* v = std::getenv(var);
+    TANDEM_CHECK(!v || !*v || std::string(v) == "0", "--cuda-graph with ", var, "=", v ? v : "",
+                 ": its hooks act on the host in the middle of the step (a fault drill, a sync after every op), "
+                 "which a replayed graph cannot do. Unset ", var, " or drop --cuda-graph");
+  }
 }
 
 Datasets make_datasets(const TrainOptions& o) {
@@ -133,17 +135,11 @@ std::unique_ptr<data::Loader> make_val_loader(const TrainOptions& o, const dist:
 namespace {
 
 std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, ModulePtr model) {
-  dist::DdpOptions dopt;
-  dopt.reducer.bucketing.first_bucket_bytes = static_cast<size_t>(o.first_bucket_mb * (1 << 20));
-  dopt.reducer.bucketing.bucket_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
-  dopt.reducer.bucketed = !o.no_bucketing;
-  dopt.reducer.overlap = !o.no_overlap;
-  dopt.reducer.compression = o.compress == "bf16"   ? dist::Compression::BF16
-                             : o.compress == "fp16" ? dist::Compression::F16
-                                                    : dist::Compression::None;
-  // ZeRO-2 shards the gradients: each bucket is reduce-scattered (dist/zero.h).
-  if (o.zero == 2) dopt.reducer.collective = dist::Collective::ReduceScatter;
-  return std::make_unique<dist::DistributedDataParallel>(std::move(model), dopt);
+  DdpFlags f;
+  f.first_bucket_mb = o.first_bucket_mb, f.bucket_mb = o.bucket_mb;
+  f.overlap = !o.no_overlap, f.bucketed = !o.no_bucketing;
+  f.compress = o.compress, f.zero = o.zero;
+  return std::make_unique<dist::DistributedDataParallel>(std::move(model), ddp_options(f));
 }
 
 // --optimizer over the whole parameters (DDP), this rank's ZeRO segments, or the f32 masters (AMP:
@@ -242,6 +238,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   make_loaders(o, t);
   plan_steps(o, t);
   plan_memory(o, t);
+  if (o.cuda_graph) t.graph = std::make_unique<GraphStep>();
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "apps/train/amp.h"      // defines: AmpRun
+#include "apps/train/graph_step.h"  // defines: GraphStep (--cuda-graph)
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/dataset.h"        // defines: Dataset
 #include "data/loader.h"         // defines: Loader
@@ -39,7 +40,8 @@ struct Datasets {
 // Starts MPI (and NCCL on GPUs) and checks that --device can be honoured: --device cuda on a
 // machine whose GPU is missing or unusable fails with require_cuda's message (core/device.h).
 const dist::World& init_world(const TrainOptions& o);
-// --cuda-graph: throws unless this world can capture a step (a GPU, NCCL collectives).
+// --cuda-graph: throws unless this world can capture a step (a GPU, NCCL collectives, no
+// TANDEM_FAULT / TANDEM_SYNC_CHECK); the option-only conflicts are validate()'s (options.h).
 void check_cuda_graph(const dist::World& w);
 // --synthetic, or <data>/train and (when present) <data>/val.
 Datasets make_datasets(const TrainOptions& o);
@@ -69,6 +71,7 @@ struct Training {
   // --strategy ps: pushes, updates (on the servers only) and pulls in place of opt->step(); DDP then
   // only broadcasts buffers and times the step (its reducer does not communicate). Null for ddp.
   std::unique_ptr<dist::ParameterServer> ps;
+  std::unique_ptr<GraphStep> graph;          // --cuda-graph (null: every step eager)
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
   int64_t global_batch = 0;   // --batch x ranks
   int64_t steps_per_epoch = 0;

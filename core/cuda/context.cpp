@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/device.h"
+#include "core/graph_capture.h"
 
 namespace tandem::cuda {
 namespace {
@@ -54,7 +55,9 @@ void sync_check_after(const char* file, int line) {
 std::string cuda_fault() {
   // A kernel fault is sticky: every later call on the context returns it. cudaStreamQuery does not
   // block, so this is safe to call from a watchdog while the stream still runs.
-  cudaError_t e = cudaStreamQuery(cuda::compute_stream());
+  // Not while a CUDA graph is captured (core/graph_capture.h): querying a capturing stream from this
+  // (watchdog) thread would invalidate the capture; a sticky fault still shows in cudaPeekAtLastError.
+  cudaError_t e = graph_capture::active() ? cudaSuccess : cudaStreamQuery(cuda::compute_stream());
   if (e == cudaSuccess || e == cudaErrorNotReady) e = cudaPeekAtLastError();
   if (e == cudaSuccess || e == cudaErrorNotReady) return "";
   return detail::cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");

@@ -96,11 +96,16 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   check_binary(a, b, "mul", true);
   Tensor y = run_binary<fn::Mul>(a, b);
   bool ga = a.requires_grad(), gb = b.requires_grad();
+  // Each side keeps only the other operand it needs, plus b's shape (db sums over b's broadcast).
   autograd::record("MulBackward", {a, b}, y,
-                   [a = gb ? a.detach() : Tensor(), b = ga ? b.detach() : Tensor(), ga, gb](std::vector<Tensor>& g) {
+                   [a = gb ? a.detach() : Tensor(), b = ga ? b.detach() : Tensor(), b_shape = b.shape(), ga,
+                    gb](std::vector<Tensor>& g) {
                      Tensor da, db;
                      if (ga) da = run_binary<fn::Mul>(g[0], b);
-                     if (gb) db = reduce_like(run_binary<fn::Mul>(g[0], a), b);
+                     if (gb) {
+                       db = run_binary<fn::Mul>(g[0], a);
+                       if (db.shape() != b_shape) db = sum_to_trailing(db, b_shape);
+                     }
                      return std::vector<Tensor>{da, db};
                    });
   return y;

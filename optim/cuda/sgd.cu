@@ -10,10 +10,16 @@
 // The table lives on the device and is re-uploaded only when the tensor list changes (new
 // pointers, or the first step's buf = d_p turning into the momentum update), normally twice per
 // run. Math in f32 whatever the storage dtype; order of operations as optim/sgd.cpp's CPU loop.
+// The LR is read from device memory (a float next to the table), not passed as an argument: a
+// kernel argument would be frozen by a CUDA graph capture (core/cuda/graph.h) at its captured value,
+// while the schedule changes it every step. It is uploaded when it changes, outside any capture
+// (SGD::lr_changed), so a replayed step reads the LR set just before it. The other
+// hyper-parameters are constant for a run and stay arguments.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "core/graph_capture.h"
 #include "core/ops/cuda/dispatch.cuh"
 #include "optim/kernels/sgd.h"
 
@@ -33,9 +39,10 @@ struct Chunk {
 };
 
 template <typename T>
-__global__ void sgd_kernel(const Chunk* __restrict__ chunks, float lr, float momentum, float damp_keep,
-                           float wd, bool nesterov) {
+__global__ void sgd_kernel(const Chunk* __restrict__ chunks, const float* __restrict__ lr_dev, float momentum,
+                           float damp_keep, float wd, bool nesterov) {
   const Chunk c = chunks[blockIdx.x];
+  const float lr = *lr_dev;
   T* p = static_cast<T*>(c.param) + c.start;
   const T* g = static_cast<const T*>(c.grad) + c.start;
   T* buf = c.buf ? static_cast<T*>(c.buf) + c.start : nullptr;
@@ -67,7 +74,28 @@ class SgdCudaTable {
   ~SgdCudaTable() {
     // Destructors must not throw: a failure here only leaks pool memory.
     if (dev_) (void)cudaFreeAsync(dev_, cuda::compute_stream(device_));
+    if (lr_dev_) (void)cudaFreeAsync(lr_dev_, cuda::compute_stream(lr_device_));
   }
+  // The device-side LR the kernel reads, uploaded when `lr` differs from the last upload. Inside a
+  // graph capture an upload would be frozen into the graph, so it is refused there.
+  const float* lr(int device, float lr) {
+    if (lr_dev_ && device != lr_device_) {
+      CUDA_CHECK(cudaFreeAsync(lr_dev_, cuda::compute_stream(lr_device_)));
+      lr_dev_ = nullptr;
+    }
+    if (lr_dev_ && lr == lr_host_) return lr_dev_;
+    TANDEM_CHECK(!graph_capture::active(device), "SGD: the LR changed (to ", lr, ") inside a CUDA graph capture, "
+                 "where its upload would be frozen into the graph: call set_lr before capturing or replaying");
+    cudaStream_t stream = cuda::compute_stream(device);
+    if (!lr_dev_) CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&lr_dev_), sizeof(float), stream));
+    lr_host_ = lr;
+    // Pageable source: staged before cudaMemcpyAsync returns, stream-ordered before the next step.
+    CUDA_CHECK(cudaMemcpyAsync(lr_dev_, &lr_host_, sizeof(float), cudaMemcpyHostToDevice, stream));
+    lr_device_ = device;
+    return lr_dev_;
+  }
+  bool has_lr() const { return lr_dev_ != nullptr; }
+  int lr_device() const { return lr_device_; }
   // Returns the device table for `ts`, uploading it when it changed since the last call.
   const Chunk* get(int device, const std::vector<SgdTensor>& ts, int64_t& n_chunks) {
     if (!dev_ || device != device_ || !same(ts, key_)) rebuild(device, ts);
@@ -77,6 +105,9 @@ class SgdCudaTable {
 
  private:
   void rebuild(int device, const std::vector<SgdTensor>& ts) {
+    TANDEM_CHECK(!graph_capture::active(device), "SGD: the parameter list or momentum state changed inside a CUDA "
+                 "graph capture (the chunk table would be re-uploaded from host memory): run eager steps until "
+                 "the momentum buffers exist (at least two) before capturing");
     host_.clear();
     for (const auto& t : ts)
       for (int64_t s = 0; s < t.numel; s += kChunk)
@@ -102,6 +133,9 @@ class SgdCudaTable {
   int device_ = -1;
   std::vector<Chunk> host_;
   std::vector<SgdTensor> key_;
+  float* lr_dev_ = nullptr;
+  float lr_host_ = 0;
+  int lr_device_ = -1;
 };
 
 void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device, const std::vector<SgdTensor>& ts,
@@ -114,13 +148,18 @@ void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device
   TANDEM_CHECK(n_chunks < (int64_t{1} << 31), "SGD: ", n_chunks, " chunks exceed the grid limit");
   cudaStream_t stream = cuda::compute_stream(device);
   // The hyper-parameters go to the kernel as f32, rounded once from SGDOptions' doubles.
-  const float lr = static_cast<float>(opt.lr), momentum = static_cast<float>(opt.momentum);
+  const float* lr = table->lr(device, static_cast<float>(opt.lr));
+  const float momentum = static_cast<float>(opt.momentum);
   const float dampening = static_cast<float>(opt.dampening), wd = static_cast<float>(opt.weight_decay);
   TANDEM_CUDA_FLOAT_TYPES(dtype, T, [&] {
     sgd_kernel<T><<<static_cast<unsigned>(n_chunks), kThreads, 0, stream>>>(chunks, lr, momentum, 1.0f - dampening,
                                                                               wd, opt.nesterov);
     CUDA_CHECK_LAUNCH("fused SGD step");
   });
+}
+
+void sgd_set_lr_cuda(const std::shared_ptr<SgdCudaTable>& table, float lr) {
+  if (table && table->has_lr()) table->lr(table->lr_device(), lr);
 }
 
 }  // namespace tandem::optim::kernels

@@ -33,6 +33,9 @@ struct SgdTensor {
 // device-side chunk table between steps (rebuilt only when pointers or first-step flags change).
 void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device, const std::vector<SgdTensor>& ts,
                    const SGDOptions& opt);
+// Uploads a new LR to the table's device copy now (outside any graph capture), so that a replayed
+// step reads it; a no-op before the first step (that step uploads it).
+void sgd_set_lr_cuda(const std::shared_ptr<SgdCudaTable>& table, float lr);
 #endif
 
 }  // namespace tandem::optim::kernels
