@@ -1,6 +1,7 @@
 // dist/memory_ledger.cpp: the ZeRO paper's per-rank bytes (see memory_ledger.h).
 #include "dist/memory_ledger.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/check.h"
@@ -21,6 +22,10 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
   m.optimizer = o.state_bytes * state_elems;
   m.masters = o.mixed ? 4 * state_elems : 0;
   m.transient = low * static_cast<double>(o.largest_bucket + (o.stage == 2 ? o.next_bucket : 0));
+  if (o.mixed && o.cpu_widen) {  // f32 copies of the 16-bit CPU kernels (memory_ledger.h)
+    m.transient += 4 * static_cast<double>(o.largest_param);
+    if (o.stage < 2 && o.world > 1) m.transient = std::max(m.transient, 8 * static_cast<double>(o.largest_bucket));
+  }
   const auto term = [](double c, bool per_n) {
     char b[32];
     std::snprintf(b, sizeof b, "%g%s", c, per_n ? "Ψ/N" : "Ψ");

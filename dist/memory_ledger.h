@@ -22,6 +22,16 @@
 //   ZeRO-2:      the largest gradient, handed over as its own bucket (a parameter of a bucket's
 //                size is a bucket alone), plus one launched bucket still reduce-scattering
 //                (ReducerOptions::scatter_in_flight = 1): the two largest buckets.
+// Mixed precision on the CPU adds f32 copies (core/ops/cpu/widen.h: a 16-bit CPU kernel computes on
+// f32 copies of its tensor arguments), LedgerOptions::cpu_widen, with P the largest parameter:
+//   backward:  the largest weight's gradient GEMM writes an f32 result (4P) before it is rounded
+//              into its fresh 16-bit gradient, which the terms above already count: + 4P.
+//   averaging: DDP and ZeRO-1 (N > 1) divide each all-reduced 16-bit bucket by N in place
+//              (dist/reducer.cpp's scale_), widened as input and as output: 8 x the largest bucket
+//              once backward's buffers are gone, so the transient is the larger of the two.
+//   (The forward's f32 copy of the largest weight, 4P, is smaller than either.) On a GPU the
+//   kernels read 16-bit directly and none of this exists. VGG-16 --amp bf16 (P = 102.8 M): 392 MiB
+//   at N = 1, 784 MiB at N > 1; the peaks then match within 1 % (apps/results/.../zero-amp-bf16/).
 // Why ZeRO-2's peak stays above half of DDP's for VGG-16 at N = 4 although its model state is 7/16:
 // the classifier's first weight is 74 % of Ψ, and its whole gradient (4 x 0.74Ψ bytes) exists once
 // on every rank before it can be reduce-scattered: 7Ψ + 3Ψ vs 16Ψ + 3Ψ is 0.53 at best. Less would
@@ -44,12 +54,14 @@ struct LedgerOptions {
   int state_bytes = 8;           // f32 optimizer state per parameter: Adam/LAMB 8, SGD+momentum 4, SGD 0
   int64_t largest_bucket = 0;    // elements of the largest gradient bucket (transient terms)
   int64_t next_bucket = 0;       // elements of the second largest (ZeRO-2's bucket in flight)
+  int64_t largest_param = 0;     // elements of the largest parameter (the CPU widening term)
+  bool cpu_widen = false;        // CPU parameters: with `mixed`, 16-bit kernels work on f32 copies (above)
 };
 
 struct MemoryLedger {
   // Predicted bytes per rank.
   double params = 0, grads = 0, optimizer = 0, masters = 0;  // the ZeRO paper's model state
-  double transient = 0;                                       // gradient buffers, see above
+  double transient = 0;  // gradient buffers and (CPU AMP) f32 copies, see above
   std::string formula;                                        // e.g. "4Ψ + 4Ψ/N + 8Ψ/N"
   double model_state() const { return params + grads + optimizer + masters + master_grads; }
   double master_grads = 0;  // AMP's f32 master gradients (see above)

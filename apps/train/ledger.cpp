@@ -7,8 +7,12 @@ namespace tandem::apps {
 
 dist::LedgerOptions ledger_inputs(dist::DistributedDataParallel& ddp, const dist::Zero* zero, int world) {
   dist::LedgerOptions lo;
-  for (auto& [name, p] : ddp.module().named_parameters())
-    if (p.requires_grad()) lo.params += p.numel();
+  for (auto& [name, p] : ddp.module().named_parameters()) {
+    if (!p.requires_grad()) continue;
+    lo.params += p.numel();
+    lo.largest_param = std::max(lo.largest_param, p.numel());
+    lo.cpu_widen = !p.is_cuda();  // applies under AMP only (memory_ledger.h)
+  }
   for (const dist::Bucket& b : ddp.reducer().buckets()) {
     const int64_t n = b.padded ? b.padded : b.buffer.numel();
     lo.next_bucket = std::max(lo.next_bucket, std::min(n, lo.largest_bucket));

@@ -16,7 +16,7 @@
 
 namespace tandem::apps {
 
-// params, largest_bucket, next_bucket, shard_params (zero null: -1), world and stage (zero's, or 0).
+// params, largest_param, cpu_widen, largest_bucket, next_bucket, shard_params (zero null: -1), world and stage (zero's, or 0).
 dist::LedgerOptions ledger_inputs(dist::DistributedDataParallel& ddp, const dist::Zero* zero, int world);
 // Bytes of the trainable parameters and of the reducer's gradient buffers and shards, plus `extra`.
 int64_t model_state_bytes(dist::DistributedDataParallel& ddp, int64_t extra = 0);
