@@ -56,12 +56,6 @@ Tensor run_binary(const Tensor& a, const Tensor& b, float alpha = 1, float beta 
   return y;
 }
 
-// Gradient for an input that may have been broadcast: reduce to its shape.
-Tensor reduce_like(const Tensor& g, const Tensor& input_like) {
-  if (g.shape() == input_like.shape()) return g;
-  return sum_to_trailing(g, input_like.shape());
-}
-
 }  // namespace
 
 Tensor sum_to_trailing(const Tensor& g, const Shape& trailing) {
