@@ -13,6 +13,9 @@
 #   train  per config: train_imagenet --synthetic, then the PyTorch peer (pytorch_peer.py) with the
 #          same model, batch, precision (f32 + TF32) and steps; then train_imagenet with and without
 #          --cuda-graph for the first resnet50 and resnet18 configs (cudagraph_<tag>_on/_off)
+#   encoder  per encoder config: train_encoder --synthetic --amp bf16 --seq-len 128, then the PyTorch
+#          peer (pytorch_peer.py --encoder: plain torch.nn BERT, SDPA, bf16 autocast, fused AdamW)
+#          with the same model, batch, sequence length and steps (enc_tandem_<tag>, enc_torch_<tag>)
 #   sanitize  compute-sanitizer --tool memcheck on one resnet18 training step (tiny synthetic setup,
 #          cuDNN BN and tandem's BN kernels) and on each GPU parity test binary (tests/gpu_*); any
 #          reported error fails the step; the ERROR SUMMARY lines go to sanitize_summary.txt.
@@ -34,7 +37,7 @@ set -uo pipefail  # no -e: one failing step must not end the session
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/apps/scripts
-smoke=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16 san_only=.
+smoke=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16 san_only=. enc_configs=""
 usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; cat <<'EOF'
 Options:
   --cpu-smoke        CPU-only rehearsal with tiny settings (see above)
@@ -44,6 +47,8 @@ Options:
                      set: the device tool stops a command at 600 s; 0: no deadline)
   --steps N          training steps per run, warm-up included (default 60; 10 are warm-up)
   --configs LIST     model:batch list (default resnet50:64,resnet50:128,resnet18:128,vgg16:64)
+  --encoder-configs LIST  encoder phase's model:batch list (default bert_large:32,bert_base:32;
+                     --cpu-smoke: bert_tiny:4 at sequence length 32)
   --jobs N           build parallelism (default 16)
   --fresh            forget earlier calls' raw results
   --sanitize REGEX   sanitize phase: only the runs whose step name matches (default: all), e.g.
@@ -59,11 +64,12 @@ while [ $# -gt 0 ]; do
     --deadline) deadline=$2; shift ;;
     --steps) steps=$2; shift ;;
     --configs) configs=$2; shift ;;
+    --encoder-configs) enc_configs=$2; shift ;;
     --jobs) jobs=$2; shift ;;
     --fresh) fresh=1 ;;
     --sanitize) san_only=$2; shift ;;
     -h|--help) usage; exit 0 ;;
-    build|info|test|dist|bench|train|sanitize|all) phases+=("$1") ;;
+    build|info|test|dist|bench|train|encoder|sanitize|all) phases+=("$1") ;;
     *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -84,11 +90,13 @@ if [ "$smoke" = 1 ]; then
   build_dir=${build_dir:-$root/build-cpu}
   configs=${configs:-resnet_tiny:8}
   steps=6 image=32 jobs=2
+  enc_configs=${enc_configs:-bert_tiny:4} enc_seq=32
   gpu_name=cpu
 else
   build_dir=${build_dir:-$root/build-gpu}
   configs=${configs:-resnet50:64,resnet50:128,resnet18:128,vgg16:64}
   image=224
+  enc_configs=${enc_configs:-bert_large:32,bert_base:32} enc_seq=128  # BERT's phase-1 length
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   gpu_name=${gpu_name:-nogpu}
   [ -n "${TANDEM_CMAKE_ARGS:-}" ] || echo "gpu_session: TANDEM_CMAKE_ARGS is empty: was 'source .devkit/env.sh' run?" >&2
@@ -173,7 +181,8 @@ if want build; then
     run_step configure 300 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF
     # Only what the smoke steps below run: a full CPU build takes long on a small machine.
     run_step build 1800 cmake --build "$build_dir" -j "$jobs" --target train_imagenet bench_ops bench_allreduce \
-      mpi_gpu_collectives mpi_gpu_ddp mpi_collectives test_core test_autograd gpu_elementwise_parity -- -k 0
+      mpi_gpu_collectives mpi_gpu_ddp mpi_collectives test_core test_autograd gpu_elementwise_parity \
+      train_encoder -- -k 0
   else
     # -DTANDEM_CUDA=ON: configure fails, naming what is missing, instead of quietly building a CPU-only
     # tandem whose "GPU" figures would be CPU figures.
@@ -284,6 +293,25 @@ if want train; then
   run_step "torch_${m}_b${b}_cudnnbench" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" \
     --batch "$b" --steps "$steps" --warmup "$warm" --image-size "$image" --cudnn-benchmark \
     --json "$raw/torch_${m}_b${b}_cudnnbench.json"
+fi
+
+if want encoder; then
+  # Tandem, then PyTorch, back to back, as in the train phase (pytorch_peer.py's header lists what is
+  # matched: tandem's synthetic batch and masking, bf16 autocast over f32 masters, AdamW, clip 1.0).
+  # enc_ prefixes keep these files out of the train phase's tandem_*/torch_* globs (session_summary.py).
+  # --val-batches 2: the validation after the last step is outside the timed window; keep it short.
+  enc_dev=cuda
+  [ "$smoke" = 1 ] && enc_dev=cpu
+  IFS=, read -r -a ecfgs <<< "$enc_configs"
+  for c in "${ecfgs[@]}"; do
+    m=${c%%:*} b=${c##*:} tag=${c%%:*}_b${c##*:}
+    need "$bin/apps/train_encoder" "enc_tandem_$tag" && \
+      run_step "enc_tandem_$tag" 300 mpiexec -n 1 "$bin/apps/train_encoder" --synthetic --device "$enc_dev" \
+        --model "$m" --batch "$b" --seq-len "$enc_seq" --amp bf16 --steps "$steps" --bench-warmup "$warm" \
+        --val-batches 2 --log-every 20 --metrics "$raw/enc_tandem_$tag.json"
+    run_step "enc_torch_$tag" 300 python3 "$here/pytorch_peer.py" --device "$enc_dev" --encoder "$m" --batch "$b" \
+      --seq "$enc_seq" --amp bf16 --steps "$steps" --warmup "$warm" --json "$raw/enc_torch_$tag.json"
+  done
 fi
 
 if want sanitize; then

@@ -25,17 +25,23 @@ Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same w
     the CPU), and images_per_s_median = batch / that median.
 Leaves out: mixed precision (images), torch.compile, DDP (one process, one device).
 
---encoder NAME runs the encoder peer instead (tandem's layers/models/bert.h, issue 10):
-transformers' BertForMaskedLM (no pretrained weights; BertConfig with tandem's sizes, vocab
---vocab 30522, dropout 0.1), attn_implementation="sdpa" (PyTorch's fused scaled-dot-product
-attention, flash/cuDNN kernels on an H100), bf16 autocast (f32 master weights, as tandem's
---amp bf16), sequence --seq 128, the same --batch as tandem. One synthetic batch stays on the device:
-random token ids, every sequence padded over its last eighth (attention_mask 0 there, so the
-padding path is exercised), 15% of the real tokens predicted (labels = ids there, -100 elsewhere).
-SGD momentum 0.9, lr 1e-4, no weight decay. Reports tokens_per_s (batch x seq per step, padding
-included, tandem's definition) alongside the same timing fields as the image run.
---check-cpu is a seconds-long smoke test on the CPU (tiny model, tiny images) that also checks its
-own output; the GPU session's --cpu-smoke mode uses --device cpu the same way.
+--encoder NAME runs the encoder peer instead (tandem's train_encoder --synthetic, issue 10):
+  - model: bert_torch.py's BertForMaskedLM, plain torch.nn (the GPU node has no transformers): HF's
+    names and parameter counts, tandem's sizes, vocab --vocab 30522, dropout 0.1, attention through
+    torch.nn.functional.scaled_dot_product_attention with the padding mask (PyTorch's SDPA: with a
+    mask, its memory-efficient or cuDNN kernel on an H100; --no-attn-mask lets it pick flash).
+    --encoder-impl hf runs transformers' BertForMaskedLM (sdpa) instead, where it is installed;
+  - precision: --amp bf16 = torch.autocast(bfloat16) over f32 master weights, as tandem's --amp bf16;
+  - data: tandem's synthetic batch, made once and kept on the device (bert_torch.synthetic_batch):
+    --seq 128 tokens, [CLS] ... [SEP], no padding, exactly round(0.15 x 126) = 19 predicted positions
+    per sequence (80/10/10 [MASK]/random/kept); the loss runs the head on those rows only (tandem's
+    mlm_loss; the hf path runs HF's full-vocabulary head on every token);
+  - optimizer: AdamW (fused=True on CUDA), weight decay 0.01 except biases and LayerNorm, gradient
+    norm clipped at 1.0 (tandem's defaults; a constant lr 1e-4: the schedule changes values, not work).
+Reports tokens_per_s and sequences_per_s (steady window, batch x seq per step, tandem's definition)
+alongside the image run's timing fields (images_per_s there is sequences per second).
+--check-cpu is a seconds-long smoke test on the CPU (tiny model, tiny images, then bert_tiny) that
+also checks its own output; the GPU session's --cpu-smoke mode uses --device cpu the same way.
 """
 import argparse
 import json
@@ -46,6 +52,8 @@ import time
 
 import torch
 import torch.nn as nn
+
+from bert_torch import BERT_SIZES, BertForMaskedLM, synthetic_batch  # the script's own folder is on sys.path
 
 
 # ---- the built-in architectures (torchvision's, used when torchvision is absent) ----
@@ -153,17 +161,11 @@ def make_model(name, num_classes):
     return BUILTIN[name](num_classes), "builtin"
 
 
-BERT_SIZES = {  # name: (layers, hidden, heads), tandem's layers/models/bert.h
-    "bert_tiny": (2, 128, 2), "bert_mini": (4, 256, 4), "bert_small": (4, 512, 8),
-    "bert_medium": (8, 512, 8), "bert_base": (12, 768, 12), "bert_large": (24, 1024, 16),
-}
-
-
-def make_encoder(a):
+def make_hf_encoder(a):
     try:
         from transformers import BertConfig, BertForMaskedLM
     except ImportError:
-        sys.exit("pytorch_peer --encoder: needs the transformers package (pip install transformers)")
+        sys.exit("pytorch_peer --encoder-impl hf: needs the transformers package (the default, --encoder-impl torch, does not)")
     layers, hidden, heads = BERT_SIZES[a.encoder]
     cfg = BertConfig(vocab_size=a.vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                      intermediate_size=4 * hidden, max_position_embeddings=512, type_vocab_size=2,
@@ -174,14 +176,35 @@ def make_encoder(a):
         return BertForMaskedLM(cfg)
 
 
-def encoder_batch(a, dev):
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, a.vocab, (a.batch, a.seq), generator=g)
-    mask = torch.ones(a.batch, a.seq, dtype=torch.long)
-    mask[:, a.seq - a.seq // 8:] = 0
-    predict = (torch.rand(a.batch, a.seq, generator=g) < 0.15) & (mask == 1)
-    labels = torch.where(predict, ids, torch.full_like(ids, -100))
-    return ids.to(dev), mask.to(dev), labels.to(dev)
+def encoder_setup(a, dev):
+    """The model, its optimizer and one training step (see the header)."""
+    ids, mask, labels, idx = (t.to(dev) for t in synthetic_batch(a.batch, a.seq, a.vocab))
+    if a.encoder_impl == "hf":
+        model = make_hf_encoder(a).to(dev).train()
+        source = "transformers:" + getattr(model.config, "_attn_implementation", "eager")
+        loss_fn = lambda: model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    else:
+        model = BertForMaskedLM(a.encoder, a.vocab).to(dev).train()
+        source = "torch.nn:sdpa" + ("" if a.attn_mask else ", no mask")
+        keep = mask if a.attn_mask else None
+        loss_fn = lambda: model.mlm_loss(ids, keep, labels, idx)
+    # BERT's groups: no weight decay on biases and LayerNorm (tandem's --wd 0.01 likewise).
+    named = list(model.named_parameters())
+    no_wd = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
+    wd = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
+    opt = torch.optim.AdamW([{"params": wd, "weight_decay": 0.01}, {"params": no_wd, "weight_decay": 0.0}],
+                            lr=1e-4, fused=dev.type == "cuda")
+    amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with amp:
+            loss = loss_fn()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)  # tandem's --clip 1.0; no host sync
+        opt.step()
+        return loss
+    return model, source, step
 
 
 def run(a):
@@ -194,21 +217,9 @@ def run(a):
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
     cuda = dev.type == "cuda"
     if a.encoder:
-        model = make_encoder(a).to(dev).train()
-        source = "transformers:" + getattr(model.config, "_attn_implementation", "eager")
+        model, source, step = encoder_setup(a, dev)
         # parameters() lists the tied decoder weight once: tandem's --describe count
         params = sum(p.numel() for p in model.parameters())
-        opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
-        ids, mask, labels = encoder_batch(a, dev)
-        amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            loss.backward()
-            opt.step()
-            return loss
     else:
         model, source = make_model(a.model, a.num_classes)
         fmt = torch.channels_last if a.channels_last else torch.contiguous_format
@@ -271,6 +282,8 @@ def run(a):
         "final_loss": final_loss,
         "encoder": a.encoder, "seq": a.seq if a.encoder else None, "amp": a.amp if a.encoder else None,
         "tokens_per_s": timed * a.batch * a.seq / wall if a.encoder else None,
+        "sequences_per_s": timed * a.batch / wall if a.encoder else None,
+        "encoder_impl": a.encoder_impl if a.encoder else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
@@ -281,7 +294,7 @@ def run(a):
     if a.encoder:
         r["model"] = a.encoder
         print(f"pytorch_peer: {a.encoder} ({source}, {params / 1e6:.2f} M params) batch {a.batch} seq {a.seq} "
-              f"amp {a.amp} on {r['gpu']}: {r['tokens_per_s']:.0f} tokens/s (window), median {med:.2f} ms/step, "
+              f"amp {a.amp} on {r['gpu']}: {r['tokens_per_s']:.0f} tokens/s, {r['sequences_per_s']:.1f} seq/s (window), median {med:.2f} ms/step, "
               f"peak {peak}, loss {final_loss:.4f}")
         if a.json:
             with open(a.json, "w") as f:
@@ -315,10 +328,14 @@ def main():
     p.add_argument("--seq", type=int, default=128, help="encoder sequence length")
     p.add_argument("--vocab", type=int, default=30522, help="encoder vocabulary size")
     p.add_argument("--amp", default="bf16", choices=["bf16", "off"], help="encoder autocast dtype")
+    p.add_argument("--encoder-impl", default="torch", choices=["torch", "hf"],
+                   help="torch: bert_torch.py (plain PyTorch); hf: transformers' BertForMaskedLM")
+    p.add_argument("--no-attn-mask", dest="attn_mask", action="store_false",
+                   help="encoder: no padding mask to SDPA (there is no padding; lets it use flash attention)")
     a = p.parse_args()
     if a.check_cpu:
         a.device, a.model, a.batch, a.image_size, a.num_classes, a.steps, a.warmup = "cpu", "resnet_tiny", 4, 32, 10, 4, 1
-        a.encoder = None  # the smoke test covers the image path (transformers may be absent)
+        a.encoder = None  # the image path first, then bert_tiny below
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("pytorch_peer: no CUDA device visible to PyTorch: run on the GPU node or pass --device cpu")
     r = run(a)
@@ -327,6 +344,11 @@ def main():
         # (310746 with 10 classes: `train_imagenet --synthetic --model resnet_tiny --num-classes 10 --describe`).
         ok = math.isfinite(r["final_loss"]) and r["images_per_s"] > 0 and r["ms_per_step_median"] > 0
         ok = ok and r["parameters"] == 310746
+        # Then the encoder: bert_tiny, 4 sequences of 32 tokens. 4,416,698 parameters = tandem's
+        # `train_encoder --synthetic --model bert_tiny --describe` (vocab 30522).
+        a.encoder, a.batch, a.seq, a.encoder_impl = "bert_tiny", 4, 32, "torch"
+        r = run(a)
+        ok = ok and math.isfinite(r["final_loss"]) and r["tokens_per_s"] > 0 and r["parameters"] == 4416698
         print("pytorch_peer --check-cpu:", "ok" if ok else "FAILED")
         sys.exit(0 if ok else 1)
 

@@ -2,14 +2,15 @@
 """apps/scripts/session_summary.py: the short report of a gpu_session.sh run, from its raw folder.
 
 Reads what gpu_session.sh left in RAW (steps.tsv, *.log, tandem_*.json, torch_*.json,
-bench_ops.json, bench_allreduce_*.json, info.log, sanitize_summary.txt) and prints Markdown: the machine, the step
-statuses, ctest pass/fail/skip counts, tandem vs PyTorch images/s per config, bench_ops median
-ratios and all-reduce bandwidth. --json FILE also writes the same numbers as JSON.
+bench_ops.json, bench_allreduce_*.json, enc_tandem_*.json, enc_torch_*.json, info.log, sanitize_summary.txt)
+and prints Markdown: the machine, the step statuses, ctest pass/fail/skip counts, tandem vs PyTorch
+images/s per config, tandem vs PyTorch tokens/s per encoder config, bench_ops median ratios and
+all-reduce bandwidth. --json FILE also writes the same numbers as JSON.
 Anything missing (a step that did not run yet, a run killed by its time limit) shows as "-": the
 summary is rewritten after every step and must never fail on partial results. Standard library only.
 
 Conventions: a ratio is tandem / reference for times (bench_ops: < 1 means tandem is faster) and
-tandem / PyTorch for images/s (> 1 means tandem is faster). Training images/s on both sides is the
+tandem / PyTorch for images/s and tokens/s (> 1 means tandem is faster). Training images/s on both sides is the
 steady-window mean (steps after the warm-up x batch / wall time, synchronised at both ends); the
 PyTorch median-step rate is shown next to it.
 """
@@ -116,6 +117,38 @@ def training(raw):
     return rows
 
 
+def encoder(raw):
+    """train_encoder vs pytorch_peer.py --encoder (enc_tandem_<tag>.json, enc_torch_<tag>.json). PyTorch's
+    MFU uses tandem's FLOPs count and peak (apps/encoder/flops.h), so the two MFUs differ exactly as
+    the tokens/s do."""
+    rows = []
+    tags = {os.path.basename(f)[:-len(".json")].split("_", 2)[2]
+            for f in glob.glob(os.path.join(raw, "enc_tandem_*.json")) + glob.glob(os.path.join(raw, "enc_torch_*.json"))}
+    for tag in sorted(tags):
+        t, p = load(os.path.join(raw, f"enc_tandem_{tag}.json")), load(os.path.join(raw, f"enc_torch_{tag}.json"))
+        r = {"config": tag}
+        if t:
+            r.update(seq=t.get("seq_len"), amp=t.get("amp"), tandem_tok_s=t.get("tokens_per_s") or None,
+                     tandem_seq_s=t.get("sequences_per_s") or None, tandem_mfu=t.get("mfu") or None,
+                     tandem_params=t.get("parameters"), tandem_loss=t.get("final", {}).get("train_loss"),
+                     tandem_peak_mib=t.get("memory", {}).get("peak_bytes", 0) / 2**20 or None,
+                     flops_per_token=t.get("flops_per_token"), peak_flops=t.get("peak_flops_per_rank"))
+        if p:
+            r.update(torch_tok_s=p.get("tokens_per_s"), torch_seq_s=p.get("sequences_per_s"),
+                     torch_ms=p.get("ms_per_step_median"), torch_params=p.get("parameters"),
+                     torch_source=p.get("model_source"), torch_loss=p.get("final_loss"),
+                     torch_peak_mib=(p.get("peak_mem_bytes") or 0) / 2**20 or None)
+            r.setdefault("seq", p.get("seq"))
+        if r.get("tandem_tok_s") and r.get("torch_tok_s"):
+            r["ratio"] = r["tandem_tok_s"] / r["torch_tok_s"]
+        if r.get("torch_tok_s") and r.get("flops_per_token") and r.get("peak_flops"):
+            r["torch_mfu"] = r["torch_tok_s"] * r["flops_per_token"] / r["peak_flops"]
+        if r.get("tandem_params") and r.get("torch_params") and r["tandem_params"] != r["torch_params"]:
+            r["warning"] = f"parameter counts differ: tandem {r['tandem_params']}, torch {r['torch_params']}"
+        rows.append(r)
+    return rows
+
+
 def bench_ops(raw):
     j = load(os.path.join(raw, "bench_ops.json"))
     if not j:
@@ -166,7 +199,7 @@ def main():
     a = ap.parse_args()
     s = {"machine": machine(a.raw), "steps": steps_table(a.raw),
          "ctest": {k: ctest_counts(os.path.join(a.raw, f"ctest_{k}.log")) for k in ("gpu", "rest")},
-         "training": training(a.raw), "bench_ops": bench_ops(a.raw), "allreduce": allreduce(a.raw),
+         "training": training(a.raw), "encoder": encoder(a.raw), "bench_ops": bench_ops(a.raw), "allreduce": allreduce(a.raw),
          "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json")), "cuda_graphs": cuda_graphs(a.raw)}
     out = ["# tandem GPU session", ""]
     for k, v in s["machine"].items():
@@ -203,6 +236,19 @@ def main():
     if t2:
         out.append(f"- 2 ranks, host-staged ({t2.get('backend')}, {t2.get('model')}): {fmt(t2.get('images_per_s'))} img/s, "
                    f"final train loss {fmt(t2.get('final', {}).get('train_loss'), '.4f')}")
+    if s["encoder"]:
+        out += ["", "## Encoder, BERT masked-LM, synthetic data, bf16 autocast (tokens/s: steady-window mean; "
+                "ratio = tandem / PyTorch; MFU: tandem's FLOPs count and peak for both)", "",
+                "| config | seq | tandem tok/s | PyTorch tok/s | ratio | tandem seq/s | PyTorch seq/s | tandem MFU "
+                "| PyTorch MFU | PyTorch median ms | tandem peak MiB | PyTorch peak MiB | PyTorch model |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+        out += [f"| {r['config']} | {r.get('seq') or '-'} | {fmt(r.get('tandem_tok_s'), '.0f')} | {fmt(r.get('torch_tok_s'), '.0f')} "
+                f"| {fmt(r.get('ratio'), '.2f')} | {fmt(r.get('tandem_seq_s'))} | {fmt(r.get('torch_seq_s'))} "
+                f"| {pct(r.get('tandem_mfu'))} | {pct(r.get('torch_mfu'))} | {fmt(r.get('torch_ms'), '.2f')} "
+                f"| {fmt(r.get('tandem_peak_mib'), '.0f')} | {fmt(r.get('torch_peak_mib'), '.0f')} | {r.get('torch_source') or '-'} |"
+                for r in s["encoder"]]
+        out += [f"- warning ({r['config']}): {r['warning']}" for r in s["encoder"] if "warning" in r]
     b = s["bench_ops"]
     if b:
         out += ["", f"## bench_ops (ratio = tandem time / direct library time; GPU part: {b['gpu']})", "",
