@@ -40,7 +40,7 @@ int cuda_device_count() { return probe_cuda().count; }
 namespace {
 // The machine has an NVIDIA GPU, whatever CUDA thinks: the kernel driver made a device node, or
 // nvidia-smi (which talks to the driver, not to the runtime) lists one.
-bool nvidia_gpu_installed() {
+[[maybe_unused]] bool nvidia_gpu_installed() {  // used only by CUDA builds
   if (access("/dev/nvidia0", F_OK) == 0) return true;
   FILE* p = popen("nvidia-smi -L 2>/dev/null", "r");
   if (!p) return false;

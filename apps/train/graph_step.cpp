@@ -9,6 +9,10 @@
 #include "core/ops/loss.h"     // defines: cross_entropy
 #ifdef TANDEM_WITH_CUDA
 #include "core/cuda/graph.h"   // defines: StepGraph
+#else
+namespace tandem::cuda {
+class StepGraph {};  // a CPU-only build has no graphs: --cuda-graph is refused before one is made
+}  // namespace tandem::cuda
 #endif
 
 namespace tandem::apps {
