@@ -11,6 +11,9 @@
 // deterministic engines only. A bucket missing from the graph, a reducer that reads stale host
 // state or a frozen LR each change the parameters by the size of an update.
 // Exits 77 on every rank without a GPU (tests/support/mpi_main.cpp).
+// StepGraph exists only in CUDA builds: a CPU-only build compiles no case here (and, having no
+// GPU, exits 77 before doctest runs).
+#ifdef TANDEM_WITH_CUDA
 #include <doctest/doctest.h>
 
 #include <string>
@@ -83,3 +86,5 @@ TEST_CASE("a captured DDP step (NCCL all-reduces inside the graph) equals the ea
     CHECK(eager[i] == graphed[i]);
   }
 }
+
+#endif  // TANDEM_WITH_CUDA
