@@ -78,15 +78,6 @@ std::vector<Tensor> Zero::grads() const {
   return out;
 }
 
-optim::FoundInfReduce Zero::found_inf_reduce() const {
-  Communicator* cpu = &comm_for(Device::cpu());  // one flag: the host communicator
-  return [cpu](bool found) {
-    Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
-    cpu->all_reduce(flag, ReduceOp::Sum, "zero amp found_inf")->wait();
-    return flag.item() > 0;
-  };
-}
-
 void Zero::zero_grad(optim::Optimizer& opt) {
   // Stage 1: the whole buckets, as DDP (one memset each). They are also marked zero, so backward
   // copies each fresh gradient in instead of adding it: a 16-bit add on the CPU computes in f32

@@ -39,11 +39,11 @@
 // optim::MasterWeights over segments(), so each rank keeps f32 masters, master gradients and
 // optimizer state for its shard only; the optimizer is built over the masters. One step:
 //     loop: zero.zero_grad(*opt); backward of the scaled loss;
-//           if (optim::amp_step(masters, scaler, *opt, zero.grads(), {zero.found_inf_reduce(),
+//           if (optim::amp_step(masters, scaler, *opt, zero.grads(), {any_rank_found_inf,
 //                               clip, zero.sum_reduce()}))   // unscale + check, agree, [clip], step,
 //             zero.gather_parameters();                     // copy_to_model(); then the 16-bit gather
-// found_inf_reduce() is needed because each rank checks only its shard: without it one rank could
-// skip a step the others take. Skipped steps leave every parameter as it is (no gather). Checkpoints
+// The found-inf flag must be all-reduced (apps/train/amp.h any_rank_found_inf) because each rank
+// checks only its shard: without it one rank could skip a step the others take. Skipped steps leave every parameter as it is (no gather). Checkpoints
 // gather the masters with gather_slices() (masters.state_slices(), keyed by parameter name); the
 // layout, the collectives and the names are the same as for f32 (apps/train/amp.h writes them).
 #pragma once
@@ -72,9 +72,6 @@ class Zero {
   optim::SumSquaresReduce sum_reduce() const;
   // This step's gradient views of segments() (same order): under AMP, optim::amp_step's `grads`.
   std::vector<Tensor> grads() const;
-  // AMP: makes one rank's inf/NaN finding every rank's (an all-reduce of the flag on the host
-  // communicator), so every rank skips the same steps and keeps the same loss scale.
-  optim::FoundInfReduce found_inf_reduce() const;
   // Zeroes what the next backward accumulates into: stage 1 the whole bucket gradients (the
   // optimizer only sees its slices), stage 2 the shards (through `opt`; under AMP `opt` holds the
   // f32 master gradients instead, and the 16-bit shards need none: the reduce-scatter overwrites them).

@@ -22,7 +22,7 @@
 // 16-bit parameter views, and Zero::gather_parameters() then all-gathers the 16-bit parameters as
 // for f32. Master segments carry the model segments' name, offset, param_numel and param_index, so
 // optimizer state stays canonical across world sizes. With ZeRO every rank sees only its shard's
-// gradients, so the found-inf flag must be reduced across ranks (Zero::found_inf_reduce()), and a
+// gradients, so the found-inf flag must be reduced across ranks (an all-reduce of the flag: apps/train/amp.h any_rank_found_inf), and a
 // global norm for clipping must be summed across the shards (Zero::sum_reduce()).
 // Checkpoints: state() returns the masters of the 16-bit segments under the parameters' names, as
 // 1-D f32 slices with their offsets (StateSlice), so resuming keeps the f32 bits exactly.

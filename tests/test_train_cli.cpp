@@ -19,6 +19,7 @@ using json = nlohmann::json;
 using tandem::testing::app;
 using tandem::testing::slurp;
 using tandem::testing::AppRun;
+using tandem::testing::check_refused;
 
 namespace {
 // 3 classes x 8 train / 4 val images; a trained 1-epoch checkpoint of small_cnn on it.
@@ -58,25 +59,13 @@ TEST_CASE("--bn-impl: cudnn by default, tandem selectable, --cudnn-bn kept as an
     INFO(ok, "\n", d.output);
     CHECK(d.status == 0);
   }
-  AppRun bad = run(0, app("train_imagenet") + " --describe --bn-impl cub");
-  INFO(bad.output);
-  CHECK(bad.status != 0);
-  CHECK(bad.has("--bn-impl"));
-  AppRun both = run(0, app("train_imagenet") + " --describe --cudnn-bn --bn-impl tandem");
-  INFO(both.output);
-  CHECK(both.status != 0);
-  CHECK(both.has("excludes"));
+  check_refused(app("train_imagenet") + " --describe --bn-impl cub", "--bn-impl");
+  check_refused(app("train_imagenet") + " --describe --cudnn-bn --bn-impl tandem", "excludes");
 }
 
 TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
-  AppRun e = run(0, app("train_imagenet") + " --synthetic --epochs 0");
-  INFO(e.output);
-  CHECK(e.status != 0);
-  CHECK(e.has("--epochs: must be at least 1, got 0"));
-  AppRun s = run(0, app("train_imagenet") + " --synthetic --steps 0");
-  INFO(s.output);
-  CHECK(s.status != 0);
-  CHECK(s.has("--steps: must be at least 1, got 0"));
+  check_refused(app("train_imagenet") + " --synthetic --epochs 0", "--epochs: must be at least 1, got 0");
+  check_refused(app("train_imagenet") + " --synthetic --steps 0", "--steps: must be at least 1, got 0");
 }
 
 TEST_CASE("--device cuda without a usable GPU fails with CUDA's reason instead of training on the CPU") {
@@ -90,14 +79,9 @@ TEST_CASE("--device cuda without a usable GPU fails with CUDA's reason instead o
 
 TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured") {
   const std::string tiny = " --synthetic --steps 1 --model small_cnn --image-size 16 --batch 2 ";
-  AppRun cpu = run(0, app("train_imagenet") + tiny + "--device cpu --cuda-graph --on-nonfinite off");
-  INFO(cpu.output);
-  CHECK(cpu.status != 0);
-  CHECK(cpu.has("--cuda-graph captures GPU work, and --device cpu has none"));
-  AppRun check = run(0, app("train_imagenet") + tiny + "--cuda-graph");
-  INFO(check.output);
-  CHECK(check.status != 0);
-  CHECK(check.has("--cuda-graph cannot capture --on-nonfinite stop"));
+  check_refused(app("train_imagenet") + tiny + "--device cpu --cuda-graph --on-nonfinite off",
+                "--cuda-graph captures GPU work, and --device cpu has none");
+  check_refused(app("train_imagenet") + tiny + "--cuda-graph", "--cuda-graph cannot capture --on-nonfinite stop");
   // Options a captured step cannot contain: refused before any device work (validate), on any machine.
   const std::pair<const char*, const char*> conflicts[] = {
       {"--optimizer adamw", "--cuda-graph supports --optimizer sgd only"},
@@ -137,10 +121,8 @@ TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured")
 
 TEST_CASE("--num-classes beside --data must match the class folders") {
   auto& s = scratch();
-  AppRun bad = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 10 --epochs 1");
-  INFO(bad.output);
-  CHECK(bad.status != 0);
-  CHECK(bad.has("--num-classes 10 does not match the 3 class folders"));
+  check_refused(app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 10 --epochs 1",
+                "--num-classes 10 does not match the 3 class folders");
   AppRun ok = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 3 --describe");
   INFO(ok.output);
   CHECK(ok.status == 0);
@@ -176,10 +158,8 @@ TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as
   CHECK(loss == doctest::Approx(m["final"]["val_loss"].get<double>()).epsilon(1e-3));
   CHECK(images == 12);
   CHECK(!e.has("done:"));  // no training
-  AppRun none = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate");
-  INFO(none.output);
-  CHECK(none.status != 0);
-  CHECK(none.has("--evaluate needs --resume CHECKPOINT"));
+  check_refused(app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate",
+                "--evaluate needs --resume CHECKPOINT");
 
   SUBCASE("forward_check takes the model weights from a training checkpoint") {
     const fs::path x = s.root / "x.safetensors", y = s.root / "y.safetensors";

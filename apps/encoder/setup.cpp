@@ -175,7 +175,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   if (o.zero > 0) t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
   // The f32 masters from rank 0's broadcast weights: of every parameter, or of this rank's shard.
   if (t.amp) build_masters(*t.amp, *t.model, t.zero.get());
-  take_amp_state(t.amp.get(), opt_state);  // the masters and the loss scale, when the checkpoint has them
+  if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);  // the checkpoint's masters and loss scale
   t.opt = make_optimizer(o, t);
   if (!opt_state.empty()) t.opt->load_state(opt_state);
   make_loaders(o, t);

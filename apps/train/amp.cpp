@@ -50,14 +50,10 @@ std::unique_ptr<optim::Optimizer> make_amp_optimizer(const AmpRun& amp, const st
 bool amp_step(AmpRun& amp, optim::Optimizer& opt, double clip_grad_norm) {
   optim::AmpStepOptions so;
   so.clip_grad_norm = clip_grad_norm;
-  if (amp.zero) {
-    so.found_inf_reduce = amp.zero->found_inf_reduce();
-    so.norm_reduce = amp.zero->sum_reduce();  // the global norm spans every rank's shard
-  } else {
-    // DDP's averaged gradients are the same on every rank, but a rank may still differ (a fault):
-    // the one collective keeps the decision common.
-    so.found_inf_reduce = any_rank_found_inf;
-  }
+  // Under ZeRO each rank checks only its shard; under DDP the averaged gradients agree, but a rank
+  // may still differ (a fault): one all-reduce of the flag keeps the decision common either way.
+  so.found_inf_reduce = any_rank_found_inf;
+  if (amp.zero) so.norm_reduce = amp.zero->sum_reduce();  // the global norm spans every rank's shard
   const bool applied = optim::amp_step(*amp.master, amp.scaler, opt,
                                        amp.zero ? amp.zero->grads() : amp.master->model_grads(), so);
   if (applied && amp.zero) amp.zero->gather_parameters();  // every rank's updated 16-bit shard to every rank
