@@ -223,27 +223,29 @@ TEST_CASE("bias_gelu and bias_dropout_add: misaligned x, bias, residual and upst
   }
 }
 
+// Bias-gradient shapes and the reduction each takes (column_plan.h; test_column_plan checks the counts):
+//   [65536, 1], [20000, 3]: one column block, 512 / 157 row chunks of partials, ordered finish;
+//   [1, 40000], [2, 33000]: 1250 / 1032 column blocks, a single chunk written directly;
+//   [1024, 2048]: 64 column blocks x 8 chunks.
+const Shape kBiasGradShapes[] = {{65536, 1}, {20000, 3}, {1, 40000}, {2, 33000}, {1024, 2048}};
+// f32 column sums of up to 65536 N(0,1) terms (|sum| ~ 256) in another order than the CPU's
+// double: a few 1e-4 absolute in the worst column, hence atol 5e-3; 16-bit adds one rounding.
+const PerDtype column_sums{
+    .f32 = {1e-5, 5e-3, "f32 column sums of up to 65536 rows vs double"},
+    .bf16 = {1e-2, 5e-3, "bf16: f32 column sums of up to 65536 rows, then one rounding (2^-8)"},
+    .f16 = {2e-3, 5e-3, "f16: f32 column sums of up to 65536 rows, then one rounding (2^-11)"}};
+
 TEST_CASE("bias gradients: many rows x few channels, few rows x many channels") {
-  // Shapes and the reduction each takes (column_reduce.cuh plan_column_chunks):
-  //   [65536, 1], [20000, 3]: one column block, up to 1024 row chunks of partials, ordered finish;
-  //   [1, 40000], [2, 33000]: 1250 / 1032 column blocks, a single chunk written directly;
-  //   [1024, 2048]: 64 column blocks x 8 chunks.
-  // f32 column sums of up to 65536 N(0,1) terms (|sum| ~ 256) in another order than the CPU's
-  // double: a few 1e-4 absolute in the worst column, hence atol 5e-3; 16-bit adds one rounding.
   Generator g(5);
-  for (DType t : kDtypes) {
-    CAPTURE(dtype_name(t));
-    Tolerance tol = rounded_once(t);
-    tol.atol = 5e-3;
-    tol.why = "bias gradient: f32 column sums of up to 65536 rows vs double, then one rounding to the dtype";
-    for (Shape xs : {Shape{65536, 1}, Shape{20000, 3}, Shape{1, 40000}, Shape{2, 33000}, Shape{1024, 2048}}) {
-      INFO(shape_str(xs));
+  for (DType t : kDtypes)
+    for (const Shape& xs : kBiasGradShapes) {
+      INFO(dtype_name(t), " ", shape_str(xs));
       const int64_t c = xs.back();
-      CHECK(shifted_parity(binary(ops::add), {rnd(xs, g), rnd({c}, g)}, t, tol, {0, 0}, 0) == "");
-      CHECK(shifted_parity(bias_gelu, {rnd(xs, g), rnd({c}, g)}, t, tol, {0, 0}, 1) == "");
-      CHECK(shifted_parity(bias_dropout_add, {rnd(xs, g), rnd({c}, g), rnd(xs, g)}, t, tol, {0, 0, 0}, 0) == "");
+      CHECK(shifted_parity(binary(ops::add), {rnd(xs, g), rnd({c}, g)}, t, column_sums(t), {0, 0}, 0) == "");
+      CHECK(shifted_parity(bias_gelu, {rnd(xs, g), rnd({c}, g)}, t, column_sums(t), {0, 0}, 1) == "");
+      CHECK(shifted_parity(bias_dropout_add, {rnd(xs, g), rnd({c}, g), rnd(xs, g)}, t, column_sums(t), {0, 0, 0}, 0) ==
+            "");
     }
-  }
 }
 
 TEST_CASE("more than 2^31 elements: 64-bit indices in the vector, scalar and bias-gradient kernels") {

@@ -42,6 +42,7 @@ TEST_CASE("column plan: every row once, grid.y bounded, for tall, wide, tiny and
 TEST_CASE("column plan: what the shapes of the GPU tests take") {
   // gpu_vector_access_parity's bias-gradient shapes, as its comment describes them.
   CHECK(plan_column_chunks(65536, 1).count == 512);   // one column block: 65536 / 128 row chunks
+  CHECK(plan_column_chunks(20000, 3).count == 157);   // one column block, chunks of 128 rows
   CHECK(plan_column_chunks(4096, 64).count == 32);    // two column blocks, 32 chunks of 128 rows
   CHECK(plan_column_chunks(1, 40000).count == 1);     // 1250 column blocks: a single chunk
   CHECK(plan_column_chunks(2, 33000).count == 1);
