@@ -54,8 +54,12 @@ void free_blocks(const std::vector<std::pair<void*, int>>& blocks) {
 StepGraph::StepGraph(int device) : device_(device) {}
 
 StepGraph::~StepGraph() {
-  // No throw in a destructor; the graph's memory returns to the driver with it. The blocks it
-  // read are freed after it, ordered after its last replay on the compute stream.
+  // No throw in a destructor. cudaGraphExecDestroy's documentation does not say that an executable
+  // graph may be destroyed while a launch of it still runs, so the last replay is waited for first
+  // (teardown only; a hung replay is the watchdog's to report). Its allocations go back to the
+  // device's graph memory pool, which keeps them for later graphs until cudaDeviceGraphMemTrim.
+  // The pre-capture blocks it read are freed after it.
+  if (exec_ && cudaStreamSynchronize(compute_stream(device_)) != cudaSuccess) (void)cudaGetLastError();
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
   free_blocks(kept_);
@@ -63,6 +67,10 @@ StepGraph::~StepGraph() {
 
 void StepGraph::capture(const std::function<void()>& step) {
   TANDEM_CHECK(!captured(), "StepGraph::capture: this graph already holds a captured step; make a new StepGraph");
+  // TANDEM_SYNC_CHECK synchronises the stream after every launch (core/check.h), which no capture
+  // can contain: say so here rather than through the capture error of the first kernel.
+  TANDEM_CHECK(!sync_check_enabled(), "TANDEM_SYNC_CHECK=1 synchronises after every kernel, which a CUDA graph "
+               "capture cannot record: unset it to capture, or find the faulting kernel without graphs");
   CUDA_CHECK(cudaSetDevice(device_));
   cudaStream_t s = compute_stream(device_);
   // Drain the eager warm-up first: its events (timeline, watchdog) all complete before the capture,
