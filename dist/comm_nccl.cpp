@@ -17,6 +17,10 @@
 // polls ncclCommGetAsyncError, where NCCL reports network and peer failures (the end event then never
 // fires); its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's reason instead
 // of sitting out the whole timeout.
+// A replayed CUDA graph (core/cuda/graph.h) runs collectives that were captured, not issued here:
+// watch_compute puts each replay under the same watchdog as one collective ("replayed step 57"),
+// through an event recorded on the compute stream after the replay, which the graph's collectives
+// were joined back into.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -40,8 +44,9 @@ namespace {
 
 struct EventMark final : Mark {
   cudaEvent_t ev = nullptr;
-  explicit EventMark(cudaStream_t s) {
-    CUDA_CHECK(cudaEventCreate(&ev));
+  // timing = false: only ever queried (the watchdog's replay marks), which CUDA makes cheaper.
+  explicit EventMark(cudaStream_t s, bool timing = true) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(ev, s));
   }
   ~EventMark() override { cudaEventDestroy(ev); }
@@ -80,7 +85,9 @@ class NcclWork final : public Work {
     // The compute stream waits for the comm stream; the host returns at once.
     CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(device_), end_->ev, 0));
   }
-  bool done() override { return cudaEventQuery(end_->ev) == cudaSuccess; }
+  // Not inside a capture: its event belongs to the graph, and asking for it (cudaErrorCapturedEvent)
+  // from the capturing thread would invalidate the capture. A captured collective is never done.
+  bool done() override { return !graph_capture::active(device_) && cudaEventQuery(end_->ev) == cudaSuccess; }
   MarkPtr started() const override { return start_; }
   MarkPtr finished() const override { return end_; }
 
@@ -119,6 +126,14 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
   MarkPtr mark() override { return std::make_shared<EventMark>(cuda::compute_stream(device_)); }
+  long long watch_compute(const std::string& what) override {
+    TANDEM_CHECK(!graph_capture::active(device_), "watch_compute(\"", what, "\") inside a CUDA graph capture: its "
+                 "event would belong to the graph and never fire for the watchdog. Call it after replay()");
+    auto end = std::make_shared<EventMark>(cuda::compute_stream(device_), /*timing=*/false);
+    std::lock_guard<std::mutex> lock(m_);
+    outstanding_.push_back({++issued_, what, end, std::chrono::steady_clock::now()});
+    return issued_;
+  }
 
  private:  // the collectives, after Communicator checked their arguments
   WorkPtr do_all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
@@ -173,7 +188,7 @@ class NcclCommunicator final : public Communicator {
     nvtxRangePop();
     // A collective captured into a CUDA graph (core/graph_capture.h) is not watched: its events
     // belong to the graph, and querying them (or the capturing stream) from the watchdog thread
-    // would fail or invalidate the capture. Replays run the same collectives unwatched.
+    // would fail or invalidate the capture. Each replay is watched as a whole (watch_compute).
     if (!graph_capture::active(device_)) {
       std::lock_guard<std::mutex> lock(m_);
       outstanding_.push_back({++issued_, name, end, std::chrono::steady_clock::now()});
