@@ -13,7 +13,8 @@
 // NVTX ranges named like the trace events ("allreduce bucket 3") mark the enqueue on the host.
 //
 // Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
-// outstanding collective's end event and calls watchdog_abort (watchdog.h) past comm_timeout_s. It also
+// outstanding collective's end event and calls watchdog_abort (watchdog.h) past comm_timeout_s,
+// counted from its issue or from the end of the collective before it, whichever is later. It also
 // polls ncclCommGetAsyncError, where NCCL reports network and peer failures (the end event then never
 // fires); its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's reason instead
 // of sitting out the whole timeout.
@@ -26,6 +27,7 @@
 #include <nccl.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -210,8 +212,15 @@ class NcclCommunicator final : public Communicator {
         ncclCommAbort(comm_);  // frees NCCL's kernels and proxy threads so MPI_Abort is not stuck behind them
         abort_job();
       }
-      while (!outstanding_.empty() && cudaEventQuery(outstanding_.front().end->ev) == cudaSuccess)
+      while (!outstanding_.empty() && cudaEventQuery(outstanding_.front().end->ev) == cudaSuccess) {
         outstanding_.pop_front();
+        // They normally finish in issue order (one comm stream; a replay waits for the work before
+        // it), so the next one's deadline counts from now, however far ahead the host queued it:
+        // a replay costs the host microseconds, and with a device-resident batch nothing else holds
+        // the host back, so a replay may sit in the queue for longer than the timeout.
+        if (!outstanding_.empty())
+          outstanding_.front().issued = std::max(outstanding_.front().issued, std::chrono::steady_clock::now());
+      }
       if (outstanding_.empty()) continue;
       const Pending& p = outstanding_.front();
       // A kernel fault on this GPU means p can never finish: say so now rather than after the
