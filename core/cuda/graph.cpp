@@ -115,7 +115,14 @@ void StepGraph::capture(const std::function<void()>& step) {
   CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes_));
   cudaError_t inst = cudaGraphInstantiate(&exec_, graph_, 0);
   if (inst != cudaSuccess) {
+    // Nothing will ever run the graph: release it and the blocks kept for it, so that this
+    // StepGraph holds nothing (a second capture() would otherwise leak them).
     exec_ = nullptr;
+    cudaGraphDestroy(graph_);
+    graph_ = nullptr;
+    free_blocks(kept_);
+    kept_.clear();
+    (void)cudaGetLastError();
     TANDEM_THROW("cudaGraphInstantiate of the captured step (", nodes_, " nodes) failed: ", cudaGetErrorName(inst),
                  " (", cudaGetErrorString(inst), ")");
   }
