@@ -87,8 +87,9 @@ class NcclWork final : public Work {
     // The compute stream waits for the comm stream; the host returns at once.
     CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(device_), end_->ev, 0));
   }
-  // Not inside a capture: its event belongs to the graph, and asking for it (cudaErrorCapturedEvent)
-  // from the capturing thread would invalidate the capture. A captured collective is never done.
+  // Not inside a capture: its event was recorded in the capturing stream, and asking for it returns
+  // cudaErrorCapturedEvent (driver_types.h), which would also stay behind as this thread's last
+  // error for the next launch check to report as its own. A captured collective is never done.
   bool done() override { return !graph_capture::active(device_) && cudaEventQuery(end_->ev) == cudaSuccess; }
   MarkPtr started() const override { return start_; }
   MarkPtr finished() const override { return end_; }
