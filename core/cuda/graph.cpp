@@ -92,7 +92,9 @@ void StepGraph::capture(const std::function<void()>& step) {
   cudaGraph_t g = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(s, &g);
   graph_capture::Leftovers left = graph_capture::end();
-  if (!failure.empty() || ended != cudaSuccess || left.live_blocks != 0) {
+  // cudaStreamEndCapture's documentation: an invalidated capture returns a NULL graph (its listed
+  // return codes do not include the invalidation itself), so a null graph is a failure too.
+  if (!failure.empty() || ended != cudaSuccess || g == nullptr || left.live_blocks != 0) {
     if (g) cudaGraphDestroy(g);
     free_blocks(left.deferred_frees);  // no graph refers to them now
     (void)cudaGetLastError();  // capture errors are not sticky: clear them so eager work can go on
@@ -102,6 +104,10 @@ void StepGraph::capture(const std::function<void()>& step) {
       const std::string what = std::string(cudaGetErrorName(ended)) + " (" + cudaGetErrorString(ended) + ")";
       TANDEM_THROW("cudaStreamEndCapture failed: ", what, explain(what));
     }
+    if (g == nullptr)
+      TANDEM_THROW("the CUDA graph capture was invalidated by a call whose error the step ignored: look in the "
+                   "step for a CUDA call whose result is not checked (an event or stream query, a "
+                   "synchronisation); CUDA refused it because the stream was capturing");
     TANDEM_THROW("the captured step allocated ", left.live_blocks, " block(s) (", left.live_bytes,
                  " bytes) that are still alive after it: a tensor made inside the step escapes it, and the "
                  "graph would hand its memory to the next replay. Copy such results into tensors allocated "
