@@ -37,7 +37,8 @@
 #include "apps/encoder/validation.h"     // defines: evaluate
 #include "apps/train/clock.h"            // defines: Clock, RunClock
 #include "core/check.h"                  // defines: Error
-#include "dist/bootstrap.h"              // defines: initialized, world, finalize (and MPI_Abort via mpi.h)
+#include "dist/bootstrap.h"              // defines: initialized, world, finalize
+#include "dist/watchdog.h"              // defines: abort_job
 
 using namespace tandem;
 namespace enc = tandem::apps::encoder;
@@ -102,7 +103,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "train_encoder: error: " << e.what() << "\n";
     // Other ranks may be waiting in a collective this rank will never join: end them all now.
-    if (dist::initialized() && dist::world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
+    // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
     return 1;
   }
   if (dist::initialized()) dist::finalize();

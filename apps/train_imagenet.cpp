@@ -38,7 +38,8 @@
 #include "apps/train/setup.h"          // defines: env_rank0, init_world, make_datasets, make_model, set_up
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
 #include "core/check.h"                // defines: Error
-#include "dist/bootstrap.h"            // defines: initialized, world, finalize (and MPI_Abort via mpi.h)
+#include "dist/bootstrap.h"            // defines: initialized, world, finalize
+#include "dist/watchdog.h"            // defines: abort_job
 
 using namespace tandem;
 
@@ -109,7 +110,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "train_imagenet: error: " << e.what() << "\n";
     // Other ranks may be waiting in a collective this rank will never join: end them all now.
-    if (dist::initialized() && dist::world().size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
+    // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
     return 1;
   }
   if (dist::initialized()) dist::finalize();
