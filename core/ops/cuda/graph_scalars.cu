@@ -20,6 +20,8 @@ void rng_slots_write_cuda(Tensor& table, const RngSlotRows& rows) {
                "rng_slots_write_cuda: the slot table must be an i64 GPU tensor of at least ", 2 * rows.rows,
                " values, got ", table.str());
   if (rows.rows == 0) return;
+  // The compute stream, where the graph replays: the write is ordered after the previous replay and
+  // before the next (like every op, this launches on the current device, which must be the table's).
   write_rows_kernel<<<1, 2 * RngSlotRows::kMax, 0, cuda::compute_stream()>>>(
       static_cast<unsigned long long*>(table.data_ptr()), rows);
   CUDA_CHECK_LAUNCH("rng slot write");
