@@ -110,10 +110,11 @@ void check_same(const std::string& what, const std::vector<float>& a, const std:
   }
 }
 
-// The dropout experiment (see the top): x [kBatch, kIn] -> Linear, BatchNorm, ReLU, Dropout(0.3)
-// -> h; z = h + dropout(h W^T + b) by ops::bias_dropout_add (p 0.25); Dropout(0.5), Linear -> logits.
+// The dropout experiment (see the top): x [kBatch, 2, 2, kIn] (NHWC, BatchNorm's usual layout) ->
+// Linear, BatchNorm, ReLU, Dropout(0.3) -> h; z = h + dropout(h W^T + b) by ops::bias_dropout_add
+// (p 0.25); Flatten, Dropout(0.5), Linear -> logits. Each of the three draws kDrawn counters.
+constexpr int64_t kIn = 24, kHidden = 32, kDrawn = kBatch * 2 * 2 * kHidden;
 Result train_dropout(bool graphed) {
-  constexpr int64_t kIn = 48, kHidden = 32;
   ops::set_deterministic(true);
   const Device gpu = Device::cuda(0);
   Generator init(3), drop(5);  // the masks come from `drop` only
@@ -122,14 +123,15 @@ Result train_dropout(bool graphed) {
       std::make_shared<ReLU>(), std::make_shared<Dropout>(0.3, &drop)});
   auto mid = std::make_shared<Linear>(kHidden, kHidden, true, &init);
   auto last = std::make_shared<Sequential>(std::vector<ModulePtr>{
-      std::make_shared<Dropout>(0.5, &drop), std::make_shared<Linear>(kHidden, kClasses, true, &init)});
+      std::make_shared<Flatten>(), std::make_shared<Dropout>(0.5, &drop),
+      std::make_shared<Linear>(4 * kHidden, kClasses, true, &init)});
   Sequential model(std::vector<ModulePtr>{first, mid, last});  // holds the parameters; not called
   model.to(gpu);
   model.train();
   optim::OptimizerOptions oo;
   oo.lr = 0.1, oo.momentum = 0.9, oo.weight_decay = 1e-4;
   auto opt = optim::make_optimizer("sgd", model.named_parameters(), oo);
-  Tensor x = Tensor::empty({kBatch, kIn}, DType::F32, gpu);
+  Tensor x = Tensor::empty({kBatch, 2, 2, kIn}, DType::F32, gpu);
   Tensor y = Tensor::empty({kBatch}, DType::I64, gpu);
   Tensor loss_out;
   auto body = [&] {
@@ -147,7 +149,7 @@ Result train_dropout(bool graphed) {
   Generator data(11);
   Result r;
   for (int k = 0; k < kSteps; ++k) {
-    x.copy_(randn({kBatch, kIn}, data));
+    x.copy_(randn({kBatch, 2, 2, kIn}, data));
     std::vector<int64_t> labels;
     for (int64_t i = 0; i < kBatch; ++i) labels.push_back((k * 3 + i * 7) % kClasses);
     y.copy_(Tensor::from_vector_i64(labels, {kBatch}));
@@ -159,8 +161,8 @@ Result train_dropout(bool graphed) {
         const uint64_t before = drop.offset();
         rng.record([&] { graph.capture(body); });
         CHECK(drop.offset() == before);  // the capture ran nothing, so it drew nothing on the host
-        // Per step: Dropout(0.3) on h, bias_dropout_add on z, Dropout(0.5) on z: 3 * kBatch * kHidden.
-        CHECK(rng.ledger().draws(drop) == 3 * kBatch * kHidden);
+        // Per step: Dropout(0.3) on h, bias_dropout_add on z, Dropout(0.5) on flat z.
+        CHECK(rng.ledger().draws(drop) == 3 * kDrawn);
         CHECK(rng.ledger().generators() == 1);
       }
       rng.before_replay();
@@ -198,8 +200,8 @@ TEST_CASE("replayed steps with dropout draw the eager steps' masks: bitwise-equa
   for (size_t i = 0; i < eager.tensors.size(); ++i)
     check_same(eager.tensors[i].first, eager.tensors[i].second, graphed.tensors[i].second);
   CHECK(eager.losses.back() != eager.losses.front());
-  // Every step drew 3 * kBatch * 32 counters, replays included, on the host as eagerly.
-  CHECK(eager.dropout_offset == static_cast<uint64_t>(kSteps) * 3 * kBatch * 32);
+  // Every step drew 3 * kDrawn counters, replays included, on the host as eagerly.
+  CHECK(eager.dropout_offset == static_cast<uint64_t>(kSteps) * 3 * kDrawn);
   CHECK(graphed.dropout_offset == eager.dropout_offset);
   REQUIRE(graphed.batches_tracked.size() == 1);
   CHECK(graphed.batches_tracked[0] == kSteps);
