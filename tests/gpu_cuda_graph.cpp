@@ -23,6 +23,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,23 +52,29 @@ struct Result {
   std::vector<float> losses;                                       // per step
   std::vector<int64_t> batches_tracked;                            // each BN's num_batches_tracked
   uint64_t dropout_offset = 0;                                     // the dropout generator's, after
+  uint64_t captured_draws = 0;      // counters the captured step draws from the dropout generator
+  size_t captured_generators = 0;   // generators the captured step draws from
 };
 
-Result train(bool graphed) {
+// The experiment on `model`: SGD (momentum, weight decay) with an LR that changes every step, on
+// batches x [in] and labels fixed per step; kSteps eager, or kWarmup eager and then one captured
+// (through a GraphRng, which records nothing when the step draws nothing) and replayed. `drop`:
+// the dropout generator, whose host offset and per-step draws are checked (null: none).
+Result run(Module& model, const Shape& in, bool graphed, const std::function<Tensor(const Tensor&)>& logits_of,
+           Generator* drop = nullptr) {
   ops::set_deterministic(true);
   const Device gpu = Device::cuda(0);
-  ModulePtr model = models::create_model("small_cnn", kClasses, 7);
-  model->to(gpu);
-  model->train();
+  model.to(gpu);
+  model.train();
   optim::OptimizerOptions oo;
   oo.lr = 0.1, oo.momentum = 0.9, oo.weight_decay = 1e-4;
-  auto opt = optim::make_optimizer("sgd", model->named_parameters(), oo);
+  auto opt = optim::make_optimizer("sgd", model.named_parameters(), oo);
   // Static inputs and output: the graph reads and writes these addresses at every replay.
-  Tensor x = Tensor::empty({kBatch, kSize, kSize, 3}, DType::F32, gpu);
+  Tensor x = Tensor::empty(in, DType::F32, gpu);
   Tensor y = Tensor::empty({kBatch}, DType::I64, gpu);
   Tensor loss_out;  // made by the first (eager) step, written in place after
   auto body = [&] {
-    Tensor loss = ops::cross_entropy((*model)(x), y, 0.0f);
+    Tensor loss = ops::cross_entropy(logits_of(x), y, 0.0f);
     opt->zero_grad();
     loss.backward();
     opt->step();
@@ -75,10 +82,11 @@ Result train(bool graphed) {
     else loss_out.copy_(loss.detach());
   };
   cuda::StepGraph graph(0);
-  Generator gen(11);
+  GraphRng rng(0);
+  Generator data(11);
   Result r;
   for (int k = 0; k < kSteps; ++k) {
-    x.copy_(randn({kBatch, kSize, kSize, 3}, gen));
+    x.copy_(randn(in, data));
     std::vector<int64_t> labels;
     for (int64_t i = 0; i < kBatch; ++i) labels.push_back((k * 3 + i * 7) % kClasses);
     y.copy_(Tensor::from_vector_i64(labels, {kBatch}));
@@ -86,18 +94,31 @@ Result train(bool graphed) {
     if (!graphed || k < kWarmup) {
       body();
     } else {
-      if (!graph.captured()) graph.capture(body);
+      if (!graph.captured()) {
+        const uint64_t before = drop ? drop->offset() : 0;
+        rng.record([&] { graph.capture(body); });
+        if (drop) CHECK(drop->offset() == before);  // the capture ran nothing, so it drew nothing on the host
+        r.captured_draws = drop ? rng.ledger().draws(*drop) : 0;
+        r.captured_generators = rng.ledger().generators();
+      }
+      rng.before_replay();  // the slots for this replay; the host offsets step on
       graph.replay();
     }
     r.losses.push_back(static_cast<float>(loss_out.item()));  // a host sync, outside the step
   }
   if (graphed) CHECK(graph.nodes() > 10);
-  for (auto& [name, p] : model->named_parameters()) r.tensors.emplace_back(name, p.to_vector());
-  for (auto& [name, b] : model->named_buffers()) {
+  for (auto& [name, p] : model.named_parameters()) r.tensors.emplace_back(name, p.to_vector());
+  for (auto& [name, b] : model.named_buffers()) {
     if (name.find("num_batches_tracked") == std::string::npos) r.tensors.emplace_back(name, b.to_vector());
     else r.batches_tracked.push_back(b.to_vector_i64().at(0));
   }
+  if (drop) r.dropout_offset = drop->offset();
   return r;
+}
+
+Result train(bool graphed) {
+  ModulePtr model = models::create_model("small_cnn", kClasses, 7);
+  return run(*model, {kBatch, kSize, kSize, 3}, graphed, [&](const Tensor& x) { return (*model)(x); });
 }
 
 // Bitwise, with the first mismatching element printed so a person can judge it.
@@ -115,8 +136,6 @@ void check_same(const std::string& what, const std::vector<float>& a, const std:
 // (p 0.25); Flatten, Dropout(0.5), Linear -> logits. Each of the three draws kDrawn counters.
 constexpr int64_t kIn = 24, kHidden = 32, kDrawn = kBatch * 2 * 2 * kHidden;
 Result train_dropout(bool graphed) {
-  ops::set_deterministic(true);
-  const Device gpu = Device::cuda(0);
   Generator init(3), drop(5);  // the masks come from `drop` only
   auto first = std::make_shared<Sequential>(std::vector<ModulePtr>{
       std::make_shared<Linear>(kIn, kHidden, true, &init), std::make_shared<BatchNorm2d>(kHidden),
@@ -126,57 +145,10 @@ Result train_dropout(bool graphed) {
       std::make_shared<Flatten>(), std::make_shared<Dropout>(0.5, &drop),
       std::make_shared<Linear>(4 * kHidden, kClasses, true, &init)});
   Sequential model(std::vector<ModulePtr>{first, mid, last});  // holds the parameters; not called
-  model.to(gpu);
-  model.train();
-  optim::OptimizerOptions oo;
-  oo.lr = 0.1, oo.momentum = 0.9, oo.weight_decay = 1e-4;
-  auto opt = optim::make_optimizer("sgd", model.named_parameters(), oo);
-  Tensor x = Tensor::empty({kBatch, 2, 2, kIn}, DType::F32, gpu);
-  Tensor y = Tensor::empty({kBatch}, DType::I64, gpu);
-  Tensor loss_out;
-  auto body = [&] {
+  return run(model, {kBatch, 2, 2, kIn}, graphed, [&](const Tensor& x) {
     Tensor h = (*first)(x);
-    Tensor z = ops::bias_dropout_add(ops::linear(h, mid->weight()), mid->bias(), h, 0.25f, true, drop);
-    Tensor loss = ops::cross_entropy((*last)(z), y, 0.0f);
-    opt->zero_grad();
-    loss.backward();
-    opt->step();
-    if (!loss_out.defined()) loss_out = loss.detach().clone();
-    else loss_out.copy_(loss.detach());
-  };
-  cuda::StepGraph graph(0);
-  GraphRng rng(0);
-  Generator data(11);
-  Result r;
-  for (int k = 0; k < kSteps; ++k) {
-    x.copy_(randn({kBatch, 2, 2, kIn}, data));
-    std::vector<int64_t> labels;
-    for (int64_t i = 0; i < kBatch; ++i) labels.push_back((k * 3 + i * 7) % kClasses);
-    y.copy_(Tensor::from_vector_i64(labels, {kBatch}));
-    opt->set_lr(0.1 * (1.0 - 0.07 * k));
-    if (!graphed || k < kWarmup) {
-      body();
-    } else {
-      if (!graph.captured()) {
-        const uint64_t before = drop.offset();
-        rng.record([&] { graph.capture(body); });
-        CHECK(drop.offset() == before);  // the capture ran nothing, so it drew nothing on the host
-        // Per step: Dropout(0.3) on h, bias_dropout_add on z, Dropout(0.5) on flat z.
-        CHECK(rng.ledger().draws(drop) == 3 * kDrawn);
-        CHECK(rng.ledger().generators() == 1);
-      }
-      rng.before_replay();
-      graph.replay();
-    }
-    r.losses.push_back(static_cast<float>(loss_out.item()));
-  }
-  for (auto& [name, p] : model.named_parameters()) r.tensors.emplace_back(name, p.to_vector());
-  for (auto& [name, b] : model.named_buffers()) {
-    if (name.find("num_batches_tracked") == std::string::npos) r.tensors.emplace_back(name, b.to_vector());
-    else r.batches_tracked.push_back(b.to_vector_i64().at(0));
-  }
-  r.dropout_offset = drop.offset();
-  return r;
+    return (*last)(ops::bias_dropout_add(ops::linear(h, mid->weight()), mid->bias(), h, 0.25f, true, drop));
+  }, &drop);
 }
 
 }  // namespace
@@ -188,6 +160,7 @@ TEST_CASE("a captured and replayed SGD step of small_cnn equals the eager steps 
   for (size_t i = 0; i < eager.tensors.size(); ++i)
     check_same(eager.tensors[i].first, eager.tensors[i].second, graphed.tensors[i].second);
   CHECK(eager.losses.back() != eager.losses.front());  // the steps did train
+  CHECK(graphed.captured_generators == 0);  // small_cnn draws nothing: no slot writes
   REQUIRE(!graphed.batches_tracked.empty());
   CHECK(eager.batches_tracked == graphed.batches_tracked);
   for (int64_t n : graphed.batches_tracked) CHECK(n == kSteps);  // replays count too
@@ -200,6 +173,8 @@ TEST_CASE("replayed steps with dropout draw the eager steps' masks: bitwise-equa
   for (size_t i = 0; i < eager.tensors.size(); ++i)
     check_same(eager.tensors[i].first, eager.tensors[i].second, graphed.tensors[i].second);
   CHECK(eager.losses.back() != eager.losses.front());
+  CHECK(graphed.captured_generators == 1);
+  CHECK(graphed.captured_draws == 3 * kDrawn);  // Dropout(0.3), bias_dropout_add, Dropout(0.5)
   // Every step drew 3 * kDrawn counters, replays included, on the host as eagerly.
   CHECK(eager.dropout_offset == static_cast<uint64_t>(kSteps) * 3 * kDrawn);
   CHECK(graphed.dropout_offset == eager.dropout_offset);
