@@ -131,6 +131,14 @@ void check_same(const std::string& what, const std::vector<float>& a, const std:
   }
 }
 
+// Losses, parameters and BN statistics, all bitwise.
+void check_same_run(const Result& eager, const Result& graphed) {
+  check_same("loss per step", eager.losses, graphed.losses);
+  REQUIRE(eager.tensors.size() == graphed.tensors.size());
+  for (size_t i = 0; i < eager.tensors.size(); ++i)
+    check_same(eager.tensors[i].first, eager.tensors[i].second, graphed.tensors[i].second);
+}
+
 // The dropout experiment (see the top): x [kBatch, 2, 2, kIn] (NHWC, BatchNorm's usual layout) ->
 // Linear, BatchNorm, ReLU, Dropout(0.3) -> h; z = h + dropout(h W^T + b) by ops::bias_dropout_add
 // (p 0.25); Flatten, Dropout(0.5), Linear -> logits. Each of the three draws kDrawn counters.
@@ -155,10 +163,7 @@ Result train_dropout(bool graphed) {
 
 TEST_CASE("a captured and replayed SGD step of small_cnn equals the eager steps bitwise") {
   const Result eager = train(false), graphed = train(true);
-  check_same("loss per step", eager.losses, graphed.losses);
-  REQUIRE(eager.tensors.size() == graphed.tensors.size());
-  for (size_t i = 0; i < eager.tensors.size(); ++i)
-    check_same(eager.tensors[i].first, eager.tensors[i].second, graphed.tensors[i].second);
+  check_same_run(eager, graphed);
   CHECK(eager.losses.back() != eager.losses.front());  // the steps did train
   CHECK(graphed.captured_generators == 0);  // small_cnn draws nothing: no slot writes
   REQUIRE(!graphed.batches_tracked.empty());
@@ -168,10 +173,7 @@ TEST_CASE("a captured and replayed SGD step of small_cnn equals the eager steps 
 
 TEST_CASE("replayed steps with dropout draw the eager steps' masks: bitwise-equal training and generator state") {
   const Result eager = train_dropout(false), graphed = train_dropout(true);
-  check_same("loss per step", eager.losses, graphed.losses);
-  REQUIRE(eager.tensors.size() == graphed.tensors.size());
-  for (size_t i = 0; i < eager.tensors.size(); ++i)
-    check_same(eager.tensors[i].first, eager.tensors[i].second, graphed.tensors[i].second);
+  check_same_run(eager, graphed);
   CHECK(eager.losses.back() != eager.losses.front());
   CHECK(graphed.captured_generators == 1);
   CHECK(graphed.captured_draws == 3 * kDrawn);  // Dropout(0.3), bias_dropout_add, Dropout(0.5)
