@@ -99,7 +99,7 @@ TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured")
   // Models with dropout are captured too (core/graph_rng.h): validate() lets vgg11 through, and it
   // trains with replays on a GPU, or meets the no-GPU refusal below on a machine without one.
   AppRun vgg = run(0, app("train_imagenet") + " --synthetic --steps 5 --log-every 5 --model vgg11 --image-size 32 "
-                                              "--batch 2 --cuda-graph --on-nonfinite off");
+                                              "--batch 2 --synthetic-val-size 0 --cuda-graph --on-nonfinite off");
   INFO(vgg.output);
   CHECK(vgg.status != 2);
   CHECK_FALSE(vgg.has("dropout"));
