@@ -1,7 +1,7 @@
 // tests/gpu_attention_parity.cpp: CPU vs CUDA parity for scale_mask_softmax (with mask, with
-// dropout), both attention paths (reference; flash vs reference on CPU and GPU and vs its CPU twin),
-// split_qkv_heads/merge_heads and cross_entropy with ignore_index, in f32, bf16 and f16 (forward
-// and every input gradient).
+// dropout), both attention paths (reference; flash vs reference on CPU and GPU and vs its CPU twin;
+// which one Auto takes at the size rule), split_qkv_heads/merge_heads and cross_entropy with
+// ignore_index, in f32, bf16 and f16 (forward and every input gradient).
 //
 // Tolerances (tests/support/parity.h): inputs are rounded to the dtype first, so only arithmetic
 // differs.
@@ -242,5 +242,28 @@ TEST_CASE("flash vs reference on the GPU in bf16/f16; Auto is the reference at t
         CHECK(autob.dv == ref.dv);
       }
     }
+  }
+}
+
+TEST_CASE("Auto takes flash exactly where attention.h's size rule says (512 MiB of 16-bit probabilities)") {
+  // Batch 8, 16 heads, Sq = Sk: 1448 is just under kAutoFusedMinBytes, 1449 crosses it
+  // (test_flash_attention checks the rule; this checks that attention() applies it to q's shape
+  // and dtype). Forward only, no mask, head dim 8 to keep it cheap. Flash and the reference path
+  // round differently, so equal bits tell which path Auto ran.
+  Generator g(23);
+  for (int64_t s : {int64_t{1448}, int64_t{1449}}) {
+    CAPTURE(s);
+    auto gpu = [&] { return ops::cast_raw(randn({8, 16, s, 8}, g), DType::BF16).to(Device::cuda(0)); };
+    const Tensor q = gpu(), k = gpu(), v = gpu();
+    auto run = [&](ops::AttentionBackend b) {
+      ops::AttentionOptions o;
+      o.backend = b;
+      Generator d(9);
+      return ops::attention(q, k, v, Tensor(), o, d).to_vector();
+    };
+    const std::vector<float> automatic = run(ops::AttentionBackend::Auto);
+    const std::vector<float> ref = run(ops::AttentionBackend::Reference), fused = run(ops::AttentionBackend::Fused);
+    REQUIRE(ref != fused);  // else equal bits could not tell the paths apart
+    CHECK(automatic == (s == 1449 ? fused : ref));
   }
 }

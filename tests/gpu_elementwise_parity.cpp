@@ -1,7 +1,8 @@
 // tests/gpu_elementwise_parity.cpp: CPU vs CUDA parity for the elementwise ops (add/sub/mul with
 // and without trailing broadcast, scale, add_scalar, axpby, relu, gelu, square, and the fused
 // bias_gelu), the in-place variants, and casts between f32, bf16 and f16; forward and backward,
-// in f32, bf16 and f16. (bias_dropout_add sits beside dropout in gpu_opsa_parity.cpp.)
+// in f32, bf16 and f16. (bias_dropout_add sits beside dropout in gpu_opsa_parity.cpp; misaligned
+// views, one element, very tall/wide bias gradients and > 2^31 elements in gpu_vector_access_parity.cpp.)
 //
 // Both backends see the same inputs, already rounded to the dtype (tests/support/parity.h). The
 // functors are shared (core/ops/functors.h) and run in f32 on both sides, so the differences are:

@@ -63,6 +63,16 @@ TEST_CASE("cross_entropy on CUDA: f32 loss for 16-bit logits, label errors") {
   CHECK(ops::take_bad_label_count() == 2);
   CHECK(ops::take_bad_label_count() == 0);  // taking resets
   CHECK(lb.item() == ops::cross_entropy(x, clamped).item());
+  // The backward reads the same clamped labels but does not count them again (once per step), and
+  // its gradient is the clamped labels' gradient.
+  Tensor xr = x.detach().set_requires_grad(true), xc = x.detach().set_requires_grad(true);
+  Tensor lr = ops::cross_entropy(xr, bad);
+  CHECK(ops::take_bad_label_count() == 2);
+  lr.backward();
+  ops::cross_entropy(xc, clamped).backward();
+  CHECK(ops::take_bad_label_count() == 0);
+  REQUIRE(xr.grad().defined());
+  CHECK(xr.grad().to_vector() == xc.grad().to_vector());
 }
 
 TEST_CASE("topk_correct parity") {

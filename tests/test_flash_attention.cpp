@@ -202,4 +202,7 @@ TEST_CASE("Auto's size rule: flash only for large 16-bit CUDA problems (where me
   CHECK_FALSE(ops::auto_prefers_fused(false, DType::BF16, 4 * big));  // the CPU twin is a test vehicle
   // BERT-large at seq 512, batch 8: 8 * 16 * 512 * 512 * 2 bytes = 64 MiB per layer -> reference.
   CHECK_FALSE(ops::auto_prefers_fused(true, DType::BF16, int64_t{8} * 16 * 512 * 512 * 2));
+  // attention.h's example: batch 8, 16 heads, 16-bit; the rule switches between Sq = Sk = 1448 and 1449.
+  CHECK_FALSE(ops::auto_prefers_fused(true, DType::BF16, int64_t{8} * 16 * 1448 * 1448 * 2));
+  CHECK(ops::auto_prefers_fused(true, DType::BF16, int64_t{8} * 16 * 1449 * 1449 * 2));
 }

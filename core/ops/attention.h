@@ -62,8 +62,9 @@ struct AttentionOptions {
   AttentionBackend backend = AttentionBackend::Auto;
 };
 
-// Auto's size rule (policy above): 512 MiB of probabilities, e.g. batch 8, 16 heads, Sq = Sk = 1448
-// in 16-bit - one layer's, and a 24-layer model saves 24 of them.
+// Auto's size rule (policy above): 512 MiB of probabilities, e.g. batch 8, 16 heads, Sq = Sk = 1449
+// in 16-bit (1448 is just under: 8 * 16 * 1448^2 * 2 bytes = 511.9 MiB) - one layer's, and a
+// 24-layer model saves 24 of them.
 inline constexpr int64_t kAutoFusedMinBytes = int64_t{512} << 20;
 // Auto's choice for inputs on CUDA (or not) of `dtype` whose probabilities take `prob_bytes`; the
 // caller also checks that Fused supports them.

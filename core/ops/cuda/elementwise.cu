@@ -24,7 +24,6 @@ namespace {
 using cuda::from_float;
 using cuda::to_float;
 
-using cuda::aligned16;
 using cuda::grid_stride;
 using cuda::kVec;
 using cuda::thread_index;
@@ -81,7 +80,7 @@ void map1(const Tensor& x, Tensor& y, F f) {
   const T* xp = static_cast<const T*>(x.data_ptr());
   T* yp = static_cast<T*>(y.data_ptr());
   cudaStream_t s = cuda::compute_stream();
-  if (aligned16(xp) && aligned16(yp)) {
+  if (cuda::vector_path_ok({xp, yp}, sizeof(T))) {
     long long nv = n / kVec<T>;
     map1_vec_kernel<<<cuda::grid_for(nv), 256, 0, s>>>(xp, yp, n, nv, f);
   } else {
@@ -98,7 +97,7 @@ void map2(const Tensor& a, const Tensor& b, Tensor& y, F f) {
   const T* bp = static_cast<const T*>(b.data_ptr());
   T* yp = static_cast<T*>(y.data_ptr());
   cudaStream_t s = cuda::compute_stream();
-  if (aligned16(ap) && aligned16(bp) && aligned16(yp) && (nb == n || nb % kVec<T> == 0)) {
+  if (cuda::vector_path_ok({ap, bp, yp}, sizeof(T), nb == n ? 0 : nb)) {
     long long nv = n / kVec<T>;
     map2_vec_kernel<<<cuda::grid_for(nv), 256, 0, s>>>(ap, bp, yp, n, nb, nv, f);
   } else {

@@ -89,8 +89,7 @@ void bias_map(const Tensor& x, const Tensor& bias, const Tensor* residual, Tenso
   const T* rp = residual ? static_cast<const T*>(residual->data_ptr()) : nullptr;
   T* yp = static_cast<T*>(y.data_ptr());
   cudaStream_t s = cuda::compute_stream();
-  using cuda::aligned16;
-  if (aligned16(xp) && aligned16(bp) && aligned16(rp) && aligned16(yp) && C % cuda::kVec<T> == 0) {
+  if (cuda::vector_path_ok({xp, bp, rp, yp}, sizeof(T), C)) {
     const long long nv = n / cuda::kVec<T>;
     bias_map_vec_kernel<<<cuda::grid_for(nv), 256, 0, s>>>(xp, bp, rp, yp, n, C, nv, f);
   } else {
