@@ -1,7 +1,7 @@
 // core/graph_capture.h: what the rest of tandem must know while a CUDA graph is being captured.
 //
 // A capture (core/cuda/graph.h, StepGraph) records the work enqueued on one device's compute stream
-// instead of running it. Three places behave differently meanwhile, and they ask here:
+// instead of running it. These places behave differently meanwhile, and they ask here:
 //   - Storage (core/storage.cpp): a block allocated during the capture becomes a graph allocation
 //     (cudaMallocAsync on a capturing stream is a memory node, replayed with the graph at the same
 //     address). It must also be freed during the capture, so the graph owns every byte it allocates
@@ -13,7 +13,10 @@
 //   - dist's reducer and NCCL communicator: the events they would keep for timing and for the
 //     watchdog are recorded inside the graph, where the host can never query them; they skip that.
 //   - the optimizers: a host value passed as a kernel argument would be frozen into the graph, so
-//     anything that changes between steps (the LR) must be read from device memory.
+//     anything that changes between steps (the LR) must be read from device memory;
+//   - random draws (Generator::draw, dropout): the counters' base comes from a device slot that a
+//     GraphRng refills before every replay (core/graph_rng.h);
+//   - BatchNorm's num_batches_tracked: incremented on the device instead of from a host count.
 // Host-side bookkeeping only, built with or without CUDA (CPU builds: never active).
 #pragma once
 #include <cstddef>

@@ -3,12 +3,25 @@
 // A Generator is a seed plus an offset. Every draw consumes numel() counter values and advances the
 // offset, so the sequence of draws (not the thread or device) determines the numbers. Values are
 // generated on the host and copied, which keeps CPU and GPU init identical; init is not a hot path.
+// Kernels that draw (dropout) reserve their counters with draw(): the same numbers as advance(),
+// except inside a CUDA graph capture, where the base of the counters must come from device memory
+// so that every replay draws new ones (core/graph_rng.h).
 #pragma once
 #include <cstdint>
 
 #include "core/tensor.h"
 
 namespace tandem {
+
+// The counters of one draw, as a kernel receives them: element i uses counter (offset + i) of the
+// stream `seed`. When `slot` is set (only inside a captured CUDA graph, only for CUDA kernels) the
+// seed and the base offset are read from device memory instead: seed = slot[0] and the first
+// counter is slot[1] + offset (fn::with_slot, core/ops/dropout_functors.h).
+struct RngDraw {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  const uint64_t* slot = nullptr;
+};
 
 class Generator {
  public:
@@ -18,6 +31,12 @@ class Generator {
   void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
   // Reserves n counter values and returns the first.
   uint64_t advance(uint64_t n) { uint64_t o = offset_; offset_ += n; return o; }
+  // What a kernel on `device` needs to draw n counter values (see RngDraw). Eager, or on the CPU:
+  // {seed(), advance(n), nullptr}, advance()'s numbers exactly. While a CUDA graph captures
+  // `device`'s compute stream: the host offset does not move (the capture runs nothing); the open
+  // GraphRng (core/graph_rng.h) hands out a device slot and an offset relative to it, and advances
+  // the host offset by the step's draws before every replay. No GraphRng open: throws.
+  RngDraw draw(uint64_t n, const Device& device);
 
  private:
   uint64_t seed_;

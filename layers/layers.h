@@ -135,7 +135,8 @@ class Embedding : public Module {
 // running_mean (0), running_var (1), num_batches_tracked (i64 scalar, shape []) - PyTorch's names.
 // momentum is PyTorch's (weight of the new batch). num_batches_tracked is informational (it would
 // only matter for momentum=None, which is not offered); on a GPU it is counted on the host and
-// written with an async fill so training never syncs for it.
+// written with an async fill so training never syncs for it, except inside a CUDA graph capture,
+// where it is incremented on the device so that every replay counts (layers/norm.cpp).
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
@@ -174,7 +175,7 @@ class BatchNorm2d : public Module {
  private:
   int64_t c_;
   double eps_, momentum_;
-  int64_t host_batches_ = -1;  // GPU only: host mirror of num_batches_tracked, read once
+  int64_t host_batches_ = -1;  // GPU only: host mirror of num_batches_tracked, read once (-1: unread)
   void check_input(const Tensor& x) const;
   void count_batch();  // training mode: num_batches_tracked += 1
 };

@@ -1,9 +1,11 @@
 // layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers; forward_add_relu for ResNet's block tail)
 // and LayerNorm.
+#include "core/graph_capture.h"
 #include "core/ops/batchnorm.h"
 #include "core/ops/batchnorm_add_relu.h"
 #include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/increment.h"
 #include "core/ops/norm.h"
 #include "core/profile.h"
 #include "layers/layers.h"
@@ -48,6 +50,12 @@ void BatchNorm2d::check_input(const Tensor& x) const {
 void BatchNorm2d::count_batch() {
   if (num_batches_tracked_.device().is_cpu()) {
     ++*num_batches_tracked_.data<int64_t>();
+  } else if (graph_capture::active(num_batches_tracked_.device().index)) {
+    // Inside a captured CUDA graph a host-side count would be frozen into the graph as a constant:
+    // count on the device instead, so every replay adds one. The host mirror is stale from now on,
+    // so a later eager step reads the device value again (once).
+    ops::increment_(num_batches_tracked_);
+    host_batches_ = -1;
   } else {
     // One sync the first time (the buffer may have been loaded from a checkpoint), then host-side.
     if (host_batches_ < 0) host_batches_ = static_cast<int64_t>(num_batches_tracked_.item());

@@ -6,6 +6,7 @@
 
 #include "apps/train/setup.h"  // defines: Training
 #include "core/check.h"        // defines: TANDEM_CHECK
+#include "core/graph_rng.h"    // defines: GraphRng
 #include "core/ops/loss.h"     // defines: cross_entropy
 #ifdef TANDEM_WITH_CUDA
 #include "core/cuda/graph.h"   // defines: StepGraph
@@ -61,12 +62,14 @@ void GraphStep::step(Training& t, const TrainOptions& o, const data::Batch& b) {
   if (!graph_) {
     const auto t0 = std::chrono::steady_clock::now();
     graph_ = std::make_unique<cuda::StepGraph>(t.dev.index);
-    graph_->capture([&] { run_body(t, o); });
+    rng_ = std::make_unique<GraphRng>(t.dev.index);  // its slot table exists before the capture
+    rng_->record([&] { graph_->capture([&] { run_body(t, o); }); });
     nodes_ = graph_->nodes();
     captured_at_ = steps_;
     capture_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  graph_->replay();  // the captured step ran nothing: its first execution is this replay
+  rng_->before_replay();  // the generators' state into the slots; host offsets step on
+  graph_->replay();       // the captured step ran nothing: its first execution is this replay
 #else
   TANDEM_THROW("--cuda-graph in a build without CUDA");
 #endif

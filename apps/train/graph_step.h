@@ -13,12 +13,17 @@
 // (--deterministic for cuDNN; NCCL's single-rank all-reduce is a copy).
 // The LR keeps following the schedule: the loop calls set_lr before every step, outside the graph,
 // and SGD reads it from device memory (optim/cuda/sgd.cu).
-// What cannot be captured is refused before training (setup.cpp check_cuda_graph): the CPU, MPI and
-// host-staged collectives, --on-nonfinite stop/skip, --amp, --zero, --clip-grad-norm, --strategy ps,
-// AdamW/LAMB (their bias corrections are host values passed as kernel arguments), models with
-// dropout (VGG, AlexNet: the mask's offset is a host value), TANDEM_FAULT and TANDEM_SYNC_CHECK. Left out: BatchNorm's num_batches_tracked stops at its captured value (it is
-// set from a host counter; tandem's BN uses a fixed momentum, so no statistic depends on it), and
-// the DDP timeline has no per-bucket timing of replayed steps (the graph's events are not readable).
+// Random draws: dropout (VGG, AlexNet) takes its mask's counters from a device slot inside the
+// graph, and a GraphRng (core/graph_rng.h) writes each generator's state there before every replay
+// and advances the host generator by the step's draws, so replayed steps draw the masks the eager
+// steps would have, and a checkpoint after N replays holds the generator state N eager steps leave.
+// BatchNorm's num_batches_tracked is incremented on the device inside the graph, so it counts
+// every replayed step (layers/norm.cpp).
+// What cannot be captured is refused before training (options.cpp validate, setup.cpp
+// check_cuda_graph): the CPU, MPI and host-staged collectives, --on-nonfinite stop/skip, --amp,
+// --zero, --clip-grad-norm, --strategy ps, AdamW/LAMB (their bias corrections are host values
+// passed as kernel arguments), TANDEM_FAULT and TANDEM_SYNC_CHECK. Left out: the DDP timeline has
+// no per-bucket timing of replayed steps (the graph's events are not readable).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,6 +32,9 @@
 #include "core/tensor.h"         // defines: Tensor
 #include "data/loader.h"         // defines: Batch
 
+namespace tandem {
+class GraphRng;
+}
 namespace tandem::cuda {
 class StepGraph;
 }
@@ -60,6 +68,7 @@ class GraphStep {
   int64_t steps_ = 0;
   Tensor images_, labels_, loss_, logits_;
   std::unique_ptr<cuda::StepGraph> graph_;
+  std::unique_ptr<GraphRng> rng_;  // the captured step's random draws (dropout), replayed anew
   int64_t captured_at_ = 0;
   size_t nodes_ = 0;
   double capture_ms_ = 0;

@@ -160,11 +160,8 @@ void validate(TrainOptions& o) {
                "sharded step has not been checked for capture): use --zero 0 or drop --cuda-graph");
   TANDEM_CHECK(!o.cuda_graph || o.clip_grad_norm == 0, "--cuda-graph cannot capture --clip-grad-norm: the global "
                "norm is read on the host (optim/clip.h). Drop one of them");
-  // VGG and AlexNet: dropout keys its mask by a host-side (seed, offset) pair (core/ops/dropout.h).
-  const bool dropout = o.model.rfind("vgg", 0) == 0 || o.model == "alexnet";
-  TANDEM_CHECK(!o.cuda_graph || !dropout, "--cuda-graph cannot capture --model ", o.model, ": its dropout layers take "
-               "their random offset from the host every step, so a replayed graph would apply the same mask every "
-               "step. Use a ResNet or small_cnn, or drop --cuda-graph");
+  // VGG and AlexNet (dropout) are captured: their masks' counters come from a device slot that
+  // core/graph_rng.h refills before every replay, so no model is refused here.
   TANDEM_CHECK(!o.cuda_graph || o.strategy == "ddp", "--cuda-graph cannot capture --strategy ", o.strategy,
                ": the parameter server's push and pull run on the host. Use --strategy ddp or drop --cuda-graph");
   TANDEM_CHECK(o.strategy != "ps" || o.amp == "off", "--strategy ps updates f32 parameters on its servers: use "

@@ -83,7 +83,8 @@ struct TrainOptions {
   // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /
   // host-staged collectives cannot be captured), --on-nonfinite off (its per-step loss read is a
   // host sync inside the step), SGD, and no --amp, --zero, --clip-grad-norm or --strategy ps
-  // (validate() and setup.cpp check_cuda_graph say why for each). Default off. The progress line's
+  // (validate() and setup.cpp check_cuda_graph say why for each). Every model, dropout included
+  // (core/graph_rng.h). Default off. The progress line's
   // "host ms/step" shows what it saves, and "cuda graph N/M steps replayed" how many were replays.
   bool cuda_graph = false;
   std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss on any rank stops the

@@ -4,6 +4,8 @@
 // probability is p rounded to a multiple of 2^-24. Kept values are scaled by 1 / (1 - p) computed
 // in T (float, or double for f64 gradient checks). Both backends call this one function on the same
 // (seed, offset + i), which is what makes their masks bit-identical.
+// with_slot: inside a captured CUDA graph the seed and the base offset live in a device slot
+// (core/graph_rng.h); a CUDA kernel resolves them once per thread, before its loop.
 #pragma once
 #include <cstdint>
 
@@ -20,5 +22,16 @@ struct Dropout {
     return keep(i) ? x * (T(1) / (T(1) - static_cast<T>(p))) : T(0);
   }
 };
+
+// D (Dropout or MaybeDropout) with the counters resolved: slot null (eager, every CPU call) returns
+// d unchanged; otherwise seed = slot[0] and the offset, relative to the slot's base, becomes
+// slot[1] + offset. Device memory: only CUDA kernels ever get a slot.
+template <typename D> TANDEM_HD D with_slot(D d, const uint64_t* slot) {
+  if (slot) {
+    d.seed = slot[0];
+    d.offset += slot[1];
+  }
+  return d;
+}
 
 }  // namespace tandem::fn

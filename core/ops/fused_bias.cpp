@@ -61,8 +61,9 @@ Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& resid
   kernels::DropoutMask m;  // p = 0: no dropout, and no counters drawn (as ops::dropout in eval)
   if (training && p > 0.0f) {
     m.p = p;
-    m.seed = gen.seed();
-    m.offset = gen.advance(static_cast<uint64_t>(x.numel()));  // the counters ops::dropout would use
+    // The counters ops::dropout would use (and, inside a CUDA graph capture, its device slot).
+    const RngDraw d = gen.draw(static_cast<uint64_t>(x.numel()), x.device());
+    m.seed = d.seed, m.offset = d.offset, m.slot = d.slot;
   }
   Tensor y = Tensor::empty_like(x);
   TANDEM_BACKEND(x, kernels::bias_dropout_add_cpu(x, bias, residual, y, m),

@@ -9,7 +9,9 @@
 // (column_reduce.cuh): block (kColTx columns, kColTy row lanes) over a chunk of rows; each thread
 // writes dx for its column and keeps a float running sum; per-chunk partials are then added in
 // chunk order (deterministic, no atomics). The dropout mask is recomputed from (seed, offset + i)
-// in both directions, so it matches the CPU and ops::dropout bit for bit.
+// in both directions, so it matches the CPU and ops::dropout bit for bit. Every map has bound(), run
+// once per thread before its loop: inside a captured graph the dropout maps read their seed and
+// base offset from the generator's device slot there (fn::with_slot); the others return themselves.
 #include <cstdint>
 
 #include "core/ops/cuda/block_reduce.cuh"
@@ -27,10 +29,13 @@ using cuda::to_float;
 // The forward maps, as one call shape: y[i] = f(x[i], b[c], r[i], i). bias_gelu has no residual
 // (r == nullptr is never read).
 struct GeluMap {
+  __device__ GeluMap bound() const { return *this; }
   __device__ float operator()(float x, float b, float, uint64_t) const { return fn::BiasGelu{}(x, b); }
 };
 struct DropoutAddMap {
   fn::BiasDropoutAdd f;
+  const uint64_t* slot;  // null outside a graph capture
+  __device__ DropoutAddMap bound() const { return {{fn::with_slot(f.drop, slot)}, nullptr}; }
   __device__ float operator()(float x, float b, float r, uint64_t i) const { return f(x, b, r, i); }
 };
 
@@ -40,7 +45,8 @@ __device__ __forceinline__ float load_or_zero(const T* p, long long i) {
 }
 
 template <typename T, typename F>
-__global__ void bias_map_kernel(const T* x, const T* b, const T* r, T* y, long long n, long long C, F f) {
+__global__ void bias_map_kernel(const T* x, const T* b, const T* r, T* y, long long n, long long C, F f0) {
+  const F f = f0.bound();
   for (long long i = cuda::thread_index(); i < n; i += cuda::grid_stride())
     y[i] = from_float<T>(f(to_float(x[i]), to_float(b[i % C]), load_or_zero(r, i), static_cast<uint64_t>(i)));
 }
@@ -48,7 +54,8 @@ __global__ void bias_map_kernel(const T* x, const T* b, const T* r, T* y, long l
 // n = nv * kVec + tail; C % kVec == 0, so vector i uses bias vector i % (C / kVec).
 template <typename T, typename F>
 __global__ void bias_map_vec_kernel(const T* x, const T* b, const T* r, T* y, long long n, long long C, long long nv,
-                                    F f) {
+                                    F f0) {
+  const F f = f0.bound();
   const cuda::Vec<T>* xv = reinterpret_cast<const cuda::Vec<T>*>(x);
   const cuda::Vec<T>* bv = reinterpret_cast<const cuda::Vec<T>*>(b);
   const cuda::Vec<T>* rv = reinterpret_cast<const cuda::Vec<T>*>(r);
@@ -95,6 +102,7 @@ void bias_map(const Tensor& x, const Tensor& bias, const Tensor* residual, Tenso
 template <typename T>
 struct GeluGrad {
   const T *dy, *x, *b;
+  __device__ GeluGrad bound() const { return *this; }
   __device__ float operator()(long long i, long long c) const {
     return fn::BiasGeluBackward{}(to_float(dy[i]), to_float(x[i]), to_float(b[c]));
   }
@@ -103,6 +111,8 @@ template <typename T>
 struct DropoutGrad {
   const T* dy;
   fn::MaybeDropout drop;
+  const uint64_t* slot;  // null outside a graph capture
+  __device__ DropoutGrad bound() const { return {dy, fn::with_slot(drop, slot), nullptr}; }
   __device__ float operator()(long long i, long long) const { return drop(to_float(dy[i]), static_cast<uint64_t>(i)); }
 };
 
@@ -110,7 +120,8 @@ struct DropoutGrad {
 // out[blockIdx.y, :] (f32 partials, or the final dtype directly when there is one chunk). `out`
 // is uniform over the launch, so every thread of a block reaches column_sum's barrier or none.
 template <typename T, typename O, typename G>
-__global__ void map_column_sum_kernel(T* dx, long long m, long long C, long long rows_per_chunk, O* out, G g) {
+__global__ void map_column_sum_kernel(T* dx, long long m, long long C, long long rows_per_chunk, O* out, G g0) {
+  const G g = g0.bound();
   const long long c = blockIdx.x * (long long)cuda::kColTx + threadIdx.x;
   const long long r0 = blockIdx.y * rows_per_chunk, r1 = min(m, r0 + rows_per_chunk);
   float acc = 0.f;
@@ -165,13 +176,13 @@ void bias_gelu_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& bi
 
 void bias_dropout_add_cuda(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& y, DropoutMask m) {
   TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
-    bias_map<T>(x, bias, &residual, y, DropoutAddMap{fn::BiasDropoutAdd{{m.p, m.seed, m.offset}}});
+    bias_map<T>(x, bias, &residual, y, DropoutAddMap{fn::BiasDropoutAdd{{m.p, m.seed, m.offset}}, m.slot});
   });
 }
 
 void dropout_bias_backward_cuda(const Tensor& dy, Tensor& dx, Tensor& dbias, DropoutMask m) {
   TANDEM_CUDA_FLOAT_TYPES(dy.dtype(), T, [&] {
-    DropoutGrad<T> g{static_cast<const T*>(dy.data_ptr()), {m.p, m.seed, m.offset}};
+    DropoutGrad<T> g{static_cast<const T*>(dy.data_ptr()), {m.p, m.seed, m.offset}, m.slot};
     map_column_sum<T>(dx, dbias, dbias.defined() ? dbias.numel() : dy.size(-1), g);
   });
 }

@@ -13,7 +13,10 @@ namespace tandem::kernels {
 // dst[i] = keep(i) ? src[i] / (1 - p) : 0 with keep(i) = rng::uniform(seed, offset + i) >= p.
 void dropout_apply_cpu(const Tensor& src, Tensor& dst, float p, uint64_t seed, uint64_t offset);
 #ifdef TANDEM_WITH_CUDA
-void dropout_apply_cuda(const Tensor& src, Tensor& dst, float p, uint64_t seed, uint64_t offset);
+// slot: null, or (inside a CUDA graph capture) the device {seed, base} the kernel reads instead;
+// then `offset` is relative to base and `seed` is unused (fn::with_slot).
+void dropout_apply_cuda(const Tensor& src, Tensor& dst, float p, uint64_t seed, uint64_t offset,
+                        const uint64_t* slot = nullptr);
 #endif
 
 }  // namespace tandem::kernels

@@ -15,6 +15,9 @@ namespace tandem::kernels {
 struct DropoutMask {
   float p = 0;  // 0: keep everything
   uint64_t seed = 0, offset = 0;
+  // Inside a CUDA graph capture: the device {seed, base} the CUDA kernels read instead of `seed`,
+  // with `offset` relative to base (fn::with_slot; core/graph_rng.h). Null otherwise, always on the CPU.
+  const uint64_t* slot = nullptr;
 };
 
 // y = gelu(x + bias)
