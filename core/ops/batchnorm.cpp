@@ -33,6 +33,14 @@ void check_param(const Tensor& t, const Tensor& x, int64_t C, DType pdt, const c
 void set_batchnorm_cudnn(bool on) { g_batchnorm_cudnn.store(on); }
 bool batchnorm_cudnn() { return g_batchnorm_cudnn.load(); }
 
+BatchNormCudnnStats batchnorm_cudnn_stats() {
+#ifdef TANDEM_WITH_CUDA
+  return kernels::batchnorm_cudnn_stats();
+#else
+  return {};
+#endif
+}
+
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum, double eps) {
   TANDEM_CHECK(x.dim() >= 2, "batch_norm expects [N, C] or [N, H, W, C] (channels last), got ", x.str());

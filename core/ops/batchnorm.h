@@ -28,4 +28,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 void set_batchnorm_cudnn(bool on);
 bool batchnorm_cudnn();
 
+// How often cuDNN's batch norm ran, per direction and op, since the process started, and how often
+// it refused a problem so that tandem's kernels ran instead (each kind of refusal is also noted
+// once on stderr). All zero in CPU-only builds. The GPU tests read it so that a silent fallback
+// cannot pass as a checked cuDNN path; bench_ops and the trainer may print it.
+struct BatchNormCudnnStats {
+  int64_t forward = 0;         // CUDNN_BATCHNORM_OPS_BN forward calls
+  int64_t forward_fused = 0;   // CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION forward calls
+  int64_t backward = 0;        // CUDNN_BATCHNORM_OPS_BN backward calls
+  int64_t backward_fused = 0;  // CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION backward calls
+  int64_t fallbacks = 0;       // refusals (either direction) that ran tandem's kernels
+};
+BatchNormCudnnStats batchnorm_cudnn_stats();
+
 }  // namespace tandem::ops

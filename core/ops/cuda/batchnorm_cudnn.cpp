@@ -14,10 +14,15 @@
 // deprecation out of the build log in this file only.
 // A problem cuDNN rejects (CUDNN_STATUS_NOT_SUPPORTED, e.g. a dtype its version lacks, or more
 // than INT_MAX rows) makes these functions return false before anything is written; the caller
-// then runs the hand-written kernels.
+// then runs the hand-written kernels. Each kind of refusal prints one stderr line the first time
+// (with cuDNN's status string) and every one is counted (batchnorm_cudnn_stats), so a run and the
+// GPU tests can tell which implementation actually ran; a failure of the call itself other than
+// NOT_SUPPORTED throws with cuDNN's error string.
 #include <cudnn.h>
 
+#include <atomic>
 #include <climits>
+#include <cstdio>
 
 #include "core/check.h"
 #include "core/cuda/context.h"
@@ -32,6 +37,20 @@ namespace tandem::kernels {
 namespace {
 
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+
+// What ran, for tests and bench_ops (ops::BatchNormCudnnStats).
+std::atomic<int64_t> g_forward{0}, g_forward_fused{0}, g_backward{0}, g_backward_fused{0}, g_fallbacks{0};
+
+// One line on stderr the first time each kind of refusal happens (a model repeats its shapes every
+// step, so more would flood the log); every refusal is counted. kind: 0 forward, 1 fused forward,
+// 2 backward, 3 fused backward.
+void note_fallback(int kind, const char* what, const Tensor& x, const char* why) {
+  static std::atomic<bool> said[4] = {};
+  g_fallbacks.fetch_add(1);
+  if (said[kind].exchange(true)) return;
+  std::fprintf(stderr, "tandem: cuDNN batch norm %s refused %s (%s): tandem's kernels run instead (noted once)\n",
+               what, x.str().c_str(), why);
+}
 
 // Owns a legacy tensor descriptor.
 struct TensorDesc {
@@ -95,19 +114,28 @@ void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Devi
 bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
                                    Tensor& running_mean, Tensor& running_var, double momentum, double eps, Tensor& y,
                                    Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) {
-  TensorDesc xd, pd;
-  if (eps < CUDNN_BN_MIN_EPSILON || !describe(x, xd, pd)) return false;
   const bool fused = z.defined();
+  const char* what = fused ? "forward (BN_ADD_ACTIVATION)" : "forward";
+  const int kind = fused ? 1 : 0;
+  TensorDesc xd, pd;
+  if (eps < CUDNN_BN_MIN_EPSILON || !describe(x, xd, pd)) {
+    note_fallback(kind, what, x, "a dtype, rank or size it does not describe");
+    return false;
+  }
   const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
   Activation act(fused);
   cudnnTensorDescriptor_t zd = fused ? xd.d : nullptr;  // z has x's shape and dtype
   cudnnHandle_t h = cuda::dnn_handle();
   size_t ws_bytes = 0, rs_bytes = 0;
-  if (cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kMode, ops, xd.d, zd, xd.d, pd.d, act.d,
-                                                                &ws_bytes) != CUDNN_STATUS_SUCCESS ||
-      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, ops, act.d, xd.d, &rs_bytes) !=
-          CUDNN_STATUS_SUCCESS)
+  // The size queries have no side effects: any status but success means "not this problem".
+  cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kMode, ops, xd.d, zd, xd.d, pd.d,
+                                                                              act.d, &ws_bytes);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, ops, act.d, xd.d, &rs_bytes);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    note_fallback(kind, what, x, cudnnGetErrorString(st));
     return false;
+  }
   const int64_t C = x.size(-1);
   Tensor ones, zeros;
   void* scale = param_or(weight, ones, C, 1.0, x.device());
@@ -118,14 +146,19 @@ bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tenso
   reserve = Tensor::empty({static_cast<int64_t>((rs_bytes + 7) / 8)}, DType::I64, x.device());  // raw bytes
   rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
   const float one = 1.0f, zero = 0.0f;
-  cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
+  st = cudnnBatchNormalizationForwardTrainingEx(
       h, kMode, ops, &one, &zero, xd.d, x.data_ptr(), zd, fused ? z.data_ptr() : nullptr, xd.d, y.data_ptr(), pd.d,
       scale, shift, momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
       running_var.defined() ? running_var.data_ptr() : nullptr, eps, save_mean.data_ptr(), save_invstd.data_ptr(),
       act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
-  if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
-  CUDNN_CHECK(st, "batch_norm forward (cuDNN NHWC) on ", x.str(), ": call ops::set_batchnorm_cudnn(false) to use ",
-              "tandem's own kernels");
+  if (st == CUDNN_STATUS_NOT_SUPPORTED) {  // refused before anything was written
+    reserve = Tensor();
+    note_fallback(kind, what, x, cudnnGetErrorString(st));
+    return false;
+  }
+  CUDNN_CHECK(st, "batch_norm ", what, " (cuDNN NHWC) on ", x.str(),
+              ": train_imagenet --bn-impl tandem (ops::set_batchnorm_cudnn(false)) uses tandem's kernels");
+  (fused ? g_forward_fused : g_forward).fetch_add(1);
   return true;
 }
 
@@ -133,17 +166,25 @@ bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
                                     const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
                                     const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
                                     Tensor& dbias) {
-  TensorDesc xd, pd;
-  if (!describe(x, xd, pd)) return false;
   const bool fused = y.defined();
+  const char* what = fused ? "backward (BN_ADD_ACTIVATION)" : "backward";
+  const int kind = fused ? 3 : 2;
+  TensorDesc xd, pd;
+  if (!describe(x, xd, pd)) {
+    note_fallback(kind, what, x, "a dtype, rank or size it does not describe");
+    return false;
+  }
   const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
   Activation act(fused);
   cudnnTensorDescriptor_t yd = fused ? xd.d : nullptr, dzd = fused ? xd.d : nullptr;
   cudnnHandle_t h = cuda::dnn_handle();
   size_t ws_bytes = 0;
-  if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops, xd.d, yd, xd.d, dzd, xd.d, pd.d, act.d,
-                                                        &ws_bytes) != CUDNN_STATUS_SUCCESS)
+  cudnnStatus_t st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops, xd.d, yd, xd.d, dzd, xd.d,
+                                                                       pd.d, act.d, &ws_bytes);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    note_fallback(kind, what, x, cudnnGetErrorString(st));
     return false;
+  }
   const int64_t C = x.size(-1);
   // cuDNN writes dx, dscale and dbias unconditionally: scratch tensors stand in for unwanted ones.
   Tensor ones, zeros, dx_tmp, dz_tmp, dw_tmp, db_tmp;
@@ -158,14 +199,22 @@ bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
   Storage workspace(ws_bytes, x.device());
   const float one = 1.0f, zero = 0.0f;
   const size_t rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
-  cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
+  st = cudnnBatchNormalizationBackwardEx(
       h, kMode, ops, &one, &zero, &one, &zero, xd.d, x.data_ptr(), yd, fused ? y.data_ptr() : nullptr, xd.d,
       dy.data_ptr(), dzd, dzp, xd.d, dxp, pd.d, scale, shift, dwp, dbp, eps, save_mean.data_ptr(),
       save_invstd.data_ptr(), act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
-  if (st == CUDNN_STATUS_NOT_SUPPORTED) return false;
-  CUDNN_CHECK(st, "batch_norm backward (cuDNN NHWC) on ", x.str(), ": call ops::set_batchnorm_cudnn(false) to use ",
-              "tandem's own kernels");
+  if (st == CUDNN_STATUS_NOT_SUPPORTED) {
+    note_fallback(kind, what, x, cudnnGetErrorString(st));
+    return false;
+  }
+  CUDNN_CHECK(st, "batch_norm ", what, " (cuDNN NHWC) on ", x.str(),
+              ": train_imagenet --bn-impl tandem (ops::set_batchnorm_cudnn(false)) uses tandem's kernels");
+  (fused ? g_backward_fused : g_backward).fetch_add(1);
   return true;
+}
+
+ops::BatchNormCudnnStats batchnorm_cudnn_stats() {
+  return {g_forward.load(), g_forward_fused.load(), g_backward.load(), g_backward_fused.load(), g_fallbacks.load()};
 }
 
 }  // namespace tandem::kernels
