@@ -136,6 +136,15 @@ bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tenso
     note_fallback(kind, what, x, cudnnGetErrorString(st));
     return false;
   }
+  // "If workspace is NULL and workSpaceSizeInBytes of zero is passed in, this API will function
+  // exactly like the non-extended function cudnnBatchNormalizationForwardTraining()" (cuDNN
+  // Developer Guide, cudnnBatchNormalizationForwardTrainingEx), and that function has no add and no
+  // activation. Whether cuDNN would then ignore z and the ReLU or refuse is not documented: the safe
+  // reading is to run the composition. (The plain BN is the same op either way.)
+  if (fused && ws_bytes == 0) {
+    note_fallback(kind, what, x, "no workspace asked for, so no fused NHWC kernel");
+    return false;
+  }
   const int64_t C = x.size(-1);
   Tensor ones, zeros;
   void* scale = param_or(weight, ones, C, 1.0, x.device());
@@ -183,6 +192,10 @@ bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
                                                                        pd.d, act.d, &ws_bytes);
   if (st != CUDNN_STATUS_SUCCESS) {
     note_fallback(kind, what, x, cudnnGetErrorString(st));
+    return false;
+  }
+  if (fused && ws_bytes == 0) {  // as in the forward: NULL/0 means "exactly like ... Backward()", no ReLU
+    note_fallback(kind, what, x, "no workspace asked for, so no fused NHWC kernel");
     return false;
   }
   const int64_t C = x.size(-1);
