@@ -28,6 +28,7 @@
 #include "core/cuda/context.h"
 #include "core/ops/cuda/dnn_handle.h"
 #include "core/ops/kernels/batchnorm.h"
+#include "core/ops/kernels/elementwise.h"
 #include "core/storage.h"
 
 #pragma GCC diagnostic push
@@ -109,6 +110,30 @@ void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Devi
   return tmp.data_ptr();
 }
 
+// The backward without cuDNN, after a cuDNN forward whose backward cuDNN then refuses: dz = dy
+// where y > 0 (fused op; ReLU's subgradient 0 at 0, as everywhere in tandem), then the kernels'
+// backward with the batch statistics recomputed from x. cuDNN's saved statistics are not reused:
+// "The intermediate results stored in resultSaveMean and resultSaveInvVariance buffers should not be
+// used directly by the user. Depending on the batch normalization mode, the results stored in
+// resultSaveInvVariance may vary." (cuDNN Developer Guide, cudnnBatchNormalizationForwardTraining).
+// Costs one extra statistics pass and an x-sized scratch, on a path that should never be taken.
+void backward_kernels(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight, double eps,
+                      Tensor& dx, Tensor& dz, Tensor& dweight, Tensor& dbias) {
+  const int64_t C = x.size(-1), M = x.numel() / C;
+  Tensor dbn = dy;
+  if (y.defined()) {
+    if (!dz.defined()) dz = Tensor::empty(x.shape(), x.dtype(), x.device());
+    binary_cuda(binary_op<fn::ReluBackward>(), dy, y, dz, 1.0f, 1.0f);
+    dbn = dz;  // the residual add passes the gradient to both of its inputs unchanged
+  }
+  Tensor mean = Tensor::empty({C}, DType::F32, x.device()), invstd = Tensor::empty({C}, DType::F32, x.device());
+  Tensor scratch = Tensor::empty({M, C}, x.dtype(), x.device()), no_rm, no_rv;
+  Tensor x2 = x.view({M, C});
+  batchnorm_forward_cuda(x2, Tensor(), Tensor(), no_rm, no_rv, true, 0.0, eps, scratch, mean, invstd);
+  Tensor dx2 = dx.defined() ? dx.view({M, C}) : Tensor();
+  batchnorm_backward_cuda(dbn.view({M, C}), x2, weight, mean, invstd, true, dx2, dweight, dbias);
+}
+
 }  // namespace
 
 bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
@@ -171,59 +196,64 @@ bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tenso
   return true;
 }
 
-bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
+void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
                                     const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
                                     const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
                                     Tensor& dbias) {
+  // cuDNN reads dy with x's descriptor ("Dimensions or data types mismatch for any pair of xDesc,
+  // dyDesc, dxDesc" is BAD_PARAM); a mismatch would be a bug upstream, not something to convert.
+  TANDEM_CHECK(dy.dtype() == x.dtype() && dy.shape() == x.shape(), "batch_norm backward: the gradient ", dy.str(),
+               " must have the input's shape and dtype ", x.str());
   const bool fused = y.defined();
   const char* what = fused ? "backward (BN_ADD_ACTIVATION)" : "backward";
   const int kind = fused ? 3 : 2;
+  const char* refused = nullptr;  // why cuDNN did not run, when it did not
   TensorDesc xd, pd;
-  if (!describe(x, xd, pd)) {
-    note_fallback(kind, what, x, "a dtype, rank or size it does not describe");
-    return false;
-  }
   const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
   Activation act(fused);
-  cudnnTensorDescriptor_t yd = fused ? xd.d : nullptr, dzd = fused ? xd.d : nullptr;
-  cudnnHandle_t h = cuda::dnn_handle();
+  cudnnTensorDescriptor_t yd = nullptr, dzd = nullptr;
   size_t ws_bytes = 0;
-  cudnnStatus_t st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops, xd.d, yd, xd.d, dzd, xd.d,
-                                                                       pd.d, act.d, &ws_bytes);
-  if (st != CUDNN_STATUS_SUCCESS) {
-    note_fallback(kind, what, x, cudnnGetErrorString(st));
-    return false;
+  if (!describe(x, xd, pd)) {  // cannot happen after a cuDNN forward on this x; kept for safety
+    refused = "a dtype, rank or size it does not describe";
+  } else {
+    yd = fused ? xd.d : nullptr, dzd = fused ? xd.d : nullptr;
+    cudnnStatus_t st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(cuda::dnn_handle(), kMode, ops, xd.d, yd,
+                                                                         xd.d, dzd, xd.d, pd.d, act.d, &ws_bytes);
+    if (st != CUDNN_STATUS_SUCCESS) refused = cudnnGetErrorString(st);
+    // As in the forward: NULL/0 means "exactly like the non-extended function", which has no ReLU.
+    else if (fused && ws_bytes == 0) refused = "no workspace asked for, so no fused NHWC kernel";
   }
-  if (fused && ws_bytes == 0) {  // as in the forward: NULL/0 means "exactly like ... Backward()", no ReLU
-    note_fallback(kind, what, x, "no workspace asked for, so no fused NHWC kernel");
-    return false;
+  if (!refused) {
+    const int64_t C = x.size(-1);
+    // cuDNN writes dx, dscale and dbias unconditionally: scratch tensors stand in for unwanted ones.
+    // dz is written like dx (a fresh tensor; autograd sums the gradients of z's uses itself).
+    Tensor ones, zeros, dx_tmp, dw_tmp, db_tmp;
+    void* scale = param_or(weight, ones, C, 1.0, x.device());
+    // "bnBiasData ... This parameter is used only when activation should be performed."
+    void* shift = fused ? param_or(bias, zeros, C, 0.0, x.device()) : nullptr;
+    if (fused && !dz.defined()) dz = Tensor::empty(x.shape(), x.dtype(), x.device());
+    void* dxp = dx.defined() ? dx.data_ptr() : (dx_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
+    void* dwp = dweight.defined() ? dweight.data_ptr() : (dw_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
+    void* dbp = dbias.defined() ? dbias.data_ptr() : (db_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
+    Storage workspace(ws_bytes, x.device());
+    const float one = 1.0f, zero = 0.0f;  // dx, dscale, dbias = 1 * result + 0 * prior: overwritten
+    const size_t rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
+    cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
+        cuda::dnn_handle(), kMode, ops, &one, &zero, &one, &zero, xd.d, x.data_ptr(), yd,
+        fused ? y.data_ptr() : nullptr, xd.d, dy.data_ptr(), dzd, fused ? dz.data_ptr() : nullptr, xd.d, dxp, pd.d,
+        scale, shift, dwp, dbp, eps, save_mean.data_ptr(), save_invstd.data_ptr(), act.d, workspace.data(), ws_bytes,
+        rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
+    if (st == CUDNN_STATUS_SUCCESS) {
+      (fused ? g_backward_fused : g_backward).fetch_add(1);
+      return;
+    }
+    if (st != CUDNN_STATUS_NOT_SUPPORTED)
+      CUDNN_CHECK(st, "batch_norm ", what, " (cuDNN NHWC) on ", x.str(),
+                  ": train_imagenet --bn-impl tandem (ops::set_batchnorm_cudnn(false)) uses tandem's kernels");
+    refused = cudnnGetErrorString(st);
   }
-  const int64_t C = x.size(-1);
-  // cuDNN writes dx, dscale and dbias unconditionally: scratch tensors stand in for unwanted ones.
-  Tensor ones, zeros, dx_tmp, dz_tmp, dw_tmp, db_tmp;
-  void* scale = param_or(weight, ones, C, 1.0, x.device());
-  void* shift = fused ? param_or(bias, zeros, C, 0.0, x.device()) : nullptr;  // the ReLU mask needs it
-  void* dzp = !fused ? nullptr
-              : dz.defined() ? dz.data_ptr()
-                             : (dz_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
-  void* dxp = dx.defined() ? dx.data_ptr() : (dx_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
-  void* dwp = dweight.defined() ? dweight.data_ptr() : (dw_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
-  void* dbp = dbias.defined() ? dbias.data_ptr() : (db_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
-  Storage workspace(ws_bytes, x.device());
-  const float one = 1.0f, zero = 0.0f;
-  const size_t rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
-  st = cudnnBatchNormalizationBackwardEx(
-      h, kMode, ops, &one, &zero, &one, &zero, xd.d, x.data_ptr(), yd, fused ? y.data_ptr() : nullptr, xd.d,
-      dy.data_ptr(), dzd, dzp, xd.d, dxp, pd.d, scale, shift, dwp, dbp, eps, save_mean.data_ptr(),
-      save_invstd.data_ptr(), act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
-  if (st == CUDNN_STATUS_NOT_SUPPORTED) {
-    note_fallback(kind, what, x, cudnnGetErrorString(st));
-    return false;
-  }
-  CUDNN_CHECK(st, "batch_norm ", what, " (cuDNN NHWC) on ", x.str(),
-              ": train_imagenet --bn-impl tandem (ops::set_batchnorm_cudnn(false)) uses tandem's kernels");
-  (fused ? g_backward_fused : g_backward).fetch_add(1);
-  return true;
+  note_fallback(kind, what, x, refused);
+  backward_kernels(dy, x, y, weight, eps, dx, dz, dweight, dbias);
 }
 
 ops::BatchNormCudnnStats batchnorm_cudnn_stats() {
