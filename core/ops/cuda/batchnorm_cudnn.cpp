@@ -4,17 +4,31 @@
 // (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: the ResNet block tail, ops::batch_norm_add_relu).
 //
 // Used when ops::batchnorm_cudnn() is on (core/ops/batchnorm.h); the hand-written kernels in
-// batchnorm.cu stay the fallback and the reference. Semantics match ours: the saved statistics are
-// the batch mean and 1/sqrt(biased var + eps), the running variance takes the unbiased variance,
-// and exponentialAverageFactor is our momentum. Eval mode always uses the hand-written kernels
-// (one elementwise pass; nothing for cuDNN to win).
+// batchnorm.cu stay the fallback and the reference. Checked against cudnn_ops.h (cuDNN 9.19) and the
+// cuDNN Developer Guide's pages for these functions ("the guide" below):
+//  - exponentialAverageFactor is our momentum: "runningMean = runningMean*(1-factor) +
+//    newMean*factor"; the running variance is "the sample variance" (unbiased, M/(M-1)), as ours
+//    and PyTorch's are.
+//  - alpha/beta point to host floats: "float for HALF and FLOAT tensors, double for DOUBLE".
+//  - Scale, bias, running and saved statistics are f32 for f32/f16/bf16 data: their descriptor
+//    comes from cudnnDeriveBNTensorDescriptor ("must be 'float' for FP16 and FP32 input tensors").
+//  - epsilon must be >= CUDNN_BN_MIN_EPSILON (0.0 in cuDNN 9) and the same in forward and backward.
+//  - The saved mean / inverse variance are cuDNN's own ("should not be used directly by the
+//    user"): only cuDNN's backward reads them (see backward_kernels for the refused case).
+//  - The reserve space lives in a tensor the autograd node keeps ("The content in reserveSpace ...
+//    must be preserved"); the workspace is freed stream-ordered after each call ("the workspace
+//    does not have to remain unchanged between the forward and backward pass").
+//  - The fast semi-persistent NHWC kernel needs "NHWC-fully packed" tensors (tandem's are
+//    contiguous) "of the type CUDNN_DATA_HALF", C a multiple of 4 for BN_ADD_ACTIVATION, and a
+//    non-NULL workspace. Other problems may run other cuDNN kernels or be refused.
+// Eval mode always uses the hand-written kernels (one elementwise pass; nothing for cuDNN to win).
 // cuDNN 9 marks this legacy API CUDNN_DEPRECATED (cudnn_ops.h; a warning only when the build
 // defines CUDNN_WARN_DEPRECATED). It is still shipped and is the API with the persistent NHWC
 // kernels; the graph API's norm nodes need the runtime-fusion engines. The pragmas below keep the
 // deprecation out of the build log in this file only.
 // A problem cuDNN rejects (CUDNN_STATUS_NOT_SUPPORTED, e.g. a dtype its version lacks, or more
-// than INT_MAX rows) makes these functions return false before anything is written; the caller
-// then runs the hand-written kernels. Each kind of refusal prints one stderr line the first time
+// than INT_MAX rows) makes the forward return false before anything is written; the caller then
+// runs the hand-written kernels. Each kind of refusal prints one stderr line the first time
 // (with cuDNN's status string) and every one is counted (batchnorm_cudnn_stats), so a run and the
 // GPU tests can tell which implementation actually ran; a failure of the call itself other than
 // NOT_SUPPORTED throws with cuDNN's error string.
