@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "core/ops/ops.h"
 #include "core/random.h"
@@ -41,6 +42,19 @@ const PerDtype kBatchnorm{
 // BN parameters stay f32 whatever the activation dtype (a differentiable cast, identity on f32).
 Tensor param(const Tensor& t) { return ops::cast(t, DType::F32); }
 
+// The op under test as parity_check takes it: inputs {x, weight, bias} (plain) or {x, z, weight,
+// bias} (fused); outputs y and the running statistics (eval leaves those as they were).
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> bn_op(int64_t C, bool fused, bool training) {
+  return [=](const std::vector<Tensor>& in) {
+    Device d = in[0].device();
+    Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
+    const Tensor w = param(in[fused ? 2 : 1]), b = param(in[fused ? 3 : 2]);
+    Tensor y = fused ? ops::batch_norm_add_relu(in[0], in[1], w, b, rm, rv, training, 0.1, 1e-5)
+                     : ops::batch_norm(in[0], w, b, rm, rv, training, 0.1, 1e-5);
+    return std::vector<Tensor>{y, rm, rv};
+  };
+}
+
 struct BnPath {  // ops::set_batchnorm_cudnn for one scope
   bool was = ops::batchnorm_cudnn();
   explicit BnPath(bool cudnn) { ops::set_batchnorm_cudnn(cudnn); }
@@ -49,12 +63,13 @@ struct BnPath {  // ops::set_batchnorm_cudnn for one scope
   ~BnPath() { ops::set_batchnorm_cudnn(was); }
 };
 
-// Residuals moved off ReLU's kink: where bn(x) + z lands within 0.1 of 0 (CPU, f32), z moves 0.2
-// further, so a 16-bit rounding cannot flip the mask (gpu_opsa_parity.cpp has the history).
-Tensor off_kink(const Tensor& x, Tensor z, const Tensor& w, const Tensor& b) {
+// Residuals moved off ReLU's kink: where bn(x) + z lands within 0.1 of 0 (CPU, f32, with bn_op's
+// starting running stats in eval), z moves 0.2 further, so a 16-bit rounding cannot flip the mask
+// (gpu_opsa_parity.cpp has the history).
+Tensor off_kink(const Tensor& x, Tensor z, const Tensor& w, const Tensor& b, bool training = true) {
   const int64_t C = x.size(-1);
   Tensor rm = Tensor::full({C}, 0.1), rv = Tensor::full({C}, 0.7);
-  std::vector<float> pre = ops::add(ops::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5), z).to_vector();
+  std::vector<float> pre = ops::add(ops::batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5), z).to_vector();
   std::vector<float> zv = z.to_vector();
   for (size_t i = 0; i < zv.size(); ++i)
     if (std::fabs(pre[i]) < 0.1f) zv[i] += pre[i] >= 0 ? 0.2f : -0.2f;
@@ -89,14 +104,9 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
       for (bool training : {true, false}) {
         INFO(dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
         const int64_t C = shape.back();
-        auto f = [C, training](const std::vector<Tensor>& in) {
-          Device d = in[0].device();
-          Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
-          Tensor y = ops::batch_norm(in[0], param(in[1]), param(in[2]), rm, rv, training, 0.1, 1e-5);
-          return std::vector<Tensor>{y, rm, rv};
-        };
         const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
-        CHECK(parity_check(f, {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt, kBatchnorm(dt)) == "");
+        CHECK(parity_check(bn_op(C, false, training), {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt,
+                           kBatchnorm(dt)) == "");
         const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
         const int64_t fwd = after.forward - before.forward, bwd = after.backward - before.backward;
         std::printf("  bn %s %s %s: cuDNN forward %lld, backward %lld, fallbacks %lld\n", dtype_name(dt),
@@ -115,36 +125,33 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
     }
 }
 
-TEST_CASE("batch_norm_add_relu through cuDNN: y, dx, dz, dweight, dbias and running stats, C = 3, 6, 8, 64") {
+TEST_CASE("batch_norm_add_relu through cuDNN: y, dx, dz, dweight, dbias, running stats; C = 3, 6, 8, 64; train, eval") {
   BnPath cudnn(true);
   for (DType dt : kDtypes)
-    for (Shape shape : {Shape{4, 5, 5, 3}, Shape{4, 5, 5, 6}, Shape{2, 3, 3, 8}, Shape{8, 6, 6, 64}}) {
-      INFO(dtype_name(dt), " ", shape_str(shape));
-      const int64_t C = shape.back();
-      auto f = [C](const std::vector<Tensor>& in) {
-        Device d = in[0].device();
-        Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
-        Tensor y = ops::batch_norm_add_relu(in[0], in[1], param(in[2]), param(in[3]), rm, rv, true, 0.1, 1e-5);
-        return std::vector<Tensor>{y, rm, rv};
-      };
-      Tensor x = randn_cpu(shape, 11), w = randn_cpu({C}, 13), b = randn_cpu({C}, 14);
-      Tensor z = off_kink(x, randn_cpu(shape, 12), w, b);
-      poison_pool(shape, dt);
-      const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
-      // parity_check compares y, the running stats and the gradients of x, z (dz), w and b.
-      CHECK(parity_check(f, {x, z, w, b}, dt, kBatchnorm(dt)) == "");
-      const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
-      const int64_t fwd = after.forward_fused - before.forward_fused, bwd = after.backward_fused - before.backward_fused;
-      std::printf("  bn+add+relu %s %s: cuDNN fused forward %lld, backward %lld, fallbacks %lld\n", dtype_name(dt),
-                  shape_str(shape).c_str(), static_cast<long long>(fwd), static_cast<long long>(bwd),
-                  static_cast<long long>(after.fallbacks - before.fallbacks));
-      CHECK(bwd == fwd);  // the fused backward follows the fused forward (or both fell back)
-      // The guide's conditions for the fused NHWC kernel: "NHWC-fully packed", CUDNN_DATA_HALF, C a
-      // multiple of 4, SPATIAL_PERSISTENT, a workspace. If cuDNN refuses this, ResNet's fused tail
-      // never runs in fp16 either: worth knowing, hence a failure.
-      if (dt == DType::F16 && shape == Shape{8, 6, 6, 64})
-        CHECK_MESSAGE(fwd == 1, "cuDNN refused BN_ADD_ACTIVATION on its documented fast path (see stderr)");
-    }
+    for (Shape shape : {Shape{4, 5, 5, 3}, Shape{4, 5, 5, 6}, Shape{2, 3, 3, 8}, Shape{8, 6, 6, 64}})
+      for (bool training : {true, false}) {
+        INFO(dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
+        const int64_t C = shape.back();
+        Tensor x = randn_cpu(shape, 11), w = randn_cpu({C}, 13), b = randn_cpu({C}, 14);
+        Tensor z = off_kink(x, randn_cpu(shape, 12), w, b, training);
+        poison_pool(shape, dt);
+        const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
+        // parity_check compares y, the running stats and the gradients of x, z (dz), w and b.
+        CHECK(parity_check(bn_op(C, true, training), {x, z, w, b}, dt, kBatchnorm(dt)) == "");
+        const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
+        const int64_t fwd = after.forward_fused - before.forward_fused;
+        const int64_t bwd = after.backward_fused - before.backward_fused;
+        std::printf("  bn+add+relu %s %s %s: cuDNN fused forward %lld, backward %lld, fallbacks %lld\n",
+                    dtype_name(dt), shape_str(shape).c_str(), training ? "train" : "eval", static_cast<long long>(fwd),
+                    static_cast<long long>(bwd), static_cast<long long>(after.fallbacks - before.fallbacks));
+        CHECK(bwd == fwd);  // the fused backward follows the fused forward (or both fell back)
+        if (!training) CHECK(fwd == 0);  // eval: the composition (batchnorm_add_relu.h)
+        // The guide's conditions for the fused NHWC kernel: "NHWC-fully packed", CUDNN_DATA_HALF, C a
+        // multiple of 4, SPATIAL_PERSISTENT, a workspace. If cuDNN refuses this, ResNet's fused tail
+        // never runs in fp16 either: worth knowing, hence a failure.
+        if (training && dt == DType::F16 && shape == Shape{8, 6, 6, 64})
+          CHECK_MESSAGE(fwd == 1, "cuDNN refused BN_ADD_ACTIVATION on its documented fast path (see stderr)");
+      }
 }
 
 TEST_CASE("running statistics after several steps: cuDNN, the kernels and the CPU agree (plain and fused)") {
