@@ -22,6 +22,13 @@ bool active(int device) {
   return d >= 0 && (device < 0 || d == device);
 }
 
+bool unless_active(const std::function<void()>& query) {
+  std::lock_guard<std::mutex> lock(g_mutex);  // begin() takes it too: no capture opens meanwhile
+  if (g_device.load() >= 0) return false;
+  query();
+  return true;
+}
+
 void begin(int device) {
   std::lock_guard<std::mutex> lock(g_mutex);
   TANDEM_CHECK(g_device.load() < 0, "a CUDA graph capture is already open on cuda:", g_device.load(),

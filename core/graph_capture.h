@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,12 @@ namespace tandem::graph_capture {
 
 // True while some thread is capturing the compute stream of `device` (any device when -1).
 bool active(int device = -1);
+
+// Runs `query` (a call on a compute stream from another thread: the watchdog's cuda_fault) only
+// when no capture is open, atomically with begin(): checking active() and then querying would let
+// a capture begin in between, and a query of a capturing stream invalidates the capture.
+// Returns whether it ran. `query` must not block or call back into this file.
+bool unless_active(const std::function<void()>& query);
 
 // StepGraph's side: one capture at a time in the process.
 void begin(int device);

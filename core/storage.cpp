@@ -78,6 +78,12 @@ Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), 
     cudaError_t e = cudaMallocAsync(&data_, bytes, cuda::compute_stream(device.index));
     if (e != cudaSuccess) {
       cudaGetLastError();
+      // In a capture the usual cause is not memory: an earlier illegal call (a host sync) broke the
+      // capture, and every later call on the stream reports it. Name that error so that StepGraph
+      // can explain it (core/cuda/graph.cpp), instead of advising a smaller batch.
+      if (graph_capture::active(device.index) && e != cudaErrorMemoryAllocation)
+        TANDEM_THROW("allocating ", bytes, " bytes on ", device.str(), " inside a CUDA graph capture failed: ",
+                     cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
       MemoryStats s = memory_stats(device);
       TANDEM_THROW("out of GPU memory on ", device.str(), " allocating ", bytes, " bytes (", s.current_bytes,
                    " bytes in use by tandem): reduce --batch, use --amp bf16 or --zero 1/2");

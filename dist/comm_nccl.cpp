@@ -13,15 +13,21 @@
 // NVTX ranges named like the trace events ("allreduce bucket 3") mark the enqueue on the host.
 //
 // Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
-// outstanding collective's end event and calls watchdog_abort (watchdog.h) past comm_timeout_s. It also
+// outstanding collective's end event and calls watchdog_abort (watchdog.h) past comm_timeout_s,
+// counted from its issue or from the end of the collective before it, whichever is later. It also
 // polls ncclCommGetAsyncError, where NCCL reports network and peer failures (the end event then never
 // fires); its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's reason instead
 // of sitting out the whole timeout.
+// A replayed CUDA graph (core/cuda/graph.h) runs collectives that were captured, not issued here:
+// watch_compute puts each replay under the same watchdog as one collective ("replayed step 57"),
+// through an event recorded on the compute stream after the replay, which the graph's collectives
+// were joined back into.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -40,8 +46,9 @@ namespace {
 
 struct EventMark final : Mark {
   cudaEvent_t ev = nullptr;
-  explicit EventMark(cudaStream_t s) {
-    CUDA_CHECK(cudaEventCreate(&ev));
+  // timing = false: only ever queried (the watchdog's replay marks), which CUDA makes cheaper.
+  explicit EventMark(cudaStream_t s, bool timing = true) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(ev, s));
   }
   ~EventMark() override { cudaEventDestroy(ev); }
@@ -80,7 +87,10 @@ class NcclWork final : public Work {
     // The compute stream waits for the comm stream; the host returns at once.
     CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(device_), end_->ev, 0));
   }
-  bool done() override { return cudaEventQuery(end_->ev) == cudaSuccess; }
+  // Not inside a capture: its event was recorded in the capturing stream, and asking for it returns
+  // cudaErrorCapturedEvent (driver_types.h), which would also stay behind as this thread's last
+  // error for the next launch check to report as its own. A captured collective is never done.
+  bool done() override { return !graph_capture::active(device_) && cudaEventQuery(end_->ev) == cudaSuccess; }
   MarkPtr started() const override { return start_; }
   MarkPtr finished() const override { return end_; }
 
@@ -119,6 +129,14 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
   MarkPtr mark() override { return std::make_shared<EventMark>(cuda::compute_stream(device_)); }
+  long long watch_compute(const std::string& what) override {
+    TANDEM_CHECK(!graph_capture::active(device_), "watch_compute(\"", what, "\") inside a CUDA graph capture: its "
+                 "event would belong to the graph and never fire for the watchdog. Call it after replay()");
+    auto end = std::make_shared<EventMark>(cuda::compute_stream(device_), /*timing=*/false);
+    std::lock_guard<std::mutex> lock(m_);
+    outstanding_.push_back({++issued_, what, end, std::chrono::steady_clock::now()});
+    return issued_;
+  }
 
  private:  // the collectives, after Communicator checked their arguments
   WorkPtr do_all_reduce(Tensor& t, ReduceOp op, const std::string& name) override {
@@ -173,7 +191,7 @@ class NcclCommunicator final : public Communicator {
     nvtxRangePop();
     // A collective captured into a CUDA graph (core/graph_capture.h) is not watched: its events
     // belong to the graph, and querying them (or the capturing stream) from the watchdog thread
-    // would fail or invalidate the capture. Replays run the same collectives unwatched.
+    // would fail or invalidate the capture. Each replay is watched as a whole (watch_compute).
     if (!graph_capture::active(device_)) {
       std::lock_guard<std::mutex> lock(m_);
       outstanding_.push_back({++issued_, name, end, std::chrono::steady_clock::now()});
@@ -195,8 +213,15 @@ class NcclCommunicator final : public Communicator {
         ncclCommAbort(comm_);  // frees NCCL's kernels and proxy threads so MPI_Abort is not stuck behind them
         abort_job();
       }
-      while (!outstanding_.empty() && cudaEventQuery(outstanding_.front().end->ev) == cudaSuccess)
+      while (!outstanding_.empty() && cudaEventQuery(outstanding_.front().end->ev) == cudaSuccess) {
         outstanding_.pop_front();
+        // They normally finish in issue order (one comm stream; a replay waits for the work before
+        // it), so the next one's deadline counts from now, however far ahead the host queued it:
+        // a replay costs the host microseconds, and with a device-resident batch nothing else holds
+        // the host back, so a replay may sit in the queue for longer than the timeout.
+        if (!outstanding_.empty())
+          outstanding_.front().issued = std::max(outstanding_.front().issued, std::chrono::steady_clock::now());
+      }
       if (outstanding_.empty()) continue;
       const Pending& p = outstanding_.front();
       // A kernel fault on this GPU means p can never finish: say so now rather than after the

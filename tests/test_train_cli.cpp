@@ -115,6 +115,7 @@ TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured")
     CHECK(g.status == 0);
     CHECK(g.has("cuda graph: captured step 4"));
     CHECK(g.has("cuda graph 1/4 steps replayed"));
+    CHECK(g.has(" ms/replayed step, "));  // the warm-up interval: host time with and without the graph
     CHECK(g.has("cuda graph 4/4 steps replayed"));
   }
 }

@@ -41,8 +41,13 @@ struct RunClock {
   double interval_host_ms = 0;         // host time spent issuing this interval's steps (forward,
                                        // backward, optimizer), without the waits for the device: on
                                        // a GPU the launch overhead that CUDA graphs remove; on the
-                                       // CPU, where ops run as they are issued, the compute itself
+                                       // CPU, where ops run as they are issued, the compute itself.
+                                       // When the GPU is the bottleneck, launches also wait for room
+                                       // in CUDA's launch queue and this nears the GPU's step time:
+                                       // it is the launch overhead when the host is the bottleneck,
+                                       // which is where graphs help
   int64_t interval_graph_steps = 0;    // of this interval's steps, those replayed as a CUDA graph
+  double interval_graph_host_ms = 0;   // the part of interval_host_ms spent issuing those replays
   Clock::time_point steady_start{};    // end of the --bench-warmup steps, device synchronised
   int64_t steady_from = -1;            // the step the steady window starts after (-1: not reached)
   double paused_s_at_steady = 0;       // paused_s when the steady window started
@@ -57,7 +62,7 @@ struct RunClock {
   void start_steady(int64_t step, Device dev);
   double interval_ms() const { return seconds_since(interval_start) * 1000; }
   void start_interval() {
-    interval_data_ms = 0, interval_host_ms = 0, interval_graph_steps = 0, interval_start = Clock::now();
+    interval_data_ms = 0, interval_host_ms = 0, interval_graph_steps = 0, interval_graph_host_ms = 0, interval_start = Clock::now();
   }
 
   // Brackets validation and checkpoints: their time counts as paused, not as training, and the

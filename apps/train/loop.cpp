@@ -26,9 +26,14 @@ void add_loss(LoopState& s, const Tensor& loss) {
 
 // --cuda-graph (graph_step.h): the step runs eagerly for the warm-up, then as a replayed graph. The
 // option's checks left nothing to skip or sync in it. The one-off capture is not host time per step.
+// A replay's collectives were captured, not issued, so dist's watchdog does not see them: the
+// replay is handed to it as a whole (Communicator::watch_compute), an event after it on the compute
+// stream - a hung or faulted replay then aborts every rank, naming the rank, like any collective.
 Tensor graph_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, Clock::time_point issue_start) {
   const bool capturing = !t.graph->captured() && s.step - t.start.step >= t.graph->warmup();
   t.graph->step(t, o, s.batch);
+  const bool replayed = t.graph->captured();  // this step ran as a replay (the capturing one too)
+  if (replayed) dist::comm_for(t.dev).watch_compute("replayed step " + std::to_string(s.step + 1));
   double host_ms = seconds_since(issue_start) * 1000;
   if (capturing && t.graph->captured()) {
     host_ms -= t.graph->capture_ms();
@@ -37,7 +42,7 @@ Tensor graph_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
                   "here on\n", (long long)(s.step + 1), t.graph->nodes(), t.graph->capture_ms(), t.graph->warmup());
   }
   clock.interval_host_ms += host_ms;
-  clock.interval_graph_steps += t.graph->captured() ? 1 : 0;
+  if (replayed) clock.interval_graph_steps += 1, clock.interval_graph_host_ms += host_ms;
   measure_memory(t);
   ++s.step, ++s.interval_steps, ++s.interval_losses, clock.interval_data_ms += s.batch.wait_ms;
   add_loss(s, t.graph->loss());
@@ -133,6 +138,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.loss_scale = t.amp ? t.amp->scaler.scale() : 0;
   last.host_ms = clock.interval_host_ms;
   last.graph_steps = clock.interval_graph_steps;
+  last.graph_host_ms = clock.interval_graph_host_ms;
   const CommWindow w = comm_window(t.ddp->timeline(), s.timeline_from);
   last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;

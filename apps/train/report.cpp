@@ -184,8 +184,16 @@ std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr,
                 iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, iv.host_step_ms(), mib(m.current_bytes).c_str(),
                 mib(m.peak_bytes).c_str());
   std::string line = b;
-  if (iv.graph_steps > 0) line += " | cuda graph " + std::to_string(iv.graph_steps) + "/" + std::to_string(iv.steps) +
-                                  " steps replayed";
+  if (iv.graph_steps > 0) {
+    line += " | cuda graph " + std::to_string(iv.graph_steps) + "/" + std::to_string(iv.steps) + " steps replayed";
+    // An interval with both kinds (the warm-up's): host time with and without the graph, side by side.
+    if (iv.graph_steps < iv.steps) {
+      char h[96];
+      std::snprintf(h, sizeof h, " (host %.2f ms/replayed step, %.2f ms/eager step)",
+                    iv.graph_host_ms / iv.graph_steps, (iv.host_ms - iv.graph_host_ms) / (iv.steps - iv.graph_steps));
+      line += h;
+    }
+  }
   if (iv.loss_scale > 0) {
     char s[32];
     std::snprintf(s, sizeof s, " | loss scale %g", iv.loss_scale);

@@ -36,6 +36,7 @@ struct Interval {
   double loss_scale = 0;      // --amp: the loss scale after the interval (1 for bf16); 0: no AMP
   double host_ms = 0;         // host time issuing the interval's steps (RunClock::interval_host_ms)
   int64_t graph_steps = 0;    // of `steps`, those replayed as a CUDA graph (--cuda-graph)
+  double graph_host_ms = 0;   // the part of host_ms spent issuing those replays
   double step_ms() const { return steps ? wall_ms / steps : 0; }
   double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
   double host_step_ms() const { return steps ? host_ms / steps : 0; }

@@ -57,7 +57,8 @@ std::string cuda_fault() {
   // block, so this is safe to call from a watchdog while the stream still runs.
   // Not while a CUDA graph is captured (core/graph_capture.h): querying a capturing stream from this
   // (watchdog) thread would invalidate the capture; a sticky fault still shows in cudaPeekAtLastError.
-  cudaError_t e = graph_capture::active() ? cudaSuccess : cudaStreamQuery(cuda::compute_stream());
+  cudaError_t e = cudaSuccess;
+  graph_capture::unless_active([&] { e = cudaStreamQuery(cuda::compute_stream()); });
   if (e == cudaSuccess || e == cudaErrorNotReady) e = cudaPeekAtLastError();
   if (e == cudaSuccess || e == cudaErrorNotReady) return "";
   return detail::cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");

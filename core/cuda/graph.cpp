@@ -54,8 +54,12 @@ void free_blocks(const std::vector<std::pair<void*, int>>& blocks) {
 StepGraph::StepGraph(int device) : device_(device) {}
 
 StepGraph::~StepGraph() {
-  // No throw in a destructor; the graph's memory returns to the driver with it. The blocks it
-  // read are freed after it, ordered after its last replay on the compute stream.
+  // No throw in a destructor. cudaGraphExecDestroy's documentation does not say that an executable
+  // graph may be destroyed while a launch of it still runs, so the last replay is waited for first
+  // (teardown only; a hung replay is the watchdog's to report). Its allocations go back to the
+  // device's graph memory pool, which keeps them for later graphs until cudaDeviceGraphMemTrim.
+  // The pre-capture blocks it read are freed after it.
+  if (exec_ && cudaStreamSynchronize(compute_stream(device_)) != cudaSuccess) (void)cudaGetLastError();
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
   free_blocks(kept_);
@@ -63,6 +67,10 @@ StepGraph::~StepGraph() {
 
 void StepGraph::capture(const std::function<void()>& step) {
   TANDEM_CHECK(!captured(), "StepGraph::capture: this graph already holds a captured step; make a new StepGraph");
+  // TANDEM_SYNC_CHECK synchronises the stream after every launch (core/check.h), which no capture
+  // can contain: say so here rather than through the capture error of the first kernel.
+  TANDEM_CHECK(!sync_check_enabled(), "TANDEM_SYNC_CHECK=1 synchronises after every kernel, which a CUDA graph "
+               "capture cannot record: unset it to capture, or find the faulting kernel without graphs");
   CUDA_CHECK(cudaSetDevice(device_));
   cudaStream_t s = compute_stream(device_);
   // Drain the eager warm-up first: its events (timeline, watchdog) all complete before the capture,
@@ -84,7 +92,9 @@ void StepGraph::capture(const std::function<void()>& step) {
   cudaGraph_t g = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(s, &g);
   graph_capture::Leftovers left = graph_capture::end();
-  if (!failure.empty() || ended != cudaSuccess || left.live_blocks != 0) {
+  // cudaStreamEndCapture's documentation: an invalidated capture returns a NULL graph (its listed
+  // return codes do not include the invalidation itself), so a null graph is a failure too.
+  if (!failure.empty() || ended != cudaSuccess || g == nullptr || left.live_blocks != 0) {
     if (g) cudaGraphDestroy(g);
     free_blocks(left.deferred_frees);  // no graph refers to them now
     (void)cudaGetLastError();  // capture errors are not sticky: clear them so eager work can go on
@@ -94,6 +104,10 @@ void StepGraph::capture(const std::function<void()>& step) {
       const std::string what = std::string(cudaGetErrorName(ended)) + " (" + cudaGetErrorString(ended) + ")";
       TANDEM_THROW("cudaStreamEndCapture failed: ", what, explain(what));
     }
+    if (g == nullptr)
+      TANDEM_THROW("the CUDA graph capture was invalidated by a call whose error the step ignored: look in the "
+                   "step for a CUDA call whose result is not checked (an event or stream query, a "
+                   "synchronisation); CUDA refused it because the stream was capturing");
     TANDEM_THROW("the captured step allocated ", left.live_blocks, " block(s) (", left.live_bytes,
                  " bytes) that are still alive after it: a tensor made inside the step escapes it, and the "
                  "graph would hand its memory to the next replay. Copy such results into tensors allocated "
@@ -107,7 +121,14 @@ void StepGraph::capture(const std::function<void()>& step) {
   CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes_));
   cudaError_t inst = cudaGraphInstantiate(&exec_, graph_, 0);
   if (inst != cudaSuccess) {
+    // Nothing will ever run the graph: release it and the blocks kept for it, so that this
+    // StepGraph holds nothing (a second capture() would otherwise leak them).
     exec_ = nullptr;
+    cudaGraphDestroy(graph_);
+    graph_ = nullptr;
+    free_blocks(kept_);
+    kept_.clear();
+    (void)cudaGetLastError();
     TANDEM_THROW("cudaGraphInstantiate of the captured step (", nodes_, " nodes) failed: ", cudaGetErrorName(inst),
                  " (", cudaGetErrorString(inst), ")");
   }

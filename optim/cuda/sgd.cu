@@ -12,8 +12,12 @@
 // run. Math in f32 whatever the storage dtype; order of operations as optim/sgd.cpp's CPU loop.
 // The LR is read from device memory (a float next to the table), not passed as an argument: a
 // kernel argument would be frozen by a CUDA graph capture (core/cuda/graph.h) at its captured value,
-// while the schedule changes it every step. It is uploaded when it changes, outside any capture
-// (SGD::lr_changed), so a replayed step reads the LR set just before it. The other
+// while the schedule changes it every step. It is written when it changes, outside any capture
+// (SGD::lr_changed), so a replayed step reads the LR set just before it. The write is a one-thread
+// kernel taking the LR as its argument, not a cudaMemcpyAsync from host memory: a copy from
+// pageable memory "might be synchronous with respect to host" (cuda_runtime_api.h, memcpy
+// behaviour), which would stall the host behind the previous step every step - the launch
+// overhead that graphs remove; a kernel argument is copied at launch, so nothing waits. The other
 // hyper-parameters are constant for a run and stay arguments.
 #include <algorithm>
 #include <cstring>
@@ -58,6 +62,9 @@ __global__ void sgd_kernel(const Chunk* __restrict__ chunks, const float* __rest
   }
 }
 
+// The LR write (see the top): one value, stream-ordered before the steps that read it.
+__global__ void set_lr_kernel(float* lr_dev, float lr) { *lr_dev = lr; }
+
 bool same(const std::vector<SgdTensor>& a, const std::vector<SgdTensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -89,8 +96,8 @@ class SgdCudaTable {
     cudaStream_t stream = cuda::compute_stream(device);
     if (!lr_dev_) CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&lr_dev_), sizeof(float), stream));
     lr_host_ = lr;
-    // Pageable source: staged before cudaMemcpyAsync returns, stream-ordered before the next step.
-    CUDA_CHECK(cudaMemcpyAsync(lr_dev_, &lr_host_, sizeof(float), cudaMemcpyHostToDevice, stream));
+    set_lr_kernel<<<1, 1, 0, stream>>>(lr_dev_, lr);
+    CUDA_CHECK_LAUNCH("writing the SGD learning rate to the device");
     lr_device_ = device;
     return lr_dev_;
   }
