@@ -33,6 +33,14 @@ void check_param(const Tensor& t, const Tensor& x, int64_t C, DType pdt, const c
 void set_batchnorm_cudnn(bool on) { g_batchnorm_cudnn.store(on); }
 bool batchnorm_cudnn() { return g_batchnorm_cudnn.load(); }
 
+BatchNormCudnnStats batchnorm_cudnn_stats() {
+#ifdef TANDEM_WITH_CUDA
+  return kernels::batchnorm_cudnn_stats();
+#else
+  return {};
+#endif
+}
+
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum, double eps) {
   TANDEM_CHECK(x.dim() >= 2, "batch_norm expects [N, C] or [N, H, W, C] (channels last), got ", x.str());
@@ -84,11 +92,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                      if (gw) dw = Tensor::empty({C}, save_mean.dtype(), save_mean.device());
                      if (gb) db = Tensor::empty({C}, save_mean.dtype(), save_mean.device());
 #ifdef TANDEM_WITH_CUDA
-                     Tensor no_y, no_dz;  // the plain BN: no fused add/ReLU
-                     if (reserve.defined() &&
-                         kernels::batchnorm_backward_train_cudnn(g[0], x2.view(shape), no_y, w, Tensor(), save_mean,
-                                                                 save_invstd, reserve, eps, dx, no_dz, dw, db))
+                     // cuDNN ran the forward: its statistics are its own, so its backward (or, if it
+                     // refuses, the kernels on recomputed statistics) must run, never the kernels below.
+                     if (reserve.defined()) {
+                       Tensor no_y, no_dz;  // the plain BN: no fused add/ReLU
+                       kernels::batchnorm_backward_train_cudnn(g[0], x2.view(shape), no_y, w, Tensor(), save_mean,
+                                                               save_invstd, reserve, eps, dx, no_dz, dw, db);
                        return std::vector<Tensor>{dx, dw, db};
+                     }
 #endif
                      TANDEM_BACKEND(dy2,
                                     kernels::batchnorm_backward_cpu(dy2, x2, w, save_mean, save_invstd, training, dx2, dw, db),

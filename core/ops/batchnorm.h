@@ -23,9 +23,28 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 // bandwidth, and resnet50 at 0.76x PyTorch with them against 0.97x with cuDNN; both paths pass
 // tests/gpu_opsa_parity.cpp. The kernels stay as the fallback and as the parity reference
 // (train_imagenet --bn-impl tandem). Also gates ops::batch_norm_add_relu's fused cuDNN path.
-// SPATIAL_PERSISTENT's reductions are deterministic (a scaled integer reduction, per cuDNN's
-// documentation), so --deterministic needs no switch here. Eval mode always runs the kernels.
+// Determinism: the cuDNN Developer Guide's "scaled atomic integer reduction that is deterministic"
+// (cudnnBatchNormMode_t, SPATIAL_PERSISTENT) is introduced by "The rest of this section applies for
+// NCHW mode only", so it says nothing about our NHWC calls. What covers them is the guide's
+// Reproducibility section: "most of cuDNN's routines from a given version generate the same
+// bit-wise results across runs when executed on GPUs with the same architecture and the same
+// number of SMs", with batch norm not among the listed exceptions (atomics in some conv/pooling
+// algorithms). So --deterministic needs no switch here; tests/gpu_bn_cudnn.cpp checks two runs for
+// equal bits. Eval mode always runs the kernels.
 void set_batchnorm_cudnn(bool on);
 bool batchnorm_cudnn();
+
+// How often cuDNN's batch norm ran, per direction and op, since the process started, and how often
+// it refused a problem so that tandem's kernels ran instead (each kind of refusal is also noted
+// once on stderr). All zero in CPU-only builds. The GPU tests read it so that a silent fallback
+// cannot pass as a checked cuDNN path; bench_ops and the trainer may print it.
+struct BatchNormCudnnStats {
+  int64_t forward = 0;         // CUDNN_BATCHNORM_OPS_BN forward calls
+  int64_t forward_fused = 0;   // CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION forward calls
+  int64_t backward = 0;        // CUDNN_BATCHNORM_OPS_BN backward calls
+  int64_t backward_fused = 0;  // CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION backward calls
+  int64_t fallbacks = 0;       // refusals (either direction) that ran tandem's kernels
+};
+BatchNormCudnnStats batchnorm_cudnn_stats();
 
 }  // namespace tandem::ops

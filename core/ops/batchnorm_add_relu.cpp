@@ -56,10 +56,9 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& z, const Tensor& weigh
             Tensor dz = Tensor::empty(x.shape(), x.dtype(), x.device());
             Tensor dw = gw ? Tensor::empty({x.size(-1)}, DType::F32, x.device()) : Tensor();
             Tensor db = gb ? Tensor::empty({x.size(-1)}, DType::F32, x.device()) : Tensor();
-            TANDEM_CHECK(kernels::batchnorm_backward_train_cudnn(g[0], x, out, w, b, save_mean, save_invstd, reserve,
-                                                                 eps, dx, dz, dw, db),
-                         "batch_norm_add_relu: cuDNN ran the fused forward but refuses its backward for ", x.str(),
-                         "; call ops::set_batchnorm_cudnn(false)");
+            // cuDNN's fused backward, or (if it refuses) the ReLU mask from `out` and the kernels.
+            kernels::batchnorm_backward_train_cudnn(g[0], x, out, w, b, save_mean, save_invstd, reserve, eps, dx, dz,
+                                                    dw, db);
             return std::vector<Tensor>{dx, dz, dw, db};
           });
       return y;

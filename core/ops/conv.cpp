@@ -21,6 +21,7 @@ namespace {
 std::atomic<bool> g_deterministic{false};
 std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // see conv.h
 std::atomic<bool> g_bias_fusion{true};                     // see conv.h
+std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};  // conv_bias_fusion_stats
 
 kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   TANDEM_CHECK(x.dim() == 4, "conv2d: input must be NHWC [N, H, W, C], got ", shape_str(x.shape()));
@@ -70,6 +71,7 @@ void set_conv_workspace_limit(int64_t bytes) {
 int64_t conv_workspace_limit() { return g_workspace_limit.load(); }
 void set_conv_bias_fusion(bool on) { g_bias_fusion.store(on); }
 bool conv_bias_fusion() { return g_bias_fusion.load(); }
+ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   check_same_device(x, w, "conv2d");
@@ -89,6 +91,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
   if (b.defined() && x.is_cuda() && conv_bias_fusion())  // TANDEM_BACKEND: for TANDEM_SYNC_CHECK
     TANDEM_BACKEND(x, (void)0, bias_done = kernels::conv2d_forward_bias_cuda(g, x, w, b, y));
 #endif
+  if (b.defined() && x.is_cuda() && conv_bias_fusion()) (bias_done ? g_bias_fused : g_bias_unfused).fetch_add(1);
   if (!bias_done) {
     TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
     if (b.defined()) add_(y, b);  // y is ours and not yet in any graph: adding in place is safe

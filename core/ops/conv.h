@@ -44,5 +44,13 @@ int64_t conv_workspace_limit();
 // Linear layers need no switch: ops::linear already uses cuBLASLt's BIAS / BGRADB epilogues.
 void set_conv_bias_fusion(bool on);
 bool conv_bias_fusion();
+// How many CUDA conv2d calls with a bias (fusion on) ran the fused graph, and how many fell back
+// to the plain conv + add (the first fallback is also noted once on stderr). The GPU tests read it
+// so that a parity pass of the "fused" path cannot come from the fallback unnoticed.
+struct ConvBiasFusionStats {
+  int64_t fused = 0;
+  int64_t unfused = 0;
+};
+ConvBiasFusionStats conv_bias_fusion_stats();
 
 }  // namespace tandem::ops

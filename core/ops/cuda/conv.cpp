@@ -34,6 +34,8 @@
 #include <cudnn.h>
 
 #include <array>
+#include <atomic>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -286,6 +288,19 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
   return p;
 }
 
+// One stderr line the first time a conv + bias problem gets no fused plan (later ones are only
+// counted, by ops::conv_bias_fusion_stats): the run still computes the same values, slower.
+void note_no_fusion(const ConvGeom& g, DType dt, const char* why) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr,
+               "tandem: cuDNN fused conv + bias not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld "
+               "filters (%s): plain conv + bias add instead (noted once)\n",
+               dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h), static_cast<long long>(g.w),
+               static_cast<long long>(g.c), static_cast<long long>(g.o), static_cast<long long>(g.kh),
+               static_cast<long long>(g.kw), why);
+}
+
 // Runs op on the compute stream. bias: ForwardBias only. Returns false only for ForwardBias without a
 // working fused plan (y is then garbage or untouched: the caller's plain forward overwrites it);
 // every other failure throws.
@@ -312,9 +327,11 @@ bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
     } else {
       try {  // an attribute this cuDNN rejects means no fused plan, not a failed conv
         built = build(g, op, dt, filter, align);
-      } catch (const Error&) {
+      } catch (const Error& e) {
         built = Plan{};
+        note_no_fusion(g, dt, e.what());
       }
+      if (!built.plan) note_no_fusion(g, dt, "no engine takes the conv + bias graph");
     }
     it = plans().emplace(key, std::move(built)).first;
   }
@@ -333,6 +350,10 @@ bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
   const cudnnStatus_t st = cudnnBackendExecute(cuda::dnn_handle(), p.plan->d, pack->d);
   if (fused && st != CUDNN_STATUS_SUCCESS) {  // e.g. a runtime-compiled kernel that cannot launch
     p = Plan{};  // never again for this problem: the plain forward and the broadcast add run
+    // A launch failure inside cuDNN may be left as the runtime's last error, which the next kernel
+    // launch's check would then report as its own; a sticky fault stays visible regardless.
+    (void)cudaGetLastError();
+    note_no_fusion(g, dt, cudnnGetErrorString(st));
     return false;
   }
   CUDNN_CHECK(st, "conv2d on x [", g.n, ", ", g.h, ", ", g.w, ", ", g.c, "] with ", g.o, " filters ", g.kh, "x",

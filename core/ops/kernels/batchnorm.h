@@ -6,6 +6,7 @@
 // and affine parameters keep f32 precision in mixed-precision training). weight/bias may be
 // undefined (no affine: 1 and 0); running stats may be undefined in training (not tracked).
 #pragma once
+#include "core/ops/batchnorm.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels {
@@ -34,16 +35,21 @@ void batchnorm_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& we
 // unflattened [N, H, W, C] or [N, C] input; semantics as above. With z defined (x's shape and
 // dtype) the forward is the fused y = relu(bn(x) + z), and the backward, given that y, also
 // writes dz (the gradient of the residual). reserve is cuDNN's opaque reserve space, written by
-// the forward and read by the backward. Both return false, having written nothing, when cuDNN
-// does not take the problem: the caller runs the kernels above (and add/relu) instead.
+// the forward and read by the backward; save_mean/save_invstd are cuDNN's own too (opaque: only
+// this backward reads them). The forward returns false, having written nothing, when cuDNN does
+// not take the problem: the caller runs the kernels above (and add/relu) instead. The backward
+// always delivers: if cuDNN refuses it, the kernels run on statistics recomputed from x (and
+// dz = dy where y > 0 for the fused op). Undefined dx/dweight/dbias are not returned; dz is
+// allocated when undefined (fused op).
 bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
                                    Tensor& running_mean, Tensor& running_var, double momentum, double eps, Tensor& y,
                                    Tensor& save_mean, Tensor& save_invstd, Tensor& reserve);
 // y undefined: the plain BN backward (dz untouched). y defined: the fused op's backward.
-bool batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
+void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
                                     const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
                                     const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
                                     Tensor& dbias);
+ops::BatchNormCudnnStats batchnorm_cudnn_stats();  // see core/ops/batchnorm.h
 #endif
 
 }  // namespace tandem::kernels
