@@ -118,6 +118,19 @@ void Loader::start_epoch(int64_t epoch) {
   for (int w = 0; w < opt_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
 }
 
+int64_t Loader::bytes_held() const {
+  const auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : int64_t{0}; };
+  int64_t total = have_resident_ ? bytes(resident_batch_.images) + bytes(resident_batch_.labels) : 0;
+  for (const auto& s : slots_) {
+    {
+      std::lock_guard<std::mutex> lk(s->mu);  // a worker may be allocating this slot's batch
+      total += bytes(s->images) + bytes(s->labels);
+    }
+    total += bytes(s->dev_images) + bytes(s->dev_labels);  // written by the consumer thread only
+  }
+  return total;
+}
+
 void Loader::report_bad(int64_t index, const std::string& reason) {
   bool first;
   {

@@ -81,6 +81,11 @@ class Loader {
   int64_t samples_per_epoch() const { return sampler_.num_samples(); }  // this rank's
   // Distinct unreadable files met so far (skipped, or the one that threw in strict mode).
   int64_t skipped_files() const;
+  // Bytes of the batch tensors the loader holds now on its target device's allocator: batches being
+  // filled or ready ahead of the consumer, copies enqueued early, the resident batch. Not the pinned
+  // staging (not a device allocation) nor batches already handed out. For memory ledgers, which must
+  // not count prefetched data as model state. Consumer thread only, like next().
+  int64_t bytes_held() const;
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return opt_; }
 

@@ -50,7 +50,7 @@ std::string MemoryLedger::str() const {
   }
   if (measured_state >= 0) {
     std::snprintf(buf, sizeof buf, "\nmemory per rank (measured): model state %.1f MiB (%+.1f%% vs predicted), peak "
-                  "%.1f MiB (activations, workspace and transients %.1f MiB)",
+                  "%.1f MiB (activations, data batches, workspace and transients %.1f MiB)",
                   mb(static_cast<double>(measured_state)), 100.0 * (measured_state / model_state() - 1),
                   mb(static_cast<double>(measured_peak)), mb(static_cast<double>(measured_peak - measured_state)));
     s += buf;

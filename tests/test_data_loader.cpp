@@ -4,10 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "core/ops/rng.h"
 #include "data/image_folder.h"
@@ -199,6 +201,36 @@ TEST_CASE("loader: resident mode hands out one batch every step; bad options are
   LoaderOptions cuda;
   cuda.device = Device::cuda(0);
   if (!built_with_cuda()) CHECK_THROWS_AS(Loader(ds, cuda), Error);
+}
+
+TEST_CASE("loader: bytes_held counts the batches prefetched or resident, never those handed out") {
+  auto ds = std::make_shared<SyntheticDataset>(SyntheticOptions{40, 5, 4, 1});
+  const int64_t batch = 8 * (4 * 4 * 3 * 4 + 8);  // 8 rows: f32 [4, 4, 3] images + i64 labels
+  Batch b;
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.num_workers = 0;  // each batch is produced inside next() and handed out whole
+  Loader inline_loader(ds, o);
+  CHECK(inline_loader.bytes_held() == 0);
+  REQUIRE(inline_loader.next(b));
+  CHECK(inline_loader.bytes_held() == 0);
+  o.num_workers = 2;
+  o.prefetch = 2;
+  Loader ahead(ds, o);
+  REQUIRE(ahead.next(b));
+  // The workers fill the window (prefetch batches past the one in hand) and stop there.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int64_t held = ahead.bytes_held();
+  while (held < 2 * batch && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    held = ahead.bytes_held();
+  }
+  CHECK(held == 2 * batch);
+  o.num_workers = 0;
+  o.resident = true;
+  Loader resident(ds, o);
+  REQUIRE(resident.next(b));
+  CHECK(resident.bytes_held() == batch);  // the resident batch, which b shares
 }
 
 // A dataset whose sample 3 has a label outside its own class count (a data-pipeline bug).

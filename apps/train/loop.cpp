@@ -43,7 +43,7 @@ Tensor graph_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   }
   clock.interval_host_ms += host_ms;
   if (replayed) clock.interval_graph_steps += 1, clock.interval_graph_host_ms += host_ms;
-  measure_memory(t);
+  measure_memory(t, s.batch);
   ++s.step, ++s.interval_steps, ++s.interval_losses, clock.interval_data_ms += s.batch.wait_ms;
   add_loss(s, t.graph->loss());
   return t.graph->logits();
@@ -90,7 +90,7 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
     if (t.zero) t.zero->gather_parameters();  // every rank's updated shard to every rank
   }
   clock.interval_host_ms += seconds_since(step_start) * 1000;
-  if (!skip) measure_memory(t);  // once: the optimizer state exists from here on
+  if (!skip) measure_memory(t, b);  // once: the optimizer state exists from here on
   ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
   if (skip) {
     ++rec.skipped_steps;
