@@ -13,6 +13,7 @@
 // Exits 77 (Skipped) without a GPU.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -179,6 +180,27 @@ TEST_CASE("bias_gelu: vectorised and scalar maps, one-chunk and multi-chunk bias
     tol.why = "bias gradient: f32 column sums of 4096 rows vs double, then one rounding to the dtype";
     CHECK(parity_check(f, {randn({4096, 64}, g), randn({64}, g)}, t, tol) == "");
   }
+}
+
+TEST_CASE("fused bias ops on an empty batch: the CUDA bias gradient is zeros, as the CPU's") {
+  // x [0, C]: dx is empty, but the bias gradient (column sums over no rows) must still be written.
+  // A NaN-filled [C] block is freed first, so a dbias left unwritten most likely reads NaN from
+  // the pool rather than a lucky zero.
+  for (DType t : kDtypes)
+    for (bool dropout : {false, true}) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(dropout);
+      const Device gpu = Device::cuda(0);
+      { Tensor::empty({40}, t, gpu).fill_(NAN); }
+      Tensor x = Tensor::zeros({0, 40}, t, gpu).set_requires_grad(true);
+      Tensor b = Tensor::zeros({40}, t, gpu).set_requires_grad(true);
+      Generator g(3);
+      Tensor y = dropout ? ops::bias_dropout_add(x, b, Tensor::zeros({0, 40}, t, gpu), 0.3f, true, g)
+                         : ops::bias_gelu(x, b);
+      y.backward(Tensor::zeros({0, 40}, t, gpu));
+      REQUIRE(b.grad().defined());
+      CHECK(b.grad().to_vector() == std::vector<float>(40, 0.0f));
+    }
 }
 
 TEST_CASE("bias_gelu on the GPU equals the unfused add + gelu to one rounding") {

@@ -111,3 +111,20 @@ TEST_CASE("fused bias ops reject mismatched arguments with a clear error") {
   CHECK_THROWS_AS(ops::bias_dropout_add(x, rand_f64({5}, 32), rand_f64({5, 4}, 33), 0.1f, true, g), Error);
   CHECK_THROWS_AS(ops::bias_dropout_add(x, rand_f64({5}, 34), r, 1.5f, true, g), Error);
 }
+
+TEST_CASE("an empty batch: dx is empty and the bias gradient is zeros (the reference for the GPU)") {
+  // x [0, C]: the column sums over no rows are 0, written on every backend (gpu_elementwise_parity
+  // checks the CUDA kernels against this).
+  for (bool dropout : {false, true}) {
+    CAPTURE(dropout);
+    Tensor x = Tensor::zeros({0, 6}, DType::F64).set_requires_grad(true);
+    Tensor b = rand_f64({6}, 35);
+    Generator g(3);
+    Tensor y = dropout ? ops::bias_dropout_add(x, b, Tensor::zeros({0, 6}, DType::F64), 0.3f, true, g)
+                       : ops::bias_gelu(x, b);
+    CHECK(y.numel() == 0);
+    y.backward(Tensor::zeros({0, 6}, DType::F64));
+    REQUIRE(b.grad().defined());
+    CHECK(b.grad().to_vector_f64() == std::vector<double>(6, 0.0));
+  }
+}

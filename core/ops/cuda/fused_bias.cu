@@ -139,7 +139,9 @@ __global__ void map_column_sum_kernel(T* dx, long long m, long long C, long long
 template <typename T, typename G>
 void map_column_sum(Tensor& dx, Tensor& dbias, long long C, G g) {
   const long long n = dx.numel();
-  if (n == 0) return;
+  // No rows but C columns: dx is empty, yet dbias must still be written (zeros, as the CPU's
+  // column sums and sum_leading_cuda give), so only a launch with nothing to write returns here.
+  if (C == 0 || (n == 0 && !dbias.defined())) return;
   const long long m = n / C;
   cudaStream_t s = cuda::compute_stream();
   const cuda::ColumnChunks ch = cuda::plan_column_chunks(m, C);
