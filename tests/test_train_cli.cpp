@@ -63,6 +63,17 @@ TEST_CASE("--bn-impl: cudnn by default, tandem selectable, --cudnn-bn kept as an
   check_refused(app("train_imagenet") + " --describe --cudnn-bn --bn-impl tandem", "excludes");
 }
 
+TEST_CASE("--conv-bias-fusion: on by default, off selectable, anything else refused") {
+  AppRun h = run(0, app("train_imagenet") + " --help");
+  INFO(h.output);
+  CHECK(h.has("--conv-bias-fusion"));
+  CHECK(h.has("{on,off}=on"));
+  AppRun d = run(0, app("train_imagenet") + " --describe --model vgg11 --conv-bias-fusion off");
+  INFO(d.output);
+  CHECK(d.status == 0);
+  check_refused(app("train_imagenet") + " --describe --conv-bias-fusion yes", "--conv-bias-fusion");
+}
+
 TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
   check_refused(app("train_imagenet") + " --synthetic --epochs 0", "--epochs: must be at least 1, got 0");
   check_refused(app("train_imagenet") + " --synthetic --steps 0", "--steps: must be at least 1, got 0");

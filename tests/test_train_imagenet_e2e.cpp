@@ -92,6 +92,8 @@ TEST_CASE("1 of 2 epochs + --resume auto ends exactly where 2 epochs in one go e
   json m = json::parse(slurp(b + "/m.json"));
   CHECK(m["steps_this_run"] == 3);
   CHECK(m["bn_impl"] == "cpu");   // --bn-impl picks a GPU BatchNorm; the CPU has one
+  CHECK(m["conv_bias_fusion"]["setting"] == "cpu");  // --conv-bias-fusion picks a cuDNN graph; the CPU has none
+  CHECK(m["conv_bias_fusion"]["fused_calls"] == 0);
   CHECK(m["bad_labels"] == 0);    // only the CUDA loss clamps and counts (CPU labels throw)
   tandem::testing::check_identical_checkpoints(a + "/checkpoint_epoch2.safetensors", b + "/checkpoint_epoch2.safetensors");
   CHECK(tandem::safetensors::load(a + "/checkpoint_epoch2.safetensors").metadata.at("step") == "6");

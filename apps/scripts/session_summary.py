@@ -102,6 +102,11 @@ def training(raw):
             r.update(tandem_ips=ips, tandem_ms=1e3 * t["batch_per_rank"] / ips if ips else None,
                      tandem_peak_mib=t.get("memory", {}).get("peak_bytes", 0) / 2**20, tandem_params=t.get("parameters"),
                      tandem_loss=t.get("final", {}).get("train_loss"))
+            # VGG/AlexNet: biased convs that fell back from cuDNN's fused conv + bias graph (core/ops/conv.h).
+            cbf = t.get("conv_bias_fusion") or {}
+            if cbf.get("unfused_calls"):
+                r["note"] = (f"conv bias fusion {cbf.get('setting')}: {cbf['unfused_calls']} biased conv calls fell back "
+                             f"to conv + add, {cbf.get('fused_calls', 0)} ran fused")
         if p:
             r.update(torch_ips=p.get("images_per_s"), torch_median_ips=p.get("images_per_s_median"),
                      torch_ms=p.get("ms_per_step_median"), torch_params=p.get("parameters"),
@@ -226,6 +231,7 @@ def main():
                    f"| {fmt(r.get('torch_median_ips'))} | {fmt(r.get('torch_cudnnbench_ips'))} | {fmt(r.get('tandem_ms'), '.2f')} "
                    f"| {fmt(r.get('torch_ms'), '.2f')} | {fmt(r.get('tandem_peak_mib'), '.0f')} | {fmt(r.get('torch_peak_mib'), '.0f')} |")
     out += [f"- warning ({r['config']}): {r['warning']}" for r in s["training"] if "warning" in r]
+    out += [f"- note ({r['config']}): {r['note']}" for r in s["training"] if "note" in r]
     if s["cuda_graphs"]:
         out += ["", "## CUDA graphs (train_imagenet --cuda-graph vs eager, both --on-nonfinite off; host = issuing time "
                 "per step in the last progress interval)", "",

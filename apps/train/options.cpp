@@ -109,6 +109,10 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   // commands still run; cuDNN is now the default, so it changes nothing.
   app.add_flag_callback("--cudnn-bn", [&o] { o.bn_impl = "cudnn"; }, "same as --bn-impl cudnn (the default)")
       ->excludes(bn_impl);
+  app.add_option("--conv-bias-fusion", o.conv_bias_fusion,
+                 "GPU conv with a bias (VGG, AlexNet): on (conv + bias add as one cuDNN graph where an engine takes "
+                 "it, else the plain conv + add) or off (always the plain conv + add)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_flag("--deterministic", o.deterministic,
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
   app.add_option("--on-nonfinite", o.on_nonfinite,

@@ -78,6 +78,9 @@ struct TrainOptions {
   std::string bn_impl = "cudnn";   // GPU training-mode BatchNorm: cudnn (cuDNN's NHWC kernels, and the
                                     // fused BN+add+ReLU ResNet block tail) | tandem (tandem's own kernels,
                                     // the parity reference); ops::set_batchnorm_cudnn. The CPU ignores it
+  std::string conv_bias_fusion = "on";  // GPU conv + bias as one cuDNN graph (on) or conv then a broadcast
+                                        // add (off); ops::set_conv_bias_fusion. VGG/AlexNet only (ResNet's
+                                        // convs have no bias). A switch because it is not yet timed on a GPU
   // faults (apps/train/nonfinite.h)
   // CUDA graphs (apps/train/graph_step.h): 3 eager steps, then the step is captured once and
   // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /

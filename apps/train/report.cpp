@@ -10,6 +10,7 @@
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
 #include "apps/train/memory.h"  // defines: memory_json
+#include "core/ops/conv.h"       // defines: conv_bias_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
@@ -148,6 +149,10 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"bad_labels", rec.bad_labels},
       {"amp", o.amp},
       {"bn_impl", t.dev.is_cuda() ? o.bn_impl : "cpu"},  // --bn-impl (the CPU has one BatchNorm)
+      // --conv-bias-fusion, and how many biased GPU convs ran fused or fell back (core/ops/conv.h)
+      {"conv_bias_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bias_fusion : "cpu"},
+                            {"fused_calls", ops::conv_bias_fusion_stats().fused},
+                            {"unfused_calls", ops::conv_bias_fusion_stats().unfused}}},
       {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
       {"on_nonfinite", o.on_nonfinite},
       {"cuda_graph", o.cuda_graph},

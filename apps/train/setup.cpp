@@ -220,6 +220,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   manual_seed(o.seed);
   ops::set_deterministic(o.deterministic);  // before the first conv builds its cuDNN plans
   ops::set_batchnorm_cudnn(o.bn_impl == "cudnn");  // --bn-impl: on the CPU neither path exists
+  ops::set_conv_bias_fusion(o.conv_bias_fusion == "on");
   NamedTensors opt_state;
   if (!resume.empty()) {
     Restored r = restore_checkpoint(resume, *t.model, o, w);
