@@ -55,6 +55,9 @@ class GraphStep {
   void step(Training& t, const TrainOptions& o, const data::Batch& b);
   const Tensor& loss() const { return loss_; }
   const Tensor& logits() const { return logits_; }
+  // Bytes of the static input tensors (a copy of one batch, 0 before the first step): data, not
+  // model state, for the memory ledger (apps/train/memory.cpp) as the loader's batches are.
+  int64_t input_bytes() const;
 
   bool captured() const { return captured_at_ > 0; }
   int64_t captured_at() const { return captured_at_; }  // the 1-based step that was captured (0: not yet)

@@ -11,9 +11,11 @@ namespace {
 
 // Bytes of data batches on the allocator that are not model state: what the loaders hold (prefetched
 // batches, the resident batch) and the batch the step has in hand. A resident loader hands out its
-// resident batch itself, which bytes_held() already counts.
+// resident batch itself, which bytes_held() already counts. --cuda-graph also keeps a copy of the
+// batch in the step's static input tensors (graph_step.h), allocated by the first step.
 int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
   int64_t held = t.train->bytes_held() + (t.val ? t.val->bytes_held() : 0);
+  if (t.graph) held += t.graph->input_bytes();
   if (in_hand && !t.train->options().resident)
     for (const Tensor* x : {&in_hand->images, &in_hand->labels})
       if (x->defined()) held += static_cast<int64_t>(x->nbytes());
