@@ -16,10 +16,11 @@
 // into up to lr * delta / eps of its update. eps is BERT's own 1e-6 (Devlin et al.'s Adam, not
 // PyTorch's 1e-8) because at 1e-8 that amplification made the result depend on the BLAS kernel:
 // 1.3e-6 with OpenBLAS's AVX2 kernels, 1.4e-4 (a value bias) with its AVX-512 ones. At 1e-6:
-// 5.9e-7 (AVX2, OPENBLAS_CORETYPE=Haswell or Zen) and 4.5e-6 (AVX-512 SkylakeX; Sandybridge the
-// same). The key biases - zero at init, their gradient zero in exact arithmetic
-// (softmax ignores a shift shared by all keys), so rounding noise that AdamW moves by +-lr either
-// way (mpi_encoder_ddp.cpp) - are left out of the comparison; every other tensor is compared.
+// 5.9e-7 (AVX2, OPENBLAS_CORETYPE=Haswell or Zen) and 4.5e-6 (AVX-512: Cooperlake, OpenBLAS's
+// pick on the AVX-512 VM, and SkylakeX; Sandybridge the same). The key biases - zero at init, their
+// gradient zero in exact arithmetic (softmax ignores a shift shared by all keys), so rounding noise
+// that AdamW moves by +-lr either way (mpi_encoder_ddp.cpp) - are left out of the comparison; every
+// other tensor is compared.
 // Also: ranks stay bit-identical; the gathered optimizer state equals DDP's unsharded state (same
 // names, 1e-6); the tied decoder weight is one parameter, held once across the ranks' shards; and
 // a checkpoint written under ZeRO-2 resumes under DDP, ZeRO-1 and ZeRO-2 equal to the
