@@ -45,7 +45,8 @@ struct Training;
 
 class GraphStep {
  public:
-  explicit GraphStep(int warmup = 3);  // eager steps before the capture (SGD's momentum needs >= 2)
+  static constexpr int kEagerSteps = 3;  // eager steps before the capture (SGD's momentum needs >= 2)
+  explicit GraphStep(int warmup = kEagerSteps);
   ~GraphStep();
   GraphStep(const GraphStep&) = delete;
   GraphStep& operator=(const GraphStep&) = delete;

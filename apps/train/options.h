@@ -69,7 +69,8 @@ struct TrainOptions {
   // output
   int val_every = 1;                // epochs between validations (0: only after the last step)
   int log_every = 50;               // steps between progress lines
-  int bench_warmup = -1;            // steps left out of steady-state images/s (-1: min(10, steps/4))
+  int bench_warmup = -1;            // steps left out of steady-state images/s (-1: min(10, steps/4),
+                                    // with --cuda-graph at least the eager and capturing steps)
   std::string trace;                // Chrome trace file (all ranks, written by rank 0)
   std::string metrics;              // JSON summary file (rank 0)
   bool describe = false;            // print the model and settings, then exit (needs no data)

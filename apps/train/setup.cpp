@@ -201,7 +201,12 @@ void plan_steps(const TrainOptions& o, Training& t) {
                 "the result will differ from an uninterrupted run (pass the same --epochs/--steps)\n",
                 it->second.c_str(), (long long)total);
   const int64_t run_steps = std::max<int64_t>(total - t.start.step, 0);
-  t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
+  int64_t warmup = std::min<int64_t>(10, run_steps / 4);
+  // --cuda-graph: the default window also leaves out the eager steps and the capturing one, whose
+  // time includes capture and instantiation, where the run has steps after them to measure.
+  constexpr int64_t kGraphWarmup = GraphStep::kEagerSteps + 1;
+  if (o.cuda_graph && run_steps > kGraphWarmup) warmup = std::max(warmup, kGraphWarmup);
+  t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : warmup;
 }
 
 }  // namespace
