@@ -118,15 +118,21 @@ void Loader::start_epoch(int64_t epoch) {
   for (int w = 0; w < opt_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
 }
 
+int64_t batch_bytes(const Tensor& images, const Tensor& labels) {
+  int64_t n = 0;
+  for (const Tensor* x : {&images, &labels})
+    if (x->defined()) n += static_cast<int64_t>(x->nbytes());
+  return n;
+}
+
 int64_t Loader::bytes_held() const {
-  const auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : int64_t{0}; };
-  int64_t total = have_resident_ ? bytes(resident_batch_.images) + bytes(resident_batch_.labels) : 0;
+  int64_t total = have_resident_ ? batch_bytes(resident_batch_.images, resident_batch_.labels) : 0;
   for (const auto& s : slots_) {
     {
       std::lock_guard<std::mutex> lk(s->mu);  // a worker may be allocating this slot's batch
-      total += bytes(s->images) + bytes(s->labels);
+      total += batch_bytes(s->images, s->labels);
     }
-    total += bytes(s->dev_images) + bytes(s->dev_labels);  // written by the consumer thread only
+    total += batch_bytes(s->dev_images, s->dev_labels);  // written by the consumer thread only
   }
   return total;
 }

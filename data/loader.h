@@ -64,6 +64,10 @@ struct Batch {
   double wait_ms = 0;   // time next() blocked for this batch (data wait, not compute)
 };
 
+// Bytes of a batch's image and label tensors (an undefined tensor counts 0): what a batch, or a
+// buffer shaped like one, holds on its allocator. For memory ledgers (Loader::bytes_held).
+int64_t batch_bytes(const Tensor& images, const Tensor& labels);
+
 class Loader {
  public:
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt);

@@ -25,12 +25,7 @@ GraphStep::GraphStep(int warmup) : warmup_(warmup) {
 
 GraphStep::~GraphStep() = default;
 
-int64_t GraphStep::input_bytes() const {
-  int64_t n = 0;
-  for (const Tensor* x : {&images_, &labels_})
-    if (x->defined()) n += static_cast<int64_t>(x->nbytes());
-  return n;
-}
+int64_t GraphStep::input_bytes() const { return data::batch_bytes(images_, labels_); }
 
 // The same order as the eager loop (loop.cpp): forward, loss, DDP's zeroing, backward, update.
 // Everything it allocates dies when it returns; its results go to the static loss_/logits_.

@@ -30,7 +30,7 @@
 
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "core/tensor.h"         // defines: Tensor
-#include "data/loader.h"         // defines: Batch
+#include "data/loader.h"         // defines: Batch, batch_bytes
 
 namespace tandem {
 class GraphRng;

@@ -16,9 +16,7 @@ namespace {
 int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
   int64_t held = t.train->bytes_held() + (t.val ? t.val->bytes_held() : 0);
   if (t.graph) held += t.graph->input_bytes();
-  if (in_hand && !t.train->options().resident)
-    for (const Tensor* x : {&in_hand->images, &in_hand->labels})
-      if (x->defined()) held += static_cast<int64_t>(x->nbytes());
+  if (in_hand && !t.train->options().resident) held += data::batch_bytes(in_hand->images, in_hand->labels);
   return held;
 }
 

@@ -103,6 +103,7 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
   const int world = t.world->size;
   const Interval& last = rec.last;
   const EvalResult& ev = rec.last_eval;
+  const ops::ConvBiasFusionStats fusion = ops::conv_bias_fusion_stats();
   return json{
       {"app", "train_imagenet"},
       {"tandem_version", kTandemVersion},
@@ -151,8 +152,8 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"bn_impl", t.dev.is_cuda() ? o.bn_impl : "cpu"},  // --bn-impl (the CPU has one BatchNorm)
       // --conv-bias-fusion, and how many biased GPU convs ran fused or fell back (core/ops/conv.h)
       {"conv_bias_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bias_fusion : "cpu"},
-                            {"fused_calls", ops::conv_bias_fusion_stats().fused},
-                            {"unfused_calls", ops::conv_bias_fusion_stats().unfused}}},
+                            {"fused_calls", fusion.fused},
+                            {"unfused_calls", fusion.unfused}}},
       {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
       {"on_nonfinite", o.on_nonfinite},
       {"cuda_graph", o.cuda_graph},

@@ -17,7 +17,7 @@
 #include "apps/train/graph_step.h"  // defines: GraphStep (--cuda-graph)
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/dataset.h"        // defines: Dataset
-#include "data/loader.h"         // defines: Loader
+#include "data/loader.h"         // defines: Loader, batch_bytes
 #include "dist/bootstrap.h"      // defines: World, init
 #include "dist/ddp.h"            // defines: DistributedDataParallel
 #include "dist/memory_ledger.h"  // defines: MemoryLedger
