@@ -92,6 +92,39 @@ TEST_CASE("sampler: same permutation on every rank, reshuffled per epoch, seed-d
   CHECK(plain.indices(9) == std::vector<int64_t>{1, 3, 5});
 }
 
+TEST_CASE("sampler: the epoch order depends on (seed, epoch) only; an offset continues it on any world size") {
+  const int64_t n = 11;
+  const std::vector<int64_t> perm = DistributedSampler({n, 0, 1, true, 5, false}).permutation(2);
+  for (int world : {1, 2, 3, 4})
+    for (bool drop_last : {false, true})
+      for (int64_t start = 0; start <= n; ++start) {
+        CAPTURE(world); CAPTURE(drop_last); CAPTURE(start);
+        DistributedSampler s({n, world - 1, world, true, 5, drop_last});
+        CHECK(s.permutation(2) == perm);  // the world size and rank do not enter the order
+        const int64_t left = n - start;
+        CHECK(s.num_samples(start) == (drop_last ? left / world : (left + world - 1) / world));
+        const auto order = s.global_order(2, start);
+        REQUIRE(static_cast<int64_t>(order.size()) == s.total_size(start));
+        for (size_t i = 0; i < order.size(); ++i) CHECK(order[i] == perm[(start + i) % n]);  // padding wraps
+        // Rank r's indices are the r-th, (r+W)-th, ... positions.
+        for (int r = 0; r < world; ++r) {
+          auto mine = DistributedSampler({n, r, world, true, 5, drop_last}).indices(2, start);
+          REQUIRE(static_cast<int64_t>(mine.size()) == s.num_samples(start));
+          for (size_t j = 0; j < mine.size(); ++j) CHECK(mine[j] == order[j * world + r]);
+        }
+        // On the same world size, an offset that is a multiple of it is a suffix of every rank's shard.
+        if (start % world == 0) {
+          auto whole = s.indices(2), rest = s.indices(2, start);
+          REQUIRE(rest.size() + static_cast<size_t>(start / world) == whole.size());
+          CHECK(std::equal(rest.begin(), rest.end(), whole.begin() + start / world));
+        }
+      }
+  DistributedSampler s({n, 0, 2, true, 5, false});
+  CHECK(s.global_order(2) == s.global_order(2, 0));
+  CHECK_THROWS_AS(s.indices(2, n + 1), Error);
+  CHECK_THROWS_AS(s.num_samples(-1), Error);
+}
+
 // ---------------------------------------------------------------- decoding
 
 TEST_CASE("decode: grayscale and RGBA become RGB; JPEG, PNG and BMP decode") {
