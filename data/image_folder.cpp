@@ -57,17 +57,12 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageFolderOptions opt) :
   TANDEM_CHECK(!folders.empty(), "image folder ", split_dir, " has no class sub-folders (hidden ones do not count); ",
                "expected ", split_dir, "/<class>/<image files>");
 
+  classes_ = opt_.classes.empty() ? folders : opt_.classes;
   std::map<std::string, int64_t> index_of;
-  if (opt_.classes.empty()) {
-    classes_ = folders;
-  } else {
-    classes_ = opt_.classes;
-    for (size_t k = 0; k < classes_.size(); ++k)
-      TANDEM_CHECK(index_of.emplace(classes_[k], static_cast<int64_t>(k)).second, "image folder ", split_dir,
-                   ": the given class list names class '", classes_[k],
-                   "' twice; pass the training split's classes() unchanged");
-  }
-  for (size_t k = 0; k < classes_.size(); ++k) index_of.emplace(classes_[k], static_cast<int64_t>(k));
+  for (size_t k = 0; k < classes_.size(); ++k)  // folder names are unique, so only a given list can repeat
+    TANDEM_CHECK(index_of.emplace(classes_[k], static_cast<int64_t>(k)).second, "image folder ", split_dir,
+                 ": the given class list names class '", classes_[k],
+                 "' twice; pass the training split's classes() unchanged");
 
   // Samples in the split's own folder order (torchvision sorts class_to_idx's names), whatever the
   // order of a given list, so sample indices do not depend on where the list came from.
