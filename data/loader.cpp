@@ -46,8 +46,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
   TANDEM_CHECK(opt_.batch_size > 0, "batch_size must be positive, got ", opt_.batch_size);
   TANDEM_CHECK(opt_.num_workers >= 0, "num_workers must be >= 0, got ", opt_.num_workers);
   TANDEM_CHECK(opt_.prefetch >= 1, "prefetch must be >= 1, got ", opt_.prefetch);
-  TANDEM_CHECK(!opt_.drop_last || sampler_.num_samples() >= opt_.batch_size, "batch_size ", opt_.batch_size,
-               " is larger than this rank's ", sampler_.num_samples(),
+  TANDEM_CHECK(!opt_.drop_last || sampler_.num_samples(0) >= opt_.batch_size, "batch_size ", opt_.batch_size,
+               " is larger than this rank's ", sampler_.num_samples(0),
                " samples per epoch, so drop_last leaves no batch; lower the batch size or set drop_last = false");
   if (opt_.device.is_cuda()) {
     TANDEM_CHECK(built_with_cuda(), "the loader targets ", opt_.device.str(), " but tandem was built without CUDA");
@@ -69,14 +69,20 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
 
 Loader::~Loader() { stop_workers(); }
 
-int64_t Loader::batches_per_epoch() const {
-  const int64_t n = sampler_.num_samples(), b = opt_.batch_size;
+int64_t Loader::batches_per_epoch(int64_t start_offset) const {
+  const int64_t n = sampler_.num_samples(start_offset), b = opt_.batch_size;
   return opt_.drop_last ? n / b : (n + b - 1) / b;
 }
 
-int64_t Loader::batch_rows(int64_t b) const {
-  return std::min(opt_.batch_size, sampler_.num_samples() - b * opt_.batch_size);
+int64_t Loader::batches_left() const { return started_ ? num_batches_ - consumed_ : batches_per_epoch(0); }
+
+int64_t Loader::samples_consumed() const {
+  if (!started_) return 0;
+  const int64_t rows = std::min(consumed_ * opt_.batch_size, rank_samples_);
+  return std::min(dataset_->size(), start_offset_ + rows * opt_.world_size);
 }
+
+int64_t Loader::batch_rows(int64_t b) const { return std::min(opt_.batch_size, rank_samples_ - b * opt_.batch_size); }
 
 int64_t Loader::skipped_files() const {
   std::lock_guard<std::mutex> lk(bad_mu_);
@@ -94,12 +100,14 @@ void Loader::stop_workers() {
   stop_ = false;
 }
 
-void Loader::start_epoch(int64_t epoch) {
+void Loader::start_epoch(int64_t epoch, int64_t start_offset) {
   stop_workers();
   error_ = nullptr;
   key_ = SampleKey{opt_.seed, epoch};
-  order_ = sampler_.indices(epoch);
-  num_batches_ = batches_per_epoch();
+  order_ = sampler_.indices(epoch, start_offset);  // checks the offset
+  start_offset_ = start_offset;
+  rank_samples_ = static_cast<int64_t>(order_.size());
+  num_batches_ = batches_per_epoch(start_offset);
   consumed_ = 0;
   next_position_ = 0;
   started_ = true;

@@ -5,9 +5,20 @@
 // large batch is decoded by all workers at once and the window can stay short. A worker may run
 // at most `prefetch` batches ahead of the consumer; past that it blocks (bounded memory).
 //
-// Determinism: sample position p of epoch e always holds dataset index indices(e)[p] transformed
+// Determinism: sample position p of epoch e always holds dataset index indices(e, offset)[p] transformed
 // with key (seed, e), whatever thread produced it, so batches are bit-identical for any
-// num_workers (0 included) and any scheduling.
+// num_workers (0 included) and any scheduling. The transform's randomness is keyed by (seed, e,
+// dataset index) (data/dataset.h), never by rank or position, so a sample is augmented the same way
+// whichever rank, batch or resume point reads it.
+//
+// Progress is counted in samples of the epoch's global order (data/sampler.h), not in steps:
+// samples_consumed() is the start offset plus the positions all ranks' batches have taken so far,
+// and start_epoch(e, offset) continues an epoch from there on any world size and batch size: the
+// samples not yet read this epoch, in the same global order, each exactly once (padding and
+// drop_last aside). Store (epoch, samples_consumed()) in a checkpoint, never a step count; once an
+// epoch is done (batches_left() == 0) store (epoch + 1, 0) instead: a finished epoch's count can be
+// short of the dataset size (drop_last, the cut), and resuming from it would read the tail that the
+// finished epoch dropped.
 //
 // Unreadable samples (corrupt, truncated, missing file): with strict = false the sample is replaced
 // by the next readable one in dataset order (index+1, index+2, ... wrapping around), with that
@@ -60,7 +71,7 @@ struct LoaderOptions {
 struct Batch {
   Tensor images;        // [N, H, W, 3] f32 on LoaderOptions::device
   Tensor labels;        // [N] i64 on the same device
-  int64_t index = 0;    // batch number within the epoch
+  int64_t index = 0;    // batch number within the epoch, counted from its start offset
   double wait_ms = 0;   // time next() blocked for this batch (data wait, not compute)
 };
 
@@ -75,14 +86,24 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // Starts (or restarts) an epoch: cancels unfinished work and reshuffles. next() calls
-  // start_epoch(0) itself if no epoch was started.
-  void start_epoch(int64_t epoch);
-  // The next batch of the current epoch; false when the epoch is done.
+  // Starts (or restarts) an epoch: cancels unfinished work and reshuffles. start_offset is the
+  // number of global samples of the epoch's order already consumed (samples_consumed() of the run
+  // being resumed, on any world size and batch size; in [0, dataset size]); the epoch then reads
+  // only the positions from there on. next() calls start_epoch(0) itself if no epoch was started.
+  void start_epoch(int64_t epoch, int64_t start_offset = 0);
+  // The next batch of the current epoch; false when the epoch is done. Batch::index counts from 0
+  // at the start offset.
   bool next(Batch& out);
 
-  int64_t batches_per_epoch() const;
-  int64_t samples_per_epoch() const { return sampler_.num_samples(); }  // this rank's
+  // Batches this rank reads in an epoch started at start_offset (0: a whole epoch).
+  int64_t batches_per_epoch(int64_t start_offset = 0) const;
+  // Batches next() still returns in the current epoch (a whole epoch's before any start_epoch).
+  int64_t batches_left() const;
+  // Global samples of the current epoch's order consumed so far: the start offset plus, for every
+  // batch handed out, its rows x world_size (all ranks read in lockstep), capped at the dataset size
+  // (the padding repeats samples already counted). Equal on every rank. The value to checkpoint.
+  int64_t samples_consumed() const;
+  int64_t samples_per_epoch() const { return sampler_.num_samples(0); }  // this rank's, whole epoch
   // Distinct unreadable files met so far (skipped, or the one that threw in strict mode).
   int64_t skipped_files() const;
   // Bytes of the batch tensors the loader holds now on its target device's allocator: batches being
@@ -116,6 +137,8 @@ class Loader {
   // Epoch state. mu_ guards everything below except next_position_ (atomic claims).
   SampleKey key_{};
   std::vector<int64_t> order_;
+  int64_t start_offset_ = 0;  // global samples consumed before this epoch's start_epoch
+  int64_t rank_samples_ = 0;  // order_.size(): this rank's positions left in the epoch
   int64_t num_batches_ = 0;
   bool started_ = false;
   int64_t consumed_ = 0;  // batches handed to the consumer this epoch

@@ -1,4 +1,4 @@
-// data/sampler.cpp: shuffle, pad or cut, stride.
+// data/sampler.cpp: shuffle, then pad or cut and stride the positions left in the epoch.
 #include "data/sampler.h"
 
 #include <numeric>
@@ -13,14 +13,25 @@ DistributedSampler::DistributedSampler(SamplerOptions opt) : opt_(opt) {
   TANDEM_CHECK(opt_.world_size >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world_size, "sampler: rank ",
                opt_.rank, " is not in [0, world_size=", opt_.world_size, ")");
   TANDEM_CHECK(opt_.dataset_size > 0, "sampler: the dataset is empty");
-  const int64_t n = opt_.dataset_size, w = opt_.world_size;
-  // PyTorch: drop_last -> floor(n / w) per rank; otherwise ceil(n / w) with wrap-around padding.
-  num_samples_ = opt_.drop_last ? n / w : (n + w - 1) / w;
-  TANDEM_CHECK(num_samples_ > 0, "sampler: drop_last with ", n, " samples over ", w,
-               " ranks leaves every rank empty; use fewer ranks or drop_last = false");
+  TANDEM_CHECK(num_samples(0) > 0, "sampler: drop_last with ", opt_.dataset_size, " samples over ",
+               opt_.world_size, " ranks leaves every rank empty; use fewer ranks or drop_last = false");
 }
 
-std::vector<int64_t> DistributedSampler::global_order(int64_t epoch) const {
+void DistributedSampler::check_start(int64_t start) const {
+  TANDEM_CHECK(start >= 0 && start <= opt_.dataset_size, "sampler: start offset ", start,
+               " is outside the epoch's [0, ", opt_.dataset_size,
+               "] samples; pass the samples consumed in this epoch (a loader's samples_consumed()), "
+               "never more than the dataset holds");
+}
+
+int64_t DistributedSampler::num_samples(int64_t start) const {
+  check_start(start);
+  const int64_t left = opt_.dataset_size - start, w = opt_.world_size;
+  // PyTorch: drop_last -> floor(n / w) per rank; otherwise ceil(n / w) with wrap-around padding.
+  return opt_.drop_last ? left / w : (left + w - 1) / w;
+}
+
+std::vector<int64_t> DistributedSampler::permutation(int64_t epoch) const {
   std::vector<int64_t> order(static_cast<size_t>(opt_.dataset_size));
   std::iota(order.begin(), order.end(), 0);
   if (opt_.shuffle) {
@@ -32,25 +43,22 @@ std::vector<int64_t> DistributedSampler::global_order(int64_t epoch) const {
       std::swap(order[i], order[j]);
     }
   }
-  const auto total = static_cast<size_t>(total_size());
-  if (order.size() > total) {
-    order.resize(total);
-  } else {
-    // Wrap around (possibly several times when world_size > dataset_size). The value is copied
-    // before push_back because push_back may reallocate under a reference into the vector.
-    order.reserve(total);
-    for (size_t i = 0; order.size() < total; ++i) {
-      int64_t v = order[i];
-      order.push_back(v);
-    }
-  }
   return order;
 }
 
-std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
-  std::vector<int64_t> order = global_order(epoch);
+std::vector<int64_t> DistributedSampler::global_order(int64_t epoch, int64_t start) const {
+  const std::vector<int64_t> perm = permutation(epoch);
+  const int64_t total = total_size(start), n = opt_.dataset_size;
+  std::vector<int64_t> order(static_cast<size_t>(total));
+  // Position p >= n is padding: it wraps around (possibly several times when world_size > size).
+  for (int64_t i = 0; i < total; ++i) order[static_cast<size_t>(i)] = perm[static_cast<size_t>((start + i) % n)];
+  return order;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch, int64_t start) const {
+  std::vector<int64_t> order = global_order(epoch, start);
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(num_samples_));
+  mine.reserve(order.size() / static_cast<size_t>(opt_.world_size));
   for (size_t i = static_cast<size_t>(opt_.rank); i < order.size(); i += static_cast<size_t>(opt_.world_size))
     mine.push_back(order[i]);
   return mine;

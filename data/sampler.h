@@ -1,12 +1,25 @@
-// data/sampler.h: which dataset indices each rank reads in each epoch (PyTorch DistributedSampler).
+// data/sampler.h: which dataset indices each rank reads in each epoch (PyTorch DistributedSampler),
+// from any point of the epoch on.
 //
-// Every rank computes the same global order: a permutation of [0, size) shuffled from (seed, epoch)
-// (or the identity when shuffle is off). Then:
-//   - drop_last = false: the order is padded by wrapping around to its own beginning until its
-//     length is a multiple of world_size (so a few samples appear twice per epoch);
-//   - drop_last = true: the tail is cut to the largest multiple of world_size.
-// Rank r takes positions r, r + world_size, r + 2*world_size, ... (strided, as PyTorch does), so
+// Every rank computes the same epoch order: a permutation of [0, size) shuffled from (seed, epoch)
+// only (the identity when shuffle is off); neither the rank nor the world size enters it. Global
+// position p of the epoch is permutation(epoch)[p % size]: positions >= size are the padding, which
+// wraps around to the order's beginning. An epoch read from global position `start` (0 for a fresh
+// epoch) reads positions start, start + 1, ... as follows:
+//   - drop_last = false: its length is padded up to a multiple of world_size (so a few samples
+//     appear twice per epoch: the epoch's first ones, as in PyTorch);
+//   - drop_last = true: its tail is cut to the largest multiple of world_size.
+// Rank r takes the r-th, (r + world_size)-th, ... of those positions (strided, as PyTorch does), so
 // shards are disjoint apart from the padding and together cover the data.
+//
+// The prefix property, which makes resuming on another world size or batch size possible: after k
+// batches of B samples on each of W ranks (the loader reads each rank's indices in order), the ranks
+// together have read exactly the global positions [start, start + k*B*W) of the epoch. A run that
+// stops there stores (epoch, start + k*B*W), capped at size, and a run resumed with any W' and B'
+// from that offset reads exactly the samples not yet seen this epoch, in the same global order; the
+// following epochs (start 0) do not depend on W or B beyond their own padding or cut. With the same
+// W and an offset that is a multiple of W, the resumed ranks read exactly the indices the
+// uninterrupted ones would have read, padding included.
 // The permutation is a Fisher-Yates shuffle over a counter-based stream: it is identical on every
 // rank and machine, but not the same permutation as torch.randperm.
 #pragma once
@@ -27,19 +40,23 @@ struct SamplerOptions {
 class DistributedSampler {
  public:
   explicit DistributedSampler(SamplerOptions opt);
-  // Samples per rank per epoch.
-  int64_t num_samples() const { return num_samples_; }
-  // num_samples() * world_size.
-  int64_t total_size() const { return num_samples_ * opt_.world_size; }
-  // This rank's dataset indices for `epoch`, in reading order.
-  std::vector<int64_t> indices(int64_t epoch) const;
-  // The global order before sharding (all ranks' indices interleaved); exposed for tests.
-  std::vector<int64_t> global_order(int64_t epoch) const;
+  // Samples per rank in an epoch read from global position `start` (in [0, dataset_size]) on; 0 when
+  // nothing is left (start == dataset_size, or drop_last with fewer than world_size positions left).
+  int64_t num_samples(int64_t start = 0) const;
+  // num_samples(start) * world_size: the global positions such an epoch reads.
+  int64_t total_size(int64_t start = 0) const { return num_samples(start) * opt_.world_size; }
+  // This rank's dataset indices for `epoch` read from global position `start` on, in reading order.
+  std::vector<int64_t> indices(int64_t epoch, int64_t start = 0) const;
+  // The epoch's order: a permutation of [0, dataset_size), a function of (seed, epoch) only.
+  std::vector<int64_t> permutation(int64_t epoch) const;
+  // Global positions [start, start + total_size(start)) of the epoch (all ranks' indices
+  // interleaved, padding or cut applied): what indices() shards.
+  std::vector<int64_t> global_order(int64_t epoch, int64_t start = 0) const;
   const SamplerOptions& options() const { return opt_; }
 
  private:
+  void check_start(int64_t start) const;
   SamplerOptions opt_;
-  int64_t num_samples_ = 0;
 };
 
 }  // namespace tandem::data

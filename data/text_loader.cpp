@@ -23,19 +23,29 @@ SamplerOptions sampler_options(const MlmDataset& d, const TextLoaderOptions& o) 
 TextLoader::TextLoader(std::shared_ptr<const MlmDataset> dataset, TextLoaderOptions opt)
     : dataset_(std::move(dataset)), opt_(opt), sampler_(sampler_options(*dataset_, opt_)) {
   TANDEM_CHECK(opt_.batch_size > 0, "text loader: batch_size must be positive, got ", opt_.batch_size);
-  TANDEM_CHECK(batches_per_epoch() > 0, "text loader: ", sampler_.num_samples(), " sequences per rank make no ",
+  TANDEM_CHECK(batches_per_epoch() > 0, "text loader: ", sampler_.num_samples(0), " sequences per rank make no ",
                "full batch of ", opt_.batch_size, "; lower the batch size or --seq-len, add text, or set ",
                "drop_last = false");
 }
 
-int64_t TextLoader::batches_per_epoch() const {
-  const int64_t n = sampler_.num_samples(), b = opt_.batch_size;
+int64_t TextLoader::batches_per_epoch(int64_t start_offset) const {
+  const int64_t n = sampler_.num_samples(start_offset), b = opt_.batch_size;
   return opt_.drop_last ? n / b : (n + b - 1) / b;
 }
 
-void TextLoader::start_epoch(int64_t epoch) {
+int64_t TextLoader::batches_left() const { return started_ ? num_batches_ - next_batch_ : batches_per_epoch(0); }
+
+int64_t TextLoader::samples_consumed() const {
+  if (!started_) return 0;
+  const int64_t rows = std::min(next_batch_ * opt_.batch_size, static_cast<int64_t>(order_.size()));
+  return std::min(dataset_->size(), start_offset_ + rows * opt_.world_size);
+}
+
+void TextLoader::start_epoch(int64_t epoch, int64_t start_offset) {
   epoch_ = epoch;
-  order_ = sampler_.indices(epoch);
+  order_ = sampler_.indices(epoch, start_offset);  // checks the offset
+  start_offset_ = start_offset;
+  num_batches_ = batches_per_epoch(start_offset);
   next_batch_ = 0;
   started_ = true;
 }
@@ -43,12 +53,12 @@ void TextLoader::start_epoch(int64_t epoch) {
 void TextLoader::skip(int64_t batches) {
   if (!started_) start_epoch(0);
   TANDEM_CHECK(batches >= 0, "text loader: cannot skip ", batches, " batches");
-  next_batch_ = std::min(batches_per_epoch(), next_batch_ + batches);
+  next_batch_ = std::min(num_batches_, next_batch_ + batches);
 }
 
 bool TextLoader::next(TextBatch& out) {
   if (!started_) start_epoch(0);
-  if (next_batch_ >= batches_per_epoch()) return false;
+  if (next_batch_ >= num_batches_) return false;
   out = build(epoch_, order_, next_batch_++);
   return true;
 }

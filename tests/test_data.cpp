@@ -92,6 +92,39 @@ TEST_CASE("sampler: same permutation on every rank, reshuffled per epoch, seed-d
   CHECK(plain.indices(9) == std::vector<int64_t>{1, 3, 5});
 }
 
+TEST_CASE("sampler: the epoch order depends on (seed, epoch) only; an offset continues it on any world size") {
+  const int64_t n = 11;
+  const std::vector<int64_t> perm = DistributedSampler({n, 0, 1, true, 5, false}).permutation(2);
+  for (int world : {1, 2, 3, 4})
+    for (bool drop_last : {false, true})
+      for (int64_t start = 0; start <= n; ++start) {
+        CAPTURE(world); CAPTURE(drop_last); CAPTURE(start);
+        DistributedSampler s({n, world - 1, world, true, 5, drop_last});
+        CHECK(s.permutation(2) == perm);  // the world size and rank do not enter the order
+        const int64_t left = n - start;
+        CHECK(s.num_samples(start) == (drop_last ? left / world : (left + world - 1) / world));
+        const auto order = s.global_order(2, start);
+        REQUIRE(static_cast<int64_t>(order.size()) == s.total_size(start));
+        for (size_t i = 0; i < order.size(); ++i) CHECK(order[i] == perm[(start + i) % n]);  // padding wraps
+        // Rank r's indices are the r-th, (r+W)-th, ... positions.
+        for (int r = 0; r < world; ++r) {
+          auto mine = DistributedSampler({n, r, world, true, 5, drop_last}).indices(2, start);
+          REQUIRE(static_cast<int64_t>(mine.size()) == s.num_samples(start));
+          for (size_t j = 0; j < mine.size(); ++j) CHECK(mine[j] == order[j * world + r]);
+        }
+        // On the same world size, an offset that is a multiple of it is a suffix of every rank's shard.
+        if (start % world == 0) {
+          auto whole = s.indices(2), rest = s.indices(2, start);
+          REQUIRE(rest.size() + static_cast<size_t>(start / world) == whole.size());
+          CHECK(std::equal(rest.begin(), rest.end(), whole.begin() + start / world));
+        }
+      }
+  DistributedSampler s({n, 0, 2, true, 5, false});
+  CHECK(s.global_order(2) == s.global_order(2, 0));
+  CHECK_THROWS_AS(s.indices(2, n + 1), Error);
+  CHECK_THROWS_AS(s.num_samples(-1), Error);
+}
+
 // ---------------------------------------------------------------- decoding
 
 TEST_CASE("decode: grayscale and RGBA become RGB; JPEG, PNG and BMP decode") {
@@ -176,7 +209,7 @@ TEST_CASE("ImageFolder: classes in byte order, files sorted and found recursivel
   TempDir dir;
   const fs::path split = dir.path / "train";
   Image img = test_pattern(8, 8);
-  for (const char* cls : {"b", "B", "a_2", "a", "_x", "empty"}) fs::create_directories(split / cls);
+  for (const char* cls : {"b", "B", "a_2", "a", "_x"}) fs::create_directories(split / cls);
   write_image((split / "b" / "z.JPEG").string(), img);
   write_image((split / "b" / "a.png").string(), img);
   fs::create_directories(split / "b" / "sub");
@@ -189,7 +222,7 @@ TEST_CASE("ImageFolder: classes in byte order, files sorted and found recursivel
   std::ofstream((split / "stray.jpg").string()) << "files at the split level are not samples";
 
   ImageFolder f(split.string(), {});
-  CHECK(f.classes() == std::vector<std::string>{"B", "_x", "a", "a_2", "b", "empty"});
+  CHECK(f.classes() == std::vector<std::string>{"B", "_x", "a", "a_2", "b"});
   REQUIRE(f.size() == 7);
   CHECK(f.labels() == std::vector<int64_t>{0, 1, 2, 3, 4, 4, 4});
   // torchvision's os.walk order: the class folder's own files first, then sub-folders.
@@ -199,8 +232,95 @@ TEST_CASE("ImageFolder: classes in byte order, files sorted and found recursivel
   CHECK(f.sample_shape() == Shape{224, 224, 3});
 
   CHECK_THROWS_AS(ImageFolder((dir.path / "nope").string(), {}), Error);
-  fs::create_directories(dir.path / "val" / "c");
-  CHECK_THROWS_AS(ImageFolder((dir.path / "val").string(), {}), Error);  // classes but no images
+}
+
+namespace {
+// Creates <split>/<cls>/<file> holding a small PNG.
+void put_image(const fs::path& split, const std::string& cls, const std::string& file) {
+  fs::create_directories(split / cls);
+  write_image((split / cls / file).string(), test_pattern(4, 4));
+}
+std::string construction_error(const fs::path& split, ImageFolderOptions o = {}) {
+  try {
+    ImageFolder f(split.string(), o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("ImageFolder: hidden folders and files are no classes and no samples") {
+  TempDir dir;
+  const fs::path split = dir.path / "train";
+  put_image(split, "cat", "a.png");
+  put_image(split, "dog", "a.png");
+  put_image(split, ".ipynb_checkpoints", "a-checkpoint.png");  // Jupyter, sorts before every class
+  put_image(split, "cat/.ipynb_checkpoints", "a-checkpoint.png");
+  put_image(split, "dog", "._a.png");  // a macOS resource fork: not an image
+  ImageFolder f(split.string(), {});
+  CHECK(f.classes() == std::vector<std::string>{"cat", "dog"});
+  REQUIRE(f.size() == 2);
+  CHECK(f.labels() == std::vector<int64_t>{0, 1});
+  CHECK(fs::path(f.files()[0]) == split / "cat" / "a.png");
+  CHECK(fs::path(f.files()[1]) == split / "dog" / "a.png");
+  // Only hidden folders: no class at all.
+  TempDir only;
+  put_image(only.path / "train", ".hidden", "a.png");
+  CHECK(construction_error(only.path / "train").find("has no class sub-folders") != std::string::npos);
+}
+
+TEST_CASE("ImageFolder: an empty class folder is an error that names it") {
+  TempDir dir;
+  const fs::path split = dir.path / "train";
+  put_image(split, "a", "x.png");
+  fs::create_directories(split / "b" / "sub");
+  std::ofstream((split / "b" / "sub" / "notes.txt").string()) << "no image";
+  put_image(split, "b/.cache", "x.png");  // hidden: does not count
+  const std::string message = construction_error(split);
+  CAPTURE(message);
+  CHECK(message.find("class folder " + (split / "b").string() + " has no .jpg/.jpeg/.png/.bmp file") !=
+        std::string::npos);
+  CHECK(message.find("add its images or remove the folder") != std::string::npos);
+}
+
+TEST_CASE("ImageFolder: val/ maps to train's class list by name; a val-only class is an error") {
+  TempDir dir;
+  for (const char* cls : {"ant", "bee", "cow", "doe"}) {
+    put_image(dir.path / "train", cls, "t1.png");
+    put_image(dir.path / "train", cls, "t2.png");
+  }
+  // val/ lacks "bee": on its own it would number cow 1 and doe 2.
+  for (const char* cls : {"ant", "cow", "doe"}) put_image(dir.path / "val", cls, "v.png");
+  ImageFolder train((dir.path / "train").string(), {});
+  REQUIRE(train.classes() == std::vector<std::string>{"ant", "bee", "cow", "doe"});
+  ImageFolderOptions vo;
+  vo.train = false;
+  vo.classes = train.classes();
+  ImageFolder val((dir.path / "val").string(), vo);
+  CHECK(val.labels() == std::vector<int64_t>{0, 2, 3});  // train's indices, not 0, 1, 2
+  CHECK(val.num_classes() == 4);
+  CHECK(val.classes() == train.classes());
+  // Labels come out of get() the same way, and the loader's range check accepts them.
+  std::vector<float> pixels(shape_numel(val.sample_shape()));
+  int64_t label = -1;
+  std::string error;
+  REQUIRE(val.get(2, {}, pixels.data(), &label, &error));
+  CHECK(label == 3);
+  // Samples stay in the split's folder order whatever the given list's order.
+  vo.classes = {"doe", "cow", "bee", "ant"};
+  ImageFolder reversed((dir.path / "val").string(), vo);
+  CHECK(reversed.files() == val.files());
+  CHECK(reversed.labels() == std::vector<int64_t>{3, 1, 0});
+
+  put_image(dir.path / "val", "elk", "v.png");
+  vo.classes = train.classes();
+  const std::string message = construction_error(dir.path / "val", vo);
+  CAPTURE(message);
+  CHECK(message.find("class folder " + (dir.path / "val" / "elk").string() + ", which is not one of the 4 classes") !=
+        std::string::npos);
+  vo.classes = {"ant", "bee", "ant"};
+  CHECK(construction_error(dir.path / "train", vo).find("names class 'ant' twice") != std::string::npos);
 }
 
 // ---------------------------------------------------------------- transforms

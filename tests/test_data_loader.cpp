@@ -1,5 +1,5 @@
-// tests/test_data_loader.cpp: the loader (determinism across worker counts, skip vs strict, batch
-// shapes, resident mode), the synthetic dataset and its rank sharding, and the procedural images
+// tests/test_data_loader.cpp: the loader (determinism across worker counts, per-sample augmentation
+// across a resume on another world size, skip vs strict, batch shapes, resident mode), the synthetic dataset and its rank sharding, and the procedural images
 // behind make_dataset. CPU target only; the pinned/async CUDA path needs a GPU.
 #include <doctest/doctest.h>
 
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -138,6 +139,45 @@ TEST_CASE("loader: batch layout is [N,H,W,3] f32 + [N] i64; drop_last=false keep
   REQUIRE(ds->get(2, {}, want.data(), &label, nullptr));
   auto got = b.images.to_vector();
   CHECK(std::equal(want.begin(), want.end(), got.begin() + 2 * want.size()));
+}
+
+TEST_CASE("loader: augmentation is keyed by the sample, so a resume on another world size crops alike") {
+  // 1 rank x batch 5 reads epoch 1 whole; 2 ranks x batch 2 resume it after 5 samples. Every
+  // sample the resumed ranks read must carry the crop and flip the single rank gave it.
+  TempDir dir;
+  auto ds = folder(make_folder(dir, false), /*train=*/true);
+  const int64_t numel = 8 * 8 * 3, epoch = 1, offset = 5;
+  auto options = [](int rank, int world, int64_t batch) {
+    LoaderOptions o;
+    o.batch_size = batch, o.num_workers = 2, o.seed = 4, o.rank = rank, o.world_size = world;
+    return o;
+  };
+  std::map<int64_t, std::vector<float>> want;  // dataset index -> image
+  {
+    Loader single(ds, options(0, 1, 5));
+    const auto idx = DistributedSampler({ds->size(), 0, 1, true, 4, false}).indices(epoch);
+    Epoch e = run_epoch(single, epoch);
+    for (size_t b = 0; b < e.images.size(); ++b)
+      for (int64_t r = 0; r < 5; ++r)
+        want[idx[b * 5 + r]].assign(e.images[b].begin() + r * numel, e.images[b].begin() + (r + 1) * numel);
+  }
+  REQUIRE(want.size() == 15);
+  int64_t compared = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    Loader part(ds, options(rank, 2, 2));
+    const auto idx = DistributedSampler({ds->size(), rank, 2, true, 4, false}).indices(epoch, offset);
+    part.start_epoch(epoch, offset);
+    Batch b;
+    for (int64_t k = 0; part.next(b); ++k) {
+      const std::vector<float> got = b.images.to_vector();
+      for (int64_t r = 0; r < 2; ++r, ++compared) {
+        const int64_t i = idx[static_cast<size_t>(k * 2 + r)];
+        CAPTURE(i);
+        CHECK(std::equal(want[i].begin(), want[i].end(), got.begin() + r * numel));
+      }
+    }
+  }
+  CHECK(compared == 2 * 2 * 2);  // 10 samples left over 2 ranks: 5 each, 2 full batches of 2
 }
 
 TEST_CASE("loader: a corrupt file is skipped once with a warning and replaced by the next sample") {

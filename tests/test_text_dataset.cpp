@@ -277,6 +277,98 @@ TEST_CASE("text loader: resume mid-epoch equals the uninterrupted run") {
   CHECK(rows(full.batch(1, 2)) == all[2]);  // random access agrees too
 }
 
+TEST_CASE("text loader: k batches at (W, B), then the rest from samples_consumed() at (W', B'): the epoch's order once") {
+  WordPiece wp = sample_tokenizer();
+  auto ds = sample_dataset(wp, 16);
+  const int64_t n = ds->size(), epoch = 2;
+  REQUIRE(n >= 20);  // one batch of 5 on each of 4 ranks
+  const uint64_t seed = 13;
+  const std::vector<int64_t> perm = DistributedSampler({n, 0, 1, true, seed, false}).permutation(epoch);
+  std::vector<std::vector<Row>> expected(static_cast<size_t>(n));  // sequence i, masked with (seed, epoch)
+  {
+    std::vector<int64_t> ids(16), attn(16), lab(16);
+    for (int64_t i = 0; i < n; ++i) {
+      ds->get(i, {seed, epoch}, ids.data(), attn.data(), lab.data());
+      Row row = ids;
+      row.insert(row.end(), attn.begin(), attn.end());
+      row.insert(row.end(), lab.begin(), lab.end());
+      expected[static_cast<size_t>(i)] = {row};
+    }
+  }
+  // Reads from `start`, at most `steps` steps (-1: all), on `world` ranks of batch `batch`; appends
+  // the rows in global reading order (step, row, rank) and returns samples_consumed().
+  auto read = [&](int world, int64_t batch, bool pad, int64_t start, int64_t steps, std::vector<Row>& seq) {
+    std::vector<std::unique_ptr<TextLoader>> ranks;
+    for (int r = 0; r < world; ++r) {
+      TextLoaderOptions o = loader_options(batch, seed);
+      o.rank = r, o.world_size = world, o.pad_shards = pad;
+      ranks.push_back(std::make_unique<TextLoader>(ds, o));
+      ranks.back()->start_epoch(epoch, start);
+    }
+    const int64_t left = ranks[0]->batches_left();
+    const size_t before = seq.size();
+    for (int64_t j = 0; j < left && (steps < 0 || j < steps); ++j) {
+      std::vector<std::vector<Row>> per_rank;
+      for (auto& l : ranks) {
+        TextBatch b;
+        REQUIRE(l->next(b));
+        CHECK(b.index == j);
+        per_rank.push_back(rows(b));
+      }
+      for (size_t i = 0; i < per_rank[0].size(); ++i)
+        for (const auto& rr : per_rank) seq.push_back(rr[i]);
+      for (auto& l : ranks) {
+        CHECK(l->samples_consumed() == std::min<int64_t>(n, start + static_cast<int64_t>(seq.size() - before)));
+        CHECK(l->batches_left() == left - j - 1);
+      }
+    }
+    return ranks[0]->samples_consumed();
+  };
+  for (bool pad : {true, false})
+    for (int w : {1, 2, 4})
+      for (int64_t b : {2, 3, 5}) {
+        TextLoaderOptions probe = loader_options(b, seed);
+        probe.world_size = w, probe.pad_shards = pad;
+        const int64_t batches = TextLoader(ds, probe).batches_per_epoch();
+        for (int64_t k : {int64_t{0}, int64_t{1}, batches / 2, batches - 1, batches}) {
+          std::vector<Row> head;
+          const int64_t offset = read(w, b, pad, 0, k, head);
+          REQUIRE(head.size() == static_cast<size_t>(k * b * w));
+          for (int w2 : {1, 2, 4})
+            for (int64_t b2 : {2, 3, 5}) {
+              CAPTURE(pad); CAPTURE(w); CAPTURE(b); CAPTURE(k); CAPTURE(w2); CAPTURE(b2);
+              std::vector<Row> seq = head;
+              read(w2, b2, pad, offset, -1, seq);
+              // Position p of the reading holds sequence perm[p % n] (p >= n: padding), masked alike.
+              for (size_t p = 0; p < seq.size(); ++p) {
+                CAPTURE(p);
+                REQUIRE(seq[p] == expected[static_cast<size_t>(perm[p % static_cast<size_t>(n)])][0]);
+              }
+              const auto got = static_cast<int64_t>(seq.size());
+              CHECK(got < n + std::max(w, w2));                     // padding: under one world's worth
+              CHECK(n - got < b2 * w2 + (pad ? 0 : w2));            // drop_last + cut: under a step's worth
+            }
+        }
+      }
+  // skip(k) is start_epoch(e, k * B * W) on the same W and B, batch numbers aside.
+  TextLoaderOptions o = loader_options(3, seed);
+  o.world_size = 2, o.rank = 1;
+  TextLoader skipped(ds, o), offset(ds, o);
+  skipped.start_epoch(epoch);
+  skipped.skip(2);
+  offset.start_epoch(epoch, 2 * 3 * 2);
+  CHECK(skipped.samples_consumed() == offset.samples_consumed());
+  CHECK(skipped.batches_left() == offset.batches_left());
+  TextBatch x, y;
+  while (skipped.next(x)) {
+    REQUIRE(offset.next(y));
+    CHECK(rows(x) == rows(y));
+    CHECK(x.index == y.index + 2);
+  }
+  CHECK_FALSE(offset.next(y));
+  CHECK_THROWS_AS(offset.start_epoch(epoch, n + 1), Error);
+}
+
 TEST_CASE("unigram baseline: the training stream's top token scored on held-out masked labels") {
   WordPiece wp = sample_tokenizer();
   auto held = sample_dataset(wp, 16);
