@@ -314,3 +314,29 @@ TEST_CASE("BatchNorm counters absent (a file saved before PyTorch 0.4.1) load st
   CHECK(same_bits(find(state_dict(*b), "layer1.0.conv1.weight"), find(old, "layer1.0.conv1.weight")));
   std::filesystem::remove(path);
 }
+
+TEST_CASE("a Hugging Face BertForMaskedLM state dict: same names, its aliases through the remap hook") {
+  // HF's state_dict() = tandem's names plus the tied decoder's aliases and (older transformers)
+  // position_ids. apps/encoder passes its checking mapping as the hook; a minimal one stands in here.
+  ModulePtr a = models::create_model("bert_tiny", 64, 1);
+  NamedTensors hf = perturbed(state_dict(*a));
+  hf.emplace_back("cls.predictions.decoder.weight", find(hf, "bert.embeddings.word_embeddings.weight"));
+  hf.emplace_back("cls.predictions.decoder.bias", find(hf, "cls.predictions.bias"));
+  const std::string path = temp_path("hf");
+  safetensors::save(path, hf, {{"format", "pt"}});
+  ModulePtr b = models::create_model("bert_tiny", 64, 2);
+  const std::string e = error_of(path, *b);
+  CHECK(contains(e, "in the file but not in the model: cls.predictions.decoder.weight, cls.predictions.decoder.bias"));
+  CHECK(contains(e, "Hugging Face mapping"));
+  WeightsOptions o;
+  o.remap = [](const NamedTensors& sd) {
+    NamedTensors out;
+    for (const auto& [n, t] : sd)
+      if (n.rfind("cls.predictions.decoder.", 0) != 0) out.emplace_back(n, t);
+    return out;
+  };
+  WeightsResult r = load_weights(path, *b, o);
+  CHECK(r.loaded.size() == hf.size() - 2);
+  CHECK(same_bits(state_dict(*b), perturbed(state_dict(*a))));
+  std::filesystem::remove(path);
+}
