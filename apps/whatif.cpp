@@ -9,7 +9,10 @@
 // --backward-fraction of it. --step-ms with a trace rescales the traced step to that length (the
 // shape of backward from the trace, its length from elsewhere, e.g. a paper's per-GPU rate).
 // Bucket sizes come from the model through dist::assign_buckets (--params-m for a model tandem does
-// not have). Prints one table; --json writes it with its inputs.
+// not have). The parameter server's partitions come from the same per-tensor sizes through
+// dist::assign_partitions (whole tensors, as tandem's server holds them). Prints one table; --json
+// writes it with its inputs. --measured adds each row's verdict against a measured cell (model.h's
+// judge: the step time within 15 % and the exposed communication within its bound).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -27,7 +30,7 @@ using json = nlohmann::json;
 namespace {
 
 struct Args {
-  std::string trace, metrics, model, allreduce_json, backend, json_out, strategies = "ddp", wire = "none";
+  std::string trace, metrics, model, allreduce_json, backend, json_out, measured, strategies = "ddp", wire = "none";
   std::string ranks = "1,2,4,8,16,32,64,128,256,512,1024";
   int num_classes = 1000, ps_servers = 0, cores = 0, skip = 2;
   long long batch = 0;
@@ -58,6 +61,25 @@ std::vector<double> uniform_buckets(double bytes, double first_mb, double mb) {
   return out;
 }
 
+// --measured: [{"ranks": 2, "step_ms": 31.5, "exposed_ms": 4.2, "strategy": "ddp"}, ...]; a cell
+// without "strategy" matches every strategy of the run (the study asks one strategy per call).
+json read_measured(const std::string& path) {
+  std::ifstream f(path);
+  TANDEM_CHECK(f.good(), "cannot read --measured ", path, ": give a JSON list of measured cells");
+  json doc = json::parse(f);
+  TANDEM_CHECK(doc.is_array(), "--measured ", path, " must hold a JSON list of {ranks, step_ms, exposed_ms}");
+  for (const json& c : doc)
+    TANDEM_CHECK(c.contains("ranks") && c.contains("step_ms"), "--measured ", path, ": every cell needs \"ranks\" "
+                 "and \"step_ms\" (and \"exposed_ms\"), got ", c.dump());
+  return doc;
+}
+
+const json* find_measured(const json& cells, const std::string& strategy, int ranks) {
+  for (const json& c : cells)
+    if (c.at("ranks").get<int>() == ranks && c.value("strategy", strategy) == strategy) return &c;
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,11 +108,13 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", a.strategies, "comma list: ddp ddp_no_overlap zero1 zero2 ps")->capture_default_str();
   app.add_option("--wire", a.wire, "gradient dtype on the wire: none, bf16, fp16")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
-  app.add_option("--ps-servers", a.ps_servers, "parameter server: 0 = one on every rank, else dedicated servers")
-      ->capture_default_str();
+  app.add_option("--ps-servers", a.ps_servers, "parameter server: K servers on ranks 0..K-1 (train_imagenet's "
+                 "--ps-servers; capped at the ranks); 0: a server on every rank")->capture_default_str();
   app.add_option("--cores", a.cores, "ranks share this many cores (CPU runs; 0: a device each)")->capture_default_str();
   app.add_option("--ranks", a.ranks, "comma list of rank counts")->capture_default_str();
   app.add_option("--json", a.json_out, "write the table and its inputs as JSON");
+  app.add_option("--measured", a.measured, "JSON list of measured cells [{\"ranks\", \"step_ms\", \"exposed_ms\", "
+                 "optional \"strategy\"}]: adds each matching row's verdict (model.h's Target)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -127,7 +151,9 @@ int main(int argc, char** argv) {
       curve = linear_ready_curve(total, m.backward_start_ms, m.backward_end_ms);
     }
     if (a.jitter_ms >= 0) m.jitter_ms = a.jitter_ms / scale;
-    const StepProfile prof = make_profile(m, curve, buckets, a.batch, scale);
+    StepProfile prof = make_profile(m, curve, buckets, a.batch, scale);
+    if (a.params_m <= 0) prof.param_bytes = param_bytes(a.model, a.num_classes);
+    const json measured = a.measured.empty() ? json::array() : read_measured(a.measured);
     Network net{a.alpha_us, a.bandwidth_gbit / 8};
     if (!a.allreduce_json.empty()) net = fit_network(a.allreduce_json, a.backend);
 
@@ -137,6 +163,9 @@ int main(int argc, char** argv) {
                 a.model.empty() ? "model" : a.model.c_str(), total / 4e6, buckets.size(), prof.step_ms,
                 prof.backward_end_ms, prof.optimizer_ms, prof.jitter_ms, a.batch, net.alpha_us, net.bandwidth_GBps,
                 net.bandwidth_GBps * 8, a.cores > 0 ? (", " + std::to_string(a.cores) + " shared cores").c_str() : "");
+    if (prof.param_bytes.empty() && a.strategies.find("ps") != std::string::npos)
+      std::printf("# ps: per-tensor sizes unknown (--params-m), so even shards are assumed: the parameter server's "
+                  "prediction is optimistic\n");
     std::printf("%-15s %6s %10s %10s %10s %8s %12s %10s %8s %7s\n", "strategy", "ranks", "step_ms", "comm_ms",
                 "exposed_ms", "overlap", "images/s", "per_rank", "speedup", "eff");
     json rows = json::array();
@@ -144,13 +173,29 @@ int main(int argc, char** argv) {
       StrategyOptions so{strategy_from_name(sname), a.wire == "none" ? 1.0 : 0.5, a.ps_servers, a.cores};
       for (const std::string& rs : split(a.ranks)) {
         const Prediction p = predict(prof, net, so, std::stoi(rs));
-        std::printf("%-15s %6d %10.2f %10.2f %10.2f %7.0f%% %12.1f %10.1f %8.2f %6.1f%%\n", sname.c_str(), p.ranks,
+        std::printf("%-15s %6d %10.2f %10.2f %10.2f %7.0f%% %12.1f %10.1f %8.2f %6.1f%%", sname.c_str(), p.ranks,
                     p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
                     p.speedup, 100 * p.efficiency);
-        rows.push_back({{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
-                        {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms}, {"overlap", p.overlap},
-                        {"images_per_s", p.images_per_s}, {"images_per_s_per_rank", p.images_per_s_per_rank},
-                        {"speedup", p.speedup}, {"efficiency", p.efficiency}});
+        if (p.ps_busiest_bytes > 0) std::printf("  busiest server %.1f MiB", p.ps_busiest_bytes / (1 << 20));
+        json row{{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
+                 {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms},
+                 {"overlap", p.overlap}, {"images_per_s", p.images_per_s},
+                 {"images_per_s_per_rank", p.images_per_s_per_rank}, {"speedup", p.speedup},
+                 {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes}};
+        if (const json* cell = find_measured(measured, sname, p.ranks)) {
+          const Verdict v = judge(p, cell->at("step_ms").get<double>(), cell->value("exposed_ms", 0.0));
+          std::printf("  | measured %.2f ms (%+.0f%%), exposed %.2f vs %.2f ms (bound %.2f): %s", cell->at("step_ms").get<double>(),
+                      100 * v.step_error, v.predicted_exposed_ms, cell->value("exposed_ms", 0.0), v.exposed_bound_ms,
+                      v.within() ? "within target" : !v.step_ok && !v.exposed_ok ? "off: step and exposed"
+                                                     : !v.step_ok                ? "off: step"
+                                                                                 : "off: exposed");
+          row["measured"] = *cell;
+          row["verdict"] = {{"step_error", v.step_error}, {"predicted_exposed_ms", v.predicted_exposed_ms},
+                            {"exposed_error_ms", v.exposed_error_ms}, {"exposed_bound_ms", v.exposed_bound_ms},
+                            {"step_ok", v.step_ok}, {"exposed_ok", v.exposed_ok}, {"within_target", v.within()}};
+        }
+        std::printf("\n");
+        rows.push_back(row);
       }
     }
     if (!a.json_out.empty()) {
@@ -160,6 +205,8 @@ int main(int argc, char** argv) {
                            {"trace", a.trace}, {"step_ms", prof.step_ms}, {"backward_end_ms", prof.backward_end_ms},
                            {"optimizer_ms", prof.optimizer_ms}, {"jitter_ms", prof.jitter_ms}, {"buckets", b}, {"wire", a.wire},
                            {"ps_servers", a.ps_servers}, {"cores", a.cores},
+                           {"target", {{"step", Target{}.step}, {"exposed", Target{}.exposed},
+                                       {"exposed_floor", Target{}.exposed_floor}}},
                            {"network", {{"alpha_us", net.alpha_us}, {"bandwidth_GBps", net.bandwidth_GBps}}}}},
                {"predictions", rows}};
       std::ofstream(a.json_out) << out.dump(2) << "\n";

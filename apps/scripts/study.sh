@@ -14,7 +14,10 @@
 # Measures per cell: per-rank and total images/s, speedup and efficiency against 1 rank (steady and
 # wall-time speedups side by side), ms/step split into data wait, compute and exposed
 # communication, overlap, init vs train time, peak memory per rank; median and min-max over repeats.
-# The what-if model (apps/whatif) is checked against the measured cells in the same study.md.
+# Cells with more ranks than usable cores (oversubscribed), noisy 1-rank baselines (spread > 20 %) and
+# efficiencies above 100 % are marked next to the figures and explained in study.md.
+# The what-if model (apps/whatif) is checked against the measured cells in the same study.md: step
+# time within 15 % and exposed communication within its bound (apps/whatif/model.h, Target).
 # Output: --out (default runs/study-<date>). Needs python3 and python3-matplotlib (installed with
 # apt-get when missing).
 set -euo pipefail
@@ -25,7 +28,7 @@ if [ "${1:-}" = "whatif" ]; then
   [ -x "$build/apps/whatif" ] || bash "$root/apps/scripts/setup.sh"
   exec "$build/apps/whatif" "$@"
 fi
-case " $* " in *" -h "*|*" --help "*) sed -n 2,21p "$0"; exit 0 ;; esac
+case " $* " in *" -h "*|*" --help "*) sed -n 2,24p "$0"; exit 0 ;; esac
 # The plots need matplotlib: the Debian package serves the system python (/usr/bin/python3), which
 # may not be the first python3 on PATH (pyenv, venvs).
 py=""

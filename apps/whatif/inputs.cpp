@@ -86,13 +86,19 @@ MeasuredStep read_trace(const std::string& path, int skip) {
   return m;
 }
 
-std::vector<double> bucket_bytes(const std::string& model, int num_classes, double first_bucket_mb, double bucket_mb) {
+std::vector<double> param_bytes(const std::string& model, int num_classes) {
   models::ModelOptions mo;
   mo.init = false;  // only the shapes are needed
   ModulePtr m = models::create_model(model, num_classes, 0, mo);
-  std::vector<size_t> bytes;
+  std::vector<double> out;
   for (auto& [name, p] : m->named_parameters())
-    if (p.requires_grad()) bytes.push_back(p.nbytes());
+    if (p.requires_grad()) out.push_back(static_cast<double>(p.nbytes()));
+  return out;
+}
+
+std::vector<double> bucket_bytes(const std::string& model, int num_classes, double first_bucket_mb, double bucket_mb) {
+  std::vector<size_t> bytes;
+  for (double b : param_bytes(model, num_classes)) bytes.push_back(static_cast<size_t>(b));
   dist::BucketingOptions o{static_cast<size_t>(std::max(0.0, first_bucket_mb) * (1 << 20)),
                            static_cast<size_t>(std::max(0.0, bucket_mb) * (1 << 20))};
   std::vector<double> out;

@@ -6,6 +6,7 @@
 //                   launch times are the ready times. Steps are medians over the steady steps.
 //   bucket sizes    computed, not measured: the model's parameters in registration order through
 //                   dist::assign_buckets, as the reducer does, so any bucket size can be asked for.
+//                   The same per-tensor sizes feed the parameter server's whole-tensor partitions.
 //   ready times     for a bucket layout other than the measured one, a ready curve: cumulative
 //                   gradient bytes (reverse registration order) -> ms, interpolated linearly between
 //                   the measured buckets. Without a trace, gradients are assumed to become ready at a
@@ -28,6 +29,10 @@ struct MeasuredStep {
 };
 // `skip`: leading steps left out (warm-up). Reads the events of process (rank) 0.
 MeasuredStep read_trace(const std::string& path, int skip = 2);
+
+// Gradient bytes of each trainable tensor, in registration order, for `model` as train_imagenet
+// builds it (f32): the sizes the reducer buckets and the parameter server partitions.
+std::vector<double> param_bytes(const std::string& model, int num_classes);
 
 // Gradient bytes of each bucket, in launch order, for `model` as train_imagenet builds it.
 // bucket_mb <= 0: one bucket per parameter (--no-bucketing).

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "dist/parameter_server.h"  // assign_partitions: the servers' whole-tensor partitions
 
 namespace tandem::whatif {
 
@@ -51,14 +52,31 @@ double reduce_scatter_ms(double bytes, int n, const Network& net) {
 
 double all_gather_ms(double bytes, int n, const Network& net) { return reduce_scatter_ms(bytes, n, net); }
 
-double ps_push_pull_ms(double bytes, int n, int servers, const Network& net) {
-  if (n <= 1) return 0;
-  if (servers <= 0)  // a server on every rank: each sends and receives (N-1)/N of S per direction
-    return 2.0 * (n - 1) / n * transfer_ms(bytes, net) + hops_ms(2, net);
-  // Dedicated servers: a worker sends S; a server receives N * S/P at once (incast), and the
-  // slower of the two links sets the pace; the pull mirrors the push.
-  const double link = std::max(1.0, static_cast<double>(n) / servers);
-  return 2.0 * link * transfer_ms(bytes, net) + hops_ms(2, net);
+std::vector<double> ps_server_bytes(const std::vector<double>& param_bytes, int servers, double total_bytes) {
+  TANDEM_CHECK(servers >= 1, "what-if: the parameter server needs at least one server, got ", servers);
+  std::vector<double> load(static_cast<size_t>(servers), 0.0);
+  if (param_bytes.empty()) {
+    std::fill(load.begin(), load.end(), total_bytes / servers);
+    return load;
+  }
+  std::vector<int64_t> numels;  // assign_partitions balances elements; f32 gradients: bytes / 4
+  for (double b : param_bytes) numels.push_back(static_cast<int64_t>(b / 4));
+  const std::vector<int> server = dist::assign_partitions(numels, servers);
+  for (size_t i = 0; i < param_bytes.size(); ++i) load[static_cast<size_t>(server[i])] += param_bytes[i];
+  return load;
+}
+
+double ps_push_pull_ms(const std::vector<double>& server_bytes, int n, const Network& net) {
+  if (n <= 1 || server_bytes.empty()) return 0;
+  const int k = static_cast<int>(server_bytes.size());
+  TANDEM_CHECK(k <= n, "what-if: ", k, " parameter servers on ", n, " ranks; servers sit on ranks 0..K-1, so K <= N");
+  double total = 0, busiest = 0, least = server_bytes.front();
+  for (double b : server_bytes) total += b, busiest = std::max(busiest, b), least = std::min(least, b);
+  // The busiest server's inbound link carries its partition from every other rank; a rank's outbound
+  // link carries every partition but its own (a rank that serves nothing keeps none: K < N).
+  const double incast = (n - 1) * busiest, outbound = total - (k < n ? 0.0 : least);
+  // A server receives N-1 pushes; a rank sends at most N-1 (K-1 or K <= N-1): N-1 messages each way.
+  return 2.0 * (transfer_ms(std::max(incast, outbound), net) + hops_ms(n - 1.0, net));
 }
 
 double expected_max_normal(int n) {
@@ -88,19 +106,25 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   const bool overlap = s.strategy != Strategy::DdpNoOverlap && s.strategy != Strategy::Zero1 &&
                        s.strategy != Strategy::Ps;
   double channel = 0, comm = 0;  // when the serial communication channel is free; its busy time
-  for (const Bucket& b : p.buckets) {
-    const double bytes = b.bytes * s.wire_factor;
-    double cost = 0;
-    switch (s.strategy) {
-      case Strategy::Ddp:
-      case Strategy::DdpNoOverlap: cost = ring_allreduce_ms(bytes, ranks, net); break;
-      case Strategy::Zero1:
-      case Strategy::Zero2: cost = reduce_scatter_ms(bytes, ranks, net); break;
-      case Strategy::Ps: cost = ps_push_pull_ms(bytes, ranks, s.ps_servers, net); break;
+  double ps_busiest = 0;          // parameter server: the busiest server's partition (f32 bytes)
+  if (s.strategy == Strategy::Ps) {
+    // One push and one pull per server, all servers at once, after backward (not per bucket).
+    const int k = s.ps_servers > 0 ? std::min(s.ps_servers, ranks) : ranks;
+    std::vector<double> wire = ps_server_bytes(p.param_bytes, k, p.total_bytes());
+    ps_busiest = *std::max_element(wire.begin(), wire.end());
+    for (double& b : wire) b *= s.wire_factor;
+    comm = ps_push_pull_ms(wire, ranks, net);
+    channel = backward_end + comm;
+  } else {
+    for (const Bucket& b : p.buckets) {
+      const double bytes = b.bytes * s.wire_factor;
+      const double cost = s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2
+                              ? reduce_scatter_ms(bytes, ranks, net)
+                              : ring_allreduce_ms(bytes, ranks, net);
+      const double start = std::max(overlap ? b.ready_ms * scale : backward_end, channel);
+      channel = start + cost;
+      comm += cost;
     }
-    const double start = std::max(overlap ? b.ready_ms * scale : backward_end, channel);
-    channel = start + cost;
-    comm += cost;
   }
   Prediction r;
   r.ranks = ranks;
@@ -114,6 +138,11 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     comm += gather;
     r.exposed_ms += gather;
   }
+  if (s.strategy == Strategy::Ps && ranks > 1) {
+    // Each server updates only its partition, between push and pull: the busiest one sets the pace.
+    r.ps_busiest_bytes = ps_busiest;
+    if (p.total_bytes() > 0) extra = -p.optimizer_ms * scale * (1.0 - ps_busiest / p.total_bytes());
+  }
   r.comm_ms = comm;
   r.overlap = comm > 0 ? std::max(0.0, comm - r.exposed_ms) / comm : 1.0;
   r.straggler_ms = p.jitter_ms * scale * expected_max_normal(ranks);
@@ -124,6 +153,18 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   r.speedup = r.images_per_s / one;
   r.efficiency = r.speedup / ranks;
   return r;
+}
+
+Verdict judge(const Prediction& p, double measured_step_ms, double measured_exposed_ms, const Target& t) {
+  TANDEM_CHECK(measured_step_ms > 0, "what-if: a measured step time must be positive, got ", measured_step_ms);
+  Verdict v;
+  v.step_error = (p.step_ms - measured_step_ms) / measured_step_ms;
+  v.step_ok = std::abs(v.step_error) <= t.step;
+  v.predicted_exposed_ms = p.exposed_ms + p.straggler_ms;
+  v.exposed_error_ms = v.predicted_exposed_ms - measured_exposed_ms;
+  v.exposed_bound_ms = std::max(t.exposed * measured_exposed_ms, t.exposed_floor * measured_step_ms);
+  v.exposed_ok = std::abs(v.exposed_error_ms) <= v.exposed_bound_ms;
+  return v;
 }
 
 }  // namespace tandem::whatif

@@ -9,16 +9,22 @@
 //   ring all-reduce   2(N-1)/N * S/B + 2(N-1) * alpha        (DDP; Patarasuk & Yuan's ring)
 //   reduce-scatter     (N-1)/N * S/B +  (N-1) * alpha        (ZeRO: half a ring all-reduce)
 //   all-gather         (N-1)/N * S/B +  (N-1) * alpha
-//   parameter server  push + pull: each of P servers holds S/P; N workers push to it at once, so
-//                      its link carries N*S/P (incast). Dedicated servers: 2 * S/B * max(1, N/P)
-//                      + 2 alpha. Servers on the workers (P = N): 2 (N-1)/N * S/B + 2 alpha.
+//   parameter server  push + pull of whole-tensor partitions, as dist/parameter_server.h runs it:
+//                      K servers on ranks 0..K-1, each tensor on one server (dist::assign_partitions
+//                      itself: largest first to the least loaded), all K pushes in flight at once.
+//                      The busiest server receives its partition L_max from the N-1 other ranks
+//                      (incast) while a worker sends S less its own partition L_own:
+//                        push = max((N-1) L_max, S - L_own)/B + (N-1) * alpha
+//                      (a server takes N-1 messages one after another, alpha each); the pull
+//                      mirrors the push. Even shards (L = S/K) give 2 (N-1)/N S/B at K = N, a ring's
+//                      bytes - but one 392 MiB VGG classifier weight on one server makes that server
+//                      carry (N-1) x 392 MiB, and that is what tandem's parameter server does.
 // Strategies: DDP with and without overlap; ZeRO-1 (reduce-scatter after backward, the optimizer on
 // 1/N of the weights, then all-gather of the weights); ZeRO-2 (reduce-scatter per bucket during
-// backward, then as ZeRO-1); the parameter server (push/pull per bucket after backward, not
-// overlapped - as tandem's baseline dist/parameter_server.h runs it; it pushes with reduce-to-root,
-// which MPI/NCCL may route as a tree, so its measured push can beat the incast cost assumed here;
-// its K servers sit on worker ranks, whose own share stays local: the dedicated formula with P = K
-// overstates that by a factor N/(N-1) at K = 1).
+// backward, then as ZeRO-1); the parameter server (one push per server after backward, not
+// overlapped, the optimizer on each server's partition only - saving optimizer_ms (1 - L_max/S) -
+// then the pull, as tandem's synchronous baseline runs it. It pushes with reduce-to-root, which MPI/NCCL may route as a tree, so its
+// measured push can beat the incast cost assumed here).
 // Stragglers: a collective waits for the slowest rank. When one rank's step times vary with
 // standard deviation sigma (StepProfile::jitter_ms), the slowest of N independent ranks is late by
 // about sigma * E[max of N standard normals] (0.56 at N = 2, 1.03 at 4, ~sqrt(2 ln N) for large N),
@@ -44,6 +50,10 @@ struct StepProfile {
   double optimizer_ms = 0;     // the optimizer's part of step_ms (ZeRO runs it on 1/N of the weights)
   double jitter_ms = 0;        // standard deviation of step_ms from step to step (stragglers)
   std::vector<Bucket> buckets; // in launch order
+  // Each trainable tensor's gradient bytes in registration order: the parameter server's whole-
+  // tensor partitions are cut from these. Empty (a model tandem does not build, --params-m): the
+  // parameter server is assumed to split the bytes evenly, which flatters it (see ps_server_bytes).
+  std::vector<double> param_bytes;
   long long batch_per_rank = 1;
   double total_bytes() const;
 };
@@ -60,7 +70,8 @@ std::string strategy_name(Strategy s);
 struct StrategyOptions {
   Strategy strategy = Strategy::Ddp;
   double wire_factor = 1;  // bytes on the wire per f32 gradient byte: 0.5 for bf16/fp16 compression
-  int ps_servers = 0;      // parameter server: 0 = one server on every rank; >0 = that many dedicated
+  int ps_servers = 0;      // parameter server: K servers on ranks 0..K-1, as train_imagenet --ps-servers K
+                           // (capped at the rank count, as tandem requires K <= N); 0: K = N
   int cores = 0;           // 0: every rank has its own device; >0: all ranks share this many cores
 };
 
@@ -68,7 +79,12 @@ struct StrategyOptions {
 double ring_allreduce_ms(double bytes, int n, const Network& net);
 double reduce_scatter_ms(double bytes, int n, const Network& net);
 double all_gather_ms(double bytes, int n, const Network& net);
-double ps_push_pull_ms(double bytes, int n, int servers, const Network& net);
+// The parameter server's partitions in bytes per server: `param_bytes` (registration order) placed
+// by dist::assign_partitions, the function tandem's parameter server calls, so the busiest server
+// here is the busiest one there. Empty `param_bytes`: `total_bytes` split evenly.
+std::vector<double> ps_server_bytes(const std::vector<double>& param_bytes, int servers, double total_bytes = 0);
+// Push + pull at n ranks with servers on ranks 0..K-1 holding `server_bytes` (K = its size, <= n).
+double ps_push_pull_ms(const std::vector<double>& server_bytes, int n, const Network& net);
 // E[max of n independent standard normals]: exact values for n <= 8, Blom's approximation above.
 double expected_max_normal(int n);
 
@@ -76,11 +92,40 @@ struct Prediction {
   int ranks = 1;
   double step_ms = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0, overlap = 1;
   double straggler_ms = 0;  // waiting for the slowest rank (part of step_ms, not of exposed_ms)
+  double ps_busiest_bytes = 0;  // parameter server: the busiest server's partition (0 otherwise)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };
 
 // Step time, throughput and scaling efficiency (weak scaling: batch_per_rank on every rank,
 // against the same profile at 1 rank) at `ranks` ranks.
 Prediction predict(const StepProfile& p, const Network& net, const StrategyOptions& s, int ranks);
+
+// "Within target": a prediction agrees with a measurement of the same cell when both hold:
+//   step     |predicted - measured| step time <= `step` x the measured step (the 15 %);
+//   exposed  |predicted - measured| exposed communication <= max(`exposed` x the measured exposed
+//            time, `exposed_floor` x the measured step). The predicted side is exposed_ms +
+//            straggler_ms, because tandem's timeline (dist/timeline.h) measures waiting for a
+//            slower rank as exposed communication too.
+// Why this bound: exposed time is a small difference of two noisy times (on a shared CPU its repeats
+// differ by 2x), so 15 % would fail every honest model; but a prediction off by more than half of
+// the measurement has the mechanism wrong (0.1 ms predicted against 4.2 ms measured is 98 % off),
+// and a step time that matches only because compute errors cancel a missing communication term is
+// not a model that works. The floor, 2 % of the step: an error that small moves the step verdict by
+// at most 2 of its 15 points and sits in the step's own noise, so 0.3 ms predicted against 0.05 ms
+// measured in a 30 ms step is not a failure.
+struct Target {
+  double step = 0.15;
+  double exposed = 0.5;
+  double exposed_floor = 0.02;
+};
+struct Verdict {
+  double step_error = 0;            // (predicted - measured) / measured step time
+  double predicted_exposed_ms = 0;  // exposed_ms + straggler_ms
+  double exposed_error_ms = 0;      // predicted_exposed_ms - measured exposed
+  double exposed_bound_ms = 0;      // the largest |exposed_error_ms| that passes
+  bool step_ok = false, exposed_ok = false;
+  bool within() const { return step_ok && exposed_ok; }
+};
+Verdict judge(const Prediction& p, double measured_step_ms, double measured_exposed_ms, const Target& t = {});
 
 }  // namespace tandem::whatif

@@ -8,7 +8,7 @@ A strategy name says how gradients travel; its flags are what train_imagenet nee
   ddp_b<MB>         bucket size <MB> MiB, first bucket min(1, MB) (e.g. ddp_b0.25, ddp_b4)
   zero1, zero2      ZeRO stage 1/2 (--zero 1/2)
   ps                parameter server (--strategy ps --ps-servers 1: one server, on rank 0; the
-                    what-if model gets the same server count, its dedicated-server formula)
+                    what-if model gets the same layout: K servers on ranks 0..K-1 holding whole tensors)
 A strategy that this build of train_imagenet rejects is reported as unavailable, not as a failure,
 so the grid can name strategies before they exist. The what-if model's name for each is whatif_args.
 """
@@ -39,7 +39,7 @@ def flags(strategy):
 
 def whatif_args(strategy):
     """The same strategy in apps/whatif's terms."""
-    if strategy == "ps":  # train_imagenet's one colocated server: rank 0 receives (N-1) pushes at once
+    if strategy == "ps":  # train_imagenet's one server on rank 0: it receives (N-1) pushes at once
         return ["--strategy", "ps", "--ps-servers", "1"]
     if strategy in ("ddp", "ddp_no_overlap", "zero1", "zero2"):
         return ["--strategy", strategy]

@@ -5,7 +5,10 @@
   timeline_<model>_b<batch>  one steady step of the traced N-rank ddp run, per rank: forward,
                              backward and optimizer on the compute row, each bucket's all-reduce
                              (launch to finish) on the comm row - dist/README.md's drawing, from data
-  whatif_vs_measured         predicted vs measured ms/step, with the 15 % band
+  whatif_vs_measured         predicted vs measured ms/step, with the 15 % band; a hollow marker is a
+                             cell whose exposed communication missed its bound (not within target)
+Oversubscribed rank counts (ranks > usable cores) are shaded and labelled on the scaling plot and
+marked on the split plot; a noisy baseline is named in the scaling plot's title (run.py's marks).
 """
 import json
 import os
@@ -56,16 +59,29 @@ def scaling(cells, model, batch, out):
         ax.grid(alpha=0.3)
     ax1.set_ylabel("images/s (all ranks; median, bars min-max)")
     ax1.set_title(f"{model}, batch {batch}/rank: throughput")
+    over = sorted({c["ranks"] for c in cells if c.get("oversubscribed")})
+    for ax in (ax1, ax2):  # ranks > usable cores: the cores time-slice, the curve measures the machine
+        if over:
+            lim = ax.get_xlim()
+            ax.axvspan(min(over) / 2 ** 0.5, max(over) * 2 ** 0.5, color="0.9", zorder=0)
+            ax.set_xlim(lim)
+    if over:
+        ax2.text(min(over), 5, "oversubscribed\n(ranks > cores)", fontsize=7, color="0.35", ha="center")
+    emax = max([100 * c["efficiency"]["max"] for c in cells if c["ranks"] > 1 and c.get("efficiency")] + [100])
     ax2.set_ylabel("scaling efficiency (%)")
-    ax2.set_ylim(0, 115)
+    ax2.set_ylim(0, max(115, emax + 10))  # never clip an efficiency above 100 %: it is a warning sign
     ax2.set_title("efficiency = speedup / ranks")
+    if base.get("baseline_noisy"):
+        ax1.set_title(f"{model}, batch {batch}/rank: throughput\n(noisy 1-rank baseline: spread "
+                      f"{100 * base['spread']:.0f} %; ratios inherit it)", fontsize=9)
     ax1.legend(fontsize=8)
     return save(fig, out, f"scaling_{model}_b{batch}")
 
 
 def split(cells, model, batch, out):
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(cells) + 2), 4.2))
-    labels = [("1 rank" if c["ranks"] == 1 else f"{c['strategy']}\n{c['ranks']} ranks") for c in cells]
+    labels = [("1 rank" if c["ranks"] == 1 else f"{c['strategy']}\n{c['ranks']} ranks") +
+              ("\n(oversub.)" if c.get("oversubscribed") else "") for c in cells]
     x = range(len(cells))
     bottom = [0.0] * len(cells)
     for k, name, col in [("data_ms", "data wait", "#bbbbbb"), ("compute_ms", "compute", COLORS[0]),
@@ -135,6 +151,7 @@ def timeline(trace_path, model, batch, out):
 
 
 def whatif_vs_measured(rows, target, out):
+    """Hollow markers: the step time may sit in the band, but the exposed communication missed its bound."""
     rows = [r for r in rows if r["measured_ms"]]
     if not rows:
         return None
@@ -146,8 +163,12 @@ def whatif_vs_measured(rows, target, out):
     strategies = sorted({r["strategy"] for r in rows})
     for i, s in enumerate(strategies):
         rs = [r for r in rows if r["strategy"] == s]
-        ax.scatter([r["measured_ms"] for r in rs], [r["predicted_ms"] for r in rs], color=COLORS[i % 10], label=s,
-                   marker="os^Dv<>"[i % 7])
+        for hollow in (False, True):
+            sel = [r for r in rs if (r.get("exposed_ok") is False) == hollow]
+            if sel:
+                ax.scatter([r["measured_ms"] for r in sel], [r["predicted_ms"] for r in sel], marker="os^Dv<>"[i % 7],
+                           label=s + (" (exposed comm off)" if hollow else ""),
+                           facecolors="none" if hollow else COLORS[i % 10], edgecolors=COLORS[i % 10])
         for r in rs:
             ax.annotate(f"N={r['ranks']}", (r["measured_ms"], r["predicted_ms"]), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
@@ -179,8 +200,9 @@ def draw_all(study, out):
                                      caption=f"a steady step of the traced {n}-rank ddp run, from its Chrome trace "
                                      f"({t['trace']}, opens in Perfetto)"))
     w = study.get("whatif") or {}
-    p = whatif_vs_measured(w.get("rows", []), w.get("target", 0.15), out)
+    p = whatif_vs_measured(w.get("rows", []), w.get("target") or 0.15, out)
     if p:
         made.append(dict(p, model=None, batch=None, title="What-if vs measured",
-                         caption="each point a (strategy, ranks) cell"))
+                         caption="each point a (strategy, ranks) cell; hollow: its exposed communication missed "
+                                 "the bound, so it is not within target even inside the band"))
     return made

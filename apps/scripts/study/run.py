@@ -5,6 +5,13 @@ x strategies x rank counts; 1 rank is each (model, batch)'s baseline. Every repe
 and all cells back to back, and speedups are taken against the baseline of the same repeat: on a
 shared, noisy machine a ratio of two runs made a minute apart is steadier than either rate.
 Weak scaling: --batch is per rank, so N ranks process N times the images in the same steps.
+
+Honesty marks (report.py prints them next to the cells): a cell is *oversubscribed* when its ranks
+outnumber the cores this study may use (usable_cores: the CPU affinity mask and a cgroup CPU quota,
+not the machine's total), and a (model, batch)'s baseline is *noisy* when its images/s spread
+(max - min) / median over the repeats exceeds NOISY_SPREAD. Both are judged on this machine only:
+with --hostfile the ranks spread over hosts whose cores this script cannot see, so neither mark is set
+for oversubscription.
 """
 import argparse
 import datetime
@@ -20,6 +27,11 @@ import grid  # noqa: E402
 import plots  # noqa: E402
 import report  # noqa: E402
 import validate  # noqa: E402
+
+# A baseline whose repeats spread by more than this (max - min over median images/s) is marked noisy:
+# every speedup and efficiency of its table is a ratio against it. 20 % is the issue's threshold; a
+# quiet machine repeats within a few per cent.
+NOISY_SPREAD = 0.20
 
 
 def parse():
@@ -78,6 +90,7 @@ def main():
     ranks = sorted({int(r) for r in a.ranks.split(",")} - {1})
     batches = [int(b) for b in a.batches.split(",")]
     load_before = open("/proc/loadavg").read().split()[:3]
+    cores, cores_how = usable_cores()
     runner = grid.Runner(a.build, a.out, a.steps, a.image_size, a.hostfile, a.device)
     runs = {}  # (model, batch, strategy, n) -> list of measures; strategy "-" for the 1-rank baseline
     total = len(models) * len(batches) * (1 + len(strategies) * len(ranks)) * a.repeats
@@ -106,11 +119,12 @@ def main():
                 if runner.run(model, "ddp" if s == "-" else s, n, batch, tag, trace=True):
                     traces[f"{model}|{batch}|{s}|{n}"] = {"trace": os.path.join("runs", tag + ".trace.json"),
                                                           "metrics": os.path.join("runs", tag + ".json")}
-    cells = aggregate(runs, a.repeats)
+    cells = aggregate(runs, a.repeats, None if a.hostfile else cores)
     commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     study = {"created": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-             "command": " ".join(sys.argv[1:]), "host": platform.node(), "cores": os.cpu_count(),
+             "command": " ".join(sys.argv[1:]), "host": platform.node(), "cores": cores, "cores_how": cores_how,
+             "machine_cores": os.cpu_count(), "hostfile": a.hostfile, "noisy_spread": NOISY_SPREAD,
              "cpu": cpu_name(), "load_before": load_before, "device": a.device,
              "grid": {"models": models, "strategies": strategies, "ranks": [1] + ranks, "batches": batches,
                       "repeats": a.repeats, "steps": a.steps, "image_size": a.image_size},
@@ -124,8 +138,15 @@ def main():
     print(f"study: wrote {a.out}/study.md, study.json and {len(study['plots'])} plots")
 
 
-def aggregate(runs, repeats):
-    """Median and min-max per cell; speedups against the same repeat's 1-rank baseline."""
+def aggregate(runs, repeats, cores):
+    """Median and min-max per cell; speedups against the same repeat's 1-rank baseline.
+
+    Two speedups can be read off a cell: the median of the per-repeat ratios (`speedup`, what the
+    tables show: each repeat's cell against that repeat's baseline, so load drift between repeats
+    cancels) and the ratio of the two median images/s (`images_ratio`). They agree when the repeats
+    agree; when they differ, the difference is the repeats' disagreement, and report.py says so.
+    `cores`: usable cores on this machine (None: not judged, e.g. --hostfile).
+    """
     cells = []
     for (model, batch, s, n), rs in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "-",
                                                                          kv[0][2], kv[0][3])):
@@ -145,8 +166,38 @@ def aggregate(runs, repeats):
         cell["speedup"] = summarise(speed)
         cell["efficiency"] = summarise([x / n for x in speed])
         cell["speedup_wall"] = summarise(wall_speed)
+        b = summarise([r["images_per_s"] for r in base])
+        cell["images_ratio"] = cell["images_per_s"]["median"] / b["median"] if b and b["median"] else None
+        cell["spread"] = spread(cell["images_per_s"])
+        cell["noisy"] = cell["spread"] > NOISY_SPREAD
+        cell["baseline_noisy"] = bool(b) and spread(b) > NOISY_SPREAD
+        cell["oversubscribed"] = cores is not None and n > cores
         cells.append(cell)
     return cells
+
+
+def spread(summary):
+    """(max - min) / median of a summary: 0.2 means the repeats span 20 % of their median."""
+    return (summary["max"] - summary["min"]) / summary["median"] if summary and summary["median"] else 0.0
+
+
+def usable_cores():
+    """(cores, how): the cores this process may run on - its affinity mask, lowered by a cgroup v2
+    CPU quota (cpu.max) when one is set - which is what mpiexec's ranks share. os.cpu_count() counts
+    the machine's cores, which a container or taskset may not grant."""
+    try:
+        n, how = len(os.sched_getaffinity(0)), "CPU affinity mask"
+    except (AttributeError, OSError):
+        n, how = os.cpu_count() or 1, "os.cpu_count()"
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+        if quota != "max":
+            q = max(1, int(-(-int(quota) // int(period))))  # a quota of 1.5 cores lets 2 run, at 75 %
+            if q < n:
+                n, how = q, f"cgroup CPU quota ({quota}/{period} us)"
+    except (OSError, ValueError):
+        pass
+    return n, how
 
 
 def cpu_name():

@@ -1,0 +1,183 @@
+// layers/weights.cpp: pretrained weights into a model - format, remap, skip, checks, load. See weights.h.
+#include "layers/weights.h"
+
+#include <fnmatch.h>
+
+#include <charconv>
+#include <map>
+#include <set>
+
+#include "layers/checkpoint.h"
+
+namespace tandem {
+
+namespace {
+
+const std::string kOptimizerPrefix = "optimizer.";  // a checkpoint's optimizer entries (checkpoint.h)
+const std::string kBatchesTracked = "num_batches_tracked";
+
+// At most `limit` names, then a count: an error about a 300-tensor model stays readable.
+std::string list(const std::vector<std::string>& names, size_t limit = 12) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > limit) s += ", ... (" + std::to_string(names.size() - limit) + " more)";
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A model tensor as the file holds it: PyTorch's layout (OIHW for conv weights).
+struct Want {
+  Shape file_shape;
+  DType dtype;
+};
+
+std::map<std::string, Want> model_tensors(const Module& m) {
+  const std::vector<std::string> convs = conv_weight_names(m);
+  const std::set<std::string> conv(convs.begin(), convs.end());
+  std::map<std::string, Want> out;
+  for (const auto& [n, t] : m.named_parameters()) {
+    const Shape& s = t.shape();  // conv weights are OHWI in tandem
+    out[n] = {conv.count(n) ? Shape{s[0], s[3], s[1], s[2]} : s, t.dtype()};
+  }
+  for (const auto& [n, t] : m.named_buffers()) out[n] = {t.shape(), t.dtype()};
+  return out;
+}
+
+}  // namespace
+
+bool glob_match(const std::string& pattern, const std::string& name) {
+  return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;  // no FNM_PERIOD/PATHNAME: '*' crosses dots
+}
+
+WeightsRemap strip_prefix(std::string prefix) {
+  return [prefix = std::move(prefix)](const NamedTensors& sd) {
+    NamedTensors out;
+    for (const auto& [n, t] : sd) out.emplace_back(n.rfind(prefix, 0) == 0 ? n.substr(prefix.size()) : n, t);
+    return out;
+  };
+}
+
+WeightsResult load_weights(const std::string& path, Module& model, const WeightsOptions& opt) {
+  safetensors::File file = safetensors::load(path);
+  WeightsResult res;
+  NamedTensors sd;
+  auto format = file.metadata.find("format");
+  if (format != file.metadata.end() && format->second == kCheckpointFormat) {
+    res.format = WeightsFormat::Checkpoint;
+    if (auto st = file.metadata.find("step"); st != file.metadata.end())
+      std::from_chars(st->second.data(), st->second.data() + st->second.size(), res.checkpoint_step);
+    size_t optimizer = 0;
+    for (auto& [n, t] : file.tensors) {
+      if (n.rfind(kOptimizerPrefix, 0) == 0) ++optimizer;
+      else sd.emplace_back(n, std::move(t));
+    }
+    res.notes.push_back("a tandem checkpoint (step " + std::to_string(res.checkpoint_step) + "): its " +
+                        std::to_string(sd.size()) + " model tensors; its " + std::to_string(optimizer) +
+                        " optimizer tensors and the run's position are ignored (resuming restores those)");
+  } else {
+    sd = std::move(file.tensors);
+  }
+  if (opt.remap) sd = opt.remap(sd);
+
+  // Skip patterns take names out of both sides; every pattern must hit something.
+  std::vector<size_t> hits(opt.skip.size(), 0);
+  auto skipped = [&](const std::string& name) {
+    bool any = false;
+    for (size_t i = 0; i < opt.skip.size(); ++i)
+      if (glob_match(opt.skip[i], name)) ++hits[i], any = true;
+    return any;
+  };
+  std::map<std::string, Tensor> have;
+  NamedTensors kept;  // file order
+  for (auto& [n, t] : sd) {
+    if (skipped(n)) {
+      res.dropped.push_back(n);
+      continue;
+    }
+    TANDEM_CHECK(have.emplace(n, t).second, "weights '", path, "' hold two tensors named '", n,
+                 "' (after WeightsOptions::remap): make the mapping give every tensor its own name");
+    kept.emplace_back(n, t);
+  }
+  std::map<std::string, Want> want = model_tensors(model);
+  for (auto it = want.begin(); it != want.end();) {
+    if (skipped(it->first)) {
+      res.skipped.push_back(it->first);
+      it = want.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (size_t i = 0; i < opt.skip.size(); ++i)
+    TANDEM_CHECK(hits[i] > 0, "WeightsOptions::skip pattern '", opt.skip[i], "' matches no tensor in '", path,
+                 "' or in the model: check its spelling against the model's names (e.g. 'fc.*' for fc.weight and "
+                 "fc.bias; '*' also crosses dots)");
+
+  // Compare: names, shapes, dtypes. Nothing is modified until every check has passed.
+  std::vector<std::string> problems, absent_counters;
+  bool shape_problem = false;
+  std::map<std::pair<DType, DType>, int> casts;
+  for (const auto& [n, w] : want) {
+    auto it = have.find(n);
+    if (it == have.end()) {
+      if (ends_with(n, "." + kBatchesTracked) || n == kBatchesTracked) absent_counters.push_back(n);
+      else res.missing.push_back(n);
+      continue;
+    }
+    const Tensor& t = it->second;
+    if (t.shape() != w.file_shape) {
+      shape_problem = true;
+      problems.push_back(n + ": shape " + shape_str(t.shape()) + " in the file but " + shape_str(w.file_shape) +
+                         " in the model" + (t.dim() == 4 ? " (both OIHW)" : ""));
+    }
+    if (t.dtype() != w.dtype) {
+      if (is_floating(t.dtype()) && is_floating(w.dtype)) ++casts[{t.dtype(), w.dtype}];
+      else
+        problems.push_back(n + ": dtype " + dtype_name(t.dtype()) + " in the file but " + dtype_name(w.dtype) +
+                           " in the model (only floating tensors are cast)");
+    }
+  }
+  for (const auto& [n, t] : kept)
+    if (!want.count(n)) res.unexpected.push_back(n);
+  if (opt.strict) {
+    if (!res.missing.empty()) problems.push_back("missing from the file: " + list(res.missing));
+    if (!res.unexpected.empty()) problems.push_back("in the file but not in the model: " + list(res.unexpected));
+  }
+  if (!problems.empty()) {
+    std::string msg;
+    for (const std::string& p : problems) msg += "\n  " + p;
+    const bool names = opt.strict && (!res.missing.empty() || !res.unexpected.empty());
+    TANDEM_THROW("cannot load weights '", path, "' into the ", model.type_name(), " model (nothing was changed):", msg,
+                 shape_problem ? "\nA shape that differs is usually a classifier head with another number of classes: "
+                                 "drop it from both sides with WeightsOptions::skip (\"fc.*\" for a ResNet, "
+                                 "\"classifier.6.*\" for VGG and AlexNet) and it keeps its fresh initialisation."
+                               : "",
+                 names ? "\nFor names the file and the model do not share: skip them (WeightsOptions::skip), map the "
+                         "file's names (WeightsOptions::remap, e.g. strip_prefix(\"module.\") for a DDP-wrapped save, "
+                         "or the encoder's Hugging Face mapping), or load non-strictly (WeightsOptions::strict = false)."
+                       : "");
+  }
+
+  NamedTensors load;
+  for (const auto& [n, t] : kept)
+    if (want.count(n)) load.emplace_back(n, t), res.loaded.push_back(n);
+  LoadOptions lo;
+  lo.strict = false;  // skipped and absent counters are "missing" to it; the checks above decided
+  lo.cast = true;
+  lo.source = "weights '" + path + "'";
+  load_state_dict(model, load, lo);
+
+  for (const auto& [fromto, count] : casts)
+    res.notes.push_back("cast " + std::to_string(count) + " tensors from " + dtype_name(fromto.first) + " to " +
+                        dtype_name(fromto.second) + ", the model's dtype");
+  if (!absent_counters.empty())
+    res.notes.push_back(std::to_string(absent_counters.size()) + " BatchNorm " + kBatchesTracked +
+                        " counters are not in the file (saved before PyTorch 0.4.1 added them): left as they were, "
+                        "as PyTorch does");
+  if (!res.skipped.empty()) res.notes.push_back("kept at their initial values (skipped): " + list(res.skipped));
+  return res;
+}
+
+}  // namespace tandem
