@@ -41,6 +41,8 @@
 //
 // Ranks: only the writing rank (rank 0) calls CheckpointDir::open and write; the caller broadcasts
 // the run id and resume path to the other ranks and makes a refusal stop every rank.
+// Messages name the apps' flags: --checkpoint-dir, --resume, --overwrite-checkpoints (overwrite)
+// and --run-id (run_id); the apps' wiring adds the last two.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -84,7 +86,8 @@ int prune_checkpoints(const std::string& dir, int keep, const std::string& run_i
 // text and what to do. Returns whether dir existed before.
 bool ensure_writable(const std::string& dir);
 // Removes the temporaries of dead writers (checkpoint_*.tmp.* and probe temporaries; see
-// safetensors::is_temp_name). Only call while holding the folder's lock. Returns the removed names.
+// safetensors::is_temp_name). Only call while holding the folder's lock and before this job writes
+// into the folder (a write in flight has a temporary too). Returns the removed names.
 std::vector<std::string> remove_dead_temporaries(const std::string& dir);
 // "" when a fresh start into dir is fine; else the refusal: the files there, their runs, and what
 // to do. `listing` is list_checkpoints(dir).
