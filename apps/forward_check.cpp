@@ -26,7 +26,7 @@ namespace {
 LoadResult load_weights(const std::string& path, Module& model) {
   safetensors::File f = safetensors::load(path);
   auto format = f.metadata.find("format");
-  if (format == f.metadata.end() || format->second != kCheckpointFormat) return load_model(path, model);
+  if (format == f.metadata.end() || !is_checkpoint_format(format->second)) return load_model(path, model);
   Checkpoint ck = read_checkpoint(path);
   LoadOptions opt;
   opt.source = "checkpoint '" + path + "'";

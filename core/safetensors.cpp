@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 namespace tandem::safetensors {
@@ -80,6 +82,22 @@ const Tensor& File::at(const std::string& name) const {
   TANDEM_THROW("no tensor named '", name, "' in the file (it holds ", tensors.size(), " tensors: ", have, ")");
 }
 
+std::string temp_path(const std::string& path) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown-host");
+  std::string h = host;
+  for (char& c : h)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  return path + ".tmp." + h + "." + std::to_string(::getpid());
+}
+
+bool is_temp_name(const std::string& filename) {
+  // "<name>.tmp.<host>.<pid>" or 0.1's "<name>.tmp.<pid>": a non-empty name, ".tmp.", an optional
+  // host part, and the pid's digits at the end.
+  static const std::regex re(R"(.+\.tmp\.([A-Za-z0-9._-]+\.)?[0-9]+)");
+  return std::regex_match(filename, re);
+}
+
 void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
   // Host copies first: a GPU tensor's bytes are only readable after a device-to-host copy.
   std::vector<Tensor> host;
@@ -100,7 +118,13 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
 
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();  // strict UTF-8: a name PyTorch's reader would reject is refused here, not there
+  } catch (const json::type_error&) {
+    TANDEM_THROW("cannot save '", path, "': a tensor name or metadata value is not valid UTF-8, which the "
+                 "format's JSON header cannot hold. Rename it.");
+  }
   // Pad with spaces (valid JSON whitespace) so the data section, and so every tensor written at an
   // offset that is a multiple of its element size, starts 8-byte aligned in the file.
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');
@@ -108,7 +132,7 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = temp_path(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TANDEM_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno),
                ". Check that the directory exists and is writable.");
@@ -132,37 +156,74 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
   fsync_directory(path);
 }
 
-File load(const std::string& path) {
-  // Every message names the file; `bad` adds the common advice for a damaged file.
+namespace {
+const char* const kBad = " The file is corrupt or not a safetensors file: re-create it (or re-export it with "
+                         "safetensors.torch.save_file).";
+
+// A validated header: the file's size, the JSON header's length and the parsed JSON object.
+struct Header {
+  uint64_t size = 0;
+  uint64_t n = 0;
+  json j;
+};
+
+// Opens `path` into `in` and reads its length field and JSON header, checking both before trusting
+// them; `in` is left at the start of the data section.
+Header read_header(std::ifstream& in, const std::string& path) {
   const std::string where = "'" + path + "'";
-  const char* bad = " The file is corrupt or not a safetensors file: re-create it (or re-export it with "
-                    "safetensors.torch.save_file).";
+  Header h;
   std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
+  h.size = std::filesystem::file_size(path, ec);
   TANDEM_CHECK(!ec, "cannot read ", where, ": ", ec.message(), ". Check the path.");
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   TANDEM_CHECK(in, "cannot open ", where, ": ", std::strerror(errno), ". Check the path and its permissions.");
 
-  TANDEM_CHECK(size >= 8, where, " is ", size, " bytes long, shorter than the 8-byte header length.", bad);
+  TANDEM_CHECK(h.size >= 8, where, " is ", h.size, " bytes long, shorter than the 8-byte header length.", kBad);
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
-  TANDEM_CHECK(n <= kMaxHeaderBytes, where, " declares a ", n, "-byte JSON header (limit ", kMaxHeaderBytes,
-               ").", bad);
-  TANDEM_CHECK(n <= size - 8, where, " declares a ", n, "-byte JSON header but only ", size - 8,
-               " bytes follow: the file is truncated.", bad);
-  std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  TANDEM_CHECK(in, "reading the header of ", where, " failed.", bad);
-
-  json header;
+  for (int i = 0; i < 8; ++i) h.n |= static_cast<uint64_t>(len[i]) << (8 * i);
+  TANDEM_CHECK(h.n <= kMaxHeaderBytes, where, " declares a ", h.n, "-byte JSON header (limit ", kMaxHeaderBytes,
+               ").", kBad);
+  TANDEM_CHECK(h.n <= h.size - 8, where, " declares a ", h.n, "-byte JSON header but only ", h.size - 8,
+               " bytes follow: the file is truncated.", kBad);
+  std::string text(h.n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(h.n));
+  TANDEM_CHECK(in, "reading the header of ", where, " failed.", kBad);
   try {
-    header = json::parse(text);
+    h.j = json::parse(text);
   } catch (const json::parse_error& e) {
-    TANDEM_THROW("the JSON header of ", where, " does not parse (", e.what(), ").", bad);
+    TANDEM_THROW("the JSON header of ", where, " does not parse (", e.what(), ").", kBad);
   }
-  TANDEM_CHECK(header.is_object(), "the JSON header of ", where, " is not an object.", bad);
+  TANDEM_CHECK(h.j.is_object(), "the JSON header of ", where, " is not an object.", kBad);
+  return h;
+}
+
+Metadata parse_metadata(const json& v, const std::string& where) {
+  TANDEM_CHECK(v.is_object(), where, ": __metadata__ must be an object of strings.", kBad);
+  Metadata m;
+  for (const auto& [k, s] : v.items()) {
+    TANDEM_CHECK(s.is_string(), where, ": __metadata__ value for '", k, "' is not a string.", kBad);
+    m[k] = s.get<std::string>();
+  }
+  return m;
+}
+}  // namespace
+
+Metadata read_metadata(const std::string& path) {
+  std::ifstream in;
+  Header h = read_header(in, path);
+  auto it = h.j.find("__metadata__");
+  return it == h.j.end() ? Metadata{} : parse_metadata(*it, "'" + path + "'");
+}
+
+File load(const std::string& path) {
+  // Every message names the file; kBad adds the common advice for a damaged file.
+  const std::string where = "'" + path + "'";
+  const char* bad = kBad;
+  std::ifstream in;
+  const Header hd = read_header(in, path);
+  const uint64_t size = hd.size, n = hd.n;
+  const json& header = hd.j;
 
   File out;
   const uint64_t data_size = size - 8 - n;
@@ -175,11 +236,7 @@ File load(const std::string& path) {
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
-      TANDEM_CHECK(v.is_object(), where, ": __metadata__ must be an object of strings.", bad);
-      for (const auto& [k, s] : v.items()) {
-        TANDEM_CHECK(s.is_string(), where, ": __metadata__ value for '", k, "' is not a string.", bad);
-        out.metadata[k] = s.get<std::string>();
-      }
+      out.metadata = parse_metadata(v, where);
       continue;
     }
     const std::string ctx = where + ", tensor '" + name + "'";

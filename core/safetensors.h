@@ -10,10 +10,16 @@
 // What this file does:
 //   - save(): writes host copies of the tensors (GPU tensors are copied to the host first), pads
 //     the header with spaces to a multiple of 8 bytes (so every tensor starts 8-byte aligned),
-//     and writes atomically: path + ".tmp.<pid>", fsync, rename, fsync of the directory. A crash
-//     leaves either the old file or the new one, never a torn one.
+//     and writes atomically: the bytes go to temp_path(path) ("<path>.tmp.<host>.<pid>"), which is
+//     fsynced, then renamed over `path`, then the directory is fsynced. The first fsync is what
+//     makes the rename safe: without it a power loss can leave `path` renamed but empty (ext4 and
+//     XFS may commit the rename before the data). A crash leaves either the old file or the new
+//     one, never a torn one - plus, possibly, the temporary, which is_temp_name() recognises so a
+//     folder's owner can remove it (layers/checkpoint_dir.h does, at start-up).
 //   - load(): validates everything before trusting it (length, JSON, dtypes, shapes, offsets,
 //     coverage) and returns CPU tensors. Every error names the file and says what to do.
+//   - read_metadata(): the header only (the 8-byte length and the JSON), for listing a folder of
+//     large files without reading their tensors.
 // What it leaves out: tensor layouts (conv OIHW vs OHWI is layers/state_dict's concern), lazy or
 // memory-mapped loading (checkpoints here are at most a few hundred MB), and dtypes tandem has no
 // tensor type for (BOOL, U8, I8, I16, F8...): such files are rejected with the list of supported ones.
@@ -53,6 +59,19 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
 
 // Reads and validates `path`. All tensors are returned on the CPU.
 File load(const std::string& path);
+
+// Reads only the header of `path` and returns its __metadata__ (empty when it has none). Validates
+// the length field, the JSON and that metadata values are strings; the tensors are not checked
+// (load() does that), so a file whose data section is damaged may still pass.
+Metadata read_metadata(const std::string& path);
+
+// The name save() writes `path` under before renaming it: "<path>.tmp.<host>.<pid>". The host is
+// part of it so two machines writing into one shared folder never share a temporary (pids repeat
+// across machines); characters other than [A-Za-z0-9._-] in the host name become '_'.
+std::string temp_path(const std::string& path);
+// Whether a file name (no folder) is such a temporary: "<name>.tmp.<host>.<pid>", or the
+// "<name>.tmp.<pid>" of tandem 0.1's writer.
+bool is_temp_name(const std::string& filename);
 
 // The limit on the JSON header's size. The real format caps it at 100 MB as well; a larger value
 // means the file is not safetensors (or is corrupt), and refusing avoids a huge allocation.

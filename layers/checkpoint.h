@@ -7,23 +7,46 @@
 //                            named by the optimizer; this file does not interpret them, except
 //                            that state named "<conv weight>.<x>" with the weight's shape is
 //                            stored OIHW like the weight, so every tensor is in PyTorch's layout
-//   __metadata__             strings: format, tandem_version, model, step, epoch, world_size,
-//                            data.sampler_epoch, data.index_in_epoch, rng.<name>.seed/.offset,
-//                            and any extra.<key> the caller adds (e.g. the LR schedule's settings)
+//   __metadata__             strings (safetensors allows nothing else, and PyTorch reads them as
+//                            a dict of str): format, tandem_version, run_id, saved_at, model, step,
+//                            epoch, world_size, data.sampler_epoch, data.index_in_epoch,
+//                            data.samples, data.epoch_offset, data.global_batch, data.classes (a
+//                            JSON array of strings), rng.<name>.seed/.offset, and any extra.<key>
+//                            the caller adds (e.g. the LR schedule's settings)
 //
 // Exact resume: parameters, buffers and optimizer tensors are stored bit for bit; the LR schedule
 // is a function of `step`; every random stream is a Generator (seed + counter offset, see
 // core/random.h) restored exactly; the data order is a function of (seed, sampler epoch) and the
-// position inside the epoch is `index_in_epoch`. Together these make "K steps" and "K/2 steps, save,
-// resume, K/2 steps" bit-identical (tests/test_resume.cpp).
+// position inside the epoch is `epoch_offset`, counted in samples of the epoch's global order (so
+// it means the same on any world size and batch; `index_in_epoch` is the per-rank count the apps
+// resumed by before, valid only at the same world size). Together these make "K steps" and "K/2
+// steps, save, resume, K/2 steps" bit-identical (tests/test_resume.cpp).
+//
+// Formats. "tandem-checkpoint-2" (written now) adds run_id, saved_at, data.samples,
+// data.epoch_offset, data.global_batch and data.classes to "tandem-checkpoint-1", which still
+// loads, with the new fields derived where the old ones allow:
+//   run_id        ""  (the file belongs to no named run: layers/checkpoint_dir.h never prunes it
+//                  for a named run, and a run resumed from it gets a new id)
+//   saved_at      ""  (checkpoint_dir.h falls back to the file's modification time)
+//   epoch_offset  index_in_epoch x world_size: every rank had read index_in_epoch samples of its
+//                 strided shard, so together the ranks had consumed that prefix of the epoch's
+//                 global order (data/sampler.h's prefix property)
+//   global_batch  extra.batch_per_rank x world_size when the file has it (train_encoder wrote it),
+//                 else 0 (unknown)
+//   samples       step x global_batch when global_batch is known (both loaders drop the last
+//                 partial batch, so every step took a full global batch), else -1 (unknown)
+//   classes       empty
 //
 // The optimizer's state is passed as named tensors so this library stays below optim/ in the
 // dependency order (layers -> core only); the app converts to and from its optimizer.
+// Naming, listing, pruning and owning a folder of checkpoints: layers/checkpoint_dir.h.
 // Left out: ZeRO-sharded optimizer state (a checkpoint holds the full state) and async saving.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "layers/state_dict.h"
 
@@ -32,7 +55,11 @@ namespace tandem {
 // Keep in step with project(tandem VERSION ...) in the top-level CMakeLists.txt.
 inline constexpr const char* kTandemVersion = "0.1";
 // Written as __metadata__["format"]; bump when the meaning of a field changes.
-inline constexpr const char* kCheckpointFormat = "tandem-checkpoint-1";
+inline constexpr const char* kCheckpointFormat = "tandem-checkpoint-2";
+// The earlier format, still read (see "Formats" above).
+inline constexpr const char* kCheckpointFormat1 = "tandem-checkpoint-1";
+// Whether a file's __metadata__["format"] is a training checkpoint this version reads.
+bool is_checkpoint_format(const std::string& format);
 
 struct GeneratorState {
   uint64_t seed = 0;
@@ -41,16 +68,45 @@ struct GeneratorState {
 
 // Where a run stands. Written on rank 0; identical on every rank by construction.
 struct TrainState {
+  // The run this checkpoint belongs to: 32 hex digits (128 random bits, new_run_id()), made by a
+  // fresh start and kept across resumes. "" for format-1 files and callers that set none.
+  std::string run_id;
   int64_t step = 0;             // optimizer steps completed since the start of training
   int64_t epoch = 0;            // the epoch the next step belongs to
   int64_t sampler_epoch = 0;    // the epoch the data sampler was set to (its shuffle seed)
-  int64_t index_in_epoch = 0;   // samples this rank has consumed in sampler_epoch (0 at an epoch end)
+  // Progress in samples, the world-size-independent position:
+  int64_t samples = 0;          // global samples consumed since the start of training (-1: unknown,
+                                // format-1 files without the batch size)
+  int64_t epoch_offset = 0;     // positions of sampler_epoch's global order consumed (the sampler's
+                                // prefix); 0 at an epoch end. Written as index_in_epoch x world_size
+                                // when the caller leaves it 0 and sets index_in_epoch.
+  int64_t global_batch = 0;     // samples per optimizer step over all ranks at save time (0: unknown)
+  int64_t index_in_epoch = 0;   // samples this rank has consumed in sampler_epoch (0 at an epoch end);
+                                // the per-rank form of epoch_offset, kept while the apps resume by it
   int64_t world_size = 1;       // ranks that wrote it; index_in_epoch only means something at this size
   std::string model;            // --model name, e.g. "resnet50"
+  // The data set's class names in label order (train/'s folder names); empty for data sets without
+  // names. Stored as a JSON array, so any name (commas, quotes, any UTF-8) round-trips; a name that
+  // is not valid UTF-8 is refused at save time.
+  std::vector<std::string> classes;
   std::string tandem_version = kTandemVersion;
+  // When the file was written: UTC, ISO 8601 with microseconds ("2026-11-25T10:00:00.123456Z").
+  // save_checkpoint stamps it (the caller's value is ignored); read from the file otherwise.
+  std::string saved_at;
   std::map<std::string, GeneratorState> rng;    // named random streams, e.g. "default"
   std::map<std::string, std::string> extra;     // free-form settings (stored as extra.<key>)
 };
+
+// `t` as saved_at writes it: UTC, ISO 8601 with microseconds. Fixed width, so the strings sort
+// in time order.
+std::string utc_timestamp(std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
+
+// Run ids end up in file metadata, lock files and messages: 1 to 64 letters, digits, '.', '_', '-'.
+bool is_valid_run_id(const std::string& id);
+
+// A fresh run id: 32 lowercase hex digits from the OS's random source (std::random_device reads
+// /dev/urandom on Linux). 128 bits, so ids of independent runs do not collide in practice.
+std::string new_run_id();
 
 struct Checkpoint {
   NamedTensors model;      // PyTorch names and layouts: pass to load_state_dict
@@ -68,20 +124,17 @@ void save_checkpoint(const std::string& path, const Module& model, const NamedTe
 // checkpoint or a field is malformed.
 Checkpoint read_checkpoint(const std::string& path);
 
+// The TrainState alone, from the file's header (its tensors are not read): for listing a folder of
+// checkpoints. Same checks and format-1 derivations as read_checkpoint.
+TrainState read_train_state(const std::string& path);
+
 // read_checkpoint + load_state_dict(model, ..., strict) with the file named in errors, and the
 // optimizer state of conv weights converted back to tandem's OHWI layout.
 Checkpoint load_checkpoint(const std::string& path, Module& model);
 
-// "<dir>/checkpoint_epoch<N>.safetensors" and the newest such file in dir ("" when none).
-std::string checkpoint_path(const std::string& dir, int64_t epoch);
-std::string latest_checkpoint(const std::string& dir);
-// Deletes all but the `keep` newest checkpoints in dir (keep <= 0: keeps all). Returns how many
-// were removed. Only called after a new checkpoint was written (atomically), so the newest is safe.
-int prune_checkpoints(const std::string& dir, int keep);
-
 // Failure drills only (TANDEM_FAULT=0:S:crash-in-checkpoint, apps/train/faults.h): when a hook is
 // set, save_checkpoint leaves what a process killed mid-write leaves - half of the file's bytes
-// under the atomic writer's temporary name ("<path>.tmp.<pid>") and no file at `path` - and calls
+// under the atomic writer's temporary name (safetensors::temp_path) and no file at `path` - and calls
 // the hook with that temporary name. The hook is expected to end the process; if it returns,
 // save_checkpoint throws. nullptr (the default) turns it off.
 using CheckpointCrashHook = void (*)(const std::string& partial_path);

@@ -279,3 +279,37 @@ TEST_CASE("an OIHW conv weight written by hand loads as OHWI, element by element
   CHECK(f.at("conv1.weight").shape() == Shape{O, I, K, K});
   CHECK(f.at("conv1.weight").to_vector() == oihw);
 }
+
+TEST_CASE("temporaries are named <path>.tmp.<host>.<pid> and recognised, 0.1's <path>.tmp.<pid> too") {
+  const std::string t = safetensors::temp_path("/d/checkpoint_epoch3.safetensors");
+  CHECK(t.rfind("/d/checkpoint_epoch3.safetensors.tmp.", 0) == 0);
+  CHECK(t.ends_with("." + std::to_string(::getpid())));
+  CHECK(t.find('/', 3) == std::string::npos);  // the host part adds no folder
+  CHECK(safetensors::is_temp_name(fs::path(t).filename().string()));
+  CHECK(safetensors::is_temp_name("checkpoint_step5.safetensors.tmp.1234"));
+  CHECK(safetensors::is_temp_name("c.safetensors.tmp.node-7.cluster.org.99"));
+  for (const char* n : {"checkpoint_step5.safetensors", "c.tmp.", "c.tmp.host", ".tmp.12", "c.tmp.host.12x"})
+    CHECK_FALSE(safetensors::is_temp_name(n));
+}
+
+TEST_CASE("read_metadata reads the header only") {
+  TempDir dir;
+  const std::string p = dir.file("m.safetensors");
+  safetensors::save(p, {{"w", Tensor::ones({64})}}, {{"format", "x"}, {"step", "3"}});
+  const std::string bytes = read_bytes(p);
+  write_bytes(p, bytes.substr(0, bytes.size() - 100));  // the data section is cut short
+  CHECK(safetensors::read_metadata(p) == safetensors::Metadata{{"format", "x"}, {"step", "3"}});
+  CHECK(load_error(p).find("outside") != std::string::npos);  // load() still sees the damage
+  safetensors::save(p, {{"w", Tensor::ones({1})}});
+  CHECK(safetensors::read_metadata(p).empty());
+  write_bytes(p, make_file(R"({"__metadata__":{"step":3}})", ""));
+  CHECK_THROWS_WITH_AS(safetensors::read_metadata(p), doctest::Contains("is not a string"), Error);
+  CHECK_THROWS_WITH_AS(safetensors::read_metadata(dir.file("absent")), doctest::Contains("cannot read"), Error);
+}
+
+TEST_CASE("a name or metadata value that is not UTF-8 is refused at save, with the file named") {
+  TempDir dir;
+  CHECK_THROWS_WITH_AS(safetensors::save(dir.file("u"), {{"x", Tensor::ones({1})}}, {{"k", "\xff"}}),
+                       doctest::Contains("is not valid UTF-8"), Error);
+  CHECK(!fs::exists(dir.file("u")));
+}

@@ -6,11 +6,12 @@
 
 #include "apps/train/setup.h"  // defines: Training
 #include "core/random.h"       // defines: default_generator (saved and restored)
+#include "layers/checkpoint_dir.h"  // defines: checkpoint_path, latest_checkpoint, prune_checkpoints
 
 namespace tandem::apps {
 
 std::string resume_path(const TrainOptions& o) {
-  return o.resume == "auto" ? latest_checkpoint(o.checkpoint_dir) : o.resume;
+  return o.resume == "auto" ? latest_checkpoint(o.checkpoint_dir, /*run_id=*/"") : o.resume;
 }
 
 Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w) {
@@ -55,7 +56,7 @@ bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, 
     opt_state.insert(opt_state.end(), amp.begin(), amp.end());
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
-    prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
+    prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints, s.run_id, path);
   }
   return true;
 }

@@ -8,7 +8,8 @@
 namespace tandem::testing {
 
 // The files at `a` and `b` hold the same tensors in the same order, with identical bytes, and the
-// same metadata. Names the first tensor that differs.
+// same metadata except saved_at and run_id (two runs, two clocks, two ids). Names the first tensor
+// that differs.
 void check_identical_checkpoints(const std::string& a, const std::string& b);
 
 }  // namespace tandem::testing

@@ -1,0 +1,144 @@
+// layers/checkpoint_dir.h: a checkpoint folder owned by its run - names, listing, the newest file
+// of a run, pruning, the start-up checks, and CheckpointDir, which does them in order.
+//
+// Ownership. Every checkpoint names its run (TrainState::run_id, 128 random bits made by a fresh
+// start and kept across resumes). Pruning keeps the newest `keep` files of the writing run and
+// never touches another run's file, an unreadable file or the file just written. So a fresh run
+// into a folder that holds an older run's higher-numbered files keeps its own (issue 20, defect 1:
+// pruning by epoch number deleted the new run's file and --resume auto then continued the old run).
+//
+// Newest = most recently saved: TrainState::saved_at (the writer's UTC clock; for format-1 files,
+// which lack it, the file's modification time), then step, then name. Not the highest step: a run
+// resumed from an earlier checkpoint of its own continues from there, and its own later files
+// belong to the line it abandoned.
+//
+// Names. Epoch-end and mid-epoch checkpoints never share a name (a mid-epoch save used to replace
+// the epoch-end file of the same epoch number):
+//   checkpoint_epoch<E>.safetensors           at the end of an epoch: E epochs done (state.epoch = E)
+//   checkpoint_epoch<E>_step<S>.safetensors   inside epoch E (0-based), after S steps
+//   checkpoint_step<S>.safetensors            train_encoder's, named by step
+// Files in the folder that are not named checkpoint_*.safetensors are never listed or touched.
+//
+// --resume auto, the rule when the folder holds several runs' files:
+//   1. a run id given (CheckpointDirOptions::run_id): that run's newest;
+//   2. else the run that last committed to the folder, as its lock file records it (".lock"'s
+//      last_run, checkpoint_lock.h): that run's newest - other runs' files are ignored;
+//   3. else (a folder without a record: written by tandem 0.1 or copied): the newest file when all
+//      readable files belong to one run; several runs are refused, naming each run and its newest
+//      file, since picking one by time could continue the wrong run.
+//   When nothing is found, resume_auto_found_nothing gives the one line the apps print, and the job
+//   starts a new run (that is what a requeue script that always passes --resume auto wants on its
+//   first launch).
+// A fresh start (no resume) into a folder holding other checkpoints is refused, listing them,
+// unless overwrite is set. With overwrite the old files stay untouched: the new run never prunes
+// them and --resume auto follows the new run (rule 2); only a file of the same name is replaced
+// when the new run writes it.
+//
+// Start-up checks (before any training, so a bad folder fails in seconds, not after an epoch):
+// the folder is created, a probe file is written, fsynced and removed (errors name the path, the
+// errno text and what to do), the lock is taken, and temporaries of dead writers are removed -
+// while the lock is held, every checkpoint_*.tmp.* and probe temporary in the folder is one.
+//
+// Ranks: only the writing rank (rank 0) calls CheckpointDir::open and write; the caller broadcasts
+// the run id and resume path to the other ranks and makes a refusal stop every rank.
+// Messages name the apps' flags: --checkpoint-dir, --resume, --overwrite-checkpoints (overwrite)
+// and --run-id (run_id); the apps' wiring adds the last two.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layers/checkpoint.h"
+#include "layers/checkpoint_lock.h"
+
+namespace tandem {
+
+// ---- names ----
+std::string checkpoint_path(const std::string& dir, int64_t epoch);                              // epoch end
+std::string mid_epoch_checkpoint_path(const std::string& dir, int64_t epoch, int64_t step);
+std::string step_checkpoint_path(const std::string& dir, int64_t step);                          // train_encoder
+enum class CheckpointNaming { epoch, step };
+// The name for `s`: step naming, or epoch naming - the epoch-end name when the state is at an epoch
+// boundary (epoch_offset and index_in_epoch 0), the mid-epoch name otherwise.
+std::string checkpoint_path_for(const std::string& dir, const TrainState& s, CheckpointNaming naming);
+// checkpoint_*.safetensors (a file name, no folder).
+bool is_checkpoint_name(const std::string& filename);
+
+// ---- listing ----
+struct CheckpointInfo {
+  std::string path;
+  bool readable = false;   // false: the header did not parse as a tandem checkpoint (`error` says why)
+  std::string error;
+  TrainState state;        // from the header; the tensors are not read. Valid when readable.
+  std::string saved_at;    // state.saved_at, or the file's modification time when the file lacks it
+};
+// The checkpoint_*.safetensors files in dir (none when dir does not exist): readable ones newest
+// first, then the unreadable ones by name.
+std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
+// The newest readable checkpoint of run `run_id` ("" names the files without a run id), "" when none.
+std::string latest_checkpoint(const std::string& dir, const std::string& run_id);
+// Removes all but the `keep` newest of run_id's readable checkpoints (keep <= 0: keeps all).
+// `just_written` is never removed and counts as one of the kept. Returns how many were removed.
+int prune_checkpoints(const std::string& dir, int keep, const std::string& run_id, const std::string& just_written);
+
+// ---- start-up checks ----
+// Creates dir and writes, fsyncs and removes a probe file in it; throws naming the path, the errno
+// text and what to do. Returns whether dir existed before.
+bool ensure_writable(const std::string& dir);
+// Removes the temporaries of dead writers (checkpoint_*.tmp.* and probe temporaries; see
+// safetensors::is_temp_name). Only call while holding the folder's lock and before this job writes
+// into the folder (a write in flight has a temporary too). Returns the removed names.
+std::vector<std::string> remove_dead_temporaries(const std::string& dir);
+// "" when a fresh start into dir is fine; else the refusal: the files there, their runs, and what
+// to do. `listing` is list_checkpoints(dir).
+std::string fresh_start_refusal(const std::string& dir, const std::vector<CheckpointInfo>& listing);
+
+// --resume auto's choice (see the rule above). Throws when rule 3 finds several runs.
+struct ResumeChoice {
+  std::string path;     // "" when nothing was found
+  std::string run_id;   // the chosen file's run id
+};
+ResumeChoice choose_resume_auto(const std::string& dir, const std::vector<CheckpointInfo>& listing,
+                                const std::string& run_id, const std::string& folder_run);
+// The one line the apps print when --resume auto finds nothing: names the folder (and that it did
+// not exist, for a mistyped path), the run looked for and the other files left alone.
+std::string resume_auto_found_nothing(const std::string& dir, bool dir_existed, const std::string& run_id,
+                                      const std::vector<CheckpointInfo>& listing);
+
+// ---- the folder, owned for one run ----
+struct CheckpointDirOptions {
+  std::string dir;               // required
+  std::string resume;            // "": fresh start; "auto": see the rule above; else a checkpoint file
+  std::string run_id;            // "": new (fresh start) or the resumed file's. Set: this run's id, and
+                                 // --resume auto looks for it (a requeue script that names its run)
+  bool overwrite = false;        // allow a fresh start into a folder holding other checkpoints
+  int keep = 0;                  // newest checkpoints of this run to keep (0: all)
+  CheckpointNaming naming = CheckpointNaming::epoch;
+  std::string program;           // names this job in the lock record (e.g. "train_imagenet")
+  bool use_flock = true;         // see FolderLockOptions
+};
+
+class CheckpointDir {
+ public:
+  // Runs the start-up checks, takes the lock and decides fresh start or resume; throws on refusal.
+  static CheckpointDir open(const CheckpointDirOptions& o);
+
+  const std::string& dir() const { return o_.dir; }
+  const std::string& run_id() const { return run_id_; }
+  // The checkpoint to resume from ("" : fresh start).
+  const std::string& resume_path() const { return resume_path_; }
+  // Lines for the log: a stale lock taken over, temporaries removed, --resume auto found nothing.
+  const std::vector<std::string>& notes() const { return notes_; }
+
+  // Writes the checkpoint for `s` (its run_id is set to this run's), then prunes this run's older
+  // files. Returns the path written.
+  std::string write(const Module& model, const NamedTensors& optimizer_state, TrainState s);
+
+ private:
+  CheckpointDirOptions o_;
+  FolderLock lock_;
+  std::string run_id_, resume_path_;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,177 @@
+// tests/test_checkpoint_lock.cpp: the checkpoint folder's lock (layers/checkpoint_lock.h). A child
+// process holds it and a second holder is refused with a message naming the first; a holder killed
+// with SIGKILL leaves a stale record that the next job takes over with a note; the record alone
+// (flock off) refuses a live holder, takes over a dead or reused pid, and refuses an unverifiable
+// holder on another machine.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint_test_util.h"
+#include "core/check.h"
+#include "layers/checkpoint_lock.h"
+
+using namespace tandem;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A child process that takes the lock (run "childrun") and holds it until killed. Returns its pid
+// once it holds the lock.
+pid_t child_holding(const std::string& dir) {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(p[0]);
+    char ok = '0';
+    try {
+      FolderLockOptions o;
+      o.program = "child";
+      o.run_id = "childrun";
+      FolderLock l = FolderLock::acquire(dir, o);
+      ok = '1';
+      (void)!::write(p[1], &ok, 1);
+      for (;;) ::pause();  // until SIGKILL: the lock is never released
+    } catch (...) {
+    }
+    (void)!::write(p[1], &ok, 1);
+    ::_exit(1);
+  }
+  ::close(p[1]);
+  char ok = 0;
+  REQUIRE(::read(p[0], &ok, 1) == 1);
+  ::close(p[0]);
+  REQUIRE(ok == '1');
+  return pid;
+}
+
+void kill_and_reap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+// Writes a record by hand, as a holder that never released it.
+void write_record(const std::string& dir, const LockHolder& h) {
+  nlohmann::json j = {{"host", h.host}, {"pid", h.pid}, {"program", "other"}, {"run_id", "r1"},
+                      {"since", "2026-01-01T00:00:00.000000Z"}, {"boot_id", h.boot_id},
+                      {"start_ticks", h.start_ticks}, {"last_run", "r1"}, {"released", false}};
+  std::ofstream(dir + "/.lock") << j.dump();
+}
+}  // namespace
+
+TEST_CASE("a second holder is refused, naming the first; a killed holder's lock is taken over with a note") {
+  ckpt_test::Scratch dir("lock");
+  const pid_t child = child_holding(dir.str());
+  FolderLockOptions o;
+  o.program = "parent";
+  const std::string e = error_of([&] { FolderLock::acquire(dir.str(), o); });
+  CHECK(has(e, "checkpoint folder '" + dir.str() + "' is in use by another job: pid " + std::to_string(child)));
+  CHECK(has(e, "on host " + this_process().host));
+  CHECK(has(e, "(child, run childrun, since 20"));
+  CHECK(has(e, "another --checkpoint-dir"));
+  // The refused job wrote nothing: the record still names the child.
+  REQUIRE(read_lock_record(dir.str()));
+  CHECK(read_lock_record(dir.str())->pid == child);
+
+  kill_and_reap(child);
+  FolderLock l = FolderLock::acquire(dir.str(), o);
+  CHECK(l.held());
+  REQUIRE(l.notes().size() == 1);
+  CHECK(has(l.notes()[0], "took over the stale lock of pid " + std::to_string(child)));
+  CHECK(has(l.notes()[0], "never released it"));
+  CHECK(l.previous()->last_run == "");  // the child set run_id at acquire, but never committed a run
+  CHECK(read_lock_record(dir.str())->pid == ::getpid());
+}
+
+TEST_CASE("a clean release needs no note; last_run survives a job that never committed") {
+  ckpt_test::Scratch dir("lock_release");
+  {
+    FolderLock a = FolderLock::acquire(dir.str());
+    a.set_run_id("runA");
+    CHECK(read_lock_record(dir.str())->last_run == "runA");
+  }
+  auto rec = read_lock_record(dir.str());
+  REQUIRE(rec);
+  CHECK(rec->released);
+  CHECK(rec->run_id == "runA");
+  {
+    FolderLock b = FolderLock::acquire(dir.str());  // e.g. refused later by the fresh-start check
+    CHECK(b.notes().empty());
+    CHECK(b.previous()->last_run == "runA");
+  }
+  CHECK(read_lock_record(dir.str())->last_run == "runA");
+  CHECK(FolderLock::acquire(dir.str()).notes().empty());
+}
+
+TEST_CASE("a live holder on this machine is refused even when flock is granted (flock that does not exclude)") {
+  ckpt_test::Scratch dir("lock_live");
+  write_record(dir.str(), this_process());  // alive: this very process, same start time
+  for (bool use_flock : {true, false}) {
+    FolderLockOptions o;
+    o.use_flock = use_flock;
+    const std::string e = error_of([&] { FolderLock::acquire(dir.str(), o); });
+    CHECK(has(e, "is in use by another job: pid " + std::to_string(::getpid())));
+    CHECK(has(e, "flock was granted") == use_flock);
+  }
+}
+
+TEST_CASE("record only (flock off): a dead pid or a reused pid is stale; another machine's holder is refused") {
+  ckpt_test::Scratch dir("lock_record");
+  FolderLockOptions o;
+  o.use_flock = false;
+
+  SUBCASE("dead pid") {
+    const pid_t child = ::fork();
+    if (child == 0) ::_exit(0);
+    ::waitpid(child, nullptr, 0);
+    LockHolder h = this_process();
+    h.pid = child;
+    write_record(dir.str(), h);
+    CHECK_FALSE(holder_alive(h));
+    FolderLock l = FolderLock::acquire(dir.str(), o);
+    REQUIRE(l.notes().size() == 1);
+    CHECK(has(l.notes()[0], "took over the stale lock of pid " + std::to_string(child)));
+  }
+  SUBCASE("the pid is alive but started at another time: reused") {
+    LockHolder h = this_process();
+    REQUIRE(h.start_ticks >= 0);  // Linux: /proc/self/stat
+    h.start_ticks += 1;
+    write_record(dir.str(), h);
+    CHECK_FALSE(holder_alive(h));
+    CHECK(FolderLock::acquire(dir.str(), o).notes().size() == 1);
+  }
+  SUBCASE("another boot of this machine") {
+    LockHolder h = this_process();
+    REQUIRE(!h.boot_id.empty());
+    h.boot_id = "00000000-0000-0000-0000-000000000000";
+    CHECK_FALSE(holder_alive(h));
+  }
+  SUBCASE("another machine") {
+    LockHolder h = this_process();
+    h.host = "some-other-node";
+    write_record(dir.str(), h);
+    const std::string e = error_of([&] { FolderLock::acquire(dir.str(), o); });
+    CHECK(has(e, "on host some-other-node"));
+    CHECK(has(e, "delete '" + dir.str() + "/.lock'"));
+    // With flock, the kernel (or the NFS server) says that holder is gone: taken over, with a warning.
+    FolderLock l = FolderLock::acquire(dir.str());
+    REQUIRE(l.notes().size() == 1);
+    CHECK(has(l.notes()[0], "flock says it is gone"));
+  }
+}
