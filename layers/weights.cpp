@@ -65,7 +65,7 @@ WeightsResult load_weights(const std::string& path, Module& model, const Weights
   WeightsResult res;
   NamedTensors sd;
   auto format = file.metadata.find("format");
-  if (format != file.metadata.end() && format->second == kCheckpointFormat) {
+  if (format != file.metadata.end() && is_checkpoint_format(format->second)) {  // format 1 or 2
     res.format = WeightsFormat::Checkpoint;
     if (auto st = file.metadata.find("step"); st != file.metadata.end())
       std::from_chars(st->second.data(), st->second.data() + st->second.size(), res.checkpoint_step);
