@@ -216,3 +216,46 @@ TEST_CASE("bias_gelu on the GPU equals the unfused add + gelu to one rounding") 
                          ops::bias_gelu(x, b).to_vector(), tol) == "");
   }
 }
+
+namespace {
+// n random values with NaN, +inf, -inf and 0 planted at spread-out positions (also in the tail
+// that the 16-byte maps leave to their first threads, when n is not a multiple of the vector).
+Tensor with_nonfinite(int64_t n, Generator& g) {
+  std::vector<float> v = randn({n}, g).to_vector();
+  const float planted[] = {NAN, INFINITY, -INFINITY, 0.0f, NAN};
+  for (int64_t i = 0; i < n; i += 7) v[i] = planted[(i / 7) % 5];
+  v[n - 1] = NAN;
+  return Tensor::from_vector(v, {n});
+}
+}  // namespace
+
+TEST_CASE("relu, relu_ and square with NaN and inf: the GPU follows the CPU's (PyTorch's) rules") {
+  // tests/test_nonfinite_ops.cpp states the rules; here both backends must agree on them, on the
+  // vectorised map (111 = 27 vectors of 4 + a tail) and on a scalar-only size (3).
+  Generator g(10);
+  auto relu = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::relu(in[0])}; };
+  auto relu_inplace = [](const std::vector<Tensor>& in) {
+    Tensor y = ops::scale(in[0], 1.0f);
+    ops::relu_(y);
+    return std::vector<Tensor>{y};
+  };
+  auto square = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::square(in[0])}; };
+  for (DType t : kDtypes) {
+    CAPTURE(dtype_name(t));
+    Tolerance tol = rounded_once(t);
+    tol.nonfinite_equal = true;
+    for (int64_t n : {111, 3}) {
+      CAPTURE(n);
+      Tensor x = with_nonfinite(n, g);
+      CHECK(parity_check(relu, {x}, t, tol) == "");
+      CHECK(parity_check(relu_inplace, {x}, t, tol) == "");
+      CHECK(parity_check(square, {x}, t, tol) == "");
+    }
+    // And the values themselves, not only their agreement.
+    Tensor y = ops::relu(ops::cast_raw(Tensor::from_vector({NAN, -1.0f, INFINITY}, {3}), t).to(Device::cuda(0)));
+    std::vector<float> v = y.to_vector();
+    CHECK(std::isnan(v[0]));
+    CHECK(v[1] == 0.0f);
+    CHECK(v[2] == INFINITY);
+  }
+}

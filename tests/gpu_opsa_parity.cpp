@@ -316,3 +316,95 @@ TEST_CASE("ResNet blocks on the GPU (cuDNN BN, fused BN+add+ReLU tail) against t
   }
   ops::set_allow_tf32(tf32_was);
 }
+
+// ---- NaN and inf (the rules: tests/test_nonfinite_ops.cpp) ----
+
+namespace {
+// randn values with NaN and +-inf planted every `every` cells (two NaNs often share a window).
+Tensor planted(const Shape& s, uint64_t seed, int every) {
+  std::vector<float> v = randn_cpu(s, seed).to_vector();
+  const float bad[] = {NAN, INFINITY, NAN, -INFINITY};
+  for (size_t i = 0; i < v.size(); i += every) v[i] = bad[(i / every) % 4];
+  return Tensor::from_vector(v, s);
+}
+Tolerance nonfinite(Tolerance t) {
+  t.nonfinite_equal = true;
+  return t;
+}
+}  // namespace
+
+TEST_CASE("max_pool2d with NaN and inf: the same outputs and the same winning cells on both backends") {
+  // Every NaN takes its window (pool::max_takes on both backends), so the last NaN gets dy; a
+  // different winner would show up as a gradient in another cell.
+  for (DType dt : kDtypes) {
+    INFO(dtype_name(dt));
+    for (ops::Pool2dParams p : {ops::Pool2dParams{3, 3, 2, 2, 1, 1, false}, ops::Pool2dParams{2, 2, 2, 2, 0, 0, false}}) {
+      auto f = [p](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::max_pool2d(in[0], p)}; };
+      CHECK(parity_check(f, {planted({2, 6, 7, 5}, 23, 11)}, dt, nonfinite(rounding(dt))) == "");
+    }
+  }
+}
+
+TEST_CASE("dropout and bias_dropout_add with NaN and inf: a dropped NaN or inf is NaN on both backends") {
+  for (DType dt : kDtypes) {
+    INFO(dtype_name(dt));
+    auto drop = [](const std::vector<Tensor>& in) {
+      Generator g(99);
+      return std::vector<Tensor>{ops::dropout(in[0], 0.5f, true, g)};
+    };
+    CHECK(parity_check(drop, {planted({4, 33}, 24, 3)}, dt, nonfinite(rounding(dt))) == "");
+    auto fused = [](const std::vector<Tensor>& in) {
+      Generator g(98);
+      return std::vector<Tensor>{ops::bias_dropout_add(in[0], in[1], in[2], 0.5f, true, g)};
+    };
+    CHECK(parity_check(fused, {planted({6, 16}, 25, 5), randn_cpu({16}, 26), randn_cpu({6, 16}, 27)}, dt,
+                       nonfinite(rounding(dt))) == "");
+  }
+}
+
+TEST_CASE("batch_norm and batch_norm_add_relu with a NaN: kernels as the CPU; cuDNN keeps the NaN visible") {
+  // A NaN in channel 0 makes channel 0's batch statistics, output and running stats NaN (PyTorch
+  // too); the other channels stay finite. The kernels path must match the CPU element for element.
+  // cuDNN's fused BN+add+ReLU propagates NaN in its forward (CUDNN_PROPAGATE_NAN), but its backward
+  // takes the ReLU mask from its reserve space, where NaN > 0 is false: it may return dz = 0 where
+  // PyTorch's threshold_backward passes dy. So on that path the test asks only what the trainers'
+  // checks need: the forward matches, and dx is non-finite exactly where the CPU's is.
+  const Shape shape{4, 3, 3, 8};
+  const int64_t C = shape.back();
+  std::vector<float> xv = randn_cpu(shape, 31).to_vector();
+  xv[C * 5] = NAN;  // row 5, channel 0
+  const Tensor x = Tensor::from_vector(xv, shape), z = randn_cpu(shape, 32), w = randn_cpu({C}, 33),
+               b = randn_cpu({C}, 34);
+  auto bn_add_relu = [C](const std::vector<Tensor>& in) {
+    Device d = in[0].device();
+    Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
+    Tensor y = ops::batch_norm_add_relu(in[0], in[1], param(in[2]), param(in[3]), rm, rv, true, 0.1, 1e-5);
+    return std::vector<Tensor>{y, rm, rv};
+  };
+  auto bn = [C](const std::vector<Tensor>& in) {
+    Device d = in[0].device();
+    Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
+    return std::vector<Tensor>{ops::batch_norm(in[0], param(in[1]), param(in[2]), rm, rv, true, 0.1, 1e-5), rm, rv};
+  };
+  for (DType dt : kDtypes) {
+    INFO(dtype_name(dt));
+    {
+      BnPath kernels(false);
+      CHECK(parity_check(bn, {x, w, b}, dt, nonfinite(batchnorm(dt))) == "");
+      CHECK(parity_check(bn_add_relu, {x, z, w, b}, dt, nonfinite(batchnorm(dt))) == "");
+    }
+    BnPath cudnn(true);
+    CHECK(parity_check(bn, {x, w, b}, dt, nonfinite(batchnorm(dt))) == "");
+    const Device gpu = Device::cuda(0);
+    Tensor xc = x.detach().set_requires_grad(true), xg = ops::cast_raw(x, dt).to(gpu).set_requires_grad(true);
+    const std::vector<Tensor> yc = bn_add_relu({xc, z, w, b});
+    const std::vector<Tensor> yg = bn_add_relu({xg, ops::cast_raw(z, dt).to(gpu), ops::cast_raw(w, dt).to(gpu),
+                                                ops::cast_raw(b, dt).to(gpu)});
+    CHECK(compare_values("fused forward", yc[0].to_vector(), yg[0].to_vector(), nonfinite(batchnorm(dt))) == "");
+    yc[0].backward(Tensor::ones(shape));
+    yg[0].backward(Tensor::ones(shape, dt, gpu));
+    REQUIRE(xg.grad().defined());
+    CHECK(ops::count_nonfinite({xg.grad()}).to_vector_i64() == ops::count_nonfinite({xc.grad()}).to_vector_i64());
+    CHECK_FALSE(ops::all_finite(xc.grad()));
+  }
+}

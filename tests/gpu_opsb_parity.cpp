@@ -11,6 +11,7 @@
 // Exits 77 (Skipped) without a GPU.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -79,8 +80,8 @@ TEST_CASE("topk_correct parity") {
   Generator g(3);
   for (DType t : kDtypes) {
     CAPTURE(dtype_name(t));
-    // Both sides see the same rounded logits; 16-bit rounding makes ties likely, and both count a
-    // tie with the label as correct, so the counts must agree exactly.
+    // Both sides see the same rounded logits; 16-bit rounding makes ties likely, and both break a
+    // tie by the lower class index (fn::ranks_above), so the counts must agree exactly.
     Tensor x = ops::cast_raw(ops::cast_raw(randn({200, 12}, g), t), DType::F32);
     Tensor l = labels(200, 12, g);
     Tensor xg = ops::cast_raw(x, t).to(Device::cuda(0));
@@ -145,5 +146,40 @@ TEST_CASE("sum and mean parity") {
     Tolerance tb = t == DType::F32 ? Tolerance{1e-5, 0, "f32: 300k-term sum, f32 tree vs double"} : tol;
     CHECK(parity_check(fs, {big}, t, tb) == "");
     CHECK(parity_check(fm, {big}, t, tb) == "");
+  }
+}
+
+TEST_CASE("topk_correct and cross_entropy with NaN, inf and tied rows: the GPU counts and propagates as the CPU") {
+  // The rules are in tests/test_nonfinite_ops.cpp: NaN ranks highest, ties go to the lower index
+  // (an all-NaN or constant row is correct only for labels < k), and a non-finite logit makes its
+  // row's loss and gradient NaN.
+  Generator g(7);
+  const int64_t n = 64, c = 40;  // C > 32: each lane of the warp reads more than one logit
+  std::vector<float> v = randn({n, c}, g).to_vector();
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = v.data() + r * c;
+    switch (r % 4) {
+      case 0: for (int64_t j = 0; j < c; ++j) row[j] = NAN; break;  // all NaN
+      case 1: row[(r * 7) % c] = NAN; break;                         // one NaN
+      case 2: for (int64_t j = 0; j < c; ++j) row[j] = 0.5f; break;  // constant (ties everywhere)
+      default: row[(r * 3) % c] = INFINITY; break;                   // one +inf
+    }
+  }
+  const Tensor x = Tensor::from_vector(v, {n, c});
+  for (DType t : kDtypes) {
+    CAPTURE(dtype_name(t));
+    Tensor xc = ops::cast_raw(ops::cast_raw(x, t), DType::F32), xg = ops::cast_raw(x, t).to(Device::cuda(0));
+    for (int k : {1, 5}) {
+      CAPTURE(k);
+      Tensor l = labels(n, c, g);
+      const int64_t cpu = ops::topk_correct(xc, l, k);
+      CHECK(cpu == ops::topk_correct(xg, l.to(Device::cuda(0)), k));
+      CHECK(cpu < n / 2);  // the NaN and constant rows are not all correct, as they were before
+    }
+    Tolerance tol = rounded_once(t);
+    tol.nonfinite_equal = true;
+    auto ce = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::cross_entropy(in[0], in[1], 0.1f)}; };
+    CHECK(parity_check(ce, {x, labels(n, c, g)}, t, tol) == "");
+    CHECK_FALSE(ops::all_finite(xg));
   }
 }

@@ -87,16 +87,18 @@ TEST_CASE("topk_correct on a hand-made batch") {
   //   row 0: label 1 holds the maximum               -> top-1 and top-5
   //   row 1: label 0 is the 3rd largest              -> top-5 only
   //   row 2: label 5 is the smallest                 -> neither
-  //   row 3: label 2 ties with the maximum (ties count as correct) -> top-1 and top-5
+  //   row 3: label 2 ties with the maximum at class 0 -> top-5 only (ties go to the lower index, as
+  //          torch.argmax; tests/test_nonfinite_ops.cpp has the NaN and constant rows)
   Tensor x = Tensor::from_vector({0.1f, 0.9f, 0.2f, 0.3f, 0.4f, 0.5f,  //
                                   0.5f, 0.9f, 0.1f, 0.7f, 0.2f, 0.3f,  //
                                   0.6f, 0.5f, 0.4f, 0.3f, 0.2f, 0.1f,  //
                                   0.8f, 0.1f, 0.8f, 0.2f, 0.3f, 0.4f},
                                  {4, 6});
   Tensor lab = labels_i64({1, 0, 5, 2});
-  CHECK(ops::topk_correct(x, lab, 1) == 2);
+  CHECK(ops::topk_correct(x, lab, 1) == 1);
+  CHECK(ops::topk_correct(x, lab, 2) == 2);  // row 3's label is second only to the tie's lower index
   CHECK(ops::topk_correct(x, lab, 5) == 3);
   CHECK(ops::topk_correct(x, lab, 6) == 4);  // k = C: every row
-  CHECK(ops::topk_correct(x.to(DType::F64), Tensor::from_vector_i64({1, 0, 5, 2}, {4}, DType::I32), 1) == 2);
+  CHECK(ops::topk_correct(x.to(DType::F64), Tensor::from_vector_i64({1, 0, 5, 2}, {4}, DType::I32), 1) == 1);
   CHECK_THROWS_AS(ops::topk_correct(x, lab, 0), Error);
 }

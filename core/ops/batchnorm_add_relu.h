@@ -6,7 +6,11 @@
 // path everywhere except below). On CUDA in training mode with ops::batchnorm_cudnn() on, it is
 // one cuDNN call each way (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION): the normalised tensor and the
 // sum are never written to memory, and backward reads the ReLU mask from cuDNN's reserve space.
-// ReLU's gradient at exactly 0 is 0 (PyTorch's convention), on both paths.
+// ReLU's gradient at exactly 0 is 0 (PyTorch's convention), on both paths. NaN: the composition
+// follows PyTorch (relu(NaN) = NaN, and dy passes where the output is NaN, fn::ReluBackward); the
+// cuDNN call propagates NaN forward (CUDNN_PROPAGATE_NAN), but its backward reads the ReLU mask
+// from the reserve space, and whether a NaN output passes dy there is cuDNN's choice (not
+// documented; tests/gpu_opsa_parity.cpp checks that dx stays non-finite where the CPU's is).
 #pragma once
 #include "core/tensor.h"
 

@@ -129,8 +129,8 @@ Tensor axpby(const Tensor& a, const Tensor& b, float alpha, float beta) {
 
 Tensor relu(const Tensor& x) {
   Tensor y = run_unary<fn::Relu>(x);
-  // Saving the output instead of the input is equivalent for ReLU (y > 0 iff x > 0) and lets the
-  // input be freed; a detached alias avoids the output->node->output cycle.
+  // Saving the output instead of the input is equivalent for ReLU (y > 0 iff x > 0, y is NaN iff x
+  // is) and lets the input be freed; a detached alias avoids the output->node->output cycle.
   autograd::record("ReluBackward", {x}, y, [y = y.detach()](std::vector<Tensor>& g) {
     return std::vector<Tensor>{run_binary<fn::ReluBackward>(g[0], y)};
   });
@@ -161,7 +161,8 @@ Tensor gelu(const Tensor& x) {
 Tensor square(const Tensor& x) {
   Tensor y = run_unary<fn::Square>(x);
   autograd::record("SquareBackward", {x}, y, [x = x.detach()](std::vector<Tensor>& g) {
-    return std::vector<Tensor>{run_binary<fn::Axpby>(run_binary<fn::Mul>(g[0], x), x, 2.0f, 0.0f)};
+    // 2 (g x) as a scale, not axpby(g x, x, 2, 0): 0 * x would turn x = +-inf into NaN.
+    return std::vector<Tensor>{run_unary<fn::Scale>(run_binary<fn::Mul>(g[0], x), 2.0f)};
   });
   return y;
 }

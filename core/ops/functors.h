@@ -34,8 +34,11 @@ struct AddScalar {
   float alpha;
   template <typename T> TANDEM_HD T operator()(T x) const { return x + static_cast<T>(alpha); }
 };
+// PyTorch's threshold(x, 0, 0): x <= 0 ? 0 : x. Written with <= (not x > 0 ? x : 0) so that NaN,
+// for which every comparison is false, comes out as NaN: a diverged activation must stay visible
+// to the checks downstream (issue 20). relu(0) = relu(-0) = +0.
 struct Relu {
-  template <typename T> TANDEM_HD T operator()(T x) const { return x > T(0) ? x : T(0); }
+  template <typename T> TANDEM_HD T operator()(T x) const { return x <= T(0) ? T(0) : x; }
 };
 // GELU, exact form x * Phi(x) with Phi the normal CDF (PyTorch's default, and BERT's).
 struct Gelu {
@@ -70,9 +73,10 @@ struct Axpby {
     return static_cast<T>(alpha) * a + static_cast<T>(beta) * b;
   }
 };
-// dx = dy where x > 0. At x == 0 the subgradient 0 is used, as PyTorch does.
+// PyTorch's threshold_backward(dy, y, 0): dy where y > 0 or y is NaN, 0 where y <= 0. y is ReLU's
+// output (or its input: the same signs). At 0 the subgradient 0 is used, as PyTorch does.
 struct ReluBackward {
-  template <typename T> TANDEM_HD T operator()(T dy, T x) const { return x > T(0) ? dy : T(0); }
+  template <typename T> TANDEM_HD T operator()(T dy, T y) const { return y <= T(0) ? T(0) : dy; }
 };
 // d/dx [x Phi(x)] = Phi(x) + x phi(x)
 struct GeluBackward {

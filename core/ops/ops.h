@@ -7,7 +7,7 @@
 //   core/ops/cpu/<family>.cpp      the CPU reference implementation of those entry points
 //   core/ops/cuda/<family>.cu      the CUDA implementation (or .cpp when it only calls a CUDA library)
 // Math shared by both backends lives once, in a __host__ __device__ header (functors.h,
-// pool_functors.h, dropout_functors.h). core/CMakeLists.txt globs these folders, so it is not edited.
+// pool_functors.h, dropout_functors.h, finite_functors.h). core/CMakeLists.txt globs these folders, so it is not edited.
 //
 // A new elementwise op touches three files:
 //   1. core/ops/functors.h: the functor, appended to fn::UnaryOps or fn::BinaryOps (its position
@@ -25,6 +25,7 @@
 #include "core/ops/dropout.h"      // defines: dropout
 #include "core/ops/elementwise.h"  // defines: add, sub, mul, scale, relu, relu_, gelu, in-place add_/scale_/axpby_
 #include "core/ops/embedding.h"    // defines: embedding
+#include "core/ops/finite.h"       // defines: count_nonfinite, all_finite (the trainers' inf/NaN checks)
 #include "core/ops/fused_bias.h"   // defines: bias_gelu, bias_dropout_add (transformer GEMM tails)
 #include "core/ops/loss.h"         // defines: cross_entropy (label smoothing), take_bad_label_count, topk_correct
 #include "core/ops/matmul.h"       // defines: linear, matmul

@@ -3,7 +3,8 @@
 // Semantics match torch.nn.functional: max pooling ignores padding (padded cells never win),
 // average pooling counts padding cells when count_include_pad (PyTorch's default), ceil_mode picks
 // the output-size rounding. Max-pool backward routes each gradient to the first maximum in the
-// window (row-major), so ties are deterministic on both backends.
+// window (row-major), so ties are deterministic on both backends. NaN as in PyTorch: a window that
+// holds a NaN outputs NaN, and its last NaN (row-major) gets the gradient (pool::max_takes).
 #pragma once
 #include "core/tensor.h"
 

@@ -69,6 +69,15 @@ TANDEM_HD void window(const Geom& g, int oh, int ow, int& h0, int& h1, int& w0, 
   divisor = g.count_include_pad ? padded : (h1 - h0) * (w1 - w0);
 }
 
+// Whether a max-pool window whose best value so far is `best` (none yet: `empty`) takes cell value
+// v. PyTorch's rule (v > best || isnan(v), in aten's MaxPoolKernel.cpp and DilatedMaxPool2d.cu):
+// the first maximum wins ties, and every NaN takes the window, so a window holding a NaN outputs
+// NaN and its last NaN in row-major order gets the gradient. v != v is isnan on both backends.
+template <typename T>
+TANDEM_HD bool max_takes(T v, T best, bool empty) {
+  return empty || v > best || v != v;
+}
+
 // The outputs [oh0, oh1] x [ow0, ow1] whose window reads input cell (h, w).
 TANDEM_HD void covering(const Geom& g, int h, int w, int& oh0, int& oh1, int& ow0, int& ow1) {
   if (g.adaptive) {

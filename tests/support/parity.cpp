@@ -20,8 +20,12 @@ std::string compare_values(const std::string& what, const std::vector<float>& re
   }
   int bad = 0;
   double worst = 0, scale = 0;
-  for (float r : ref) scale = std::max(scale, static_cast<double>(std::fabs(r)));
+  for (float r : ref)
+    if (std::isfinite(r)) scale = std::max(scale, static_cast<double>(std::fabs(r)));
   for (size_t i = 0; i < ref.size(); ++i) {
+    if (tol.nonfinite_equal && !std::isfinite(ref[i]) &&
+        (std::isnan(ref[i]) ? std::isnan(got[i]) : got[i] == ref[i]))
+      continue;
     double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
     double lim = tol.atol + tol.rtol * std::fabs(ref[i]) + tol.max_rel * scale;
     if (!(d <= lim)) {  // also catches NaN

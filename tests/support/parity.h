@@ -26,6 +26,10 @@ struct Tolerance {
   // weighted mean of +-1 values), the rounding error scales with the largest term, not with the
   // element, which can be near zero. 0 (the default): a purely element-wise bound.
   double max_rel = 0;
+  // For the NaN/inf cases (tests/test_nonfinite_ops.cpp's rules on the GPU): a NaN matches a NaN and
+  // an inf the same inf, and the scale for max_rel ignores them. Off (the default): any non-finite
+  // value is a mismatch, so ordinary parity tests still catch a NaN the GPU should not produce.
+  bool nonfinite_equal = false;
 };
 
 // The dtypes every parity test covers.

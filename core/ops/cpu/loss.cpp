@@ -7,6 +7,7 @@
 
 #include "core/ops/dispatch.h"
 #include "core/ops/cpu/widen.h"
+#include "core/ops/finite_functors.h"
 #include "core/ops/kernels/loss.h"
 
 namespace tandem::kernels {
@@ -67,10 +68,11 @@ int64_t topk_correct_cpu(const Tensor& logits, const Tensor& labels, int k) {
       int64_t n = logits.size(0), c = logits.size(1);
       const T* x = logits.data<T>();
       for (int64_t i = 0; i < n; ++i) {
-        T ref = x[i * c + lab[i]];
-        int64_t greater = 0;  // strictly greater, so ties with the label count in its favour
-        for (int64_t j = 0; j < c; ++j) greater += x[i * c + j] > ref;
-        correct += greater < k;
+        const int64_t label = static_cast<int64_t>(lab[i]);
+        const T ref = x[i * c + label];
+        int64_t above = 0;
+        for (int64_t j = 0; j < c; ++j) above += fn::ranks_above(x[i * c + j], j, ref, label);
+        correct += above < k;
       }
     });
     return correct;

@@ -6,7 +6,6 @@
 // cells its window read (serial, hence deterministic); CUDA gathers instead (see cuda/pool.cu),
 // which sums the same terms in another order.
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -66,9 +65,7 @@ void max_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y, Ten
           const T* row = px + in_offset(g, win.n, h, w);
           int32_t idx = h * g.W + w;
           for (int64_t c = 0; c < C; ++c) {
-            // Strict '>' keeps the first maximum; a NaN wins once and then sticks (propagates).
-            bool take = pa[o + c] < 0 || row[c] > best[c] || (std::isnan(row[c]) && !std::isnan(best[c]));
-            if (take) {
+            if (pool::max_takes(row[c], best[c], pa[o + c] < 0)) {
               best[c] = row[c];
               pa[o + c] = idx;
             }

@@ -125,7 +125,7 @@ void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Devi
 }
 
 // The backward without cuDNN, after a cuDNN forward whose backward cuDNN then refuses: dz = dy
-// where y > 0 (fused op; ReLU's subgradient 0 at 0, as everywhere in tandem), then the kernels'
+// where y > 0 or y is NaN (fused op; fn::ReluBackward, PyTorch's rule), then the kernels'
 // backward with the batch statistics recomputed from x. cuDNN's saved statistics are not reused:
 // "The intermediate results stored in resultSaveMean and resultSaveInvVariance buffers should not be
 // used directly by the user. Depending on the batch normalization mode, the results stored in

@@ -15,6 +15,7 @@
 #include "core/ops/cuda/block_reduce.cuh"
 #include "core/ops/cuda/dispatch.cuh"
 #include "core/ops/dispatch.h"
+#include "core/ops/finite_functors.h"
 #include "core/ops/kernels/loss.h"
 
 namespace tandem::kernels {
@@ -96,11 +97,12 @@ __global__ void topk_kernel(const T* x, const L* lab, long long n, long long c, 
   int lane = threadIdx.x & 31;
   if (row >= n) return;
   const T* r = x + row * c;
-  float ref = to_float(r[safe_label(lab, row, c, false)]);  // checked on the host by topk_correct
-  float greater = 0.f;  // counts stay exact in float up to 2^24 classes
-  for (long long j = lane; j < c; j += 32) greater += to_float(r[j]) > ref ? 1.f : 0.f;
-  greater = cuda::warp_sum(greater);
-  if (lane == 0 && greater < (float)k) atomicAdd(correct, 1ull);  // integer atomics: order-independent
+  const long long label = safe_label(lab, row, c, false);  // checked on the host by topk_correct
+  const float ref = to_float(r[label]);
+  float above = 0.f;  // counts stay exact in float up to 2^24 classes
+  for (long long j = lane; j < c; j += 32) above += fn::ranks_above(to_float(r[j]), j, ref, label) ? 1.f : 0.f;
+  above = cuda::warp_sum(above);
+  if (lane == 0 && above < (float)k) atomicAdd(correct, 1ull);  // integer atomics: order-independent
 }
 
 }  // namespace

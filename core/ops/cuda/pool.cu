@@ -61,8 +61,7 @@ struct MaxForward {  // element i of y
     for (int h = h0; h < h1; ++h)
       for (int w = w0; w < w1; ++w) {
         float v = to_float(x[((o.n * g.H + h) * g.W + w) * g.C + o.c]);
-        // Same rule as the CPU: first maximum wins, a NaN wins once and sticks.
-        if (arg < 0 || v > best || (isnan(v) && !isnan(best))) {
+        if (pool::max_takes(v, best, arg < 0)) {  // the CPU's rule: first maximum, last NaN
           best = v;
           arg = h * g.W + w;
         }

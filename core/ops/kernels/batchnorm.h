@@ -39,8 +39,8 @@ void batchnorm_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& we
 // this backward reads them). The forward returns false, having written nothing, when cuDNN does
 // not take the problem: the caller runs the kernels above (and add/relu) instead. The backward
 // always delivers: if cuDNN refuses it, the kernels run on statistics recomputed from x (and
-// dz = dy where y > 0 for the fused op). Undefined dx/dweight/dbias are not returned; dz is
-// allocated when undefined (fused op).
+// dz = dy where y > 0 or y is NaN for the fused op: fn::ReluBackward). Undefined dx/dweight/dbias
+// are not returned; dz is allocated when undefined (fused op).
 bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
                                    Tensor& running_mean, Tensor& running_var, double momentum, double eps, Tensor& y,
                                    Tensor& save_mean, Tensor& save_invstd, Tensor& reserve);

@@ -15,7 +15,8 @@ void cross_entropy_fwd_cpu(const Tensor& logits, const Tensor& labels, float smo
 // grad_loss stays a tensor (not a host float) so the CUDA path never syncs to read it.
 void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
                            float smoothing, Tensor& dlogits);
-// Rows where fewer than k logits are strictly greater than the label's logit.
+// Rows where fewer than k classes rank above the label's (fn::ranks_above: NaN highest, ties to the
+// lower index).
 int64_t topk_correct_cpu(const Tensor& logits, const Tensor& labels, int k);
 
 #ifdef TANDEM_WITH_CUDA

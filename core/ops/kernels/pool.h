@@ -2,8 +2,8 @@
 //
 // The op layer (core/ops/pool.cpp) validates parameters, computes output sizes and records
 // autograd; these functions only compute, on contiguous NHWC tensors described by a pool::Geom.
-// Max pooling saves, per output element, the plane index h * W + w (int32) of the first maximum
-// in row-major window order; the backward routes dy there. Average pooling (fixed or adaptive
+// Max pooling saves, per output element, the plane index h * W + w (int32) of the cell that won the
+// window (pool::max_takes: the first maximum, or the last NaN); the backward routes dy there. Average pooling (fixed or adaptive
 // windows) needs no saved state. Backwards write every element of dx (no pre-zeroing needed).
 #pragma once
 #include "core/ops/pool_functors.h"
