@@ -27,7 +27,7 @@
 // Checkpoints: state() returns the masters of the 16-bit segments under the parameters' names, as
 // 1-D f32 slices with their offsets (StateSlice), so resuming keeps the f32 bits exactly.
 //
-// A captured step (--cuda-graph with --amp bf16|fp16; core/cuda/graph.h). The eager step above
+// A captured step (the trainers' --cuda-graph with --amp bf16|fp16; core/cuda/graph.h). The eager step above
 // reads the found-inf flag on the host (and clipping reads the norm), which a CUDA graph cannot
 // hold. The device-side step keeps every decision on the device, so the step makes no host read:
 //   setup:  LossScaler with LossScalerOptions::device = the GPU (tensor mode); the optimizer over

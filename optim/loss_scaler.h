@@ -64,8 +64,8 @@ class LossScaler {
 
   // Tensor mode (see the file comment); each fails in host mode.
   bool tensor_mode() const { return state_.defined(); }
-  Tensor scale_tensor() const;      // f32 [1]: the current scale, a view into the state
-  Tensor found_inf() const;  // f32 [1]: nonzero when this step's gradients held inf/NaN (a handle)
+  Tensor scale_tensor() const;  // f32 [1]: the current scale, a view into the state
+  Tensor found_inf() const;     // f32 [1]: nonzero when this step's gradients held inf/NaN
   // The rules above applied to the tensors from found_inf(), on their device: no host read.
   void update_on_device();
 

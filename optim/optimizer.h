@@ -192,8 +192,8 @@ class Optimizer {
   // Updates `active` (the slots with a gradient this step, grad set, all checked, step counts
   // allocated), skipping on the device where found_inf (undefined: never) is nonzero.
   virtual void update(std::vector<Slot*>& active, const Tensor& found_inf) = 0;
-  // After set_lr: an optimizer whose kernels read the LR from device memory (SGD on CUDA, so that a
-  // captured CUDA graph follows the schedule) uploads it here. Default: nothing to do.
+  // After set_lr: the CUDA kernels read the LR from device memory (so that a captured CUDA graph
+  // follows the schedule), and each optimizer writes it there now. Default: nothing to do.
   virtual void lr_changed() {}
 
   int64_t num_params() const { return num_params_; }

@@ -28,7 +28,10 @@ const void* DeviceTable::get(int device, const void* bytes, size_t n, const char
     return dev_;
   TANDEM_CHECK(!graph_capture::active(device), who, ": the tensors of a fused update changed inside a CUDA graph "
                "capture (new tensors, tensors that gained or lost a gradient, or a first step), so its table would "
-               "be uploaded from host memory into the graph: run the same step eagerly once before capturing");
+               "be uploaded from host memory into the graph: run the same step eagerly once before capturing, and "
+               "capture only the capturable calls (Optimizer::step, MasterWeights::unscale_and_flag and "
+               "copy_to_model(found_inf), GradClipper; not unscale_and_check or clip_grad_norm, which read their "
+               "results on the host)");
   cudaStream_t stream = cuda::compute_stream(device);
   if (dev_ && (capacity_ < n || device != device_)) {
     CUDA_CHECK(cudaFreeAsync(dev_, cuda::compute_stream(device_)));
