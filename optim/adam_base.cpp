@@ -44,7 +44,12 @@ void AdamBase::begin_step(Slot& s) {
     const Tensor& p = s.seg.param;
     s.bufs = {Tensor::zeros(p.shape(), p.dtype(), p.device()), Tensor::zeros(p.shape(), p.dtype(), p.device())};
   }
-  ++s.step;
+}
+
+int64_t AdamBase::advance_cpu(Slot& s) {
+  float& count = *s.step.data<float>();
+  count += 1.0f;
+  return static_cast<int64_t>(count);
 }
 
 std::vector<std::vector<Optimizer::Slot*>> AdamBase::launch_groups(const std::vector<Slot*>& active) {
@@ -54,7 +59,7 @@ std::vector<std::vector<Optimizer::Slot*>> AdamBase::launch_groups(const std::ve
     bool placed = false;
     for (auto& g : groups) {
       const Tensor& q = g[0]->seg.param;
-      if (q.dtype() == p.dtype() && q.device() == p.device() && g[0]->step == s->step) {
+      if (q.dtype() == p.dtype() && q.device() == p.device()) {
         g.push_back(s);
         placed = true;
         break;
@@ -65,36 +70,37 @@ std::vector<std::vector<Optimizer::Slot*>> AdamBase::launch_groups(const std::ve
   return groups;
 }
 
-kernels::AdamHyper AdamBase::device_hyper(int64_t t) const {
-  const double bc1 = 1.0 - std::pow(h_.beta1, static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(h_.beta2, static_cast<double>(t));
-  kernels::AdamHyper h{};
-  h.beta1 = static_cast<float>(h_.beta1);
-  h.beta2 = static_cast<float>(h_.beta2);
-  h.eps = static_cast<float>(h_.eps);
-  h.weight_decay = static_cast<float>(h_.weight_decay);
-  h.one_minus_beta1 = static_cast<float>(1.0 - h_.beta1);
-  h.one_minus_beta2 = static_cast<float>(1.0 - h_.beta2);
-  h.lr = static_cast<float>(lr());
-  h.bias_correction1 = static_cast<float>(bc1);
-  h.bias_correction2_sqrt = static_cast<float>(std::sqrt(bc2));
-  h.step_size = static_cast<float>(lr() / bc1);
-  h.decay = static_cast<float>(1.0 - lr() * h_.weight_decay);
-  return h;
+kernels::AdamConst AdamBase::device_const() const {
+  kernels::AdamConst k{};
+  k.beta1 = static_cast<float>(h_.beta1);
+  k.beta2 = static_cast<float>(h_.beta2);
+  k.eps = static_cast<float>(h_.eps);
+  k.weight_decay = static_cast<float>(h_.weight_decay);
+  k.one_minus_beta1 = static_cast<float>(1.0 - h_.beta1);
+  k.one_minus_beta2 = static_cast<float>(1.0 - h_.beta2);
+  k.beta1_f64 = h_.beta1;
+  k.beta2_f64 = h_.beta2;
+  k.weight_decay_f64 = h_.weight_decay;
+  return k;
 }
 
 std::vector<kernels::AdamTensor> AdamBase::device_tensors(const std::vector<Slot*>& group) {
   std::vector<kernels::AdamTensor> ts;
   for (Slot* s : group)
     ts.push_back({s->seg.param.data_ptr(), s->grad.data_ptr(), s->bufs[0].data_ptr(), s->bufs[1].data_ptr(),
-                  s->seg.param.numel(), s->seg.param_index});
+                  s->step.data<float>(), s->seg.param.numel(), s->seg.param_index});
   return ts;
 }
 
-std::shared_ptr<kernels::DeviceTable>& AdamBase::table(size_t group, size_t which) {
-  const size_t i = group * 2 + which;
-  if (tables_.size() <= i) tables_.resize(i + 1);
-  return tables_[i];
+std::shared_ptr<kernels::AdamCudaGroup>& AdamBase::group_state(size_t group) {
+  if (groups_.size() <= group) groups_.resize(group + 1);
+  return groups_[group];
+}
+
+void AdamBase::lr_changed() {
+#ifdef TANDEM_WITH_CUDA
+  for (const auto& g : groups_) kernels::adam_set_lr_cuda(g, lr());
+#endif
 }
 
 }  // namespace tandem::optim

@@ -1,11 +1,14 @@
-// optim/adam_base.h: what AdamW and LAMB share - Adam's two moments, the per-segment step count,
+// optim/adam_base.h: what AdamW and LAMB share - Adam's two moments, the per-segment update count,
 // hyperparameter defaults and checks, and grouping segments into fused CUDA launches (internal).
 //
 // State per segment: "exp_avg" and "exp_avg_sq" (zeros before the first step, as in PyTorch) and
-// the step count t, advanced before the update so bias corrections use t = 1 at the first step.
-// Segments are grouped by (dtype, device, step): one fused launch per group takes one set of bias
-// corrections as kernel arguments, so the device chunk table never changes between steps. A model
-// whose parameters all had every gradient is one group.
+// the update count (Slot::step, optim/optimizer.h): a step is t = count + 1, so bias corrections
+// use t = 1 at the first step, and the count advances after the update unless the step was skipped
+// on the device. The CPU loops read and advance the count on the host; the CUDA kernels read it,
+// and the device-side LR, from device memory (capturable, optim/kernels/adamw.h). Segments are
+// grouped by (dtype, device) only: each block computes its own segment's bias corrections, so
+// segments at different step counts share one launch and the chunk table never changes between
+// steps - a model on one GPU in one dtype is one group.
 #pragma once
 #include <memory>
 #include <string>
@@ -34,22 +37,25 @@ class AdamBase : public Optimizer {
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   bool has_step_count() const override { return true; }
 
-  // Allocates zero moments at a segment's first step, then advances its step count.
+  // Allocates zero moments at a segment's first step (the count is allocated by Optimizer::step).
   static void begin_step(Slot& s);
-  // The active slots (after begin_step) split by (dtype, device, step), in first-seen order.
+  // CPU: advances the segment's count and returns this step's t.
+  static int64_t advance_cpu(Slot& s);
+  // The active slots split by (dtype, device), in first-seen order.
   static std::vector<std::vector<Slot*>> launch_groups(const std::vector<Slot*>& active);
-  // The kernels' per-step scalars for step t, from the current lr (f64, rounded once to f32).
-  kernels::AdamHyper device_hyper(int64_t t) const;
-  // The kernels' view of a group's segments (pointers, sizes, parameter indices).
+  // The run-constant kernel arguments (f64 hyperparameters rounded once to f32, and the originals).
+  kernels::AdamConst device_const() const;
+  // The kernels' view of a group's segments (pointers, sizes, counts, parameter indices).
   static std::vector<kernels::AdamTensor> device_tensors(const std::vector<Slot*>& group);
-  // Per-group device tables (kept across steps so the chunk tables upload once).
-  std::shared_ptr<kernels::DeviceTable>& table(size_t group, size_t which);
+  // Per-group device state (kept across steps so the chunk tables upload once, and the LR lives there).
+  std::shared_ptr<kernels::AdamCudaGroup>& group_state(size_t group);
+  void lr_changed() override;  // CUDA: writes the new LR into every group's device copy
 
   Hyper h_;
   OptimizerOptions opt_;  // as given (norm_reduce for LAMB)
 
  private:
-  std::vector<std::shared_ptr<kernels::DeviceTable>> tables_;
+  std::vector<std::shared_ptr<kernels::AdamCudaGroup>> groups_;
 };
 
 }  // namespace tandem::optim

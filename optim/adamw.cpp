@@ -28,24 +28,26 @@ void adamw_cpu(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, do
 }
 }  // namespace
 
-void AdamW::update(std::vector<Slot*>& active) {
+void AdamW::update(std::vector<Slot*>& active, const Tensor& found_inf) {
   for (Slot* s : active) begin_step(*s);
   const auto groups = launch_groups(active);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const auto& group = groups[gi];
     const Tensor& p0 = group[0]->seg.param;
-    const int64_t t = group[0]->step;
     if (!p0.is_cuda()) {
-      for (Slot* s : group)
+      if (skipped_on_cpu(found_inf)) continue;
+      for (Slot* s : group) {
+        const int64_t t = advance_cpu(*s);
         TANDEM_CPU_FLOAT_TYPES(p0.dtype(), T, [&] {
           adamw_cpu<T>(s->seg.param.data<T>(), s->grad.data<T>(), s->bufs[0].data<T>(), s->bufs[1].data<T>(),
                        s->seg.param.numel(), lr(), h_.weight_decay, h_.beta1, h_.beta2, h_.eps, t);
         });
+      }
       continue;
     }
 #ifdef TANDEM_WITH_CUDA
-    const kernels::AdamHyper h = device_hyper(t);
-    kernels::adamw_step_cuda(table(gi, 0), p0.dtype(), p0.device().index, device_tensors(group), h);
+    kernels::adamw_step_cuda(group_state(gi), p0.dtype(), p0.device().index, device_tensors(group), device_const(),
+                             lr(), flag_ptr(found_inf));
 #else
     TANDEM_THROW("AdamW: CUDA parameters in a CPU-only build");
 #endif

@@ -8,9 +8,11 @@
 //
 // Defaults (OptimizerOptions): lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2 - PyTorch's.
 // CPU: a loop per segment in f32 (f64 for f64 parameters). CUDA: one fused multi-tensor launch per
-// group of segments with the same step count (optim/cuda/adamw.cu), math in f32. Elementwise, so a
-// segment (ZeRO, optim/optimizer.h) updates exactly like those elements of the whole parameter.
+// (dtype, device) group (optim/cuda/adamw.cu), math in f32. Elementwise, so a segment (ZeRO,
+// optim/optimizer.h) updates exactly like those elements of the whole parameter.
 // State: "<name>.step", "<name>.exp_avg", "<name>.exp_avg_sq" (optim/optimizer.h).
+// Capturable: the LR, the step count t and so the bias corrections are read or computed on the
+// device (optim/adam_base.h), and step(found_inf) skips there (PyTorch's fused AdamW with found_inf).
 #pragma once
 #include <utility>
 
@@ -25,10 +27,11 @@ class AdamW : public AdamBase {
   AdamW(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
       : AdamBase(std::move(segments), num_params, opt, kDefaults) {}
   const char* name() const override { return "AdamW"; }
+  bool capturable() const override { return true; }
 
  private:
   static constexpr AdamDefaults kDefaults{"AdamW", 1e-2, 1e-8};  // torch.optim.AdamW's defaults
-  void update(std::vector<Slot*>& active) override;
+  void update(std::vector<Slot*>& active, const Tensor& found_inf) override;
 };
 
 }  // namespace tandem::optim

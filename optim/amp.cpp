@@ -118,6 +118,65 @@ void MasterWeights::copy_to_model() {
     if (!s.master.shares_storage(s.model.param)) cast_into(s.master, s.model.param);
 }
 
+void MasterWeights::unscale_and_flag(const std::vector<Tensor>& grads, const Tensor& scale, const Tensor& found_inf) {
+  TANDEM_CHECK(grads.size() == segs_.size(), "MasterWeights::unscale_and_flag: got ", grads.size(),
+               " gradients for ", segs_.size(), " segments; pass one per segment, in order");
+  TANDEM_CHECK(scale.numel() == 1 && scale.dtype() == DType::F32 && found_inf.numel() == 1 &&
+                   found_inf.dtype() == DType::F32 && scale.device() == found_inf.device(),
+               "MasterWeights::unscale_and_flag: scale and found_inf must be one-element f32 tensors on one device "
+               "(the tensor-mode LossScaler's scale_tensor() and found_inf()), got ", scale.str(), " and ",
+               found_inf.str());
+  const Device dev = found_inf.device();
+  std::map<DType, std::vector<kernels::UnscalePair>> groups;  // one fused pass per dtype
+  for (size_t i = 0; i < segs_.size(); ++i) {
+    Seg& s = segs_[i];
+    const Tensor& g = grads[i];
+    s.has_grad = g.defined();
+    if (!s.has_grad) continue;
+    TANDEM_CHECK(g.numel() == s.master_grad.numel() && g.device() == dev, "MasterWeights::unscale_and_flag: gradient ",
+                 g.str(), " of '", s.model.name, "' does not match its parameter ", s.model.param.str(),
+                 " or is not on the flag's device ", dev.str());
+    groups[g.dtype()].push_back({g.data_ptr(), static_cast<float*>(s.master_grad.data_ptr()), g.numel()});
+  }
+  if (!dev.is_cuda()) {
+    // The eager pass, with the inverse rounded as the CUDA kernel and the host path round it.
+    const auto inv = static_cast<float>(1.0 / static_cast<double>(*scale.data<float>()));
+    bool found = false;
+    for (const auto& [dtype, pairs] : groups) found |= kernels::unscale_check_cpu(dtype, pairs, inv);
+    *found_inf.data<float>() = found ? 1.0f : 0.0f;
+    return;
+  }
+#ifdef TANDEM_WITH_CUDA
+  Tensor flag = found_inf;
+  flag.zero_();  // a memset on the compute stream: part of the step, inside a capture too
+  for (const auto& [dtype, pairs] : groups)
+    kernels::unscale_flag_cuda(unscale_tables_[{dev.index, dtype}], dtype, dev.index, pairs, scale.data<float>(),
+                               flag.data<float>());
+#endif
+}
+
+void MasterWeights::copy_to_model(const Tensor& found_inf) {
+  TANDEM_CHECK(found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
+               "MasterWeights::copy_to_model: found_inf must be a one-element f32 tensor, got ", found_inf.str());
+  const Device dev = found_inf.device();
+  for (const Seg& s : segs_)
+    TANDEM_CHECK(s.master.device() == dev, "MasterWeights::copy_to_model: '", s.model.name, "' is on ",
+                 s.master.device().str(), " but found_inf on ", dev.str());
+  if (!dev.is_cuda()) {
+    if (*found_inf.data<float>() == 0.0f) copy_to_model();
+    return;
+  }
+#ifdef TANDEM_WITH_CUDA
+  std::map<DType, std::vector<kernels::CopyPair>> groups;  // one launch per 16-bit dtype
+  for (Seg& s : segs_)
+    if (!s.master.shares_storage(s.model.param))
+      groups[s.model.param.dtype()].push_back(
+          {static_cast<const float*>(s.master.data_ptr()), s.model.param.data_ptr(), s.master.numel()});
+  for (const auto& [dtype, pairs] : groups)
+    kernels::copy_back_cuda(copy_tables_[{dev.index, dtype}], dtype, dev.index, pairs, found_inf.data<float>());
+#endif
+}
+
 void MasterWeights::copy_from_model() {
   for (Seg& s : segs_)
     if (!s.master.shares_storage(s.model.param)) cast_into(s.model.param, s.master);
@@ -175,6 +234,24 @@ bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, c
   AmpStepOptions o;
   o.found_inf_reduce = reduce;
   return amp_step(master, scaler, optimizer, grads, o);
+}
+
+void amp_step_device(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, const std::vector<Tensor>& grads,
+                     const DeviceAmpStepOptions& options) {
+  TANDEM_CHECK(scaler.tensor_mode(), "amp_step_device: the LossScaler keeps its state on the host; build it with "
+               "LossScalerOptions::device set (or call amp_step)");
+  Tensor flag = scaler.found_inf();
+  master.unscale_and_flag(grads, scaler.scale_tensor(), flag);
+  if (options.found_inf_reduce) {
+    options.found_inf_reduce(flag);
+    TANDEM_CHECK(flag.numel() == 1 && flag.dtype() == DType::F32 && flag.data_ptr() == scaler.found_inf().data_ptr(),
+                 "amp_step_device: found_inf_reduce must reduce the flag in place");
+  }
+  optimizer.set_grads(master.master_grads());
+  if (options.clip) options.clip->clip(optimizer);
+  optimizer.step(flag);
+  master.copy_to_model(flag);
+  scaler.update_on_device();
 }
 
 }  // namespace tandem::optim

@@ -26,14 +26,51 @@
 // global norm for clipping must be summed across the shards (Zero::sum_reduce()).
 // Checkpoints: state() returns the masters of the 16-bit segments under the parameters' names, as
 // 1-D f32 slices with their offsets (StateSlice), so resuming keeps the f32 bits exactly.
+//
+// A captured step (the trainers' --cuda-graph with --amp bf16|fp16; core/cuda/graph.h). The eager step above
+// reads the found-inf flag on the host (and clipping reads the norm), which a CUDA graph cannot
+// hold. The device-side step keeps every decision on the device, so the step makes no host read:
+//   setup:  LossScaler with LossScalerOptions::device = the GPU (tensor mode); the optimizer over
+//           master_segments() (any of SGD, AdamW, LAMB: capturable(); LAMB under ZeRO with
+//           norm_reduce_device, not norm_reduce); a GradClipper if clipping (optim/clip.h), with
+//           a DeviceSumReduce under ZeRO.
+//   per step, every tensor allocated before the capture and the same at every step:
+//     optimizer.set_lr(lr)                    outside the graph: writes the device-side LR
+//     loss = scaler.scale_loss(loss)          the multiplier is read on the device
+//     backward                                [DDP/ZeRO all-reduce or reduce-scatter, NCCL]
+//     amp_step_device(master, scaler, optimizer, grads, {found_inf_reduce, &clipper}):
+//       1. master.unscale_and_flag(grads, scaler.scale_tensor(), scaler.found_inf())
+//       2. found_inf_reduce(scaler.found_inf()): the caller's all-reduce of the f32 [1] flag with
+//          op max (or sum: only "nonzero" is read) on the compute stream, or forked from it and
+//          joined back through events - NCCL inside the graph; null where every rank already
+//          sees the same gradients (one process, DDP after its average)
+//       3. clipper.clip(master grads): norm and coefficient on the device
+//       4. optimizer.step(scaler.found_inf()): skipped on the device where it is nonzero
+//       5. master.copy_to_model(scaler.found_inf()): skipped likewise
+//       6. scaler.update_on_device(): backoff or growth of the scale tensor, skipped-step count
+//     [ZeRO: gather the parameters - on a skipped step they are unchanged, so it is harmless]
+//   reporting, outside the graph: scaler.scale(), scaler.skipped_steps(), clipper.norm().item():
+//     each a device sync, so read them at log intervals, not every step.
+// Run the step eagerly once or more before capturing (the optimizer's state, the chunk tables and
+// the clipper's tensors are allocated then); eager and replayed steps run the same kernels on the
+// same addresses, so a replayed step equals an eager one bitwise. On the CPU the same calls run
+// the same rules in plain loops (what the tests compare with the eager step).
 #pragma once
 #include <functional>
+#include <map>
+#include <memory>
+#include <utility>
 #include <vector>
 
+#include "optim/clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 
 namespace tandem::optim {
+
+namespace kernels {
+class DeviceTable;  // optim/cuda/multi_tensor.cuh
+}
 
 // Every parameter as one whole segment, in order (the unsharded case).
 std::vector<ParamSegment> segments_from_parameters(const NamedTensors& named_params);
@@ -58,6 +95,14 @@ class MasterWeights {
   std::vector<Tensor> master_grads() const;
   // Step 3 above: rounds the f32 masters into the 16-bit model parameters.
   void copy_to_model();
+
+  // A captured step's step 1 (see the file comment): zeroes found_inf (f32 [1]), then unscales as
+  // unscale_and_check with inv_scale = float(1 / double(scale)) read from the f32 [1] tensor `scale`
+  // on the device, and sets found_inf to 1 where a value was inf or NaN. No host read; the
+  // gradients must all be on found_inf's device. master_grads() then holds the results.
+  void unscale_and_flag(const std::vector<Tensor>& grads, const Tensor& scale, const Tensor& found_inf);
+  // A captured step's step 5: copy_to_model(), skipped on the device where found_inf is nonzero.
+  void copy_to_model(const Tensor& found_inf);
   // Re-reads the masters from the model (after loading 16-bit weights without saved masters).
   void copy_from_model();
 
@@ -78,6 +123,9 @@ class MasterWeights {
     bool has_grad = false;
   };
   std::vector<Seg> segs_;
+  // The capturable passes' chunk tables per (device, dtype), kept between steps (CUDA builds).
+  using TableKey = std::pair<int, DType>;
+  std::map<TableKey, std::shared_ptr<kernels::DeviceTable>> unscale_tables_, copy_tables_;
 };
 
 // Makes one rank's overflow flag the decision of every rank (an all-reduce with op max or logical
@@ -105,5 +153,22 @@ bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, c
               const AmpStepOptions& options);
 bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, const std::vector<Tensor>& grads,
               const FoundInfReduce& reduce = {});
+
+// The captured step's counterpart of FoundInfReduce: makes the f32 [1] flag every rank's decision in
+// place, on the device (an all-reduce with op max or sum); null: this rank decides alone.
+using DeviceFlagReduce = std::function<void(Tensor& found_inf)>;
+
+struct DeviceAmpStepOptions {
+  DeviceFlagReduce found_inf_reduce;  // see DeviceFlagReduce; required under ZeRO
+  // Clips the unscaled master gradients on the device after the flag is agreed (its norm() then
+  // holds this step's norm); null: no clipping. The same object at every step (it keeps tables).
+  GradClipper* clip = nullptr;
+};
+
+// amp_step with no host read, for a captured step (see "A captured step" above): the scaler must be
+// in tensor mode, the optimizer built from master.master_segments(). Whether the step was applied
+// is on the device (the scaler's skipped-step count).
+void amp_step_device(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, const std::vector<Tensor>& grads,
+                     const DeviceAmpStepOptions& options = {});
 
 }  // namespace tandem::optim

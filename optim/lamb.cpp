@@ -22,7 +22,11 @@ struct LambScalars {
 };
 }  // namespace
 
-void LAMB::update(std::vector<Slot*>& active) {
+bool LAMB::capturable() const { return !opt_.norm_reduce; }
+
+void LAMB::update(std::vector<Slot*>& active, const Tensor& found_inf) {
+  TANDEM_CHECK(!(opt_.norm_reduce && opt_.norm_reduce_device), "LAMB: both norm_reduce and norm_reduce_device are "
+               "set; set one (norm_reduce_device for a captured step)");
   for (Slot* s : active) begin_step(*s);
   auto groups = launch_groups(active);
   const Device dev = active[0]->seg.param.device();
@@ -31,8 +35,8 @@ void LAMB::update(std::vector<Slot*>& active) {
                  active[0]->seg.name, "\" is on ", dev.str(), " and \"", s->seg.name, "\" on ",
                  s->seg.param.device().str());
   if (dev.is_cuda()) {
-    update_cuda(groups);
-  } else {
+    update_cuda(groups, found_inf);
+  } else if (!skipped_on_cpu(found_inf)) {
     update_cpu(groups);
   }
 }
@@ -41,9 +45,10 @@ void LAMB::update_cpu(std::vector<std::vector<Slot*>>& groups) {
   // Phase 1: moments, and the per-parameter sums of squares of w and u.
   std::vector<double> sums(static_cast<size_t>(2 * num_params()), 0.0);
   for (auto& group : groups)
-    for (Slot* s : group)
+    for (Slot* s : group) {
+      const int64_t t = advance_cpu(*s);
       TANDEM_CPU_FLOAT_TYPES(s->seg.param.dtype(), T, [&] {
-        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, s->step);
+        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, t);
         const T* p = s->seg.param.data<T>();
         const T* g = s->grad.data<T>();
         T* m = s->bufs[0].data<T>();
@@ -59,12 +64,20 @@ void LAMB::update_cpu(std::vector<std::vector<Slot*>>& groups) {
         sums[static_cast<size_t>(2 * s->seg.param_index)] += wsq;
         sums[static_cast<size_t>(2 * s->seg.param_index + 1)] += usq;
       });
+    }
   if (opt_.norm_reduce) opt_.norm_reduce(sums);
+  if (opt_.norm_reduce_device) {  // the captured-step hook on the CPU: an f64 tensor (optim/optimizer.h)
+    Tensor t = Tensor::from_vector_f64(sums, {static_cast<int64_t>(sums.size())}, DType::F64);
+    opt_.norm_reduce_device(t);
+    TANDEM_CHECK(t.numel() == static_cast<int64_t>(sums.size()) && t.dtype() == DType::F64 && !t.is_cuda(),
+                 "LAMB: norm_reduce_device must keep the sums tensor's shape, dtype and device");
+    sums = t.to_vector_f64();
+  }
   // Phase 2: u again from the stored moments (bit-identical to phase 1), scaled by the trust ratio.
   for (auto& group : groups)
     for (Slot* s : group)
       TANDEM_CPU_FLOAT_TYPES(s->seg.param.dtype(), T, [&] {
-        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, s->step);
+        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, count_of(*s));
         const double wn = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index)]);
         const double un = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index + 1)]);
         const T step = static_cast<T>(lr() * (wn > 0 && un > 0 ? wn / un : 1.0));
@@ -75,27 +88,36 @@ void LAMB::update_cpu(std::vector<std::vector<Slot*>>& groups) {
       });
 }
 
-void LAMB::update_cuda(std::vector<std::vector<Slot*>>& groups) {
+void LAMB::update_cuda(std::vector<std::vector<Slot*>>& groups, const Tensor& found_inf) {
 #ifdef TANDEM_WITH_CUDA
   const Device dev = groups[0][0]->seg.param.device();
+  // Allocated per step: inside a capture it is graph memory, and it dies within the step.
   Tensor sums = Tensor::zeros({2 * num_params()}, DType::F32, dev);
+  const kernels::AdamConst k = device_const();
+  const float* flag = flag_ptr(found_inf);
   std::vector<std::vector<kernels::AdamTensor>> ts;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     ts.push_back(device_tensors(groups[gi]));
-    kernels::lamb_phase1_cuda(table(gi, 0), table(gi, 1), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi],
-                              device_hyper(groups[gi][0]->step), sums.data<float>());
+    kernels::lamb_phase1_cuda(group_state(gi), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi], k, lr(), flag,
+                              sums.data<float>());
   }
   if (opt_.norm_reduce) {
-    const std::vector<float> local = sums.to_vector();  // the one host round trip, only with a hook
+    const std::vector<float> local = sums.to_vector();  // the one host round trip, only with a host hook
     std::vector<double> all(local.begin(), local.end());
     opt_.norm_reduce(all);
     sums = Tensor::from_vector(std::vector<float>(all.begin(), all.end()), {2 * num_params()}, DType::F32, dev);
   }
+  if (opt_.norm_reduce_device) {
+    opt_.norm_reduce_device(sums);
+    TANDEM_CHECK(sums.numel() == 2 * num_params() && sums.dtype() == DType::F32 && sums.device() == dev,
+                 "LAMB: norm_reduce_device must keep the sums tensor's shape, dtype and device");
+  }
   for (size_t gi = 0; gi < groups.size(); ++gi)
-    kernels::lamb_phase2_cuda(table(gi, 0), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi],
-                              device_hyper(groups[gi][0]->step), sums.data<float>());
+    kernels::lamb_phase2_cuda(group_state(gi), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi], k, lr(), flag,
+                              sums.data<float>());
 #else
   (void)groups;
+  (void)found_inf;
   TANDEM_THROW("LAMB: CUDA parameters in a CPU-only build");
 #endif
 }

@@ -18,9 +18,13 @@
 // ParamSegment::param_index ([2i] = sum w^2, [2i + 1] = sum u^2), calls
 // OptimizerOptions::norm_reduce on it (an all-reduce across ranks), and only then applies the
 // trust ratios - so N ranks with one shard each take exactly the unsharded step. Without a hook the
-// CUDA path never leaves the device; with one, the vector makes one round trip through the host.
+// CUDA path never leaves the device; with norm_reduce, the vector makes one round trip through the
+// host (so the step is not capturable); OptimizerOptions::norm_reduce_device instead gets the sums
+// as a device tensor (f32 on CUDA, f64 on the CPU) to all-reduce in place on the device.
 // CPU: two loops per segment, sums in f64. CUDA: two fused multi-tensor launches (optim/cuda/lamb.cu).
 // All parameters of one LAMB must live on one device.
+// Capturable unless norm_reduce is set: the LR, the step counts and the bias corrections are read
+// or computed on the device (optim/adam_base.h), and step(found_inf) skips there.
 #pragma once
 #include <utility>
 
@@ -35,12 +39,13 @@ class LAMB : public AdamBase {
   LAMB(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
       : AdamBase(std::move(segments), num_params, opt, kDefaults) {}
   const char* name() const override { return "LAMB"; }
+  bool capturable() const override;
 
  private:
   static constexpr AdamDefaults kDefaults{"LAMB", 1e-2, 1e-6};  // apex FusedLAMB's defaults
-  void update(std::vector<Slot*>& active) override;
+  void update(std::vector<Slot*>& active, const Tensor& found_inf) override;
   void update_cpu(std::vector<std::vector<Slot*>>& groups);
-  void update_cuda(std::vector<std::vector<Slot*>>& groups);
+  void update_cuda(std::vector<std::vector<Slot*>>& groups, const Tensor& found_inf);
 };
 
 }  // namespace tandem::optim

@@ -57,8 +57,14 @@ void Optimizer::set_lr(double lr) {
   lr_changed();
 }
 
-void Optimizer::step() {
+void Optimizer::step() { step(Tensor()); }
+
+void Optimizer::step(const Tensor& found_inf) {
   profile::Range range("optimizer.step");
+  if (found_inf.defined())
+    TANDEM_CHECK(found_inf.numel() == 1 && found_inf.dtype() == DType::F32, name(),
+                 "::step: found_inf must be a one-element f32 tensor (the loss scaler's found_inf()), got ",
+                 found_inf.str());
   std::vector<Slot*> active;
   for (auto& s : slots_) {
     Tensor g = s.whole.defined() ? s.whole.grad() : s.seg.grad;
@@ -67,15 +73,31 @@ void Optimizer::step() {
     const bool shape_ok = s.whole.defined() ? g.shape() == p.shape() : g.numel() == p.numel();
     TANDEM_CHECK(shape_ok && g.dtype() == p.dtype() && g.device() == p.device(), name(), ": gradient ", g.str(),
                  " of \"", s.seg.name, "\" does not match its parameter ", p.str());
+    TANDEM_CHECK(!found_inf.defined() || found_inf.device() == p.device(), name(), "::step: found_inf is on ",
+                 found_inf.device().str(), " but \"", s.seg.name, "\" on ", p.device().str(),
+                 "; keep the flag on the parameters' device");
     for (auto& b : s.bufs)
       if (b.defined() && b.device() != p.device()) b = b.to(p.device());
+    if (s.step.defined() && s.step.device() != p.device()) s.step = s.step.to(p.device());
+    // Allocated at the first step, as the buffers: before a graph capture, which runs eager steps first.
+    if (uses_step_count() && !s.step.defined()) s.step = Tensor::zeros({}, DType::F32, p.device());
     s.grad = g;
     active.push_back(&s);
   }
-  if (!active.empty()) update(active);
+  if (!active.empty()) update(active, found_inf);
   for (auto* s : active) s->grad = Tensor();  // hold no gradient between steps
   ++steps_;
 }
+
+bool Optimizer::skipped_on_cpu(const Tensor& found_inf) {
+  return found_inf.defined() && *found_inf.data<float>() != 0.0f;
+}
+
+const float* Optimizer::flag_ptr(const Tensor& found_inf) {
+  return found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
+}
+
+int64_t Optimizer::count_of(const Slot& s) { return s.step.defined() ? std::llround(s.step.item()) : 0; }
 
 void Optimizer::zero_grad() {
   for (auto& s : slots_) {
@@ -112,7 +134,10 @@ std::vector<StateSlice> Optimizer::state_slices() const {
   std::vector<StateSlice> out;
   for (const auto& s : slots_) {
     const bool any = std::any_of(s.bufs.begin(), s.bufs.end(), [](const Tensor& b) { return b.defined(); });
-    if (has_step_count() && s.step > 0) out.push_back({s.seg.name + ".step", 0, 1, step_tensor(s.step)});
+    // No update applied yet (none, or only device-skipped ones, whose buffers hold no history): fresh.
+    const int64_t count = uses_step_count() ? count_of(s) : -1;
+    if (count == 0) continue;
+    if (has_step_count()) out.push_back({s.seg.name + ".step", 0, 1, step_tensor(count)});
     if (!any) continue;
     for (size_t k = 0; k < names.size(); ++k)
       if (k < s.bufs.size() && s.bufs[k].defined())
@@ -135,7 +160,7 @@ void Optimizer::load_state(const NamedTensors& state) {
   const auto names = state_names();
   for (auto& s : slots_) {
     s.bufs.clear();
-    s.step = 0;
+    s.step = Tensor();
   }
   // Which entries each parameter got, to reject a partial set (e.g. exp_avg without its step).
   std::map<std::string, size_t> seen;
@@ -158,7 +183,8 @@ void Optimizer::load_state(const NamedTensors& state) {
       found = true;
       if (k == -1) {
         TANDEM_CHECK(t.numel() == 1, name(), "::load_state: \"", key, "\" must hold one value, got ", t.str());
-        s.step = std::llround(t.to(Device::cpu()).item());
+        const double count = static_cast<double>(std::llround(t.to(Device::cpu()).item()));
+        s.step = Tensor::full({}, count, DType::F32, s.seg.param.device());
         continue;
       }
       TANDEM_CHECK(t.numel() == s.seg.param_numel, name(), "::load_state: \"", key, "\" has ", t.str(),
@@ -176,6 +202,11 @@ void Optimizer::load_state(const NamedTensors& state) {
                  "\"; was the checkpoint written for another model?");
     seen[pname] += 1;
   }
+  // An optimizer that counts without saving the count (SGD's momentum history): a loaded buffer
+  // holds history, so it counts as one update applied.
+  if (uses_step_count() && !has_step_count())
+    for (auto& s : slots_)
+      if (!s.bufs.empty()) s.step = Tensor::full({}, 1.0, DType::F32, s.seg.param.device());
   const size_t per_param = names.size() + (has_step_count() ? 1 : 0);
   for (const auto& [pname, n] : seen)
     TANDEM_CHECK(!has_step_count() || n == per_param, name(), "::load_state: \"", pname, "\" has ", n, " of its ",

@@ -27,7 +27,29 @@
 //                                         steps), replicated on every segment of the parameter
 //               "<name>.exp_avg", "<name>.exp_avg_sq"   first and second moments
 // state() returns them with the parameter's shape for an unsharded optimizer; buffers of a partial
-// segment are 1-D.
+// segment are 1-D. A segment that has not yet applied an update (none yet, or only skipped ones,
+// see below) has no state entries: it starts fresh, as a parameter PyTorch never stepped.
+//
+// Update counts live on the device (what makes the step capturable). Every segment of AdamW and
+// LAMB, and of SGD with momentum, keeps the number of updates it has applied in a 0-d f32 tensor
+// on its parameter's device (Slot::step): the count "<name>.step" saves (AdamW/LAMB), and for SGD
+// whether the momentum buffer holds history yet (it is not saved: a loaded buffer counts as one
+// update). The update kernels read it (t = count + 1) and a kernel after them advances it, so the
+// host never needs to know it - only checkpoints read it back. The CPU loops read and advance the
+// same tensors. The count is an f32, as PyTorch's capturable step: it counts exactly to 2^24, and
+// beyond that every bias correction 1 - beta^t with beta <= 0.9999 is exactly 1.0 in f64 anyway
+// (0.9999^(2^24) = e^-1678), so no update changes.
+//
+// Skipping on the device: step(found_inf) takes a one-element f32 flag tensor (the loss scaler's,
+// optim/loss_scaler.h, all-reduced across ranks by the caller) and every update kernel reads it:
+// nonzero leaves the parameters, the state and the counts untouched, with no host read (PyTorch's
+// fused optimizers with found_inf). The flag must be the same tensor at every step of a captured
+// graph (its address is a kernel argument).
+// Capturable (capturable()): a step enqueues only device work that reads every value that changes
+// between steps - the LR (written to device memory by set_lr, outside the graph), the counts, the
+// flag - from device memory, and never waits on the host, so a CUDA graph may capture it
+// (core/cuda/graph.h) once one eager step has allocated the state and uploaded the chunk tables.
+// A replayed step runs the same kernels on the same addresses as an eager one: bitwise equal.
 //
 // Precision. The optimizer updates whatever dtype the parameters have; state buffers share it. CPU
 // math is in f32 (f64 for f64 parameters, used by the reference tests); CUDA math is in f32 for f32,
@@ -57,6 +79,11 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // has the same length and meaning on every rank. Null: the local sums are the totals (one process,
 // or DDP, whose gradients are already averaged and identical on every rank).
 using SumSquaresReduce = std::function<void(std::vector<double>& partial_sums)>;
+// The same for a captured step: sums a tensor of partial sums across ranks in place by enqueueing
+// the work on the tensor's device (an NCCL all-reduce with op sum on the compute stream, or forked
+// from it and joined back through events), with no host read. The tensor is f32 on CUDA and f64 on
+// the CPU (each backend's accumulation type); its length and meaning are the same on every rank.
+using DeviceSumReduce = std::function<void(Tensor& partial_sums)>;
 
 // A contiguous range of one flattened parameter (see the file comment).
 struct ParamSegment {
@@ -97,6 +124,8 @@ struct OptimizerOptions {
   double beta2 = 0.999;
   std::optional<double> eps;           // AdamW 1e-8 (PyTorch), LAMB 1e-6 (apex FusedLAMB)
   SumSquaresReduce norm_reduce;        // LAMB: cross-rank sum of per-parameter norms (ZeRO); others ignore it
+  DeviceSumReduce norm_reduce_device;  // LAMB: the same without leaving the device (a captured step);
+                                       // at most one of the two may be set
 };
 
 class Optimizer {
@@ -108,11 +137,17 @@ class Optimizer {
   virtual const char* name() const = 0;  // "SGD", "AdamW", "LAMB" (error messages)
   // Updates every segment that has a gradient (an NVTX range "optimizer.step").
   void step();
+  // The same, skipped on the device where the one-element f32 tensor `found_inf` is nonzero (see
+  // "Skipping on the device" above); it must live on the parameters' device. Undefined: step().
+  void step(const Tensor& found_inf);
+  // Whether a CUDA graph may capture step() (see "Capturable" above): SGD and AdamW always; LAMB
+  // unless OptimizerOptions::norm_reduce (a host round trip) is set.
+  virtual bool capturable() const = 0;
   // Zeroes the existing gradients in place (param.grad() or the segments' gradients).
   void zero_grad();
   void set_lr(double lr);
   double lr() const { return lr_; }
-  int64_t steps() const { return steps_; }  // calls of step() so far
+  int64_t steps() const { return steps_; }  // calls of step() so far, device-skipped ones included
 
   // The gradients step() would use now (undefined entries skipped): for clip_grad_norm.
   std::vector<Tensor> grads() const;
@@ -139,7 +174,9 @@ class Optimizer {
     Tensor whole;              // unsharded construction: the parameter whose .grad is read per step
     Tensor grad;               // this step's gradient (set by step() before update())
     std::vector<Tensor> bufs;  // state_names() order; undefined until the first step with a gradient
-    int64_t step = 0;          // AdamW/LAMB: steps this segment has taken
+    Tensor step;               // updates applied: 0-d f32 on the parameter's device (see "Update
+                               // counts" above); undefined until the first step, and without
+                               // uses_step_count()
   };
 
   Optimizer(NamedTensors named_params, double lr);
@@ -149,13 +186,23 @@ class Optimizer {
   // exists (a per-segment step count).
   virtual std::vector<std::string> state_names() const = 0;
   virtual bool has_step_count() const = 0;
-  // Updates `active` (the slots with a gradient this step, grad set, all checked).
-  virtual void update(std::vector<Slot*>& active) = 0;
-  // After set_lr: an optimizer whose kernels read the LR from device memory (SGD on CUDA, so that a
-  // captured CUDA graph follows the schedule) uploads it here. Default: nothing to do.
+  // Whether the slots keep an update count (Slot::step) at all: every optimizer that saves one, and
+  // SGD with momentum, which keeps it unsaved (see "Update counts" above).
+  virtual bool uses_step_count() const { return has_step_count(); }
+  // Updates `active` (the slots with a gradient this step, grad set, all checked, step counts
+  // allocated), skipping on the device where found_inf (undefined: never) is nonzero.
+  virtual void update(std::vector<Slot*>& active, const Tensor& found_inf) = 0;
+  // After set_lr: the CUDA kernels read the LR from device memory (so that a captured CUDA graph
+  // follows the schedule), and each optimizer writes it there now. Default: nothing to do.
   virtual void lr_changed() {}
 
   int64_t num_params() const { return num_params_; }
+  // The CPU loops' view of the flag: true when defined and nonzero (a CPU tensor: a plain load).
+  static bool skipped_on_cpu(const Tensor& found_inf);
+  // The flag as a kernel argument: null when undefined (never skip).
+  static const float* flag_ptr(const Tensor& found_inf);
+  // A slot's count as an integer (a host read, a device sync on CUDA: checkpoints only); 0 when none.
+  static int64_t count_of(const Slot& s);
   std::vector<Slot> slots_;
 
  private:

@@ -39,55 +39,65 @@ SGDOptions SGD::options() const {
   return o;
 }
 
-void SGD::update(std::vector<Slot*>& active) {
+void SGD::update(std::vector<Slot*>& active, const Tensor& found_inf) {
   std::vector<Slot*> gpu;
   for (Slot* s : active) {
     if (s->seg.param.is_cuda()) {
       gpu.push_back(s);
-    } else {
+    } else if (!skipped_on_cpu(found_inf)) {
       step_cpu(*s);
     }
   }
-  if (!gpu.empty()) step_cuda(gpu);
+  if (!gpu.empty()) step_cuda(gpu, found_inf);
 }
 
 void SGD::lr_changed() {
 #ifdef TANDEM_WITH_CUDA
-  kernels::sgd_set_lr_cuda(cuda_table_, static_cast<float>(lr()));
+  for (const auto& t : cuda_tables_) kernels::sgd_set_lr_cuda(t, lr());
 #endif
 }
 
 void SGD::step_cpu(Slot& s) {
   Tensor param = s.seg.param;  // a handle: the kernel writes through it into the parameter
-  const bool first = s.bufs.empty() || !s.bufs[0].defined();
-  if (opt_.momentum != 0 && first) s.bufs = {Tensor::empty_like(param)};
-  Tensor buf = s.bufs.empty() ? Tensor() : s.bufs[0];
+  Tensor buf;
+  bool first = false;
+  if (opt_.momentum != 0) {
+    if (s.bufs.empty() || !s.bufs[0].defined()) s.bufs = {Tensor::empty_like(param)};
+    buf = s.bufs[0];
+    float& count = *s.step.data<float>();  // the same count the CUDA kernel reads (see optim/sgd.h)
+    first = count == 0.0f;
+    count += 1.0f;
+  }
   kernels::sgd_step_cpu(param, s.grad, buf, first, options());
 }
 
-void SGD::step_cuda(std::vector<Slot*>& slots) {
+void SGD::step_cuda(std::vector<Slot*>& slots, const Tensor& found_inf) {
 #ifdef TANDEM_WITH_CUDA
   // One launch per (device, dtype) group: a model on one GPU in one dtype is exactly one launch.
   std::vector<bool> done(slots.size(), false);
+  size_t group = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     if (done[i]) continue;
     const DType dt = slots[i]->seg.param.dtype();
     const Device dev = slots[i]->seg.param.device();
-    std::vector<kernels::SgdTensor> group;
+    std::vector<kernels::SgdTensor> tensors;
     for (size_t j = i; j < slots.size(); ++j) {
       Slot& s = *slots[j];
       const Tensor& p = s.seg.param;
       if (done[j] || p.dtype() != dt || p.device() != dev) continue;
       done[j] = true;
-      const bool first = s.bufs.empty() || !s.bufs[0].defined();
-      if (opt_.momentum != 0 && first) s.bufs = {Tensor::empty_like(p)};
-      group.push_back({p.data_ptr(), s.grad.data_ptr(), opt_.momentum != 0 ? s.bufs[0].data_ptr() : nullptr,
-                       p.numel(), first});
+      const bool mom = opt_.momentum != 0;
+      // Uninitialised: the kernel writes it whole at the buffer's first update (count 0).
+      if (mom && (s.bufs.empty() || !s.bufs[0].defined())) s.bufs = {Tensor::empty_like(p)};
+      tensors.push_back({p.data_ptr(), s.grad.data_ptr(), mom ? s.bufs[0].data_ptr() : nullptr,
+                         mom ? s.step.data<float>() : nullptr, p.numel()});
     }
-    kernels::sgd_step_cuda(cuda_table_, dt, dev.index, group, options());
+    if (cuda_tables_.size() <= group) cuda_tables_.resize(group + 1);
+    kernels::sgd_step_cuda(cuda_tables_[group++], dt, dev.index, tensors, options(), flag_ptr(found_inf));
   }
 #else
   (void)slots;
+  (void)found_inf;
   TANDEM_THROW("SGD: CUDA parameters in a CPU-only build");
 #endif
 }

@@ -13,6 +13,10 @@
 // The lr can change between steps (set_lr, driven by optim/lr_schedule.h). The update is
 // elementwise, so a segment (optim/optimizer.h, ZeRO) updates like the same elements of the whole
 // parameter. State: "<name>.momentum_buffer" (momentum != 0), as PyTorch's state dict.
+// Capturable (optim/optimizer.h): the CUDA kernel reads the LR, the found-inf flag and whether a
+// buffer holds history (the slot's update count) from device memory. A step skipped on the device
+// leaves a new buffer without history, so the next applied step is still its first (buf = d_p) -
+// where PyTorch's fused SGD would read an uninitialised buffer (its is_first_step is a host flag).
 // Leaves out: parameter groups (one lr for all), maximize, foreach/fused switches.
 #pragma once
 #include <cstdint>
@@ -50,17 +54,21 @@ class SGD : public Optimizer {
   ~SGD() override;
 
   const char* name() const override { return "SGD"; }
+  bool capturable() const override { return true; }
   SGDOptions options() const;  // with the current lr
 
  private:
   std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
   bool has_step_count() const override { return false; }
-  void update(std::vector<Slot*>& active) override;
-  void lr_changed() override;  // CUDA: the kernel's device-side LR (optim/cuda/sgd.cu)
+  bool uses_step_count() const override { return opt_.momentum != 0; }  // momentum history, unsaved
+  void update(std::vector<Slot*>& active, const Tensor& found_inf) override;
+  void lr_changed() override;  // CUDA: the kernels' device-side LR (optim/cuda/sgd.cu)
   void step_cpu(Slot& s);
-  void step_cuda(std::vector<Slot*>& slots);
+  void step_cuda(std::vector<Slot*>& slots, const Tensor& found_inf);
   SGDOptions opt_;  // lr lives in Optimizer (set_lr)
-  std::shared_ptr<kernels::SgdCudaTable> cuda_table_;  // CUDA builds only; null until the first GPU step
+  // One per (device, dtype) launch group, in first-seen order (CUDA builds only; empty until the
+  // first GPU step): the chunk table, count list and device-side LR of that launch.
+  std::vector<std::shared_ptr<kernels::SgdCudaTable>> cuda_tables_;
 };
 
 }  // namespace tandem::optim

@@ -9,10 +9,15 @@
 //    16-bit tolerance - the GPU's cuDNN/cuBLAS paths round at other points than the CPU's f32
 //    reference, and the parameters are 16-bit (1 ulp = 2^-8 bf16, 2^-11 f16 relative): 3e-2 / 1e-2
 //    relative, norm-wise per tensor, as tests/support/ddp_fixture.h measures GPU libraries.
+//  - The captured step's AMP (optim/amp.h, "A captured step"): amp_step_device with a tensor-mode
+//    scaler on the GPU against amp_step with the host scaler on the GPU - bit for bit (the same
+//    kernels but for the flag and scale reads, f32 scales that are powers of two, the same clip
+//    arithmetic) - and the same step captured as a CUDA graph and replayed - bit for bit again.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "core/ops/ops.h"
 #include "core/random.h"
@@ -20,6 +25,9 @@
 #include "layers/models/models.h"
 #include "optim/amp.h"
 #include "tests/support/parity.h"
+#ifdef TANDEM_WITH_CUDA
+#include "core/cuda/graph.h"
+#endif
 
 using namespace tandem;
 
@@ -111,3 +119,81 @@ TEST_CASE("AMP steps of small_cnn: CUDA parameters match the CPU's within 16-bit
     }
   }
 }
+
+#ifdef TANDEM_WITH_CUDA
+namespace {
+// Eight AMP steps on the GPU over static gradient tensors (values copied in outside any graph),
+// steps 0 and 5 overflowing, clipping at 0.05 on every step. mode 0: amp_step, host scaler;
+// 1: amp_step_device, tensor-mode scaler, eagerly; 2: the same, step 0 eager, step 1 captured,
+// replays from then on. Returns the parameters, masters, optimizer state, scale and skipped count.
+std::vector<std::vector<float>> amp_steps(const std::string& name, DType low, int mode) {
+  const Device gpu = Device::cuda(0);
+  Generator gen(9);
+  const std::vector<int64_t> sizes{15, 70001, 4};
+  optim::NamedTensors params;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const DType t = i == 2 ? DType::F32 : low;  // a BatchNorm-like f32 parameter: its own master
+    params.emplace_back("p" + std::to_string(i), randn({sizes[i]}, gen).to(t).to(gpu));
+    grads.push_back(Tensor::zeros({sizes[i]}, t, gpu));
+  }
+  optim::MasterWeights master(optim::segments_from_parameters(params));
+  optim::OptimizerOptions oo;
+  oo.lr = 1e-2;
+  if (name == "sgd") oo.momentum = 0.9;
+  auto opt = optim::make_optimizer(name, master.master_segments(), static_cast<int64_t>(sizes.size()), oo);
+  optim::LossScalerOptions so;
+  so.init_scale = 4096.0;
+  so.growth_interval = 2;
+  so.enabled = low == DType::F16;
+  if (mode > 0) so.device = gpu;
+  optim::LossScaler scaler(so);
+  optim::GradClipper clipper(0.05);
+  optim::DeviceAmpStepOptions dao;
+  dao.clip = &clipper;
+  cuda::StepGraph graph(0);
+  for (int step = 0; step < 8; ++step) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<float> v = randn({sizes[i]}, gen).to_vector();
+      for (float& x : v) x *= 512.0f;
+      if ((step == 0 || step == 5) && i == 1) v[70000] = std::numeric_limits<float>::infinity();
+      grads[i].copy_(ops::cast_raw(Tensor::from_vector(v, {sizes[i]}), grads[i].dtype()).to(gpu));
+    }
+    if (mode == 0) {
+      optim::AmpStepOptions ao;
+      ao.clip_grad_norm = 0.05;
+      optim::amp_step(master, scaler, *opt, grads, ao);
+    } else if (mode == 1 || step == 0) {
+      optim::amp_step_device(master, scaler, *opt, grads, dao);
+    } else {
+      if (step == 1) graph.capture([&] { optim::amp_step_device(master, scaler, *opt, grads, dao); });
+      graph.replay();
+    }
+  }
+  std::vector<std::vector<float>> out;
+  for (auto& [_, p] : params) out.push_back(p.to(DType::F32).to(Device::cpu()).to_vector());
+  for (auto& sl : master.state_slices()) out.push_back(sl.value.to(Device::cpu()).to_vector());
+  for (auto& [_, t] : opt->state()) out.push_back(t.to(Device::cpu()).view({-1}).to_vector());
+  out.push_back({static_cast<float>(scaler.scale()), static_cast<float>(scaler.skipped_steps())});
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the captured step's AMP on CUDA: amp_step_device equals amp_step, and its graph replay equals both") {
+  for (const std::string name : {"sgd", "adamw", "lamb"}) {
+    for (DType low : {DType::BF16, DType::F16}) {
+      CAPTURE(name);
+      CAPTURE(dtype_name(low));
+      const auto eager = amp_steps(name, low, 0), device = amp_steps(name, low, 1), replayed = amp_steps(name, low, 2);
+      REQUIRE(eager.size() == device.size());
+      REQUIRE(eager.size() == replayed.size());
+      for (size_t i = 0; i < eager.size(); ++i) {
+        CAPTURE(i);
+        CHECK(device[i] == eager[i]);
+        CHECK(replayed[i] == eager[i]);
+      }
+      CHECK(eager.back()[1] == 2.0f);  // both overflows skipped
+    }
+  }
+}
+#endif  // TANDEM_WITH_CUDA

@@ -276,3 +276,196 @@ TEST_CASE("amp_step: fp16 overflow skips the step, lowers the scale, leaves the 
   CHECK(w.to_vector() == std::vector<float>{0.5f, 2.5f});
   CHECK(scaler.skipped_steps() == 1);
 }
+
+// ---- tensor mode: the captured step's loss scaler and AMP step (optim/amp.h "A captured step") ----
+
+namespace {
+optim::LossScalerOptions tensor_mode(optim::LossScalerOptions o) {
+  o.device = Device::cpu();
+  return o;
+}
+}  // namespace
+
+TEST_CASE("LossScaler tensor mode follows the host scaler's scale sequence over a scripted overflow pattern") {
+  // Overflows alone, in runs, right after a growth and at the first step; interval 3 so growth
+  // happens often. 40 steps, both enabled (fp16) and disabled (bf16: scale 1, skips still counted).
+  const std::string pattern = "xx..x....x......xx.xxx.........x...x.....";
+  for (bool enabled : {true, false}) {
+    CAPTURE(enabled);
+    optim::LossScalerOptions o;
+    o.init_scale = 1024.0;
+    o.growth_interval = 3;
+    o.enabled = enabled;
+    optim::LossScaler host(o), dev(tensor_mode(o));
+    CHECK(dev.tensor_mode());
+    CHECK_FALSE(host.tensor_mode());
+    int grew = 0, backed_off = 0;
+    for (char c : pattern) {
+      const bool overflow = c == 'x';
+      const double before = host.scale();
+      dev.found_inf().fill_(overflow ? 1.0 : 0.0);
+      host.update(overflow);
+      dev.update_on_device();
+      grew += host.scale() > before;
+      backed_off += host.scale() < before;
+      CHECK(dev.scale() == host.scale());
+      CHECK(dev.growth_tracker() == host.growth_tracker());
+      CHECK(dev.skipped_steps() == host.skipped_steps());
+      CHECK(dev.scale_tensor().item() == host.scale());
+    }
+    CHECK(host.skipped_steps() == 11);
+    if (enabled) CHECK((grew >= 5 && backed_off >= 5));  // the pattern exercises both rules
+    // Checkpoints move between the modes: the same names and values.
+    const optim::NamedTensors hs = host.state(), ds = dev.state();
+    REQUIRE(hs.size() == ds.size());
+    for (size_t i = 0; i < hs.size(); ++i) {
+      CHECK(hs[i].first == ds[i].first);
+      CHECK(hs[i].second.item() == ds[i].second.item());
+    }
+    optim::LossScaler loaded(tensor_mode(o));
+    loaded.load_state(hs);
+    CHECK(loaded.scale() == host.scale());
+    CHECK(loaded.skipped_steps() == host.skipped_steps());
+    CHECK(loaded.growth_tracker() == host.growth_tracker());
+  }
+}
+
+TEST_CASE("LossScaler tensor mode: host-only calls are refused, growth stops below f32's overflow") {
+  optim::LossScaler dev(tensor_mode({}));
+  CHECK_THROWS_AS(dev.update(false), Error);
+  optim::LossScaler host;
+  CHECK_THROWS_AS(host.found_inf(), Error);
+  CHECK_THROWS_AS(host.update_on_device(), Error);
+  optim::LossScalerOptions o;
+  o.init_scale = std::ldexp(1.0, 127);  // f32's largest power of two
+  o.growth_interval = 1;
+  optim::LossScaler top(tensor_mode(o));
+  top.update_on_device();  // found_inf() starts at 0: a clean step, growth due, but 2^128 is inf in f32
+  CHECK(top.scale() == std::ldexp(1.0, 127));
+  CHECK(top.growth_tracker() == 0);
+  // scale_loss multiplies on the device and stays differentiable.
+  Tensor x = Tensor::from_vector({3.0f}, {1}).set_requires_grad(true);
+  Tensor loss = ops::sum(x);
+  optim::LossScaler s(tensor_mode({}));
+  Tensor scaled = s.scale_loss(loss);
+  CHECK(scaled.item() == 3.0 * 65536.0);
+  scaled.backward();
+  CHECK(x.grad().item() == 65536.0);
+}
+
+TEST_CASE("unscale_and_flag equals unscale_and_check, and resets the flag every step") {
+  for (DType t : kLow) {
+    CAPTURE(std::string(dtype_name(t)));
+    Tensor w = ops::cast_raw(Tensor::from_vector({1.0f, -2.5f, 3.0e-3f, 100.0f}, {2, 2}), t);
+    Tensor bn = Tensor::from_vector({0.5f, 0.25f}, {2});
+    optim::MasterWeights eager(optim::segments_from_parameters({{"w", w}, {"bn", bn}}));
+    optim::MasterWeights dev(optim::segments_from_parameters({{"w", w}, {"bn", bn}}));
+    Tensor scale = Tensor::from_vector({3072.0f}, {1});  // not a power of two: exercises the rounding of 1/scale
+    Tensor flag = Tensor::from_vector({1.0f}, {1});      // left over from a previous step
+    Tensor g = ops::cast_raw(Tensor::from_vector({1024.0f, -2048.0f, 0.5f, 7.0f}, {2, 2}), t);
+    Tensor gb = Tensor::from_vector({8.0f, 16.0f}, {2});
+    CHECK_FALSE(eager.unscale_and_check({g, gb}, 1.0 / 3072.0));
+    dev.unscale_and_flag({g, gb}, scale, flag);
+    CHECK(flag.item() == 0.0);
+    for (size_t i = 0; i < 2; ++i) CHECK(dev.master_grads()[i].to_vector() == eager.master_grads()[i].to_vector());
+    Tensor gi = ops::cast_raw(Tensor::from_vector({1.0f, std::numeric_limits<float>::infinity(), 0.0f, 2.0f}, {2, 2}), t);
+    dev.unscale_and_flag({gi, gb}, scale, flag);
+    CHECK(flag.item() == 1.0);
+    dev.unscale_and_flag({g, Tensor()}, scale, flag);  // undefined: no master gradient, as eager
+    CHECK(flag.item() == 0.0);
+    CHECK_FALSE(dev.master_grads()[1].defined());
+    // copy_to_model(flag): the masters reach the model only on a clean step.
+    Tensor master = dev.master_segments()[0].param;
+    master.fill_(7.0);
+    flag.fill_(1.0);
+    dev.copy_to_model(flag);
+    CHECK(w.to_vector()[0] == 1.0f);
+    flag.fill_(0.0);
+    dev.copy_to_model(flag);
+    CHECK(w.to_vector()[0] == 7.0f);
+  }
+}
+
+TEST_CASE("amp_step_device equals amp_step bit for bit: parameters, masters, state, scale, skips") {
+  // 12 steps with overflows (inf and NaN, one at the first step) and clipping on every other step.
+  for (const std::string name : {"sgd", "adamw", "lamb"}) {
+    for (DType low : kLow) {
+      CAPTURE(name);
+      CAPTURE(std::string(dtype_name(low)));
+      struct Run {
+        optim::NamedTensors params;
+        std::unique_ptr<optim::MasterWeights> master;
+        std::unique_ptr<optim::Optimizer> opt;
+        optim::LossScaler scaler;
+      };
+      auto make = [&](bool device) {
+        Run r;
+        Generator gen(9);
+        const std::vector<Shape> shapes{{3, 5}, {70}, {4}};
+        for (size_t i = 0; i < shapes.size(); ++i)
+          r.params.emplace_back("p" + std::to_string(i), randn(shapes[i], gen).to(i == 2 ? DType::F32 : low));
+        r.master = std::make_unique<optim::MasterWeights>(optim::segments_from_parameters(r.params));
+        optim::OptimizerOptions oo;
+        oo.lr = 1e-2;
+        if (name == "sgd") oo.momentum = 0.9, oo.dampening = 0.1;
+        r.opt = optim::make_optimizer(name, r.master->master_segments(), 3, oo);
+        optim::LossScalerOptions so;
+        so.init_scale = 4096.0;
+        so.growth_interval = 2;
+        so.enabled = low == DType::F16;
+        if (device) so.device = Device::cpu();
+        r.scaler = optim::LossScaler(so);
+        return r;
+      };
+      Run eager = make(false), dev = make(true);
+      optim::GradClipper clipper(0.05);
+      Generator gen(21);
+      for (int step = 0; step < 12; ++step) {
+        CAPTURE(step);
+        std::vector<Tensor> grads;
+        for (const auto& [_, p] : eager.params) {
+          Tensor g = randn(p.shape(), gen);
+          if ((step == 0 || step == 5 || step == 6) && p.dtype() != DType::F32) {
+            std::vector<float> v = g.to_vector();
+            v[2] = step == 5 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+            g = Tensor::from_vector(v, p.shape());
+          }
+          grads.push_back(ops::cast_raw(ops::scale(g, 512.0f), p.dtype()));
+        }
+        optim::AmpStepOptions ao;
+        ao.clip_grad_norm = step % 2 ? 0.05 : 0.0;
+        const bool applied = optim::amp_step(*eager.master, eager.scaler, *eager.opt, grads, ao);
+        optim::DeviceAmpStepOptions dao;
+        dao.clip = step % 2 ? &clipper : nullptr;
+        int reduced = 0;
+        dao.found_inf_reduce = [&](Tensor& flag) {
+          ++reduced;
+          CHECK(flag.numel() == 1);
+        };
+        const int64_t skipped_before = dev.scaler.skipped_steps();
+        optim::amp_step_device(*dev.master, dev.scaler, *dev.opt, grads, dao);
+        CHECK(reduced == 1);
+        CHECK((dev.scaler.skipped_steps() == skipped_before) == applied);
+        CHECK(dev.scaler.scale() == eager.scaler.scale());
+        for (size_t i = 0; i < eager.params.size(); ++i)
+          CHECK(dev.params[i].second.to_vector() == eager.params[i].second.to_vector());
+        const optim::NamedTensors se = eager.opt->state(), sd = dev.opt->state();
+        REQUIRE(se.size() == sd.size());
+        for (size_t i = 0; i < se.size(); ++i) CHECK(sd[i].second.to_vector_f64() == se[i].second.to_vector_f64());
+        const auto me = eager.master->state_slices(), md = dev.master->state_slices();
+        for (size_t i = 0; i < me.size(); ++i) CHECK(md[i].value.to_vector() == me[i].value.to_vector());
+      }
+      CHECK(eager.scaler.skipped_steps() == 3);
+      CHECK(dev.scaler.skipped_steps() == 3);
+      CHECK(clipper.norm().item() > 0.05);  // the clip applied: the norms are far above 0.05
+    }
+  }
+}
+
+TEST_CASE("amp_step_device refuses a host-mode scaler") {
+  Tensor w = ops::cast_raw(Tensor::from_vector({1.0f, 2.0f}, {2}), DType::F16);
+  optim::MasterWeights mw(optim::segments_from_parameters({{"w", w}}));
+  auto opt = optim::make_optimizer("sgd", mw.master_segments(), 1, {});
+  optim::LossScaler host;
+  CHECK_THROWS_AS(optim::amp_step_device(mw, host, *opt, {Tensor::ones({2}, DType::F16)}), Error);
+}

@@ -229,16 +229,24 @@ struct ThreadAllReduce {
 
 // kSteps of `name` with the parameters split into shards at `cuts`, one optimizer per shard, run
 // as threads (in-process "ranks"). Returns the values and the assembled state.
+// Hook: 0 none, 1 norm_reduce (host vector), 2 norm_reduce_device (an f64 tensor on the CPU).
 std::pair<std::vector<std::vector<double>>, NamedTensors> run_sharded(const std::string& name, const Hyper& h,
                                                                       const std::vector<int64_t>& cuts,
-                                                                      bool with_hook) {
+                                                                      int hook) {
   NamedTensors params = make_params(DType::F64);
   const size_t ranks = cuts.size() - 1;
   ThreadAllReduce reduce(ranks);
   std::vector<std::unique_ptr<Optimizer>> opts;
   for (size_t r = 0; r < ranks; ++r) {
     OptimizerOptions o = options(h);
-    if (with_hook) o.norm_reduce = [&reduce, r](std::vector<double>& v) { reduce(r, v); };
+    if (hook == 1) o.norm_reduce = [&reduce, r](std::vector<double>& v) { reduce(r, v); };
+    if (hook == 2)
+      o.norm_reduce_device = [&reduce, r](Tensor& t) {
+        REQUIRE(t.dtype() == DType::F64);
+        std::vector<double> v = t.to_vector_f64();
+        reduce(r, v);
+        t.copy_(Tensor::from_vector_f64(v, t.shape()));
+      };
     opts.push_back(make_optimizer(name, shard(params, {}, cuts, r), 3, o));
   }
   for (int t = 1; t <= kSteps; ++t) {
@@ -317,10 +325,13 @@ TEST_CASE("a parameter optimized as segments equals the whole parameter (AdamW a
 TEST_CASE("sharded LAMB with the norm all-reduce hook equals unsharded LAMB; without it, it does not") {
   const auto want = run_whole("lamb", kLamb, DType::F64);
   // Two ranks; the cut at 8 falls inside layer.weight (12 elements), so its norms need both ranks.
-  const auto [got, state] = run_sharded("lamb", kLamb, {0, 8, 24}, true);
+  const auto [got, state] = run_sharded("lamb", kLamb, {0, 8, 24}, 1);
   check_close(got, want, 1e-12, 1e-15);
-  const auto [alone, _] = run_sharded("lamb", kLamb, {0, 8, 24}, false);
+  const auto [alone, _] = run_sharded("lamb", kLamb, {0, 8, 24}, 0);
   CHECK(std::fabs(alone[0][0] - want[0][0]) > 1e-6);  // each rank's own partial norms: another step
+  // The captured step's hook (a tensor reduced in place) takes exactly the host hook's step.
+  const auto [device_hook, device_state] = run_sharded("lamb", kLamb, {0, 8, 24}, 2);
+  CHECK(device_hook == got);
 }
 
 TEST_CASE("sharded state assembles into the unsharded checkpoint and resumes on another world size") {
@@ -333,7 +344,7 @@ TEST_CASE("sharded state assembles into the unsharded checkpoint and resumes on 
       for (size_t k = 0; k < params.size(); ++k) params[k].second.set_grad(grad_tensor(k, t, DType::F64));
       whole->step();
     }
-    const auto [_, assembled] = run_sharded(name, h, {0, 8, 24}, true);
+    const auto [_, assembled] = run_sharded(name, h, {0, 8, 24}, 1);
     check_same_state(assembled, whole->state());
     // Keys follow PyTorch's state dict with the parameter name as prefix, shapes the parameters'.
     const NamedTensors st = whole->state();

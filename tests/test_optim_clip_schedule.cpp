@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "optim/clip.h"
 #include "optim/lr_schedule.h"
@@ -62,6 +63,58 @@ TEST_CASE("clip_grad_norm leaves gradients alone when the norm is not finite") {
   std::vector<Tensor> g{Tensor::from_vector({INFINITY, 1.0f}, {2})};
   CHECK(std::isinf(clip_grad_norm(g, 1.0)));
   CHECK(g[0].to_vector()[1] == 1.0f);
+}
+
+TEST_CASE("GradClipper (the capturable clip) equals clip_grad_norm bit for bit, and keeps the norm in a tensor") {
+  // Cases: far above max_norm, just above (scale within an ulp of 1), below, exactly zero, non-finite,
+  // f32 and f64 gradients mixed, undefined entries; each run with and without a reduce hook that
+  // adds another "rank's" squares (the host hook and the device hook add the same value).
+  struct Case {
+    std::vector<std::vector<double>> values;
+    double max_norm;
+  };
+  const std::vector<Case> cases{{{{3, 4}, {12}}, 6.5},
+                                {{{0.1, -0.7, 1e-3}, {2.5, 0.25}}, 2.6},
+                                {{{3, 4}, {12}}, 13.0},
+                                {{{3, 4}, {12}}, 20.0},
+                                {{{0, 0}, {0}}, 1.0},
+                                {{{INFINITY, 1}, {2}}, 1.0},
+                                {{{NAN, 1}, {2}}, 1.0}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (bool hook : {false, true}) {
+      CAPTURE(c);
+      CAPTURE(hook);
+      auto grads = [&] {
+        const auto& v = cases[c].values;
+        return std::vector<Tensor>{Tensor::from_vector(std::vector<float>(v[0].begin(), v[0].end()),
+                                                       {static_cast<int64_t>(v[0].size())}),
+                                   Tensor(), Tensor::from_vector_f64(v[1], {static_cast<int64_t>(v[1].size())})};
+      };
+      std::vector<Tensor> host = grads(), dev = grads();
+      const double other_rank = 0.3;
+      SumSquaresReduce host_hook;
+      DeviceSumReduce dev_hook;
+      if (hook) {
+        host_hook = [&](std::vector<double>& v) { v[0] += other_rank; };
+        dev_hook = [&](Tensor& t) {
+          CHECK(t.dtype() == DType::F64);  // the CPU's accumulation type
+          *t.data<double>() += other_rank;
+        };
+      }
+      const double norm = clip_grad_norm(host, cases[c].max_norm, host_hook);
+      GradClipper clipper(cases[c].max_norm, dev_hook);
+      CHECK_FALSE(clipper.norm().defined());
+      clipper.clip(dev);
+      CHECK(clipper.norm().dtype() == DType::F32);
+      const double got = clipper.norm().item();
+      CHECK(((std::isnan(norm) && std::isnan(got)) || got == static_cast<float>(norm)));
+      for (size_t i : {size_t{0}, size_t{2}}) {  // bytes: NaN entries compare unequal as values
+        const auto a = dev[i].to_vector_f64(), b = host[i].to_vector_f64();
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+      }
+    }
+  }
+  CHECK_THROWS_AS(GradClipper(0.0), Error);
 }
 
 TEST_CASE("LR polynomial decay after linear warmup (BERT's schedule)") {

@@ -5,7 +5,11 @@
 // block per parameter) adds each parameter's chunk partials, in chunk order, to param_sums. No
 // atomics anywhere, so the norms - and the whole step - are deterministic for given shapes.
 // Phase 2 (lamb_phase2_kernel) recomputes u from the stored moments instead of keeping it in a
-// buffer the size of the model, and applies w -= lr * trust * u.
+// buffer the size of the model, and applies w -= lr * trust * u; a tiny launch then advances the
+// counts. Every block computes its step's scalars from the device LR and its segment's count
+// (optim/cuda/adam_math.cuh), so segments with different step counts share the launches.
+// Skipped (found-inf): phase 1 writes zero partials and returns, the sums kernel adds those zeros,
+// phase 2 and the count advance do nothing - the moments, weights and counts stay as they were.
 #include "optim/cuda/adam_math.cuh"
 #include "optim/kernels/lamb.h"
 #include "core/ops/cuda/block_reduce.cuh"
@@ -23,9 +27,16 @@ struct SegEntry {
 };
 
 template <typename T>
-__global__ void lamb_phase1_kernel(const AdamChunk* __restrict__ chunks, AdamHyper h, float* __restrict__ partials) {
+__global__ void lamb_phase1_kernel(const AdamChunk* __restrict__ chunks, AdamConst k, const double* __restrict__ lr,
+                                   const float* __restrict__ found_inf, float* __restrict__ partials) {
   __shared__ float scratch[32];
+  __shared__ AdamHyper h;
+  if (skip_step(found_inf)) {  // uniform over the block: no thread reaches the block sums below
+    if (threadIdx.x == 0) partials[2 * blockIdx.x] = partials[2 * blockIdx.x + 1] = 0.f;
+    return;
+  }
   const AdamChunk c = chunks[blockIdx.x];
+  block_hyper(h, k, lr, c);
   const T* p = static_cast<const T*>(c.param) + c.start;
   const T* g = static_cast<const T*>(c.grad) + c.start;
   T* m = static_cast<T*>(c.exp_avg) + c.start;
@@ -71,9 +82,12 @@ __global__ void lamb_param_sums_kernel(const SegEntry* __restrict__ segs, int n_
 }
 
 template <typename T>
-__global__ void lamb_phase2_kernel(const AdamChunk* __restrict__ chunks, AdamHyper h,
-                                   const float* __restrict__ param_sums) {
+__global__ void lamb_phase2_kernel(const AdamChunk* __restrict__ chunks, AdamConst k, const double* __restrict__ lr,
+                                   const float* __restrict__ found_inf, const float* __restrict__ param_sums) {
+  if (skip_step(found_inf)) return;
+  __shared__ AdamHyper h;
   const AdamChunk c = chunks[blockIdx.x];
+  block_hyper(h, k, lr, c);
   const float wn = sqrtf(param_sums[2 * c.param_index]);
   const float un = sqrtf(param_sums[2 * c.param_index + 1]);
   const float step = h.lr * ((wn > 0.f && un > 0.f) ? wn / un : 1.f);
@@ -105,23 +119,25 @@ std::vector<SegEntry> seg_entries(const std::vector<AdamTensor>& ts) {
 
 }  // namespace
 
-void lamb_phase1_cuda(std::shared_ptr<DeviceTable>& chunks, std::shared_ptr<DeviceTable>& params, DType dtype,
-                      int device, const std::vector<AdamTensor>& ts, const AdamHyper& h, float* param_sums) {
+void lamb_phase1_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int device, const std::vector<AdamTensor>& ts,
+                      const AdamConst& k, double lr, const float* found_inf, float* param_sums) {
+  if (!group) group = std::make_shared<AdamCudaGroup>();
+  const double* lr_dev = group->lr.get(device, lr, "LAMB");
   const std::vector<AdamChunk> host = adam_chunks(ts);
   if (host.empty()) return;  // every tensor is empty: their sums stay 0
   const int64_t n_chunks = static_cast<int64_t>(host.size());
   check_grid(n_chunks, "LAMB");
-  if (!chunks) chunks = std::make_shared<DeviceTable>();
-  if (!params) params = std::make_shared<DeviceTable>();
-  const AdamChunk* dchunks = chunks->get(device, host);
+  const AdamChunk* dchunks = group->chunks.get(device, host, "LAMB");
   const std::vector<SegEntry> segs = seg_entries(ts);
-  const SegEntry* dsegs = params->get(device, segs);
+  const SegEntry* dsegs = group->segments.get(device, segs, "LAMB");
   cudaStream_t stream = cuda::compute_stream(device);
+  // Allocated and freed in the step: inside a capture, graph memory that each replay reuses.
   float* partials = nullptr;
   CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partials), 2 * n_chunks * sizeof(float), stream),
              "allocating LAMB's per-chunk norm partials");
   TANDEM_CUDA_FLOAT_TYPES(dtype, T, [&] {
-    lamb_phase1_kernel<T><<<static_cast<unsigned>(n_chunks), kThreads, 0, stream>>>(dchunks, h, partials);
+    lamb_phase1_kernel<T><<<static_cast<unsigned>(n_chunks), kThreads, 0, stream>>>(dchunks, k, lr_dev, found_inf,
+                                                                                    partials);
     CUDA_CHECK_LAUNCH("fused LAMB phase 1 (moments and norms)");
   });
   lamb_param_sums_kernel<<<static_cast<unsigned>(segs.size()), kThreads, 0, stream>>>(
@@ -130,17 +146,21 @@ void lamb_phase1_cuda(std::shared_ptr<DeviceTable>& chunks, std::shared_ptr<Devi
   CUDA_CHECK(cudaFreeAsync(partials, stream));
 }
 
-void lamb_phase2_cuda(std::shared_ptr<DeviceTable>& chunks, DType dtype, int device, const std::vector<AdamTensor>& ts,
-                      const AdamHyper& h, const float* param_sums) {
+void lamb_phase2_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int device, const std::vector<AdamTensor>& ts,
+                      const AdamConst& k, double lr, const float* found_inf, const float* param_sums) {
+  if (!group) group = std::make_shared<AdamCudaGroup>();
+  const double* lr_dev = group->lr.get(device, lr, "LAMB");  // unchanged since phase 1: no write
   const std::vector<AdamChunk> host = adam_chunks(ts);
-  if (host.empty()) return;
-  if (!chunks) chunks = std::make_shared<DeviceTable>();
-  const AdamChunk* dchunks = chunks->get(device, host);  // unchanged since phase 1: no upload
-  cudaStream_t stream = cuda::compute_stream(device);
-  TANDEM_CUDA_FLOAT_TYPES(dtype, T, [&] {
-    lamb_phase2_kernel<T><<<static_cast<unsigned>(host.size()), kThreads, 0, stream>>>(dchunks, h, param_sums);
-    CUDA_CHECK_LAUNCH("fused LAMB phase 2 (trust ratio and update)");
-  });
+  if (!host.empty()) {
+    const AdamChunk* dchunks = group->chunks.get(device, host, "LAMB");  // unchanged since phase 1: no upload
+    cudaStream_t stream = cuda::compute_stream(device);
+    TANDEM_CUDA_FLOAT_TYPES(dtype, T, [&] {
+      lamb_phase2_kernel<T><<<static_cast<unsigned>(host.size()), kThreads, 0, stream>>>(dchunks, k, lr_dev,
+                                                                                         found_inf, param_sums);
+      CUDA_CHECK_LAUNCH("fused LAMB phase 2 (trust ratio and update)");
+    });
+  }
+  advance_counts(group->counts, device, adam_counts(ts), found_inf, "LAMB");
 }
 
 }  // namespace tandem::optim::kernels

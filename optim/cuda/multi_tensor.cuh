@@ -7,6 +7,14 @@
 // DeviceTable keeps the chunk table on the device between steps and uploads it again only when its
 // bytes change (new pointers or sizes: normally once per run), on the compute stream, so a later
 // upload is ordered after the kernels that read the old one.
+//
+// What a CUDA graph capture (core/cuda/graph.h) needs from these helpers: nothing uploaded from the
+// host while capturing - a copy from host memory would be frozen into the graph, and the kernels
+// would read the captured bytes at every replay. So DeviceTable and DeviceValue refuse to upload
+// during a capture (the step must run eagerly once first, with the same tensors), and every value
+// that changes between steps is read by the kernels from device memory: the LR (DeviceValue,
+// written by set_lr before the replay), the update counts (advance_counts, on the device) and the
+// found-inf flag.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,11 +34,12 @@ class DeviceTable {
   DeviceTable& operator=(const DeviceTable&) = delete;
   ~DeviceTable();
   // A device copy of the n bytes at `bytes`, uploaded on `device`'s compute stream when they differ
-  // from the previous call's. Entries should have no padding, so equal tables compare equal.
-  const void* get(int device, const void* bytes, size_t n);
+  // from the previous call's; refused inside a graph capture (`who` names the optimizer in the
+  // error). Entries should have no padding, so equal tables compare equal.
+  const void* get(int device, const void* bytes, size_t n, const char* who);
   template <typename E>
-  const E* get(int device, const std::vector<E>& v) {
-    return static_cast<const E*>(get(device, v.data(), v.size() * sizeof(E)));
+  const E* get(int device, const std::vector<E>& v, const char* who) {
+    return static_cast<const E*>(get(device, v.data(), v.size() * sizeof(E), who));
   }
 
  private:
@@ -39,6 +48,42 @@ class DeviceTable {
   int device_ = -1;
   std::vector<unsigned char> host_;
 };
+
+// A host value that kernels read from device memory (the LR): as a kernel argument it would be
+// frozen by a graph capture at its captured value, while the schedule changes it every step. The
+// write is a one-thread kernel taking the value as its argument, not a cudaMemcpyAsync from host
+// memory: a copy from pageable memory "might be synchronous with respect to host"
+// (cuda_runtime_api.h, memcpy behaviour), which would stall the host behind the previous step every
+// step - the launch overhead that graphs remove; a kernel argument is copied at launch. Stored in
+// f64, the host's own precision, so each kernel rounds it exactly as the host code did.
+class DeviceValue {
+ public:
+  DeviceValue() = default;
+  DeviceValue(const DeviceValue&) = delete;
+  DeviceValue& operator=(const DeviceValue&) = delete;
+  ~DeviceValue();
+  // The device copy on `device`, written (stream-ordered) when `value` differs from the last write.
+  // Inside a capture a write would be frozen into the graph, so a changed value is refused there.
+  const double* get(int device, double value, const char* who);
+  // set_lr's side: writes `value` now when a device copy exists, so that the next replay reads it;
+  // nothing before the first get() (that one writes it).
+  void set(double value, const char* who);
+
+ private:
+  double* dev_ = nullptr;
+  int device_ = -1;
+  double host_ = 0;
+};
+
+// *counts[i] += 1 for every i, unless found_inf is not null and *found_inf != 0: the update counts
+// of a fused step, advanced by one launch AFTER the kernels that read them (stream order), so that
+// every block of the update saw the same count. `table` caches the pointer list.
+void advance_counts(DeviceTable& table, int device, const std::vector<float*>& counts, const float* found_inf,
+                    const char* who);
+
+// True when the step is skipped: every thread of every block reads the same flag (it does not
+// change during the launch), so an early return is uniform over a block.
+__device__ __forceinline__ bool skip_step(const float* found_inf) { return found_inf && *found_inf != 0.f; }
 
 // Calls f(start, len) for each chunk of a tensor of n elements, in order.
 template <typename F>
