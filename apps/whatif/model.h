@@ -15,7 +15,7 @@
 // Strategies: DDP with and without overlap; ZeRO-1 (reduce-scatter after backward, the optimizer on
 // 1/N of the weights, then all-gather of the weights); ZeRO-2 (reduce-scatter per bucket during
 // backward, then as ZeRO-1); the parameter server (push/pull per bucket after backward, not
-// overlapped - as tandem's baseline dist/parameter_server.h runs it; it pushes with reduce-to-root,
+// overlapped - as tandem's baseline dist/extras/parameter_server.h runs it; it pushes with reduce-to-root,
 // which MPI/NCCL may route as a tree, so its measured push can beat the incast cost assumed here;
 // its K servers sit on worker ranks, whose own share stays local: the dedicated formula with P = K
 // overstates that by a factor N/(N-1) at K = 1).
