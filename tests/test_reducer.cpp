@@ -19,7 +19,9 @@ void on_2_and_4_ranks(void (*body)(Communicator&)) {
 }
 }  // namespace
 
-TEST_CASE("gradients are averaged over ranks: bucketed/unbucketed, overlap on/off") { on_2_and_4_ranks(check_averaged); }
+TEST_CASE("gradients are averaged over ranks: bucketed/unbucketed, overlap on/off") {
+  on_2_and_4_ranks(check_averaged);
+}
 TEST_CASE("Reducer::zero_grad: one memset per bucket, then backward copies in") { on_2_and_4_ranks(check_zero_grad); }
 TEST_CASE("no_sync accumulates locally; the next synchronised backward averages the sum") {
   on_2_and_4_ranks(check_no_sync);
@@ -50,7 +52,9 @@ TEST_CASE("overlap: buckets are issued in order on every rank, during backward w
     WorkPtr do_reduce_scatter(const Tensor& i, Tensor& o, ReduceOp op, const std::string& n) override {
       return inner.reduce_scatter(i, o, op, n);
     }
-    WorkPtr do_all_gather(const Tensor& i, Tensor& o, const std::string& n) override { return inner.all_gather(i, o, n); }
+    WorkPtr do_all_gather(const Tensor& i, Tensor& o, const std::string& n) override {
+      return inner.all_gather(i, o, n);
+    }
     WorkPtr do_broadcast(Tensor& t, int root, const std::string& n) override { return inner.broadcast(t, root, n); }
     WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& n) override {
       return inner.reduce(t, root, op, n);

@@ -65,7 +65,8 @@ Tensor SyncBatchNorm::normalize_training(const Tensor& x) {
 
 Tensor SyncBatchNorm::normalize_training_add_relu(const Tensor& x, const Tensor& residual) {
   if (comm_->size() == 1) return BatchNorm2d::normalize_training_add_relu(x, residual);
-  Tensor y = ops::add(sync_batch_norm(*comm_, x, weight_, bias_, running_mean_, running_var_, momentum(), eps()), residual);
+  Tensor y = sync_batch_norm(*comm_, x, weight_, bias_, running_mean_, running_var_, momentum(), eps());
+  y = ops::add(y, residual);
   ops::relu_(y);  // add saves nothing for its backward, so overwriting its output is safe
   return y;
 }

@@ -82,7 +82,8 @@ struct Trained {
 };
 // Runs kSteps of the experiment on `device` with the given reducer options; returns both models.
 // The replicas start from different seeds on purpose: DDP must broadcast rank 0's weights.
-Trained train_ddp_and_reference(dist::Communicator& comm, const dist::ReducerOptions& ro, Device device = Device::cpu());
+Trained train_ddp_and_reference(dist::Communicator& comm, const dist::ReducerOptions& ro,
+                                Device device = Device::cpu());
 
 // Every parameter and its gradient live on `device`.
 bool on_device(Module& m, Device device);
