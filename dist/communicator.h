@@ -105,11 +105,11 @@ class Communicator {
   virtual MarkPtr mark() = 0;
 
   // Puts the work issued so far on this rank's compute stream under the watchdog as one more
-  // collective named `what`, like the ones this communicator issues itself (watchdog.h). For a
-  // replayed CUDA graph: the collectives inside it were captured unwatched (their events belong to
-  // the graph), so the loop calls this after each replay, on every rank alike, and a hung or faulted
-  // replay aborts the job naming the rank. Returns the collective's number; 0 where there is
-  // nothing to watch (MPI: no graphs, its own waits are watched).
+  // collective named `what`, like the ones this communicator issues itself (transport/watchdog.h).
+  // For a replayed CUDA graph: the collectives inside it were captured unwatched (their events
+  // belong to the graph), so the loop calls this after each replay, on every rank alike, and a hung
+  // or faulted replay aborts the job naming the rank. Returns the collective's number; 0 where
+  // there is nothing to watch (MPI: no graphs, its own waits are watched; threads: no GPU).
   virtual long long watch_compute(const std::string& what) {
     (void)what;
     return 0;

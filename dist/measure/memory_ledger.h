@@ -13,7 +13,7 @@
 //     DDP    4Ψ + 4Ψ   + KΨ           (Adam: 16Ψ)
 //     ZeRO-1 4Ψ + 4Ψ   + KΨ/N         (Adam: 8Ψ + 8Ψ/N)
 //     ZeRO-2 4Ψ + 4Ψ/N + KΨ/N         (Adam: 4Ψ + 12Ψ/N)
-// The ledger uses exactly these, with Ψ/N replaced by the rank's real shard (shard_layout.h: each
+// The ledger uses exactly these, with Ψ/N replaced by the rank's real shard (dist/shard_layout.h: each
 // bucket padded to N aligned chunks). Beside them it predicts the transient gradient buffers, which
 // set the peak of a step when activations are small (VGG-16 on small images):
 //   DDP, ZeRO-1: autograd's fresh gradient of a layer before it is copied into its bucket - at
@@ -27,8 +27,8 @@
 //   backward:  the largest weight's gradient GEMM writes an f32 result (4P) before it is rounded
 //              into its fresh 16-bit gradient, which the terms above already count: + 4P.
 //   averaging: DDP and ZeRO-1 (N > 1) divide each all-reduced 16-bit bucket by N in place
-//              (AllReduceBucket::average's scale_), widened as input and as output: 8 x the largest bucket
-//              once backward's buffers are gone, so the transient is the larger of the two.
+//              (AllReduceBucket::average's scale_), widened as input and as output: 8 x the
+//              largest bucket once backward's buffers are gone, so the transient is the larger.
 //   (The forward's f32 copy of the largest weight, 4P, is smaller than either.) On a GPU the
 //   kernels read 16-bit directly and none of this exists.
 // What the ledger measured on VGG-16 (DDP, ZeRO-1/2, f32 and bf16, N = 1, 2, 4), and why ZeRO-2's
