@@ -21,10 +21,12 @@
 // speed (the last rank to arrive does the whole reduction alone: it is for correctness).
 //
 // Process globals that ranks-as-threads share, and what a test does about them:
-//   - autograd's grad mode and end-of-backward callbacks are thread_local (core/autograd.cpp), so
-//     each rank's backward, hooks and reducer run in its own thread undisturbed;
+//   - autograd's grad mode, end-of-backward callbacks and zero_grad_copies() counter are
+//     thread_local (core/autograd.cpp), so each rank's backward, hooks and reducer run undisturbed;
 //   - the default random generator is shared and unsynchronised: draw with a Generator of your own;
-//   - profile events are one list per process: write_trace (measure/timeline.h) needs a process a rank;
+//   - profile events and the allocator's byte counters (memory_stats) are per process:
+//     write_trace (measure/timeline.h) and memory measurements need a process a rank;
+//   - backend settings (ops' deterministic/fusion switches) are process atomics, alike for all ranks;
 //   - the "[rank R] " prefix of error messages is per process (set_error_rank), and dist::init(),
 //     world() and comm_for() know nothing of these ranks: errors thrown in a rank's thread carry no
 //     rank, so run_ranks prefixes "rank R: " when it rethrows one.
