@@ -18,7 +18,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #ifdef TANDEM_WITH_CUDA
 #include "core/cuda/context.h"
 #endif

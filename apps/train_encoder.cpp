@@ -37,8 +37,8 @@
 #include "apps/encoder/validation.h"     // defines: evaluate
 #include "apps/train/clock.h"            // defines: Clock, RunClock
 #include "core/check.h"                  // defines: Error
-#include "dist/bootstrap.h"              // defines: initialized, world, finalize
-#include "dist/watchdog.h"              // defines: abort_job
+#include "dist/transport/bootstrap.h"    // defines: initialized, world, finalize
+#include "dist/transport/watchdog.h"    // defines: abort_job
 
 using namespace tandem;
 namespace enc = tandem::apps::encoder;

@@ -38,8 +38,8 @@
 #include "apps/train/setup.h"          // defines: env_rank0, init_world, make_datasets, make_model, set_up
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
 #include "core/check.h"                // defines: Error
-#include "dist/bootstrap.h"            // defines: initialized, world, finalize
-#include "dist/watchdog.h"            // defines: abort_job
+#include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
+#include "dist/transport/watchdog.h"  // defines: abort_job
 
 using namespace tandem;
 

@@ -17,7 +17,9 @@ thread_local bool t_grad_mode = true;
 thread_local bool t_in_backward = false;  // guards against a re-entrant backward
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 std::atomic<uint64_t> g_next_seq{0};
-std::atomic<uint64_t> g_zero_grad_copies{0};  // zero_grad_copies()
+// zero_grad_copies(): per thread, like the backward it counts, so ranks run as threads in one process
+// (dist/transport/comm_thread.h) each count their own.
+thread_local uint64_t t_zero_grad_copies = 0;
 
 // a += b, creating a when absent. Gradients that meet at one node are summed out of place.
 void accumulate(Tensor& slot, const Tensor& g) {
@@ -54,7 +56,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grad_outputs) {
     if (known_zero) {
       // 0 + g == g (up to the sign of a zero): skips reading the zeros; in place, .grad may be a bucket view.
       cur.copy_(src);
-      g_zero_grad_copies.fetch_add(1, std::memory_order_relaxed);
+      ++t_zero_grad_copies;
     } else {
       ops::add_(cur, src);  // in place: .grad may be a bucket view
     }
@@ -80,7 +82,7 @@ void mark_grad_zero(const Tensor& leaf) {
   if (auto* acc = dynamic_cast<AccumulateGrad*>(e.fn.get())) acc->set_known_zero(impl.grad);
 }
 
-uint64_t zero_grad_copies() { return g_zero_grad_copies.load(); }
+uint64_t zero_grad_copies() { return t_zero_grad_copies; }
 
 bool grad_mode_enabled() { return t_grad_mode; }
 NoGradGuard::NoGradGuard() : prev_(t_grad_mode) { t_grad_mode = false; }

@@ -127,7 +127,7 @@ Edge gradient_edge(const Tensor& t);
 // when .grad was replaced since (set_grad), so it can only ever vouch for the tensor it was given.
 // A leaf without a .grad is left alone.
 void mark_grad_zero(const Tensor& leaf);
-// How many accumulations copied into a known-zero .grad instead of adding (tests, counters).
+// How many accumulations on this thread copied into a known-zero .grad instead of adding (tests).
 uint64_t zero_grad_copies();
 
 // ---- running backward ----

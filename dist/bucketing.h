@@ -9,7 +9,7 @@
 // A bucket holds a single dtype and device (one flat buffer, one collective), so parameters with
 // different BucketKeys never share a bucket. A parameter larger than the limit closes the bucket it
 // joins; with `alone_bytes` set, a parameter that large gets a bucket of its own instead (ZeRO-2:
-// its gradient can then be the bucket itself, see reducer.h).
+// its gradient can then be the bucket itself, see bucket_collective.h).
 #pragma once
 #include <cstddef>
 #include <vector>

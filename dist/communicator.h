@@ -1,10 +1,13 @@
 // dist/communicator.h: collective operations as asynchronous work handles.
 //
 // A Communicator connects the same process on every rank. Each call *starts* a collective and
-// returns a Work; Work::wait() orders the caller's next operations after it. Two backends:
-// MPI (comm_mpi.cpp: CPU tensors, and GPU tensors staged through host memory, on a communication
-// thread) and NCCL (comm_nccl.cpp: GPU tensors on a communication stream; wait() does not block
-// the host, it makes the compute stream wait). Each file says why it works the way it does.
+// returns a Work; Work::wait() orders the caller's next operations after it. The backends live in
+// transport/: MPI (comm_mpi.cpp: CPU tensors, and GPU tensors staged through host memory, on a
+// communication thread), NCCL (comm_nccl.cpp: GPU tensors on a communication stream; wait() does
+// not block the host, it makes the compute stream wait) and threads (comm_thread.h: N ranks in one
+// process, CPU tensors, for tests). Each file says why it works the way it does.
+// Everything in dist/ that communicates takes a Communicator& (DDP, ZeRO, SyncBatchNorm, ...);
+// only the bootstrap (transport/bootstrap.h, dist::comm_for) knows which one a process has.
 //
 // Rules every caller must keep (they are what makes collectives match across ranks):
 //   - every rank issues the same collectives, in the same order, with the same sizes and dtypes;
@@ -15,6 +18,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -59,7 +63,10 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "mpi", "mpi+host-staging", "nccl"
+  virtual const char* backend() const = 0;  // "mpi", "mpi+host-staging", "nccl", "threads"
+  // Where this communicator's own small tensors live (all_gather_strings, Zero::sum_reduce): NCCL's
+  // GPU; the CPU for MPI (host staging or not) and threads.
+  virtual Device device() const { return Device::cpu(); }
 
   // `name` labels the collective in NVTX ranges and watchdog messages ("allreduce bucket 3").
   // In place: t becomes the reduction over ranks.
@@ -98,11 +105,11 @@ class Communicator {
   virtual MarkPtr mark() = 0;
 
   // Puts the work issued so far on this rank's compute stream under the watchdog as one more
-  // collective named `what`, like the ones this communicator issues itself (watchdog.h). For a
-  // replayed CUDA graph: the collectives inside it were captured unwatched (their events belong to
-  // the graph), so the loop calls this after each replay, on every rank alike, and a hung or faulted
-  // replay aborts the job naming the rank. Returns the collective's number; 0 where there is
-  // nothing to watch (MPI: no graphs, its own waits are watched).
+  // collective named `what`, like the ones this communicator issues itself (transport/watchdog.h).
+  // For a replayed CUDA graph: the collectives inside it were captured unwatched (their events
+  // belong to the graph), so the loop calls this after each replay, on every rank alike, and a hung
+  // or faulted replay aborts the job naming the rank. Returns the collective's number; 0 where
+  // there is nothing to watch (MPI: no graphs, its own waits are watched; threads: no GPU).
   virtual long long watch_compute(const std::string& what) {
     (void)what;
     return 0;
@@ -128,5 +135,9 @@ class Communicator {
                  part.numel(), " = ", part.numel() * size(), " were expected");
   }
 };
+
+// Blocking helper for setup and reporting: every rank's string, in rank order (two all_gathers
+// on `comm`, so it is ordered with its other collectives and covered by its watchdog).
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
 
 }  // namespace tandem::dist

@@ -6,8 +6,7 @@
 #include "core/autograd.h"
 #include "core/ops/shape.h"
 #include "core/profile.h"
-#include "dist/bootstrap.h"
-#include "dist/sync_batchnorm.h"
+#include "dist/extras/sync_batchnorm.h"
 
 namespace tandem::dist {
 namespace {
@@ -37,7 +36,7 @@ std::vector<Tensor> values(const std::vector<std::pair<std::string, Tensor>>& na
 
 }  // namespace
 
-int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std::string& name) {
+int broadcast_coalesced(Communicator& comm, const std::vector<Tensor>& tensors, int root, const std::string& name) {
   // Groups in order of first appearance: every rank holds the same shapes and dtypes in the same
   // order (check_same_model), so every rank forms the same groups and issues the same broadcasts.
   std::vector<BucketKey> keys;
@@ -58,7 +57,7 @@ int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std:
   std::vector<WorkPtr> works;
   for (size_t g = 0; g < groups.size(); ++g) {
     flats[g] = groups[g].size() == 1 ? groups[g][0] : ops::concat_channels(groups[g]);  // one: in place, no copy
-    works.push_back(comm_for(keys[g].device).broadcast(flats[g], root, name));
+    works.push_back(comm.broadcast(flats[g], root, name));
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     works[g]->wait();
@@ -69,8 +68,8 @@ int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std:
   return static_cast<int>(groups.size());
 }
 
-void check_same_model(const Module& m) {
-  std::vector<std::string> all = all_gather_strings(signature(m));
+void check_same_model(Communicator& comm, const Module& m) {
+  std::vector<std::string> all = all_gather_strings(comm, signature(m));
   const std::vector<std::string> ref = split_lines(all[0]);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
@@ -85,32 +84,31 @@ void check_same_model(const Module& m) {
   }
 }
 
-DistributedDataParallel::DistributedDataParallel(ModulePtr module, DdpOptions options)
-    : module_(std::move(module)), options_(options) {
+DistributedDataParallel::DistributedDataParallel(ModulePtr module, Communicator& comm, DdpOptions options)
+    : module_(std::move(module)), options_(options), comm_(comm) {
   TANDEM_CHECK(module_, "DistributedDataParallel got a null module");
-  if (options_.sync_batchnorm) module_ = convert_sync_batchnorm(module_);
-  check_same_model(*module_);  // first: any other collective could mismatch on a different model
+  if (options_.sync_batchnorm) module_ = convert_sync_batchnorm(module_, comm_);
+  check_same_model(comm_, *module_);  // first: any other collective could mismatch on a different model
   std::vector<WorkPtr> works;
   std::vector<std::pair<std::string, Tensor>> trainable;
   for (auto& [name, p] : module_->named_parameters()) {
     Tensor data = p.detach();  // same storage; the broadcast is not a differentiable op
-    works.push_back(comm_for(p.device()).broadcast(data, 0, "broadcast parameters"));
+    works.push_back(comm_.broadcast(data, 0, "broadcast parameters"));
     if (p.requires_grad()) trainable.emplace_back(name, p);
   }
   for (auto& w : works) w->wait();
-  broadcast_coalesced(values(module_->named_buffers()), 0, "broadcast buffers");
+  broadcast_coalesced(comm_, values(module_->named_buffers()), 0, "broadcast buffers");
   TANDEM_CHECK(!trainable.empty(), "DistributedDataParallel: the module has no parameter that requires grad");
-  comm_ = &comm_for(trainable.front().second.device());
-  reducer_ = std::make_unique<Reducer>(std::move(trainable), *comm_, options_.reducer);
+  reducer_ = std::make_unique<Reducer>(std::move(trainable), comm_, options_.reducer);
 }
 
 void DistributedDataParallel::prepare_forward() {
   if (autograd::grad_mode_enabled()) reducer_->start_step();
-  if (options_.broadcast_buffers && module_->is_training() && comm_->size() > 1) {
+  if (options_.broadcast_buffers && module_->is_training() && comm_.size() > 1) {
     profile::Range r("broadcast buffers");
     // One collective per dtype (BatchNorm: f32 statistics, i64 counters), not one per buffer: a
     // ResNet-50 has 159 buffers, and each collective costs a launch and a latency.
-    buffer_collectives_ = broadcast_coalesced(values(module_->named_buffers()), 0, "broadcast buffers");
+    buffer_collectives_ = broadcast_coalesced(comm_, values(module_->named_buffers()), 0, "broadcast buffers");
   }
 }
 

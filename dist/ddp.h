@@ -8,7 +8,10 @@
 // Each training forward first broadcasts rank 0's buffers (BatchNorm running statistics), as
 // PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank; the buffers
 // of one dtype travel as one flat broadcast (broadcast_coalesced below, PyTorch's _broadcast_coalesced).
-// With sync_batchnorm the module is converted first (sync_batchnorm.h; module() returns it).
+// With sync_batchnorm the module is converted first (extras/sync_batchnorm.h; module() returns it).
+// Every collective goes through the communicator passed in (an app gets the world's from
+// dist::comm_for(device), a test may pass an in-process one, transport/comm_thread.h); ZeRO and
+// SyncBatchNorm use the same one, so all of a step's collectives keep one order.
 #pragma once
 #include <memory>
 #include <string>
@@ -29,8 +32,9 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
-  // dist::init() must have run. The module must already be on its device (world().device).
-  explicit DistributedDataParallel(ModulePtr module, DdpOptions options = {});
+  // The module must already be on the device whose tensors `comm` takes (a GPU for NCCL), and
+  // `comm` must outlive this. Collective: every rank of `comm` constructs its DDP together.
+  DistributedDataParallel(ModulePtr module, Communicator& comm, DdpOptions options = {});
 
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
@@ -65,6 +69,7 @@ class DistributedDataParallel {
 
   Module& module() { return *module_; }
   Reducer& reducer() { return *reducer_; }
+  Communicator& communicator() const { return comm_; }
   Timeline& timeline() { return reducer_->timeline(); }
   // Collectives issued by the last training forward's buffer broadcast: one per (dtype, device)
   // of the buffers (broadcast_coalesced), 0 when nothing was broadcast.
@@ -73,7 +78,7 @@ class DistributedDataParallel {
  private:
   ModulePtr module_;
   DdpOptions options_;
-  Communicator* comm_;
+  Communicator& comm_;
   std::unique_ptr<Reducer> reducer_;
   int buffer_collectives_ = 0;
 };
@@ -82,10 +87,10 @@ class DistributedDataParallel {
 // into one flat buffer, broadcast and unpacked (a group of one tensor is broadcast in place).
 // Every rank must pass the same shapes and dtypes in the same order. Returns the number of
 // collectives issued. DDP uses it for buffers; exposed for tests and for tools.
-int broadcast_coalesced(const std::vector<Tensor>& tensors, int root, const std::string& name);
+int broadcast_coalesced(Communicator& comm, const std::vector<Tensor>& tensors, int root, const std::string& name);
 
 // Throws on every rank, naming the first difference, unless all ranks hold the same parameter and
 // buffer names, shapes and dtypes. Exposed for tests and for tools that wrap models differently.
-void check_same_model(const Module& m);
+void check_same_model(Communicator& comm, const Module& m);
 
 }  // namespace tandem::dist

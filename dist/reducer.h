@@ -1,21 +1,19 @@
 // dist/reducer.h: averages gradients across ranks while backward is still running.
 //
-// The heart of data parallelism. At construction every parameter's .grad becomes a view into a
-// flat bucket buffer (dist/bucketing.h decides which bucket). During backward:
+// The heart of data parallelism. At construction the parameters are grouped into buckets
+// (bucketing.h decides which), each one flat buffer that every .grad is a view into (under
+// all-reduce; bucket_collective.h says what reduce-scatter does instead). During backward:
 //   1. autograd fires a parameter's grad-ready hook when its gradient is complete;
 //   2. the hook decrements its bucket's pending count; at zero the bucket is ready;
 //   3. ready buckets are launched strictly in index order (a bucket that is ready early waits for
 //      the ones before it), because every rank must issue the same all-reduces in the same order
 //      or the collectives would pair up different buckets across ranks;
-//   4. a launch hands the flat buffer to the communicator: NCCL on the comm stream after an event
-//      recorded on the compute stream, or MPI on the comm thread;
+//   4. a launch hands the bucket to its BucketCollective (bucket_collective.h): an all-reduce
+//      (DDP, ZeRO-1) or a reduce-scatter into this rank's shard (ZeRO-2). NCCL runs it on the comm
+//      stream after an event recorded on the compute stream, MPI on its communication thread;
 //   5. when backward ends (autograd::queue_callback), the reducer checks for unused parameters,
-//      waits for every bucket and divides by the world size (on a GPU "waits" is a stream wait:
-//      the host never blocks), and records the step's timing.
-// The buckets' sum is averaged after the all-reduce (in f32, exact for the equivalence tests);
-// with 16-bit compression the gradients are divided before the cast instead, so the sum on the
-// wire cannot overflow f16; AMP's f16 buckets are divided before the sum too (all-reduced or
-// reduce-scattered alike, so ZeRO-2 skips exactly the steps DDP skips).
+//      waits for every bucket and averages (on a GPU "waits" is a stream wait: the host never
+//      blocks), and records the step's timing.
 //
 // What it leaves out: rebuilding buckets from the observed order (PyTorch does this after the first
 // iteration), static-graph optimisations, and gradients of sparse or non-contiguous parameters.
@@ -25,26 +23,10 @@
 #include <utility>
 #include <vector>
 
-#include "dist/bucketing.h"
-#include "dist/communicator.h"
-#include "dist/timeline.h"
+#include "dist/bucket_collective.h"
+#include "dist/measure/timeline.h"
 
 namespace tandem::dist {
-
-enum class Compression { None, BF16, F16 };
-// What a bucket's collective leaves on each rank.
-//   AllReduce:     the whole averaged bucket (DDP and ZeRO-1); .grad is a view into the bucket.
-//   ReduceScatter: only this rank's slice of the averaged bucket, Bucket::shard (ZeRO-2). Buckets are
-//                  padded to the canonical layout (shard_layout.h) so slice r is rank r's; .grad is
-//                  not a bucket view: the grad-ready hook copies the gradient into the bucket and
-//                  drops .grad. A parameter of a full bucket's size or more is a bucket alone
-//                  (BucketingOptions::alone_bytes) and, when it fills its bucket exactly, hands over
-//                  its .grad as the bucket: autograd's fresh gradient is the only full-size copy.
-//                  A bucket's buffer lives from its first gradient until its reduce-scatter is done
-//                  (released when done() says so, or waited for once more than scatter_in_flight
-//                  buckets are launched, at the latest at the end of backward). Under no_sync .grad
-//                  accumulates locally, whole, as with DDP.
-enum class Collective { AllReduce, ReduceScatter };
 
 struct ReducerOptions {
   BucketingOptions bucketing;           // 1 MiB first bucket, 25 MiB after (bucketing.h)
@@ -56,27 +38,12 @@ struct ReducerOptions {
   // would stall every rank. Detection is at the end of backward, so buckets holding unused
   // parameters launch late - put such parameters early in registration order, or turn this off.
   bool find_unused_parameters = false;
-  Collective collective = Collective::AllReduce;  // ReduceScatter: ZeRO-2 (see above); no compression
+  Collective collective = Collective::AllReduce;  // ReduceScatter: ZeRO-2 (bucket_collective.h); no compression
   // ReduceScatter: how many launched buckets may still hold their full buffer while backward goes on.
   // When backward outruns the network (CPU ranks sharing cores), every bucket would otherwise be
   // alive at the end of backward - the whole 4Ψ of gradients ZeRO-2 exists to avoid. 1 (default)
   // keeps one reduce-scatter overlapping the next layer's backward; 0 waits for each at its launch.
   int scatter_in_flight = 1;
-};
-
-// One flat gradient buffer and the parameters whose .grad are views into it.
-struct Bucket {
-  Tensor buffer;                 // flat gradients, back to back; dtype and device of its parameters
-  std::vector<size_t> params;    // indices into the reducer's parameter list, in buffer order
-  std::vector<int64_t> offsets;  // element offset of each parameter's gradient in `buffer`
-  std::vector<int64_t> lengths;  // element count of each parameter's gradient
-  size_t pending = 0;            // gradients not yet ready in this backward; launch at 0
-  Tensor wire;                   // `buffer` cast to the wire dtype while in flight (compression only)
-  WorkPtr work;                  // the all-reduce in flight; null before launch
-  MarkPtr ready;                 // when pending reached 0, on the compute timeline (for the Timeline)
-  // ReduceScatter only:
-  int64_t padded = 0;            // buffer elements: world x chunk (shard_layout.h); buffer is transient
-  Tensor shard;                  // this rank's averaged slice (chunk elements), persistent
 };
 
 // Where a parameter's gradient lives.
@@ -88,7 +55,7 @@ struct VariableLocator {
 class Reducer {
  public:
   // named_params: the parameters that require grad, in registration order.
-  Reducer(std::vector<std::pair<std::string, Tensor>> named_params, Communicator& comm, ReducerOptions options = {});
+  Reducer(std::vector<NamedParam> named_params, Communicator& comm, ReducerOptions options = {});
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -106,6 +73,7 @@ class Reducer {
   void set_sync(bool on) { sync_ = on; }
   bool sync() const { return sync_; }
 
+  const std::vector<NamedParam>& params() const { return params_; }  // as given: trainable, in order
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const VariableLocator& locator(size_t param) const { return locators_[param]; }
   const ReducerOptions& options() const { return options_; }
@@ -117,17 +85,15 @@ class Reducer {
   void on_grad_ready(size_t param);
   void mark_ready(size_t param);
   void launch_ready_buckets();
-  void launch(size_t b);
-  void stage_gradient(size_t param);  // ReduceScatter: .grad into its (lazily allocated) bucket
-  void release_finished_buckets();    // ReduceScatter: drop done buffers; wait beyond scatter_in_flight
   void finish_backward();
   void check_unused();
   void wait_and_average();
   void record_timing(MarkPtr backward_end);
 
-  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<NamedParam> params_;
   Communicator& comm_;
   ReducerOptions options_;
+  std::unique_ptr<BucketCollective> collective_;  // all-reduce or reduce-scatter, per options_.collective
   std::vector<Bucket> buckets_;
   std::vector<VariableLocator> locators_;
   std::vector<char> ready_;     // per parameter: gradient seen in this backward

@@ -8,17 +8,9 @@
 
 #include "core/autograd.h"
 #include "core/profile.h"
-#include "dist/bootstrap.h"
 
 namespace tandem::dist {
 namespace {
-
-std::vector<std::pair<std::string, Tensor>> trainable(Module& m) {  // the same list DDP gives its reducer
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [name, p] : m.named_parameters())
-    if (p.requires_grad()) out.emplace_back(name, p);
-  return out;
-}
 
 std::vector<LayoutBucket> layout_buckets(const Reducer& r) {
   std::vector<LayoutBucket> out;
@@ -33,8 +25,8 @@ Tensor flat(const Tensor& t, int64_t offset, int64_t n) { return t.detach().view
 
 Zero::Zero(DistributedDataParallel& ddp, int stage)
     : ddp_(ddp),
-      params_(trainable(ddp.module())),
-      comm_(comm_for(params_.front().second.device())),  // the communicator DDP's reducer uses
+      params_(ddp.reducer().params()),
+      comm_(ddp.communicator()),
       stage_(stage),
       layout_(layout_buckets(ddp.reducer()), comm_.size()),
       pieces_(layout_.pieces(comm_.rank())) {
@@ -64,10 +56,10 @@ std::vector<optim::ParamSegment> Zero::segments() const {
 }
 
 optim::SumSquaresReduce Zero::sum_reduce() const {
-  Communicator* cpu = &comm_for(Device::cpu());  // a few doubles: the host communicator
-  return [cpu](std::vector<double>& v) {
-    Tensor t = Tensor::from_vector_f64(v, {static_cast<int64_t>(v.size())});
-    cpu->all_reduce(t, ReduceOp::Sum, "zero sum of squares")->wait();
+  Communicator* comm = &comm_;
+  return [comm](std::vector<double>& v) {  // a few doubles, in f64 on the communicator's device
+    Tensor t = Tensor::from_vector_f64(v, {static_cast<int64_t>(v.size())}, DType::F64, comm->device());
+    comm->all_reduce(t, ReduceOp::Sum, "zero sum of squares")->wait();
     v = t.to_vector_f64();
   };
 }
@@ -176,7 +168,7 @@ optim::NamedTensors Zero::gather_slices(const std::vector<optim::StateSlice>& sl
   std::string mine;
   for (const std::string& s : suffixes) mine += s + "\n";
   suffixes.clear();
-  for (const std::string& all : all_gather_strings(mine))
+  for (const std::string& all : all_gather_strings(comm_, mine))
     for (size_t a = 0, e; (e = all.find('\n', a)) != std::string::npos; a = e + 1) suffixes.insert(all.substr(a, e - a));
   // Which (parameter, state) exist, and the step counts: from the rank owning element 0.
   const size_t np = params_.size(), ns = suffixes.size();

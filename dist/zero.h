@@ -15,37 +15,28 @@
 // reduce-scatter (2) during backward; sum_reduce's one all-reduce of a few doubles (clipping, LAMB);
 // after the step one all-gather per bucket, in bucket order, two in flight at a time (one bucket's
 // copy-out overlaps the next one's gather).
-// Where a gather lands (memory_ledger.h counts it): a lone, unpadded parameter's bucket (ZeRO-2
-// gives large parameters a bucket alone) straight in the parameter; under stage 1 an unpadded
-// bucket in its gradient buffer, spent once the step has read it (zero_grad clears it before the
-// next backward: nothing may read the gradients between gather_parameters() and zero_grad());
-// otherwise a buffer of the bucket's size. So VGG-16's 392 MiB classifier weight needs no gathered
-// copy, only this rank's chunk as the send buffer.
-// Why the gather does not overlap the next forward (the issue asks for it "where possible"): the
-// forward would have to wait per bucket just before the first layer that uses it, and tandem's
-// Module has no forward pre-hook to hang that wait on (DDP's forward calls the module whole); the
-// gathers would also have to run in reverse bucket order (bucket 0 holds the last layers), and every
-// padded bucket's gather buffer would then live until its layer runs instead of two at a time,
-// raising ZeRO's peak - the thing it is for. On the CPU the MPI thread shares the cores with the
-// forward, so the time to win is small; on a GPU it is the next thing to do.
+// A gather lands in place where it can: a lone, unpadded parameter's bucket straight in the
+// parameter, and under stage 1 an unpadded bucket in its spent gradient buffer (zero_grad clears it
+// before the next backward: nothing may read the gradients between gather_parameters() and
+// zero_grad()); otherwise in a buffer of the bucket's size. Why the gathers do not overlap the next
+// forward: dist/README.md, "ZeRO".
+// Communicator: the DDP's (ddp.communicator()), for the gathers and sum_reduce's few doubles alike,
+// so ZeRO's collectives and the reducer's share one order.
 // Checkpoints: gather_state() assembles the unsharded, name-keyed state an unsharded optimizer's
 // state() returns, bucket by bucket (an all-gather per bucket and state buffer), so a checkpoint
 // resumes at any world size and stage; load_state() of the sharded optimizer takes its ranges.
 // Rank 0 keeps the whole assembled state while it writes (no streaming write: save_checkpoint takes
 // the tensors at once); the other ranks keep only one bucket's worth at a time.
 //
-// Mixed precision (--amp bf16|fp16, optim/amp.h): the model's parameters and the gradient buckets
-// are 16-bit (BatchNorm's f32), and segments() are views into them. The caller builds
-// optim::MasterWeights over segments(), so each rank keeps f32 masters, master gradients and
-// optimizer state for its shard only; the optimizer is built over the masters. One step:
+// Mixed precision (optim/amp.h; dist/README.md, "Mixed precision: who keeps the masters"): the
+// parameters and buckets are 16-bit (BatchNorm's f32), so segments() are 16-bit views. The caller
+// builds optim::MasterWeights over them - f32 masters and optimizer state for this rank's shard only:
 //     loop: zero.zero_grad(*opt); backward of the scaled loss;
-//           if (optim::amp_step(masters, scaler, *opt, zero.grads(), {any_rank_found_inf,
-//                               clip, zero.sum_reduce()}))   // unscale + check, agree, [clip], step,
-//             zero.gather_parameters();                     // copy_to_model(); then the 16-bit gather
-// The found-inf flag must be all-reduced (apps/train/amp.h any_rank_found_inf) because each rank
-// checks only its shard: without it one rank could skip a step the others take. Skipped steps leave every parameter as it is (no gather). Checkpoints
-// gather the masters with gather_slices() (masters.state_slices(), keyed by parameter name); the
-// layout, the collectives and the names are the same as for f32 (apps/train/amp.h writes them).
+//           if (optim::amp_step(masters, scaler, *opt, zero.grads(), {any_rank_found_inf, clip,
+//                               zero.sum_reduce()}))  // unscale + check, agree, [clip], step, copy_to_model
+//             zero.gather_parameters();              // the 16-bit gather; a skipped step gathers nothing
+// The found-inf flag must be all-reduced (apps/train/amp.h any_rank_found_inf): each rank checks only
+// its shard. Checkpoints gather the masters with gather_slices(masters.state_slices()).
 #pragma once
 #include <optional>
 #include <vector>
@@ -59,7 +50,8 @@ namespace tandem::dist {
 
 class Zero {
  public:
-  // stage 1 or 2; `ddp` must outlive this and use the matching ReducerOptions::collective.
+  // stage 1 or 2; `ddp` must outlive this and use the matching ReducerOptions::collective. Every
+  // collective goes through ddp.communicator().
   Zero(DistributedDataParallel& ddp, int stage);
 
   int stage() const { return stage_; }
@@ -94,7 +86,7 @@ class Zero {
   Tensor own_slice(size_t b, F&& source, std::optional<DType> dtype = std::nullopt) const;
 
   DistributedDataParallel& ddp_;
-  std::vector<std::pair<std::string, Tensor>> params_;  // the reducer's list (trainable, in order)
+  std::vector<NamedParam> params_;  // the reducer's list (trainable, in order)
   Communicator& comm_;
   int stage_;
   ShardLayout layout_;

@@ -12,7 +12,7 @@
 
 #include "core/autograd.h"
 #include "core/ops/elementwise.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 
 using namespace tandem;
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   try {
     if (std::strcmp(mode, "mismatch") == 0) {
       auto m = std::make_shared<Tiny>(world.rank == 1 ? 5 : 4);
-      dist::DistributedDataParallel ddp(m);
+      dist::DistributedDataParallel ddp(m, dist::comm_for(Device::cpu()));
       std::printf("[rank %d] no error: the model check missed the difference\n", world.rank);
     } else if (std::strcmp(mode, "die") == 0) {
       Tensor p = Tensor::ones({1000});

@@ -15,7 +15,7 @@
 #include <limits>
 
 #include "core/ops/ops.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "optim/amp.h"
 #include "tests/support/ddp_fixture.h"
@@ -69,7 +69,7 @@ TEST_CASE("fp16: an overflow on one rank skips the step on every rank and halves
 
 TEST_CASE("DDP averages f16 buckets without overflow (divide before the sum)") {
   auto m = std::make_shared<Scale>();
-  dist::DistributedDataParallel ddp(m);
+  dist::DistributedDataParallel ddp(m, dist::comm_for(Device::cpu()));
   Tensor x = ops::cast_raw(Tensor::full({4}, 40000.0), DType::F16);
   ops::sum(ops::cast(ddp(x), DType::F32)).backward();
   Tensor g = m->p.grad();
@@ -84,7 +84,7 @@ TEST_CASE("AMP DDP: N ranks x batch b == 1 process x batch N*b within f16 tolera
   auto run = [&](std::shared_ptr<SmallCnn> model, bool distributed) {
     model->to(DType::F16);  // SmallCnn has no BatchNorm: the AMP cast is a plain cast
     std::unique_ptr<dist::DistributedDataParallel> ddp;
-    if (distributed) ddp = std::make_unique<dist::DistributedDataParallel>(model);
+    if (distributed) ddp = std::make_unique<dist::DistributedDataParallel>(model, dist::comm_for(Device::cpu()));
     optim::MasterWeights mw(optim::segments_from_parameters(model->named_parameters()));
     optim::OptimizerOptions oo;
     oo.lr = kLr;
@@ -110,5 +110,5 @@ TEST_CASE("AMP DDP: N ranks x batch b == 1 process x batch N*b within f16 tolera
   const double diff = max_tensor_rel_diff(*replica, *ref);
   MESSAGE("max norm-wise relative difference: ", diff);
   CHECK(diff < 1e-2);
-  CHECK(bit_identical(*replica));
+  CHECK(bit_identical(dist::comm_for(Device::cpu()), *replica));
 }

@@ -5,24 +5,28 @@
 // (tests/support/collective_checks.h); the last two cases are about the CPU world itself.
 #include <doctest/doctest.h>
 
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "tests/support/collective_checks.h"
 
 using namespace tandem;
 using namespace tandem::dist;
 using namespace tandem::testing;
 
-TEST_CASE("all_reduce sum and avg: closed form, every dtype, odd sizes") { check_all_reduce(Device::cpu()); }
+namespace {
+Communicator& mpi() { return comm_for(Device::cpu()); }
+}  // namespace
+
+TEST_CASE("all_reduce sum and avg: closed form, every dtype, odd sizes") { check_all_reduce(mpi(), Device::cpu()); }
 TEST_CASE("all_reduce of a view reduces the view in place and leaves its neighbours alone") {
-  check_all_reduce_view(Device::cpu());
+  check_all_reduce_view(mpi(), Device::cpu());
 }
 TEST_CASE("ordering: a write before the collective goes in, a write after wait() sees the result") {
-  check_stream_handoff(Device::cpu());
+  check_stream_handoff(mpi(), Device::cpu());
 }
-TEST_CASE("reduce_scatter: rank r gets chunk r of the sum") { check_reduce_scatter(Device::cpu()); }
-TEST_CASE("all_gather: chunk q is rank q's input") { check_all_gather(Device::cpu()); }
-TEST_CASE("broadcast from every root, and barrier") { check_broadcast_and_barrier(Device::cpu()); }
-TEST_CASE("wrong sizes are refused before anything is sent") { check_refusals(Device::cpu()); }
+TEST_CASE("reduce_scatter: rank r gets chunk r of the sum") { check_reduce_scatter(mpi(), Device::cpu()); }
+TEST_CASE("all_gather: chunk q is rank q's input") { check_all_gather(mpi(), Device::cpu()); }
+TEST_CASE("broadcast from every root, and barrier") { check_broadcast_and_barrier(mpi(), Device::cpu()); }
+TEST_CASE("wrong sizes are refused before anything is sent") { check_refusals(mpi(), Device::cpu()); }
 
 TEST_CASE("all_gather_strings returns every rank's string in rank order") {
   std::string mine(static_cast<size_t>(world().rank * 3 + 1), static_cast<char>('a' + world().rank));

@@ -13,7 +13,7 @@
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "layers/layers.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "tests/support/ddp_fixture.h"
 
@@ -23,10 +23,11 @@ using namespace tandem::testing::ddp_fixture;
 
 namespace {
 constexpr int64_t kB = kBatch;
+Communicator& mpi() { return comm_for(Device::cpu()); }
 }  // namespace
 
 TEST_CASE("N ranks x batch b == 1 process x batch N*b (several buckets or the default one); ranks bit-identical") {
-  check_equivalence_grid(Device::cpu(), 1e-5);
+  check_equivalence_grid(mpi(), Device::cpu(), 1e-5);
 }
 
 // Deep enough that backward takes milliseconds: the first buckets' all-reduces can start while
@@ -52,7 +53,7 @@ struct DeepCnn : Module {
 TEST_CASE("overlap is real: with many buckets, some all-reduce starts before backward ends") {
   DdpOptions o;
   o.reducer.bucketing = {64, 64};  // one bucket per parameter
-  DistributedDataParallel ddp(std::make_shared<DeepCnn>(), o);
+  DistributedDataParallel ddp(std::make_shared<DeepCnn>(), mpi(), o);
   Generator g(5);
   Tensor x = randn({2, 24, 24, 3}, g);
   for (int step = 0; step < kSteps; ++step) {
@@ -73,7 +74,7 @@ TEST_CASE("overlap is real: with many buckets, some all-reduce starts before bac
 
 TEST_CASE("model check passes for identical models and names the parameter that differs") {
   SmallCnn same(1);
-  check_same_model(same);  // no throw
+  check_same_model(mpi(), same);  // no throw
 }
 
 TEST_CASE("no_sync: two micro-batches, the first under no_sync, == one step on the concatenated batch") {
@@ -86,14 +87,14 @@ TEST_CASE("no_sync: two micro-batches, the first under no_sync, == one step on t
   auto model = std::make_shared<SmallCnn>(7);
   DdpOptions o;
   o.reducer.bucketing = {256, 1024};
-  DistributedDataParallel ddp(model, o);
+  DistributedDataParallel ddp(model, mpi(), o);
   for (int step = 0; step < kSteps; ++step) {
     zero_grads(*model);
     {
       auto guard = ddp.no_sync();
       ops::scale(ops::cross_entropy(ddp(rows(d.x, 0)), rows(d.y, 0)), 0.5f).backward();
     }
-    if (w.size > 1) CHECK_FALSE(bit_identical(*model, true));  // nothing was communicated yet
+    if (w.size > 1) CHECK_FALSE(bit_identical(mpi(), *model, true));  // nothing was communicated yet
     ops::scale(ops::cross_entropy(ddp(rows(d.x, 1)), rows(d.y, 1)), 0.5f).backward();
     sgd_step(*model);
     zero_grads(*ref);
@@ -101,7 +102,7 @@ TEST_CASE("no_sync: two micro-batches, the first under no_sync, == one step on t
     sgd_step(*ref);
   }
   CHECK(max_rel_diff(*model, *ref) <= 1e-5);
-  CHECK(bit_identical(*model));
+  CHECK(bit_identical(mpi(), *model));
   CHECK(ddp.timeline().steps().size() == kSteps);  // only the synchronised backwards were recorded
 }
 
@@ -113,13 +114,13 @@ TEST_CASE("bf16/f16 gradient compression: close to uncompressed, ranks still bit
   // gradients up to 2x the averaged one and the small propagation of errors through 3 steps.
   ReducerOptions ro;
   ro.bucketing = {256, 1024};
-  auto exact = check_equivalence(ro, Device::cpu(), 1e-5).model;
+  auto exact = check_equivalence(mpi(), ro, Device::cpu(), 1e-5).model;
   SmallCnn init(7);
   for (Compression c : {Compression::BF16, Compression::F16}) {
     CAPTURE(static_cast<int>(c));
     ro.compression = c;
-    auto model = train_ddp_and_reference(ro).model;
-    CHECK(bit_identical(*model));  // every rank applies the same all-reduced (rounded) gradient
+    auto model = train_ddp_and_reference(mpi(), ro).model;
+    CHECK(bit_identical(mpi(), *model));  // every rank applies the same all-reduced (rounded) gradient
     double diff = 0, update = 0;
     auto pc = model->parameters(), pe = exact->parameters(), p0 = init.parameters();
     for (size_t i = 0; i < pc.size(); ++i) {
@@ -172,7 +173,7 @@ TEST_CASE("broadcast_buffers: every training forward starts from rank 0's BatchN
     auto probe = std::make_shared<BufferProbe>(net);
     DdpOptions o;
     o.broadcast_buffers = broadcast;
-    DistributedDataParallel ddp(probe, o);
+    DistributedDataParallel ddp(probe, mpi(), o);
     for (int step = 0; step < kSteps; ++step) {
       zero_grads(*probe);
       ops::cross_entropy(ddp(xs), ys).backward();
@@ -197,7 +198,7 @@ TEST_CASE("broadcast_coalesced: one collective per dtype, every tensor becomes r
                             Tensor::from_vector_i64({w.rank * 10 + 1, w.rank * 10 + 2}, {2}),
                             Tensor::from_vector({r * 4, r * 4 + 1, r * 4 + 2, r * 4 + 3}, {2, 2}),
                             Tensor::from_vector_i64({w.rank + 7}, {})};
-  CHECK(broadcast_coalesced(ts, 0, "test broadcast") == 2);
+  CHECK(broadcast_coalesced(mpi(), ts, 0, "test broadcast") == 2);
   CHECK(ts[0].to_vector() == std::vector<float>{0, 1, 2});
   CHECK(ts[1].to_vector_i64() == std::vector<int64_t>{1, 2});
   CHECK(ts[2].to_vector() == std::vector<float>{0, 1, 2, 3});
@@ -205,6 +206,6 @@ TEST_CASE("broadcast_coalesced: one collective per dtype, every tensor becomes r
   CHECK(ts[3].to_vector_i64() == std::vector<int64_t>{7});
   // A single tensor of a dtype is broadcast in place: still one collective.
   std::vector<Tensor> one = {Tensor::from_vector({r}, {1})};
-  CHECK(broadcast_coalesced(one, 0, "test broadcast") == 1);
+  CHECK(broadcast_coalesced(mpi(), one, 0, "test broadcast") == 1);
   CHECK(one[0].to_vector() == std::vector<float>{0});
 }

@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "layers/models/bert.h"
 #include "layers/state_dict.h"
@@ -69,7 +69,7 @@ Trained train(const std::string& optimizer, const ReducerOptions& ro) {
   auto ref = x.ref, model = x.model;
   DdpOptions o;
   o.reducer = ro;
-  DistributedDataParallel ddp(model, o);
+  DistributedDataParallel ddp(model, dist::comm_for(Device::cpu()), o);
   optim::OptimizerOptions oo;
   oo.lr = optimizer == "sgd" ? 0.1 : 1e-2;
   auto opt = optim::make_optimizer(optimizer, model->named_parameters(), oo);
@@ -98,11 +98,11 @@ TEST_CASE("encoder: N ranks x batch b == 1 process x batch N*b after K SGD steps
     ro.overlap = overlap;
     Trained t = train("sgd", ro);
     CHECK(max_rel_diff(*t.model, *t.ref) <= 1e-5);
-    CHECK(bit_identical(*t.model));
+    CHECK(bit_identical(dist::comm_for(Device::cpu()), *t.model));
   }
   Trained t = train("sgd", {});  // default bucket sizes: the whole model in one bucket
   CHECK(max_rel_diff(*t.model, *t.ref) <= 1e-5);
-  CHECK(bit_identical(*t.model));
+  CHECK(bit_identical(dist::comm_for(Device::cpu()), *t.model));
 }
 
 TEST_CASE("encoder with AdamW: each step's averaged gradient == the full batch's at the same weights") {
@@ -111,7 +111,7 @@ TEST_CASE("encoder with AdamW: each step's averaged gradient == the full batch's
   auto ref = x.ref, model = x.model;
   DdpOptions o;
   o.reducer.bucketing = {4096, 16384};
-  DistributedDataParallel ddp(model, o);
+  DistributedDataParallel ddp(model, dist::comm_for(Device::cpu()), o);
   optim::OptimizerOptions oo;
   oo.lr = 1e-2;
   auto opt = optim::make_optimizer("adamw", model->named_parameters(), oo);
@@ -139,6 +139,6 @@ TEST_CASE("encoder with AdamW: each step's averaged gradient == the full batch's
     CHECK(worst <= 1e-5);
     opt->step();
   }
-  CHECK(bit_identical(*model));
-  CHECK(bit_identical(*model, true));  // and the gradients they stepped with
+  CHECK(bit_identical(dist::comm_for(Device::cpu()), *model));
+  CHECK(bit_identical(dist::comm_for(Device::cpu()), *model, true));  // and the gradients they stepped with
 }

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "tests/support/collective_checks.h"
 
 using namespace tandem;
@@ -42,14 +42,14 @@ TEST_CASE("backend: NCCL when each rank has its own GPU, host-staged MPI when th
   if (w.rank == 0) MESSAGE(w.size, " rank(s), ", gpus, " GPU(s) visible, backend ", std::string(comm().backend()));
 }
 
-TEST_CASE("all_reduce sum and avg on the GPU: closed form, every dtype, odd sizes") { check_all_reduce(gpu()); }
+TEST_CASE("all_reduce sum and avg on the GPU: closed form, every dtype, odd sizes") { check_all_reduce(comm(), gpu()); }
 TEST_CASE("all_reduce of a view reduces the view in place and leaves its neighbours alone") {
-  check_all_reduce_view(gpu());
+  check_all_reduce_view(comm(), gpu());
 }
 TEST_CASE("stream hand-off: a kernel's output goes in, the next kernel sees the result") {
-  check_stream_handoff(gpu());
+  check_stream_handoff(comm(), gpu());
 }
-TEST_CASE("reduce_scatter on the GPU: rank r gets chunk r of the sum") { check_reduce_scatter(gpu()); }
-TEST_CASE("all_gather on the GPU: chunk q is rank q's input") { check_all_gather(gpu()); }
-TEST_CASE("broadcast on the GPU from every root, and barrier") { check_broadcast_and_barrier(gpu()); }
-TEST_CASE("wrong sizes and wrong devices are refused before anything is sent") { check_refusals(gpu()); }
+TEST_CASE("reduce_scatter on the GPU: rank r gets chunk r of the sum") { check_reduce_scatter(comm(), gpu()); }
+TEST_CASE("all_gather on the GPU: chunk q is rank q's input") { check_all_gather(comm(), gpu()); }
+TEST_CASE("broadcast on the GPU from every root, and barrier") { check_broadcast_and_barrier(comm(), gpu()); }
+TEST_CASE("wrong sizes and wrong devices are refused before anything is sent") { check_refusals(comm(), gpu()); }

@@ -22,7 +22,7 @@
 #include "core/cuda/graph.h"
 #include "core/ops/conv.h"
 #include "core/ops/loss.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "optim/optimizer.h"
 #include "tests/support/ddp_fixture.h"
@@ -42,7 +42,7 @@ std::vector<std::vector<float>> train(bool graphed, const Data& data) {
   dist::DdpOptions dopt;
   dopt.reducer.bucketing.first_bucket_bytes = 256;  // several buckets, so several captured all-reduces
   dopt.reducer.bucketing.bucket_bytes = 1024;
-  dist::DistributedDataParallel ddp(model, dopt);
+  dist::DistributedDataParallel ddp(model, dist::comm_for(w.device), dopt);
   optim::OptimizerOptions oo;
   oo.lr = kLr, oo.momentum = 0.9;
   auto opt = optim::make_optimizer("sgd", model->named_parameters(), oo);
@@ -65,7 +65,7 @@ std::vector<std::vector<float>> train(bool graphed, const Data& data) {
   }
   std::vector<std::vector<float>> out;
   for (auto& [name, p] : model->named_parameters()) out.push_back(p.to_vector());
-  CHECK(bit_identical(*model));
+  CHECK(bit_identical(dist::comm_for(w.device), *model));
   return out;
 }
 }  // namespace

@@ -29,7 +29,7 @@
 #include <string>
 
 #include "core/ops/matmul.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "tests/support/ddp_fixture.h"
 
@@ -44,19 +44,20 @@ struct Tf32Scope {
   explicit Tf32Scope(bool on) { ops::set_allow_tf32(on); }
   ~Tf32Scope() { ops::set_allow_tf32(prev); }
 };
+Communicator& comm() { return comm_for(world().device); }  // NCCL, or MPI with host staging
 
 }  // namespace
 
 TEST_CASE("GPU, TF32 off: N ranks x batch b == 1 process x batch N*b to 1e-5; ranks bit-identical") {
   Tf32Scope tf32(false);
-  check_equivalence_grid(world().device, 1e-5);  // the grid of tests/mpi_ddp.cpp, norm-wise
+  check_equivalence_grid(comm(), world().device, 1e-5);  // the grid of tests/mpi_ddp.cpp, norm-wise
 }
 
 TEST_CASE("GPU, TF32 on (default): equivalence to 1e-3; ranks still bit-identical") {
   Tf32Scope tf32(true);
   ReducerOptions ro;
   ro.bucketing = {256, 1024};
-  check_equivalence(ro, world().device, 1e-3);
+  check_equivalence(comm(), ro, world().device, 1e-3);
 }
 
 TEST_CASE("GPU, bf16 gradient compression: lossy on the wire, ranks still bit-identical") {
@@ -68,9 +69,9 @@ TEST_CASE("GPU, bf16 gradient compression: lossy on the wire, ranks still bit-id
   ReducerOptions ro;
   ro.bucketing = {256, 1024};
   ro.compression = Compression::BF16;
-  Trained t = train_ddp_and_reference(ro, world().device);
+  Trained t = train_ddp_and_reference(comm(), ro, world().device);
   CHECK(on_device(*t.model, world().device));
-  CHECK(bit_identical(*t.model));
+  CHECK(bit_identical(comm(), *t.model));
   const double diff = max_tensor_rel_diff(*t.model, *t.ref);
   if (world().rank == 0) MESSAGE("bf16 compression: max norm-wise diff ", diff, " (bound 5e-2)");
   CHECK(diff > 0);  // the wire really was 16-bit

@@ -1,5 +1,5 @@
 // tests/mpi_gpu_graph_watchdog.cpp: replayed CUDA graphs under dist's watchdog
-// (Communicator::watch_compute, dist/comm_nccl.cpp).
+// (Communicator::watch_compute, dist/transport/comm_nccl.cpp).
 //
 // The experiment: a step with one NCCL all-reduce (and temporaries that die in it) runs eagerly
 // twice, is captured, and is replayed three times; after each replay the rank hands the replay to
@@ -26,11 +26,11 @@
 #include "core/cuda/context.h"
 #include "core/cuda/graph.h"
 #include "core/ops/elementwise.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/communicator.h"
 
 namespace tandem::dist {
-// dist/comm_nccl.cpp; bootstrap.cpp declares it the same way (it is not part of the public API).
+// dist/transport/comm_nccl.cpp; bootstrap.cpp declares it the same way (it is not part of the public API).
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm world, Device gpu, double timeout_s);
 }  // namespace tandem::dist
 

@@ -1,4 +1,4 @@
-// tests/mpi_parameter_server.cpp: the synchronous parameter server against DDP (dist/parameter_server.h).
+// tests/mpi_parameter_server.cpp: the synchronous parameter server against DDP (dist/extras/parameter_server.h).
 //
 // Both sides train the fixture's SmallCnn for kSteps on this rank's rows of the same batch: DDP with
 // the optimizer on every rank, the parameter server with K servers (K = 1, 2) that alone run it.
@@ -8,9 +8,9 @@
 #include <doctest/doctest.h>
 
 #include "core/ops/ops.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
-#include "dist/parameter_server.h"
+#include "dist/extras/parameter_server.h"
 #include "tests/support/ddp_fixture.h"
 
 using namespace tandem;
@@ -38,7 +38,7 @@ void check_ps_equals_ddp(const std::string& opt_name, int servers) {
   Tensor xs = rank_rows(d.x, w.rank), ys = rank_rows(d.y, w.rank);
 
   auto ddp_model = std::make_shared<SmallCnn>(7 + 100 * w.rank);
-  DistributedDataParallel ddp(ddp_model);
+  DistributedDataParallel ddp(ddp_model, dist::comm_for(Device::cpu()));
   auto ddp_opt = optim::make_optimizer(opt_name, ddp_model->named_parameters(), options_for(opt_name));
 
   auto ps_model = std::make_shared<SmallCnn>(7 + 100 * w.rank);  // different per rank: PS must broadcast
@@ -56,7 +56,7 @@ void check_ps_equals_ddp(const std::string& opt_name, int servers) {
     zero_grads(*ps_model);
     ops::cross_entropy((*ps_model)(xs), ys).backward();
     ps.step();
-    CHECK(bit_identical(*ps_model));  // after every pull, not only at the end
+    CHECK(bit_identical(dist::comm_for(Device::cpu()), *ps_model));  // after every pull, not only at the end
   }
   const double diff = max_rel_diff(*ps_model, *ddp_model);
   if (w.rank == 0) MESSAGE(opt_name, ", K = ", servers, ": max relative diff PS vs DDP ", diff);

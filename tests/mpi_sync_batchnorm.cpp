@@ -17,9 +17,9 @@
 
 #include "core/ops/ops.h"
 #include "core/random.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
-#include "dist/sync_batchnorm.h"
+#include "dist/extras/sync_batchnorm.h"
 
 using namespace tandem;
 using namespace tandem::dist;
@@ -71,7 +71,7 @@ TEST_CASE("SyncBatchNorm on N ranks == BatchNorm2d on the concatenated batch (f3
     Tensor w = ref.weight(), b = ref.bias();
     w.copy_(rank_dependent({kC}, 1, dt));  // same values on every rank (the seed is shared)
     b.copy_(rank_dependent({kC}, 2, dt));
-    SyncBatchNorm sync(kC, 1e-5, 0.25);
+    SyncBatchNorm sync(kC, dist::comm_for(Device::cpu()), 1e-5, 0.25);
     sync.to(dt);
     for (auto& [name, t] : sync.named_parameters()) t.detach().copy_(name == "weight" ? w : b);
     const Shape full{world().size * kB, kH, kW, kC};
@@ -111,7 +111,7 @@ TEST_CASE("SyncBatchNorm::forward_add_relu (ResNet's block tail) == BatchNorm2d'
   // The fused BN+add+ReLU would normalise with local statistics; SyncBatchNorm overrides it with
   // its synchronised BN, then add and ReLU. Same checks and tolerances as above, f32.
   const double tol = 1e-5;
-  SyncBatchNorm sync(kC, 1e-5, 0.25);
+  SyncBatchNorm sync(kC, dist::comm_for(Device::cpu()), 1e-5, 0.25);
   BatchNorm2d ref_copy(kC, 1e-5, 0.25);
   for (auto& [name, t] : ref_copy.named_parameters()) t.detach().copy_(rank_dependent({kC}, name == "weight" ? 1 : 2, DType::F32));
   for (auto& [name, t] : sync.named_parameters()) t.detach().copy_(rank_dependent({kC}, name == "weight" ? 1 : 2, DType::F32));
@@ -159,7 +159,7 @@ TEST_CASE("DDP with sync_batchnorm: N ranks x b == one process x N*b with BatchN
   DdpOptions o;
   o.sync_batchnorm = true;
   o.reducer.bucketing = {256, 1024};
-  DistributedDataParallel ddp(small_bn_net(), o);
+  DistributedDataParallel ddp(small_bn_net(), dist::comm_for(Device::cpu()), o);
   // The BatchNorm2d child was replaced in the Sequential's list: no BatchNorm2d is left anywhere.
   CHECK(ddp.module().describe().find("SyncBatchNorm(4, eps=1e-05") != std::string::npos);
   CHECK(ddp.module().describe().find("BatchNorm2d") == std::string::npos);

@@ -35,7 +35,7 @@
 
 #include "apps/train/amp.h"
 #include "core/ops/ops.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 #include "dist/zero.h"
 #include "layers/checkpoint.h"
 #include "layers/layers.h"
@@ -97,7 +97,7 @@ struct Run {
     amp = apps::make_amp(s.low, *model);
     // A checkpoint's weights go in before DDP broadcasts rank 0's; its state after the masters exist.
     optim::NamedTensors load = ckpt.empty() ? optim::NamedTensors{} : load_checkpoint(ckpt, *model).optimizer;
-    ddp = std::make_unique<DistributedDataParallel>(model, ddp_options(s));
+    ddp = std::make_unique<DistributedDataParallel>(model, dist::comm_for(Device::cpu()), ddp_options(s));
     if (s.stage > 0) zero = std::make_unique<Zero>(*ddp, s.stage);
     apps::build_masters(*amp, *model, zero.get());
     if (!ckpt.empty()) apps::take_amp_state(amp.get(), load);
@@ -198,7 +198,7 @@ std::unique_ptr<Run> check_same_as_ddp(Setup s, int steps = kSteps) {
     CHECK(z.steps(steps) == applied);
     CHECK(z.amp->scaler.scale() == ddp->amp->scaler.scale());
     CHECK(same_bits(*z.model, *ddp->model));  // the 16-bit parameters and BatchNorm's f32 ones
-    CHECK(bit_identical(*z.model));
+    CHECK(bit_identical(dist::comm_for(Device::cpu()), *z.model));
     const optim::NamedTensors zs = z.state();
     if (world().rank == 0) {
       CHECK(has_master(zs));
@@ -257,7 +257,7 @@ TEST_CASE("fp16 + ZeRO: an inf in one rank's gradient shard skips the step on ev
     CHECK(r.steps(1) == 1);
     CHECK(r.amp->scaler.scale() == 512.0);
     CHECK(host_bytes(r.model->fc->weight()) + host_bytes(r.model->conv->weight()) != before);
-    CHECK(bit_identical(*r.model));
+    CHECK(bit_identical(dist::comm_for(Device::cpu()), *r.model));
   }
 }
 
@@ -272,7 +272,7 @@ TEST_CASE("ZeRO-2 averages f16 buckets without overflow (divide before the reduc
   auto m = std::make_shared<Gain>();
   DdpOptions o;
   o.reducer.collective = Collective::ReduceScatter;
-  DistributedDataParallel ddp(m, o);
+  DistributedDataParallel ddp(m, dist::comm_for(Device::cpu()), o);
   Zero zero(ddp, 2);
   ops::sum(ops::cast((ddp)(ops::cast_raw(Tensor::full({64}, 40000.0), DType::F16)), DType::F32)).backward();
   int64_t seen = 0;
@@ -322,7 +322,7 @@ TEST_CASE("AMP resume across stage and world size equals the uninterrupted AMP D
     s.stage = stage;
     Run second(s, path);
     second.steps(kAfter);
-    CHECK(bit_identical(*second.model));
+    CHECK(bit_identical(dist::comm_for(Device::cpu()), *second.model));
     CHECK(same_bits(*second.model, *whole.model));
     const optim::NamedTensors end = second.state();
     if (world().rank == 0) CHECK(state_diff(end, whole_state) <= 1e-6);

@@ -1,4 +1,4 @@
-// tests/mpi_zero_memory.cpp: the memory ledger (dist/memory_ledger.h) against the allocator, in CI.
+// tests/mpi_zero_memory.cpp: the memory ledger (dist/measure/memory_ledger.h) against the allocator, in CI.
 //
 // A 4-layer MLP of 1024x1024 linears (4.2 M parameters, 16.8 MB in f32) trained with AdamW for two
 // steps as DDP, ZeRO-1 and ZeRO-2. After the step the allocator's current bytes (minus what was
@@ -16,8 +16,8 @@
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "core/storage.h"
-#include "dist/bootstrap.h"
-#include "dist/memory_ledger.h"
+#include "dist/transport/bootstrap.h"
+#include "dist/measure/memory_ledger.h"
 #include "dist/zero.h"
 
 using namespace tandem;
@@ -62,7 +62,7 @@ Measured measure(int stage) {
     DdpOptions o;
     o.reducer.bucketing = {size_t{1} << 20, size_t{4} << 20};  // one weight (4 MiB) per bucket
     if (stage == 2) o.reducer.collective = Collective::ReduceScatter;
-    DistributedDataParallel ddp(model, o);
+    DistributedDataParallel ddp(model, dist::comm_for(Device::cpu()), o);
     std::unique_ptr<Zero> zero;
     std::unique_ptr<optim::Optimizer> opt;
     optim::OptimizerOptions oo;

@@ -1,4 +1,4 @@
-// tests/test_pow_grad.cpp: ops::pow (x^p, added for dist/sync_batchnorm's rsqrt and reciprocal):
+// tests/test_pow_grad.cpp: ops::pow (x^p, added for dist/extras/sync_batchnorm's rsqrt and reciprocal):
 // values against std::pow, and f64 finite-difference gradients for the exponents it is used with
 // (-0.5, -1) and a few others. Inputs are kept in [0.5, 2]: pow with a fractional exponent is
 // undefined below zero and steep near it.

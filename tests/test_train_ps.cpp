@@ -1,6 +1,6 @@
 // tests/test_train_ps.cpp: `train_imagenet --strategy ps` end to end, under `mpiexec -n 2` on the CPU.
 //
-// The parameter server (dist/parameter_server.h) must train to the same loss as DDP on the same
+// The parameter server (dist/extras/parameter_server.h) must train to the same loss as DDP on the same
 // synthetic data (same SGD with momentum, same batches; the sums differ only in order, so the losses
 // agree to ~1e-5), write its push/pull "buckets" and strategy in the metrics JSON, and refuse more
 // servers than ranks with a sentence naming the limit. Runs the binaries through tests/support/app_runner.h.

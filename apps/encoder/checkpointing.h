@@ -16,7 +16,7 @@
 #include <string>
 
 #include "apps/encoder/options.h"  // defines: EncoderOptions
-#include "dist/bootstrap.h"        // defines: World
+#include "dist/transport/bootstrap.h"  // defines: World
 #include "layers/checkpoint.h"     // defines: TrainState, NamedTensors
 #include "layers/module.h"         // defines: Module
 

@@ -6,7 +6,7 @@
 
 #include "core/autograd.h"         // defines: NoGradGuard
 #include "core/ops/elementwise.h"  // defines: add (the device-side running loss), scale (--amp)
-#include "dist/bootstrap.h"        // defines: comm_for (the CPU communicator for the progress sums)
+#include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/lr_schedule.h"     // defines: lr_at
 
 namespace tandem::apps::encoder {

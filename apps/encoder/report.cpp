@@ -10,7 +10,7 @@
 #include "apps/encoder/setup.h"  // defines: Training
 #include "apps/train/ledger.h"   // defines: ledger_json
 #include "core/storage.h"        // defines: memory_stats
-#include "dist/bootstrap.h"      // defines: comm_for (its backend name)
+#include "dist/transport/bootstrap.h"  // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"   // defines: kTandemVersion
 
 namespace tandem::apps::encoder {
@@ -105,7 +105,7 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
   const double seq_s = clock.steady_images_per_s(step, run_steps, t.global_batch);
   const double tok_s = seq_s * o.seq_len;
   const double mfu = t.peak.flops > 0 ? tok_s / world * t.flops_per_token / t.peak.flops : 0;
-  if (!o.trace.empty()) dist::write_trace(o.trace);
+  if (!o.trace.empty()) dist::write_trace(o.trace, dist::comm_for(Device::cpu()));
   const dist::TimelineSummary comm = t.ddp->timeline().summary();
   const MemoryStats mem = memory_stats(t.dev);
   t.ledger.measured_peak = mem.peak_bytes - t.mem_other;

@@ -7,11 +7,11 @@
 //   sequences/s and tokens/s (tokens = sequences x --seq-len), in total and per rank;
 //   MFU = model FLOPs per second per rank / the rank's peak (apps/encoder/flops.h);
 //   ms/step split: data (the host building the batch: masking, copies), exposed communication
-//   (all-reduce time that backward did not hide, from dist/timeline.h), compute (the rest), and the
+//   (all-reduce time that backward did not hide, from dist/measure/timeline.h), compute (the rest), and the
 //   overlap fraction (hidden / total communication time);
 //   memory: current and peak bytes of this rank's device;
 //   under --amp the loss scale (1 for bf16), and the steps skipped so far when there are any.
-// At start-up, the memory ledger's prediction (dist/memory_ledger.h: parameters, gradients,
+// At start-up, the memory ledger's prediction (dist/measure/memory_ledger.h: parameters, gradients,
 // optimizer state, f32 masters for --amp, per rank under --zero); the summary and the --metrics
 // JSON ("memory_ledger") add what was measured after the first step and at the peak.
 #pragma once

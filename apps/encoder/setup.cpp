@@ -87,11 +87,11 @@ std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int
 
 namespace {
 
-std::unique_ptr<dist::DistributedDataParallel> make_ddp(const EncoderOptions& o, ModulePtr model) {
+std::unique_ptr<dist::DistributedDataParallel> make_ddp(const EncoderOptions& o, ModulePtr model, Device dev) {
   DdpFlags f;
   f.first_bucket_mb = o.first_bucket_mb, f.bucket_mb = o.bucket_mb, f.overlap = !o.no_overlap;
   f.compress = o.compress, f.zero = o.zero;
-  return std::make_unique<dist::DistributedDataParallel>(std::move(model), ddp_options(f));
+  return std::make_unique<dist::DistributedDataParallel>(std::move(model), dist::comm_for(dev), ddp_options(f));
 }
 
 // --optimizer's two groups over the parameters (DDP), the f32 masters (--amp: of every parameter, or
@@ -109,14 +109,14 @@ std::unique_ptr<ParamGroups> make_optimizer(const EncoderOptions& o, Training& t
   return std::make_unique<ParamGroups>(o.optimizer, t.model->named_parameters(), oo);
 }
 
-// The ledger of this rank's model state (dist/memory_ledger.h); AdamW and LAMB keep two f32 moments.
+// The ledger of this rank's model state (dist/measure/memory_ledger.h); AdamW and LAMB keep two f32 moments.
 void plan_memory(Training& t) {
   dist::LedgerOptions lo = ledger_inputs(*t.ddp, t.zero.get(), t.world->size);
   lo.mixed = t.amp != nullptr;
   lo.state_bytes = 8;
   t.ledger = dist::predict_memory(lo);
   t.mem_other = memory_stats(t.dev).current_bytes - model_state_bytes(*t.ddp, t.amp ? t.amp->master->bytes() : 0);
-  reset_peak_memory(t.dev);  // the measured peak is the steps' (dist/memory_ledger.h), not the set-up's
+  reset_peak_memory(t.dev);  // the measured peak is the steps' (dist/measure/memory_ledger.h), not the set-up's
 }
 
 // Shuffled, sharded training batches; the held-out set in order, every sequence once.
@@ -171,7 +171,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     t.start = r.state;
     opt_state = std::move(r.optimizer);
   }
-  t.ddp = make_ddp(o, t.model);
+  t.ddp = make_ddp(o, t.model, t.dev);
   if (o.zero > 0) t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
   // The f32 masters from rank 0's broadcast weights: of every parameter, or of this rank's shard.
   if (t.amp) build_masters(*t.amp, *t.model, t.zero.get());

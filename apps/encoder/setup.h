@@ -20,9 +20,9 @@
 #include "apps/train/amp.h"             // defines: AmpRun
 #include "data/mlm_baseline.h"          // defines: UnigramBaseline
 #include "data/text_loader.h"           // defines: TextLoader, MlmDataset
-#include "dist/bootstrap.h"             // defines: World
+#include "dist/transport/bootstrap.h"   // defines: World
 #include "dist/ddp.h"                   // defines: DistributedDataParallel
-#include "dist/memory_ledger.h"         // defines: MemoryLedger
+#include "dist/measure/memory_ledger.h"  // defines: MemoryLedger
 #include "dist/zero.h"                  // defines: Zero
 #include "layers/checkpoint.h"          // defines: TrainState
 #include "layers/models/bert.h"         // defines: BertForMaskedLM

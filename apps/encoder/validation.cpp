@@ -8,7 +8,7 @@
 #include "core/ops/loss.h"        // defines: cross_entropy, topk_correct
 #include "core/ops/embedding.h"   // defines: embedding (the row gather)
 #include "core/ops/shape.h"       // defines: reshape
-#include "dist/bootstrap.h"       // defines: comm_for
+#include "dist/transport/bootstrap.h"  // defines: comm_for
 
 namespace tandem::apps::encoder {
 

@@ -5,6 +5,8 @@
 # and runs, under TSan, the tests that exercise threads:
 #   - the multi-rank tests (mpi_*: the MPI communicator's comm thread, the reducer handing buckets
 #     to it, DDP) and test_dist_failures (ranks failing while the comm thread is busy);
+#   - the in-process multi-rank tests (test_comm_thread, test_reducer, test_ddp, test_zero: ranks
+#     as threads of one process on dist/transport/comm_thread.h, which share one address space);
 #   - test_data_loader (the loader's worker threads and its bounded queue).
 # Options (TSAN_OPTIONS, suppressions) come from tests/CMakeLists.txt; every suppression is in
 # tests/sanitizers/tsan.supp with its reason. The output is written to
@@ -24,9 +26,9 @@ if [ ! -f "$tsan/build.ninja" ]; then
         -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
 fi
 cmake --build "$tsan" -j "$(nproc)" --target mpi_collectives mpi_ddp mpi_reducer mpi_sync_batchnorm \
-      test_dist_failures dist_fault_helper test_data_loader
+      test_dist_failures dist_fault_helper test_data_loader test_comm_thread test_reducer test_ddp test_zero
 
-tests='^(mpi_collectives|mpi_ddp|mpi_reducer|mpi_sync_batchnorm)_np[0-9]+$|^(dist_failures|data_loader)$'
+tests='^(mpi_collectives|mpi_ddp|mpi_reducer|mpi_sync_batchnorm)_np[0-9]+$|^(dist_failures|data_loader|comm_thread|reducer|ddp|zero)$'
 {
   echo "# tsan_dist.sh: $(date -u +%FT%TZ), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' (with local changes)')"

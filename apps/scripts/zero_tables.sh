@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # apps/scripts/zero_tables.sh: the ZeRO tables of apps/results - memory per rank (predicted by the
-# ledger, dist/memory_ledger.h, vs measured by the allocator) and throughput, DDP vs ZeRO-1 vs ZeRO-2.
+# ledger, dist/measure/memory_ledger.h, vs measured by the allocator) and throughput, DDP vs ZeRO-1 vs ZeRO-2.
 #
 #   bash apps/scripts/zero_tables.sh [--out DIR] [--mem-model vgg16] [--mem-ranks 1,2,4]
 #                                    [--tp-model resnet_tiny] [--tp-ranks 2,4] [--tp-steps 30] [--amp bf16]
@@ -54,7 +54,7 @@ lines = ["# ZeRO memory per rank: the ledger's prediction vs the allocator", "",
          "Model state = parameters + gradients + optimizer state (AdamW, " + ("f32" if amp == "off" else f"--amp {amp}: 16-bit parameters and gradients, f32 masters, master gradients and moments") + "), measured as the allocator's bytes",
          "after the first step minus what was held before (data, loaders). Peak is the allocator's high-water mark",
          "during the steps (set-up excluded): the model state plus activations, workspace and the transient",
-         "gradients, which the ledger predicts (dist/memory_ledger.h). MiB per rank.", "",
+         "gradients, which the ledger predicts (dist/measure/memory_ledger.h). MiB per rank.", "",
          "| model | N | stage | formula | predicted state | measured state | diff | predicted state + transient | "
          "measured peak | vs DDP (state) | vs DDP (peak) |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]

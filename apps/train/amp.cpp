@@ -2,7 +2,7 @@
 #include "apps/train/amp.h"
 
 #include "core/autocast.h"   // defines: amp_dtype_from_name
-#include "dist/bootstrap.h"  // defines: comm_for (the CPU communicator for the overflow flag)
+#include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the overflow flag)
 #include "layers/amp_cast.h" // defines: cast_for_amp
 
 namespace tandem::apps {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "apps/train/options.h"  // defines: TrainOptions
-#include "dist/bootstrap.h"      // defines: World
+#include "dist/transport/bootstrap.h"  // defines: World
 #include "layers/checkpoint.h"   // defines: TrainState, NamedTensors
 #include "layers/module.h"       // defines: Module
 

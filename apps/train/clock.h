@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "core/device.h"  // defines: Device
-#include "dist/timeline.h"  // defines: Timeline (comm_window)
+#include "dist/measure/timeline.h"  // defines: Timeline (comm_window)
 
 namespace tandem::apps {
 

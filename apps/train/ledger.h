@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/ddp.h"            // defines: DistributedDataParallel
-#include "dist/memory_ledger.h"  // defines: LedgerOptions, MemoryLedger
+#include "dist/measure/memory_ledger.h"  // defines: LedgerOptions, MemoryLedger
 #include "dist/zero.h"           // defines: Zero
 
 namespace tandem::apps {

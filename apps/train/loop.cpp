@@ -10,7 +10,7 @@
 #include "core/ops/elementwise.h"   // defines: add (the device-side running loss), scale
 #include "core/ops/copy.h"          // defines: cast_raw (--amp inputs)
 #include "core/ops/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
-#include "dist/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
+#include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/clip.h"             // defines: clip_grad_norm (--clip-grad-norm)
 #include "optim/lr_schedule.h"      // defines: lr_at
 

@@ -1,4 +1,4 @@
-// apps/train/memory.h: train_imagenet's memory ledger - predicted (dist/memory_ledger.h) and measured.
+// apps/train/memory.h: train_imagenet's memory ledger - predicted (dist/measure/memory_ledger.h) and measured.
 //
 // plan_memory (end of set-up) predicts this rank's bytes from the parameter count, --zero, the world
 // size and --optimizer, and notes what the allocator already holds beside the model state (data

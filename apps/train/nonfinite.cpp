@@ -6,7 +6,7 @@
 
 #include "core/check.h"      // defines: TANDEM_CHECK
 #include "core/tensor.h"     // defines: Tensor
-#include "dist/bootstrap.h"  // defines: world, comm_for
+#include "dist/transport/bootstrap.h"  // defines: world, comm_for
 
 namespace tandem::apps {
 

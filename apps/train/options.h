@@ -57,7 +57,7 @@ struct TrainOptions {
   bool no_overlap = false;          // all-reduce after backward (baseline)
   bool no_bucketing = false;        // one all-reduce per parameter (baseline)
   std::string compress = "none";    // none | bf16 | fp16: gradient dtype on the wire
-  std::string strategy = "ddp";     // ddp | ps: all-reduce, or the parameter server baseline (dist/parameter_server.h)
+  std::string strategy = "ddp";     // ddp | ps: all-reduce, or the parameter server baseline (dist/extras/parameter_server.h)
   int ps_servers = 1;               // ps: servers colocated on ranks 0..K-1 (1 <= K <= ranks)
   // precision and sharding: only the implemented values are accepted
   std::string amp = "off";

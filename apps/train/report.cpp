@@ -12,7 +12,7 @@
 #include "apps/train/memory.h"  // defines: memory_json
 #include "core/ops/conv.h"       // defines: conv_bias_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
-#include "dist/bootstrap.h"     // defines: comm_for (its backend name)
+#include "dist/transport/bootstrap.h"  // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
 
 namespace tandem::apps {
@@ -225,7 +225,7 @@ void report(const TrainOptions& o, Training& t, const RunClock& clock, const Run
   x.train_s = clock.train_s();
   x.steady_ips = clock.steady_images_per_s(step, x.steps_this_run, t.global_batch);
   x.whole_run_ips = x.train_s > 0 ? x.steps_this_run * t.global_batch / x.train_s : 0.0;
-  if (!o.trace.empty()) dist::write_trace(o.trace);
+  if (!o.trace.empty()) dist::write_trace(o.trace, dist::comm_for(Device::cpu()));
   x.comm = t.ddp->timeline().summary();
   bucket_medians(t.ddp->timeline(), x);
   x.mem = memory_stats(t.dev);

@@ -5,7 +5,7 @@
 // loop does not synchronise with the GPU inside an interval: the host runs ahead and only a sync at
 // the interval's end makes wall time equal GPU time. Split of ms/step:
 //   data     = time next() blocked waiting for the loader (host-measured, exact);
-//   exposed  = communication that backward did not hide (dist/timeline.h, from events);
+//   exposed  = communication that backward did not hide (dist/measure/timeline.h, from events);
 //   compute  = the rest (forward, backward, optimizer, launch overheads).
 // The summary separates init time (process start -> first step) from training time, and steady
 // images/s (first --bench-warmup steps excluded) from the whole-run rate (apps/train/clock.h).
@@ -20,7 +20,7 @@
 #include "apps/train/options.h"     // defines: TrainOptions
 #include "apps/train/validation.h"  // defines: EvalResult
 #include "core/device.h"            // defines: Device
-#include "dist/timeline.h"          // defines: Timeline
+#include "dist/measure/timeline.h"  // defines: Timeline
 
 namespace tandem::apps {
 

@@ -134,12 +134,12 @@ std::unique_ptr<data::Loader> make_val_loader(const TrainOptions& o, const dist:
 
 namespace {
 
-std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, ModulePtr model) {
+std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, ModulePtr model, Device dev) {
   DdpFlags f;
   f.first_bucket_mb = o.first_bucket_mb, f.bucket_mb = o.bucket_mb;
   f.overlap = !o.no_overlap, f.bucketed = !o.no_bucketing;
   f.compress = o.compress, f.zero = o.zero;
-  return std::make_unique<dist::DistributedDataParallel>(std::move(model), ddp_options(f));
+  return std::make_unique<dist::DistributedDataParallel>(std::move(model), dist::comm_for(dev), ddp_options(f));
 }
 
 // --optimizer over the whole parameters (DDP), this rank's ZeRO segments, or the f32 masters (AMP:
@@ -232,7 +232,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
     t.start = r.state;
     opt_state = std::move(r.optimizer);
   }
-  t.ddp = make_ddp(o, t.model);
+  t.ddp = make_ddp(o, t.model, t.dev);
   if (o.zero > 0) t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
   // The masters start from rank 0's broadcast 16-bit weights (of this rank's shard under ZeRO);
   // a checkpoint's f32 masters then replace them.

@@ -18,11 +18,11 @@
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/dataset.h"        // defines: Dataset
 #include "data/loader.h"         // defines: Loader, batch_bytes
-#include "dist/bootstrap.h"      // defines: World, init
+#include "dist/transport/bootstrap.h"  // defines: World, init
 #include "dist/ddp.h"            // defines: DistributedDataParallel
-#include "dist/memory_ledger.h"  // defines: MemoryLedger
+#include "dist/measure/memory_ledger.h"  // defines: MemoryLedger
 #include "dist/zero.h"           // defines: Zero (--zero 1|2)
-#include "dist/parameter_server.h"  // defines: ParameterServer (--strategy ps)
+#include "dist/extras/parameter_server.h"  // defines: ParameterServer (--strategy ps)
 #include "layers/checkpoint.h"   // defines: TrainState
 #include "layers/module.h"       // defines: ModulePtr
 #include "optim/lr_schedule.h"   // defines: LrScheduleOptions

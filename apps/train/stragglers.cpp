@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "core/tensor.h"     // defines: Tensor
-#include "dist/bootstrap.h"  // defines: world, comm_for
+#include "dist/transport/bootstrap.h"  // defines: world, comm_for
 
 namespace tandem::apps {
 

@@ -8,7 +8,7 @@
 #include "core/autograd.h"     // defines: NoGradGuard
 #include "core/ops/copy.h"      // defines: cast_raw (--amp inputs)
 #include "core/ops/loss.h"     // defines: cross_entropy, topk_correct
-#include "dist/bootstrap.h"    // defines: comm_for (the CPU communicator for the counts)
+#include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the counts)
 #include "layers/checkpoint.h" // defines: load_checkpoint
 
 namespace tandem::apps {

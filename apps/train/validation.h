@@ -11,7 +11,7 @@
 
 #include "apps/train/options.h"  // defines: TrainOptions
 #include "data/loader.h"         // defines: Loader
-#include "dist/bootstrap.h"      // defines: World
+#include "dist/transport/bootstrap.h"  // defines: World
 #include "layers/module.h"       // defines: Module, ModulePtr
 
 namespace tandem::apps {

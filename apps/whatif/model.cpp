@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "dist/parameter_server.h"  // assign_partitions: the servers' whole-tensor partitions
+#include "dist/extras/parameter_server.h"  // assign_partitions: the servers' whole-tensor partitions
 
 namespace tandem::whatif {
 
@@ -102,7 +102,7 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   // Oversubscribed cores stretch every compute time by the same factor.
   const double scale = s.cores > 0 ? std::max(1.0, static_cast<double>(ranks) / s.cores) : 1.0;
   const double backward_end = p.backward_end_ms * scale;
-  // The parameter server pushes after backward, as dist/parameter_server.h's synchronous baseline does.
+  // The parameter server pushes after backward, as dist/extras/parameter_server.h's synchronous baseline does.
   const bool overlap = s.strategy != Strategy::DdpNoOverlap && s.strategy != Strategy::Zero1 &&
                        s.strategy != Strategy::Ps;
   double channel = 0, comm = 0;  // when the serial communication channel is free; its busy time

@@ -9,7 +9,7 @@
 //   ring all-reduce   2(N-1)/N * S/B + 2(N-1) * alpha        (DDP; Patarasuk & Yuan's ring)
 //   reduce-scatter     (N-1)/N * S/B +  (N-1) * alpha        (ZeRO: half a ring all-reduce)
 //   all-gather         (N-1)/N * S/B +  (N-1) * alpha
-//   parameter server  push + pull of whole-tensor partitions, as dist/parameter_server.h runs it:
+//   parameter server  push + pull of whole-tensor partitions, as dist/extras/parameter_server.h runs it:
 //                      K servers on ranks 0..K-1, each tensor on one server (dist::assign_partitions
 //                      itself: largest first to the least loaded), all K pushes in flight at once.
 //                      The busiest server receives its partition L_max from the N-1 other ranks
@@ -23,7 +23,7 @@
 // 1/N of the weights, then all-gather of the weights); ZeRO-2 (reduce-scatter per bucket during
 // backward, then as ZeRO-1); the parameter server (one push per server after backward, not
 // overlapped, the optimizer on each server's partition only - saving optimizer_ms (1 - L_max/S) -
-// then the pull, as tandem's synchronous baseline runs it. It pushes with reduce-to-root, which MPI/NCCL may route as a tree, so its
+// then the pull, as tandem's synchronous baseline (dist/extras/parameter_server.h) runs it. It pushes with reduce-to-root, which MPI/NCCL may route as a tree, so its
 // measured push can beat the incast cost assumed here).
 // Stragglers: a collective waits for the slowest rank. When one rank's step times vary with
 // standard deviation sigma (StepProfile::jitter_ms), the slowest of N independent ranks is late by
@@ -104,7 +104,7 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
 //   step     |predicted - measured| step time <= `step` x the measured step (the 15 %);
 //   exposed  |predicted - measured| exposed communication <= max(`exposed` x the measured exposed
 //            time, `exposed_floor` x the measured step). The predicted side is exposed_ms +
-//            straggler_ms, because tandem's timeline (dist/timeline.h) measures waiting for a
+//            straggler_ms, because tandem's timeline (dist/measure/timeline.h) measures waiting for a
 //            slower rank as exposed communication too.
 // Why this bound: exposed time is a small difference of two noisy times (on a shared CPU its repeats
 // differ by 2x), so 15 % would fail every honest model; but a prediction off by more than half of

@@ -49,7 +49,7 @@ struct Gelu {
 struct Square {
   template <typename T> TANDEM_HD T operator()(T x) const { return x * x; }
 };
-// x^alpha: rsqrt is alpha = -0.5, the reciprocal alpha = -1 (dist/sync_batchnorm.cpp). NaN for
+// x^alpha: rsqrt is alpha = -0.5, the reciprocal alpha = -1 (dist/extras/sync_batchnorm.cpp). NaN for
 // x < 0 unless alpha is an integer, as std::pow.
 struct Pow {
   float alpha;

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/ops/elementwise.h"
-#include "dist/bootstrap.h"
 #include "tests/support/collective_values.h"
 
 namespace tandem::testing {
@@ -37,8 +36,7 @@ int mismatches(const std::vector<float>& got, F want, double rel = 0) {
 }
 }  // namespace
 
-void check_all_reduce(Device device) {
-  Communicator& c = dist::comm_for(device);
+void check_all_reduce(Communicator& c, Device device) {
   const int n = c.size(), r = c.rank();
   const double avg_rel = power_of_two(n) ? 0 : 1.0 / 256;
   for (DType t : kDtypes)
@@ -60,9 +58,8 @@ void check_all_reduce(Device device) {
     }
 }
 
-void check_all_reduce_view(Device device) {
+void check_all_reduce_view(Communicator& c, Device device) {
   // Staging must copy back into the view's bytes, NCCL and MPI must use the view's offset.
-  Communicator& c = dist::comm_for(device);
   const int n = c.size(), r = c.rank();
   const int64_t len = 1001, lead = 3, tail = 5;
   for (DType t : kDtypes) {
@@ -79,11 +76,10 @@ void check_all_reduce_view(Device device) {
   }
 }
 
-void check_stream_handoff(Device device) {
+void check_stream_handoff(Communicator& c, Device device) {
   // scale_ by 2 is enqueued on the compute stream right before the all-reduce; scale_ by 0.25
   // right after wait(). A collective that read its input early would sum the unscaled values; a
   // wait() that did not order the compute stream would let the second kernel scale the input.
-  Communicator& c = dist::comm_for(device);
   const int n = c.size(), r = c.rank();
   const int64_t size = int64_t{1} << 20;  // 4 MiB: the kernels take long enough for a race to show
   for (int rep = 0; rep < 3; ++rep) {
@@ -96,8 +92,7 @@ void check_stream_handoff(Device device) {
   }
 }
 
-void check_reduce_scatter(Device device) {
-  Communicator& c = dist::comm_for(device);
+void check_reduce_scatter(Communicator& c, Device device) {
   const int n = c.size(), r = c.rank();
   for (DType t : kDtypes)
     for (int64_t chunk : {int64_t{1}, int64_t{333}}) {
@@ -111,8 +106,7 @@ void check_reduce_scatter(Device device) {
     }
 }
 
-void check_all_gather(Device device) {
-  Communicator& c = dist::comm_for(device);
+void check_all_gather(Communicator& c, Device device) {
   const int n = c.size(), r = c.rank();
   for (DType t : kDtypes) {
     const std::string dt = dtype_name(t);
@@ -124,8 +118,7 @@ void check_all_gather(Device device) {
   }
 }
 
-void check_broadcast_and_barrier(Device device) {
-  Communicator& c = dist::comm_for(device);
+void check_broadcast_and_barrier(Communicator& c, Device device) {
   for (int root = 0; root < c.size(); ++root)
     for (DType t : kDtypes) {
       CAPTURE(root);
@@ -138,8 +131,7 @@ void check_broadcast_and_barrier(Device device) {
   c.barrier()->wait();
 }
 
-void check_refusals(Device device) {
-  Communicator& c = dist::comm_for(device);
+void check_refusals(Communicator& c, Device device) {
   Tensor in = Tensor::zeros({c.size() * 2 + 1}, DType::F32, device), out = Tensor::zeros({2}, DType::F32, device);
   CHECK_THROWS(c.reduce_scatter(in, out));
   Tensor small = Tensor::zeros({1}, DType::F32, device);

@@ -11,7 +11,6 @@
 
 #include "core/ops/ops.h"
 #include "core/random.h"
-#include "dist/bootstrap.h"
 #include "dist/ddp.h"
 #include "layers/checkpoint.h"
 
@@ -113,13 +112,13 @@ double max_named_rel_diff(const std::vector<std::pair<std::string, Tensor>>& a,
   return worst;
 }
 
-void save_on_rank0(const std::string& path, const Module& model,
+void save_on_rank0(dist::Communicator& comm, const std::string& path, const Module& model,
                    const std::vector<std::pair<std::string, Tensor>>& state) {
-  if (dist::world().rank == 0) {
+  if (comm.rank() == 0) {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     save_checkpoint(path, model, state, TrainState{});
   }
-  dist::all_gather_strings("saved");  // a barrier: the file exists before anyone reads it
+  dist::all_gather_strings(comm, "saved");  // a barrier: the file exists before anyone reads it
 }
 
 std::string host_bytes(const Tensor& t) {
@@ -127,25 +126,24 @@ std::string host_bytes(const Tensor& t) {
   return std::string(static_cast<const char*>(h.data_ptr()), h.nbytes());
 }
 
-bool bit_identical(Module& m, bool grads) {
+bool bit_identical(dist::Communicator& comm, Module& m, bool grads) {
   std::string mine;
   for (Tensor& p : m.parameters()) mine += host_bytes(grads ? p.grad() : p);
-  std::vector<std::string> all = dist::all_gather_strings(mine);
+  std::vector<std::string> all = dist::all_gather_strings(comm, mine);
   for (const std::string& s : all)
     if (s != all[0]) return false;
   return true;
 }
 
-Trained train_ddp_and_reference(const dist::ReducerOptions& ro, Device device) {
-  const dist::World& w = dist::world();
-  Data d = make_data(w.size * kBatch, device);
-  Trained t{std::make_shared<SmallCnn>(7 + 100 * w.rank), std::make_shared<SmallCnn>(7)};
+Trained train_ddp_and_reference(dist::Communicator& comm, const dist::ReducerOptions& ro, Device device) {
+  Data d = make_data(comm.size() * kBatch, device);
+  Trained t{std::make_shared<SmallCnn>(7 + 100 * comm.rank()), std::make_shared<SmallCnn>(7)};
   t.model->to(device);
   t.ref->to(device);
   dist::DdpOptions o;
   o.reducer = ro;
-  dist::DistributedDataParallel ddp(t.model, o);
-  Tensor xs = rank_rows(d.x, w.rank), ys = rank_rows(d.y, w.rank);
+  dist::DistributedDataParallel ddp(t.model, comm, o);
+  Tensor xs = rank_rows(d.x, comm.rank()), ys = rank_rows(d.y, comm.rank());
   for (int step = 0; step < kSteps; ++step) {
     zero_grads(*t.model);
     ops::cross_entropy(ddp(xs), ys).backward();
@@ -163,19 +161,19 @@ bool on_device(Module& m, Device device) {
   return ok;
 }
 
-Trained check_equivalence(const dist::ReducerOptions& ro, Device device, double bound) {
-  Trained t = train_ddp_and_reference(ro, device);
+Trained check_equivalence(dist::Communicator& comm, const dist::ReducerOptions& ro, Device device, double bound) {
+  Trained t = train_ddp_and_reference(comm, ro, device);
   CHECK(on_device(*t.model, device));
   const double diff = device.is_cpu() ? max_rel_diff(*t.model, *t.ref) : max_tensor_rel_diff(*t.model, *t.ref);
-  if (dist::world().rank == 0 && device.is_cuda())
-    MESSAGE(std::string(dist::comm_for(device).backend()), ", TF32 ", std::string(ops::allow_tf32() ? "on" : "off"),
+  if (comm.rank() == 0 && device.is_cuda())
+    MESSAGE(std::string(comm.backend()), ", TF32 ", std::string(ops::allow_tf32() ? "on" : "off"),
             ": max norm-wise diff ", diff, " (bound ", bound, ")");
   CHECK(diff <= bound);
-  CHECK(bit_identical(*t.model));
+  CHECK(bit_identical(comm, *t.model));
   return t;
 }
 
-void check_equivalence_grid(Device device, double bound) {
+void check_equivalence_grid(dist::Communicator& comm, Device device, double bound) {
   for (bool bucketed : {true, false})
     for (bool overlap : {true, false}) {
       CAPTURE(bucketed);
@@ -184,9 +182,9 @@ void check_equivalence_grid(Device device, double bound) {
       ro.bucketing = {256, 1024};  // several buckets even in this tiny model
       ro.bucketed = bucketed;
       ro.overlap = overlap;
-      check_equivalence(ro, device, bound);
+      check_equivalence(comm, ro, device, bound);
     }
-  check_equivalence({}, device, bound);  // default bucket sizes: one bucket
+  check_equivalence(comm, {}, device, bound);  // default bucket sizes: one bucket
 }
 
 }  // namespace tandem::testing::ddp_fixture

@@ -7,8 +7,10 @@
 // device), so no separate run is needed. The model (SmallCnn) has no BatchNorm or dropout: their
 // batch statistics / randomness would differ between the two sides.
 // Left to the callers: the tolerance (it depends on the device and its math modes), and the extra
-// cases (no_sync, compression, buffers). The helpers call collectives (DDP's, all_gather_strings),
-// so every rank must call them together; the check_* ones use doctest CHECKs.
+// cases (no_sync, compression, buffers). The helpers call collectives (DDP's, all_gather_strings)
+// on the communicator they are given - the world's under mpiexec (dist::comm_for), a thread group's
+// in one process (dist/transport/comm_thread.h) - so every rank must call them together; the
+// check_* ones use doctest CHECKs.
 #pragma once
 #include <functional>
 #include <memory>
@@ -16,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "dist/reducer.h"
 #include "layers/module.h"
 
@@ -65,13 +68,13 @@ double max_named_rel_diff(const std::vector<std::pair<std::string, Tensor>>& a,
 
 // Rank 0 writes the checkpoint `path` (creating its folder) from `model` and the optimizer `state`;
 // every rank returns once the file exists (a barrier). Collective.
-void save_on_rank0(const std::string& path, const Module& model,
+void save_on_rank0(dist::Communicator& comm, const std::string& path, const Module& model,
                    const std::vector<std::pair<std::string, Tensor>>& state);
 
 // The tensor's bytes, copied to the host first when it lives on a GPU.
 std::string host_bytes(const Tensor& t);
 // Every rank's parameters (or their gradients), bit for bit, equal rank 0's. Collective.
-bool bit_identical(Module& m, bool grads = false);
+bool bit_identical(dist::Communicator& comm, Module& m, bool grads = false);
 
 struct Trained {
   std::shared_ptr<SmallCnn> model;  // the DDP replica (rank r started from seed 7 + 100 r)
@@ -79,16 +82,17 @@ struct Trained {
 };
 // Runs kSteps of the experiment on `device` with the given reducer options; returns both models.
 // The replicas start from different seeds on purpose: DDP must broadcast rank 0's weights.
-Trained train_ddp_and_reference(const dist::ReducerOptions& ro, Device device = Device::cpu());
+Trained train_ddp_and_reference(dist::Communicator& comm, const dist::ReducerOptions& ro,
+                                Device device = Device::cpu());
 
 // Every parameter and its gradient live on `device`.
 bool on_device(Module& m, Device device);
 // Runs the experiment and checks that the replica stayed on `device`, matches the reference within
 // `bound` (max_rel_diff on the CPU, max_tensor_rel_diff on a GPU) and is bit-identical on every
 // rank. Returns the trained pair.
-Trained check_equivalence(const dist::ReducerOptions& ro, Device device, double bound);
+Trained check_equivalence(dist::Communicator& comm, const dist::ReducerOptions& ro, Device device, double bound);
 // check_equivalence for bucketed x overlap on and off with several buckets (256 B, then 1 KiB),
 // then with the default sizes (one bucket for this model).
-void check_equivalence_grid(Device device, double bound);
+void check_equivalence_grid(dist::Communicator& comm, Device device, double bound);
 
 }  // namespace tandem::testing::ddp_fixture

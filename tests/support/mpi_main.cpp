@@ -14,7 +14,7 @@
 #include <cstdio>
 
 #include "core/device.h"
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 
 int main(int argc, char** argv) {
   const tandem::dist::World& w = tandem::dist::init();

@@ -145,7 +145,7 @@ def write(study, path):
               "times, rescaled to the baseline's median ms/step) and the network fitted to `bench_allreduce` at 2 "
               f"ranks (alpha {net['alpha_us']:.1f} us, bandwidth {net['bandwidth_GBps']:.2f} GB/s), with the ranks "
               f"sharing {cores} cores. The parameter server is predicted with tandem's own whole-tensor partitions "
-              "(the busiest server's load), as `dist/parameter_server.h` assigns them.", "",
+              "(the busiest server's load), as `dist/extras/parameter_server.h` assigns them.", "",
               f"**Within target** needs both: the predicted step time within {100 * w['target']:.0f} % of the measured "
               "median, and the predicted exposed communication - the model's exposed time plus its wait for the slowest "
               "rank, since tandem's timeline counts that wait as exposed too - within max("

@@ -1,4 +1,4 @@
-// dist/comm_mpi.cpp: the MPI communicator and its communication thread.
+// dist/transport/comm_mpi.cpp: the MPI communicator and its communication thread.
 //
 // Why a thread: MPI's nonblocking collectives (MPI_Iallreduce, ...) only make progress while some
 // thread calls into MPI; MPICH has no progress thread of its own by default. If the training thread
@@ -16,7 +16,8 @@
 // (ranks sharing a GPU, no NCCL), not the fast one.
 //
 // 16-bit floats: MPI has no f16/bf16 type, so they travel as 16-bit integers with a user-defined
-// MPI_Op that widens each pair to f32, adds and rounds back (the same per-step rounding as NCCL).
+// MPI_Op that widens each pair to f32, adds and rounds back (host_reduce.h: the same per-step
+// rounding as NCCL and the thread communicator).
 //
 // Deadline: a collective that is not done after comm_timeout_s calls watchdog_abort (watchdog.h).
 #include <mpi.h>
@@ -28,25 +29,17 @@
 #include <mutex>
 #include <thread>
 
-#include "core/ops/elementwise.h"
 #include "core/profile.h"
 #include "dist/communicator.h"
-#include "dist/watchdog.h"
+#include "dist/transport/host_reduce.h"
+#include "dist/transport/watchdog.h"
 
 namespace tandem::dist {
 namespace {
 
-struct HostMark final : Mark {
-  double us;
-  explicit HostMark(double u) : us(u) {}
-  double us_since(const Mark& origin) const override { return us - static_cast<const HostMark&>(origin).us; }
-};
-
 template <typename H>
 void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
-  const H* a = static_cast<const H*>(in);
-  H* b = static_cast<H*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = H(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  add_into(static_cast<const H*>(in), static_cast<H*>(inout), *len);
 }
 
 MPI_Datatype mpi_type(DType t) {
@@ -59,17 +52,6 @@ MPI_Datatype mpi_type(DType t) {
     case DType::BF16: return MPI_UINT16_T;  // reduced with the user ops above
   }
   TANDEM_THROW("no MPI type for ", dtype_name(t));
-}
-
-// Divides a host tensor by n in place (ReduceOp::Avg), in f32 for 16-bit types.
-void divide(Tensor& t, int n) {
-  if (t.dtype() == DType::F32 || t.dtype() == DType::F64) return ops::scale_(t, 1.0f / static_cast<float>(n));
-  auto each = [&](auto* p) {
-    using H = std::remove_pointer_t<decltype(p)>;
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = H(static_cast<float>(p[i]) / static_cast<float>(n));
-  };
-  if (t.dtype() == DType::F16) each(t.data<Half>());
-  else each(t.data<BFloat16>());
 }
 
 class MpiWork final : public Work {

@@ -1,4 +1,4 @@
-// dist/memory_ledger.h: per-rank memory - the ZeRO paper's prediction beside what was allocated.
+// dist/measure/memory_ledger.h: per-rank memory - the ZeRO paper's prediction beside what was allocated.
 //
 // Ψ parameters, N ranks, bytes per rank (Rajbhandari et al., "ZeRO", 2020, section 5):
 //   mixed precision (16-bit params and grads, f32 master weights + Adam's two f32 moments, K = 12):
@@ -13,7 +13,7 @@
 //     DDP    4Ψ + 4Ψ   + KΨ           (Adam: 16Ψ)
 //     ZeRO-1 4Ψ + 4Ψ   + KΨ/N         (Adam: 8Ψ + 8Ψ/N)
 //     ZeRO-2 4Ψ + 4Ψ/N + KΨ/N         (Adam: 4Ψ + 12Ψ/N)
-// The ledger uses exactly these, with Ψ/N replaced by the rank's real shard (shard_layout.h: each
+// The ledger uses exactly these, with Ψ/N replaced by the rank's real shard (dist/shard_layout.h: each
 // bucket padded to N aligned chunks). Beside them it predicts the transient gradient buffers, which
 // set the peak of a step when activations are small (VGG-16 on small images):
 //   DDP, ZeRO-1: autograd's fresh gradient of a layer before it is copied into its bucket - at
@@ -27,15 +27,12 @@
 //   backward:  the largest weight's gradient GEMM writes an f32 result (4P) before it is rounded
 //              into its fresh 16-bit gradient, which the terms above already count: + 4P.
 //   averaging: DDP and ZeRO-1 (N > 1) divide each all-reduced 16-bit bucket by N in place
-//              (dist/reducer.cpp's scale_), widened as input and as output: 8 x the largest bucket
-//              once backward's buffers are gone, so the transient is the larger of the two.
+//              (AllReduceBucket::average's scale_), widened as input and as output: 8 x the
+//              largest bucket once backward's buffers are gone, so the transient is the larger.
 //   (The forward's f32 copy of the largest weight, 4P, is smaller than either.) On a GPU the
-//   kernels read 16-bit directly and none of this exists. VGG-16 --amp bf16 (P = 102.8 M): 392 MiB
-//   at N = 1, 784 MiB at N > 1; the peaks then match within 1 % (apps/results/.../zero-amp-bf16/).
-// Why ZeRO-2's peak stays above half of DDP's for VGG-16 at N = 4 although its model state is 7/16:
-// the classifier's first weight is 74 % of Ψ, and its whole gradient (4 x 0.74Ψ bytes) exists once
-// on every rank before it can be reduce-scattered: 7Ψ + 3Ψ vs 16Ψ + 3Ψ is 0.53 at best. Less would
-// need the weight gradient computed in row blocks, each reduce-scattered as it is made.
+//   kernels read 16-bit directly and none of this exists.
+// What the ledger measured on VGG-16 (DDP, ZeRO-1/2, f32 and bf16, N = 1, 2, 4), and why ZeRO-2's
+// peak stays above half of DDP's there: dist/README.md, "Memory ledger".
 // Measured: the allocator's current bytes with the model state live (after a step, between steps)
 // and its peak during the steps; the difference between peak and that is activations and workspace
 // (and the transient buffers), which the ZeRO formulas leave out.

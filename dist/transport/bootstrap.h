@@ -1,4 +1,4 @@
-// dist/bootstrap.h: from "N processes started by mpiexec" to "N ranks with communicators".
+// dist/transport/bootstrap.h: from "N processes started by mpiexec" to "N ranks with communicators".
 //
 // dist::init() calls MPI_Init_thread (unless someone already did), reads rank and world size,
 // splits MPI_COMM_WORLD by shared memory to find the local rank (the rank among processes on the
@@ -10,7 +10,7 @@
 // than the runtime) is an error (require_cuda's message), never a silent CPU run.
 //
 // MPI errors are returned (MPI_ERRORS_RETURN) and become tandem::Error through MPI_CHECK; every
-// collective gets a deadline (InitOptions::comm_timeout_s) that dist/watchdog.h enforces.
+// collective gets a deadline (InitOptions::comm_timeout_s) that dist/transport/watchdog.h enforces.
 #pragma once
 #include <mpi.h>
 
@@ -58,10 +58,10 @@ bool initialized();
 const World& world();  // init() must have run
 
 // The communicator for tensors on device d: NCCL for GPU tensors unless host staging was asked
-// for; MPI (through its communication thread) for CPU tensors.
+// for; MPI (through its communication thread) for CPU tensors. This is how an app gets the
+// world's communicators to pass in (DDP, ZeRO, the parameter server); nothing in dist/ calls it.
 Communicator& comm_for(Device d);
-// Blocking helper for setup and reporting: every rank's string, in rank order (goes through the
-// MPI communicator, so it is ordered with its collectives and covered by the watchdog).
+// all_gather_strings (communicator.h) over the world's CPU communicator, comm_for(Device::cpu()).
 std::vector<std::string> all_gather_strings(const std::string& mine);
 
 }  // namespace tandem::dist

@@ -1,5 +1,5 @@
-// dist/watchdog.cpp: the progress question, its answer and the abort (see watchdog.h).
-#include "dist/watchdog.h"
+// dist/transport/watchdog.cpp: the progress question, its answer and the abort (see watchdog.h).
+#include "dist/transport/watchdog.h"
 
 #include <atomic>
 #include <chrono>

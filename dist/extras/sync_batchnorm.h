@@ -1,4 +1,4 @@
-// dist/sync_batchnorm.h: batch normalisation whose batch is the union of every rank's batch.
+// dist/extras/sync_batchnorm.h: batch normalisation whose batch is the union of every rank's batch.
 //
 // Plain BatchNorm2d under DDP normalises each rank's b samples with their own statistics; with
 // small per-rank batches (detection, segmentation, large models) those are noisy. SyncBatchNorm
@@ -8,7 +8,9 @@
 //   backward: dx needs the global sums of dy and dy*xhat per channel: a second all-reduce [2C].
 //             dweight/dbias are the LOCAL sums, like any parameter gradient: DDP averages them.
 // Running stats are updated with the global statistics (unbiased var with the global n), so they
-// agree on every rank. Eval mode, and a world of one rank, is plain ops::batch_norm.
+// agree on every rank. Eval mode, and a communicator of one rank, is plain ops::batch_norm.
+// The all-reduces go through the communicator given at construction (DDP passes its own), which
+// must take the activations' device and outlive the layer.
 // Parameter and buffer names are BatchNorm2d's, so checkpoints load either way.
 //
 // Numerics: statistics and affine math run in the parameters' dtype (f32 for f32/f16/bf16
@@ -20,6 +22,7 @@
 // all-reduce runs only when the input needs a gradient - the same on every rank.
 // Left out: process groups (sync across a subset of ranks) and channels-first layouts.
 #pragma once
+#include "dist/communicator.h"
 #include "layers/layers.h"
 
 namespace tandem::dist {
@@ -28,11 +31,11 @@ namespace tandem::dist {
 // statistics are taken over every rank's batch.
 class SyncBatchNorm : public BatchNorm2d {
  public:
-  explicit SyncBatchNorm(int64_t num_features, double eps = 1e-5, double momentum = 0.1)
-      : BatchNorm2d(num_features, eps, momentum) {}
+  SyncBatchNorm(int64_t num_features, Communicator& comm, double eps = 1e-5, double momentum = 0.1)
+      : BatchNorm2d(num_features, eps, momentum), comm_(&comm) {}
   // Takes over bn's parameters and buffers: the same tensors, not copies, so an optimizer or
   // checkpoint holding them keeps working.
-  explicit SyncBatchNorm(const BatchNorm2d& bn) : BatchNorm2d(ShareTensorsOf{bn}) {}
+  SyncBatchNorm(const BatchNorm2d& bn, Communicator& comm) : BatchNorm2d(ShareTensorsOf{bn}), comm_(&comm) {}
   std::string type_name() const override { return "SyncBatchNorm"; }
 
  protected:
@@ -40,12 +43,15 @@ class SyncBatchNorm : public BatchNorm2d {
   // forward_add_relu (ResNet's block tail): the synchronised BN above, then add and ReLU as
   // separate ops; cuDNN's fused op computes local statistics, so it runs only for one rank.
   Tensor normalize_training_add_relu(const Tensor& x, const Tensor& residual) override;
+
+ private:
+  Communicator* comm_;  // not owned
 };
 
 // Replaces every BatchNorm2d in the tree by a SyncBatchNorm sharing its tensors (PyTorch's
 // nn.SyncBatchNorm.convert_sync_batchnorm); returns the new module if `m` itself is one. Call it
 // before or after initialisation (a SyncBatchNorm is a BatchNorm2d to the init schemes).
 // DdpOptions::sync_batchnorm does this.
-ModulePtr convert_sync_batchnorm(ModulePtr m);
+ModulePtr convert_sync_batchnorm(ModulePtr m, Communicator& comm);
 
 }  // namespace tandem::dist

@@ -1,4 +1,4 @@
-// dist/timeline.h: when each bucket was ready, launched and finished - and what that means.
+// dist/measure/timeline.h: when each bucket was ready, launched and finished - and what that means.
 //
 // Every synchronised backward records, per bucket, three moments (microseconds from the step's
 // origin, the start of DDP's forward):
@@ -77,8 +77,10 @@ class Timeline {
 };
 
 // Collects every rank's profile events (profile::take_events) on rank 0 and writes one Chrome
-// trace with a process per rank. Collective: every rank must call it. Clocks are aligned with a
-// barrier (good to the barrier's exit skew, microseconds on one machine).
-void write_trace(const std::string& path);
+// trace with a process per rank. Collective over `comm` (the world's: dist::comm_for(Device::cpu())):
+// every rank must call it. Clocks are aligned with a barrier (good to the barrier's exit skew,
+// microseconds on one machine). Profile events are per process, so in-process ranks
+// (transport/comm_thread.h) would each write every thread's events: use it with one process a rank.
+void write_trace(const std::string& path, Communicator& comm);
 
 }  // namespace tandem::dist

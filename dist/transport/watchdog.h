@@ -1,4 +1,4 @@
-// dist/watchdog.h: a collective past its deadline ends the job and names the rank(s) missing.
+// dist/transport/watchdog.h: a collective past its deadline ends the job and names the rank(s) missing.
 //
 // Each communicator polls these from its collectives' wait loops (comm_mpi.cpp, comm_nccl.cpp),
 // over `watch`, a communicator duplicated for this alone so its messages never match a collective.

@@ -1,24 +1,22 @@
-// dist/sync_batchnorm.cpp: the two all-reduces of synchronised batch norm, composed from ops.
+// dist/extras/sync_batchnorm.cpp: the two all-reduces of synchronised batch norm, composed from ops.
 //
 // With n the global count, xhat = (x - mean) * invstd and k = weight * invstd (per channel):
 //   y  = x * k + (bias - mean * k)
 //   dx = k * (dy - sum(dy)/n - xhat * sum(dy * xhat)/n)     sums over every rank's rows
 // Per-channel [C] vectors are scaled by the global 1/n, a [1] tensor on the device (viewed as
 // [C, 1] so it broadcasts): the host never waits for the count, so a GPU step does not sync.
-#include "dist/sync_batchnorm.h"
+#include "dist/extras/sync_batchnorm.h"
 
 #include "core/autograd.h"
 #include "core/ops/ops.h"
-#include "dist/bootstrap.h"
 
 namespace tandem::dist {
 namespace {
 
-Tensor sync_batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean, Tensor& running_var,
-                       double momentum, double eps) {
+Tensor sync_batch_norm(Communicator& comm, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& running_mean,
+                       Tensor& running_var, double momentum, double eps) {
   const int64_t c = w.numel();
   const DType dt = w.dtype(), xdt = x.dtype();
-  Communicator& comm = comm_for(x.device());
   auto widen = [dt](const Tensor& t) { return t.dtype() == dt ? t : ops::cast(t, dt); };
   auto per_n = [c](const Tensor& v, const Tensor& inv_n) { return ops::mul(v.view({c, 1}), inv_n).view({c}); };
 
@@ -61,22 +59,23 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 
 Tensor SyncBatchNorm::normalize_training(const Tensor& x) {
   // One rank has nothing to synchronise with: plain batch norm is the same computation, cheaper.
-  if (!initialized() || world().size == 1) return BatchNorm2d::normalize_training(x);
-  return sync_batch_norm(x, weight_, bias_, running_mean_, running_var_, momentum(), eps());
+  if (comm_->size() == 1) return BatchNorm2d::normalize_training(x);
+  return sync_batch_norm(*comm_, x, weight_, bias_, running_mean_, running_var_, momentum(), eps());
 }
 
 Tensor SyncBatchNorm::normalize_training_add_relu(const Tensor& x, const Tensor& residual) {
-  if (!initialized() || world().size == 1) return BatchNorm2d::normalize_training_add_relu(x, residual);
-  Tensor y = ops::add(sync_batch_norm(x, weight_, bias_, running_mean_, running_var_, momentum(), eps()), residual);
+  if (comm_->size() == 1) return BatchNorm2d::normalize_training_add_relu(x, residual);
+  Tensor y = sync_batch_norm(*comm_, x, weight_, bias_, running_mean_, running_var_, momentum(), eps());
+  y = ops::add(y, residual);
   ops::relu_(y);  // add saves nothing for its backward, so overwriting its output is safe
   return y;
 }
 
-ModulePtr convert_sync_batchnorm(ModulePtr m) {
+ModulePtr convert_sync_batchnorm(ModulePtr m, Communicator& comm) {
   if (dynamic_cast<SyncBatchNorm*>(m.get())) return m;  // already synchronised
-  if (auto* bn = dynamic_cast<BatchNorm2d*>(m.get())) return std::make_shared<SyncBatchNorm>(*bn);
+  if (auto* bn = dynamic_cast<BatchNorm2d*>(m.get())) return std::make_shared<SyncBatchNorm>(*bn, comm);
   for (auto& [name, child] : m->named_children()) {
-    ModulePtr converted = convert_sync_batchnorm(child);
+    ModulePtr converted = convert_sync_batchnorm(child, comm);
     if (converted != child) m->replace_child(name, converted);
   }
   return m;

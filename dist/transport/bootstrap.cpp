@@ -1,19 +1,17 @@
-// dist/bootstrap.cpp: MPI setup, device choice and communicator creation.
+// dist/transport/bootstrap.cpp: MPI setup, device choice and communicator creation.
 // See bootstrap.h for the contract.
-#include "dist/bootstrap.h"
+#include "dist/transport/bootstrap.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <utility>
 
 #include "core/check.h"
-#include "dist/watchdog.h"
+#include "dist/transport/watchdog.h"
 
 namespace tandem::dist {
 
@@ -155,19 +153,7 @@ Communicator& comm_for(Device d) {
 }
 
 std::vector<std::string> all_gather_strings(const std::string& mine) {
-  Communicator& c = comm_for(Device::cpu());
-  const int n = c.size();
-  Tensor len = Tensor::from_vector_i64({static_cast<int64_t>(mine.size())}, {1});
-  Tensor lens = Tensor::empty({n}, DType::I64);
-  c.all_gather(len, lens, "all_gather_strings")->wait();
-  const std::vector<int64_t> l = lens.to_vector_i64();
-  const int64_t words = (*std::max_element(l.begin(), l.end()) + 7) / 8;  // characters packed into i64 words
-  Tensor in = Tensor::zeros({words}, DType::I64), out = Tensor::empty({n * words}, DType::I64);
-  if (!mine.empty()) std::memcpy(in.data_ptr(), mine.data(), mine.size());
-  c.all_gather(in, out, "all_gather_strings")->wait();
-  std::vector<std::string> all(n);
-  for (int r = 0; r < n; ++r) all[r].assign(static_cast<const char*>(out.data_ptr()) + r * words * 8, l[r]);
-  return all;
+  return all_gather_strings(comm_for(Device::cpu()), mine);
 }
 
 }  // namespace tandem::dist

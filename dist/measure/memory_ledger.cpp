@@ -1,5 +1,5 @@
-// dist/memory_ledger.cpp: the ZeRO paper's per-rank bytes (see memory_ledger.h).
-#include "dist/memory_ledger.h"
+// dist/measure/memory_ledger.cpp: the ZeRO paper's per-rank bytes (see memory_ledger.h).
+#include "dist/measure/memory_ledger.h"
 
 #include <algorithm>
 #include <cstdio>

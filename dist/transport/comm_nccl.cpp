@@ -1,4 +1,4 @@
-// dist/comm_nccl.cpp: the NCCL communicator (CUDA builds only; not run on the CPU-only CI).
+// dist/transport/comm_nccl.cpp: the NCCL communicator (CUDA builds only; not run on the CPU-only CI).
 //
 // Streams and events - the whole trick of overlapping communication with backward:
 //   compute stream:  ... grad kernels of bucket k | record E_k | more backward kernels ...
@@ -39,7 +39,7 @@
 #include "core/cuda/context.h"
 #include "core/graph_capture.h"
 #include "dist/communicator.h"
-#include "dist/watchdog.h"
+#include "dist/transport/watchdog.h"
 
 namespace tandem::dist {
 namespace {
@@ -128,6 +128,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
+  Device device() const override { return Device::cuda(device_); }
   MarkPtr mark() override { return std::make_shared<EventMark>(cuda::compute_stream(device_)); }
   long long watch_compute(const std::string& what) override {
     TANDEM_CHECK(!graph_capture::active(device_), "watch_compute(\"", what, "\") inside a CUDA graph capture: its "

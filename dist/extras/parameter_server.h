@@ -1,6 +1,6 @@
-// dist/parameter_server.h: a synchronous parameter server - the baseline that all-reduce replaced.
+// dist/extras/parameter_server.h: a synchronous parameter server - the baseline that all-reduce replaced.
 //
-// Read it as a contrast to the reducer (reducer.h). Every rank still holds a full replica and
+// Read it as a contrast to the reducer (dist/reducer.h). Every rank still holds a full replica and
 // computes gradients on its own slice of the batch, but the averaging and the optimizer step are
 // centralised: the parameters are split into K partitions, partition s belongs to *server* s, and
 // after backward each step is
@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
-#include "dist/timeline.h"
+#include "dist/measure/timeline.h"
 #include "optim/optimizer.h"
 
 namespace tandem::dist {

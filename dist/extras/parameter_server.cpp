@@ -1,5 +1,5 @@
-// dist/parameter_server.cpp: partitions, push (reduce to the server), update, pull (broadcast).
-#include "dist/parameter_server.h"
+// dist/extras/parameter_server.cpp: partitions, push (reduce to the server), update, pull (broadcast).
+#include "dist/extras/parameter_server.h"
 
 #include <algorithm>
 #include <numeric>

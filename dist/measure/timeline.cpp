@@ -1,5 +1,5 @@
-// dist/timeline.cpp: overlap arithmetic, timing resolution and the per-rank Chrome trace.
-#include "dist/timeline.h"
+// dist/measure/timeline.cpp: overlap arithmetic, timing resolution and the per-rank Chrome trace.
+#include "dist/measure/timeline.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/profile.h"
-#include "dist/bootstrap.h"
 
 namespace tandem::dist {
 
@@ -112,14 +111,14 @@ TimelineSummary Timeline::summary() {
   return out;
 }
 
-void write_trace(const std::string& path) {
+void write_trace(const std::string& path, Communicator& comm) {
   // Align clocks: ranks leave a barrier at nearly the same moment; each sends its clock reading.
-  comm_for(Device::cpu()).barrier("trace clock sync")->wait();
+  comm.barrier("trace clock sync")->wait();
   nlohmann::json mine = {{"now", profile::now_us()}, {"events", nlohmann::json::array()}};
   for (const profile::Event& e : profile::take_events())
     mine["events"].push_back({e.name, e.category, e.start_us, e.duration_us, e.track});
-  std::vector<std::string> all = all_gather_strings(mine.dump());
-  if (world().rank != 0) return;
+  std::vector<std::string> all = all_gather_strings(comm, mine.dump());
+  if (comm.rank() != 0) return;
   std::vector<std::vector<profile::Event>> per_rank(all.size());
   double now0 = 0;
   for (size_t r = 0; r < all.size(); ++r) {
