@@ -102,6 +102,12 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, Communicator&
   reducer_ = std::make_unique<Reducer>(std::move(trainable), comm_, options_.reducer);
 }
 
+void DistributedDataParallel::rebuild_reducer(const ReducerOptions& options) {
+  std::vector<NamedParam> params = reducer_->params();
+  reducer_.reset();
+  reducer_ = std::make_unique<Reducer>(std::move(params), comm_, options_.reducer = options);
+}
+
 void DistributedDataParallel::prepare_forward() {
   if (autograd::grad_mode_enabled()) reducer_->start_step();
   if (options_.broadcast_buffers && module_->is_training() && comm_.size() > 1) {

@@ -43,11 +43,12 @@ class DistributedDataParallel {
   // does forward()'s work (prepare_forward) and returns f(module()), inside the "forward" profile range:
   //   Tensor loss = ddp.forward_with([&](Module& m) { return bert.mlm_loss(ids, mask, types, labels); });
   // f must run the wrapped module's forward exactly once (the reducer counts one backward per step).
+  // f runs inside the module's forward hooks (Module::call), as forward() runs it (ZeRO-3's root unit).
   template <class F>
   decltype(auto) forward_with(F&& f) {
     prepare_forward();
     profile::Range r("forward");
-    return std::forward<F>(f)(*module_);
+    return module_->call([&]() -> decltype(auto) { return std::forward<F>(f)(*module_); });
   }
   // What every forward does first: starts the reducer's step (when grad mode is on) and broadcasts
   // rank 0's buffers (training mode, broadcast_buffers).
@@ -69,6 +70,9 @@ class DistributedDataParallel {
 
   Module& module() { return *module_; }
   Reducer& reducer() { return *reducer_; }
+  // A new reducer over the same parameters (the old one's hooks go with it); no collective. ZeRO-3
+  // regroups the buckets by module unit this way (zero3.h). Only between steps.
+  void rebuild_reducer(const ReducerOptions& options);
   Communicator& communicator() const { return comm_; }
   Timeline& timeline() { return reducer_->timeline(); }
   // Collectives issued by the last training forward's buffer broadcast: one per (dtype, device)
