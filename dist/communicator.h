@@ -64,7 +64,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;  // "mpi", "mpi+host-staging", "nccl", "threads"
-  // Where this communicator's own small tensors live (all_gather_strings, Zero::sum_reduce): NCCL's
+  // Where this communicator's own small tensors live (transport/strings.h, Zero::sum_reduce): NCCL's
   // GPU; the CPU for MPI (host staging or not) and threads.
   virtual Device device() const { return Device::cpu(); }
 
@@ -135,9 +135,5 @@ class Communicator {
                  part.numel(), " = ", part.numel() * size(), " were expected");
   }
 };
-
-// Blocking helper for setup and reporting: every rank's string, in rank order (two all_gathers
-// on `comm`, so it is ordered with its other collectives and covered by its watchdog).
-std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
 
 }  // namespace tandem::dist

@@ -3,7 +3,6 @@
 
 #include "core/autograd.h"
 #include "core/profile.h"
-#include "dist/checkpoint/zero_state.h"
 
 namespace tandem::dist {
 namespace {
@@ -138,14 +137,6 @@ void Zero::gather_parameters() {
     }
   }
   for (InFlight& f : pending) copy_out(f);
-}
-
-optim::NamedTensors Zero::gather_state(const optim::Optimizer& opt, int root) const {
-  return gather_slices(opt.state_slices(), root);
-}
-
-optim::NamedTensors Zero::gather_slices(const std::vector<optim::StateSlice>& slices, int root) const {
-  return gather_zero_slices(*this, slices, root);
 }
 
 }  // namespace tandem::dist

@@ -5,38 +5,27 @@
 //            holds state for, and updates, only its slices; then the parameters are all-gathered.
 //   stage 2: the reducer reduce-scatters each bucket during backward (ReducerOptions::collective =
 //            ReduceScatter) and keeps only this rank's slice of the gradients; the rest as stage 1.
-//   stage 3: the parameters too: rank r keeps slice r of every bucket's parameters, and a module
-//            unit's whole parameters exist only while it computes (zero3.h: units, gathers, prefetch).
-//            The constructor regroups the reducer's buckets by unit. The optimizer updates the slices
-//            in place, so nothing is gathered after the step: the next forward gathers each unit.
+//   stage 3: the parameters too: rank r keeps its slice of every bucket's parameters, which the
+//            optimizer updates in place; a module unit's whole parameters exist only while it
+//            computes (zero3.h: units, gathers, prefetch). Nothing is gathered after the step.
 // The optimizer is the ordinary one (optim/optimizer.h), built from this rank's segments:
 //     dist::Zero zero(ddp, stage);               // ddp's reducer: AllReduce (1) or ReduceScatter (2)
 //     opts.norm_reduce = zero.sum_reduce();      // LAMB's per-parameter norms span the shards
 //     auto opt = optim::make_optimizer("adamw", zero.segments(), zero.num_params(), opts);
 //     loop: zero.zero_grad(*opt); backward; [clip_grad_norm(*opt, max, zero.sum_reduce())];
 //           opt->step(); zero.gather_parameters();
-// Collectives, in order and identical on every rank: the reducer's per-bucket all-reduce (1) or
-// reduce-scatter (2, 3) during backward; sum_reduce's one all-reduce of a few doubles (clipping,
-// LAMB); stages 1, 2: after the step one all-gather per bucket, in bucket order, two in flight (one
-// bucket's copy-out overlaps the next one's gather); stage 3: the units' gathers, in forward and
-// backward. A stage 1/2 gather lands in place where it can: a lone, unpadded parameter's bucket in
-// the parameter, and under stage 1 an unpadded bucket in its spent gradient buffer (zero_grad clears
-// it: nothing may read the gradients between gather_parameters() and zero_grad()).
-// Communicator: the DDP's (ddp.communicator()), so ZeRO's collectives and the reducer's share one order.
-// Checkpoints (checkpoint/zero_state.h): gather_state() and gather_slices() assemble the unsharded,
-// name-keyed state, so a checkpoint resumes at any world size and stage; load_state() of the
-// sharded optimizer takes its ranges. Under stage 3 the weights are read inside full_parameters().
-//
-// Mixed precision (optim/amp.h; dist/README.md, "Mixed precision: who keeps the masters"): the
-// parameters and buckets are 16-bit (BatchNorm's f32), so segments() are 16-bit views (stage 3: of
-// the 16-bit shards, the copies that are gathered). optim::MasterWeights is built over them - f32
-// masters and optimizer state for this rank's shard only:
-//     loop: zero.zero_grad(*opt); backward of the scaled loss;
-//           if (optim::amp_step(masters, scaler, *opt, zero.grads(), {any_rank_found_inf, clip,
-//                               zero.sum_reduce()}))  // unscale + check, agree, [clip], step, copy_to_model
-//             zero.gather_parameters();              // the 16-bit gather; a skipped step gathers nothing
-// The found-inf flag must be all-reduced (apps/train/amp.h any_rank_found_inf): each rank checks only
-// its shard. Checkpoints gather the masters with gather_slices(masters.state_slices()).
+// Collectives, in order and identical on every rank, on the DDP's communicator: the reducer's
+// all-reduce (1) or reduce-scatter (2, 3) per bucket during backward; sum_reduce's all-reduce of a
+// few doubles; stages 1, 2: one all-gather per bucket after the step, two in flight (a bucket's
+// copy-out overlaps the next one's gather), landing in place where it can - a lone, unpadded
+// parameter's bucket in the parameter, under stage 1 an unpadded bucket in its spent gradient
+// buffer (nothing may read the gradients between gather_parameters() and zero_grad()); stage 3:
+// the units' gathers, in forward and backward. Checkpoints (checkpoint/zero_state.cpp) are unsharded:
+// gather_state() and gather_slices(); under stage 3 the weights are read inside full_parameters().
+// Mixed precision (dist/README.md, "Mixed precision: who keeps the masters"): segments() are 16-bit
+// views (stage 3: of the 16-bit shards, which are gathered), optim::MasterWeights is built over them,
+// and the found-inf flag is all-reduced (each rank checks only its shard); gather_parameters() after
+// an applied step only. Checkpoints gather the masters with gather_slices(masters.state_slices()).
 #pragma once
 #include <functional>
 #include <memory>
@@ -60,8 +49,8 @@ class Zero {
 
   int stage() const { return stage_; }
   const ShardLayout& layout() const { return layout_; }
-  // This rank's ranges of the parameters, with their gradient views (stage 1: into the bucket
-  // buffers; stage 2: into the reduce-scattered shards), for optim::make_optimizer.
+  // This rank's ranges of the parameters (stage 3: of its shards), with their gradient views (stage 1:
+  // into the bucket buffers; stage 2, 3: into the reduce-scattered shards), for optim::make_optimizer.
   std::vector<optim::ParamSegment> segments() const;
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
   // Sums a vector of partial sums over the ranks (an all-reduce): clip_grad_norm and LAMB.
@@ -78,27 +67,25 @@ class Zero {
   // While the guard lives every parameter is whole (zero3.h). Collective. Stages 1, 2: a no-op.
   [[nodiscard]] FullParameters full_parameters() { return FullParameters(schedule_.get()); }
   const Zero3Schedule* schedule() const { return schedule_.get(); }  // stage 3; else null
-  // The unsharded optimizer state, or any sharded name-keyed slices (AMP's masters): collective,
-  // only `root` gets the tensors (checkpoint/zero_state.h).
+  // The unsharded optimizer state, keyed "<param>.<state>" with the parameters' shapes, or any
+  // sharded name-keyed slices (AMP's masters): collective, only `root` gets the tensors
+  // (defined in checkpoint/zero_state.cpp).
   optim::NamedTensors gather_state(const optim::Optimizer& opt, int root = 0) const;
   optim::NamedTensors gather_slices(const std::vector<optim::StateSlice>& slices, int root = 0) const;
 
+ private:
   // This rank's slice of bucket b, built from `source(piece)` per piece (padding zero), in `dtype`
   // (default: the bucket's parameters' dtype).
   Tensor own_slice(size_t b, const std::function<Tensor(const ShardPiece&)>& source,
                    std::optional<DType> dtype = std::nullopt) const;
-  const std::vector<NamedParam>& params() const { return params_; }  // the reducer's list (trainable, in order)
-  const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's, in bucket order
-  Communicator& communicator() const { return comm_; }
 
- private:
   DistributedDataParallel& ddp_;
   Communicator& comm_;
   int stage_;
   std::vector<Module*> units_;      // stage 3, before the layout: regroup_by_unit changes the buckets
-  std::vector<NamedParam> params_;
+  std::vector<NamedParam> params_;  // the reducer's list (trainable, in order)
   ShardLayout layout_;
-  std::vector<ShardPiece> pieces_;
+  std::vector<ShardPiece> pieces_;  // this rank's, in bucket order
   std::unique_ptr<Zero3Schedule> schedule_;  // stage 3
 };
 

@@ -11,7 +11,7 @@ namespace {
 // parameters go to its unit, and its children's too until one of them opens its own.
 void walk(Module& m, const Module* parent, size_t unit, const Zero3Options& o, std::vector<Module*>& units,
           std::map<const TensorImpl*, size_t>& unit_of) {
-  if (parent && unit == 0 && m.num_parameters() > 0 && (o.wrap ? o.wrap(m, *parent) : default_wrap(m, *parent))) {
+  if (parent && unit == 0 && m.num_parameters() > 0 && o.wrap(m, *parent)) {
     unit = units.size();
     units.push_back(&m);
   }
@@ -20,10 +20,6 @@ void walk(Module& m, const Module* parent, size_t unit, const Zero3Options& o, s
 }
 
 }  // namespace
-
-bool default_wrap(const Module&, const Module& parent) {
-  return parent.type_name() == "Sequential" || parent.type_name() == "ModuleList";
-}
 
 std::vector<Module*> regroup_by_unit(DistributedDataParallel& ddp, const Zero3Options& options) {
   std::vector<Module*> units{&ddp.module()};
@@ -47,13 +43,12 @@ Zero3Schedule::Zero3Schedule(DistributedDataParallel& ddp, const ShardLayout& la
       prefetch_(static_cast<size_t>(std::max(options.prefetch, 0))) {
   const Reducer& r = ddp.reducer();
   for (size_t b = 0; b < layout.buckets().size(); ++b) {
-    const LayoutBucket& lb = layout.buckets()[b];
-    const Tensor& first = r.params()[lb.params.front()].second;
-    gathered_.push_back(std::make_shared<Storage>(shards_[b].nbytes() * comm_.size(), first.device()));
-    gathered_.back()->release();  // the shards hold the values now; bytes come with the first gather
+    const LayoutBucket& lb = layout.buckets()[b];  // its gathered buffer: the whole padded bucket
+    full_.push_back(Tensor::empty({shards_[b].numel() * comm_.size()}, shards_[b].dtype(), shards_[b].device()));
+    full_[b].storage()->release();  // the shards hold the values now; bytes come with the first gather
     for (size_t j = 0; j < lb.params.size(); ++j) {  // same TensorImpl, its bytes now in the bucket's buffer
       TensorImpl& p = r.params()[lb.params[j]].second.impl();
-      p.storage = gathered_.back();
+      p.storage = full_[b].storage();
       p.offset = static_cast<size_t>(lb.offsets[j]) * dtype_size(p.dtype);
     }
     units_[r.options().units[lb.params.front()]].buckets.push_back(b);
@@ -147,13 +142,8 @@ void Zero3Schedule::gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.gathered) return;
   for (size_t b : unit.buckets) {
-    gathered_[b]->reacquire();
-    auto impl = std::make_shared<TensorImpl>();  // the whole padded bucket, over its gathered storage
-    impl->storage = gathered_[b];
-    impl->shape = {shards_[b].numel() * comm_.size()};
-    impl->dtype = shards_[b].dtype();
-    Tensor all(impl);
-    unit.works.push_back(comm_.all_gather(shards_[b], all, "allgather unit " + std::to_string(u)));
+    full_[b].storage()->reacquire();
+    unit.works.push_back(comm_.all_gather(shards_[b], full_[b], "allgather unit " + std::to_string(u)));
   }
   unit.gathered = true;
 }
@@ -171,7 +161,7 @@ void Zero3Schedule::free(size_t u) {
   if (!unit.gathered || held_ > 0) return;
   for (WorkPtr& w : unit.works) w->wait();  // a prefetch that was never used: not into freed bytes
   unit.works.clear();
-  for (size_t b : unit.buckets) gathered_[b]->release();  // GPU: ordered after the kernels reading it
+  for (size_t b : unit.buckets) full_[b].storage()->release();  // GPU: ordered after the kernels reading it
   unit.gathered = false;
 }
 
@@ -185,20 +175,6 @@ void Zero3Schedule::hold(bool on) {
     for (size_t u = 0; u < units_.size(); ++u) gather(u), wait(u, false);
   else if (held_ == 0)
     free_all();
-}
-
-int64_t Zero3Schedule::working_set() const {
-  int64_t always = 0;
-  std::vector<int64_t> others;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    int64_t n = 0;
-    for (size_t b : units_[u].buckets) n += shards_[b].numel() * comm_.size();
-    if (u == 0 || (traced_ && units_[u].pinned)) always += n;
-    else others.push_back(n);
-  }
-  std::sort(others.rbegin(), others.rend());
-  for (size_t k = 0; k <= prefetch_ && k < others.size(); ++k) always += others[k];
-  return always;
 }
 
 }  // namespace tandem::dist

@@ -73,7 +73,7 @@ TEST_CASE("ZeRO-3 prefetch: the next unit's gather starts while the current unit
     Zero3Options o;
     o.prefetch = prefetch;
     Zero zero(ddp, 3, o);
-    REQUIRE(zero.schedule()->num_units() == kUnits + 1);
+    REQUIRE(zero.schedule()->units().size() == kUnits + 1);
     optim::OptimizerOptions oo;
     oo.lr = 0.01;
     auto opt = optim::make_optimizer("sgd", zero.segments(), zero.num_params(), oo);

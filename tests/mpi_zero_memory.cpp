@@ -86,7 +86,7 @@ Measured measure(int stage) {
     lo.world = world().size;
     lo.stage = stage;
     lo.largest_bucket = lo.next_bucket = kWidth * kWidth;  // one weight per bucket
-    lo.gathered = zero && zero->schedule() ? zero->schedule()->working_set() : 0;
+    lo.gathered = zero && zero->schedule() ? zero3_working_set(*zero->schedule()) : 0;
     m.ledger = predict_memory(lo);
   }
   return m;

@@ -1,5 +1,20 @@
-// dist/checkpoint/zero_state.cpp: ZeRO's sharded state assembled unsharded (see zero_state.h).
-#include "dist/checkpoint/zero_state.h"
+// dist/checkpoint/zero_state.cpp: Zero::gather_state and gather_slices (dist/zero.h) - ZeRO's sharded
+// optimizer state and masters, assembled unsharded.
+//
+// Checkpoints stay canonical (shard_layout.h): unsharded tensors by parameter name, so a run resumes
+// at any world size and ZeRO stage, and under DDP or on one process. gather_slices rebuilds,
+// bucket by bucket, exactly the name-keyed state an unsharded optimizer's state() returns
+// ("fc.weight.exp_avg" with fc.weight's shape): one all-gather per bucket and state name, in f32
+// whatever the parameters' dtype (optimizer state and masters are f32; a 16-bit trip would round
+// them). Keys are "<param>.<state>", or "<param>" itself (AMP's f32 masters,
+// optim::MasterWeights::state_slices()); "<param>.step" is taken from the rank owning element 0.
+// Every rank first agrees on the state names (a rank may own little). Only `root` keeps the
+// tensors: it holds the whole state while it writes (save_checkpoint takes the tensors at once);
+// the other ranks hold one bucket's worth at a time. Loading needs nothing from here: every rank
+// reads the unsharded tensors and each segment copies its range (Optimizer::load_state).
+// Stage 3's weights are not here: they are read, whole, inside Zero::full_parameters().
+// Only the collective is here: the members are declared with the rest of Zero, in dist/zero.h.
+#include "dist/zero.h"
 
 #include <algorithm>
 #include <map>
@@ -9,10 +24,11 @@
 
 namespace tandem::dist {
 
-optim::NamedTensors gather_zero_slices(const Zero& zero, const std::vector<optim::StateSlice>& slices, int root) {
-  const std::vector<NamedParam>& params_ = zero.params();
-  const ShardLayout& layout_ = zero.layout();
-  Communicator& comm_ = zero.communicator();
+optim::NamedTensors Zero::gather_state(const optim::Optimizer& opt, int root) const {
+  return gather_slices(opt.state_slices(), root);
+}
+
+optim::NamedTensors Zero::gather_slices(const std::vector<optim::StateSlice>& slices, int root) const {
   autograd::NoGradGuard ng;
   std::map<std::string, size_t> index;  // parameter name -> index
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
@@ -47,14 +63,14 @@ optim::NamedTensors gather_zero_slices(const Zero& zero, const std::vector<optim
   std::vector<std::string> names(suffixes.begin(), suffixes.end());
   std::vector<double> present(np * ns, 0.0);
   std::vector<char> owns_first(params_.size(), 0);  // this rank holds element 0 of the parameter
-  for (const ShardPiece& pc : zero.pieces())
+  for (const ShardPiece& pc : pieces_)
     if (pc.param_offset == 0) owns_first[pc.param] = 1;
   for (const Parsed& p : parsed) {
     if (p.slice->offset != 0 || !owns_first[p.param]) continue;  // "<name>.step" sits on every segment
     const size_t k = std::find(names.begin(), names.end(), p.suffix) - names.begin();
     present[p.param * ns + k] = p.suffix == "step" ? p.slice->value.item() + 1 : 1;  // +1: a step of 0 exists
   }
-  zero.sum_reduce()(present);
+  sum_reduce()(present);
   optim::NamedTensors out;
   const bool keep = comm_.rank() == root;
   for (size_t k = 0; k < ns; ++k) {
@@ -69,7 +85,7 @@ optim::NamedTensors gather_zero_slices(const Zero& zero, const std::vector<optim
       if (p.suffix == names[k]) values[{p.param, p.slice->offset}] = p.slice->value;
     for (size_t b = 0; b < layout_.buckets().size(); ++b) {
       const LayoutBucket& lb = layout_.buckets()[b];
-      Tensor mine = zero.own_slice(b, [&](const ShardPiece& pc) {
+      Tensor mine = own_slice(b, [&](const ShardPiece& pc) {
         auto it = values.find({pc.param, pc.param_offset});
         const Tensor& p = params_[pc.param].second;
         return it == values.end() ? Tensor::zeros({pc.length}, DType::F32, p.device())

@@ -312,7 +312,7 @@ void check_zero3_schedule(Communicator& c) {
   Run z(c, s);
   REQUIRE(z.zero->schedule());
   const Zero3Schedule& schedule = *z.zero->schedule();
-  CHECK(schedule.num_units() == 4);  // the root (no parameters of its own) and conv, conv, linear
+  CHECK(schedule.units().size() == 4);  // the root (no parameters of its own) and conv, conv, linear
   // Whether a unit's parameters hold bytes, seen from hooks registered after the schedule's: a
   // pre-hook runs after its gather, a post-hook after its free.
   auto resident = [](Module& m) {

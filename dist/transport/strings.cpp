@@ -1,5 +1,5 @@
-// dist/communicator.cpp: all_gather_strings over any communicator (see communicator.h).
-#include "dist/communicator.h"
+// dist/transport/strings.cpp: all_gather_strings over any communicator (see strings.h).
+#include "dist/transport/strings.h"
 
 #include <algorithm>
 #include <cstring>
