@@ -72,8 +72,7 @@ class DistributedDataParallel {
 
   Module& module() { return *module_; }
   Reducer& reducer() { return *reducer_; }
-  // A new reducer over the same parameters (the old one's hooks go with it); no collective. ZeRO-3
-  // regroups the buckets by module unit this way (zero3.h). Only between steps.
+  // A new reducer, same parameters, no collective; between steps (ZeRO-3 regroups buckets, zero3.h).
   void rebuild_reducer(const ReducerOptions& options);
   Communicator& communicator() const { return comm_; }
   Timeline& timeline() { return reducer_->timeline(); }

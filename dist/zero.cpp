@@ -19,10 +19,9 @@ Tensor flat(const Tensor& t, int64_t offset, int64_t n) { return t.detach().view
 }  // namespace
 
 Zero::Zero(DistributedDataParallel& ddp, int stage, const Zero3Options& zero3)
-    : ddp_(ddp),
+    : ddp_(stage == 3 ? regroup_by_unit(ddp, zero3) : ddp),  // first: the layout follows the buckets
       comm_(ddp.communicator()),
       stage_(stage),
-      units_(stage == 3 ? regroup_by_unit(ddp, zero3) : std::vector<Module*>{}),
       params_(ddp.reducer().params()),
       layout_(layout_buckets(ddp.reducer()), comm_.size()),
       pieces_(layout_.pieces(comm_.rank())) {
@@ -34,7 +33,7 @@ Zero::Zero(DistributedDataParallel& ddp, int stage, const Zero3Options& zero3)
   std::vector<Tensor> shards;  // from the parameters DDP broadcast: the last time they are whole
   for (size_t b = 0; b < layout_.buckets().size(); ++b)
     shards.push_back(own_slice(b, [&](const ShardPiece& pc) { return flat(params_[pc.param].second, pc.param_offset, pc.length); }));
-  schedule_ = std::make_unique<Zero3Schedule>(ddp, layout_, std::move(shards), std::move(units_), zero3);
+  schedule_ = std::make_unique<Zero3Schedule>(ddp, layout_, std::move(shards), zero3);
 }
 
 std::vector<optim::ParamSegment> Zero::segments() const {

@@ -82,7 +82,6 @@ class Zero {
   DistributedDataParallel& ddp_;
   Communicator& comm_;
   int stage_;
-  std::vector<Module*> units_;      // stage 3, before the layout: regroup_by_unit changes the buckets
   std::vector<NamedParam> params_;  // the reducer's list (trainable, in order)
   ShardLayout layout_;
   std::vector<ShardPiece> pieces_;  // this rank's, in bucket order

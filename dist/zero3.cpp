@@ -7,41 +7,50 @@
 namespace tandem::dist {
 namespace {
 
+// The unit of each of the reducer's parameters; `units` gets the units' modules (0: the root).
 // Pre-order: a wrapped module opens a unit unless it sits in one (units do not nest); a module's
 // parameters go to its unit, and its children's too until one of them opens its own.
-void walk(Module& m, const Module* parent, size_t unit, const Zero3Options& o, std::vector<Module*>& units,
-          std::map<const TensorImpl*, size_t>& unit_of) {
-  if (parent && unit == 0 && m.num_parameters() > 0 && o.wrap(m, *parent)) {
-    unit = units.size();
-    units.push_back(&m);
-  }
-  for (auto& [name, p] : m.named_parameters()) unit_of[p.impl_ptr().get()] = unit;
-  for (auto& [name, child] : m.named_children()) walk(*child, &m, unit, o, units, unit_of);
+std::vector<size_t> unit_of_params(DistributedDataParallel& ddp, const Zero3Options& o, std::vector<Module*>& units) {
+  units = {&ddp.module()};
+  std::map<const TensorImpl*, size_t> unit_of;
+  std::function<void(Module&, const Module*, size_t)> walk = [&](Module& m, const Module* parent, size_t unit) {
+    if (parent && unit == 0 && m.num_parameters() > 0 && o.wrap(m, *parent)) unit = units.size(), units.push_back(&m);
+    for (auto& [name, p] : m.named_parameters()) unit_of[p.impl_ptr().get()] = unit;
+    for (auto& [name, child] : m.named_children()) walk(*child, &m, unit);
+  };
+  walk(ddp.module(), nullptr, 0);
+  std::vector<size_t> out;
+  for (const auto& [name, p] : ddp.reducer().params()) out.push_back(unit_of[p.impl_ptr().get()]);
+  return out;
 }
 
 }  // namespace
 
-std::vector<Module*> regroup_by_unit(DistributedDataParallel& ddp, const Zero3Options& options) {
-  std::vector<Module*> units{&ddp.module()};
-  std::map<const TensorImpl*, size_t> unit_of;
-  walk(ddp.module(), nullptr, 0, options, units, unit_of);
+DistributedDataParallel& regroup_by_unit(DistributedDataParallel& ddp, const Zero3Options& options) {
+  std::vector<Module*> modules;
+  const std::vector<size_t> unit = unit_of_params(ddp, options, modules);
   ReducerOptions ro = ddp.reducer().options();
   ro.collective = Collective::ReduceScatter;  // the gradients: as ZeRO-2
-  ro.bucketing = {SIZE_MAX, SIZE_MAX, 0};     // one bucket per unit and dtype: a unit is gathered whole anyway
-  ro.units.clear();
-  for (const auto& [name, p] : ddp.reducer().params()) ro.units.push_back(unit_of[p.impl_ptr().get()]);
+  ro.bucketing = {SIZE_MAX, SIZE_MAX, 0};     // no size limit: a unit is gathered whole anyway
+  // A key per run of consecutive parameters of one unit: the root's parameters before and after the
+  // blocks (BERT's embeddings and head) are two buckets, so the head's gradients, ready early in
+  // backward, need not wait for the embeddings' at its end (buckets launch in order).
+  ro.units.assign(1, 0);
+  for (size_t i = 1; i < unit.size(); ++i) ro.units.push_back(ro.units.back() + (unit[i] != unit[i - 1]));
   ddp.rebuild_reducer(ro);
-  return units;
+  return ddp;
 }
 
 Zero3Schedule::Zero3Schedule(DistributedDataParallel& ddp, const ShardLayout& layout, std::vector<Tensor> shards,
-                             std::vector<Module*> units, const Zero3Options& options)
+                             const Zero3Options& options)
     : comm_(ddp.communicator()),
       timeline_(ddp.timeline()),
       shards_(std::move(shards)),
-      units_(units.size()),
       prefetch_(static_cast<size_t>(std::max(options.prefetch, 0))) {
   const Reducer& r = ddp.reducer();
+  std::vector<Module*> units;
+  const std::vector<size_t> unit_of = unit_of_params(ddp, options, units);
+  units_.resize(units.size());
   for (size_t b = 0; b < layout.buckets().size(); ++b) {
     const LayoutBucket& lb = layout.buckets()[b];  // its gathered buffer: the whole padded bucket
     full_.push_back(Tensor::empty({shards_[b].numel() * comm_.size()}, shards_[b].dtype(), shards_[b].device()));
@@ -51,7 +60,7 @@ Zero3Schedule::Zero3Schedule(DistributedDataParallel& ddp, const ShardLayout& la
       p.storage = full_[b].storage();
       p.offset = static_cast<size_t>(lb.offsets[j]) * dtype_size(p.dtype);
     }
-    units_[r.options().units[lb.params.front()]].buckets.push_back(b);
+    units_[unit_of[lb.params.front()]].buckets.push_back(b);
   }
   // `this` in the hooks: every handle is a member, so no hook outlives the schedule.
   for (size_t u = 0; u < units.size(); ++u) {
@@ -59,16 +68,11 @@ Zero3Schedule::Zero3Schedule(DistributedDataParallel& ddp, const ShardLayout& la
     hooks_.push_back(units[u]->register_forward_hook([this, u](Module&, const Tensor& y) { after_forward(u, y); }));
   }
   for (size_t i = 0; i < r.params().size(); ++i) {
-    const size_t u = r.options().units[i];
+    const size_t u = unit_of[i];
     ++units_[u].params;
     Tensor param = r.params()[i].second;  // a handle: the hook lives on the shared TensorImpl
     grad_hooks_.push_back(param.register_grad_ready_hook([this, u](Tensor&) { on_grad_ready(u); }));
   }
-}
-
-Zero3Schedule::~Zero3Schedule() {
-  for (Unit& unit : units_)  // the communicator must not write into a freed buffer
-    for (WorkPtr& w : unit.works) try { w->wait(); } catch (...) {}  // NOLINT: a destructor must not throw
 }
 
 void Zero3Schedule::before_forward(size_t u) {
@@ -159,8 +163,7 @@ void Zero3Schedule::wait(size_t u, bool backward) {
 void Zero3Schedule::free(size_t u) {
   Unit& unit = units_[u];
   if (!unit.gathered || held_ > 0) return;
-  for (WorkPtr& w : unit.works) w->wait();  // a prefetch that was never used: not into freed bytes
-  unit.works.clear();
+  wait(u, false);  // a prefetch that was never used: the communicator must not write into freed bytes
   for (size_t b : unit.buckets) full_[b].storage()->release();  // GPU: ordered after the kernels reading it
   unit.gathered = false;
 }

@@ -32,17 +32,18 @@ struct Zero3Options {
   int prefetch = 1;
 };
 
-// Puts `ddp`'s reducer on reduce-scatter with one bucket per unit and dtype; returns the units' modules
-// (unit 0: the root). Zero's stage-3 constructor calls it before laying out the shards.
-std::vector<Module*> regroup_by_unit(DistributedDataParallel& ddp, const Zero3Options& options);
+// Puts `ddp`'s reducer on reduce-scatter with buckets that never span two units (one per unit, dtype
+// and run of consecutive parameters); returns `ddp`. Zero's stage-3 constructor calls it first.
+DistributedDataParallel& regroup_by_unit(DistributedDataParallel& ddp, const Zero3Options& options);
 
 class Zero3Schedule {
  public:
   // shards[b]: this rank's slice of bucket b's parameters (from the parameters as they are now).
   // Points every parameter into its bucket's gathered storage (released) and hooks the units.
+  // Not movable: the hooks hold `this`. A gather in flight at its end keeps its tensors alive itself.
   Zero3Schedule(DistributedDataParallel& ddp, const ShardLayout& layout, std::vector<Tensor> shards,
-                std::vector<Module*> units, const Zero3Options& options);
-  ~Zero3Schedule();  // not copyable or movable: the hooks hold `this`
+                const Zero3Options& options);
+  Zero3Schedule(Zero3Schedule&&) = delete;
 
   struct Unit {
     std::vector<size_t> buckets;     // its parameters' buckets (the reducer's and the layout's indices)
