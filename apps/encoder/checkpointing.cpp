@@ -82,16 +82,12 @@ bool checkpoint_if_due(const Training& t, const EncoderOptions& o, int64_t step,
   s.extra["seq_len"] = std::to_string(o.seq_len);
   s.extra["vocab_size"] = std::to_string(t.corpus.vocab_size);
   s.extra["amp"] = o.amp;
-  // ZeRO: every rank takes part in assembling the unsharded state (and AMP's f32 masters); rank 0
-  // receives it.
-  NamedTensors opt_state = t.zero ? t.opt->state() : NamedTensors{};
-  NamedTensors amp_entries = t.amp && t.zero ? amp_state(*t.amp) : NamedTensors{};
+  // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
+  // under ZeRO every rank takes part in assembling it, and rank 0 receives it.
+  const NamedTensors opt_state = t.step->state();
   if (t.world->rank == 0) {
     fs::create_directories(o.checkpoint_dir);
     const std::string path = step_checkpoint_path(o.checkpoint_dir, step);
-    if (!t.zero) opt_state = t.opt->state();
-    if (t.amp && !t.zero) amp_entries = amp_state(*t.amp);  // f32 masters and the loss scale
-    for (auto& e : amp_entries) opt_state.push_back(std::move(e));
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
     auto all = list_step_checkpoints(o.checkpoint_dir);

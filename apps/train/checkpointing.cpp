@@ -44,15 +44,12 @@ bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, 
   s.extra["lr_schedule"] = o.lr_schedule;
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
   s.extra["total_steps"] = std::to_string(t.total_steps);
-  // ZeRO: every rank takes part in assembling the unsharded state; rank 0 receives it.
-  NamedTensors opt_state = t.zero ? t.zero->gather_state(*t.opt) : NamedTensors{};
-  // AMP: f32 masters (gathered from the shards under ZeRO, also collective) and the loss scale.
-  NamedTensors amp = t.amp ? amp_state(*t.amp) : NamedTensors{};
+  // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
+  // under ZeRO every rank takes part in assembling it, and rank 0 receives it.
+  const NamedTensors opt_state = t.step->state();
   if (t.world->rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);
     std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
-    if (!t.zero) opt_state = t.opt->state();
-    opt_state.insert(opt_state.end(), amp.begin(), amp.end());
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
     prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
