@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "apps/encoder/setup.h"  // defines: Training
-#include "core/random.h"         // defines: default_generator (saved and restored: dropout)
+#include "apps/trainer/position.h"  // defines: Position, train_state, resume_position
 
 namespace tandem::apps::encoder {
 
@@ -58,9 +58,8 @@ Restored restore_checkpoint(const std::string& path, Module& model, const Encode
   if (auto it = s.extra.find("batch_per_rank"); it != s.extra.end() && s.index_in_epoch != 0)
     TANDEM_CHECK(it->second == std::to_string(o.batch), "checkpoint '", path, "' was written inside an epoch with "
                  "--batch ", it->second, ": resume with the same --batch");
-  if (auto it = s.rng.find("default"); it != s.rng.end())
-    default_generator().set_state(it->second.seed, it->second.offset);
-  if (w.rank == 0) std::printf("resumed from %s at step %lld\n", path.c_str(), (long long)s.step);
+  const trainer::Position at = trainer::resume_position(s);  // restores the default generator (dropout)
+  if (w.rank == 0) std::printf("resumed from %s at step %lld\n", path.c_str(), (long long)at.step);
   return r;
 }
 
@@ -68,13 +67,7 @@ bool checkpoint_if_due(const Training& t, const EncoderOptions& o, int64_t step,
                        int64_t index_in_epoch, bool last) {
   const bool due = last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
   if (o.checkpoint_dir.empty() || !due) return false;
-  TrainState s;
-  s.step = step;
-  s.epoch = s.sampler_epoch = epoch;
-  s.index_in_epoch = index_in_epoch;
-  s.world_size = t.world->size;
-  s.model = o.model;
-  s.rng["default"] = {default_generator().seed(), default_generator().offset()};
+  TrainState s = trainer::train_state(trainer::Position{step, epoch, index_in_epoch}, t.world->size, o.model);
   s.extra["optimizer"] = o.optimizer;
   s.extra["total_steps"] = std::to_string(o.steps);
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);

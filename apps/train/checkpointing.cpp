@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "apps/train/setup.h"  // defines: Training
-#include "core/random.h"       // defines: default_generator (saved and restored)
+#include "apps/train/setup.h"        // defines: Training
+#include "apps/trainer/position.h"   // defines: Position, train_state, resume_position
 
 namespace tandem::apps {
 
@@ -22,25 +22,18 @@ Restored restore_checkpoint(const std::string& path, Module& model, const TrainO
   TANDEM_CHECK(state.index_in_epoch == 0 || state.world_size == w.size, "checkpoint '", path,
                "' was written mid-epoch by ", state.world_size, " ranks; resume it with mpiexec -n ",
                state.world_size, " (epoch-end checkpoints resume on any number of ranks)");
-  if (auto it = state.rng.find("default"); it != state.rng.end())
-    default_generator().set_state(it->second.seed, it->second.offset);
+  const trainer::Position at = trainer::resume_position(state);  // restores the default generator
   if (w.rank == 0)
-    std::printf("resumed from %s at epoch %lld, step %lld\n", path.c_str(), (long long)state.epoch,
-                (long long)state.step);
+    std::printf("resumed from %s at epoch %lld, step %lld\n", path.c_str(), (long long)at.epoch, (long long)at.step);
   return r;
 }
 
 bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, int64_t step, int64_t index,
                        bool epoch_done, bool last_step) {
   if (o.checkpoint_dir.empty() || !(epoch_done || last_step)) return false;
-  TrainState s;
-  s.step = step;
-  s.epoch = epoch_done ? epoch + 1 : epoch;
-  s.sampler_epoch = s.epoch;
-  s.index_in_epoch = epoch_done ? 0 : index;
-  s.world_size = t.world->size;
-  s.model = o.model;
-  s.rng["default"] = {default_generator().seed(), default_generator().offset()};
+  // Where the next step begins: an epoch that ran out resumes at the next one's start.
+  const trainer::Position next{step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : index};
+  TrainState s = trainer::train_state(next, t.world->size, o.model);
   s.extra["lr_schedule"] = o.lr_schedule;
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
   s.extra["total_steps"] = std::to_string(t.total_steps);

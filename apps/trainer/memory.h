@@ -3,7 +3,8 @@
 // plan() (end of a trainer's set-up) predicts this rank's bytes from the Step (parameters, the
 // strategy's gradient buffers and shards, the optimizer's state, AMP's f32 masters: ledger.h) and
 // notes what the allocator already holds beside the model state (data sets, loaders, the corpus),
-// so measure_state() can subtract it. measure_state() runs once, after the first applied step
+// so measure_state() can subtract it. A resumed run already holds its optimizer state at plan():
+// it is model state (Step::model_state_bytes counts it), not "other". measure_state() runs once, after the first applied step
 // (the optimizer state exists from then on): current bytes minus that, minus the data batches held
 // at that moment, are the model state (plus the step's last outputs, a few KiB). Data batches are
 // the trainer's to count (data_bytes): a loader's prefetched and resident batches, the batch in

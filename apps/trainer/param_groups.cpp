@@ -121,6 +121,17 @@ optim::NamedTensors ParamGroups::state() const {
   return s;
 }
 
+int64_t ParamGroups::state_bytes() const {
+  int64_t bytes = 0;
+  for (const optim::Optimizer* o : {decay_.get(), no_decay_.get()})
+    for (const optim::StateSlice& s : o->state_slices()) {
+      const std::string step = ".step";
+      const bool is_step = s.key.size() > step.size() && s.key.compare(s.key.size() - step.size(), step.size(), step) == 0;
+      if (!is_step) bytes += static_cast<int64_t>(s.value.nbytes());
+    }
+  return bytes;
+}
+
 void ParamGroups::load_state(const optim::NamedTensors& state) {
   const std::set<std::string> nd(no_decay_names_.begin(), no_decay_names_.end());
   optim::NamedTensors a, b;

@@ -80,6 +80,9 @@ class ParamGroups {
   const char* name() const { return decay_->name(); }
   // Segments in the no-weight-decay group on this rank (0 without a rule).
   size_t no_decay_segments() const { return no_decay_->num_segments(); }
+  // Bytes of this rank's optimizer state buffers that exist now (momentum, moments: made by the
+  // first step, or by load_state on resume); the per-parameter step counts are not buffers.
+  int64_t state_bytes() const;
 
  private:
   std::unique_ptr<optim::Optimizer> decay_, no_decay_;

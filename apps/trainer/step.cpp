@@ -235,6 +235,8 @@ dist::LedgerOptions Step::ledger_options() {
   return lo;
 }
 
-int64_t Step::model_state_bytes() { return trainer::model_state_bytes(*ddp_, amp_ ? amp_->master->bytes() : 0); }
+int64_t Step::model_state_bytes() {
+  return trainer::model_state_bytes(*ddp_, (amp_ ? amp_->master->bytes() : 0) + groups_->state_bytes());
+}
 
 }  // namespace tandem::trainer

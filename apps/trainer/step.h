@@ -123,7 +123,8 @@ class Step {
   const char* optimizer_name() const { return groups_->name(); }          // "SGD", "AdamW", "LAMB"
   const GraphCapture* graph() const { return graph_.get(); }              // null without cuda_graph
   // The memory ledger's inputs (ledger.h) with the optimizer's state bytes and precision filled in,
-  // and the bytes the model state holds now (parameters, gradient buffers and shards, masters).
+  // and the bytes the model state holds now (parameters, gradient buffers and shards, masters, and
+  // the optimizer state that exists already: a resumed run loads it before its first step).
   dist::LedgerOptions ledger_options();
   int64_t model_state_bytes();
 
