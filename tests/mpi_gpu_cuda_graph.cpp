@@ -78,7 +78,7 @@ TEST_CASE("a captured DDP step (NCCL all-reduces inside the graph) equals the ea
     MESSAGE("collectives go over ", backend, " here (ranks share a GPU): no CUDA graph to test");
     return;
   }
-  BackendConfig deterministic = backend();
+  BackendConfig deterministic = tandem::backend();  // (`backend` above is the communicator's name)
   deterministic.deterministic = true;
   BackendScope scope(deterministic);  // the same cuDNN engines in both runs
   const Data data = make_data(kBatch * w.size, w.device);

@@ -7,6 +7,7 @@
 #include "core/ops/batchnorm_add_relu.h"
 
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/ops/batchnorm.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
