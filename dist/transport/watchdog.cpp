@@ -68,14 +68,17 @@ void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, doub
   // A live peer answers from inside its own collective's wait loop within milliseconds; 3 s covers
   // ranks that share oversubscribed cores. No answer means dead, hung in compute, or on another path.
   constexpr double kGraceS = 3;
-  int rank = 0, size = 1, world_size = 1;
+  int rank = 0, size = 1;
   MPI_Comm_rank(watch, &rank);
   MPI_Comm_size(watch, &size);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   const std::vector<int> world = world_ranks(watch, size);
-  // On a sub-communicator, say so: its collective numbers count its own collectives.
-  const std::string on = size == world_size ? std::string()
-                                            : " on a sub-communicator of " + std::to_string(size) + " ranks";
+  // On a sub-communicator, say so: its collective numbers count its own collectives. A duplicate
+  // of the world compares MPI_CONGRUENT; a split is MPI_SIMILAR (the world reordered) or UNEQUAL.
+  int same = MPI_UNEQUAL;
+  MPI_Comm_compare(watch, MPI_COMM_WORLD, &same);
+  const std::string on = same == MPI_CONGRUENT || same == MPI_IDENT
+                             ? std::string()
+                             : " on a sub-communicator of " + std::to_string(size) + " ranks";
   const std::string label = what + on;
   const int me = world[rank];
   // The local GPU first: a fault here is the cause, whatever the peers answer.

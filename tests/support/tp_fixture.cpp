@@ -125,4 +125,55 @@ double key_bias_max(const NamedTensors& params) {
   return m;
 }
 
+GridRun::GridRun(dist::Communicator& world, int tp, int zero_stage, DType dtype) {
+  grid = std::make_unique<dist::tp::Grid>(world, tp);
+  const BertConfig cfg = tp_config();
+  if (tp == 1) model = std::make_shared<models::BertForMaskedLM>(cfg, 7);
+  else model = std::make_shared<dist::tp::TpBertForMaskedLM>(cfg, grid->tp(), 7);
+  model->to(dtype);
+  dist::DdpOptions o;
+  o.reducer.bucketing = {4096, 16384};  // several buckets: ZeRO's shard boundaries cut through parameters
+  if (zero_stage == 2) o.reducer.collective = dist::Collective::ReduceScatter;
+  ddp = std::make_unique<dist::DistributedDataParallel>(model, grid->dp(), o);
+  optim::OptimizerOptions oo;
+  oo.lr = kLr;
+  if (zero_stage == 0) {
+    opt = optim::make_optimizer("adamw", model->named_parameters(), oo);
+  } else {
+    zero = std::make_unique<dist::Zero>(*ddp, zero_stage);
+    opt = optim::make_optimizer("adamw", zero->segments(), zero->num_params(), oo);
+  }
+  const int64_t per = kGridBatch / grid->dp_size();
+  mine = encoder_fixture::rows(encoder_fixture::full_batch(kGridBatch), grid->dp_rank() * per, per);
+}
+
+Tensor GridRun::loss() {
+  return ddp->forward_with([&](Module& m) { return loss_of(m, mine); });
+}
+
+double GridRun::backward() {
+  if (zero) zero->zero_grad(*opt);
+  else opt->zero_grad();
+  Tensor l = loss();
+  l.backward();
+  Tensor v = Tensor::full({1}, l.item(), DType::F64);
+  grid->dp().all_reduce(v, dist::ReduceOp::Avg)->wait();
+  return v.item();
+}
+
+void GridRun::update() {
+  opt->step();
+  if (zero) zero->gather_parameters();
+}
+
+NamedTensors GridRun::canonical() {
+  if (auto* t = dynamic_cast<dist::tp::TpBertForMaskedLM*>(model.get())) return canonical_params(*t);
+  return on_cpu(state_dict(*model));
+}
+
+NamedTensors GridRun::grads() {
+  if (auto* t = dynamic_cast<dist::tp::TpBertForMaskedLM*>(model.get())) return canonical_grads(*t);
+  return on_cpu(grads_of(*model));
+}
+
 }  // namespace tandem::testing::tp_fixture

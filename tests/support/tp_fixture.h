@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/ddp.h"
 #include "dist/tp/bert.h"
+#include "dist/tp/grid.h"
+#include "dist/zero.h"
 #include "layers/state_dict.h"
 #include "optim/optimizer.h"
 #include "tests/support/encoder_fixture.h"
@@ -50,6 +53,32 @@ struct Gradient {
 };
 Gradient reference_gradient(const BertConfig& cfg, const NamedTensors& params, const encoder_fixture::MlmBatch& b,
                             DType dtype);
+
+// One training run on a grid of TP size `tp` over `world` (tests/test_tp_grid.cpp, tests/mpi_tp.cpp):
+// DDP (zero_stage 0) or ZeRO-1/2 over the DP groups, AdamW. tp = 1 trains the canonical
+// BertForMaskedLM under DDP over the whole world: the baseline. DP group d trains on sequences
+// [d b, (d + 1) b) of a batch of kGridBatch, b = kGridBatch / DP.
+constexpr int64_t kGridBatch = 8;
+struct GridRun {
+  std::unique_ptr<dist::tp::Grid> grid;
+  ModulePtr model;
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::Zero> zero;
+  std::unique_ptr<optim::Optimizer> opt;
+  encoder_fixture::MlmBatch mine;
+
+  GridRun(dist::Communicator& world, int tp, int zero_stage, DType dtype);
+  Tensor loss();      // this DP rank's masked-LM loss, through DDP's forward_with
+  double backward();  // zero_grad, forward, backward; the mean over DP ranks of the loss
+  void update();      // the optimizer step (and ZeRO's parameter gather)
+  double step() {
+    const double l = backward();
+    update();
+    return l;
+  }
+  NamedTensors canonical();  // the canonical parameters (gathered over TP)
+  NamedTensors grads();      // the canonical gradients (after backward)
+};
 
 // Same names, shapes, dtypes and bytes, in the same order.
 bool same_bits(const NamedTensors& a, const NamedTensors& b);
