@@ -28,10 +28,12 @@
 
 #include "core/ops/ops.h"
 #include "dist/tp/bert.h"
+#include "dist/tp/clip.h"
 #include "dist/tp/shard.h"
 #include "dist/transport/comm_thread.h"
 #include "layers/models/bert.h"
 #include "layers/state_dict.h"
+#include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "tests/support/ddp_fixture.h"
 #include "tests/support/encoder_fixture.h"
@@ -316,4 +318,26 @@ TEST_CASE("checkpoints: canonical -> TP 2 -> canonical, resuming with the optimi
   adamw_step(last, *last_opt, b);
   CHECK(max_named_rel_diff(state_dict(last), straight.params, key_bias) <= 1e-10);
   CHECK(max_named_rel_diff(last_opt->state(), straight.state, key_bias) <= 1e-10);
+}
+
+TEST_CASE("clipping: the canonical gradient norm from the shards, replicated gradients counted once") {
+  const BertConfig cfg = tp_config();
+  const MlmBatch b = full_batch(4);
+  models::BertForMaskedLM ref(cfg, 7);
+  ref.to(DType::F64);
+  ref.mlm_loss(b.ids, b.mask, b.types, b.labels).backward();
+  std::vector<Tensor> grads;
+  for (const Tensor& p : ref.parameters()) grads.push_back(p.grad());
+  const double max_norm = 0.5 * optim::grad_norm(grads);  // so that clipping scales by about a half
+  const double want = optim::clip_grad_norm(grads, max_norm);
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    run_ranks(n, [&](Communicator& c) {
+      TpBertForMaskedLM tp(cfg, c, 7);
+      tp.to(DType::F64);
+      tp.mlm_loss(b.ids, b.mask, b.types, b.labels).backward();
+      CHECK(clip_grad_norm(tp, bert_tp_layout(cfg), c, max_norm) == doctest::Approx(want).epsilon(1e-12));
+      CHECK(max_named_rel_diff(canonical_grads(tp), grads_of(ref), key_bias) <= 1e-11);  // clipped alike
+    });
+  }
 }
