@@ -345,8 +345,9 @@ TEST_CASE("clipping: the canonical gradient norm from the shards, replicated gra
 TEST_CASE("bf16 (the AMP working precision): TP 2 == one rank within bf16 rounding") {
   // The 16-bit paths of the new pieces (the shard lookup, the cross-entropy statistics in f32 over
   // bf16 logits, all-reduces of bf16 activations). bf16 keeps 8 significant bits: 2^-8 = 0.4 % per
-  // rounding, and a loss is the end of a few dozen of them - 2 % on the loss, 10 % per gradient
-  // tensor (norm-wise); a wrong shard or collective is off by O(1).
+  // rounding, and the two sides round different partial sums, so a gradient tensor may differ by a
+  // few of them: 3 % norm-wise (measured 0.8 %); the loss, an f32 mean, 0.1 % (measured 1.5e-5).
+  // A wrong shard or collective is off by O(1).
   const BertConfig cfg = tp_config();
   const MlmBatch b = full_batch(4);
   models::BertForMaskedLM ref(cfg, 7);
@@ -358,11 +359,11 @@ TEST_CASE("bf16 (the AMP working precision): TP 2 == one rank within bf16 roundi
     tp.to(DType::BF16);
     Tensor loss = tp.mlm_loss(b.ids, b.mask, b.types, b.labels);
     CHECK(loss.dtype() == DType::F32);  // the loss statistics stay f32, as ops::cross_entropy's
-    CHECK(loss.item() == doctest::Approx(want.item()).epsilon(2e-2));
+    CHECK(loss.item() == doctest::Approx(want.item()).epsilon(1e-3));
     loss.backward();
     const double d = max_named_rel_diff(canonical_grads(tp), grads_of(ref), key_bias);
     if (c.rank() == 0) MESSAGE("TP 2 vs one rank, bf16: loss ", loss.item(), " vs ", want.item(), "; gradients ", d);
-    CHECK(d <= 0.1);
+    CHECK(d <= 0.03);
     CHECK(replicas_identical(tp, /*grads=*/true));
   });
 }
