@@ -14,7 +14,9 @@
 //     attention streams per TP rank (seeds, offsets, independent masks);
 //   - memory: TP 2 holds half of every split tensor, and AdamW's state for them is half too;
 //   - checkpoints: a canonical (DDP-style) checkpoint resumes under TP 2 and a TP 2 one resumes
-//     on one rank, equal to the uninterrupted run.
+//     on one rank, equal to the uninterrupted run;
+//   - clipping: the canonical gradient norm from the shards (replicated gradients counted once);
+//   - bf16: TP 2 against one rank within bf16 rounding.
 // TP x DP (the grid, DDP and ZeRO over the DP group) is tests/test_tp_grid.cpp, and the same over
 // MPI is tests/mpi_tp.cpp.
 #include <doctest/doctest.h>
