@@ -67,8 +67,8 @@ struct Group {
         c->fail(why);
       }
   }
-  // "2" in the group run_ranks made; "1 (world rank 3)" in a sub-group.
   bool root = false;  // made by make_thread_group, not by split
+  // How errors name rank r: "2" in the group run_ranks made; "1 (world rank 3)" in a sub-group.
   std::string number_of(int r) const {
     return std::to_string(r) + (root ? "" : " (world rank " + std::to_string(world[r]) + ")");
   }
