@@ -2,7 +2,7 @@
 //
 // GPU part (skipped, with a message, when there is no GPU or with --cpu): the GEMMs of ResNet-50's
 // classifier and of a BERT-large layer, and ResNet-50's convolutions, forward, in f32 (TF32 as
-// ops::allow_tf32 says, on by default) and bf16. Each line shows tandem's median time (ops::linear /
+// BackendConfig::allow_tf32 says, on by default) and bf16. Each line shows tandem's median time (ops::linear /
 // ops::conv2d under no-grad, i.e. with tandem's checks, allocation and plan cache), the median time
 // of cuBLASLt / cuDNN called directly (apps/bench_ops_gpu.h) and tandem / direct: 1.00 means no
 // overhead. Times are medians of --reps CUDA-event timings after --warmup runs.
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/autograd.h"
 #include "core/ops/ops.h"
 #ifdef TANDEM_WITH_CUDA
@@ -193,7 +194,7 @@ void gpu_part(const Options& o, json& rows) {
                         {"3x3 512->512 @7", {nb, 7, 7, 512, 512, 3, 1, 1}}};
   autograd::NoGradGuard no_grad;
   for (DType dt : {DType::F32, DType::BF16}) {
-    const bool tf32 = dt == DType::F32 && ops::allow_tf32();
+    const bool tf32 = dt == DType::F32 && backend().allow_tf32;
     const char* label = dt == DType::BF16 ? "bf16" : (tf32 ? "f32 (tf32)" : "f32");
     const cudaDataType_t cdt = dt == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudnnDataType_t ddt = dt == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
@@ -213,7 +214,7 @@ void gpu_part(const Options& o, json& rows) {
                       {"tandem_ms", tt}, {"direct_ms", td}, {"ratio", tt / td}});
     }
     // The last two columns: the same conv with a bias, fused into cuDNN's graph and as a separate
-    // add (ops::set_conv_bias_fusion): what VGG/AlexNet's biased convs cost each way.
+    // add (BackendConfig::conv_bias_fusion): what VGG/AlexNet's biased convs cost each way.
     std::printf("\nGPU conv2d forward, %s, NHWC, batch %lld                   tandem ms  cuDNN ms  ratio  "
                 "+bias fused ms  +bias add ms\n", label, (long long)nb);
     for (const Conv& c : convs) {
@@ -225,17 +226,16 @@ void gpu_part(const Options& o, json& rows) {
       p.pad_h = p.pad_w = static_cast<int>(c.s.pad);
       Tensor b = Tensor::full({c.s.o}, 0.01, dt, d);
       double tt = -1, td = -1, tf = -1, ta = -1;
-      const bool fusion_was = ops::conv_bias_fusion();
       try {  // a shape cuDNN has no engine for (e.g. 16-bit with 3 channels) skips the row, not the run
         tt = bench::median_ms(tandem_stream, t, [&] { ops::conv2d(x, w, Tensor(), p); });
         td = bench::cudnn_conv_ms(direct_stream, t, ddt, es, c.s);
         for (bool fuse : {true, false}) {
-          ops::set_conv_bias_fusion(fuse);
+          BackendConfig bc = backend();
+          bc.conv_bias_fusion = fuse;
+          BackendScope scope(bc);  // the previous settings come back at the end of each pass
           (fuse ? tf : ta) = bench::median_ms(tandem_stream, t, [&] { ops::conv2d(x, w, b, p); });
         }
-        ops::set_conv_bias_fusion(fusion_was);
       } catch (const Error& e) {
-        ops::set_conv_bias_fusion(fusion_was);
         std::printf("  %-56s n/a: %s\n", c.name, e.what());
         rows.push_back({{"part", "gpu_conv"}, {"name", c.name}, {"dtype", label}, {"error", e.what()}});
         continue;
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
   }
   if (!o.json_path.empty()) {
     json out = {{"bench", "bench_ops"}, {"gpu", gpu_status}, {"reps", o.reps}, {"warmup", o.warmup},
-                {"allow_tf32", ops::allow_tf32()}, {"rows", rows}};
+                {"allow_tf32", backend().allow_tf32}, {"rows", rows}};
     std::ofstream f(o.json_path);
     if (!f) {
       std::fprintf(stderr, "bench_ops: cannot write %s: check the directory exists and is writable\n",

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "apps/bench_ops_gpu.h"
+#include "core/backend.h"
 #include "core/autograd.h"
 #include "core/cuda/context.h"
 #include "core/ops/ops.h"
@@ -69,12 +70,13 @@ inline void bandwidth_part(const Timing& t, nlohmann::json& rows) {
     }
     // BatchNorm, training: the minimum is one read of x and one write of y (forward), and reads of
     // dy and x plus a write of dx (backward); the statistics pass is the extra read.
-    // Both implementations (ops::set_batchnorm_cudnn): cuDNN's, the default, and tandem's kernels.
+    // Both implementations (BackendConfig::cudnn_batchnorm): cuDNN's, the default, and tandem's kernels.
     Tensor w = Tensor::ones({C}, DType::F32, d), b = Tensor::zeros({C}, DType::F32, d);
     Tensor rm = Tensor::zeros({C}, DType::F32, d), rv = Tensor::ones({C}, DType::F32, d);
-    const bool was_cudnn = ops::batchnorm_cudnn();
     for (bool cudnn : {true, false}) {
-      ops::set_batchnorm_cudnn(cudnn);
+      BackendConfig bc = backend();
+      bc.cudnn_batchnorm = cudnn;
+      BackendScope scope(bc);
       const std::string impl = cudnn ? ", cuDNN" : ", tandem";
       {
         autograd::NoGradGuard no_grad;
@@ -92,7 +94,6 @@ inline void bandwidth_part(const Timing& t, nlohmann::json& rows) {
       });
       report("batch_norm fwd + bwd (5 passes min.)" + impl, label, fb, 5 * n * es);
     }
-    ops::set_batchnorm_cudnn(was_cudnn);
   }
   // Fused SGD with momentum and weight decay over ResNet-50's 25.6M parameters in one tensor per
   // ~1M (the multi-tensor launch): reads p, g, buf and writes p, buf = 5 x 4 bytes per parameter.

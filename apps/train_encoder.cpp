@@ -15,16 +15,18 @@
 // Face's BertForMaskedLM names; --resume auto continues exactly (same batches, masks, LR).
 // --amp bf16|fp16: the model in 16-bit as core/autocast.h says (LayerNorm statistics, softmax, the
 // loss and the embedding gradients' sums in f32), f32 master weights and optimizer state, fp16 loss
-// scaling; steps with non-finite gradients are skipped on every rank and counted (apps/train/amp.h).
+// scaling; steps with non-finite gradients are skipped on every rank and counted (apps/trainer/amp.h).
 // --zero 1|2: the optimizer state (1) and the gradients (2) sharded across ranks (dist/zero.h), with
 // BERT's weight-decay groups applied per shard segment by parameter name. Either way checkpoints
 // stay canonical (unsharded, name-keyed optimizer state; f32 masters), so a run resumes at another
-// world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/train/amp.h).
+// world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/trainer/amp.h).
+// The step itself - DDP or ZeRO, AMP, the parameter groups, clipping - is the training-step library's
+// (apps/trainer/step.h), shared with train_imagenet; this program keeps the options, data, model and report.
 // Progress lines: sequences/s and tokens/s, MFU, the ms/step split, memory, the loss scale and skipped
 // steps (apps/encoder/report.h); the start-up lines print the memory ledger.
 //
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
-// flops.h, param_groups.h (apps/train/clock.h holds every timing).
+// flops.h; the step in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <algorithm>
 #include <exception>
 #include <iostream>
@@ -35,7 +37,7 @@
 #include "apps/encoder/report.h"         // defines: RunRecord, print_start, validation_line, report
 #include "apps/encoder/setup.h"          // defines: env_rank0, init_world, make_corpus, make_model, set_up
 #include "apps/encoder/validation.h"     // defines: evaluate
-#include "apps/train/clock.h"            // defines: Clock, RunClock
+#include "apps/trainer/clock.h"          // defines: Clock, RunClock
 #include "core/check.h"                  // defines: Error
 #include "dist/transport/bootstrap.h"    // defines: initialized, world, finalize
 #include "dist/transport/watchdog.h"    // defines: abort_job
@@ -45,7 +47,7 @@ namespace enc = tandem::apps::encoder;
 
 namespace {
 // Taken during static initialisation, before main: "init time" includes MPI and corpus set-up.
-const apps::Clock::time_point kProcessStart = apps::Clock::now();
+const trainer::Clock::time_point kProcessStart = trainer::Clock::now();
 
 // The next step where the loop must stop: a validation, a checkpoint or the end of this run.
 int64_t next_stop(const enc::EncoderOptions& o, int64_t step, int64_t end) {
@@ -56,7 +58,7 @@ int64_t next_stop(const enc::EncoderOptions& o, int64_t step, int64_t end) {
 }
 
 int run(enc::EncoderOptions& o) {
-  apps::RunClock clock(kProcessStart);
+  trainer::RunClock clock(kProcessStart);
   const dist::World& w = enc::init_world(o);
   enc::Corpus corpus = enc::make_corpus(o);
   const std::string resume = enc::resume_path(o);
@@ -73,7 +75,7 @@ int run(enc::EncoderOptions& o) {
   while (loop.step < t.end_step) {
     enc::train_until(t, o, loop, next_stop(o, loop.step, t.end_step), clock, rec.last);
     // Validation and checkpoints are paused time: left out of the training rates.
-    const apps::Clock::time_point paused_at = clock.pause();
+    const trainer::Clock::time_point paused_at = clock.pause();
     const bool last = loop.step == t.end_step;
     if (t.val && (last || (o.val_every > 0 && loop.step % o.val_every == 0))) {
       rec.evals.push_back(enc::evaluate(t, o, loop.step));

@@ -3,11 +3,12 @@
 //   mpiexec -n 2 train_imagenet --data data_default --model resnet_tiny --image-size 64 --batch 32
 //   mpiexec -n 8 train_imagenet --synthetic --model resnet50 --steps 200 --metrics run.json
 //
-// One process per rank (GPU local_rank % device_count, or the CPU). Each step: forward through DDP
-// (which broadcasts BN buffers), cross-entropy, backward (gradients all-reduced in buckets while
-// backward runs), the --optimizer (SGD, AdamW or LAMB; --clip-grad-norm clips the global norm first;
-// with --zero 1|2 each rank updates only its shard, dist/zero.h, then the parameters are
-// all-gathered). The LR follows optim/lr_schedule.h, scaled by the world size (Goyal et al.'s
+// One process per rank (GPU local_rank % device_count, or the CPU). Each step is the training-step
+// library's (apps/trainer/step.h) with this trainer's loss: forward through DDP (which broadcasts
+// BN buffers), cross-entropy, backward (gradients all-reduced in buckets while backward runs), the
+// --optimizer (SGD, AdamW or LAMB; --clip-grad-norm clips the global norm first; with --zero 1|2
+// each rank updates only its shard, dist/zero.h, then the parameters are all-gathered; --amp bf16|
+// fp16 computes in 16-bit against f32 masters; --strategy ps updates on parameter servers). The LR follows optim/lr_schedule.h, scaled by the world size (Goyal et al.'s
 // linear scaling rule) with a warmup that starts from the one-rank LR. Validation after epochs
 // reduces correct counts across ranks. Checkpoints (layers/checkpoint.h) are written by rank 0 at
 // epoch ends, atomically; --resume continues bit-exactly (same steps, same data order, same LR).
@@ -16,12 +17,12 @@
 // A NaN/inf loss on any rank stops every rank (exit 3, no checkpoint from that state) or, with
 // --on-nonfinite skip, skips that step's update everywhere. --evaluate only validates a checkpoint.
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
-// The memory ledger (apps/train/memory.h) is printed at start-up and in the summary.
-// --cuda-graph captures the step as a CUDA graph after 3 eager steps and replays it (apps/train/graph_step.h).
-// Left out (rejected with an error, never ignored): --amp bf16/fp16.
+// The memory ledger (apps/trainer/memory.h) is printed at start-up and in the summary.
+// --cuda-graph captures the step as a CUDA graph after 3 eager steps and replays it (apps/trainer/graph_capture.h).
+// Combinations that cannot work are refused before training, with the reason (apps/trainer/step_options.h).
 //
-// Reading order: apps/train/options.h, setup.h, loop.h, graph_step.h, validation.h, checkpointing.h, memory.h, report.h
-// (clock.h holds every timing).
+// Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h; the
+// step itself in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -29,14 +30,14 @@
 #include <string>
 
 #include "apps/train/checkpointing.h"  // defines: resume_path, checkpoint_if_due
-#include "apps/train/clock.h"          // defines: Clock, RunClock
 #include "apps/train/faults.h"         // defines: fault_from_env, parse_fault
 #include "apps/train/loop.h"           // defines: LoopState, train_epoch
-#include "apps/train/nonfinite.h"      // defines: RunStopped, on_nonfinite_from_name
 #include "apps/train/options.h"        // defines: TrainOptions, parse_options, validate
 #include "apps/train/report.h"         // defines: RunRecord, EpochRecord, print_start, report
 #include "apps/train/setup.h"          // defines: env_rank0, init_world, make_datasets, make_model, set_up
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
+#include "apps/trainer/clock.h"        // defines: Clock, RunClock
+#include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "core/check.h"                // defines: Error
 #include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
 #include "dist/transport/watchdog.h"  // defines: abort_job
@@ -45,10 +46,10 @@ using namespace tandem;
 
 namespace {
 // Taken during static initialisation, before main: "init time" includes MPI, NCCL and model setup.
-const apps::Clock::time_point kProcessStart = apps::Clock::now();
+const trainer::Clock::time_point kProcessStart = trainer::Clock::now();
 
 int run(apps::TrainOptions& o) {
-  apps::RunClock clock(kProcessStart);
+  trainer::RunClock clock(kProcessStart);
   const dist::World& w = apps::init_world(o);
   if (o.describe) {
     // Describing a model needs no data: the class count is --data's folder count or --num-classes.
@@ -70,14 +71,13 @@ int run(apps::TrainOptions& o) {
   apps::LoopState loop;
   loop.step = t.start.step;
   loop.fault = apps::fault_from_env(w.size);
-  loop.on_nonfinite = apps::on_nonfinite_from_name(o.on_nonfinite);
   apps::RunRecord rec;
   for (int64_t epoch = t.start.epoch; epoch < t.end_epoch && loop.step < t.total_steps; ++epoch) {
     const apps::EpochEnd end = apps::train_epoch(t, o, epoch, loop, clock, rec);
     // Validation and checkpoints are paused time: left out of the training rates.
-    const apps::Clock::time_point paused_at = clock.pause();
+    const trainer::Clock::time_point paused_at = clock.pause();
     const bool last_epoch = loop.step >= t.total_steps || epoch + 1 == t.end_epoch;
-    apps::EpochRecord h{epoch, loop.step, t.opt->lr(), rec.last.loss, rec.last.top1, std::nullopt};
+    apps::EpochRecord h{epoch, loop.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
     h.val = apps::validate_if_due(t, o, epoch, last_epoch);
     if (h.val) rec.last_eval = *h.val;
     rec.history.push_back(h);
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   int rc = 1;
   try {
     rc = run(o);
-  } catch (const apps::RunStopped&) {
+  } catch (const trainer::RunStopped&) {
     // Every rank stopped at the same step and printed why: an agreed, clean exit.
     if (dist::initialized()) dist::finalize();
     return 3;

@@ -96,7 +96,8 @@ void Storage::allocate() {
                      cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
       MemoryStats s = memory_stats(device);
       TANDEM_THROW("out of GPU memory on ", device.str(), " allocating ", bytes, " bytes (", s.current_bytes,
-                   " bytes in use by tandem): reduce --batch, use --amp bf16 or --zero 1/2");
+                   " bytes in use by tandem): use a smaller batch, train in 16-bit (mixed precision), or shard the "
+                   "optimizer state and gradients (ZeRO)");
     }
     // On a capturing stream the allocation is a graph memory node: counted, so the capture can
     // check that each such block is also freed inside it (core/graph_capture.h).

@@ -100,6 +100,25 @@ class Communicator {
   }
   WorkPtr barrier(const std::string& name = "barrier") { return do_barrier(name); }
 
+  // A sub-communicator (MPI_Comm_split): the ranks that pass the same `color` form one new
+  // communicator, ranked by `key` (ties: by rank here). Blocking, and a collective of this
+  // communicator: every rank calls it, in the same place of its sequence of collectives, and every
+  // rank gets a communicator (color >= 0; MPI's MPI_UNDEFINED "no group" is not offered). The
+  // colours and keys travel first in an all_gather of this communicator, so a rank that never calls
+  // split is named by the watchdog like any missing rank; the new communicator has a watchdog of its
+  // own (transport/watchdog.h names world ranks). The caller owns it; destroy it before
+  // dist::finalize(). Tensor parallelism's grid (tp/grid.h) is two splits of the world.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name = "split");
+
+  // The members of a split, as this communicator's ranks in the new communicator's rank order:
+  // what every backend's do_split builds (computed once, here, from the gathered colours and keys).
+  struct SplitPlan {
+    int color = 0;
+    long long index = 0;       // this communicator's splits so far, this one included (from 1)
+    std::vector<int> members;  // members[new rank] = rank in this communicator
+    int new_rank = 0;          // this rank's place in members
+  };
+
   // "Now" on this communicator's timeline, recorded after the work already issued on this rank's
   // compute stream (GPU) or at this instant (CPU). The reducer uses it for bucket-ready times.
   virtual MarkPtr mark() = 0;
@@ -123,11 +142,15 @@ class Communicator {
   virtual WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) = 0;
   virtual WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) = 0;
   virtual WorkPtr do_barrier(const std::string& name) = 0;
+  // The backend's half of split(): `plan` is the same on every member of a group. Default: throws
+  // (a backend that cannot form sub-groups).
+  virtual std::unique_ptr<Communicator> do_split(const SplitPlan& plan, const std::string& name);
 
  private:
   static void check_reducible(const Tensor& t, const std::string& name) {
     TANDEM_CHECK(is_floating(t.dtype()), name, ": reductions take f32, f64, f16 or bf16 tensors, got ", t.str());
   }
+  long long splits_ = 0;  // split() calls so far: SplitPlan::index
   // `whole` is size() chunks the size of `part`: reduce_scatter's input, all_gather's output.
   void check_chunks(const Tensor& whole, const Tensor& part, const std::string& name) const {
     check_same_dtype(whole, part, name.c_str());

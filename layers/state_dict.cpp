@@ -134,7 +134,7 @@ LoadResult load_state_dict(Module& m, const NamedTensors& sd, const LoadOptions&
     std::string msg;
     for (const std::string& p : problems) msg += "\n  " + p;
     TANDEM_THROW("cannot load ", opt.source, " into the ", m.type_name(), " model (nothing was changed):", msg,
-                 "\nCheck that the file was saved from the same architecture (and the same --model and "
+                 "\nCheck that the file was saved from the same architecture (the same model and "
                  "number of classes)",
                  opt.strict ? ", or load non-strictly to skip missing/unexpected tensors." : ".",
                  opt.cast ? "" : " A dtype mismatch can be allowed with LoadOptions::cast.");

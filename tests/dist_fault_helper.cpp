@@ -4,11 +4,14 @@
 //   dist_fault_helper die        rank 1 exits with status 3 in the middle of training
 //   dist_fault_helper escape     rank 1 lets an exception escape main (no dist::finalize())
 //   dist_fault_helper return     rank 1 returns 4 from main without dist::finalize()
+//   dist_fault_helper subgroup   on a sub-communicator that numbers the ranks in reverse
+//                                (Communicator::split), rank 0 waits in a barrier rank 1 skips
 // In the last two, rank 0 waits in a barrier that rank 1 never joins.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "core/autograd.h"
 #include "core/ops/elementwise.h"
@@ -44,6 +47,16 @@ int main(int argc, char** argv) {
     }
     dist::comm_for(Device::cpu()).barrier("barrier rank 1 never joins")->wait();
     std::printf("[rank 0] no error: the barrier finished without rank 1\n");
+    dist::finalize();
+    return 0;
+  }
+  if (std::strcmp(mode, "subgroup") == 0) {
+    // World rank 1 is rank 0 of the sub-communicator: the watchdog must name world rank 1.
+    std::unique_ptr<dist::Communicator> sub =
+        dist::comm_for(Device::cpu()).split(0, world.size - 1 - world.rank, "split reversed");
+    if (world.rank == 1) sleep(100);  // alive, but never joins; rank 0's watchdog ends the job
+    else sub->barrier("barrier world rank 1 never joins")->wait();
+    std::printf("[rank %d] no error: the sub-communicator's barrier finished without rank 1\n", world.rank);
     dist::finalize();
     return 0;
   }

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 
+#include "core/backend.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "tests/support/conv_params.h"
@@ -55,12 +56,15 @@ std::function<std::vector<Tensor>(const std::vector<Tensor>&)> bn_op(int64_t C, 
   };
 }
 
-struct BnPath {  // ops::set_batchnorm_cudnn for one scope
-  bool was = ops::batchnorm_cudnn();
-  explicit BnPath(bool cudnn) { ops::set_batchnorm_cudnn(cudnn); }
-  BnPath(const BnPath&) = delete;
-  BnPath& operator=(const BnPath&) = delete;
-  ~BnPath() { ops::set_batchnorm_cudnn(was); }
+// BackendConfig::cudnn_batchnorm for one scope (core/backend.h).
+BackendConfig with_cudnn_bn(bool cudnn) {
+  BackendConfig c = backend();
+  c.cudnn_batchnorm = cudnn;
+  return c;
+}
+struct BnPath {
+  BackendScope scope;
+  explicit BnPath(bool cudnn) : scope(with_cudnn_bn(cudnn)) {}
 };
 
 // Residuals moved off ReLU's kink: where bn(x) + z lands within 0.1 of 0 (CPU, f32, with bn_op's
@@ -248,7 +252,6 @@ TEST_CASE("fused conv + bias equals conv then bias add, and the bias gradient is
   // y = conv(x, w) + b either way; db must be the column sum of dy exactly once (a double count
   // would show as 2x). With loss sum(y * up), db[o] = sum over n, h, w of up[n, h, w, o].
   Tf32Scope strict(false);
-  const bool fusion_was = ops::conv_bias_fusion();
   for (DType dt : kDtypes) {
     INFO(dtype_name(dt));
     Tensor x = ops::cast_raw(randn_cpu({4, 9, 9, 16}, 51), dt), w = ops::cast_raw(randn_cpu({32, 3, 3, 16}, 52), dt);
@@ -256,7 +259,9 @@ TEST_CASE("fused conv + bias equals conv then bias add, and the bias gradient is
     Tensor up = ops::cast_raw(randn_cpu({4, 9, 9, 32}, 54), dt);
     std::vector<std::vector<float>> ys, dbs;
     for (bool fuse : {true, false}) {
-      ops::set_conv_bias_fusion(fuse);
+      BackendConfig c = backend();
+      c.conv_bias_fusion = fuse;
+      BackendScope fusion(c);
       const ops::ConvBiasFusionStats before = ops::conv_bias_fusion_stats();
       Tensor xg = x.to(kGpu), wg = w.to(kGpu), bg = b.to(kGpu).set_requires_grad(true);
       Tensor y = ops::conv2d(xg, wg, bg, testing::conv_params(1, 1, 1, 1));
@@ -288,5 +293,4 @@ TEST_CASE("fused conv + bias equals conv then bias add, and the bias gradient is
     CHECK(compare_values("db fused", ref, dbs[0], dbtol) == "");
     CHECK(compare_values("db unfused", ref, dbs[1], dbtol) == "");
   }
-  ops::set_conv_bias_fusion(fusion_was);
 }

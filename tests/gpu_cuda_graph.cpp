@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/cuda/graph.h"
 #include "core/graph_rng.h"
 #include "core/ops/conv.h"
@@ -62,7 +63,9 @@ struct Result {
 // the dropout generator, whose host offset and per-step draws are checked (null: none).
 Result run(Module& model, const Shape& in, bool graphed, const std::function<Tensor(const Tensor&)>& logits_of,
            Generator* drop = nullptr) {
-  ops::set_deterministic(true);
+  BackendConfig deterministic = backend();
+  deterministic.deterministic = true;
+  BackendScope scope(deterministic);  // the same cuDNN engines in both runs
   const Device gpu = Device::cuda(0);
   model.to(gpu);
   model.train();

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/backend.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "tests/support/conv_params.h"
@@ -53,13 +54,13 @@ Tensor rnd(const Shape& s, uint64_t seed) {
 // Runs `body` once per precision with TF32 set as that precision wants, restoring it afterwards.
 template <typename F>
 void for_each_precision(F body) {
-  bool prev = ops::allow_tf32();
   for (const Precision& p : kPrecisions) {
     CAPTURE(p.name);
-    ops::set_allow_tf32(p.tf32);
+    BackendConfig c = backend();
+    c.allow_tf32 = p.tf32;
+    BackendScope scope(c);
     body(p);
   }
-  ops::set_allow_tf32(prev);
 }
 
 }  // namespace
@@ -109,11 +110,12 @@ TEST_CASE("conv2d parity (cuDNN graph API) across stride, padding, dilation, gro
       {"depthwise", {2, 7, 7, 16}, {16, 3, 3, 1}, conv_params(1, 1, 1, 16)},
   };
   // Both bias paths: cuDNN's fused conv + bias graph (the default, where an engine takes the shape)
-  // and the plain conv followed by the broadcast add (ops::set_conv_bias_fusion, core/ops/conv.h).
-  const bool fusion_was = ops::conv_bias_fusion();
+  // and the plain conv followed by the broadcast add (BackendConfig::conv_bias_fusion, core/ops/conv.h).
   for (bool fuse : {true, false}) {
     CAPTURE(fuse);
-    ops::set_conv_bias_fusion(fuse);
+    BackendConfig c = backend();
+    c.conv_bias_fusion = fuse;
+    BackendScope scope(c);
     for_each_precision([&](const Precision& p) {
       for (const Case& c : cases) {
         CAPTURE(c.name);
@@ -124,7 +126,6 @@ TEST_CASE("conv2d parity (cuDNN graph API) across stride, padding, dilation, gro
       }
     });
   }
-  ops::set_conv_bias_fusion(fusion_was);
 }
 
 TEST_CASE("cached plans are reused correctly when the same shape runs again") {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/backend.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "layers/models/resnet.h"
@@ -53,14 +54,16 @@ Tensor param(const Tensor& t) { return ops::cast(t, DType::F32); }
 
 Tensor channel_values(const std::vector<float>& v, Device d) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F32, d); }
 
-// Picks the CUDA BatchNorm (ops::set_batchnorm_cudnn; cuDNN by default) for one scope and restores
-// the previous choice, so each test says which implementation it checks.
+// Picks the CUDA BatchNorm (BackendConfig::cudnn_batchnorm; cuDNN by default) for one scope and
+// restores the previous choice, so each test says which implementation it checks.
+BackendConfig with_cudnn_bn(bool cudnn) {
+  BackendConfig c = backend();
+  c.cudnn_batchnorm = cudnn;
+  return c;
+}
 struct BnPath {
-  bool was = ops::batchnorm_cudnn();
-  explicit BnPath(bool cudnn) { ops::set_batchnorm_cudnn(cudnn); }
-  BnPath(const BnPath&) = delete;
-  BnPath& operator=(const BnPath&) = delete;
-  ~BnPath() { ops::set_batchnorm_cudnn(was); }
+  BackendScope scope;
+  explicit BnPath(bool cudnn) : scope(with_cudnn_bn(cudnn)) {}
 };
 
 }  // namespace
@@ -80,7 +83,7 @@ TEST_CASE("batch_norm training: output, running statistics and gradients, both l
     }
 }
 
-TEST_CASE("batch_norm training through cuDNN's NHWC batch norm (ops::set_batchnorm_cudnn)") {
+TEST_CASE("batch_norm training through cuDNN's NHWC batch norm (BackendConfig::cudnn_batchnorm)") {
   // Same checks as above with the cuDNN path on; shapes with C = 8 and 64 as well, since cuDNN's
   // persistent NHWC kernels specialise on channel counts. A problem cuDNN rejects falls back to
   // the hand-written kernels, which pass the same tolerances. Same tolerance reasons as above.
@@ -263,12 +266,13 @@ TEST_CASE("concat_channels, transpose12, reshape and flatten move data exactly")
 
 TEST_CASE("ResNet blocks on the GPU (cuDNN BN, fused BN+add+ReLU tail) against the CPU, f32") {
   // The whole block, as ResNet runs it: BatchNorm2d::forward_add_relu takes cuDNN's fused path on
-  // the GPU (training mode, ops::batchnorm_cudnn() on) and the composition on the CPU. Strict f32
+  // the GPU (training mode, BackendConfig::cudnn_batchnorm on) and the composition on the CPU. Strict f32
   // (no TF32) so the convs agree to summation order; BN's backward cancellation then dominates, as
   // in the batch_norm tolerance above (f32: 1e-4 relative, 2e-5 absolute), with 10x slack for the
   // chain of three ops. ReLU masks can differ only where a pre-activation is within ~1e-6 of 0.
-  const bool tf32_was = ops::allow_tf32();
-  ops::set_allow_tf32(false);
+  BackendConfig strict = backend();
+  strict.allow_tf32 = false;
+  BackendScope no_tf32(strict);
   BnPath cudnn(true);
   auto rand_params = [](Module& m) {
     Generator g(7);
@@ -314,7 +318,6 @@ TEST_CASE("ResNet blocks on the GPU (cuDNN BN, fused BN+add+ReLU tail) against t
     for (size_t i = 0; i < bc.size(); ++i)
       if (is_floating(bc[i].second.dtype())) close(bg[i].second, bc[i].second, bc[i].first.c_str());
   }
-  ops::set_allow_tf32(tf32_was);
 }
 
 // ---- NaN and inf (the rules: tests/test_nonfinite_ops.cpp) ----

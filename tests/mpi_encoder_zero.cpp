@@ -1,6 +1,6 @@
 // tests/mpi_encoder_zero.cpp: ZeRO-1 and ZeRO-2 on the BERT encoder with train_encoder's optimizer
-// (apps/encoder/param_groups.h: AdamW with no weight decay on biases and LayerNorm, global-norm
-// clipping), against DDP with the same optimizer, under mpiexec -n 2 and -n 4.
+// (apps/trainer/param_groups.h with BERT's rule: AdamW with no weight decay on biases and LayerNorm,
+// global-norm clipping), against DDP with the same optimizer, under mpiexec -n 2 and -n 4.
 //
 // The experiment of tests/mpi_encoder_ddp.cpp (rank r takes its rows of one full batch through
 // mlm_loss; dropout 0; replicas seeded 7 + 100 r, so DDP must broadcast rank 0's weights), but the
@@ -31,7 +31,7 @@
 #include <memory>
 #include <string>
 
-#include "apps/encoder/param_groups.h"
+#include "apps/trainer/param_groups.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
@@ -42,7 +42,7 @@
 
 using namespace tandem;
 using namespace tandem::dist;
-using tandem::apps::encoder::ParamGroups;
+using tandem::trainer::ParamGroups;
 using namespace tandem::testing::encoder_fixture;
 using tandem::testing::ddp_fixture::bit_identical;
 using tandem::testing::ddp_fixture::max_named_rel_diff;
@@ -77,10 +77,10 @@ struct Run {
     oo.weight_decay = 0.01;
     oo.eps = 1e-6;  // BERT's; see the header
     if (stage == 0) {
-      opt = std::make_unique<ParamGroups>("adamw", model->named_parameters(), oo);
+      opt = std::make_unique<ParamGroups>("adamw", model->named_parameters(), oo, trainer::bert_no_weight_decay);
     } else {
       zero = std::make_unique<Zero>(*ddp, stage);
-      opt = std::make_unique<ParamGroups>("adamw", *zero, oo);
+      opt = std::make_unique<ParamGroups>("adamw", *zero, oo, trainer::bert_no_weight_decay);
     }
     if (!load.empty()) opt->load_state(load);
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/cuda/graph.h"
 #include "core/ops/conv.h"
 #include "core/ops/loss.h"
@@ -77,7 +78,9 @@ TEST_CASE("a captured DDP step (NCCL all-reduces inside the graph) equals the ea
     MESSAGE("collectives go over ", backend, " here (ranks share a GPU): no CUDA graph to test");
     return;
   }
-  ops::set_deterministic(true);
+  BackendConfig deterministic = tandem::backend();  // (`backend` above is the communicator's name)
+  deterministic.deterministic = true;
+  BackendScope scope(deterministic);  // the same cuDNN engines in both runs
   const Data data = make_data(kBatch * w.size, w.device);
   const auto eager = train(false, data), graphed = train(true, data);
   REQUIRE(eager.size() == graphed.size());

@@ -28,6 +28,7 @@
 
 #include <string>
 
+#include "core/backend.h"
 #include "core/ops/matmul.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
@@ -38,11 +39,15 @@ using namespace tandem::dist;
 using namespace tandem::testing::ddp_fixture;
 
 namespace {
-// Sets ops::allow_tf32 for one scope and restores the previous setting.
+// Sets BackendConfig::allow_tf32 for one scope and restores the previous settings.
+BackendConfig with_tf32(bool on) {
+  BackendConfig c = backend();
+  c.allow_tf32 = on;
+  return c;
+}
 struct Tf32Scope {
-  bool prev = ops::allow_tf32();
-  explicit Tf32Scope(bool on) { ops::set_allow_tf32(on); }
-  ~Tf32Scope() { ops::set_allow_tf32(prev); }
+  BackendScope scope;
+  explicit Tf32Scope(bool on) : scope(with_tf32(on)) {}
 };
 Communicator& comm() { return comm_for(world().device); }  // NCCL, or MPI with host staging
 

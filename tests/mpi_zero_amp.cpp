@@ -1,5 +1,6 @@
 // tests/mpi_zero_amp.cpp: mixed precision with ZeRO-1/2/3 (run under mpiexec -n 2 and -n 4), through
-// the trainers' own wiring (apps/train/amp.h: build_masters, amp_step, amp_state, take_amp_state).
+// the training step's own wiring (apps/trainer/amp.h: build_masters, make_amp_groups, amp_step,
+// amp_state, take_amp_state; one parameter group here, as train_imagenet's).
 //
 // The model has a BatchNorm, so the AMP cast leaves f32 parameters (their own masters, f32 buckets)
 // beside the 16-bit ones (f32 masters of this rank's shard only, 16-bit buckets). Under ZeRO-3 its
@@ -35,7 +36,7 @@
 #include <map>
 #include <vector>
 
-#include "apps/train/amp.h"
+#include "apps/trainer/amp.h"
 #include "core/ops/ops.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/zero.h"
@@ -92,41 +93,38 @@ DdpOptions ddp_options(const Setup& s) {
 }
 
 // One AMP run: a DDP-wrapped AmpNet (rank r seeded 7 + 100 r: the broadcast must make them equal),
-// [ZeRO,] the masters and the optimizer over them, built in the trainers' order (apps/train/amp.h).
+// [ZeRO,] the masters and the optimizer over them, built in the Step's order (apps/trainer/amp.h).
 struct Run {
   Setup setup;
   std::shared_ptr<AmpNet> model;
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Zero> zero;
-  std::unique_ptr<apps::AmpRun> amp;
-  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<trainer::AmpRun> amp;
+  std::unique_ptr<trainer::ParamGroups> opt;
 
   explicit Run(const Setup& s, const std::string& ckpt = "") : setup(s) {
     model = std::make_shared<AmpNet>(7 + 100 * world().rank);
-    amp = apps::make_amp(s.low, *model);
+    amp = trainer::make_amp(s.low, *model);
     // A checkpoint's weights go in before DDP broadcasts rank 0's; its state after the masters exist.
     optim::NamedTensors load = ckpt.empty() ? optim::NamedTensors{} : load_checkpoint(ckpt, *model).optimizer;
     ddp = std::make_unique<DistributedDataParallel>(model, dist::comm_for(Device::cpu()), ddp_options(s));
     if (s.stage > 0) zero = std::make_unique<Zero>(*ddp, s.stage, units());
-    apps::build_masters(*amp, *model, zero.get());
-    if (!ckpt.empty()) apps::take_amp_state(amp.get(), load);
+    trainer::build_masters(*amp, *model, zero.get());
+    if (!ckpt.empty()) trainer::take_amp_state(amp.get(), load);
     optim::OptimizerOptions oo;
     oo.lr = 0.01;
     if (zero) oo.norm_reduce = zero->sum_reduce();
-    opt = apps::make_amp_optimizer(*amp, s.optimizer, oo);
+    opt = trainer::make_amp_groups(*amp, s.optimizer, oo);
     if (!load.empty()) opt->load_state(load);
   }
 
   Tensor rows(const Tensor& t) const { return rank_rows(t, setup.same_rows ? 0 : world().rank); }
 
-  // Forward and the scaled backward of one step, as apps/train/loop.cpp runs them.
+  // Forward and the scaled backward of one step, as apps/trainer/step.cpp runs them (ParamGroups
+  // zeroes through the Zero under ZeRO: zero.h).
   void backward(const Data& d) {
-    if (zero) {
-      zero->zero_grad(*opt);
-    } else {
-      opt->zero_grad();
-      ddp->reducer().zero_grad();
-    }
+    opt->zero_grad();
+    if (!zero) ddp->reducer().zero_grad();
     Tensor loss = ops::cross_entropy((*ddp)(ops::cast_raw(rows(d.x), setup.low)), rows(d.y));
     ops::scale(loss, static_cast<float>(amp->scaler.scale())).backward();
   }
@@ -136,14 +134,14 @@ struct Run {
     int applied = 0;
     for (int i = 0; i < n; ++i) {
       backward(d);
-      applied += apps::amp_step(*amp, *opt, setup.clip);
+      applied += trainer::amp_step(*amp, *opt, setup.clip);
     }
     return applied;
   }
   // Unsharded optimizer state plus the "amp.*" entries (masters, scaler); complete on rank 0.
   optim::NamedTensors state() const {
-    optim::NamedTensors s = zero ? zero->gather_state(*opt) : opt->state();
-    for (auto& e : apps::amp_state(*amp)) s.push_back(e);
+    optim::NamedTensors s = opt->state();  // gathered from the shards under ZeRO (collective)
+    for (auto& e : trainer::amp_state(*amp)) s.push_back(e);
     return s;
   }
   // ZeRO-3: the weights are whole only while this lives (collective); otherwise it does nothing.
@@ -263,7 +261,7 @@ TEST_CASE("fp16 + ZeRO: an inf in one rank's gradient shard skips the step on ev
     if (world().rank == last)
       grads.back().slice(0, 1).copy_(ops::cast_raw(Tensor::full({1}, INFINITY), DType::F16));
     const std::string before = weights();
-    CHECK_FALSE(apps::amp_step(*r.amp, *r.opt));  // every rank: skipped
+    CHECK_FALSE(trainer::amp_step(*r.amp, *r.opt));  // every rank: skipped
     CHECK(r.amp->scaler.scale() == 512.0);
     CHECK(r.amp->scaler.skipped_steps() == 1);
     CHECK(weights() == before);
@@ -354,24 +352,24 @@ TEST_CASE("AMP resume across stage and world size equals the uninterrupted AMP D
     // World size 1: one process, unsharded masters, the same rows, from the same checkpoint.
     {
       auto one = std::make_shared<AmpNet>(1);
-      auto amp = apps::make_amp(DType::BF16, *one);
+      auto amp = trainer::make_amp(DType::BF16, *one);
       optim::NamedTensors load = load_checkpoint(path, *one).optimizer;
-      apps::build_masters(*amp, *one, nullptr);
-      apps::take_amp_state(amp.get(), load);
+      trainer::build_masters(*amp, *one, nullptr);
+      trainer::take_amp_state(amp.get(), load);
       optim::OptimizerOptions oo;
       oo.lr = 0.01;
-      auto opt = apps::make_amp_optimizer(*amp, "adamw", oo);
+      auto opt = trainer::make_amp_groups(*amp, "adamw", oo);
       opt->load_state(load);
       const Data d = make_data(world().size * kBatch);
       for (int i = 0; i < kAfter; ++i) {
         opt->zero_grad();
         one->zero_grad();
         ops::cross_entropy((*one)(ops::cast_raw(rank_rows(d.x, 0), DType::BF16)), rank_rows(d.y, 0)).backward();
-        CHECK(optim::amp_step(*amp->master, amp->scaler, *opt, amp->master->model_grads()));
+        CHECK(trainer::amp_step(*amp, *opt));
       }
       CHECK(same_bits(*one, *whole.model));
       optim::NamedTensors os = opt->state();
-      for (auto& e : apps::amp_state(*amp)) os.push_back(e);
+      for (auto& e : trainer::amp_state(*amp)) os.push_back(e);
       if (world().rank == 0) CHECK(state_diff(os, whole_state) <= 1e-6);
     }
   }

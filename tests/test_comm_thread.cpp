@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -116,4 +117,69 @@ TEST_CASE("run_ranks: a rank that throws stops the others at once; its error com
   }), doctest::Contains("rank 2: "), Error);
   // Not the 60 s timeout's "did not reach": the group failed when rank 2 threw.
   for (int r : {0, 1}) CHECK(seen[r].find("rank 2 failed: ") != std::string::npos);
+}
+
+TEST_CASE("split: groups by colour, ranked by key; collectives stay inside a group") {
+  run_ranks(4, [](Communicator& c) {
+    const int r = c.rank();
+    // Colour = parity; key reverses the order, so world 3 is rank 0 of the odd group.
+    std::unique_ptr<Communicator> sub = c.split(r % 2, 10 - r);
+    CHECK(sub->size() == 2);
+    CHECK(sub->rank() == (r < 2 ? 1 : 0));
+    CHECK(std::string(sub->backend()) == "threads");
+    Tensor t = Tensor::full({3}, r + 1.0);
+    sub->all_reduce(t)->wait();
+    CHECK(t.to_vector() == std::vector<float>(3, r % 2 ? 2 + 4 : 1 + 3));  // (r+1) summed over my group
+    // Splits compose, and the parent keeps working in between.
+    c.barrier()->wait();
+    std::unique_ptr<Communicator> alone = sub->split(sub->rank(), 0);
+    CHECK(alone->size() == 1);
+    Tensor u = Tensor::full({2}, 7.0);
+    alone->all_reduce(u)->wait();
+    CHECK(u.to_vector() == std::vector<float>(2, 7.0f));
+    // A second split of the same communicator makes new groups, not the first split's.
+    std::unique_ptr<Communicator> all = c.split(0, r);
+    CHECK(all->size() == 4);
+    CHECK(all->rank() == r);
+    CHECK_THROWS_WITH_AS(c.split(-1, 0), doctest::Contains("every rank must join some group"), Error);
+  });
+}
+
+TEST_CASE("split: a disagreement inside a group names world ranks; a thrown rank stops the sub-groups too") {
+  run_ranks(4, [](Communicator& c) {
+    std::unique_ptr<Communicator> sub = c.split(c.rank() / 2, c.rank());  // {0, 1}, {2, 3}
+    Tensor t = Tensor::zeros({c.rank() == 3 ? 5 : 4});
+    std::string msg;
+    try {
+      sub->all_reduce(t, ReduceOp::Sum, "tp")->wait();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    if (c.rank() >= 2)
+      CHECK(msg.find("rank 0 (world rank 2) issued all_reduce f32 4 -> 4 sum 'tp' but rank 1 (world rank 3) issued "
+                     "all_reduce f32 5 -> 5") != std::string::npos);
+    else
+      CHECK(msg.empty());
+  });
+  std::string seen;
+  std::atomic<bool> waiting{false};
+  CHECK_THROWS_WITH_AS(run_ranks(4, [&](Communicator& c) {
+    std::unique_ptr<Communicator> sub = c.split(c.rank() / 2, c.rank());
+    if (c.rank() == 3) {
+      while (!waiting) std::this_thread::yield();  // rank 2 is inside its sub-group's barrier
+      TANDEM_THROW("boom");
+    }
+    if (c.rank() != 2) return;
+    try {
+      WorkPtr w = sub->barrier();
+      waiting = true;
+      w->wait();  // its partner threw: the root group's failure reaches this sub-group at once
+    } catch (const Error& e) {
+      seen = e.what();
+      throw;
+    }
+  }), doctest::Contains("rank 3: "), Error);
+  CAPTURE(seen);
+  CHECK(seen.find("rank 3 failed: ") != std::string::npos);
+  CHECK(seen.find("boom") != std::string::npos);
 }

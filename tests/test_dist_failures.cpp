@@ -35,6 +35,15 @@ TEST_CASE("a rank that dies mid-training, launcher told not to clean up: tandem'
                {"[rank 0] tandem watchdog: rank(s) 1 did not reach collective"});
 }
 
+TEST_CASE("a rank missing from a collective on a sub-communicator: the watchdog names its world rank") {
+  // The sub-communicator (Communicator::split, tensor parallelism's groups) numbers the two ranks in
+  // reverse, so its rank 0 is world rank 1: the message must say 1, and that it was a sub-communicator.
+  check_failed(run("TANDEM_COMM_TIMEOUT_S=5", "-disable-auto-cleanup", "subgroup"), 60,
+               {"[rank 0] tandem watchdog: rank(s) 1 did not reach collective #1 (barrier world rank 1 never joins on "
+                "a sub-communicator of 2 ranks)"},
+               {"no error"});
+}
+
 // Leaving main without dist::finalize() must end the job at once, not hang in the communicators'
 // teardown or leave rank 0 in its barrier: tandem prints a line and calls MPI_Abort. The launcher
 // is told not to clean up and the collective deadline is 100 s, so only that path can end it in 30 s.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/backend.h"
 #include "core/ops/ops.h"
 #include "tests/support/gradcheck.h"
 
@@ -102,11 +103,13 @@ TEST_CASE("shape errors say what to fix") {
   CHECK_THROWS_AS(ops::linear(rand_f64({2, 5}, 3, -1, 1, false), b, rand_f64({3}, 4, -1, 1, false)), Error);
 }
 
-TEST_CASE("allow_tf32 is a process-wide switch") {
-  bool prev = ops::allow_tf32();
-  ops::set_allow_tf32(false);
-  CHECK_FALSE(ops::allow_tf32());
-  ops::set_allow_tf32(true);
-  CHECK(ops::allow_tf32());
-  ops::set_allow_tf32(prev);
+TEST_CASE("allow_tf32 is a process-wide setting, changed only for a BackendScope's lifetime") {
+  const bool prev = backend().allow_tf32;
+  {
+    BackendConfig c = backend();
+    c.allow_tf32 = !prev;
+    BackendScope scope(c);
+    CHECK(backend().allow_tf32 == !prev);
+  }
+  CHECK(backend().allow_tf32 == prev);
 }

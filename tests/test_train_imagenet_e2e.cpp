@@ -58,7 +58,7 @@ TEST_CASE("mpiexec -n 2 train_imagenet trains on a generated dataset and writes 
   CHECK(std::isfinite(m["final"]["train_loss"].get<double>()));
   CHECK(m["final"]["val_images"] == 12);  // every val image counted once across the 2 ranks
   // The measured model state is the model's: the loader's prefetched batches and the step's own batch
-  // are not in it (apps/train/memory.h); the last step's logits and loss are (under 100 bytes here).
+  // are not in it (apps/trainer/memory.h); the last step's logits and loss are (under 100 bytes here).
   const double state = m["memory_ledger"]["measured_bytes"]["model_state"];
   const double predicted = m["memory_ledger"]["predicted_bytes"]["model_state"];
   MESSAGE("model state measured ", state, " B, predicted ", predicted, " B");
@@ -91,6 +91,12 @@ TEST_CASE("1 of 2 epochs + --resume auto ends exactly where 2 epochs in one go e
   CHECK(slurp((s.root / "b2.log").string()).find("resumed from") != std::string::npos);
   json m = json::parse(slurp(b + "/m.json"));
   CHECK(m["steps_this_run"] == 3);
+  // The resumed run's optimizer state exists before its first step (loaded from the checkpoint):
+  // it is model state, not what the ledger subtracts as "other" (which made this 0 at e25430b).
+  const double state = m["memory_ledger"]["measured_bytes"]["model_state"];
+  const double predicted = m["memory_ledger"]["predicted_bytes"]["model_state"];
+  MESSAGE("resumed: model state measured ", state, " B, predicted ", predicted, " B");
+  CHECK(state == doctest::Approx(predicted).epsilon(0.01));
   CHECK(m["bn_impl"] == "cpu");   // --bn-impl picks a GPU BatchNorm; the CPU has one
   CHECK(m["conv_bias_fusion"]["setting"] == "cpu");  // --conv-bias-fusion picks a cuDNN graph; the CPU has none
   CHECK(m["conv_bias_fusion"]["fused_calls"] == 0);

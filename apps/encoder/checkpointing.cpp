@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "apps/encoder/setup.h"  // defines: Training
-#include "core/random.h"         // defines: default_generator (saved and restored: dropout)
+#include "apps/trainer/position.h"  // defines: Position, train_state, resume_position
 
 namespace tandem::apps::encoder {
 
@@ -58,9 +58,8 @@ Restored restore_checkpoint(const std::string& path, Module& model, const Encode
   if (auto it = s.extra.find("batch_per_rank"); it != s.extra.end() && s.index_in_epoch != 0)
     TANDEM_CHECK(it->second == std::to_string(o.batch), "checkpoint '", path, "' was written inside an epoch with "
                  "--batch ", it->second, ": resume with the same --batch");
-  if (auto it = s.rng.find("default"); it != s.rng.end())
-    default_generator().set_state(it->second.seed, it->second.offset);
-  if (w.rank == 0) std::printf("resumed from %s at step %lld\n", path.c_str(), (long long)s.step);
+  const trainer::Position at = trainer::resume_position(s);  // restores the default generator (dropout)
+  if (w.rank == 0) std::printf("resumed from %s at step %lld\n", path.c_str(), (long long)at.step);
   return r;
 }
 
@@ -68,13 +67,7 @@ bool checkpoint_if_due(const Training& t, const EncoderOptions& o, int64_t step,
                        int64_t index_in_epoch, bool last) {
   const bool due = last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
   if (o.checkpoint_dir.empty() || !due) return false;
-  TrainState s;
-  s.step = step;
-  s.epoch = s.sampler_epoch = epoch;
-  s.index_in_epoch = index_in_epoch;
-  s.world_size = t.world->size;
-  s.model = o.model;
-  s.rng["default"] = {default_generator().seed(), default_generator().offset()};
+  TrainState s = trainer::train_state(trainer::Position{step, epoch, index_in_epoch}, t.world->size, o.model);
   s.extra["optimizer"] = o.optimizer;
   s.extra["total_steps"] = std::to_string(o.steps);
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
@@ -82,16 +75,12 @@ bool checkpoint_if_due(const Training& t, const EncoderOptions& o, int64_t step,
   s.extra["seq_len"] = std::to_string(o.seq_len);
   s.extra["vocab_size"] = std::to_string(t.corpus.vocab_size);
   s.extra["amp"] = o.amp;
-  // ZeRO: every rank takes part in assembling the unsharded state (and AMP's f32 masters); rank 0
-  // receives it.
-  NamedTensors opt_state = t.zero ? t.opt->state() : NamedTensors{};
-  NamedTensors amp_entries = t.amp && t.zero ? amp_state(*t.amp) : NamedTensors{};
+  // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
+  // under ZeRO every rank takes part in assembling it, and rank 0 receives it.
+  const NamedTensors opt_state = t.step->state();
   if (t.world->rank == 0) {
     fs::create_directories(o.checkpoint_dir);
     const std::string path = step_checkpoint_path(o.checkpoint_dir, step);
-    if (!t.zero) opt_state = t.opt->state();
-    if (t.amp && !t.zero) amp_entries = amp_state(*t.amp);  // f32 masters and the loss scale
-    for (auto& e : amp_entries) opt_state.push_back(std::move(e));
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
     auto all = list_step_checkpoints(o.checkpoint_dir);

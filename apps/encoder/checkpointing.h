@@ -10,7 +10,7 @@
 // by parameter name ("<param>.exp_avg"), also under --zero 1|2 (gathered from the shards, dist/zero.h),
 // so a checkpoint resumes at any world size and ZeRO stage. Under --amp the model tensors are the
 // 16-bit weights and the f32 masters ride beside the optimizer state ("amp.master.<param>", with the
-// loss scaler's "amp.scaler.*": apps/train/amp.h), so resuming keeps the f32 bits.
+// loss scaler's "amp.scaler.*": apps/trainer/amp.h), so resuming keeps the f32 bits.
 #pragma once
 #include <cstdint>
 #include <string>

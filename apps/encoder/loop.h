@@ -1,16 +1,17 @@
 // apps/encoder/loop.h: train_encoder's step loop.
 //
 // Each step: the next batch of masked sequences (the loader moves on to the next epoch, reshuffled
-// and re-masked, when one runs out), the LR of BERT's schedule for that step, forward through
-// DDP (forward_with: the model takes ids, attention mask, token types and labels) computing the
-// masked-LM loss, backward (gradients all-reduced in buckets while backward runs; reduce-scattered
-// under --zero 2), global-norm clipping, the optimizer step (under --zero 1|2 on this rank's shard,
-// then the parameter all-gather). The loss is summed on the device and read only when a progress
-// line is due (every --log-every steps and at a stop), so no step waits for the host except
-// clipping's one read of the norm.
+// and re-masked, when one runs out), the LR of BERT's schedule for that step, then the training
+// step (apps/trainer/step.h) with this trainer's loss: forward through DDP (forward_with: the model
+// takes ids, attention mask, token types and labels) computing the masked-LM loss. The Step does
+// the rest: backward (gradients all-reduced in buckets while backward runs; reduce-scattered under
+// --zero 2), global-norm clipping, the optimizer step (under --zero 1|2 on this rank's shard, then
+// the parameter all-gather). The loss is summed on the device and read only when a progress line
+// is due (every --log-every steps and at a stop), so no step waits for the host except clipping's
+// one read of the norm.
 // --amp: backward from the loss times the loss scale (fp16; 1 for bf16), then the unscale + inf/NaN
 // check of the 16-bit gradients into the f32 masters, one all-rank agreement on the flag
-// (apps/train/amp.h), the loss scaler's update, and on a clean step clipping of the f32 master
+// (apps/trainer/amp.h), the loss scaler's update, and on a clean step clipping of the f32 master
 // gradients, the update of the masters and their rounding into the model. A step with non-finite
 // gradients is skipped on every rank: counted in the progress line and the metrics, its loss left
 // out of the interval's mean.
@@ -18,11 +19,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "apps/encoder/options.h"  // defines: EncoderOptions
-#include "apps/encoder/report.h"   // defines: Interval
-#include "apps/encoder/setup.h"    // defines: Training
-#include "apps/train/clock.h"      // defines: RunClock
-#include "data/text_loader.h"      // defines: TextBatch
+#include "apps/encoder/options.h"          // defines: EncoderOptions
+#include "apps/encoder/report.h"           // defines: Interval
+#include "apps/encoder/setup.h"            // defines: Training
+#include "apps/trainer/clock.h"            // defines: RunClock
+#include "apps/trainer/timeline_window.h"  // defines: TimelineWindow
+#include "data/text_loader.h"              // defines: TextBatch
 
 namespace tandem::apps::encoder {
 
@@ -35,7 +37,7 @@ struct LoopState {
   int64_t skipped_steps = 0;   // steps of this run whose update every rank skipped (--amp overflow)
   Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
   double grad_norm = 0;        // the last step's, before clipping
-  size_t timeline_from = 0;    // the DDP timeline's first step of the interval
+  trainer::TimelineWindow comm;  // the interval's communication figures
   data::TextBatch batch;       // reused from step to step
 };
 
@@ -43,6 +45,7 @@ struct LoopState {
 LoopState start_loop(Training& t, const EncoderOptions& o);
 
 // Trains until s.step == until, printing progress lines; fills `last` at each one.
-void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t until, RunClock& clock, Interval& last);
+void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t until, trainer::RunClock& clock,
+                 Interval& last);
 
 }  // namespace tandem::apps::encoder

@@ -2,6 +2,7 @@
 #include "apps/encoder/options.h"
 
 #include <CLI/CLI.hpp>
+#include <map>
 
 #include "core/check.h"  // defines: TANDEM_CHECK
 
@@ -84,8 +85,6 @@ void validate(EncoderOptions& o) {
                "benchmark");
   TANDEM_CHECK(o.synthetic || !o.vocab.empty(), "--data needs --vocab vocab.txt: build one with "
                "build/apps/make_vocab <paths> --out vocab.txt");
-  TANDEM_CHECK(o.zero != 2 || o.compress == "none", "--zero 2 with --compress ", o.compress,
-               " is not supported (stage 2 reduce-scatters f32 gradients): drop --compress or use --zero 1");
   TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
   TANDEM_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
   TANDEM_CHECK(o.seq_len >= 8 && o.seq_len <= 512, "--seq-len ", o.seq_len,
@@ -98,6 +97,44 @@ void validate(EncoderOptions& o) {
   TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
                "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
   if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
+  trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
+}
+
+namespace {
+
+// The words for the library's options in this trainer's messages (apps/trainer/option_names.h).
+std::string flag_name(const std::string& option, const std::string& value) {
+  if (option == "strategy")
+    return value == "zero1" ? "--zero 1" : value == "zero2" ? "--zero 2" : value == "ddp" ? "--zero 0" : "--zero";
+  static const std::map<std::string, std::string> flags{
+      {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip"},
+      {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
+      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}};
+  const auto it = flags.find(option);
+  if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
+  return value.empty() ? it->second : it->second + " " + value;
+}
+
+}  // namespace
+
+trainer::StepOptions step_options(const EncoderOptions& o) {
+  trainer::StepOptions s;
+  s.strategy = o.zero == 1 ? trainer::Strategy::Zero1 : o.zero == 2 ? trainer::Strategy::Zero2 : trainer::Strategy::Ddp;
+  s.first_bucket_mb = o.first_bucket_mb, s.bucket_mb = o.bucket_mb, s.overlap = !o.no_overlap;
+  s.compress = o.compress;
+  // BERT: AdamW or LAMB, the lr set by the schedule at every step, no weight decay on biases and
+  // LayerNorm (apps/trainer/param_groups.h).
+  s.optimizer = o.optimizer;
+  s.optimizer_options.lr = o.lr;
+  s.optimizer_options.weight_decay = o.wd;
+  s.optimizer_options.beta2 = o.beta2;
+  s.no_decay = trainer::bert_no_weight_decay;
+  s.clip_grad_norm = o.clip;
+  s.precision = trainer::precision_from_name(o.amp);
+  s.on_nonfinite = trainer::OnNonfinite::Off;
+  s.checkpoint = !o.checkpoint_dir.empty();
+  s.names = flag_name;
+  return s;
 }
 
 }  // namespace tandem::apps::encoder

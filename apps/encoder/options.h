@@ -4,11 +4,15 @@
 // --checkpoint-dir/--resume auto, --trace, --metrics); what differs is text: --vocab, --seq-len, the
 // masking probability, and BERT's recipe (AdamW or LAMB, warmup then linear decay, clipping at 1.0,
 // no weight decay on biases and LayerNorm). The run is counted in optimizer steps, not epochs: a
-// text corpus is a stream, and BERT recipes are stated in steps.
+// text corpus is a stream, and BERT recipes are stated in steps. step_options() turns the step's
+// part into the training-step library's StepOptions (apps/trainer/step_options.h), whose
+// refusals then name these flags.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "apps/trainer/step_options.h"  // defines: StepOptions
 
 namespace tandem::apps::encoder {
 
@@ -43,8 +47,8 @@ struct EncoderOptions {
   double first_bucket_mb = 1;
   bool no_overlap = false;
   std::string compress = "none";
-  // precision and sharding (as train_imagenet; the two together are refused for now: options.cpp)
-  std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/train/amp.h)
+  // precision and sharding (as train_imagenet; together, each rank keeps the masters of its shard)
+  std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/amp.h)
   int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients
   // checkpoints
   std::string checkpoint_dir;       // empty: no checkpoints
@@ -67,5 +71,10 @@ struct EncoderOptions {
 int parse_options(int argc, char** argv, EncoderOptions& o, bool print);
 // Throws tandem::Error for settings that parse but cannot work.
 void validate(EncoderOptions& o);
+
+// The step's options as the library's StepOptions (BERT's no-weight-decay rule, clipping, --amp,
+// --zero, the buckets), its messages naming this trainer's flags. No per-step non-finite loss
+// check (on_nonfinite off), as before the library: --amp still skips steps whose gradients overflow.
+trainer::StepOptions step_options(const EncoderOptions& o);
 
 }  // namespace tandem::apps::encoder

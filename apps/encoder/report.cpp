@@ -8,9 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/encoder/setup.h"  // defines: Training
-#include "apps/train/ledger.h"   // defines: ledger_json
 #include "core/storage.h"        // defines: memory_stats
-#include "dist/transport/bootstrap.h"  // defines: comm_for (its backend name)
+#include "dist/transport/bootstrap.h"      // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"   // defines: kTandemVersion
 
 namespace tandem::apps::encoder {
@@ -53,10 +52,6 @@ std::string progress_line(int64_t step, int64_t total, double lr, const Interval
   return line;
 }
 
-void measure_state_memory(Training& t) {
-  if (t.ledger.measured_state < 0) t.ledger.measured_state = memory_stats(t.dev).current_bytes - t.mem_other;
-}
-
 std::string validation_line(const EvalResult& r, const Training& t) {
   const data::UnigramBaseline& u = t.corpus.baseline;
   char b[400];
@@ -90,14 +85,14 @@ void print_start(const EncoderOptions& o, const Training& t) {
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.seq_len, (long long)o.batch,
               (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)o.steps,
-              (long long)c.train->size(), t.opt->name(), o.lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
+              (long long)c.train->size(), t.step->optimizer_name(), o.lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
   std::printf("precision %s, ZeRO stage %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
-              t.ledger.str().c_str());
+              t.memory.ledger().str().c_str());
   std::fflush(stdout);
 }
 
-void report(const EncoderOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step) {
+void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock, const RunRecord& rec, int64_t step) {
   const int world = t.world->size;
   const int64_t run_steps = step - t.start.step;
   const double train_s = clock.train_s();
@@ -106,9 +101,9 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
   const double tok_s = seq_s * o.seq_len;
   const double mfu = t.peak.flops > 0 ? tok_s / world * t.flops_per_token / t.peak.flops : 0;
   if (!o.trace.empty()) dist::write_trace(o.trace, dist::comm_for(Device::cpu()));
-  const dist::TimelineSummary comm = t.ddp->timeline().summary();
+  const dist::TimelineSummary comm = t.step->timeline().summary();
   const MemoryStats mem = memory_stats(t.dev);
-  t.ledger.measured_peak = mem.peak_bytes - t.mem_other;
+  t.memory.measure_peak();
   if (t.world->rank != 0) return;
   std::printf("done: %lld steps, init %.2f s, train %.2f s, steady %.1f seq/s (%.1f/rank), %.0f tok/s (%.0f/rank), "
               "MFU %.1f%%, wall %.2f s, %s\n",
@@ -117,7 +112,7 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
   if (rec.last.skipped_steps > 0)
     std::printf("skipped steps: %lld (non-finite gradients under --amp %s)\n", (long long)rec.last.skipped_steps,
                 o.amp.c_str());
-  std::printf("%s\n", t.ledger.str().c_str());
+  std::printf("%s\n", t.memory.ledger().str().c_str());
   if (o.metrics.empty()) return;
   const Interval& last = rec.last;
   const data::UnigramBaseline& u = t.corpus.baseline;
@@ -145,7 +140,7 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
       {"amp", o.amp},
       {"zero", o.zero},
       {"skipped_steps", last.skipped_steps},
-      {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
+      {"loss_scale", t.step->loss_scale()},  // after the last step; 1 for bf16, 0 without AMP
       {"steps", step},
       {"steps_this_run", run_steps},
       {"resumed_from", t.resumed_from},
@@ -169,7 +164,7 @@ void report(const EncoderOptions& o, Training& t, const RunClock& clock, const R
       {"comm", {{"comm_ms_per_step", comm.comm_ms}, {"exposed_ms_per_step", comm.exposed_ms},
                 {"overlap", comm.overlap}, {"steps", comm.steps}}},
       {"memory", {{"current_bytes", mem.current_bytes}, {"peak_bytes", mem.peak_bytes}}},
-      {"memory_ledger", ledger_json(t.ledger, t.amp != nullptr)},
+      {"memory_ledger", t.memory.json()},
       {"baseline", {{"token", u.token}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
       {"final", {{"train_loss", last.loss}}},
       {"validations", evals},

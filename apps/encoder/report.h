@@ -3,7 +3,7 @@
 // JSON summary (--metrics).
 //
 // A progress line covers the interval since the previous one (the loop does not synchronise with
-// the device inside an interval; see apps/train/clock.h):
+// the device inside an interval; see apps/trainer/clock.h):
 //   sequences/s and tokens/s (tokens = sequences x --seq-len), in total and per rank;
 //   MFU = model FLOPs per second per rank / the rank's peak (apps/encoder/flops.h);
 //   ms/step split: data (the host building the batch: masking, copies), exposed communication
@@ -22,7 +22,7 @@
 
 #include "apps/encoder/options.h"     // defines: EncoderOptions
 #include "apps/encoder/validation.h"  // defines: EvalResult
-#include "apps/train/clock.h"         // defines: RunClock
+#include "apps/trainer/clock.h"       // defines: RunClock
 
 namespace tandem::apps::encoder {
 
@@ -48,9 +48,6 @@ std::string progress_line(int64_t step, int64_t total, double lr, const Interval
 // "validation step S: masked-token accuracy A (unigram baseline B) | loss L (baseline M)".
 std::string validation_line(const EvalResult& r, const Training& t);
 
-// The allocator's bytes once the optimizer state exists (the first applied step; later calls do nothing).
-void measure_state_memory(Training& t);
-
 // Corpus, model, settings and the predicted memory ledger (rank 0).
 void print_start(const EncoderOptions& o, const Training& t);
 
@@ -62,6 +59,6 @@ struct RunRecord {
 
 // After the last step (clock stopped): writes the --trace (all ranks take part), then on rank 0
 // prints the done line and writes the --metrics JSON.
-void report(const EncoderOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step);
+void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock, const RunRecord& rec, int64_t step);
 
 }  // namespace tandem::apps::encoder

@@ -7,12 +7,9 @@
 #include <cstdlib>
 
 #include "apps/encoder/checkpointing.h"  // defines: restore_checkpoint
-#include "apps/train/ddp_options.h"      // defines: ddp_options
-#include "apps/train/ledger.h"           // defines: ledger_inputs, model_state_bytes
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
 #include "core/random.h"                 // defines: manual_seed, Generator
-#include "core/storage.h"                // defines: memory_stats
 #include "data/text_corpus.h"            // defines: build_token_streams
 
 namespace tandem::apps::encoder {
@@ -87,38 +84,6 @@ std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int
 
 namespace {
 
-std::unique_ptr<dist::DistributedDataParallel> make_ddp(const EncoderOptions& o, ModulePtr model, Device dev) {
-  DdpFlags f;
-  f.first_bucket_mb = o.first_bucket_mb, f.bucket_mb = o.bucket_mb, f.overlap = !o.no_overlap;
-  f.compress = o.compress, f.zero = o.zero;
-  return std::make_unique<dist::DistributedDataParallel>(std::move(model), dist::comm_for(dev), ddp_options(f));
-}
-
-// --optimizer's two groups over the parameters (DDP), the f32 masters (--amp: of every parameter, or
-// with --zero of this rank's shard) or this rank's ZeRO shard (--zero 1|2).
-std::unique_ptr<ParamGroups> make_optimizer(const EncoderOptions& o, Training& t) {
-  optim::OptimizerOptions oo;
-  oo.lr = o.lr;
-  oo.weight_decay = o.wd;
-  oo.beta2 = o.beta2;
-  if (t.amp && t.zero) return std::make_unique<ParamGroups>(o.optimizer, t.amp->master->master_segments(), *t.zero, oo);
-  if (t.amp)
-    return std::make_unique<ParamGroups>(o.optimizer, t.amp->master->master_segments(),
-                                         static_cast<int64_t>(t.amp->master->size()), oo);
-  if (t.zero) return std::make_unique<ParamGroups>(o.optimizer, *t.zero, oo);
-  return std::make_unique<ParamGroups>(o.optimizer, t.model->named_parameters(), oo);
-}
-
-// The ledger of this rank's model state (dist/measure/memory_ledger.h); AdamW and LAMB keep two f32 moments.
-void plan_memory(Training& t) {
-  dist::LedgerOptions lo = ledger_inputs(*t.ddp, t.zero.get(), t.world->size);
-  lo.mixed = t.amp != nullptr;
-  lo.state_bytes = 8;
-  t.ledger = dist::predict_memory(lo);
-  t.mem_other = memory_stats(t.dev).current_bytes - model_state_bytes(*t.ddp, t.amp ? t.amp->master->bytes() : 0);
-  reset_peak_memory(t.dev);  // the measured peak is the steps' (dist/measure/memory_ledger.h), not the set-up's
-}
-
 // Shuffled, sharded training batches; the held-out set in order, every sequence once.
 void make_loaders(const EncoderOptions& o, Training& t) {
   data::TextLoaderOptions lo;
@@ -163,21 +128,16 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   t.resumed_from = resume;
   t.model = std::move(model);
   t.model->to(t.dev);
-  t.amp = make_amp(o.amp, *t.model);  // before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
-  NamedTensors opt_state;
-  if (!resume.empty()) {
-    Restored r = restore_checkpoint(resume, *t.model, o, w);
+  // The checkpoint goes in after --amp's cast and before DDP's broadcast; the Step calls back here.
+  auto restore = [&](Module& m) {
+    if (resume.empty()) return NamedTensors{};
+    Restored r = restore_checkpoint(resume, m, o, w);
     t.start = r.state;
-    opt_state = std::move(r.optimizer);
-  }
-  t.ddp = make_ddp(o, t.model, t.dev);
-  if (o.zero > 0) t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
-  // The f32 masters from rank 0's broadcast weights: of every parameter, or of this rank's shard.
-  if (t.amp) build_masters(*t.amp, *t.model, t.zero.get());
-  if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);  // the checkpoint's masters and loss scale
-  t.opt = make_optimizer(o, t);
-  if (!opt_state.empty()) t.opt->load_state(opt_state);
+    return std::move(r.optimizer);
+  };
+  t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  t.step->set_steps_done(t.start.step);
   make_loaders(o, t);
   t.sched = make_schedule(o);
   t.end_step = o.run_steps > 0 ? std::min(o.steps, t.start.step + o.run_steps) : o.steps;
@@ -189,7 +149,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
   t.flops_per_token = train_flops_per_token(t.model->config(), t.model->num_parameters(), o.seq_len);
   t.peak = peak_flops(t.dev, o.peak_tflops, w.local_size);
-  plan_memory(t);
+  t.memory.plan(*t.step, t.dev, 0);  // token batches are not subtracted (small; as the ledger always did here)
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

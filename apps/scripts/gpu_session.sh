@@ -268,7 +268,7 @@ if want train; then
     run_step "torch_$tag" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" --batch "$b" \
       --steps "$steps" --warmup "$warm" --image-size "$image" --json "$raw/torch_$tag.json"
   done
-  # --cuda-graph (apps/train/graph_step.h): the same run with and without graphs, side by side, for
+  # --cuda-graph (apps/trainer/graph_capture.h): the same run with and without graphs, side by side, for
   # the first resnet50 and resnet18 configs. Both sides use --on-nonfinite off (the graph requires it,
   # and the eager default's per-step loss read would otherwise be counted against eager).
   for gm in resnet50 resnet18; do

@@ -10,10 +10,10 @@ Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same w
     so no input pipeline is measured;
   - layout: channels_last (NHWC), tandem's only activation layout;
   - precision "tf32" (default): f32 storage, TF32 tensor cores for matmul AND convolution. That is
-    tandem's default: ops::allow_tf32() is on (core/ops/matmul.h) and governs cuBLASLt
+    tandem's default: BackendConfig::allow_tf32 is on (core/backend.h) and governs cuBLASLt
     (CUBLAS_COMPUTE_32F_FAST_TF32, core/ops/cuda/matmul.cpp) and cuDNN engine choice
     (core/ops/cuda/conv.cpp). PyTorch's own default differs (matmul TF32 off), hence the explicit
-    switches. "f32" turns TF32 off on both sides' equivalent switches (tandem: set_allow_tf32(false));
+    switches. "f32" turns TF32 off on both sides' equivalent switches (tandem: allow_tf32 = false);
   - cuDNN algorithms: heuristics by default (cudnn.benchmark=False), as tandem picks the first engine
     of cuDNN's heuristics without timing; --cudnn-benchmark shows what autotuning would add;
   - optimizer: SGD momentum 0.9, weight decay 1e-4 (PyTorch's default foreach implementation), loss

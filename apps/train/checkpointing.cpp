@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "apps/train/setup.h"  // defines: Training
-#include "core/random.h"       // defines: default_generator (saved and restored)
-#include "layers/checkpoint_dir.h"  // defines: checkpoint_path, latest_checkpoint, prune_checkpoints
+#include "apps/train/setup.h"        // defines: Training
+#include "apps/trainer/position.h"   // defines: Position, train_state, resume_position
+#include "layers/checkpoint_dir.h"     // defines: checkpoint_path, latest_checkpoint, prune_checkpoints
 
 namespace tandem::apps {
 
@@ -23,37 +23,27 @@ Restored restore_checkpoint(const std::string& path, Module& model, const TrainO
   TANDEM_CHECK(state.index_in_epoch == 0 || state.world_size == w.size, "checkpoint '", path,
                "' was written mid-epoch by ", state.world_size, " ranks; resume it with mpiexec -n ",
                state.world_size, " (epoch-end checkpoints resume on any number of ranks)");
-  if (auto it = state.rng.find("default"); it != state.rng.end())
-    default_generator().set_state(it->second.seed, it->second.offset);
+  const trainer::Position at = trainer::resume_position(state);  // restores the default generator
   if (w.rank == 0)
-    std::printf("resumed from %s at epoch %lld, step %lld\n", path.c_str(), (long long)state.epoch,
-                (long long)state.step);
+    std::printf("resumed from %s at epoch %lld, step %lld\n", path.c_str(), (long long)at.epoch, (long long)at.step);
   return r;
 }
 
 bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, int64_t step, int64_t index,
                        bool epoch_done, bool last_step) {
   if (o.checkpoint_dir.empty() || !(epoch_done || last_step)) return false;
-  TrainState s;
-  s.step = step;
-  s.epoch = epoch_done ? epoch + 1 : epoch;
-  s.sampler_epoch = s.epoch;
-  s.index_in_epoch = epoch_done ? 0 : index;
-  s.world_size = t.world->size;
-  s.model = o.model;
-  s.rng["default"] = {default_generator().seed(), default_generator().offset()};
+  // Where the next step begins: an epoch that ran out resumes at the next one's start.
+  const trainer::Position next{step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : index};
+  TrainState s = trainer::train_state(next, t.world->size, o.model);
   s.extra["lr_schedule"] = o.lr_schedule;
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
   s.extra["total_steps"] = std::to_string(t.total_steps);
-  // ZeRO: every rank takes part in assembling the unsharded state; rank 0 receives it.
-  NamedTensors opt_state = t.zero ? t.zero->gather_state(*t.opt) : NamedTensors{};
-  // AMP: f32 masters (gathered from the shards under ZeRO, also collective) and the loss scale.
-  NamedTensors amp = t.amp ? amp_state(*t.amp) : NamedTensors{};
+  // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
+  // under ZeRO every rank takes part in assembling it, and rank 0 receives it.
+  const NamedTensors opt_state = t.step->state();
   if (t.world->rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);
     std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
-    if (!t.zero) opt_state = t.opt->state();
-    opt_state.insert(opt_state.end(), amp.begin(), amp.end());
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
     prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints, s.run_id, path);

@@ -5,16 +5,16 @@
 #include <cmath>
 #include <cstdio>
 
-#include "apps/train/memory.h"     // defines: measure_memory
 #include "core/autograd.h"          // defines: NoGradGuard
-#include "core/ops/elementwise.h"   // defines: add (the device-side running loss), scale
-#include "core/ops/copy.h"          // defines: cast_raw (--amp inputs)
+#include "core/ops/elementwise.h"   // defines: add (the device-side running loss)
 #include "core/ops/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
-#include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the progress sums)
-#include "optim/clip.h"             // defines: clip_grad_norm (--clip-grad-norm)
+#include "dist/transport/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/lr_schedule.h"      // defines: lr_at
 
 namespace tandem::apps {
+
+using trainer::Clock;
+using trainer::RunClock;
 
 namespace {
 
@@ -24,80 +24,61 @@ void add_loss(LoopState& s, const Tensor& loss) {
   s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
 }
 
-// --cuda-graph (graph_step.h): the step runs eagerly for the warm-up, then as a replayed graph. The
-// option's checks left nothing to skip or sync in it. The one-off capture is not host time per step.
-// A replay's collectives were captured, not issued, so dist's watchdog does not see them: the
-// replay is handed to it as a whole (Communicator::watch_compute), an event after it on the compute
-// stream - a hung or faulted replay then aborts every rank, naming the rank, like any collective.
-Tensor graph_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, Clock::time_point issue_start) {
-  const bool capturing = !t.graph->captured() && s.step - t.start.step >= t.graph->warmup();
-  t.graph->step(t, o, s.batch);
-  const bool replayed = t.graph->captured();  // this step ran as a replay (the capturing one too)
-  if (replayed) dist::comm_for(t.dev).watch_compute("replayed step " + std::to_string(s.step + 1));
-  double host_ms = seconds_since(issue_start) * 1000;
-  if (capturing && t.graph->captured()) {
-    host_ms -= t.graph->capture_ms();
-    if (t.world->rank == 0)
-      std::printf("cuda graph: captured step %lld (%zu nodes) in %.1f ms after %d eager steps; replaying it from "
-                  "here on\n", (long long)(s.step + 1), t.graph->nodes(), t.graph->capture_ms(), t.graph->warmup());
-  }
-  clock.interval_host_ms += host_ms;
-  if (replayed) clock.interval_graph_steps += 1, clock.interval_graph_host_ms += host_ms;
-  measure_memory(t, s.batch);
-  ++s.step, ++s.interval_steps, ++s.interval_losses, clock.interval_data_ms += s.batch.wait_ms;
-  add_loss(s, t.graph->loss());
-  return t.graph->logits();
+// --cuda-graph: the batch into the static tensors the captured step reads (allocated from the
+// first batch), stream-ordered before the step's kernels.
+void stage_graph_batch(Training& t, const data::Batch& b) {
+  data::Batch& g = t.graph_batch;
+  if (!g.images.defined()) g.images = Tensor::empty_like(b.images), g.labels = Tensor::empty_like(b.labels);
+  TANDEM_CHECK(b.images.shape() == g.images.shape() && b.labels.shape() == g.labels.shape(),
+               "--cuda-graph replays a step of fixed shape, but batch ", b.index, " has ", b.images.str(),
+               " where the captured step took ", g.images.str(), ": every batch must be full (the loader drops "
+               "the last incomplete one by default)");
+  g.images.copy_(b.images);
+  g.labels.copy_(b.labels);
 }
 
 // One optimizer step on s.batch. Returns the logits (the progress line's top-1 reads them).
 Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, RunRecord& rec) {
-  const data::Batch& b = s.batch;
+  trainer::Step& step = *t.step;
   const int rank = t.world->rank;
   const int64_t number = s.step + 1;  // 1-based, as progress lines and TANDEM_FAULT count
   fault_before_step(s.fault, rank, number);
-  const Clock::time_point issue_start = Clock::now();  // host time issuing the step (clock.h)
-  t.opt->set_lr(optim::lr_at(t.sched, s.step));
-  if (t.ps) t.ps->set_lr(t.opt->lr());
-  if (t.graph) return graph_step(t, o, s, clock, issue_start);
-  // --amp: the model computes in 16-bit from its first layer on (the loader yields f32 images).
-  Tensor logits = (*t.ddp)(t.amp ? ops::cast_raw(b.images, t.amp->low) : b.images);
-  Tensor loss = ops::cross_entropy(logits, b.labels, static_cast<float>(o.label_smoothing));
-  loss = fault_in_step(s.fault, rank, number, loss);
-  if (t.zero) t.zero->zero_grad(*t.opt);
-  else if (t.amp) t.opt->zero_grad();  // the f32 masters' gradients
-  // The model's gradients are DDP's bucket views: one memset per bucket, and the first accumulation
-  // copies instead of adding (reducer.h). ZeRO zeroes its own (it owns the shards).
-  if (!t.zero) t.ddp->reducer().zero_grad();
-  // Every rank, even with a bad loss: DDP's all-reduces must match across ranks. fp16 AMP scales
-  // the loss so small gradients survive in 16-bit (optim/loss_scaler.h).
-  (t.amp ? ops::scale(loss, static_cast<float>(t.amp->scaler.scale())) : loss).backward();
-  clock.interval_host_ms += seconds_since(issue_start) * 1000;
-  // Read after backward was queued, so the GPU has work while the host waits (nonfinite.h: cost).
-  const bool loss_skip = s.on_nonfinite != OnNonfinite::Off &&
-                         skip_nonfinite_step(s.on_nonfinite, loss.item(), number, "loss");
-  bool skip = loss_skip;
-  const Clock::time_point step_start = Clock::now();  // the wait in loss.item() is not host work
-  if (t.ps) {
-    if (!skip) t.ps->step(&t.ddp->timeline());  // push, update on the servers, pull
-  } else if (!skip && t.amp) {
-    // Unscale, agree on the skip, [clip the f32 master gradients], step, [ZeRO: all-gather].
-    skip = !amp_step(*t.amp, *t.opt, o.clip_grad_norm);
-  } else if (!skip) {
-    // The global norm: under ZeRO each rank sums its shard's squares and sum_reduce adds them up.
-    if (o.clip_grad_norm > 0)
-      optim::clip_grad_norm(*t.opt, o.clip_grad_norm, t.zero ? t.zero->sum_reduce() : optim::SumSquaresReduce{});
-    t.opt->step();
-    if (t.zero) t.zero->gather_parameters();  // every rank's updated shard to every rank
+  step.set_lr(optim::lr_at(t.sched, s.step));
+  const float smoothing = static_cast<float>(o.label_smoothing);
+  Tensor logits;
+  trainer::StepResult r;
+  if (step.graph()) {
+    // The captured step reads the static batch and writes the static logits (graph_capture.h).
+    stage_graph_batch(t, s.batch);
+    const bool capturing = !step.graph()->captured();
+    r = step.run([&](int) {
+      Tensor out = step.forward(t.graph_batch.images);
+      if (!t.graph_logits.defined()) t.graph_logits = out.detach().clone();  // the first (eager) step
+      else t.graph_logits.copy_(out.detach());
+      return ops::cross_entropy(out, t.graph_batch.labels, smoothing);
+    });
+    logits = t.graph_logits;
+    if (capturing && r.captured && rank == 0)
+      std::printf("cuda graph: captured step %lld (%zu nodes) in %.1f ms after %d eager steps; replaying it from "
+                  "here on\n", (long long)number, step.graph()->nodes(), step.graph()->capture_ms(),
+                  step.graph()->warmup());
+  } else {
+    const data::Batch& b = s.batch;
+    r = step.run([&](int) {
+      logits = step.forward(b.images);
+      return fault_in_step(s.fault, rank, number, ops::cross_entropy(logits, b.labels, smoothing));
+    });
   }
-  clock.interval_host_ms += seconds_since(step_start) * 1000;
-  if (!skip) measure_memory(t, b);  // once: the optimizer state exists from here on
-  ++s.step, ++s.interval_steps, clock.interval_data_ms += b.wait_ms;
-  if (skip) {
+  clock.interval_host_ms += r.host_ms;
+  if (r.replayed) clock.interval_graph_steps += 1, clock.interval_graph_host_ms += r.host_ms;
+  if (r.applied) t.memory.measure_state(data_bytes(t, &s.batch));  // once: the optimizer state exists from here on
+  ++s.step, ++s.interval_steps, clock.interval_data_ms += s.batch.wait_ms;
+  if (!r.applied) {
     ++rec.skipped_steps;
     return logits;
   }
   ++s.interval_losses;
-  add_loss(s, loss);
+  add_loss(s, r.loss);
   return logits;
 }
 
@@ -135,17 +116,16 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.top1 = v[1] / v[2];
   last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
   last.skipped_steps = rec.skipped_steps;
-  last.loss_scale = t.amp ? t.amp->scaler.scale() : 0;
+  last.loss_scale = t.step->loss_scale();
   last.host_ms = clock.interval_host_ms;
   last.graph_steps = clock.interval_graph_steps;
   last.graph_host_ms = clock.interval_graph_host_ms;
-  const CommWindow w = comm_window(t.ddp->timeline(), s.timeline_from);
+  const trainer::CommWindow w = s.comm.close(t.step->timeline());
   last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
   if (t.world->rank == 0)
-    std::printf("%s\n", progress_line(epoch, s.step, t.total_steps, t.opt->lr(), last, world, t.dev).c_str());
+    std::printf("%s\n", progress_line(epoch, s.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str());
   std::fflush(stdout);
-  s.timeline_from = t.ddp->timeline().steps().size();
   s.interval_steps = 0, s.interval_losses = 0, s.loss_sum = Tensor();
   clock.start_interval();
 }

@@ -1,27 +1,29 @@
 // apps/train/loop.h: train_imagenet's step loop over one epoch.
 //
-// Each step: forward through DDP (which broadcasts BN buffers), cross-entropy, backward (gradients
-// all-reduced in buckets while backward runs), SGD, with the LR of optim/lr_schedule.h for that
-// step. The loss is summed on the device and read only when a progress line is due (every
-// --log-every steps and after the last), so no step waits for the host; the line's loss and top-1
-// are reduced across ranks in one collective, together with the count of out-of-range labels the
-// CUDA loss clamped (a non-zero count is printed as a warning naming the steps). Unless --on-nonfinite off, every step also agrees
-// across ranks whether its loss is finite (apps/train/nonfinite.h: stop, or skip the update on every
-// rank), and TANDEM_FAULT's hooks run at their places in the step (apps/train/faults.h).
+// Each step: the LR of optim/lr_schedule.h for that step, then the training step (apps/trainer/
+// step.h) with this trainer's loss - forward through DDP (which broadcasts BN buffers) and
+// cross-entropy; the Step does the rest (backward with the gradients all-reduced in buckets while
+// it runs, the non-finite agreement, the update). The loss is summed on the device and read only
+// when a progress line is due (every --log-every steps and after the last), so no step waits for
+// the host; the line's loss and top-1 are reduced across ranks in one collective, together with the
+// count of out-of-range labels the CUDA loss clamped (a non-zero count is printed as a warning
+// naming the steps). TANDEM_FAULT's hooks run at their places in the step (apps/train/faults.h):
+// before it, and between forward and backward inside the loss. --cuda-graph: each batch is copied
+// into static tensors the captured step reads (Training::graph_batch).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include <optional>
 
-#include "apps/train/clock.h"      // defines: RunClock
-#include "apps/train/faults.h"     // defines: Fault
-#include "apps/train/nonfinite.h"  // defines: OnNonfinite
-#include "apps/train/options.h"    // defines: TrainOptions
-#include "apps/train/report.h"     // defines: RunRecord, Interval, progress_line
-#include "apps/train/setup.h"      // defines: Training
-#include "core/tensor.h"           // defines: Tensor
-#include "data/loader.h"           // defines: Batch
+#include "apps/train/faults.h"              // defines: Fault
+#include "apps/train/options.h"             // defines: TrainOptions
+#include "apps/train/report.h"              // defines: RunRecord, Interval, progress_line
+#include "apps/train/setup.h"               // defines: Training
+#include "apps/trainer/clock.h"             // defines: RunClock
+#include "apps/trainer/timeline_window.h"   // defines: TimelineWindow
+#include "core/tensor.h"                    // defines: Tensor
+#include "data/loader.h"                    // defines: Batch
 
 namespace tandem::apps {
 
@@ -32,8 +34,7 @@ struct LoopState {
   int64_t interval_losses = 0; // of those, the steps whose loss is in loss_sum (not skipped)
   Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
   std::optional<Fault> fault;  // TANDEM_FAULT (none: the normal case)
-  OnNonfinite on_nonfinite = OnNonfinite::Stop;
-  size_t timeline_from = 0;    // the DDP timeline's first step of the interval
+  trainer::TimelineWindow comm;  // the interval's communication figures
   data::Batch batch;           // reused from step to step
 };
 
@@ -44,8 +45,8 @@ struct EpochEnd {
 
 // Trains `epoch` from where `s` stands (mid-epoch on resume) until the loader runs out or the run's
 // last step; fills rec.last at each progress line and adds to rec's compute time and skipped steps.
-// Throws RunStopped on every rank when a loss is not finite under --on-nonfinite stop.
-EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, RunClock& clock,
+// Throws trainer::RunStopped on every rank when a loss is not finite under --on-nonfinite stop.
+EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, trainer::RunClock& clock,
                      RunRecord& rec);
 
 }  // namespace tandem::apps

@@ -1,7 +1,9 @@
-// apps/train/options.cpp: train_imagenet's command line (CLI11) and the checks between options.
+// apps/train/options.cpp: train_imagenet's command line (CLI11), the checks between options, and
+// the step's options in the library's terms.
 #include "apps/train/options.h"
 
 #include <CLI/CLI.hpp>
+#include <map>
 
 #include "core/check.h"  // defines: TANDEM_CHECK
 
@@ -133,8 +135,6 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
 void validate(TrainOptions& o) {
   TANDEM_CHECK(o.synthetic || !o.data.empty() || o.describe, "no data: pass --data DIR (train/ and val/ inside, e.g. made by "
                "apps/make_dataset) or --synthetic for a compute-only benchmark");
-  TANDEM_CHECK(o.zero != 2 || o.compress == "none", "--zero 2 with --compress ", o.compress,
-               " is not supported (stage 2 reduce-scatters f32 gradients): drop --compress or use --zero 1");
   TANDEM_CHECK(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1,
                "--betas takes two values in [0, 1), e.g. --betas 0.9,0.999");
   TANDEM_CHECK(o.optimizer != "sgd" || (o.eps < 0 && o.betas[0] == 0.9 && o.betas[1] == 0.999),
@@ -149,35 +149,70 @@ void validate(TrainOptions& o) {
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
   TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");
+  // --device is this trainer's: the library learns the device only when the world exists.
   TANDEM_CHECK(!o.cuda_graph || o.device != "cpu", "--cuda-graph captures GPU work, and --device cpu has none: drop "
                "--cuda-graph or use --device cuda");
-  TANDEM_CHECK(!o.cuda_graph || o.on_nonfinite == "off", "--cuda-graph cannot capture --on-nonfinite ", o.on_nonfinite,
-               ": its per-step loss check reads the loss on the host in the middle of the step. Add --on-nonfinite off");
-  // What a captured step cannot contain (apps/train/graph_step.h): each reads a host value mid-step
-  // or passes a changing one to a kernel as an argument, which the graph would freeze.
-  TANDEM_CHECK(!o.cuda_graph || o.optimizer == "sgd", "--cuda-graph supports --optimizer sgd only: ", o.optimizer,
-               " passes its LR and bias corrections to its kernels as host values, which a graph would freeze. Use "
-               "--optimizer sgd or drop --cuda-graph");
-  TANDEM_CHECK(!o.cuda_graph || o.amp == "off", "--cuda-graph cannot capture --amp ", o.amp, ": the update reads its "
-               "overflow flags on the host every step (apps/train/amp.cpp). Use --amp off or drop --cuda-graph");
-  TANDEM_CHECK(!o.cuda_graph || o.zero == 0, "--cuda-graph with --zero ", o.zero, " is not supported yet (the "
-               "sharded step has not been checked for capture): use --zero 0 or drop --cuda-graph");
-  TANDEM_CHECK(!o.cuda_graph || o.clip_grad_norm == 0, "--cuda-graph cannot capture --clip-grad-norm: the global "
-               "norm is read on the host (optim/clip.h). Drop one of them");
-  // VGG and AlexNet (dropout) are captured: their masks' counters come from a device slot that
-  // core/graph_rng.h refills before every replay, so no model is refused here.
-  TANDEM_CHECK(!o.cuda_graph || o.strategy == "ddp", "--cuda-graph cannot capture --strategy ", o.strategy,
-               ": the parameter server's push and pull run on the host. Use --strategy ddp or drop --cuda-graph");
-  TANDEM_CHECK(o.strategy != "ps" || o.amp == "off", "--strategy ps updates f32 parameters on its servers: use "
-               "--amp off with it, or --strategy ddp with --amp");
-  TANDEM_CHECK(o.strategy != "ps" || o.checkpoint_dir.empty(), "--strategy ps does not checkpoint (the optimizer "
-               "state lives on the servers): drop --checkpoint-dir, or use --strategy ddp");
-  TANDEM_CHECK(o.strategy != "ps" || o.optimizer == "sgd", "--strategy ps runs SGD on its servers: use "
-               "--optimizer sgd with it, or --strategy ddp for ", o.optimizer);
+  // Two flags that spell one library option (StepOptions::strategy): ps or a ZeRO stage, not both.
   TANDEM_CHECK(o.strategy != "ps" || o.zero == 0, "--strategy ps keeps whole partitions on its servers; ZeRO "
                "shards DDP's state instead: use one of --zero or --strategy ps");
-  TANDEM_CHECK(o.strategy != "ps" || o.clip_grad_norm == 0, "--strategy ps does not clip gradients yet: drop "
-               "--clip-grad-norm or use --strategy ddp");
+  // Every combination of the step's own options: the library's one refusal function.
+  trainer::check(step_options(o));
+}
+
+namespace {
+
+// The words for the library's options in this trainer's messages (apps/trainer/option_names.h).
+std::string flag_name(const std::string& option, const std::string& value) {
+  if (option == "strategy") {
+    if (value == "zero1" || value == "zero2") return std::string("--zero ") + value.back();
+    return value.empty() ? "--strategy" : "--strategy " + value;
+  }
+  static const std::map<std::string, std::string> flags{
+      {"cuda_graph", "--cuda-graph"},   {"optimizer", "--optimizer"},       {"precision", "--amp"},
+      {"clip_grad_norm", "--clip-grad-norm"}, {"on_nonfinite", "--on-nonfinite"}, {"compress", "--compress"},
+      {"checkpoint", "--checkpoint-dir"}, {"lr", "--lr"},                    {"ps_servers", "--ps-servers"},
+      {"bucket_mb", "--bucket-mb"},     {"first_bucket_mb", "--first-bucket-mb"}};
+  const auto it = flags.find(option);
+  if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
+  return value.empty() ? it->second : it->second + " " + value;
+}
+
+}  // namespace
+
+trainer::StepOptions step_options(const TrainOptions& o) {
+  trainer::StepOptions s;
+  s.strategy = o.strategy == "ps" ? trainer::Strategy::ParameterServer
+               : o.zero == 1      ? trainer::Strategy::Zero1
+               : o.zero == 2      ? trainer::Strategy::Zero2
+                                  : trainer::Strategy::Ddp;
+  s.ps_servers = o.ps_servers;
+  s.first_bucket_mb = o.first_bucket_mb, s.bucket_mb = o.bucket_mb;
+  s.overlap = !o.no_overlap, s.bucketed = !o.no_bucketing;
+  s.compress = o.compress;
+  // --optimizer with its options; the lr is overwritten at every step by the schedule. momentum and
+  // nesterov are SGD's, betas and eps AdamW's and LAMB's. One weight decay for every parameter
+  // (torchvision's default recipe: no no-decay group).
+  s.optimizer = o.optimizer;
+  optim::OptimizerOptions& oo = s.optimizer_options;
+  oo.lr = o.lr;
+  oo.weight_decay = o.wd;
+  if (o.optimizer == "sgd") {
+    oo.momentum = o.momentum;
+    oo.nesterov = o.nesterov;
+  } else {
+    oo.beta1 = o.betas.at(0), oo.beta2 = o.betas.at(1);
+    if (o.eps > 0) oo.eps = o.eps;
+  }
+  s.clip_grad_norm = o.clip_grad_norm;
+  s.precision = trainer::precision_from_name(o.amp);
+  s.cuda_graph = o.cuda_graph;
+  s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
+  s.checkpoint = !o.checkpoint_dir.empty();
+  s.backend.deterministic = o.deterministic;            // before the first conv builds its cuDNN plans
+  s.backend.cudnn_batchnorm = o.bn_impl == "cudnn";    // --bn-impl: on the CPU neither path exists
+  s.backend.conv_bias_fusion = o.conv_bias_fusion == "on";
+  s.names = flag_name;
+  return s;
 }
 
 }  // namespace tandem::apps

@@ -1,12 +1,17 @@
 // apps/train/options.h: train_imagenet's settings and command line (CLI11).
 //
-// One struct, every field with its default and reason. parse_options() fills it from argv and
-// validate() rejects combinations that cannot work, with a sentence saying what to change
-// (apps/train/options.cpp).
+// One struct, every field with its default and reason. parse_options() fills it from argv;
+// step_options() turns the step's part (strategy, buckets, optimizer, clipping, precision, CUDA
+// graph, non-finite policy, backend settings) into the library's StepOptions (apps/trainer/
+// step_options.h), whose messages then name these flags; validate() rejects what cannot work, with
+// a sentence saying what to change: the data and schedule flags here, the step's combinations by
+// the library's one refusal function (apps/train/options.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "apps/trainer/step_options.h"  // defines: StepOptions
 
 namespace tandem::apps {
 
@@ -75,25 +80,25 @@ struct TrainOptions {
   std::string metrics;              // JSON summary file (rank 0)
   bool describe = false;            // print the model and settings, then exit (needs no data)
   bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
-  bool deterministic = false;       // cuDNN: skip non-deterministic engines (ops::set_deterministic)
+  bool deterministic = false;       // cuDNN: skip non-deterministic engines (BackendConfig::deterministic)
   std::string bn_impl = "cudnn";   // GPU training-mode BatchNorm: cudnn (cuDNN's NHWC kernels, and the
                                     // fused BN+add+ReLU ResNet block tail) | tandem (tandem's own kernels,
-                                    // the parity reference); ops::set_batchnorm_cudnn. The CPU ignores it
+                                    // the parity reference); BackendConfig::cudnn_batchnorm. The CPU ignores it
   std::string conv_bias_fusion = "on";  // GPU conv + bias as one cuDNN graph (on) or conv then a broadcast
-                                        // add (off); ops::set_conv_bias_fusion. VGG/AlexNet only (ResNet's
+                                        // add (off); BackendConfig::conv_bias_fusion. VGG/AlexNet only (ResNet's
                                         // convs have no bias). A switch because it is not yet timed on a GPU
-  // faults (apps/train/nonfinite.h)
-  // CUDA graphs (apps/train/graph_step.h): 3 eager steps, then the step is captured once and
+  // CUDA graphs (apps/trainer/graph_capture.h): 3 eager steps, then the step is captured once and
   // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /
   // host-staged collectives cannot be captured), --on-nonfinite off (its per-step loss read is a
   // host sync inside the step), SGD, and no --amp, --zero, --clip-grad-norm or --strategy ps
-  // (validate() and setup.cpp check_cuda_graph say why for each). Every model, dropout included
+  // (apps/trainer/step_options.cpp says why for each). Every model, dropout included
   // (core/graph_rng.h). Default off. The progress line's
   // "host ms/step" shows what it saves, and "cuda graph N/M steps replayed" how many were replays.
   bool cuda_graph = false;
   std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss on any rank stops the
                                       // run (no checkpoint from that state), skips the step on
-                                      // every rank, or is not checked (no per-step host sync)
+                                      // every rank, or is not checked (no per-step host sync);
+                                      // apps/trainer/nonfinite.h
 };
 
 // Fills `o` from the command line. Returns an exit code when the program should stop (--help or a
@@ -103,5 +108,9 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print);
 // Throws tandem::Error for settings that parse but cannot work together (and sets --epochs 1 when
 // neither --epochs nor --steps was given). --epochs 0 and --steps 0 are parse errors.
 void validate(TrainOptions& o);
+
+// The step's options as the library's StepOptions, its messages naming this trainer's flags
+// (--strategy and --zero both map to StepOptions::strategy; validate() refuses them together).
+trainer::StepOptions step_options(const TrainOptions& o);
 
 }  // namespace tandem::apps

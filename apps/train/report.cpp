@@ -9,10 +9,9 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
-#include "apps/train/memory.h"  // defines: memory_json
 #include "core/ops/conv.h"       // defines: conv_bias_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
-#include "dist/transport/bootstrap.h"  // defines: comm_for (its backend name)
+#include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
 
 namespace tandem::apps {
@@ -82,9 +81,10 @@ void bucket_medians(dist::Timeline& tl, Totals& x) {
 
 // --cuda-graph: when the step was captured and how big the graph is (null without --cuda-graph).
 json graph_json(const Training& t) {
-  if (!t.graph) return nullptr;
-  return {{"warmup_steps", t.graph->warmup()}, {"captured_step", t.graph->captured_at()},
-          {"nodes", t.graph->nodes()}, {"capture_ms", t.graph->capture_ms()}};
+  const trainer::GraphCapture* g = t.step->graph();
+  if (!g) return nullptr;
+  return {{"warmup_steps", g->warmup()}, {"captured_step", g->captured_at()}, {"nodes", g->nodes()},
+          {"capture_ms", g->capture_ms()}};
 }
 
 json history_json(const std::vector<EpochRecord>& history) {
@@ -98,7 +98,7 @@ json history_json(const std::vector<EpochRecord>& history) {
   return a;
 }
 
-json summary_json(const TrainOptions& o, const Training& t, const RunClock& clock, const RunRecord& rec,
+json summary_json(const TrainOptions& o, const Training& t, const trainer::RunClock& clock, const RunRecord& rec,
                   int64_t step, const Totals& x) {
   const int world = t.world->size;
   const Interval& last = rec.last;
@@ -138,7 +138,7 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"ddp", {{"bucket_mb", o.bucket_mb}, {"first_bucket_mb", o.first_bucket_mb}, {"overlap", !o.no_overlap},
                {"bucketing", !o.no_bucketing}, {"compress", o.compress}}},
       {"memory", {{"current_bytes", x.mem.current_bytes}, {"peak_bytes", x.mem.peak_bytes}}},
-      {"memory_ledger", memory_json(t)},
+      {"memory_ledger", t.memory.json()},
       {"optimizer", {{"name", o.optimizer}, {"zero", o.zero}, {"clip_grad_norm", o.clip_grad_norm}}},
       {"final", {{"train_loss", last.loss}, {"train_top1", last.top1}, {"val_top1", ev.top1},
                  {"val_top5", ev.top5}, {"val_loss", ev.loss}, {"val_images", ev.samples}}},
@@ -154,7 +154,7 @@ json summary_json(const TrainOptions& o, const Training& t, const RunClock& cloc
       {"conv_bias_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bias_fusion : "cpu"},
                             {"fused_calls", fusion.fused},
                             {"unfused_calls", fusion.unfused}}},
-      {"loss_scale", t.amp ? t.amp->scaler.scale() : 0.0},  // after the last step; 1 for bf16, 0 without AMP
+      {"loss_scale", t.step->loss_scale()},  // after the last step; 1 for bf16, 0 without AMP
       {"on_nonfinite", o.on_nonfinite},
       {"cuda_graph", o.cuda_graph},
       {"cuda_graph_capture", graph_json(t)},
@@ -215,10 +215,10 @@ void print_start(const TrainOptions& o, const Training& t) {
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.batch, (long long)t.steps_per_epoch,
               (long long)t.total_steps, t.sched.base_lr);
-  std::printf("%s\n", t.ledger.str().c_str());
+  std::printf("%s\n", t.memory.ledger().str().c_str());
 }
 
-void report(const TrainOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step) {
+void report(const TrainOptions& o, Training& t, const trainer::RunClock& clock, const RunRecord& rec, int64_t step) {
   Totals x;
   x.steps_this_run = step - t.start.step;
   x.init_s = clock.init_or_zero_s();
@@ -226,10 +226,10 @@ void report(const TrainOptions& o, Training& t, const RunClock& clock, const Run
   x.steady_ips = clock.steady_images_per_s(step, x.steps_this_run, t.global_batch);
   x.whole_run_ips = x.train_s > 0 ? x.steps_this_run * t.global_batch / x.train_s : 0.0;
   if (!o.trace.empty()) dist::write_trace(o.trace, dist::comm_for(Device::cpu()));
-  x.comm = t.ddp->timeline().summary();
-  bucket_medians(t.ddp->timeline(), x);
+  x.comm = t.step->timeline().summary();
+  bucket_medians(t.step->timeline(), x);
   x.mem = memory_stats(t.dev);
-  measure_peak(t);
+  t.memory.measure_peak();
   sum_skipped_files(t, x);
   x.stragglers = gather_stragglers(rec.compute_s);
   x.wall_s = clock.wall_s();
@@ -241,7 +241,7 @@ void report(const TrainOptions& o, Training& t, const RunClock& clock, const Run
   if (rec.skipped_steps > 0) std::printf(", skipped steps: %lld (non-finite loss)", (long long)rec.skipped_steps);
   std::printf("\n");
   if (t.world->size > 1) std::printf("stragglers: %s\n", x.stragglers.str().c_str());
-  std::printf("%s\n", t.ledger.str().c_str());
+  std::printf("%s\n", t.memory.ledger().str().c_str());
   if (!o.metrics.empty()) write_json(o.metrics, summary_json(o, t, clock, rec, step, x));
 }
 

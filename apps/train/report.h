@@ -8,7 +8,7 @@
 //   exposed  = communication that backward did not hide (dist/measure/timeline.h, from events);
 //   compute  = the rest (forward, backward, optimizer, launch overheads).
 // The summary separates init time (process start -> first step) from training time, and steady
-// images/s (first --bench-warmup steps excluded) from the whole-run rate (apps/train/clock.h).
+// images/s (first --bench-warmup steps excluded) from the whole-run rate (apps/trainer/clock.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/train/clock.h"       // defines: RunClock
 #include "apps/train/options.h"     // defines: TrainOptions
 #include "apps/train/validation.h"  // defines: EvalResult
+#include "apps/trainer/clock.h"     // defines: RunClock
 #include "core/device.h"            // defines: Device
 #include "dist/measure/timeline.h"  // defines: Timeline
 
@@ -71,6 +71,6 @@ void print_start(const TrainOptions& o, const Training& t);
 // After the last step (clock stopped): writes the --trace, sums the ranks' unreadable files and
 // gathers their compute times (all ranks take part), then on rank 0 prints the "done:" line (with
 // the skipped files) and the straggler line, and writes the --metrics JSON.
-void report(const TrainOptions& o, Training& t, const RunClock& clock, const RunRecord& rec, int64_t step);
+void report(const TrainOptions& o, Training& t, const trainer::RunClock& clock, const RunRecord& rec, int64_t step);
 
 }  // namespace tandem::apps

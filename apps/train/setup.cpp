@@ -7,13 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "apps/train/checkpointing.h"  // defines: restore_checkpoint
-#include "apps/train/ddp_options.h"    // defines: ddp_options
-#include "apps/train/memory.h"         // defines: plan_memory
-#include "core/device.h"               // defines: require_cuda, built_with_cuda
-#include "core/ops/batchnorm.h"        // defines: set_batchnorm_cudnn
-#include "core/ops/conv.h"             // defines: set_deterministic
-#include "core/profile.h"              // defines: enable_trace
+#include "apps/train/checkpointing.h"     // defines: restore_checkpoint
+#include "apps/trainer/graph_capture.h"   // defines: GraphCapture::kEagerSteps
+#include "core/device.h"                  // defines: require_cuda
+#include "core/profile.h"                 // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
 #include "data/image_folder.h"         // defines: ImageFolder (train/ and val/ splits)
 #include "data/synthetic.h"            // defines: SyntheticDataset
@@ -35,24 +32,8 @@ const dist::World& init_world(const TrainOptions& o) {
   const dist::World& w = dist::init(io);
   TANDEM_CHECK(o.device != "cuda" || w.device.is_cuda(), "--device cuda but dist::init chose ", w.device.str(),
                ": use --device cpu");
-  if (o.cuda_graph) check_cuda_graph(w);
+  trainer::check_on(step_options(o), w.device, dist::comm_for(w.device).backend());
   return w;
-}
-
-void check_cuda_graph(const dist::World& w) {
-  TANDEM_CHECK(w.device.is_cuda(), "--cuda-graph needs a GPU, and this run is on the CPU (",
-               built_with_cuda() ? "no usable GPU is visible" : "this build has no CUDA backend",
-               "): drop --cuda-graph");
-  const std::string backend = dist::comm_for(w.device).backend();
-  TANDEM_CHECK(backend == "nccl", "--cuda-graph: the gradient all-reduces go over ", backend,
-               " (host memory, driven by a CPU thread), which a CUDA graph cannot capture. Give every rank its own "
-               "GPU and leave TANDEM_HOST_STAGING unset so that NCCL carries them, or drop --cuda-graph");
-  for (const char* var : {"TANDEM_FAULT", "TANDEM_SYNC_CHECK"}) {
-    const char* v = std::getenv(var);
-    TANDEM_CHECK(!v || !*v || std::string(v) == "0", "--cuda-graph with ", var, "=", v ? v : "",
-                 ": its hooks act on the host in the middle of the step (a fault drill, a sync after every op), "
-                 "which a replayed graph cannot do. Unset ", var, " or drop --cuda-graph");
-  }
 }
 
 Datasets make_datasets(const TrainOptions& o) {
@@ -134,52 +115,6 @@ std::unique_ptr<data::Loader> make_val_loader(const TrainOptions& o, const dist:
 
 namespace {
 
-std::unique_ptr<dist::DistributedDataParallel> make_ddp(const TrainOptions& o, ModulePtr model, Device dev) {
-  DdpFlags f;
-  f.first_bucket_mb = o.first_bucket_mb, f.bucket_mb = o.bucket_mb;
-  f.overlap = !o.no_overlap, f.bucketed = !o.no_bucketing;
-  f.compress = o.compress, f.zero = o.zero;
-  return std::make_unique<dist::DistributedDataParallel>(std::move(model), dist::comm_for(dev), ddp_options(f));
-}
-
-// --optimizer over the whole parameters (DDP), this rank's ZeRO segments, or the f32 masters (AMP:
-// of the whole parameters, or of the ZeRO shard). The lr is overwritten at every step by the
-// schedule; momentum/nesterov are SGD's, betas/eps AdamW's and LAMB's.
-std::unique_ptr<optim::Optimizer> make_opt(const TrainOptions& o, Training& t) {
-  optim::OptimizerOptions oo;
-  oo.lr = o.lr;
-  oo.weight_decay = o.wd;
-  if (o.optimizer == "sgd") {
-    oo.momentum = o.momentum;
-    oo.nesterov = o.nesterov;
-  } else {
-    oo.beta1 = o.betas[0], oo.beta2 = o.betas[1];
-    if (o.eps > 0) oo.eps = o.eps;
-  }
-  if (t.zero) oo.norm_reduce = t.zero->sum_reduce();  // LAMB's per-parameter norms span every rank's shard
-  if (t.amp) return make_amp_optimizer(*t.amp, o.optimizer, oo);  // apps/train/amp.h
-  if (!t.zero) return optim::make_optimizer(o.optimizer, t.model->named_parameters(), oo);
-  return optim::make_optimizer(o.optimizer, t.zero->segments(), t.zero->num_params(), oo);
-}
-
-// --strategy ps: the reducer stops averaging (permanently "no_sync": backward only accumulates into
-// .grad), and the parameter server's servers run the same SGD on their partitions instead.
-std::unique_ptr<dist::ParameterServer> make_ps(const TrainOptions& o, dist::DistributedDataParallel& ddp) {
-  ddp.reducer().set_sync(false);
-  dist::PsOptions po;
-  po.servers = o.ps_servers;
-  po.optimizer = "sgd";
-  po.optimizer_options.lr = o.lr;
-  po.optimizer_options.momentum = o.momentum;
-  po.optimizer_options.weight_decay = o.wd;
-  po.optimizer_options.nesterov = o.nesterov;
-  optim::NamedTensors trainable;
-  for (auto& [name, p] : ddp.module().named_parameters())
-    if (p.requires_grad()) trainable.emplace_back(name, p);
-  dist::Communicator& comm = dist::comm_for(trainable.front().second.device());
-  return std::make_unique<dist::ParameterServer>(std::move(trainable), comm, po);
-}
-
 // Shuffled, sharded training batches; validation in file order, every sample exactly once.
 void make_loaders(const TrainOptions& o, Training& t) {
   t.train = std::make_unique<data::Loader>(t.data.train, train_loader_options(o, *t.world));
@@ -204,12 +139,19 @@ void plan_steps(const TrainOptions& o, Training& t) {
   int64_t warmup = std::min<int64_t>(10, run_steps / 4);
   // --cuda-graph: the default window also leaves out the eager steps and the capturing one, whose
   // time includes capture and instantiation, where the run has steps after them to measure.
-  constexpr int64_t kGraphWarmup = GraphStep::kEagerSteps + 1;
+  constexpr int64_t kGraphWarmup = trainer::GraphCapture::kEagerSteps + 1;
   if (o.cuda_graph && run_steps > kGraphWarmup) warmup = std::max(warmup, kGraphWarmup);
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : warmup;
 }
 
 }  // namespace
+
+int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
+  int64_t held = t.train->bytes_held() + (t.val ? t.val->bytes_held() : 0);
+  held += data::batch_bytes(t.graph_batch.images, t.graph_batch.labels);
+  if (in_hand && !t.train->options().resident) held += data::batch_bytes(in_hand->images, in_hand->labels);
+  return held;
+}
 
 Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, ModulePtr model, const std::string& resume) {
   Training t;
@@ -221,30 +163,19 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.resumed_from = resume;
   t.model = std::move(model);
   t.model->to(t.dev);
-  t.amp = make_amp(o, *t.model);  // the cast: before the restore (an AMP checkpoint holds 16-bit weights) and DDP
   manual_seed(o.seed);
-  ops::set_deterministic(o.deterministic);  // before the first conv builds its cuDNN plans
-  ops::set_batchnorm_cudnn(o.bn_impl == "cudnn");  // --bn-impl: on the CPU neither path exists
-  ops::set_conv_bias_fusion(o.conv_bias_fusion == "on");
-  NamedTensors opt_state;
-  if (!resume.empty()) {
-    Restored r = restore_checkpoint(resume, *t.model, o, w);
+  // The checkpoint goes in after --amp's cast and before DDP's broadcast; the Step calls back here.
+  auto restore = [&](Module& m) {
+    if (resume.empty()) return NamedTensors{};
+    Restored r = restore_checkpoint(resume, m, o, w);
     t.start = r.state;
-    opt_state = std::move(r.optimizer);
-  }
-  t.ddp = make_ddp(o, t.model, t.dev);
-  if (o.zero > 0) t.zero = std::make_unique<dist::Zero>(*t.ddp, o.zero);
-  // The masters start from rank 0's broadcast 16-bit weights (of this rank's shard under ZeRO);
-  // a checkpoint's f32 masters then replace them.
-  if (t.amp) build_masters(*t.amp, *t.model, t.zero.get());
-  if (!resume.empty()) take_amp_state(t.amp.get(), opt_state);
-  t.opt = make_opt(o, t);
-  if (o.strategy == "ps") t.ps = make_ps(o, *t.ddp);
-  if (!opt_state.empty()) t.opt->load_state(opt_state);
+    return std::move(r.optimizer);
+  };
+  t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  t.step->set_steps_done(t.start.step);
   make_loaders(o, t);
   plan_steps(o, t);
-  plan_memory(o, t);
-  if (o.cuda_graph) t.graph = std::make_unique<GraphStep>();
+  t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr));
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

@@ -40,7 +40,7 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType 
 std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, int64_t epoch, bool last_step) {
   const bool due = (o.val_every > 0 && (epoch + 1) % o.val_every == 0) || last_step;
   if (!t.val || !due) return std::nullopt;
-  const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.amp ? t.amp->low : DType::F32);
+  const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
   if (t.world->rank == 0)
     std::printf("epoch %lld validation: top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)\n", (long long)epoch,
                 100 * r.top1, 100 * r.top5, r.loss, (long long)r.samples);

@@ -7,17 +7,15 @@
 // backward needs besides x, so the input's statistics are never recomputed.
 #include "core/ops/batchnorm.h"
 
-#include <atomic>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/kernels/batchnorm.h"
 
 namespace tandem::ops {
 namespace {
-
-std::atomic<bool> g_batchnorm_cudnn{true};  // see batchnorm.h: cuDNN by default
 
 void check_param(const Tensor& t, const Tensor& x, int64_t C, DType pdt, const char* what) {
   if (!t.defined()) return;
@@ -29,9 +27,6 @@ void check_param(const Tensor& t, const Tensor& x, int64_t C, DType pdt, const c
 }
 
 }  // namespace
-
-void set_batchnorm_cudnn(bool on) { g_batchnorm_cudnn.store(on); }
-bool batchnorm_cudnn() { return g_batchnorm_cudnn.load(); }
 
 BatchNormCudnnStats batchnorm_cudnn_stats() {
 #ifdef TANDEM_WITH_CUDA
@@ -67,7 +62,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   Tensor save_invstd = Tensor::empty({C}, pdt, x.device());
   Tensor reserve;  // defined when cuDNN ran the forward: its backward then runs through cuDNN too
 #ifdef TANDEM_WITH_CUDA
-  if (x.is_cuda() && training && batchnorm_cudnn() &&
+  if (x.is_cuda() && training && backend().cudnn_batchnorm &&
       !kernels::batchnorm_forward_train_cudnn(x.detach(), Tensor(), weight, bias, running_mean, running_var, momentum,
                                               eps, y, save_mean, save_invstd, reserve))
     reserve = Tensor();

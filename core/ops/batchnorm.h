@@ -17,23 +17,21 @@ namespace tandem::ops {
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 
-// CUDA training mode: cuDNN's NHWC batch norm (SPATIAL_PERSISTENT) when on, tandem's own
-// kernels (core/ops/cuda/batchnorm.cu) when off or when cuDNN rejects the problem. Default on:
+// CUDA training mode: cuDNN's NHWC batch norm (SPATIAL_PERSISTENT) when BackendConfig::
+// cudnn_batchnorm is on (core/backend.h), tandem's own kernels (core/ops/cuda/batchnorm.cu) when
+// it is off or when cuDNN rejects the problem. Default on:
 // the first H100 session (apps/results/2026-11-22-h100) measured the kernels at 13-27 % of copy
 // bandwidth, and resnet50 at 0.76x PyTorch with them against 0.97x with cuDNN; both paths pass
 // tests/gpu_opsa_parity.cpp. The kernels stay as the fallback and as the parity reference
-// (train_imagenet --bn-impl tandem). Also gates ops::batch_norm_add_relu's fused cuDNN path.
+// (cudnn_batchnorm off). Also gates ops::batch_norm_add_relu's fused cuDNN path.
 // Determinism: the cuDNN Developer Guide's "scaled atomic integer reduction that is deterministic"
 // (cudnnBatchNormMode_t, SPATIAL_PERSISTENT) is introduced by "The rest of this section applies for
 // NCHW mode only", so it says nothing about our NHWC calls. What covers them is the guide's
 // Reproducibility section: "most of cuDNN's routines from a given version generate the same
 // bit-wise results across runs when executed on GPUs with the same architecture and the same
 // number of SMs", with batch norm not among the listed exceptions (atomics in some conv/pooling
-// algorithms). So --deterministic needs no switch here; tests/gpu_bn_cudnn.cpp checks two runs for
+// algorithms). So BackendConfig::deterministic needs no switch here; tests/gpu_bn_cudnn.cpp checks two runs for
 // equal bits. Eval mode always runs the kernels.
-void set_batchnorm_cudnn(bool on);
-bool batchnorm_cudnn();
-
 // How often cuDNN's batch norm ran, per direction and op, since the process started, and how often
 // it refused a problem so that tandem's kernels ran instead (each kind of refusal is also noted
 // once on stderr). All zero in CPU-only builds. The GPU tests read it so that a silent fallback

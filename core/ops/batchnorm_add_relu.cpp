@@ -7,6 +7,7 @@
 #include "core/ops/batchnorm_add_relu.h"
 
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/ops/batchnorm.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -37,7 +38,7 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& z, const Tensor& weigh
   auto param_ok = [&](const Tensor& t) {
     return !t.defined() || (t.dim() == 1 && t.size(0) == C && t.dtype() == DType::F32 && t.device() == x.device());
   };
-  if (x.is_cuda() && training && batchnorm_cudnn() && (x.dim() == 2 || x.dim() == 4) && C > 0 &&
+  if (x.is_cuda() && training && backend().cudnn_batchnorm && (x.dim() == 2 || x.dim() == 4) && C > 0 &&
       x.numel() / C > 1 && eps > 0 && param_ok(weight) && param_ok(bias) && param_ok(running_mean) &&
       param_ok(running_var) && running_mean.defined() == running_var.defined()) {
     Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());

@@ -3,7 +3,7 @@
 // x is the last conv's output, z the residual (the block input or its downsample), both
 // [N, H, W, C] (or [N, C]) of one dtype; weight, bias and the running stats as ops::batch_norm.
 // Same values and gradients as relu(add(batch_norm(x, ...), z)), which is the reference (and the
-// path everywhere except below). On CUDA in training mode with ops::batchnorm_cudnn() on, it is
+// path everywhere except below). On CUDA in training mode with BackendConfig::cudnn_batchnorm on, it is
 // one cuDNN call each way (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION): the normalised tensor and the
 // sum are never written to memory, and backward reads the ReLU mask from cuDNN's reserve space.
 // ReLU's gradient at exactly 0 is 0 (PyTorch's convention), on both paths. NaN: the composition

@@ -2,8 +2,8 @@
 //
 // The conv node saves x and w (detached) and computes, on demand, dx (backward data) and dw
 // (backward filter) through the backend. The bias [O] (NHWC makes it the innermost dim) is added
-// by cuDNN's fused conv + bias graph on CUDA where an engine takes it (ops::set_conv_bias_fusion,
-// conv.h), else in place into the conv output (ops::add_, a vectorised broadcast on CUDA) inside the
+// by cuDNN's fused conv + bias graph on CUDA where an engine takes it (BackendConfig::
+// conv_bias_fusion, conv.h), else in place into the conv output (ops::add_, a vectorised broadcast on CUDA) inside the
 // same op, so there is no second activation-sized tensor and no separate add node either way; its
 // gradient is the column sum of dy (sum_to_trailing: a 2-D partials + finish reduction on CUDA).
 #include "core/ops/conv.h"
@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/kernels/conv.h"
@@ -18,9 +19,6 @@
 namespace tandem::ops {
 namespace {
 
-std::atomic<bool> g_deterministic{false};
-std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // see conv.h
-std::atomic<bool> g_bias_fusion{true};                     // see conv.h
 std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};  // conv_bias_fusion_stats
 
 kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
@@ -62,15 +60,6 @@ Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor
 
 }  // namespace
 
-void set_deterministic(bool on) { g_deterministic.store(on); }
-bool deterministic() { return g_deterministic.load(); }
-void set_conv_workspace_limit(int64_t bytes) {
-  TANDEM_CHECK(bytes >= 0, "conv workspace limit must be >= 0 bytes, got ", bytes);
-  g_workspace_limit.store(bytes);
-}
-int64_t conv_workspace_limit() { return g_workspace_limit.load(); }
-void set_conv_bias_fusion(bool on) { g_bias_fusion.store(on); }
-bool conv_bias_fusion() { return g_bias_fusion.load(); }
 ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
@@ -87,11 +76,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
     check_shape(b, {g.o}, "conv2d", "bias");
   }
   bool bias_done = false;
+  const bool fuse = b.defined() && x.is_cuda() && backend().conv_bias_fusion;
 #ifdef TANDEM_WITH_CUDA
-  if (b.defined() && x.is_cuda() && conv_bias_fusion())  // TANDEM_BACKEND: for TANDEM_SYNC_CHECK
+  if (fuse)  // TANDEM_BACKEND: for TANDEM_SYNC_CHECK
     TANDEM_BACKEND(x, (void)0, bias_done = kernels::conv2d_forward_bias_cuda(g, x, w, b, y));
 #endif
-  if (b.defined() && x.is_cuda() && conv_bias_fusion()) (bias_done ? g_bias_fused : g_bias_unfused).fetch_add(1);
+  if (fuse) (bias_done ? g_bias_fused : g_bias_unfused).fetch_add(1);
   if (!bias_done) {
     TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
     if (b.defined()) add_(y, b);  // y is ours and not yet in any graph: adding in place is safe

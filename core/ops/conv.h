@@ -19,19 +19,10 @@ struct Conv2dParams {
 // OH = (H + 2 pad_h - dilation_h (KH - 1) - 1) / stride_h + 1, likewise OW.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 
-// cuDNN engine choice (CUDA only; process-wide, read when a shape's plan is first built, and part
-// of the plan-cache key, so changing them mid-run builds new plans rather than reusing old ones).
-// Deterministic: skip engines that cuDNN marks NONDETERMINISTIC (split reductions with atomics,
-// mostly in backward filter), so that two runs with the same inputs give the same bits.
-// Default off (PyTorch's cudnn.deterministic = False); train_imagenet --deterministic turns it on.
-void set_deterministic(bool on);
-bool deterministic();
-// The largest workspace one conv plan may ask for, in bytes; engines that need more are skipped.
-// Default 1 GiB: enough for the fast implicit-GEMM and Winograd engines on ImageNet shapes, while
-// the FFT engines that can ask for several GiB would take memory the activations need (workspaces
-// come from the same stream-ordered pool).
-void set_conv_workspace_limit(int64_t bytes);
-int64_t conv_workspace_limit();
+// cuDNN engine choice (CUDA only) follows core/backend.h's BackendConfig: deterministic engines
+// only (deterministic), TF32 (allow_tf32), the workspace limit (conv_workspace_limit) and the
+// bias fusion below (conv_bias_fusion), read when a shape's plan is first built and part of the
+// plan-cache key, so a change builds new plans rather than reusing old ones.
 // Forward bias in cuDNN's graph (CUDA): conv and a pointwise bias ADD as one fused graph, so y is
 // written once instead of written, read and written again by a separate broadcast add (for VGG16 at
 // batch 64, 224 px, ~7 GB of traffic per step, ~2.5 ms on an H100). Only cuDNN's runtime-fusion
@@ -39,11 +30,10 @@ int64_t conv_workspace_limit();
 // and shapes or dtypes without a fused engine (or whose fused plan fails) fall back, remembered per
 // shape, to the plain conv plus the broadcast add. Same values either way up to f32 summation order:
 // the bias is added in f32 before the one rounding to y's dtype. Default on; off restores the
-// separate add. Backward is unchanged (the bias gradient is a column sum of dy). ResNet's convs have
-// no bias, so only VGG/AlexNet see it. Not yet timed on a GPU: bench_ops prints both.
+// separate add (BackendConfig::conv_bias_fusion). Backward is unchanged (the bias gradient is a
+// column sum of dy). ResNet's convs have no bias, so only VGG/AlexNet see it. Not yet timed on a
+// GPU: bench_ops prints both.
 // Linear layers need no switch: ops::linear already uses cuBLASLt's BIAS / BGRADB epilogues.
-void set_conv_bias_fusion(bool on);
-bool conv_bias_fusion();
 // How many CUDA conv2d calls with a bias (fusion on) ran the fused graph, and how many fell back
 // to the plain conv + add (the first fallback is also noted once on stderr). The GPU tests read it
 // so that a parity pass of the "fused" path cannot come from the fallback unnoticed.

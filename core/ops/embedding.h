@@ -8,4 +8,11 @@ namespace tandem::ops {
 
 Tensor embedding(const Tensor& indices, const Tensor& table);
 
+// One shard of a table split by rows - the lookup of a vocabulary-parallel embedding (dist/tp/
+// layers.h), before its all-reduce. `table` [Vr, D] holds rows [start, start + Vr) of a table of
+// `rows` rows. An index in that range reads its row; an index of another shard reads a zero row and
+// sends it no gradient, so the sum over the shards of their outputs is the whole table's lookup.
+// Every index must be in [0, rows) (checked on the host, as embedding's).
+Tensor embedding_shard(const Tensor& indices, const Tensor& table, int64_t start, int64_t rows);
+
 }  // namespace tandem::ops

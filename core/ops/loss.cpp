@@ -107,4 +107,53 @@ int64_t topk_correct(const Tensor& logits, const Tensor& labels, int k) {
   return n;
 }
 
+// ---- vocabulary-parallel pieces ----
+
+namespace {
+void check_shard(const Tensor& logits, const Tensor& targets, const char* op) {
+  TANDEM_CHECK(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0 && is_floating(logits.dtype()), op,
+               ": logits must be a non-empty floating [N, Cr] shard, got ", logits.str());
+  TANDEM_CHECK(targets.dtype() == DType::I64 && targets.dim() == 1 && targets.size(0) == logits.size(0), op,
+               ": targets must be i64 [", logits.size(0), "] (label - start, or -1 for another shard's label), got ",
+               targets.str());
+  check_same_device(logits, targets, op);
+}
+}  // namespace
+
+Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets) {
+  check_shard(logits, targets, "cross_entropy_shard_stats");
+  Tensor stats = Tensor::empty({3, logits.size(0)}, autocast::stats_dtype(logits.dtype()), logits.device());
+  Tensor x = logits.detach();
+  TANDEM_BACKEND(x, kernels::cross_entropy_shard_stats_cpu(x, targets, stats),
+                 kernels::cross_entropy_shard_stats_cuda(x, targets, stats));
+  return stats;
+}
+
+std::array<Tensor, 2> cross_entropy_shard_combine(const Tensor& gathered) {
+  TANDEM_CHECK(gathered.dim() == 3 && gathered.size(0) >= 1 && gathered.size(1) == 3 && gathered.size(2) > 0 &&
+                   (gathered.dtype() == DType::F32 || gathered.dtype() == DType::F64),
+               "cross_entropy_shard_combine: expects every shard's statistics [T, 3, N] in f32 or f64 (what "
+               "cross_entropy_shard_stats returns, gathered), got ", gathered.str());
+  const int64_t n = gathered.size(2);
+  Tensor lse = Tensor::empty({n}, gathered.dtype(), gathered.device());
+  Tensor loss = Tensor::empty({1}, gathered.dtype(), gathered.device());
+  TANDEM_BACKEND(gathered, kernels::cross_entropy_shard_combine_cpu(gathered, lse, loss),
+                 kernels::cross_entropy_shard_combine_cuda(gathered, lse, loss));
+  return {lse, loss};
+}
+
+Tensor cross_entropy_shard_grad(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                const Tensor& grad_loss) {
+  check_shard(logits, targets, "cross_entropy_shard_grad");
+  const DType st = autocast::stats_dtype(logits.dtype());
+  TANDEM_CHECK(lse.dtype() == st && lse.numel() == logits.size(0), "cross_entropy_shard_grad: lse must be ",
+               dtype_name(st), " [", logits.size(0), "], got ", lse.str());
+  Tensor gl = grad_loss.dtype() == st ? grad_loss : cast_raw(grad_loss, st);
+  Tensor d = Tensor::empty_like(logits);
+  Tensor x = logits.detach();
+  TANDEM_BACKEND(x, kernels::cross_entropy_shard_grad_cpu(x, targets, lse, gl, d),
+                 kernels::cross_entropy_shard_grad_cuda(x, targets, lse, gl, d));
+  return d;
+}
+
 }  // namespace tandem::ops

@@ -14,6 +14,8 @@
 // range, so it cannot read out of bounds, and count it on the device. bad_label_count() reads
 // that count lazily (e.g. at a logging step).
 #pragma once
+#include <array>
+
 #include "core/tensor.h"
 
 namespace tandem::ops {
@@ -33,5 +35,25 @@ int64_t take_bad_label_count();
 // still counted by this rule; validation that must fail on non-finite logits asks
 // ops::all_finite(logits) (core/ops/finite.h) as well.
 int64_t topk_correct(const Tensor& logits, const Tensor& labels, int k);
+
+// ---- the local pieces of a cross-entropy whose classes are split across ranks ----
+// Vocabulary-parallel cross-entropy (dist/tp/cross_entropy.h) runs a collective between these, so
+// they are plain ops there, not differentiable here: dist/tp records the backward. Notation: the
+// full logits are [N, C]; this shard holds columns [start, start + Cr) as `logits` [N, Cr];
+// `targets` i64 [N] is label - start where the label is one of this shard's columns and -1 where it
+// is another shard's. Statistics are f32 (f64 for f64 logits), as cross_entropy's.
+//
+// Per row, the shard's part [3, N]: row 0 the max m over its columns, row 1 sum_j exp(x_j - m),
+// row 2 the target's logit (0 where the target is another shard's).
+Tensor cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets);
+// Every shard's part, gathered [T, 3, N] (shard t's at t) -> {lse [N], loss [1]}: the full rows'
+// log-sum-exp, M + log sum_t exp(m_t - M) s_t with M = max_t m_t, and the mean over rows of
+// lse - x[label] (exactly one shard holds each label). The value cross_entropy gives on the whole
+// logits, up to rounding.
+std::array<Tensor, 2> cross_entropy_shard_combine(const Tensor& gathered);
+// The shard's gradient [N, Cr]: grad_loss[0] / N * (exp(x - lse) - [j == target]). No collective:
+// every shard already has the full rows' lse.
+Tensor cross_entropy_shard_grad(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                const Tensor& grad_loss);
 
 }  // namespace tandem::ops

@@ -10,7 +10,6 @@
 // (cuBLASLt BIAS / BGRADB); otherwise they run as a separate broadcast add / column sum.
 #include "core/ops/matmul.h"
 
-#include <atomic>
 
 #include "core/autograd.h"
 #include "core/ops/dispatch.h"
@@ -20,9 +19,6 @@
 
 namespace tandem::ops {
 namespace {
-
-// On by default: see core/ops/matmul.h for why TF32 is acceptable for these models.
-std::atomic<bool> g_allow_tf32{true};
 
 bool run_gemm(const kernels::GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const Tensor& aux) {
   bool fused = false;
@@ -59,9 +55,6 @@ void check_operands(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 }  // namespace
-
-void set_allow_tf32(bool on) { g_allow_tf32.store(on); }
-bool allow_tf32() { return g_allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   check_operands(a, b, "matmul");

@@ -1,8 +1,9 @@
 // core/ops/matmul.h: matrix products (OpenBLAS on CPU, cuBLASLt on CUDA).
 //
 // Layouts follow PyTorch: a linear weight is [out_features, in_features] and y = x w^T + b.
-// f32 on CUDA may use TF32 tensor cores when allow_tf32() is on (the default, as in PyTorch's
-// cudnn.allow_tf32 for convs; matmul TF32 is on here because these models train fine with it);
+// f32 on CUDA may use TF32 tensor cores when BackendConfig::allow_tf32 is on (core/backend.h; the
+// default, as in PyTorch's cudnn.allow_tf32 for convs; matmul TF32 is on here because these models
+// train fine with it);
 // f16/bf16 always use tensor cores with f32 accumulation.
 #pragma once
 #include "core/tensor.h"
@@ -14,8 +15,5 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // a [m, k] @ b [k, n] -> [m, n]; or batched a [B, m, k] @ b [B, k, n] -> [B, m, n].
 // trans_a / trans_b treat the operand's last two dims as transposed (no copy is made).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-
-void set_allow_tf32(bool on);
-bool allow_tf32();
 
 }  // namespace tandem::ops

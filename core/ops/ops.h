@@ -18,9 +18,9 @@
 // difference gradient check (tests/test_*_grad.cpp) and a CPU/CUDA parity test (tests/gpu_*.cpp).
 #pragma once
 #include "core/ops/attention.h"    // defines: attention, scale_mask_softmax, split_qkv_heads, merge_heads
-#include "core/ops/batchnorm.h"    // defines: batch_norm (train/eval, running stats), set_batchnorm_cudnn
+#include "core/ops/batchnorm.h"    // defines: batch_norm (train/eval, running stats)
 #include "core/ops/batchnorm_add_relu.h"  // defines: batch_norm_add_relu (ResNet block tail)
-#include "core/ops/conv.h"         // defines: conv2d (NHWC, OHWI weights), Conv2dParams, set_deterministic
+#include "core/ops/conv.h"         // defines: conv2d (NHWC, OHWI weights), Conv2dParams
 #include "core/ops/copy.h"         // defines: cast, to_device, cast_raw, fill_
 #include "core/ops/dropout.h"      // defines: dropout
 #include "core/ops/elementwise.h"  // defines: add, sub, mul, scale, relu, relu_, gelu, in-place add_/scale_/axpby_

@@ -98,6 +98,7 @@ class MpiCommunicator final : public Communicator {
     // messages never match a collective.
     MPI_CHECK(MPI_Comm_dup(world, &comm_));
     MPI_CHECK(MPI_Comm_dup(world, &watch_));
+    MPI_CHECK(MPI_Comm_dup(world, &parent_));
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -111,6 +112,7 @@ class MpiCommunicator final : public Communicator {
     thread_.join();
     MPI_Op_free(&sum_f16_);
     MPI_Op_free(&sum_bf16_);
+    MPI_Comm_free(&parent_);
     MPI_Comm_free(&watch_);
     MPI_Comm_free(&comm_);
   }
@@ -153,6 +155,17 @@ class MpiCommunicator final : public Communicator {
   }
   WorkPtr do_barrier(const std::string& name) override {
     return submit(name, [](MPI_Comm c, MPI_Request* r) { MPI_CHECK(MPI_Ibarrier(c, r)); }, [] {});
+  }
+  // MPI_Comm_split blocks and has no deadline, so it runs only after the watched all_gather of
+  // Communicator::split proved that every rank got this far; it runs on parent_, from the caller's
+  // thread, never on comm_, which the communication thread may be using (MPI forbids two threads in
+  // collectives on one communicator at once). Its order (key, then rank) is the plan's.
+  std::unique_ptr<Communicator> do_split(const SplitPlan& plan, const std::string& name) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(parent_, plan.color, plan.new_rank, &sub), name, ": MPI_Comm_split failed");
+    auto c = std::make_unique<MpiCommunicator>(sub, staging_, gpu_, timeout_s_);
+    MPI_Comm_free(&sub);  // the new communicator keeps its own duplicates
+    return c;
   }
 
   // One collective from `in` to `out` (in-place ones pass the same tensor twice) on the buffers MPI works on:
@@ -248,6 +261,7 @@ class MpiCommunicator final : public Communicator {
   Device gpu_;
   double timeout_s_;
   MPI_Comm comm_ = MPI_COMM_NULL, watch_ = MPI_COMM_NULL;
+  MPI_Comm parent_ = MPI_COMM_NULL;  // split's: the caller's thread runs MPI_Comm_split here
   MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
   std::mutex m_;

@@ -106,6 +106,7 @@ class NcclCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_rank(world, &rank_));
     MPI_CHECK(MPI_Comm_size(world, &size_));
     MPI_CHECK(MPI_Comm_dup(world, &watch_));
+    MPI_CHECK(MPI_Comm_dup(world, &parent_));
     // NCCL's rendezvous: rank 0 makes a unique id, MPI carries it to everyone.
     ncclUniqueId id;
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -122,6 +123,7 @@ class NcclCommunicator final : public Communicator {
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
+    MPI_Comm_free(&parent_);
     MPI_Comm_free(&watch_);
   }
 
@@ -170,6 +172,19 @@ class NcclCommunicator final : public Communicator {
   WorkPtr do_barrier(const std::string& name) override {
     Tensor s = scratch_;  // NCCL has no barrier: a one-element all-reduce is one
     return all_reduce(s, ReduceOp::Sum, name);
+  }
+  // A new NCCL communicator per group, made the way the world's is: the group's MPI communicator
+  // (split from parent_, an MPI duplicate of this one's ranks) carries the group's unique id, and it
+  // becomes the new communicator's watchdog channel. ncclCommSplit would share this communicator's
+  // resources, but the watchdog needs the MPI side anyway, and this path is the constructor every
+  // run already exercises. MPI_Comm_split has no deadline: Communicator::split's watched all_gather
+  // ran first, so every rank is known to be here.
+  std::unique_ptr<Communicator> do_split(const SplitPlan& plan, const std::string& name) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(parent_, plan.color, plan.new_rank, &sub), name, ": MPI_Comm_split failed");
+    auto c = std::make_unique<NcclCommunicator>(sub, Device::cuda(device_), timeout_s_);
+    MPI_Comm_free(&sub);  // the new communicator keeps its own duplicates
+    return c;
   }
 
   // Checks that the tensors are on this communicator's GPU, then enqueues `call` on the comm stream
@@ -244,6 +259,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   int rank_ = 0, size_ = 1;
   MPI_Comm watch_ = MPI_COMM_NULL;
+  MPI_Comm parent_ = MPI_COMM_NULL;  // split's: MPI_Comm_split runs here, from the caller's thread
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   Tensor scratch_;

@@ -44,17 +44,33 @@ struct Op {
 };
 
 struct Group {
-  Group(int n, ThreadOptions o) : ranks(n), options(o) {}
+  Group(int n, ThreadOptions o, std::vector<int> w) : ranks(n), options(o), world(std::move(w)) {}
   const int ranks;
   const ThreadOptions options;
+  const std::vector<int> world;  // world[r]: the rank of run_ranks' group that is rank r here
   std::mutex m;
   std::condition_variable cv;
   std::map<long long, std::shared_ptr<Op>> open;  // issued by some ranks, not yet by all
   std::string failure;                            // non-empty: every wait and every new call fails
-  // Under m. The first failure stays: later ones are its echoes.
+  // Sub-groups made by split, keyed by (split number, colour): the first member to arrive makes
+  // the group, the others find it here. Weak: the members' communicators own it.
+  std::map<std::pair<long long, int>, std::weak_ptr<Group>> children;
+  // Under m. The first failure stays: later ones are its echoes. A failure reaches every sub-group
+  // too (locked parent first, then child: never the other way), so ranks waiting inside a split
+  // communicator stop as well.
   void fail(const std::string& why) {
     if (failure.empty()) failure = why;
     cv.notify_all();
+    for (auto& [k, weak] : children)
+      if (std::shared_ptr<Group> c = weak.lock()) {
+        std::lock_guard<std::mutex> lock(c->m);
+        c->fail(why);
+      }
+  }
+  bool root = false;  // made by make_thread_group, not by split
+  // How errors name rank r: "2" in the group run_ranks made; "1 (world rank 3)" in a sub-group.
+  std::string number_of(int r) const {
+    return std::to_string(r) + (root ? "" : " (world rank " + std::to_string(world[r]) + ")");
   }
 };
 
@@ -147,7 +163,7 @@ class ThreadWork final : public Work {
   std::string missing() const {  // under g_->m
     std::string ranks;
     for (int r = 0; r < g_->ranks; ++r)
-      if (!op_->arrived[r]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      if (!op_->arrived[r]) ranks += (ranks.empty() ? "" : ", ") + g_->number_of(r);
     int first = 0;
     while (!op_->arrived[first]) ++first;
     return "thread communicator: rank(s) " + ranks + " did not reach collective #" + std::to_string(op_->seq) +
@@ -186,6 +202,21 @@ class ThreadCommunicator final : public Communicator {
   }
   WorkPtr do_barrier(const std::string& name) override {
     return submit(Kind::Barrier, name, Tensor(), Tensor(), ReduceOp::Sum, 0);
+  }
+  // The plan is the same on every member (Communicator::split gathered it), so the first member to
+  // get here makes the sub-group and the others find it by (split number, colour).
+  std::unique_ptr<Communicator> do_split(const SplitPlan& plan, const std::string& name) override {
+    std::lock_guard<std::mutex> lock(g_->m);
+    TANDEM_CHECK(g_->failure.empty(), name, ": the thread communicator's group has failed: ", g_->failure);
+    std::weak_ptr<Group>& slot = g_->children[{plan.index, plan.color}];
+    std::shared_ptr<Group> sub = slot.lock();
+    if (!sub) {
+      std::vector<int> world;
+      for (int r : plan.members) world.push_back(g_->world[r]);
+      sub = std::make_shared<Group>(static_cast<int>(plan.members.size()), g_->options, std::move(world));
+      slot = sub;
+    }
+    return std::make_unique<ThreadCommunicator>(sub, plan.new_rank);
   }
 
   WorkPtr submit(Kind kind, const std::string& name, const Tensor& in, const Tensor& out, ReduceOp op, int root) {
@@ -226,8 +257,8 @@ class ThreadCommunicator final : public Communicator {
     std::string error;
     for (int r = 1; r < g_->ranks && error.empty(); ++r)
       if (o.key[r] != o.key[0])
-        error = "collective #" + std::to_string(o.seq) + ": rank 0 issued " + o.what[0] + " but rank " +
-                std::to_string(r) + " issued " + o.what[r] + ". Every rank must issue the same collectives in "
+        error = "collective #" + std::to_string(o.seq) + ": rank " + g_->number_of(0) + " issued " + o.what[0] + " but rank " +
+                g_->number_of(r) + " issued " + o.what[r] + ". Every rank must issue the same collectives in "
                 "the same order, with the same sizes and dtypes (communicator.h)";
     if (error.empty()) {
       try {
@@ -254,7 +285,10 @@ class ThreadCommunicator final : public Communicator {
 std::vector<std::unique_ptr<Communicator>> make_thread_group(int ranks, ThreadOptions options) {
   TANDEM_CHECK(ranks >= 1, "a thread group needs at least one rank, got ", ranks);
   TANDEM_CHECK(options.timeout_s > 0, "ThreadOptions::timeout_s must be positive, got ", options.timeout_s);
-  auto g = std::make_shared<Group>(ranks, options);
+  std::vector<int> world(ranks);
+  for (int r = 0; r < ranks; ++r) world[r] = r;
+  auto g = std::make_shared<Group>(ranks, options, std::move(world));
+  g->root = true;
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < ranks; ++r) out.push_back(std::make_unique<ThreadCommunicator>(g, r));
   return out;

@@ -17,8 +17,11 @@
 //     with the first difference, where MPI would hang or pair up the wrong buffers;
 //   - a wait longer than ThreadOptions::timeout_s fails, naming the ranks that never issued the
 //     collective (the watchdog's message, without ending the process), and fails the whole group.
-// What it leaves out: GPU tensors (refused; GPU paths are tested under mpiexec), sub-groups, and
-// speed (the last rank to arrive does the whole reduction alone: it is for correctness).
+//   - split (communicator.h) makes sub-groups of the same kind: the first member to arrive creates
+//     the group, errors name a member as "rank 1 (world rank 3)", and a failure of the whole group
+//     (a rank threw) reaches every sub-group, so nobody waits out a timeout inside one.
+// What it leaves out: GPU tensors (refused; GPU paths are tested under mpiexec), and speed (the
+// last rank to arrive does the whole reduction alone: it is for correctness).
 //
 // Process globals that ranks-as-threads share, and what a test does about them:
 //   - autograd's grad mode, end-of-backward callbacks and zero_grad_copies() counter are

@@ -3,6 +3,10 @@
 // Each communicator polls these from its collectives' wait loops (comm_mpi.cpp, comm_nccl.cpp),
 // over `watch`, a communicator duplicated for this alone so its messages never match a collective.
 // seq numbers a communicator's collectives from 1 in issue order; a peer in #seq has reached it.
+// A sub-communicator (Communicator::split) has its own `watch` and its own numbering; the messages
+// still name MPI_COMM_WORLD ranks, and say that the collective ran on a sub-communicator. A peer
+// answers only from inside a collective of the same communicator, so one that waits in another
+// group's collective is reported as not having reached this one - which is where it is.
 //
 // A GPU kernel fault (illegal address, ...) also stops a rank from finishing its collectives, and
 // its peers would then blame it as "did not reach". So before blaming anyone the watchdog asks the

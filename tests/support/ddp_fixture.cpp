@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 
+#include "core/backend.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "dist/ddp.h"
@@ -166,7 +167,7 @@ Trained check_equivalence(dist::Communicator& comm, const dist::ReducerOptions& 
   CHECK(on_device(*t.model, device));
   const double diff = device.is_cpu() ? max_rel_diff(*t.model, *t.ref) : max_tensor_rel_diff(*t.model, *t.ref);
   if (comm.rank() == 0 && device.is_cuda())
-    MESSAGE(std::string(comm.backend()), ", TF32 ", std::string(ops::allow_tf32() ? "on" : "off"),
+    MESSAGE(std::string(comm.backend()), ", TF32 ", std::string(backend().allow_tf32 ? "on" : "off"),
             ": max norm-wise diff ", diff, " (bound ", bound, ")");
   CHECK(diff <= bound);
   CHECK(bit_identical(comm, *t.model));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/ops/matmul.h"
 #include "core/tensor.h"
 
@@ -66,17 +67,21 @@ std::string parity_check(const std::function<std::vector<Tensor>(const std::vect
 std::string compare_values(const std::string& what, const std::vector<float>& ref, const std::vector<float>& got,
                            Tolerance tol);
 
-// Sets ops' TF32 switch for a scope and puts the previous value back on leaving it, also when a
-// REQUIRE throws, so one test case cannot change the precision of the next.
+// Sets BackendConfig::allow_tf32 for a scope and puts the previous settings back on leaving it,
+// also when a REQUIRE throws, so one test case cannot change the precision of the next.
 class Tf32Scope {
  public:
-  explicit Tf32Scope(bool on) : prev_(ops::allow_tf32()) { ops::set_allow_tf32(on); }
-  ~Tf32Scope() { ops::set_allow_tf32(prev_); }
+  explicit Tf32Scope(bool on) : scope_(with_tf32(on)) {}
   Tf32Scope(const Tf32Scope&) = delete;
   Tf32Scope& operator=(const Tf32Scope&) = delete;
 
  private:
-  bool prev_;
+  static BackendConfig with_tf32(bool on) {
+    BackendConfig c = backend();
+    c.allow_tf32 = on;
+    return c;
+  }
+  BackendScope scope_;
 };
 
 // The names a parity test file uses, in one line: `using namespace tandem::testing::parity_names;`.

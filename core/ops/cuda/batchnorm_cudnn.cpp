@@ -3,9 +3,9 @@
 // (CUDNN_BATCHNORM_OPS_BN) or fused with a residual add and ReLU, y = relu(bn(x) + z)
 // (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: the ResNet block tail, ops::batch_norm_add_relu).
 //
-// Used when ops::batchnorm_cudnn() is on (core/ops/batchnorm.h); the hand-written kernels in
-// batchnorm.cu stay the fallback and the reference. Checked against cudnn_ops.h (cuDNN 9.19) and the
-// cuDNN Developer Guide's pages for these functions ("the guide" below):
+// Used when BackendConfig::cudnn_batchnorm is on (core/backend.h, core/ops/batchnorm.h); the
+// hand-written kernels in batchnorm.cu stay the fallback and the reference. Checked against
+// cudnn_ops.h (cuDNN 9.19) and the cuDNN Developer Guide's pages for these functions ("the guide" below):
 //  - exponentialAverageFactor is our momentum: "runningMean = runningMean*(1-factor) +
 //    newMean*factor"; the running variance is "the sample variance" (unbiased, M/(M-1)), as ours
 //    and PyTorch's are.
@@ -205,7 +205,7 @@ bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tenso
     return false;
   }
   CUDNN_CHECK(st, "batch_norm ", what, " (cuDNN NHWC) on ", x.str(),
-              ": train_imagenet --bn-impl tandem (ops::set_batchnorm_cudnn(false)) uses tandem's kernels");
+              ": BackendConfig::cudnn_batchnorm = false (core/backend.h) uses tandem's kernels");
   (fused ? g_forward_fused : g_forward).fetch_add(1);
   return true;
 }
@@ -263,7 +263,7 @@ void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
     }
     if (st != CUDNN_STATUS_NOT_SUPPORTED)
       CUDNN_CHECK(st, "batch_norm ", what, " (cuDNN NHWC) on ", x.str(),
-                  ": train_imagenet --bn-impl tandem (ops::set_batchnorm_cudnn(false)) uses tandem's kernels");
+                  ": BackendConfig::cudnn_batchnorm = false (core/backend.h) uses tandem's kernels");
     refused = cudnnGetErrorString(st);
   }
   note_fallback(kind, what, x, refused);

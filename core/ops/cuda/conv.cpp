@@ -20,9 +20,9 @@
 // ([H W C, 1, W C, C]) and the OHWI filter likewise ([KH KW Cg, 1, KW Cg, Cg]). Groups are implied
 // by the filter's channel count (C / groups), as the graph API expects.
 // Precision: compute type f32 for every data type. For f32 data, engines that use TF32 tensor cores
-// (numerical notes TENSOR_CORE / DOWN_CONVERT_INPUTS) are skipped when ops::allow_tf32() is off.
-// Engine filters: ops::deterministic() skips engines with the NONDETERMINISTIC note, and plans
-// whose workspace exceeds ops::conv_workspace_limit() are skipped (core/ops/conv.h).
+// (numerical notes TENSOR_CORE / DOWN_CONVERT_INPUTS) are skipped when BackendConfig::allow_tf32 is off.
+// Engine filters (core/backend.h): BackendConfig::deterministic skips engines with the
+// NONDETERMINISTIC note, and plans whose workspace exceeds conv_workspace_limit are skipped.
 // Caching: building a plan runs the heuristics and may compile kernels (milliseconds), so one plan
 // per (device, dtype, op, TF32 switch, determinism, workspace limit, shapes, params, pointer
 // alignments) is built once and kept.
@@ -41,6 +41,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/check.h"
 #include "core/cuda/context.h"
 #include "core/ops/cuda/dnn_handle.h"
@@ -283,8 +284,8 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
   TANDEM_CHECK(ok, "cuDNN has no engine for conv2d ", a.name, " (", dtype_name(dt), ", x [",
                g.n, ", ", g.h, ", ", g.w, ", ", g.c, "], w [", g.o, ", ", g.kh, ", ", g.kw, ", ", cg, "], groups ",
                g.p.groups, filter.f32_strict ? ", TF32 disabled" : "", filter.deterministic ? ", deterministic" : "",
-               ", workspace <= ", filter.max_workspace, " bytes): try another dtype, enable TF32, drop --deterministic ",
-               "or raise ops::set_conv_workspace_limit");
+               ", workspace <= ", filter.max_workspace, " bytes): try another dtype, or turn on BackendConfig::allow_tf32, ",
+               "turn off BackendConfig::deterministic or raise BackendConfig::conv_workspace_limit (core/backend.h)");
   return p;
 }
 
@@ -309,7 +310,8 @@ bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
   if (g.n == 0) return true;  // nothing to compute, and an empty y has no bias to add
   const bool fused = op == ConvOp::ForwardBias;
   const DType dt = xs.dtype();
-  const EngineFilter filter{dt == DType::F32 && !ops::allow_tf32(), ops::deterministic(), ops::conv_workspace_limit()};
+  const BackendConfig be = backend();
+  const EngineFilter filter{dt == DType::F32 && !be.allow_tf32, be.deterministic, be.conv_workspace_limit};
   void* ptrs[4] = {xs.data_ptr(), ws.data_ptr(), ys.data_ptr(), fused ? bias.data_ptr() : nullptr};
   const int64_t align[4] = {alignment(ptrs[0]), alignment(ptrs[1]), alignment(ptrs[2]), fused ? alignment(ptrs[3]) : 0};
   const int device = cuda::current_device();

@@ -12,7 +12,8 @@
 //     step, and with bf16's 8-bit mantissa the small late contributions would vanish against the
 //     large running sum (and the result would depend on the atomics' order far more visibly).
 // f32 atomics still make the last bits order-dependent; the parity test's tolerance says so.
-// Indices were range-checked on the host by core/ops/embedding.cpp.
+// Indices were range-checked on the host by core/ops/embedding.cpp; a negative one is
+// embedding_shard's "another shard's row": zeros forward, nothing backward.
 #include <type_traits>
 
 #include "core/ops/cuda/dispatch.cuh"
@@ -22,6 +23,7 @@
 
 namespace tandem::kernels {
 namespace {
+using cuda::from_float;
 using cuda::to_float;
 
 template <typename T, typename I>
@@ -29,7 +31,8 @@ __global__ void gather_kernel(const I* ix, const T* table, long long k, long lon
   long long n = k * d;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     long long row = i / d;
-    out[i] = table[(long long)ix[row] * d + (i - row * d)];
+    const long long r = (long long)ix[row];
+    out[i] = r < 0 ? from_float<T>(0.f) : table[r * d + (i - row * d)];  // < 0: another shard's row
   }
 }
 
@@ -38,7 +41,8 @@ __global__ void scatter_add_kernel(const I* ix, const T* dout, long long k, long
   long long n = k * d;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     long long row = i / d;
-    atomicAdd(acc + (long long)ix[row] * d + (i - row * d), to_float(dout[i]));
+    const long long r = (long long)ix[row];
+    if (r >= 0) atomicAdd(acc + r * d + (i - row * d), to_float(dout[i]));
   }
 }
 

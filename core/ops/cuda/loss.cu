@@ -7,6 +7,10 @@
 // per-row losses rather than with atomics, so the loss is bit-reproducible run to run.
 // expf/logf, not the __expf/__logf intrinsics: the intrinsics' error grows with |x|, and this
 // kernel is memory-bound, so the accurate versions cost nothing measurable.
+// The vocabulary-parallel pieces (cross_entropy_shard_*) reuse the layout: a warp per row for the
+// shard's statistics, a thread per row to combine the shards' (T is small), the same mean kernel.
+// Their targets come from the host (dist/tp/cross_entropy.cpp builds them next to the labels it
+// picks), already in [-1, Cr).
 // Labels are not range-checked on the host for CUDA (that would be a copy and a sync per step; the
 // loader checks them before upload). A label outside [0, C) is clamped into range, so no read is
 // out of bounds, and counted in g_bad_labels, which take_bad_label_count_cuda() reads lazily.
@@ -105,6 +109,58 @@ __global__ void topk_kernel(const T* x, const L* lab, long long n, long long c, 
   if (lane == 0 && above < (float)k) atomicAdd(correct, 1ull);  // integer atomics: order-independent
 }
 
+// ---- vocabulary-parallel pieces (core/ops/loss.h): the same warp-per-row layout ----
+
+// stats [3, n]: the shard's row max, sum exp(x - max), and x[target] (0 where target < 0).
+template <typename T>
+__global__ void ce_shard_stats_kernel(const T* x, const long long* tgt, long long n, long long c, float* st) {
+  long long row = blockIdx.x * (long long)kWarpsPerBlock + (threadIdx.x >> 5);
+  int lane = threadIdx.x & 31;
+  if (row >= n) return;  // whole warps exit together
+  const T* r = x + row * c;
+  float m = -INFINITY;
+  for (long long j = lane; j < c; j += 32) m = fmaxf(m, to_float(r[j]));
+  m = cuda::warp_max(m);
+  float se = 0.f;
+  for (long long j = lane; j < c; j += 32) se += expf(to_float(r[j]) - m);
+  se = cuda::warp_sum(se);
+  if (lane == 0) {
+    const long long t = tgt[row];
+    st[row] = m;
+    st[n + row] = se;
+    st[2 * n + row] = t >= 0 && t < c ? to_float(r[t]) : 0.f;  // t < c: never read outside the row
+  }
+}
+
+// One thread per row over the gathered [shards, 3, n]: lse and the row's loss.
+__global__ void ce_shard_combine_kernel(const float* g, long long shards, long long n, float* lse, float* row_loss) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    float big = g[i];
+    for (long long s = 1; s < shards; ++s) big = fmaxf(big, g[s * 3 * n + i]);
+    float se = 0.f, target = 0.f;
+    for (long long s = 0; s < shards; ++s) {
+      const float* part = g + s * 3 * n;
+      se += expf(part[i] - big) * part[n + i];
+      target += part[2 * n + i];
+    }
+    const float l = big + logf(se);
+    lse[i] = l;
+    row_loss[i] = l - target;
+  }
+}
+
+template <typename T>
+__global__ void ce_shard_grad_kernel(const T* x, const long long* tgt, const float* lse, const float* grad_loss,
+                                     long long n, long long c, T* d) {
+  float scale = grad_loss[0] / (float)n;  // read on the device: no host sync in backward
+  long long total = n * c;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+    long long row = i / c, col = i - row * c;
+    float p = expf(to_float(x[i]) - lse[row]);
+    d[i] = from_float<T>(scale * (p - (col == tgt[row] ? 1.f : 0.f)));
+  }
+}
+
 }  // namespace
 
 void cross_entropy_fwd_cuda(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss) {
@@ -157,6 +213,38 @@ int64_t take_bad_label_count_cuda() {
   CUDA_CHECK(cudaMemcpyToSymbolAsync(g_bad_labels, &zero, sizeof(zero), 0, cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaStreamSynchronize(s));  // count and zero are host stack variables
   return static_cast<int64_t>(count);
+}
+
+
+void cross_entropy_shard_stats_cuda(const Tensor& logits, const Tensor& targets, Tensor& stats) {
+  long long n = logits.size(0), c = logits.size(1);
+  TANDEM_CUDA_FLOAT_TYPES(logits.dtype(), T, [&] {
+    ce_shard_stats_kernel<<<row_blocks(n), kWarpsPerBlock * 32, 0, cuda::compute_stream()>>>(
+        static_cast<const T*>(logits.data_ptr()), reinterpret_cast<const long long*>(targets.data<int64_t>()), n, c,
+        stats.data<float>());
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void cross_entropy_shard_combine_cuda(const Tensor& gathered, Tensor& lse, Tensor& loss) {
+  long long shards = gathered.size(0), n = gathered.size(2);
+  Tensor row_loss = Tensor::empty({n}, DType::F32, gathered.device());
+  ce_shard_combine_kernel<<<cuda::grid_for(n), 256, 0, cuda::compute_stream()>>>(
+      gathered.data<float>(), shards, n, lse.data<float>(), row_loss.data<float>());
+  CUDA_CHECK_LAUNCH();
+  mean_kernel<<<1, 1024, 0, cuda::compute_stream()>>>(row_loss.data<float>(), n, loss.data<float>());
+  CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy_shard_grad_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                   const Tensor& grad_loss, Tensor& dlogits) {
+  long long n = logits.size(0), c = logits.size(1);
+  TANDEM_CUDA_FLOAT_TYPES(logits.dtype(), T, [&] {
+    ce_shard_grad_kernel<<<cuda::grid_for(n * c), 256, 0, cuda::compute_stream()>>>(
+        static_cast<const T*>(logits.data_ptr()), reinterpret_cast<const long long*>(targets.data<int64_t>()),
+        lse.data<float>(), grad_loss.data<float>(), n, c, static_cast<T*>(dlogits.data_ptr()));
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace tandem::kernels

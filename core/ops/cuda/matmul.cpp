@@ -11,7 +11,7 @@
 //   BIAS   adds a vector along the rows of C^T (length n): our per-column bias[n]      (linear y)
 //   BGRADB sums cuBLASLt's B = our op(A) over k:        aux[i] = sum_k op(A)[i, k]     (linear db)
 //
-// Precision: f32 uses CUBLAS_COMPUTE_32F_FAST_TF32 when ops::allow_tf32() (tensor cores, 10-bit
+// Precision: f32 uses CUBLAS_COMPUTE_32F_FAST_TF32 when BackendConfig::allow_tf32 (tensor cores, 10-bit
 // mantissa inputs, f32 accumulation), else plain CUBLAS_COMPUTE_32F. bf16/f16 use tensor cores
 // with CUBLAS_COMPUTE_32F (f32 accumulation), outputs rounded once to the storage type.
 //
@@ -29,6 +29,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/backend.h"
 #include "core/check.h"
 #include "core/cuda/context.h"
 #include "core/ops/cuda/blas_handle.h"
@@ -143,7 +144,7 @@ bool gemm_cuda(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, c
     CUDA_CHECK(cudaMemsetAsync(c.data_ptr(), 0, c.nbytes(), stream));
     return !want;
   }
-  const bool tf32 = ops::allow_tf32();
+  const bool tf32 = backend().allow_tf32;
   const int64_t align[4] = {alignment(a.data_ptr()), alignment(b.data_ptr()), alignment(c.data_ptr()),
                             want ? alignment(aux.data_ptr()) : 16};
   Key key{cuda::current_device(), static_cast<int64_t>(a.dtype()), tf32, g.trans_a, g.trans_b, g.m, g.n, g.k, g.batch,

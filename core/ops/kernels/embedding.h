@@ -2,6 +2,7 @@
 //
 // indices are viewed flat [K] (i32 or i64, already range-checked by core/ops/embedding.cpp),
 // table is [V, D], out / dout are [K, D]. The backward overwrites dtable with the scatter-add.
+// A negative index (embedding_shard: a row of another shard) reads a zero row and adds nothing.
 #pragma once
 #include "core/tensor.h"
 

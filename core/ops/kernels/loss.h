@@ -18,12 +18,23 @@ void cross_entropy_bwd_cpu(const Tensor& logits, const Tensor& labels, const Ten
 // Rows where fewer than k classes rank above the label's (fn::ranks_above: NaN highest, ties to the
 // lower index).
 int64_t topk_correct_cpu(const Tensor& logits, const Tensor& labels, int k);
+// The vocabulary-parallel pieces (core/ops/loss.h): targets i64 [N], -1 = another shard's.
+// stats [3, N] (m, sum exp(x - m), x[target] or 0); gathered [T, 3, N] -> lse [N], loss [1];
+// dlogits = grad_loss[0] / N * (exp(x - lse) - [j == target]).
+void cross_entropy_shard_stats_cpu(const Tensor& logits, const Tensor& targets, Tensor& stats);
+void cross_entropy_shard_combine_cpu(const Tensor& gathered, Tensor& lse, Tensor& loss);
+void cross_entropy_shard_grad_cpu(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                  const Tensor& grad_loss, Tensor& dlogits);
 
 #ifdef TANDEM_WITH_CUDA
 void cross_entropy_fwd_cuda(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss);
 void cross_entropy_bwd_cuda(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& grad_loss,
                             float smoothing, Tensor& dlogits);
 int64_t topk_correct_cuda(const Tensor& logits, const Tensor& labels, int k);
+void cross_entropy_shard_stats_cuda(const Tensor& logits, const Tensor& targets, Tensor& stats);
+void cross_entropy_shard_combine_cuda(const Tensor& gathered, Tensor& lse, Tensor& loss);
+void cross_entropy_shard_grad_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                   const Tensor& grad_loss, Tensor& dlogits);
 // cross_entropy_*_cuda clamp a label outside [0, C) and count it in a device counter (one per
 // device); this reads and zeroes the current device's counter, synchronising the compute stream.
 int64_t take_bad_label_count_cuda();

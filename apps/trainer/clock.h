@@ -1,9 +1,10 @@
-// apps/train/clock.h: every time train_imagenet measures, in one struct.
+// apps/trainer/clock.h: every time a trainer measures, in one struct (train_imagenet and
+// train_encoder alike; the encoder's "images" are sequences).
 //
 // The run's wall time splits into init (process start -> first batch: MPI, NCCL, data and model
 // set-up), training, and paused time (validation and checkpoints, left out of the training rates).
-// Steady images/s excludes the first --bench-warmup steps (allocator warm-up, cuDNN/cuBLASLt plan
-// search) as well. Host clocks only measure device work after a device_sync, so the clock syncs at
+// Steady images/s excludes the first warm-up steps as well (the trainers' --bench-warmup: allocator
+// warm-up, cuDNN/cuBLASLt plan search). Host clocks only measure device work after a device_sync, so the clock syncs at
 // the two edges that rates are taken over (start of the steady window, end of the run); inside a
 // progress interval the host runs ahead and only the interval as a whole is timed.
 #pragma once
@@ -12,23 +13,14 @@
 #include <cstdint>
 
 #include "core/device.h"  // defines: Device
-#include "dist/measure/timeline.h"  // defines: Timeline (comm_window)
 
-namespace tandem::apps {
+namespace tandem::trainer {
 
 using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Waits for the device's queued work, so host clocks measure it (no-op on the CPU).
 void device_sync(Device d);
-
-// Mean exposed communication per step and overall overlap (hidden / total communication) of the
-// timeline's steps [from, end): a progress interval's communication figures. Overlap is 1 when
-// nothing was communicated. train_imagenet and train_encoder both report it.
-struct CommWindow {
-  double exposed_ms = 0, overlap = 1;
-};
-CommWindow comm_window(dist::Timeline& tl, size_t from);
 
 struct RunClock {
   explicit RunClock(Clock::time_point process_start) : process_start(process_start) {}
@@ -79,4 +71,4 @@ struct RunClock {
   double steady_images_per_s(int64_t step, int64_t run_steps, int64_t global_batch) const;
 };
 
-}  // namespace tandem::apps
+}  // namespace tandem::trainer

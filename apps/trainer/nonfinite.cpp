@@ -1,5 +1,5 @@
-// apps/train/nonfinite.cpp: the ranks' shared verdict on a non-finite loss (see nonfinite.h).
-#include "apps/train/nonfinite.h"
+// apps/trainer/nonfinite.cpp: the ranks' shared verdict on a non-finite loss (see nonfinite.h).
+#include "apps/trainer/nonfinite.h"
 
 #include <cmath>
 #include <cstdio>
@@ -8,13 +8,13 @@
 #include "core/tensor.h"     // defines: Tensor
 #include "dist/transport/bootstrap.h"  // defines: world, comm_for
 
-namespace tandem::apps {
+namespace tandem::trainer {
 
 OnNonfinite on_nonfinite_from_name(const std::string& name) {
   if (name == "stop") return OnNonfinite::Stop;
   if (name == "skip") return OnNonfinite::Skip;
   if (name == "off") return OnNonfinite::Off;
-  TANDEM_THROW("--on-nonfinite '", name, "': use stop, skip or off");
+  TANDEM_THROW("on_nonfinite '", name, "': use stop, skip or off");
 }
 
 NonfiniteVerdict agree_nonfinite(float value) {
@@ -32,7 +32,8 @@ NonfiniteVerdict agree_nonfinite(float value) {
   return v;
 }
 
-bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t step, const std::string& what) {
+bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t step, const std::string& what,
+                      const OptionNames& names) {
   if (!v.any() || policy == OnNonfinite::Off) return false;
   const int me = dist::world().rank;
   std::string who;
@@ -45,20 +46,22 @@ bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t ste
   std::snprintf(head, sizeof head, "[rank %d] step %lld: %s is %g", me, (long long)step, what.c_str(),
                 v.values.front());
   if (policy == OnNonfinite::Skip) {
-    if (me == 0) std::fprintf(stderr, "[rank 0] step %lld: %s; every rank skips this step's update (--on-nonfinite skip)\n",
-                              (long long)step, who.c_str());
+    if (me == 0)
+      std::fprintf(stderr, "[rank 0] step %lld: %s; every rank skips this step's update (%s)\n", (long long)step,
+                   who.c_str(), option_name(names, "on_nonfinite", "skip").c_str());
     return true;
   }
   std::fprintf(stderr, "%s (%s); stopping on every rank before the update, so no checkpoint is written from this "
-               "state. Lower --lr or check the data; --on-nonfinite skip skips such steps instead.\n",
-               head, who.c_str());
+               "state. Lower %s or check the data; %s skips such steps instead.\n",
+               head, who.c_str(), option_name(names, "lr").c_str(), option_name(names, "on_nonfinite", "skip").c_str());
   std::fflush(stderr);
   throw RunStopped(std::string(head) + " (" + who + ")");
 }
 
-bool skip_nonfinite_step(OnNonfinite policy, float value, int64_t step, const std::string& what) {
+bool skip_nonfinite_step(OnNonfinite policy, float value, int64_t step, const std::string& what,
+                         const OptionNames& names) {
   if (policy == OnNonfinite::Off) return false;
-  return act_on_nonfinite(policy, agree_nonfinite(value), step, what);
+  return act_on_nonfinite(policy, agree_nonfinite(value), step, what, names);
 }
 
-}  // namespace tandem::apps
+}  // namespace tandem::trainer

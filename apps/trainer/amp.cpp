@@ -1,16 +1,17 @@
-// apps/train/amp.cpp: the trainers' mixed precision (see amp.h).
-#include "apps/train/amp.h"
+// apps/trainer/amp.cpp: the Step's mixed precision (see amp.h).
+#include "apps/trainer/amp.h"
 
-#include "core/autocast.h"   // defines: amp_dtype_from_name
-#include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the overflow flag)
-#include "layers/amp_cast.h" // defines: cast_for_amp
+#include "dist/transport/bootstrap.h"   // defines: comm_for (the CPU communicator for the overflow flag)
+#include "layers/amp_cast.h"  // defines: cast_for_amp
 
-namespace tandem::apps {
+namespace tandem::trainer {
 namespace {
 const std::string kMaster = "amp.master.", kScaler = "amp.scaler.";
 }  // namespace
 
 std::unique_ptr<AmpRun> make_amp(DType low, Module& model) {
+  TANDEM_CHECK(low == DType::BF16 || low == DType::F16, "make_amp: mixed precision computes in bf16 or f16, not ",
+               dtype_name(low));
   auto amp = std::make_unique<AmpRun>();
   amp->low = low;
   optim::LossScalerOptions so;
@@ -19,13 +20,6 @@ std::unique_ptr<AmpRun> make_amp(DType low, Module& model) {
   cast_for_amp(model, amp->low);
   return amp;
 }
-
-std::unique_ptr<AmpRun> make_amp(const std::string& name, Module& model) {
-  if (name == "off") return nullptr;
-  return make_amp(autocast::amp_dtype_from_name(name), model);
-}
-
-std::unique_ptr<AmpRun> make_amp(const TrainOptions& o, Module& model) { return make_amp(o.amp, model); }
 
 bool any_rank_found_inf(bool found) {
   Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
@@ -39,25 +33,33 @@ void build_masters(AmpRun& amp, Module& model, dist::Zero* zero) {
                                                            : optim::segments_from_parameters(model.named_parameters()));
 }
 
-std::unique_ptr<optim::Optimizer> make_amp_optimizer(const AmpRun& amp, const std::string& name,
-                                                     const optim::OptimizerOptions& opts) {
-  TANDEM_CHECK(amp.master, "internal: make_amp_optimizer before build_masters");
+std::unique_ptr<ParamGroups> make_amp_groups(const AmpRun& amp, const std::string& kind,
+                                             const optim::OptimizerOptions& opts, const NoDecayRule& no_decay) {
+  TANDEM_CHECK(amp.master, "internal: make_amp_groups before build_masters");
   // ZeRO's segments carry the parameter's index in the trainable list, which LAMB's norms key by.
-  const int64_t n = amp.zero ? amp.zero->num_params() : static_cast<int64_t>(amp.master->size());
-  return optim::make_optimizer(name, amp.master->master_segments(), n, opts);
+  if (amp.zero) return std::make_unique<ParamGroups>(kind, amp.master->master_segments(), *amp.zero, opts, no_decay);
+  return std::make_unique<ParamGroups>(kind, amp.master->master_segments(),
+                                       static_cast<int64_t>(amp.master->size()), opts, no_decay);
 }
 
-bool amp_step(AmpRun& amp, optim::Optimizer& opt, double clip_grad_norm) {
-  optim::AmpStepOptions so;
-  so.clip_grad_norm = clip_grad_norm;
+bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm, double* grad_norm) {
+  // The 16-bit gradients: whole parameters' (DDP), or this rank's shard views (ZeRO).
+  const bool found = amp.master->unscale_and_check(amp.zero ? amp.zero->grads() : amp.master->model_grads(),
+                                                   1.0 / amp.scaler.scale());
   // Under ZeRO each rank checks only its shard; under DDP the averaged gradients agree, but a rank
   // may still differ (a fault): one all-reduce of the flag keeps the decision common either way.
-  so.found_inf_reduce = any_rank_found_inf;
-  if (amp.zero) so.norm_reduce = amp.zero->sum_reduce();  // the global norm spans every rank's shard
-  const bool applied = optim::amp_step(*amp.master, amp.scaler, opt,
-                                       amp.zero ? amp.zero->grads() : amp.master->model_grads(), so);
-  if (applied && amp.zero) amp.zero->gather_parameters();  // every rank's updated 16-bit shard to every rank
-  return applied;
+  if (!amp.scaler.update(any_rank_found_inf(found))) return false;
+  opt.set_grads(amp.master->master_grads());
+  // After the skip decision, so a skipped step stays skipped and a clean one clips by the true
+  // (unscaled) norm, summed over the shards under ZeRO.
+  if (clip_grad_norm > 0) {
+    const double norm = opt.clip_grad_norm(clip_grad_norm);
+    if (grad_norm) *grad_norm = norm;
+  }
+  opt.step();
+  amp.master->copy_to_model();
+  if (amp.zero) amp.zero->gather_parameters();  // every rank's updated 16-bit shard to every rank
+  return true;
 }
 
 optim::NamedTensors amp_state(const AmpRun& amp, int root) {
@@ -86,4 +88,4 @@ void take_amp_state(AmpRun* amp, optim::NamedTensors& state) {
   amp->scaler.load_state(scaler);
 }
 
-}  // namespace tandem::apps
+}  // namespace tandem::trainer

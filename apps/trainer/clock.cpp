@@ -1,11 +1,11 @@
-// apps/train/clock.cpp: RunClock's arithmetic (see clock.h for what each interval means).
-#include "apps/train/clock.h"
+// apps/trainer/clock.cpp: RunClock's arithmetic (see clock.h for what each interval means).
+#include "apps/trainer/clock.h"
 
 #ifdef TANDEM_WITH_CUDA
 #include "core/cuda/context.h"  // defines: cuda::synchronize
 #endif
 
-namespace tandem::apps {
+namespace tandem::trainer {
 
 void device_sync(Device d) {
 #ifdef TANDEM_WITH_CUDA
@@ -44,15 +44,4 @@ double RunClock::steady_images_per_s(int64_t step, int64_t run_steps, int64_t gl
   return train > 0 ? run_steps * global_batch / train : 0;
 }
 
-CommWindow comm_window(dist::Timeline& tl, size_t from) {
-  const auto& steps = tl.steps();
-  double comm = 0, exposed = 0;
-  size_t n = 0;
-  for (size_t i = from; i < steps.size(); ++i, ++n) comm += steps[i].comm_us, exposed += steps[i].exposed_us;
-  CommWindow w;
-  w.exposed_ms = n ? exposed / n / 1000.0 : 0;
-  w.overlap = comm > 0 ? (comm - exposed) / comm : 1;
-  return w;
-}
-
-}  // namespace tandem::apps
+}  // namespace tandem::trainer

@@ -1,9 +1,9 @@
-// apps/train/ledger.cpp: the memory ledger's shared inputs (see ledger.h).
-#include "apps/train/ledger.h"
+// apps/trainer/ledger.cpp: the memory ledger's shared inputs (see ledger.h).
+#include "apps/trainer/ledger.h"
 
 #include <algorithm>
 
-namespace tandem::apps {
+namespace tandem::trainer {
 
 dist::LedgerOptions ledger_inputs(dist::DistributedDataParallel& ddp, const dist::Zero* zero, int world) {
   dist::LedgerOptions lo;
@@ -45,4 +45,4 @@ nlohmann::json ledger_json(const dist::MemoryLedger& m, bool mixed) {
                               {"activations_workspace_transient", m.measured_peak - m.measured_state}}}};
 }
 
-}  // namespace tandem::apps
+}  // namespace tandem::trainer

@@ -1,0 +1,241 @@
+// apps/trainer/step.cpp: the Step's construction order, its three phases and its state (see step.h).
+#include "apps/trainer/step.h"
+
+#include <chrono>
+
+#include "apps/trainer/ledger.h"   // defines: ledger_inputs, model_state_bytes
+#include "apps/trainer/nonfinite.h"  // defines: skip_nonfinite_step
+#include "core/autograd.h"         // defines: NoGradGuard
+#include "core/check.h"            // defines: TANDEM_CHECK
+#include "core/ops/copy.h"         // defines: cast_raw (AMP inputs)
+#include "core/ops/elementwise.h"  // defines: scale, add
+
+namespace tandem::trainer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The dtype of StepOptions::precision (F32: none).
+DType low_dtype(Precision p) { return p == Precision::F16 ? DType::F16 : DType::BF16; }
+
+// Where the model lives: its first parameter's device (a model without parameters: the CPU).
+Device device_of(const Module& m) {
+  const auto params = m.named_parameters();
+  return params.empty() ? Device::cpu() : params.front().second.device();
+}
+
+// The options every optimizer group starts from: under ZeRO, LAMB's per-parameter norms span every
+// rank's shard.
+optim::OptimizerOptions group_options(const StepOptions& o, const dist::Zero* zero) {
+  optim::OptimizerOptions oo = o.optimizer_options;
+  if (zero) oo.norm_reduce = zero->sum_reduce();
+  return oo;
+}
+
+}  // namespace
+
+Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore)
+    : options_(std::move(options)), backend_(options_.backend), comm_(comm), model_(std::move(model)) {
+  const StepOptions& o = options_;
+  check(o);
+  check_on(o, device_of(*model_), comm_.backend());
+  if (o.precision != Precision::F32) amp_ = make_amp(low_dtype(o.precision), *model_);
+  optim::NamedTensors state = restore ? restore(*model_) : optim::NamedTensors{};
+  // DDP and ZeRO in one place, over the communicator the trainer passed in.
+  ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, comm_, ddp_options(o));
+  if (is_zero(o.strategy)) zero_ = std::make_unique<dist::Zero>(*ddp_, o.strategy == Strategy::Zero2 ? 2 : 1);
+  // The masters start from rank 0's broadcast 16-bit weights (of this rank's shard under ZeRO);
+  // load_state's masters then replace them.
+  if (amp_) build_masters(*amp_, *model_, zero_.get());
+  // The optimizer over the whole parameters (DDP, ps), this rank's ZeRO segments, or the f32
+  // masters (AMP: of the whole parameters, or of the ZeRO shard). The lr is the trainer's, set
+  // before every step.
+  const optim::OptimizerOptions oo = group_options(o, zero_.get());
+  if (amp_) groups_ = make_amp_groups(*amp_, o.optimizer, oo, o.no_decay);
+  else if (zero_) groups_ = std::make_unique<ParamGroups>(o.optimizer, *zero_, oo, o.no_decay);
+  else groups_ = std::make_unique<ParamGroups>(o.optimizer, model_->named_parameters(), oo, o.no_decay);
+  if (o.strategy == Strategy::ParameterServer) {
+    // The reducer stops averaging (permanently "no_sync": backward only accumulates into .grad),
+    // and the servers run the same SGD on their partitions instead; the workers' optimizer is
+    // built but never steps.
+    ddp_->reducer().set_sync(false);
+    dist::PsOptions po;
+    po.servers = o.ps_servers;
+    po.optimizer = o.optimizer;
+    po.optimizer_options = o.optimizer_options;
+    optim::NamedTensors trainable;
+    for (auto& [name, p] : model_->named_parameters())
+      if (p.requires_grad()) trainable.emplace_back(name, p);
+    ps_ = std::make_unique<dist::ParameterServer>(std::move(trainable), comm_, po);
+  }
+  load_state(std::move(state));
+  if (o.cuda_graph) graph_ = std::make_unique<GraphCapture>(device_of(*model_));
+}
+
+Step::~Step() = default;
+
+void Step::set_lr(double lr) {
+  groups_->set_lr(lr);
+  if (ps_) ps_->set_lr(lr);
+}
+
+double Step::lr() const { return groups_->lr(); }
+
+Tensor Step::forward(const Tensor& x) {
+  // AMP: the model computes in 16-bit from its first layer on (loaders yield f32 images).
+  return (*ddp_)(amp_ && is_floating(x.dtype()) ? ops::cast_raw(x, amp_->low) : x);
+}
+
+void Step::zero_grad_body() {
+  // ZeRO zeroes what the next backward accumulates into (its shards, or at stage 1 the whole
+  // buckets: zero.h); otherwise the gradients are DDP's bucket views: one memset per bucket, and
+  // the first accumulation copies instead of adding (reducer.h). AMP's master gradients need
+  // nothing: the unscale overwrites them.
+  if (zero_) groups_->zero_grad();
+  else ddp_->reducer().zero_grad();
+}
+
+void Step::zero_grad() {
+  zero_grad_body();
+  micro_ = 0;
+  step_loss_ = Tensor();
+}
+
+void Step::backward_body(const Tensor& loss, bool last) {
+  // Every rank, even with a bad loss: DDP's collectives must match across ranks. fp16 AMP scales
+  // the loss so small gradients survive in 16-bit (optim/loss_scaler.h); accumulation divides it
+  // by the micro-batches, so their summed gradients are the mean's (HF Trainer's rule). One
+  // multiplication by the product, none at all when it is 1.
+  const double factor = (amp_ ? amp_->scaler.scale() : 1.0) / options_.grad_accum_steps;
+  const Tensor l = factor == 1.0 ? loss : ops::scale(loss, static_cast<float>(factor));
+  if (last) {
+    l.backward();
+  } else {
+    auto local = ddp_->no_sync();  // this micro-batch's gradients stay on this rank, accumulated
+    l.backward();
+  }
+}
+
+void Step::backward(const Tensor& loss) {
+  const int n = options_.grad_accum_steps;
+  TANDEM_CHECK(!graph_, "Step::backward: a step captured as a CUDA graph runs whole: use Step::run");
+  TANDEM_CHECK(micro_ < n, "Step::backward: this step's ", n, " micro-batch(es) already ran backward: call update() "
+               "(StepOptions::grad_accum_steps = ", n, ")");
+  backward_body(loss, micro_ + 1 == n);
+  // The step's loss as reported: the loss itself, or the mean of the micro-batches' losses.
+  autograd::NoGradGuard ng;
+  if (n == 1) step_loss_ = loss.detach();
+  else step_loss_ = step_loss_.defined() ? ops::add(step_loss_, ops::scale(loss.detach(), 1.0f / n))
+                                         : ops::scale(loss.detach(), 1.0f / n);
+  ++micro_;
+}
+
+bool Step::update_body(StepResult& r) {
+  const double clip = options_.clip_grad_norm;
+  if (ps_) {
+    ps_->step(&ddp_->timeline());  // push, update on the servers, pull
+    return true;
+  }
+  if (amp_) {
+    // Unscale, agree on the skip, [clip the f32 master gradients], step, [ZeRO: all-gather].
+    // (h-optim: a capturable form keeps the flag, scale and clip coefficient on the device.)
+    return amp_step(*amp_, *groups_, clip, &r.grad_norm);
+  }
+  // The global norm: under ZeRO each rank sums its shard's squares and the Zero adds them up.
+  if (clip > 0) r.grad_norm = groups_->clip_grad_norm(clip);
+  groups_->step();  // under ZeRO followed by every rank's updated shard to every rank
+  return true;
+}
+
+StepResult Step::update() {
+  TANDEM_CHECK(!graph_, "Step::update: a step captured as a CUDA graph runs whole: use Step::run");
+  TANDEM_CHECK(micro_ == options_.grad_accum_steps, "Step::update after ", micro_, " of ",
+               options_.grad_accum_steps, " micro-batches' backward (StepOptions::grad_accum_steps)");
+  StepResult r;
+  r.loss = step_loss_;
+  const int64_t number = steps_done_ + 1;  // 1-based, as progress lines and messages count
+  // Read after backward was queued, so the device has work while the host waits (nonfinite.h:
+  // cost); not host work, so host_ms starts after it.
+  if (options_.on_nonfinite != OnNonfinite::Off &&
+      skip_nonfinite_step(options_.on_nonfinite, step_loss_.item(), number, "loss", options_.names)) {
+    r.applied = false, r.skipped = StepResult::Skip::NonfiniteLoss;
+  }
+  const Clock::time_point start = Clock::now();
+  if (r.applied && !update_body(r)) r.applied = false, r.skipped = StepResult::Skip::NonfiniteGradients;
+  r.host_ms = ms_since(start);
+  micro_ = 0;
+  ++steps_done_;
+  return r;
+}
+
+StepResult Step::run(const ForwardLoss& forward_loss) {
+  if (graph_) return run_graphed(forward_loss);
+  const Clock::time_point start = Clock::now();
+  zero_grad();
+  for (int m = 0; m < options_.grad_accum_steps; ++m) backward(forward_loss(m));
+  const double issue_ms = ms_since(start);
+  StepResult r = update();
+  r.host_ms += issue_ms;
+  return r;
+}
+
+// The same phases as run(), captured (refusal() left nothing in them that reads the host: no
+// non-finite check, no AMP, no clipping, one micro-batch, SGD under plain DDP). The host-side
+// bookkeeping stays outside the body, which replays do not run.
+StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
+  const Clock::time_point start = Clock::now();
+  StepResult r;
+  const GraphCapture::Ran ran = graph_->run([&] {
+    zero_grad_body();
+    Tensor loss = forward_loss(0);
+    backward_body(loss, true);
+    update_body(r);
+    if (!static_loss_.defined()) static_loss_ = loss.detach().clone();  // the first (eager) step
+    else static_loss_.copy_(loss.detach());
+  });
+  r.replayed = ran != GraphCapture::Ran::Eager;
+  r.captured = ran == GraphCapture::Ran::Captured;
+  r.host_ms = ms_since(start) - (r.captured ? graph_->capture_ms() : 0.0);
+  r.loss = static_loss_;
+  ++steps_done_;
+  // A replay's collectives were captured, not issued, so dist's watchdog does not see them: the
+  // replay is handed to it as a whole (an event after it on the compute stream), and a hung or
+  // faulted replay then aborts every rank, naming the rank, like any collective.
+  if (r.replayed) comm_.watch_compute("replayed step " + std::to_string(steps_done_));
+  return r;
+}
+
+optim::NamedTensors Step::state() {
+  TANDEM_CHECK(!ps_, "Step::state: under the parameter server the optimizer state lives on the servers and is "
+               "not gathered (", option_name(options_.names, "strategy", "ps"), " refuses ",
+               option_name(options_.names, "checkpoint"), ")");
+  // Without ZeRO nothing is collective: only rank 0 assembles.
+  if (!zero_ && comm_.rank() != 0) return {};
+  optim::NamedTensors s = groups_->state();  // ZeRO: gathered onto rank 0, bucket by bucket
+  // AMP: the f32 masters (gathered from the shards under ZeRO, also collective) and the loss scale.
+  if (amp_)
+    for (auto& e : amp_state(*amp_)) s.push_back(std::move(e));
+  return s;
+}
+
+void Step::load_state(optim::NamedTensors state) {
+  if (state.empty()) return;  // a fresh start: the masters already hold the model's weights
+  take_amp_state(amp_.get(), state);  // the "amp.*" entries: masters and loss scale (or none)
+  if (!state.empty()) groups_->load_state(state);
+}
+
+dist::LedgerOptions Step::ledger_options() {
+  dist::LedgerOptions lo = ledger_inputs(*ddp_, zero_.get(), comm_.size());
+  lo.mixed = amp_ != nullptr;  // 16-bit parameters and gradients, f32 masters (of the shard under ZeRO)
+  // f32 state per parameter: Adam's two moments, SGD's momentum buffer (none without momentum).
+  lo.state_bytes = options_.optimizer != "sgd" ? 8 : options_.optimizer_options.momentum != 0 ? 4 : 0;
+  return lo;
+}
+
+int64_t Step::model_state_bytes() {
+  return trainer::model_state_bytes(*ddp_, (amp_ ? amp_->master->bytes() : 0) + groups_->state_bytes());
+}
+
+}  // namespace tandem::trainer

@@ -1,0 +1,153 @@
+// apps/trainer/step.h: one training step - the object both trainers share.
+//
+// A Step is built from a model and one StepOptions (step_options.h) and owns everything between
+// the trainer's loss and the updated weights: DDP (dist/ddp.h), ZeRO-1/2 (dist/zero.h) or the
+// parameter server (dist/parameter_server.h); AMP's cast, f32 masters and loss scaler (amp.h); the
+// optimizer with its parameter groups (param_groups.h); clipping; gradient accumulation; CUDA-graph
+// capture (graph_capture.h); the non-finite policy (nonfinite.h); and the backend settings
+// (core/backend.h, applied for the Step's lifetime). Every combination of them either works or is
+// refused by the constructor, in one place (step_options.cpp), with the reason.
+//
+// Construction order is part of a run's determinism and is fixed here:
+//   backend settings -> AMP cast of the model (an AMP checkpoint holds 16-bit weights) ->
+//   restore(model): the trainer loads the checkpoint's weights (and its generator state) and
+//   returns its optimizer entries -> DDP, which checks the ranks built the same model and
+//   broadcasts rank 0's tensors -> ZeRO -> AMP's f32 masters from the broadcast weights (of this
+//   rank's shard under ZeRO) -> the optimizer -> the parameter server -> load_state(entries):
+//   the checkpoint's masters, loss scale and optimizer state (each rank its own range).
+// The model must already be on its device, and the trainer seeds the default generator first.
+//
+// One step, in either form:
+//   step.set_lr(lr);
+//   StepResult r = step.run([&](int micro) { return loss_of(micro); });   // the usual form
+// or by hand (not with cuda_graph):
+//   step.zero_grad();  for each micro-batch: step.backward(loss_of(m));  StepResult r = step.update();
+// where the trainer's loss function runs the model through step.forward(x) (image models: one
+// input, cast to the 16-bit dtype under AMP) or step.forward_with(f) (any signature; f runs the
+// module once). run() calls it grad_accum_steps times (micro = 0, 1, ...); under cuda_graph it is
+// what the graph captures, so it must then read static inputs the trainer owns.
+//   zero_grad  ZeRO: what the next backward accumulates into (zero.h); else DDP's bucket views, one
+//              memset per bucket (the first accumulation then copies instead of adding).
+//   backward   loss x loss scale (fp16) / grad_accum_steps; all but the last micro-batch under
+//              DDP's no_sync, so only the last one communicates.
+//   update     [the non-finite loss check, agreed by all ranks] then one of: the parameter
+//              server's push/update/pull; AMP's unscale, overflow agreement, [clip], step, copy
+//              back [, ZeRO's all-gather]; or [clip,] step [, ZeRO's all-gather]. Skipped on every
+//              rank alike, or applied on every rank.
+// state() / load_state() hold what a checkpoint needs from the step beyond the model's weights:
+// the optimizer state (unsharded, keyed "<param>.<state>", gathered from the shards under ZeRO),
+// AMP's f32 masters ("amp.master.<param>") and loss scaler ("amp.scaler.*"), so a checkpoint
+// resumes at any world size, strategy and precision.
+// Where the device-side (capturable) optimizer API of branch h-optim plugs in: update_body()'s
+// AMP and clipping branches, then step_options.cpp's cuda_graph refusals for them are lifted.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "apps/trainer/amp.h"           // defines: AmpRun
+#include "apps/trainer/graph_capture.h" // defines: GraphCapture
+#include "apps/trainer/param_groups.h"  // defines: ParamGroups
+#include "apps/trainer/step_options.h"  // defines: StepOptions
+#include "core/backend.h"               // defines: BackendScope
+#include "core/tensor.h"                // defines: Tensor
+#include "dist/communicator.h"          // defines: Communicator
+#include "dist/ddp.h"                   // defines: DistributedDataParallel
+#include "dist/measure/memory_ledger.h"         // defines: LedgerOptions
+#include "dist/extras/parameter_server.h"      // defines: ParameterServer
+#include "dist/zero.h"                  // defines: Zero
+#include "layers/module.h"              // defines: ModulePtr
+
+namespace tandem::trainer {
+
+// What one step did.
+struct StepResult {
+  bool applied = true;         // false: every rank skipped this update (weights and state unchanged)
+  enum class Skip { None, NonfiniteLoss, NonfiniteGradients } skipped = Skip::None;
+  Tensor loss;                 // the step's loss (device; unscaled, the micro-batches' mean): valid
+                               // until the next step, for the trainer's device-side running sum
+  double grad_norm = -1;       // the global norm before clipping, when clipping ran (else -1)
+  double host_ms = 0;          // host time issuing the step's work, without the waits for the
+                               // device (the non-finite check's read) and without a graph capture
+  bool replayed = false;       // cuda_graph: ran as a replay (the capturing step included)
+  bool captured = false;       // cuda_graph: this step was captured
+};
+
+class Step {
+ public:
+  // Loads a checkpoint's weights into the (cast) model and returns its optimizer entries (also the
+  // "amp.*" ones), or {} for a fresh start. Called once, at the right moment (see above).
+  using Restore = std::function<optim::NamedTensors(Module& model)>;
+  // The trainer's loss for micro-batch `micro` of the step (0 when grad_accum_steps is 1).
+  using ForwardLoss = std::function<Tensor(int micro)>;
+
+  // `comm`: the ranks' communicator for the model's device. Throws the refusal when `options`
+  // cannot work here (step_options.h).
+  Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore = {});
+  ~Step();
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+
+  // --- one step
+  void set_lr(double lr);  // the optimizer's (and the servers') LR for the next update
+  double lr() const;
+  // Optimizer steps done before the next one, across resumes (the trainer sets it at start): the
+  // step number messages and the watchdog name is this + 1. Every update adds one.
+  void set_steps_done(int64_t steps) { steps_done_ = steps; }
+  int64_t steps_done() const { return steps_done_; }
+  StepResult run(const ForwardLoss& forward_loss);
+  Tensor forward(const Tensor& x);
+  template <class F>
+  decltype(auto) forward_with(F&& f) {
+    return ddp_->forward_with(std::forward<F>(f));
+  }
+  void zero_grad();
+  void backward(const Tensor& loss);
+  StepResult update();
+
+  // --- checkpoint state (see the file comment). Collective under ZeRO: every rank calls it, and
+  // only rank 0 (which writes checkpoints) gets the tensors; without ZeRO the other ranks get {}
+  // and do no work.
+  optim::NamedTensors state();
+  void load_state(optim::NamedTensors state);
+
+  // --- what reports and measurements read
+  const StepOptions& options() const { return options_; }
+  Module& module() { return ddp_->module(); }
+  dist::DistributedDataParallel& ddp() { return *ddp_; }
+  dist::Timeline& timeline() { return ddp_->timeline(); }
+  DType compute_dtype() const { return amp_ ? amp_->low : DType::F32; }  // what the model computes in
+  double loss_scale() const { return amp_ ? amp_->scaler.scale() : 0.0; }  // 0 without AMP (1 for bf16)
+  const char* optimizer_name() const { return groups_->name(); }          // "SGD", "AdamW", "LAMB"
+  const GraphCapture* graph() const { return graph_.get(); }              // null without cuda_graph
+  // The memory ledger's inputs (ledger.h) with the optimizer's state bytes and precision filled in,
+  // and the bytes the model state holds now (parameters, gradient buffers and shards, masters, and
+  // the optimizer state that exists already: a resumed run loads it before its first step).
+  dist::LedgerOptions ledger_options();
+  int64_t model_state_bytes();
+
+ private:
+  void zero_grad_body();
+  void backward_body(const Tensor& loss, bool last);
+  bool update_body(StepResult& r);  // the update after the non-finite check; false: skipped
+  StepResult run_graphed(const ForwardLoss& forward_loss);
+
+  StepOptions options_;
+  BackendScope backend_;  // first in, last out: the settings outlive every part below
+  dist::Communicator& comm_;
+  ModulePtr model_;
+  std::unique_ptr<AmpRun> amp_;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  std::unique_ptr<dist::Zero> zero_;
+  std::unique_ptr<ParamGroups> groups_;
+  std::unique_ptr<dist::ParameterServer> ps_;
+  std::unique_ptr<GraphCapture> graph_;
+  int64_t steps_done_ = 0;
+  int micro_ = 0;          // micro-batches backward has run since zero_grad
+  Tensor step_loss_;       // their loss (the step's, reported)
+  Tensor static_loss_;     // cuda_graph: the captured step's loss output
+};
+
+}  // namespace tandem::trainer

@@ -1,0 +1,166 @@
+// apps/trainer/step_options.cpp: the names of the choices, every refusal, and DDP's options (see
+// step_options.h). Each refusal says what cannot work, why, and what to change.
+#include "apps/trainer/step_options.h"
+
+#include <cstdlib>
+
+#include "core/check.h"  // defines: TANDEM_CHECK, TANDEM_THROW
+
+namespace tandem::trainer {
+
+Strategy strategy_from_name(const std::string& name) {
+  if (name == "ddp") return Strategy::Ddp;
+  if (name == "zero1") return Strategy::Zero1;
+  if (name == "zero2") return Strategy::Zero2;
+  if (name == "ps") return Strategy::ParameterServer;
+  TANDEM_THROW("StepOptions::strategy '", name, "': use ddp, zero1, zero2 or ps");
+}
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::Ddp: return "ddp";
+    case Strategy::Zero1: return "zero1";
+    case Strategy::Zero2: return "zero2";
+    case Strategy::ParameterServer: return "ps";
+  }
+  return "?";
+}
+
+Precision precision_from_name(const std::string& name) {
+  if (name == "off" || name == "f32") return Precision::F32;
+  if (name == "bf16") return Precision::BF16;
+  if (name == "fp16") return Precision::F16;
+  TANDEM_THROW("StepOptions::precision '", name, "': use off, bf16 or fp16");
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::F32: return "off";
+    case Precision::BF16: return "bf16";
+    case Precision::F16: return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+const char* nonfinite_name(OnNonfinite p) {
+  return p == OnNonfinite::Stop ? "stop" : p == OnNonfinite::Skip ? "skip" : "off";
+}
+}  // namespace
+
+std::optional<std::string> refusal(const StepOptions& o) {
+  auto n = [&](const std::string& option, const std::string& value = "") { return option_name(o.names, option, value); };
+  const std::string strategy = strategy_name(o.strategy), ps = "ps", ddp = "ddp";
+  const bool is_ps = o.strategy == Strategy::ParameterServer;
+  const std::string accum = std::to_string(o.grad_accum_steps);
+  if (o.compress != "none" && o.compress != "bf16" && o.compress != "fp16")
+    return n("compress", o.compress) + " is not a wire dtype: use none, bf16 or fp16";
+  if (o.strategy == Strategy::Zero2 && o.compress != "none")
+    return n("strategy", "zero2") + " with " + n("compress", o.compress) +
+           " is not supported (stage 2 reduce-scatters f32 gradients): drop " + n("compress") + " or use " +
+           n("strategy", "zero1");
+  if (o.grad_accum_steps < 1)
+    return n("grad_accum_steps", accum) + " must be at least 1 (1: no accumulation)";
+  // CUDA graphs (graph_capture.h). What a captured step cannot contain: each reads a host value in
+  // the middle of the step, or passes a changing one to a kernel as an argument, which the graph
+  // would freeze. Models with dropout are captured (core/graph_rng.h): no model is refused here.
+  if (o.cuda_graph) {
+    if (o.on_nonfinite != OnNonfinite::Off)
+      return n("cuda_graph") + " cannot capture " + n("on_nonfinite", nonfinite_name(o.on_nonfinite)) +
+             ": its per-step loss check reads the loss on the host in the middle of the step. Add " +
+             n("on_nonfinite", "off");
+    // Lifted when the optimizers read their LR and step count from device memory (branch h-optim:
+    // AdamW, LAMB and the loss scaler made capturable, the clip coefficient applied on the device);
+    // the precision and clipping refusals below then go the same way (see step.cpp's update()).
+    if (o.optimizer != "sgd")
+      return n("cuda_graph") + " supports " + n("optimizer", "sgd") + " only: " + o.optimizer +
+             " passes its LR and bias corrections to its kernels as host values, which a graph would freeze. "
+             "Use " + n("optimizer", "sgd") + " or drop " + n("cuda_graph");
+    if (o.precision != Precision::F32)
+      return n("cuda_graph") + " cannot capture " + n("precision", precision_name(o.precision)) +
+             ": the update reads its overflow flags on the host every step (apps/trainer/amp.cpp). Use " +
+             n("precision", "off") + " or drop " + n("cuda_graph");
+    if (is_zero(o.strategy))
+      return n("cuda_graph") + " with " + n("strategy", strategy) +
+             " is not supported yet (the sharded step has not been checked for capture): drop " +
+             n("strategy", strategy) + " or " + n("cuda_graph");
+    if (o.clip_grad_norm > 0)
+      return n("cuda_graph") + " cannot capture " + n("clip_grad_norm") +
+             ": the global norm is read on the host (optim/clip.h). Drop one of them";
+    if (is_ps)
+      return n("cuda_graph") + " cannot capture " + n("strategy", ps) +
+             ": the parameter server's push and pull run on the host. Use " + n("strategy", ddp) + " or drop " +
+             n("cuda_graph");
+    if (o.grad_accum_steps > 1)
+      return n("cuda_graph") + " captures one forward and backward per step, and " + n("grad_accum_steps", accum) +
+             " runs several (each would need its own static inputs): drop one of them";
+  }
+  if (o.strategy == Strategy::Zero2 && o.grad_accum_steps > 1)
+    return n("grad_accum_steps", accum) + " with " + n("strategy", "zero2") +
+           " is not supported: stage 2 keeps only this rank's shard of each reduced bucket, so every micro-batch "
+           "but the last would hold whole local gradients, the memory stage 2 exists to save. Use " +
+           n("strategy", "zero1") + " with accumulation";
+  // The parameter server (dist/parameter_server.h): SGD on f32 partitions, on the servers only.
+  if (is_ps) {
+    if (o.precision != Precision::F32)
+      return n("strategy", ps) + " updates f32 parameters on its servers: use " + n("precision", "off") +
+             " with it, or " + n("strategy", ddp) + " with " + n("precision");
+    if (o.checkpoint)
+      return n("strategy", ps) + " does not checkpoint (the optimizer state lives on the servers): drop " +
+             n("checkpoint") + ", or use " + n("strategy", ddp);
+    if (o.optimizer != "sgd")
+      return n("strategy", ps) + " runs SGD on its servers: use " + n("optimizer", "sgd") + " with it, or " +
+             n("strategy", ddp) + " for " + o.optimizer;
+    if (o.clip_grad_norm > 0)
+      return n("strategy", ps) + " does not clip gradients yet: drop " + n("clip_grad_norm") + " or use " +
+             n("strategy", ddp);
+    if (o.compress != "none")
+      return n("strategy", ps) + " pushes f32 gradients to its servers, and " + n("compress", o.compress) +
+             " applies to DDP's all-reduce only: drop " + n("compress") + " or use " + n("strategy", ddp);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> refusal_on(const StepOptions& o, Device device, const std::string& comm_backend) {
+  if (!o.cuda_graph) return std::nullopt;
+  auto n = [&](const std::string& option) { return option_name(o.names, option); };
+  if (!device.is_cuda())
+    return n("cuda_graph") + " needs a GPU, and this run is on the CPU (" +
+           (built_with_cuda() ? "no usable GPU is visible" : "this build has no CUDA backend") + "): drop " +
+           n("cuda_graph");
+  if (comm_backend != "nccl")
+    return n("cuda_graph") + ": the gradient all-reduces go over " + comm_backend +
+           " (host memory, driven by a CPU thread), which a CUDA graph cannot capture. Give every rank its own "
+           "GPU and leave TANDEM_HOST_STAGING unset so that NCCL carries them, or drop " + n("cuda_graph");
+  for (const char* var : {"TANDEM_FAULT", "TANDEM_SYNC_CHECK"}) {
+    const char* v = std::getenv(var);
+    if (v && *v && std::string(v) != "0")
+      return n("cuda_graph") + " with " + var + "=" + v +
+             ": its hooks act on the host in the middle of the step (a fault drill, a sync after every op), "
+             "which a replayed graph cannot do. Unset " + var + " or drop " + n("cuda_graph");
+  }
+  return std::nullopt;
+}
+
+void check(const StepOptions& o) {
+  if (auto why = refusal(o)) TANDEM_THROW(*why);
+}
+
+void check_on(const StepOptions& o, Device device, const std::string& comm_backend) {
+  if (auto why = refusal_on(o, device, comm_backend)) TANDEM_THROW(*why);
+}
+
+dist::DdpOptions ddp_options(const StepOptions& o) {
+  dist::DdpOptions d;
+  d.reducer.bucketing.first_bucket_bytes = static_cast<size_t>(o.first_bucket_mb * (1 << 20));
+  d.reducer.bucketing.bucket_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
+  d.reducer.bucketed = o.bucketed;
+  d.reducer.overlap = o.overlap;
+  d.reducer.compression = o.compress == "bf16"   ? dist::Compression::BF16
+                          : o.compress == "fp16" ? dist::Compression::F16
+                                                 : dist::Compression::None;
+  if (o.strategy == Strategy::Zero2) d.reducer.collective = dist::Collective::ReduceScatter;
+  return d;
+}
+
+}  // namespace tandem::trainer

@@ -1,0 +1,102 @@
+// apps/trainer/step_options.h: what a training step is built from - one struct - and the one
+// place that says which combinations of it cannot work, and why.
+//
+// StepOptions holds every choice the Step (step.h) makes: how gradients are combined across ranks
+// (strategy: DDP's all-reduce, ZeRO-1/2 sharding, or the parameter server), DDP's buckets, the
+// optimizer and its no-weight-decay group, clipping, mixed precision, gradient accumulation, CUDA
+// graph capture, the non-finite policy and the backend settings (core/backend.h). Defaults are
+// PyTorch's where PyTorch has one (bucket sizes, SGD's momentum 0, TF32 on) and otherwise the
+// safe choice (a non-finite loss stops the run).
+//
+// refusal() returns, for a combination that cannot work, the sentence that says why and what to
+// change; every such rule is in step_options.cpp and nowhere else, so lifting one (for example
+// when the optimizers become capturable, branch h-optim: "cuda_graph supports optimizer sgd only")
+// is a one-line change there. It names options through `names` (option_names.h): the trainers pass
+// their flags, so a user reads "--cuda-graph cannot capture --clip-grad-norm". refusal_on() adds
+// the rules that depend on where the step runs (a GPU, NCCL, the process environment). The Step's
+// constructor checks both; a trainer checks refusal() before it starts MPI too, to fail early.
+//
+// What works (tests/test_trainer_options.cpp has the table):
+//   strategy      ddp | zero1 | zero2 | ps (ps: SGD in f32 on colocated servers, no clipping, no
+//                 checkpoints, no wire compression)
+//   precision     f32 | bf16 | fp16 with any strategy but ps (fp16: dynamic loss scaling)
+//   clipping      with any strategy but ps (under AMP the unscaled f32 master gradients; under
+//                 ZeRO the norm is summed over the shards)
+//   accumulation  grad_accum_steps N >= 1 with ddp, zero1 and ps, any precision: the first N-1
+//                 micro-batches' backward runs under DDP's no_sync, each loss divided by N
+//   cuda_graph    SGD in f32 under plain DDP, no clipping, no accumulation, on_nonfinite off, on a
+//                 GPU with NCCL collectives (refusal_on)
+#pragma once
+#include <optional>
+#include <string>
+
+#include "apps/trainer/nonfinite.h"     // defines: OnNonfinite
+#include "apps/trainer/option_names.h"  // defines: OptionNames
+#include "apps/trainer/param_groups.h"  // defines: NoDecayRule
+#include "core/backend.h"               // defines: BackendConfig
+#include "core/device.h"                // defines: Device
+#include "dist/ddp.h"                   // defines: DdpOptions
+#include "optim/optimizer.h"            // defines: OptimizerOptions
+
+namespace tandem::trainer {
+
+// How the ranks combine gradients and where the optimizer runs.
+enum class Strategy {
+  Ddp,              // every rank all-reduces the gradients and updates everything (dist/ddp.h)
+  Zero1,            // all-reduce; each rank updates its shard and keeps its optimizer state (dist/zero.h)
+  Zero2,            // the gradients reduce-scattered into the shards during backward; then as zero1
+  ParameterServer,  // push to servers, update there, pull (dist/parameter_server.h)
+};
+Strategy strategy_from_name(const std::string& name);  // "ddp", "zero1", "zero2", "ps"
+const char* strategy_name(Strategy s);
+inline bool is_zero(Strategy s) { return s == Strategy::Zero1 || s == Strategy::Zero2; }
+
+// The dtype the model computes in; 16-bit runs keep f32 master weights (amp.h).
+enum class Precision { F32, BF16, F16 };
+Precision precision_from_name(const std::string& name);  // "off", "bf16", "fp16"
+const char* precision_name(Precision p);                 // "off" for F32, as the trainers' --amp spells it
+
+struct StepOptions {
+  // How gradients are combined (strategy) and DDP's buckets.
+  Strategy strategy = Strategy::Ddp;
+  int ps_servers = 1;            // ParameterServer: servers colocated on ranks 0..K-1 (1 <= K <= ranks)
+  double first_bucket_mb = 1;    // PyTorch's first bucket: small, so communication starts early
+  double bucket_mb = 25;         // PyTorch DDP's bucket_cap_mb
+  bool overlap = true;           // false: all-reduces start after backward ends (a baseline)
+  bool bucketed = true;          // false: one all-reduce per parameter (a baseline)
+  std::string compress = "none"; // none | bf16 | fp16: the gradients' dtype on the wire
+  // The optimizer (optim/optimizer.h): "sgd", "adamw" or "lamb", with its options (momentum,
+  // betas, eps, weight decay; lr is the first step's until the trainer's set_lr). Parameters the
+  // rule names train without weight decay (param_groups.h; null: every parameter decays).
+  std::string optimizer = "sgd";
+  optim::OptimizerOptions optimizer_options;
+  NoDecayRule no_decay;
+  double clip_grad_norm = 0;     // > 0: clip the global gradient L2 norm to this first (0: off)
+  Precision precision = Precision::F32;
+  // Micro-batches per optimizer step: the trainer's forward-loss function runs this many times per
+  // step (run()), each loss divided by it, only the last backward synchronised (as HF Trainer's
+  // gradient_accumulation_steps). 1: none.
+  int grad_accum_steps = 1;
+  // Capture the step as a CUDA graph after GraphCapture::kEagerSteps eager steps, then replay it
+  // (graph_capture.h). The trainer's forward-loss function must then read static inputs it owns.
+  bool cuda_graph = false;
+  OnNonfinite on_nonfinite = OnNonfinite::Stop;  // a non-finite loss on any rank (nonfinite.h)
+  bool checkpoint = false;       // the trainer will save state(): refused where it cannot be assembled
+  BackendConfig backend;         // applied for the Step's lifetime (core/backend.h)
+  OptionNames names;             // how messages name these options (empty: the library's names)
+};
+
+// Why `o` cannot work, in words that name options through o.names; nullopt when it can.
+std::optional<std::string> refusal(const StepOptions& o);
+// The same for where the step runs: `device` (the ranks' device) and `comm_backend` (the gradient
+// collectives' backend, dist::Communicator::backend(): "nccl", "mpi", ...), and the environment
+// (TANDEM_FAULT, TANDEM_SYNC_CHECK act on the host in the middle of a step).
+std::optional<std::string> refusal_on(const StepOptions& o, Device device, const std::string& comm_backend);
+// Throw tandem::Error with the refusal's sentence.
+void check(const StepOptions& o);
+void check_on(const StepOptions& o, Device device, const std::string& comm_backend);
+
+// DDP's options for this step: the buckets, overlap, compression, and ZeRO-2's reduce-scatter.
+dist::DdpOptions ddp_options(const StepOptions& o);
+
+}  // namespace tandem::trainer

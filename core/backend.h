@@ -1,0 +1,59 @@
+// core/backend.h: the backend settings the ops read, as one value applied by one scope.
+//
+// What the CUDA ops choose between (the CPU path has one way for each and ignores them all):
+//   deterministic         conv: skip the cuDNN engines marked NONDETERMINISTIC (split reductions with
+//                         atomics, mostly backward filter), so two runs with the same inputs give the
+//                         same bits; slower. Default off, as PyTorch's cudnn.deterministic.
+//   cudnn_batchnorm       training-mode BatchNorm (and the fused BN + add + ReLU ResNet block tail)
+//                         through cuDNN's NHWC kernels (on) or tandem's own (off: the parity
+//                         reference; core/ops/batchnorm.h says why cuDNN is the default).
+//   conv_bias_fusion      conv + bias as one cuDNN graph where an engine takes it, else the plain
+//                         conv and a broadcast add (core/ops/conv.h). Default on.
+//   allow_tf32            f32 GEMMs and convs may use TF32 tensor cores (10-bit mantissa products,
+//                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
+//                         train fine with it (core/ops/matmul.h).
+//   conv_workspace_limit  the largest workspace one conv plan may ask for; engines needing more are
+//                         skipped. 1 GiB: enough for the fast implicit-GEMM and Winograd engines on
+//                         ImageNet shapes, while FFT engines that ask for several GiB would take the
+//                         memory the activations need (workspaces come from the same pool).
+// A conv plan is built with the settings in force when its shape is first met, and they are part
+// of its cache key, so a change builds new plans rather than reusing old ones.
+//
+// Like torch.backends.cudnn.*, the settings are process-wide: an op has no other way to learn
+// them (they are not among its inputs). Unlike them, they are never set one by one: a
+// BackendScope applies a whole BackendConfig and puts the previous one back when it ends, as
+// torch.backends.cudnn.flags(...) does as a context manager. The training step (apps/trainer/
+// step.h) holds one for its lifetime; tests and benchmarks hold one around what they compare.
+// Reads are lock-free (each field is an atomic); scopes nest on one thread (the inner one ends first).
+#pragma once
+#include <cstdint>
+
+namespace tandem {
+
+struct BackendConfig {
+  bool deterministic = false;
+  bool cudnn_batchnorm = true;
+  bool conv_bias_fusion = true;
+  bool allow_tf32 = true;
+  int64_t conv_workspace_limit = int64_t{1} << 30;  // bytes
+  bool operator==(const BackendConfig&) const = default;
+};
+
+// The settings in force now (the defaults above until a BackendScope changes them).
+BackendConfig backend();
+
+class BackendScope {
+ public:
+  // Applies `config` (throws for a negative workspace limit, changing nothing).
+  explicit BackendScope(const BackendConfig& config);
+  ~BackendScope();  // puts back the settings in force when this scope began
+  BackendScope(const BackendScope&) = delete;
+  BackendScope& operator=(const BackendScope&) = delete;
+
+  const BackendConfig& previous() const { return previous_; }
+
+ private:
+  BackendConfig previous_;
+};
+
+}  // namespace tandem

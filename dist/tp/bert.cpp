@@ -1,0 +1,249 @@
+// dist/tp/bert.cpp: the TP BERT's modules, its shard-wise HF init and its masked-LM loss (see bert.h).
+// The forward passes mirror layers/transformer.cpp line for line, with f and g where bert.h draws
+// them; the fused tails (ops::bias_gelu, ops::bias_dropout_add) are the same ops.
+#include "dist/tp/bert.h"
+
+#include <utility>
+
+#include "core/ops/ops.h"
+#include "core/profile.h"
+#include "dist/tp/cross_entropy.h"
+#include "dist/tp/mappings.h"
+
+namespace tandem::dist::tp {
+namespace {
+
+// A container that only names its children (HF's BertAttention, BertIntermediate, BertModel,
+// BertEncoder, BertOnlyMLMHead and BertLMPredictionHead as seen from here): the model's own
+// forward runs them.
+struct Holder : Module {
+  explicit Holder(std::string t) : type(std::move(t)) {}
+  Tensor forward(const Tensor&) override { TANDEM_THROW(type, " is called through TpBertForMaskedLM"); }
+  std::string type_name() const override { return type; }
+  using Module::register_module;
+  using Module::register_parameter;
+  std::string type;
+};
+
+// HF's _init_weights (layers/models/bert.cpp's hf_init), in the same module order, each shard
+// drawn at the canonical draw's counters: the result is the canonical model's init, sliced.
+void hf_init_shards(Module& model, const BertConfig& cfg, Generator& gen) {
+  const double std = cfg.initializer_range;
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* col = dynamic_cast<ColumnParallelLinear*>(m)) {
+      Tensor w = col->weight();
+      normal_shard_(w, {col->out_features(), col->in_features()}, 0, col->rows(), 0.0, std, gen);
+      if (col->bias().defined()) Tensor(col->bias()).zero_();
+    } else if (auto* row = dynamic_cast<RowParallelLinear*>(m)) {
+      Tensor w = row->weight();
+      normal_shard_(w, {row->out_features(), row->in_features()}, 1, row->columns(), 0.0, std, gen);
+      if (row->bias().defined()) Tensor(row->bias()).zero_();
+    } else if (auto* emb = dynamic_cast<VocabParallelEmbedding*>(m)) {
+      Tensor w = emb->weight();
+      normal_shard_(w, {emb->num_embeddings(), w.size(1)}, 0, emb->rows(), 0.0, std, gen);
+      // pad_token_id = 0 lives on the rank whose rows start at 0.
+      if (name == "bert.embeddings.word_embeddings" && emb->rows().start == 0) w.detach().slice(0, 1).zero_();
+    } else if (auto* lin = dynamic_cast<Linear*>(m)) {
+      Tensor w = lin->weight();
+      normal_(w, 0.0, std, gen);
+      if (lin->bias().defined()) Tensor(lin->bias()).zero_();
+    } else if (auto* e = dynamic_cast<Embedding*>(m)) {
+      Tensor w = e->weight();
+      normal_(w, 0.0, std, gen);
+    } else {
+      m->reset_parameters(gen);  // LayerNorm: weight 1, bias 0
+    }
+  }
+}
+
+}  // namespace
+
+// ---- embeddings ----
+
+TpBertEmbeddings::TpBertEmbeddings(const BertConfig& cfg, Communicator& comm, Generator& dropout)
+    : max_pos_(cfg.max_position_embeddings) {
+  word_ = register_module("word_embeddings",
+                          std::make_shared<VocabParallelEmbedding>(cfg.vocab_size, cfg.hidden_size, comm, nullptr));
+  position_ = register_module("position_embeddings",
+                              std::make_shared<Embedding>(cfg.max_position_embeddings, cfg.hidden_size, nullptr));
+  token_type_ = register_module("token_type_embeddings",
+                                std::make_shared<Embedding>(cfg.type_vocab_size, cfg.hidden_size, nullptr));
+  norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob, &dropout));
+}
+
+Tensor TpBertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+  TANDEM_CHECK(input_ids.dim() == 2, "BertEmbeddings: input_ids must be [batch, seq], got ", input_ids.str());
+  const int64_t S = input_ids.size(1);
+  TANDEM_CHECK(S <= max_pos_, "BertEmbeddings: sequence length ", S, " exceeds max_position_embeddings = ", max_pos_);
+  if (!pos_ids_.defined() || pos_ids_.size(0) != S || pos_ids_.device() != input_ids.device()) {
+    std::vector<int64_t> ids(static_cast<size_t>(S));
+    for (int64_t i = 0; i < S; ++i) ids[i] = i;
+    pos_ids_ = Tensor::from_vector_i64(ids, {S}, DType::I64, input_ids.device());
+  }
+  Tensor h = (*word_)(input_ids);  // the vocabulary-parallel lookup, all-reduced: replicated from here on
+  h = ops::add(h, (*position_)(pos_ids_));
+  if (token_type_ids.defined()) {
+    TANDEM_CHECK(token_type_ids.shape() == input_ids.shape(), "BertEmbeddings: token_type_ids ",
+                 token_type_ids.str(), " must have the shape of input_ids ", input_ids.str());
+    h = ops::add(h, (*token_type_)(token_type_ids));
+  } else {
+    h = ops::add(h, ops::reshape((*token_type_)(pos_ids_.slice(0, 1)), {h.size(2)}));  // segment 0
+  }
+  return (*dropout_)((*norm_)(h));  // replicated dropout: the same mask on every TP rank
+}
+
+// ---- attention ----
+
+TpBertSelfAttention::TpBertSelfAttention(const BertConfig& cfg, Communicator& comm, Generator& attention_dropout)
+    : comm_(&comm),
+      gen_(&attention_dropout),
+      attn_dropout_(static_cast<float>(cfg.attention_probs_dropout_prob)),
+      backend_(cfg.attention_backend) {
+  const int64_t H = cfg.hidden_size, A = cfg.num_attention_heads;
+  TANDEM_CHECK(A > 0 && H % A == 0, "BertSelfAttention: hidden_size ", H, " must be a multiple of num_attention_heads ",
+               A);
+  // Heads split whole: rank r holds heads [r A/T, (r + 1) A/T), i.e. query/key/value rows
+  // [r H/T, (r + 1) H/T) (nn.Linear lays the heads out head-major).
+  local_heads_ = even_shard(A, comm.rank(), comm.size(), "num_attention_heads").size;
+  ColumnParallelOptions o;
+  query_ = register_module("query", std::make_shared<ColumnParallelLinear>(H, H, comm, o, nullptr));
+  key_ = register_module("key", std::make_shared<ColumnParallelLinear>(H, H, comm, o, nullptr));
+  value_ = register_module("value", std::make_shared<ColumnParallelLinear>(H, H, comm, o, nullptr));
+}
+
+Tensor TpBertSelfAttention::forward(const Tensor& x, const Tensor& attention_mask) {
+  TANDEM_CHECK(x.dim() == 3, "BertSelfAttention: expects [batch, seq, hidden], got ", x.str());
+  const int64_t rows = query_->rows().size, H = query_->in_features();
+  // One f for the three projections, then one [3H/T, H] GEMM over this rank's rows of each.
+  Tensor w = ops::reshape(ops::concat_channels({ops::reshape(query_->weight(), {1, rows * H}),
+                                                ops::reshape(key_->weight(), {1, rows * H}),
+                                                ops::reshape(value_->weight(), {1, rows * H})}),
+                          {3 * rows, H});
+  Tensor b = ops::concat_channels({query_->bias(), key_->bias(), value_->bias()});
+  auto [q, k, v] = ops::split_qkv_heads(ops::linear(copy_to_tp_region(x, *comm_), w, b), local_heads_);
+  ops::AttentionOptions opt;
+  opt.dropout_p = attn_dropout_;
+  opt.training = is_training();
+  opt.backend = backend_;
+  return ops::merge_heads(ops::attention(q, k, v, attention_mask, opt, *gen_));  // this rank's heads' stream
+}
+
+TpBertResidualOutput::TpBertResidualOutput(const BertConfig& cfg, int64_t in_features, Communicator& comm,
+                                           Generator& dropout, std::string type)
+    : pre_ln_(cfg.pre_layer_norm), type_(std::move(type)) {
+  dense_ = register_module("dense", std::make_shared<RowParallelLinear>(in_features, cfg.hidden_size, comm,
+                                                                        RowParallelOptions{}, nullptr));
+  norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob, &dropout));
+}
+
+Tensor TpBertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
+  Tensor y = ops::bias_dropout_add(dense_->reduced_without_bias(h), dense_->bias(), residual,
+                                   static_cast<float>(dropout_->p()), is_training(), dropout_->generator());
+  return pre_ln_ ? y : (*norm_)(y);
+}
+
+Tensor TpBertResidualOutput::forward(const Tensor&) {
+  TANDEM_THROW(type_, " needs the residual input: call forward(hidden, residual)");
+}
+
+// ---- layer ----
+
+TpBertLayer::TpBertLayer(const BertConfig& cfg, Communicator& comm, Generator& dropout, Generator& attention_dropout)
+    : comm_(&comm), pre_ln_(cfg.pre_layer_norm) {
+  auto attention = register_module("attention", std::make_shared<Holder>("BertAttention"));
+  self_ = attention->register_module("self", std::make_shared<TpBertSelfAttention>(cfg, comm, attention_dropout));
+  attn_out_ = attention->register_module(
+      "output", std::make_shared<TpBertResidualOutput>(cfg, cfg.hidden_size, comm, dropout, "BertSelfOutput"));
+  auto intermediate = register_module("intermediate", std::make_shared<Holder>("BertIntermediate"));
+  intermediate_ = intermediate->register_module(
+      "dense", std::make_shared<ColumnParallelLinear>(cfg.hidden_size, cfg.intermediate_size, comm,
+                                                      ColumnParallelOptions{}, nullptr));
+  out_ = register_module("output",
+                         std::make_shared<TpBertResidualOutput>(cfg, cfg.intermediate_size, comm, dropout, "BertOutput"));
+}
+
+Tensor TpBertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
+  const std::string label = "BertLayer " + name();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  auto feed_forward = [&](const Tensor& in) {  // f, then this rank's slice of the FFN width
+    return ops::bias_gelu(ops::linear(copy_to_tp_region(in, *comm_), intermediate_->weight()), intermediate_->bias());
+  };
+  if (pre_ln_) {
+    Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
+    return out_->forward(feed_forward(out_->norm()(a)), a);
+  }
+  Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
+  return out_->forward(feed_forward(a), a);
+}
+
+// ---- the model ----
+
+TpBertForMaskedLM::TpBertForMaskedLM(const BertConfig& cfg, Communicator& comm, uint64_t seed, TpBertOptions options,
+                                     bool init)
+    : cfg_(cfg), comm_(&comm) {
+  TANDEM_CHECK(cfg.num_hidden_layers > 0, "BertEncoder: num_hidden_layers must be positive, got ",
+               cfg.num_hidden_layers);
+  vocab_ = vocab_shard(cfg.vocab_size, comm.rank(), comm.size());
+  attention_gen_ = std::make_unique<Generator>(seed + TpBertOptions::kAttentionSeedOffset + comm.rank());
+  Generator& dropout = options.replicated_dropout ? *options.replicated_dropout : default_generator();
+  auto bert = register_module("bert", std::make_shared<Holder>("BertModel"));
+  embeddings_ = bert->register_module("embeddings", std::make_shared<TpBertEmbeddings>(cfg, comm, dropout));
+  auto encoder = bert->register_module("encoder", std::make_shared<Holder>("BertEncoder"));
+  auto list = encoder->register_module("layer", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i)
+    layers_.push_back(list->add(std::make_shared<TpBertLayer>(cfg, comm, dropout, *attention_gen_)));
+  if (cfg.pre_layer_norm)
+    final_ln_ = encoder->register_module("ln", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
+  auto cls = register_module("cls", std::make_shared<Holder>("BertOnlyMLMHead"));
+  auto predictions = cls->register_module("predictions", std::make_shared<Holder>("BertLMPredictionHead"));
+  head_bias_ = predictions->register_parameter("bias", Tensor::zeros({vocab_.size}));
+  transform_ = predictions->register_module("transform", std::make_shared<BertPredictionHeadTransform>(cfg));
+  if (init) {
+    Generator gen(seed);
+    hf_init_shards(*this, cfg, gen);
+  }
+}
+
+Tensor TpBertForMaskedLM::hidden(const Tensor& input_ids, const Tensor& attention_mask,
+                                 const Tensor& token_type_ids) {
+  if (attention_mask.defined())
+    TANDEM_CHECK(attention_mask.shape() == input_ids.shape(), "BertModel: attention_mask ", attention_mask.str(),
+                 " must have the shape of input_ids ", input_ids.str(), " (1 = token, 0 = padding)");
+  Tensor h = embeddings_->forward(input_ids, token_type_ids);
+  for (auto& layer : layers_) h = layer->forward(h, attention_mask);
+  return final_ln_ ? (*final_ln_)(h) : h;
+}
+
+Tensor TpBertForMaskedLM::head(const Tensor& h) {
+  // The decoder is the tied word-embedding shard: logits for this rank's vocabulary rows only.
+  return ops::linear(copy_to_tp_region((*transform_)(h), *comm_), embeddings_->word().weight(), head_bias_);
+}
+
+Tensor TpBertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention_mask,
+                                  const Tensor& token_type_ids) {
+  return head(hidden(input_ids, attention_mask, token_type_ids));
+}
+
+Tensor TpBertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attention_mask,
+                                   const Tensor& token_type_ids, const Tensor& labels, int64_t ignore_index) {
+  TANDEM_CHECK(labels.shape() == input_ids.shape(), "BertForMaskedLM::mlm_loss: labels ", labels.str(),
+               " must have the shape of input_ids ", input_ids.str(), " (", ignore_index, " = not predicted)");
+  Tensor h = hidden(input_ids, attention_mask, token_type_ids);
+  const int64_t n = h.size(0) * h.size(1);
+  std::vector<int64_t> lab = labels.to_vector_i64(), rows, kept;  // one small host copy per step
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[i] == ignore_index) continue;
+    rows.push_back(i);
+    kept.push_back(lab[i]);
+  }
+  const auto m = static_cast<int64_t>(rows.size());
+  Tensor h2 = ops::reshape(h, {n, h.size(2)});
+  if (m == 0) return ops::scale(ops::sum(h2), 0.0f);  // nothing labelled: 0, as BertForMaskedLM (no collective)
+  Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, h.device()), h2);  // [m, H]
+  return vocab_parallel_cross_entropy(head(picked), Tensor::from_vector_i64(kept, {m}, DType::I64, h.device()),
+                                      vocab_.start, cfg_.vocab_size, *comm_);
+}
+
+}  // namespace tandem::dist::tp

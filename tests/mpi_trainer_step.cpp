@@ -1,0 +1,383 @@
+// tests/mpi_trainer_step.cpp: the training-step library's Step (apps/trainer/step.h) under
+// mpiexec -n 2 and -n 4, on a small conv net built from layers/ (so the AMP cast applies to it) with
+// no BatchNorm or dropout (their batch statistics and randomness would differ between a batch and
+// its micro-batches), on tests/support/ddp_fixture.h's data.
+//
+//  - The Step equals the hand-written loop the trainers ran before it (apps/train/loop.cpp and
+//    apps/encoder/loop.cpp, written out here with dist/ and optim/ directly): for DDP, ZeRO-1 and
+//    ZeRO-2, in f32, bf16 and fp16, with SGD (momentum), AdamW and LAMB, with and without clipping,
+//    the parameters after 3 steps are bit-identical to the loop's and the gathered optimizer state
+//    (with AMP's masters and loss scale) is identical too. Same operations in the same order, so
+//    no tolerance: any difference is a change of behaviour. Ranks stay bit-identical.
+//  - Gradient accumulation: N = 2 micro-batches of b rows per rank equal one batch of 2b rows, within
+//    rounding (1e-5 relative, ddp_fixture's CPU measure: the two sides add the same products in
+//    another order), under DDP, ZeRO-1 and the parameter server; bf16 AMP under DDP within 16-bit
+//    rounding (3e-2 norm-wise: the micro-batches' bf16 gradients are rounded before they are summed).
+//    Only the last micro-batch's backward communicates: the DDP timeline records one step per update.
+//  - A checkpoint's state from state() under ZeRO-2 + bf16, restored through the Step's Restore into
+//    DDP + bf16, continues like the uninterrupted run bit for bit. Every rank trains on the same rows
+//    (as tests/mpi_zero_amp.cpp does): N equal addends sum exactly in any order, so ZeRO-2's
+//    reduce-scatter and DDP's all-reduce agree, and the comparison tests the state, not MPICH's
+//    summation order.
+//  - The non-finite policy: a NaN loss on one rank skips the update on every rank (skip) or stops
+//    every rank with RunStopped (stop); parameters unchanged either way.
+//  - Refusals at construction name the option: a CUDA graph on the CPU, the parameter server with
+//    AMP, accumulation under ZeRO-2.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "apps/trainer/nonfinite.h"
+#include "apps/trainer/step.h"
+#include "core/ops/ops.h"
+#include "dist/transport/bootstrap.h"
+#include "dist/ddp.h"
+#include "dist/zero.h"
+#include "layers/amp_cast.h"
+#include "layers/checkpoint.h"
+#include "layers/layers.h"
+#include "optim/amp.h"
+#include "optim/clip.h"
+#include "tests/support/ddp_fixture.h"
+
+using namespace tandem;
+using namespace tandem::testing::ddp_fixture;
+using tandem::trainer::Precision;
+using tandem::trainer::Step;
+using tandem::trainer::StepOptions;
+using tandem::trainer::Strategy;
+
+namespace {
+
+// conv 3x3 (3 -> 4, padding 1) -> relu -> flatten -> linear (256 -> 10), on 8x8x3 NHWC images.
+struct Net : Module {
+  Child<Conv2d> conv;
+  Child<Linear> fc;
+  explicit Net(uint64_t seed) {
+    Generator g(seed);
+    Conv2dOptions co;
+    co.padding = 1;
+    conv = register_module("conv", std::make_shared<Conv2d>(3, 4, 3, co, &g));
+    fc = register_module("fc", std::make_shared<Linear>(256, 10, true, &g));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc)(ops::flatten(ops::relu((*conv)(x)))); }
+  std::string type_name() const override { return "Net"; }
+};
+
+const dist::BucketingOptions kBuckets{256, 1024};  // several buckets: shard boundaries cut through parameters
+constexpr double kStepLr = 0.01;
+
+struct Config {
+  Strategy strategy = Strategy::Ddp;
+  Precision precision = Precision::F32;
+  std::string optimizer = "adamw";
+  double clip = 0;
+};
+
+DType low(Precision p) { return p == Precision::F16 ? DType::F16 : DType::BF16; }
+
+optim::OptimizerOptions optimizer_options(const Config& c) {
+  optim::OptimizerOptions oo;
+  oo.lr = kStepLr;
+  oo.weight_decay = 0.01;
+  if (c.optimizer == "sgd") oo.momentum = 0.9;
+  return oo;
+}
+
+StepOptions step_options(const Config& c) {
+  StepOptions o;
+  o.strategy = c.strategy;
+  o.precision = c.precision;
+  o.optimizer = c.optimizer;
+  o.optimizer_options = optimizer_options(c);
+  o.clip_grad_norm = c.clip;
+  o.first_bucket_mb = kBuckets.first_bucket_bytes / double(1 << 20);
+  o.bucket_mb = kBuckets.bucket_bytes / double(1 << 20);
+  return o;
+}
+
+// The trainers' loop before apps/trainer/: DDP [+ Zero], [AMP masters + scaler], one optimizer,
+// in train_imagenet's order (apps/train/loop.cpp at e25430b).
+struct HandWritten {
+  Config c;
+  std::shared_ptr<Net> model = std::make_shared<Net>(7 + 100 * dist::world().rank);
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::Zero> zero;
+  std::unique_ptr<optim::MasterWeights> master;
+  optim::LossScaler scaler;
+  std::unique_ptr<optim::Optimizer> opt;
+
+  explicit HandWritten(const Config& config) : c(config) {
+    const bool amp = c.precision != Precision::F32;
+    if (amp) cast_for_amp(*model, low(c.precision));
+    dist::DdpOptions d;
+    d.reducer.bucketing = kBuckets;
+    if (c.strategy == Strategy::Zero2) d.reducer.collective = dist::Collective::ReduceScatter;
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, dist::comm_for(dist::world().device), d);
+    if (trainer::is_zero(c.strategy)) zero = std::make_unique<dist::Zero>(*ddp, c.strategy == Strategy::Zero2 ? 2 : 1);
+    optim::OptimizerOptions oo = optimizer_options(c);
+    if (zero) oo.norm_reduce = zero->sum_reduce();
+    if (amp) {
+      optim::LossScalerOptions so;
+      so.enabled = c.precision == Precision::F16;
+      scaler = optim::LossScaler(so);
+      master = std::make_unique<optim::MasterWeights>(
+          zero ? zero->segments() : optim::segments_from_parameters(model->named_parameters()));
+      opt = optim::make_optimizer(c.optimizer, master->master_segments(),
+                                  zero ? zero->num_params() : static_cast<int64_t>(master->size()), oo);
+    } else if (zero) {
+      opt = optim::make_optimizer(c.optimizer, zero->segments(), zero->num_params(), oo);
+    } else {
+      opt = optim::make_optimizer(c.optimizer, model->named_parameters(), oo);
+    }
+  }
+
+  // Returns whether the update was applied (fp16 skips a step whose scaled gradients overflow).
+  bool step(const Tensor& x, const Tensor& y) {
+    opt->set_lr(kStepLr);
+    Tensor loss = ops::cross_entropy((*ddp)(master ? ops::cast_raw(x, low(c.precision)) : x), y);
+    if (zero) zero->zero_grad(*opt);
+    else if (master) opt->zero_grad();
+    if (!zero) ddp->reducer().zero_grad();
+    (master ? ops::scale(loss, static_cast<float>(scaler.scale())) : loss).backward();
+    if (master) {
+      optim::AmpStepOptions so;
+      so.clip_grad_norm = c.clip;
+      so.found_inf_reduce = trainer::any_rank_found_inf;
+      if (zero) so.norm_reduce = zero->sum_reduce();
+      const bool applied = optim::amp_step(*master, scaler, *opt, zero ? zero->grads() : master->model_grads(), so);
+      if (applied && zero) zero->gather_parameters();
+      return applied;
+    }
+    if (c.clip > 0) optim::clip_grad_norm(*opt, c.clip, zero ? zero->sum_reduce() : optim::SumSquaresReduce{});
+    opt->step();
+    if (zero) zero->gather_parameters();
+    return true;
+  }
+
+  // The checkpoint's optimizer entries as the trainers assembled them (complete on rank 0).
+  optim::NamedTensors state() {
+    optim::NamedTensors s = zero ? zero->gather_state(*opt) : opt->state();
+    if (master) {
+      const auto slices = master->state_slices();
+      for (auto& [name, t] : zero ? zero->gather_slices(slices) : optim::assemble_state(slices))
+        s.emplace_back("amp.master." + name, t);
+      for (auto& [name, t] : scaler.state()) s.emplace_back("amp.scaler." + name, t);
+    }
+    return s;
+  }
+};
+
+// The same model and seed through the library.
+struct WithStep {
+  std::shared_ptr<Net> model = std::make_shared<Net>(7 + 100 * dist::world().rank);
+  std::unique_ptr<Step> step;
+  explicit WithStep(const StepOptions& o, const Step::Restore& restore = {}) {
+    step = std::make_unique<Step>(model, dist::comm_for(Device::cpu()), o, restore);
+  }
+  trainer::StepResult run(const Tensor& x, const Tensor& y) {
+    step->set_lr(kStepLr);
+    return step->run([&](int) { return ops::cross_entropy(step->forward(x), y); });
+  }
+};
+
+bool same_bits(Module& a, Module& b) {
+  std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
+  if (pa.size() != pb.size()) return false;
+  for (size_t i = 0; i < pa.size(); ++i)
+    if (pa[i].dtype() != pb[i].dtype() || host_bytes(pa[i]) != host_bytes(pb[i])) return false;
+  return true;
+}
+
+// The same names with the same bytes (in any order: ZeRO gathers bucket by bucket).
+bool same_state(const optim::NamedTensors& a, const optim::NamedTensors& b) {
+  if (a.size() != b.size()) return false;
+  std::map<std::string, std::string> bytes;
+  for (const auto& [name, t] : b) bytes[name] = host_bytes(t);
+  for (const auto& [name, t] : a) {
+    auto it = bytes.find(name);
+    if (it == bytes.end() || it->second != host_bytes(t)) return false;
+  }
+  return true;
+}
+
+std::string name_of(const Config& c) {
+  return std::string(trainer::strategy_name(c.strategy)) + " " + trainer::precision_name(c.precision) + " " +
+         c.optimizer + " clip " + std::to_string(c.clip);
+}
+
+}  // namespace
+
+TEST_CASE("the Step equals the trainers' hand-written loop bit for bit: DDP, ZeRO-1/2 x f32, bf16, fp16 x SGD, AdamW, LAMB x clipping") {
+  const dist::World& w = dist::world();
+  const Data d = make_data(w.size * kBatch);
+  const Tensor x = rank_rows(d.x, w.rank), y = rank_rows(d.y, w.rank);
+  for (Strategy s : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2})
+    for (Precision p : {Precision::F32, Precision::BF16, Precision::F16})
+      for (const char* opt : {"sgd", "adamw", "lamb"})
+        for (double clip : {0.0, 0.5}) {
+          const Config c{s, p, opt, clip};
+          CAPTURE(name_of(c));
+          HandWritten hand(c);
+          WithStep lib(step_options(c));
+          int applied = 0;
+          for (int k = 0; k < kSteps; ++k) {
+            const bool hand_applied = hand.step(x, y);
+            const trainer::StepResult r = lib.run(x, y);
+            CHECK(r.applied == hand_applied);
+            CHECK((r.grad_norm >= 0) == (clip > 0 && r.applied));
+            applied += r.applied;
+          }
+          CHECK(applied >= (p == Precision::F16 ? 1 : kSteps));  // fp16 may skip while its scale settles
+          CHECK(same_bits(*lib.model, *hand.model));
+          CHECK(bit_identical(dist::comm_for(dist::world().device), *lib.model));
+          const optim::NamedTensors hs = hand.state(), ls = lib.step->state();  // collective under ZeRO
+          if (w.rank == 0) CHECK(same_state(ls, hs));
+          if (w.rank != 0 && !trainer::is_zero(s)) CHECK(ls.empty());  // only the root assembles
+          CHECK(lib.step->steps_done() == kSteps);
+        }
+}
+
+TEST_CASE("gradient accumulation: 2 micro-batches of b rows == one batch of 2b rows; only the last backward communicates") {
+  const dist::World& w = dist::world();
+  const Data d = make_data(2 * w.size * kBatch);
+  // Rank r's 2b rows are [2rb, 2rb + 2b); micro-batch m is [2rb + mb, 2rb + (m + 1)b).
+  auto rows = [&](const Tensor& t, int first, int count) {
+    return t.slice((2 * w.rank + first) * kBatch, (2 * w.rank + first + count) * kBatch);
+  };
+  struct Case {
+    Strategy strategy;
+    Precision precision;
+    const char* optimizer;
+    double bound;  // max_rel_diff (f32) or max_tensor_rel_diff (16-bit)
+  };
+  for (const Case& k : {Case{Strategy::Ddp, Precision::F32, "sgd", 1e-5}, Case{Strategy::Zero1, Precision::F32, "sgd", 1e-5},
+                        Case{Strategy::ParameterServer, Precision::F32, "sgd", 1e-5},
+                        Case{Strategy::Ddp, Precision::BF16, "sgd", 3e-2}}) {
+    const Config c{k.strategy, k.precision, k.optimizer, 0};
+    CAPTURE(name_of(c));
+    StepOptions accumulated = step_options(c), whole = step_options(c);
+    accumulated.grad_accum_steps = 2;
+    WithStep a(accumulated), b(whole);
+    for (int step = 0; step < kSteps; ++step) {
+      a.step->set_lr(kStepLr);
+      const trainer::StepResult ra = a.step->run(
+          [&](int micro) { return ops::cross_entropy(a.step->forward(rows(d.x, micro, 1)), rows(d.y, micro, 1)); });
+      const trainer::StepResult rb = b.run(rows(d.x, 0, 2), rows(d.y, 0, 2));
+      CHECK(ra.applied);
+      // The reported loss is the micro-batches' mean, the whole batch's loss up to rounding.
+      CHECK(ra.loss.item() == doctest::Approx(rb.loss.item()).epsilon(k.precision == Precision::F32 ? 1e-5 : 2e-2));
+    }
+    const double diff = k.precision == Precision::F32 ? max_rel_diff(*a.model, *b.model)
+                                                      : max_tensor_rel_diff(*a.model, *b.model);
+    if (w.rank == 0) MESSAGE(name_of(c), ": accumulated vs whole batch ", diff);
+    CHECK(diff <= k.bound);
+    CHECK(bit_identical(dist::comm_for(dist::world().device), *a.model));
+    if (k.strategy != Strategy::ParameterServer)  // the parameter server does not use DDP's collectives
+      CHECK(a.step->timeline().steps().size() == kSteps);
+  }
+}
+
+TEST_CASE("the hand-run form (zero_grad, backward per micro-batch, update) equals run() and checks its calls") {
+  const dist::World& w = dist::world();
+  const Data d = make_data(2 * w.size * kBatch);
+  const Tensor x = d.x.slice(2 * w.rank * kBatch, (2 * w.rank + 2) * kBatch);
+  const Tensor y = d.y.slice(2 * w.rank * kBatch, (2 * w.rank + 2) * kBatch);
+  StepOptions o = step_options(Config{Strategy::Zero1, Precision::BF16, "adamw", 0.5});
+  o.grad_accum_steps = 2;
+  WithStep a(o), b(o);
+  for (int k = 0; k < kSteps; ++k) {
+    a.step->set_lr(kStepLr);
+    a.step->run([&](int m) { return ops::cross_entropy(a.step->forward(x.slice(m * kBatch, (m + 1) * kBatch)),
+                                                       y.slice(m * kBatch, (m + 1) * kBatch)); });
+    b.step->set_lr(kStepLr);
+    b.step->zero_grad();
+    for (int m = 0; m < 2; ++m)
+      b.step->backward(ops::cross_entropy(b.step->forward(x.slice(m * kBatch, (m + 1) * kBatch)),
+                                          y.slice(m * kBatch, (m + 1) * kBatch)));
+    CHECK(b.step->update().applied);
+  }
+  CHECK(same_bits(*a.model, *b.model));
+  // One micro-batch short, or one too many: refused with the option's name.
+  b.step->zero_grad();
+  b.step->backward(ops::cross_entropy(b.step->forward(x.slice(0, kBatch)), y.slice(0, kBatch)));
+  CHECK_THROWS_WITH_AS(b.step->update(), doctest::Contains("StepOptions::grad_accum_steps"), Error);
+}
+
+TEST_CASE("state() under ZeRO-2 + bf16, restored through the Step into DDP + bf16, continues the run") {
+  const dist::World& w = dist::world();
+  const Data d = make_data(w.size * kBatch);
+  const Tensor x = rank_rows(d.x, 0), y = rank_rows(d.y, 0);  // the same rows on every rank (see the top)
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tandem_mpi_trainer_step_np" + std::to_string(w.size) + ".safetensors")).string();
+  const Config sharded{Strategy::Zero2, Precision::BF16, "adamw", 0}, plain{Strategy::Ddp, Precision::BF16, "adamw", 0};
+  WithStep whole(step_options(sharded));
+  for (int k = 0; k < 4; ++k) whole.run(x, y);
+  WithStep first(step_options(sharded));
+  for (int k = 0; k < 2; ++k) first.run(x, y);
+  const optim::NamedTensors state = first.step->state();  // collective; complete on rank 0
+  if (w.rank == 0) {
+    bool masters = false;
+    for (auto& [name, t] : state) masters = masters || (name.rfind("amp.master.", 0) == 0 && t.dtype() == DType::F32);
+    CHECK(masters);
+  }
+  save_on_rank0(dist::comm_for(dist::world().device), path, *first.model, state);
+  WithStep second(step_options(plain), [&](Module& m) { return load_checkpoint(path, m).optimizer; });
+  for (int k = 0; k < 2; ++k) second.run(x, y);
+  CHECK(same_bits(*second.model, *whole.model));
+  CHECK(bit_identical(dist::comm_for(dist::world().device), *second.model));
+  const optim::NamedTensors end = second.step->state(), whole_end = whole.step->state();
+  if (w.rank == 0) CHECK(same_state(end, whole_end));
+}
+
+TEST_CASE("a NaN loss on one rank: skip drops the update on every rank, stop stops every rank") {
+  const dist::World& w = dist::world();
+  const Data d = make_data(w.size * kBatch);
+  const Tensor x = rank_rows(d.x, w.rank), y = rank_rows(d.y, w.rank);
+  const int bad = w.size - 1;
+  for (trainer::OnNonfinite policy : {trainer::OnNonfinite::Skip, trainer::OnNonfinite::Stop}) {
+    StepOptions o = step_options(Config{Strategy::Zero1, Precision::F32, "sgd", 0});
+    o.on_nonfinite = policy;
+    WithStep s(o);
+    s.run(x, y);
+    const std::string before = host_bytes(s.model->parameters().front());
+    auto nan_on_bad = [&](int) {
+      Tensor loss = ops::cross_entropy(s.step->forward(x), y);
+      return w.rank == bad ? ops::scale(loss, NAN) : loss;
+    };
+    s.step->set_lr(kStepLr);
+    if (policy == trainer::OnNonfinite::Skip) {
+      const trainer::StepResult r = s.step->run(nan_on_bad);
+      CHECK_FALSE(r.applied);
+      CHECK(r.skipped == trainer::StepResult::Skip::NonfiniteLoss);
+      CHECK(host_bytes(s.model->parameters().front()) == before);
+      CHECK(s.run(x, y).applied);  // the next clean step applies everywhere
+      CHECK(host_bytes(s.model->parameters().front()) != before);
+      CHECK(s.step->steps_done() == 3);  // the skipped step still counts
+    } else {
+      CHECK_THROWS_AS(s.step->run(nan_on_bad), trainer::RunStopped);
+      CHECK(host_bytes(s.model->parameters().front()) == before);
+    }
+    CHECK(bit_identical(dist::comm_for(dist::world().device), *s.model));
+  }
+}
+
+TEST_CASE("combinations that cannot work are refused when the Step is built, naming the option") {
+  auto refused = [](const StepOptions& o, const std::string& words) {
+    auto model = std::make_shared<Net>(7);
+    CHECK_THROWS_WITH_AS(Step(model, dist::comm_for(Device::cpu()), o), doctest::Contains(words.c_str()), Error);
+  };
+  StepOptions graph;
+  graph.cuda_graph = true, graph.on_nonfinite = trainer::OnNonfinite::Off;
+  refused(graph, "StepOptions::cuda_graph needs a GPU, and this run is on the CPU");
+  StepOptions ps;
+  ps.strategy = Strategy::ParameterServer, ps.precision = Precision::BF16;
+  refused(ps, "StepOptions::strategy = ps updates f32 parameters on its servers");
+  StepOptions accum;
+  accum.strategy = Strategy::Zero2, accum.grad_accum_steps = 2;
+  refused(accum, "StepOptions::grad_accum_steps = 2 with StepOptions::strategy = zero2 is not supported");
+}
