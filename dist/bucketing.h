@@ -26,7 +26,7 @@ struct BucketingOptions {
 };
 
 // What parameters are grouped by: one bucket is one flat buffer, so one dtype on one device; and
-// under ZeRO-3 one module unit (zero3.h), so a unit is gathered as whole buckets (0: no units).
+// under ZeRO-3 one run of a module unit's parameters (zero3.h), so units are gathered as whole buckets.
 struct BucketKey {
   DType dtype = DType::F32;
   Device device;

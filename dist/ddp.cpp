@@ -35,9 +35,7 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, Communicator&
 }
 
 void DistributedDataParallel::rebuild_reducer(const ReducerOptions& options) {
-  std::vector<NamedParam> params = reducer_->params();
-  reducer_.reset();
-  reducer_ = std::make_unique<Reducer>(std::move(params), comm_, options_.reducer = options);
+  reducer_ = std::make_unique<Reducer>(reducer_->params(), comm_, options_.reducer = options);  // the old one's hooks go
 }
 
 void DistributedDataParallel::prepare_forward() {

@@ -9,7 +9,7 @@
 //            optimizer updates in place; a module unit's whole parameters exist only while it
 //            computes (zero3.h: units, gathers, prefetch). Nothing is gathered after the step.
 // The optimizer is the ordinary one (optim/optimizer.h), built from this rank's segments:
-//     dist::Zero zero(ddp, stage);               // ddp's reducer: AllReduce (1) or ReduceScatter (2)
+//     dist::Zero zero(ddp, stage);               // ddp's reducer: AllReduce (1), ReduceScatter (2), any (3)
 //     opts.norm_reduce = zero.sum_reduce();      // LAMB's per-parameter norms span the shards
 //     auto opt = optim::make_optimizer("adamw", zero.segments(), zero.num_params(), opts);
 //     loop: zero.zero_grad(*opt); backward; [clip_grad_norm(*opt, max, zero.sum_reduce())];
@@ -23,9 +23,7 @@
 // the units' gathers, in forward and backward. Checkpoints (checkpoint/zero_state.cpp) are unsharded:
 // gather_state() and gather_slices(); under stage 3 the weights are read inside full_parameters().
 // Mixed precision (dist/README.md, "Mixed precision: who keeps the masters"): segments() are 16-bit
-// views (stage 3: of the 16-bit shards, which are gathered), optim::MasterWeights is built over them,
-// and the found-inf flag is all-reduced (each rank checks only its shard); gather_parameters() after
-// an applied step only. Checkpoints gather the masters with gather_slices(masters.state_slices()).
+// views (stage 3: of the gathered 16-bit shards) that optim::MasterWeights is built over.
 #pragma once
 #include <functional>
 #include <memory>
@@ -67,15 +65,13 @@ class Zero {
   // While the guard lives every parameter is whole (zero3.h). Collective. Stages 1, 2: a no-op.
   [[nodiscard]] FullParameters full_parameters() { return FullParameters(schedule_.get()); }
   const Zero3Schedule* schedule() const { return schedule_.get(); }  // stage 3; else null
-  // The unsharded optimizer state, keyed "<param>.<state>" with the parameters' shapes, or any
-  // sharded name-keyed slices (AMP's masters): collective, only `root` gets the tensors
-  // (defined in checkpoint/zero_state.cpp).
+  // The unsharded, name-keyed optimizer state, or any sharded slices (AMP's masters): collective,
+  // only `root` gets the tensors (checkpoint/zero_state.cpp).
   optim::NamedTensors gather_state(const optim::Optimizer& opt, int root = 0) const;
   optim::NamedTensors gather_slices(const std::vector<optim::StateSlice>& slices, int root = 0) const;
 
  private:
-  // This rank's slice of bucket b, built from `source(piece)` per piece (padding zero), in `dtype`
-  // (default: the bucket's parameters' dtype).
+  // This rank's slice of bucket b from `source(piece)` per piece (padding zero), in `dtype` or the bucket's.
   Tensor own_slice(size_t b, const std::function<Tensor(const ShardPiece&)>& source,
                    std::optional<DType> dtype = std::nullopt) const;
 

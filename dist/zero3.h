@@ -8,10 +8,9 @@
 // A unit is a module whose parameters are gathered and freed together (FSDP's wrapped module):
 // Zero3Options::wrap picks them in pre-order, a unit holds its subtree's parameters (units do not
 // nest) and the root unit the rest; the reducer's buckets are regrouped so that none spans two.
-// Hooks gather a unit before its forward and before its backward, prefetching the next units, and
-// free it after each; the root and the pinned units stay gathered from DDP's forward to the end of
-// backward. The first step keeps everything gathered and pins the units whose hooks did not see it.
-// Not seen: a weight tied across units (keep it in one unit). Every rank runs units in one order.
+// Hooks gather a unit before its forward and its backward (prefetching the next units) and free it
+// after each; the root and pinned units stay gathered from DDP's forward to the end of backward.
+// The first step keeps all gathered and pins the units whose hooks missed it (the README: safety).
 #pragma once
 #include <functional>
 #include <utility>

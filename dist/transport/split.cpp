@@ -1,8 +1,8 @@
-// dist/transport/split.cpp: Communicator::split (dist/communicator.h) - the plan every backend's
-// do_split builds its sub-communicator from, agreed through one all_gather of this communicator.
-#include <algorithm>
+// dist/transport/split.cpp: Communicator::split (see split.h) - the plan every backend's do_split
+// builds its sub-communicator from, agreed through one all_gather of the parent.
+#include "dist/transport/split.h"
 
-#include "dist/communicator.h"
+#include <algorithm>
 
 namespace tandem::dist {
 
