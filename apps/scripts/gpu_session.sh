@@ -389,12 +389,14 @@ if want sanitize; then
   # --print-limit: NCCL's initialisation alone reports a few errors per communicator; every record
   # must be printed for sanitize_filter.py to judge it (an unprinted one counts as an error).
   san_args=(--tool memcheck --error-exitcode 99 --print-limit 10000 --target-processes all)
-  # sanitized NAME CMD...: CMD under the sanitizer, its report kept in $raw/NAME.san and judged by
+  # sanitized NAME [--mpi] PROGRAM ARGS...: PROGRAM under the sanitizer (--mpi: as one rank of
+  # mpiexec, the sanitizer inside it), its report kept in $raw/NAME.san and judged by
   # sanitize_filter.py (memory errors and tandem's own API errors fail; NCCL init's are ignored).
   # The program's own failure (any other exit code) fails the step as it is.
   sanitized() {
-    local name=$1; shift
-    "$san" "${san_args[@]}" "$@" 2>&1 | tee "$raw/$name.san"
+    local name=$1 launch=(); shift
+    [ "$1" = --mpi ] && { launch=(mpiexec -n 1); shift; }
+    "${launch[@]}" "$san" "${san_args[@]}" "$@" 2>&1 | tee "$raw/$name.san"
     local rc=${PIPESTATUS[0]}
     if [ "$rc" = 0 ] || [ "$rc" = 99 ]; then
       python3 "$here/sanitize_filter.py" "$raw/$name.san" --summary "$raw/$name.verdict"
@@ -417,7 +419,7 @@ if want sanitize; then
       [[ "sanitize_train_resnet18_$impl" =~ $san_only ]] || continue
       need "$bin/apps/train_imagenet" "sanitize_train_resnet18_$impl" && \
         run_step "sanitize_train_resnet18_$impl" 420 bash -c 'read -r -a san_args <<< "$san_args_str"; sanitized "$@"' _ \
-          "sanitize_train_resnet18_$impl" mpiexec -n 1 "$bin/apps/train_imagenet" \
+          "sanitize_train_resnet18_$impl" --mpi "$bin/apps/train_imagenet" \
           --device cuda --synthetic --synthetic-size 64 --synthetic-val-size 0 --model resnet18 --batch 4 \
           --image-size 64 --steps 1 --log-every 1 --workers 1 --bn-impl "$impl"
     done

@@ -2,7 +2,7 @@
 """apps/scripts/pytorch_peer.py: the PyTorch run that tandem's train_imagenet --synthetic is compared with.
 
 Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same work per step:
-  - model: torchvision's resnet18/resnet50/vgg16 (weights=None, 1000 classes), or a built-in copy of
+  - model: torchvision's resnet18/resnet50/vgg16/alexnet (weights=None, 1000 classes), or a built-in copy of
     the same architecture when torchvision is missing (the GPU node ships PyTorch, not necessarily
     torchvision); resnet_tiny is tandem's small ResNet (layers/models/resnet.h) for CPU smoke runs.
     The parameter count is printed and written so a mismatch with tandem's metrics shows;
@@ -150,10 +150,22 @@ def vgg16(num_classes):
                          nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(0.5), nn.Linear(4096, num_classes))
 
 
+def alexnet(num_classes):
+    """torchvision's AlexNet (61,100,840 parameters with 1000 classes, tandem's count)."""
+    feats = nn.Sequential(nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(True), nn.MaxPool2d(3, 2),
+                          nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(True), nn.MaxPool2d(3, 2),
+                          nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(True), nn.Conv2d(384, 256, 3, padding=1),
+                          nn.ReLU(True), nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(True), nn.MaxPool2d(3, 2))
+    return nn.Sequential(feats, nn.AdaptiveAvgPool2d(6), nn.Flatten(), nn.Dropout(0.5), nn.Linear(256 * 36, 4096),
+                         nn.ReLU(True), nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(True),
+                         nn.Linear(4096, num_classes))
+
+
 BUILTIN = {
     "resnet18": lambda nc: ResNet(BasicBlock, [2, 2, 2, 2], num_classes=nc),
     "resnet50": lambda nc: ResNet(Bottleneck, [3, 4, 6, 3], num_classes=nc),
     "vgg16": vgg16,
+    "alexnet": alexnet,
     # tandem's resnet_tiny: BasicBlocks [1,1,1,1], widths 16..128, stem 16 (layers/models/resnet.h)
     "resnet_tiny": lambda nc: ResNet(BasicBlock, [1, 1, 1, 1], (16, 32, 64, 128), 16, nc),
 }
