@@ -47,8 +47,8 @@
 //              multiplies by nothing, as the host form), then / grad_accum_steps;
 //   update     AMP: amp_step_device's sequence over the two parameter groups (optim::amp_step_device
 //              takes one Optimizer; ParamGroups holds two): unscale into the masters and set the
-//              flag; all-reduce (sum) of the f32 [1] flag over the Step's communicator - NCCL on the
-//              compute stream's side, inside the graph - so every rank skips alike; the
+//              flag; all-reduce (sum) of the f32 [1] flag over the Step's communicator (NCCL: on
+//              its stream, joined back by an event, so inside the graph) - every rank skips alike; the
 //              GradClipper on the master gradients; each group's step(found_inf); the copy back
 //              (skipped on the device likewise); the scaler's update on the device.
 //              f32: the GradClipper, then the optimizers' step.
@@ -57,7 +57,8 @@
 // and loss_scale() the scale. Without a graph the Step reads them back after the update (a sync,
 // as the host form has one), so StepResult means what it means in the host form. The two forms
 // give the same parameters, state, skips and norms bit for bit on the CPU (the same arithmetic;
-// tests/mpi_trainer_capturable.cpp), and on a GPU where the kernels are deterministic.
+// tests/mpi_trainer_capturable.cpp); on a GPU the same is expected where the kernels are
+// deterministic (optim/'s capturable kernels are; not yet run through the Step on a GPU).
 #pragma once
 #include <cstdint>
 #include <functional>
