@@ -115,7 +115,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.loss = s.interval_losses ? v[0] / (s.interval_losses * world) : std::nan("");
   last.top1 = v[1] / v[2];
   last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
-  last.skipped_steps = rec.skipped_steps;
+  last.skipped_steps = rec.skipped_steps + t.step->skipped_unreported();  // + the device's (--cuda-graph --amp)
   last.loss_scale = t.step->loss_scale();
   last.host_ms = clock.interval_host_ms;
   last.graph_steps = clock.interval_graph_steps;
