@@ -10,6 +10,7 @@
 // undefined in training (not tracked) but are required in eval. Training needs more than one value
 // per channel (the variance of one sample is undefined).
 #pragma once
+#include "core/ops/batchnorm/types.h"
 #include "core/tensor.h"
 
 namespace tandem::ops {
@@ -32,17 +33,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 // number of SMs", with batch norm not among the listed exceptions (atomics in some conv/pooling
 // algorithms). So BackendConfig::deterministic needs no switch here; tests/gpu_bn_cudnn.cpp checks two runs for
 // equal bits. Eval mode always runs the kernels.
-// How often cuDNN's batch norm ran, per direction and op, since the process started, and how often
-// it refused a problem so that tandem's kernels ran instead (each kind of refusal is also noted
-// once on stderr). All zero in CPU-only builds. The GPU tests read it so that a silent fallback
-// cannot pass as a checked cuDNN path; bench_ops and the trainer may print it.
-struct BatchNormCudnnStats {
-  int64_t forward = 0;         // CUDNN_BATCHNORM_OPS_BN forward calls
-  int64_t forward_fused = 0;   // CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION forward calls
-  int64_t backward = 0;        // CUDNN_BATCHNORM_OPS_BN backward calls
-  int64_t backward_fused = 0;  // CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION backward calls
-  int64_t fallbacks = 0;       // refusals (either direction) that ran tandem's kernels
-};
+// How often cuDNN's batch norm ran and refused (BatchNormCudnnStats, batchnorm/types.h).
 BatchNormCudnnStats batchnorm_cudnn_stats();
 
 }  // namespace tandem::ops

@@ -6,7 +6,7 @@
 // and affine parameters keep f32 precision in mixed-precision training). weight/bias may be
 // undefined (no affine: 1 and 0); running stats may be undefined in training (not tracked).
 #pragma once
-#include "core/ops/batchnorm/batchnorm.h"
+#include "core/ops/batchnorm/types.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels {
@@ -49,7 +49,7 @@ void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
                                     const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
                                     const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
                                     Tensor& dbias);
-ops::BatchNormCudnnStats batchnorm_cudnn_stats();  // see core/ops/batchnorm/batchnorm.h
+ops::BatchNormCudnnStats batchnorm_cudnn_stats();  // see core/ops/batchnorm/types.h
 #endif
 
 }  // namespace tandem::kernels

@@ -4,16 +4,10 @@
 // layout cuDNN wants next to NHWC activations (tensor-core friendly). Checkpoints convert to and
 // from PyTorch's OIHW (see layers/ and the checkpoint code); nothing else sees OIHW.
 #pragma once
+#include "core/ops/conv/types.h"  // defines: Conv2dParams
 #include "core/tensor.h"
 
 namespace tandem::ops {
-
-struct Conv2dParams {
-  int stride_h = 1, stride_w = 1;
-  int pad_h = 0, pad_w = 0;
-  int dilation_h = 1, dilation_w = 1;
-  int groups = 1;
-};
 
 // x [N, H, W, C], w [O, KH, KW, C/groups], b [O] or undefined -> [N, OH, OW, O]
 // OH = (H + 2 pad_h - dilation_h (KH - 1) - 1) / stride_h + 1, likewise OW.

@@ -11,7 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/ops/conv/conv.h"
+#include "core/ops/conv/types.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels {
