@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/ops/elementwise/functors.h"
+#include "core/ops/common/hd.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels {

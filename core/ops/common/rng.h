@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/ops/elementwise/functors.h"
+#include "core/ops/common/hd.h"
 
 namespace tandem::rng {
 

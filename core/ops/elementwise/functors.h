@@ -1,9 +1,9 @@
 // core/ops/elementwise/functors.h: elementwise math, written once, compiled for both backends.
 //
 // Each functor is a small struct with a templated call operator marked TANDEM_HD, which is
-// __host__ __device__ under nvcc and plain inline otherwise. The CPU loops (core/ops/cpu/) and the
-// CUDA kernels (core/ops/cuda/) instantiate the same functors, so forward and backward math cannot
-// drift apart between backends. T is double (CPU gradient checks) or float (everything else:
+// __host__ __device__ under nvcc and plain inline otherwise (core/ops/common/hd.h). The CPU loop
+// (cpu.cpp) and the CUDA kernels (cuda.cu) instantiate the same functors, so forward and backward
+// math cannot drift apart between backends. T is double (CPU gradient checks) or float (everything else:
 // 16-bit inputs are widened to float before the functor runs and narrowed after).
 // A functor may carry parameters as float fields: the op's alpha and beta fill them in declaration
 // order (core/ops/elementwise/visit.h), so a one-field functor gets alpha and a two-field one
@@ -17,11 +17,7 @@
 #include <cmath>
 #include <type_traits>
 
-#ifdef __CUDACC__
-#define TANDEM_HD __host__ __device__ __forceinline__
-#else
-#define TANDEM_HD inline
-#endif
+#include "core/ops/common/hd.h"
 
 namespace tandem::fn {
 

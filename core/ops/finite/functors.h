@@ -11,7 +11,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
-#include "core/ops/elementwise/functors.h"  // TANDEM_HD
+#include "core/ops/common/hd.h"
 
 namespace tandem::fn {
 

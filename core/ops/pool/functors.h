@@ -11,7 +11,7 @@
 //                     OH > H (windows then overlap and repeat input cells).
 // Indices are int: one image plane is far below 2^31 cells; only flat tensor offsets need 64 bits.
 #pragma once
-#include "core/ops/elementwise/functors.h"  // TANDEM_HD
+#include "core/ops/common/hd.h"
 
 namespace tandem::pool {
 
