@@ -5,7 +5,7 @@
 // (b.numel() divides a.numel(), b index = i % b.numel()): that covers per-channel bias in NHWC and
 // per-feature bias in linear layers.
 // An op is named by its functor: unary_op<fn::Relu>() is the op code of ReLU, its index in
-// fn::UnaryOps (core/ops/elementwise/functors.h); elementwise_visit.h turns the code back into the functor.
+// fn::UnaryOps (core/ops/elementwise/functors.h); visit.h turns the code back into the functor.
 #pragma once
 #include "core/ops/elementwise/functors.h"
 #include "core/tensor.h"

@@ -2,8 +2,8 @@
 //
 // Both backends call visit_unary/visit_binary with a callable that receives the functor object
 // (fn::Relu{}, fn::Axpby{alpha, beta}, ...) and runs its own loop or kernel over it. The code is
-// the functor's position in fn::UnaryOps / fn::BinaryOps (core/ops/elementwise/functors.h), so this file never
-// changes when an op is added. Host code only (the lookup runs before launch).
+// the functor's position in fn::UnaryOps / fn::BinaryOps (functors.h), so this file never changes
+// when an op is added. Host code only (the lookup runs before launch).
 #pragma once
 #include "core/check.h"
 #include "core/ops/elementwise/functors.h"

@@ -1,4 +1,4 @@
-// core/ops/graph_scalars/cuda.cu: the device scalars of a captured step (see kernels/graph_scalars.h).
+// core/ops/graph_scalars/cuda.cu: the device scalars of a captured step (see kernels.h).
 #include "core/ops/common/cuda/dispatch.cuh"
 #include "core/ops/graph_scalars/kernels.h"
 

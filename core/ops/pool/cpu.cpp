@@ -1,9 +1,9 @@
 // core/ops/pool/cpu.cpp: CPU pooling on NHWC, the reference for the CUDA kernels.
 //
 // Loops run over (n, oh, ow, window cell) with the channel loop innermost, so each step reads C
-// contiguous values and the compiler vectorises it. Window bounds come from pool_functors.h, shared
+// contiguous values and the compiler vectorises it. Window bounds come from functors.h, shared
 // with CUDA. Averages accumulate in double. The backwards scatter each output gradient into the
-// cells its window read (serial, hence deterministic); CUDA gathers instead (see cuda/pool.cu),
+// cells its window read (serial, hence deterministic); CUDA gathers instead (see cuda.cu),
 // which sums the same terms in another order.
 #include <algorithm>
 #include <limits>

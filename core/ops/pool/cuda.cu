@@ -1,7 +1,7 @@
 // core/ops/pool/cuda.cu: CUDA pooling on NHWC.
 //
 // One thread per element, channel fastest, so a warp reads 32 consecutive channels (coalesced).
-// Forwards loop over the window (bounds from pool_functors.h, shared with the CPU). Backwards
+// Forwards loop over the window (bounds from functors.h, shared with the CPU). Backwards
 // GATHER: each input cell sums dy over the outputs whose window covers it (pool::covering). With
 // overlapping windows a scatter would need atomics, which are non-deterministic for floats and
 // slow for 16-bit types; the gather writes every dx element exactly once, in a fixed order.

@@ -1,9 +1,10 @@
 // core/ops/common/cuda/column_plan.h: the launch plan for per-column reductions over an [M, C] row-major
 // matrix (internal; plain host C++, so tests/test_column_plan.cpp checks it without a GPU).
 //
-// The kernels that use it (column_reduce.cuh's callers: the bias gradients in elementwise.cu and
-// fused_bias.cu, batchnorm.cu's statistics) launch grid (ceil(C / kColTx), count) with blocks of
-// (kColTx, kColTy); chunk r covers rows [r * rows_per_chunk, min(M, (r + 1) * rows_per_chunk)).
+// The kernels that use it (column_reduce.cuh's callers: the bias gradients in elementwise/cuda.cu
+// and fused_bias/cuda.cu, batchnorm/cuda.cu's statistics) launch grid (ceil(C / kColTx), count)
+// with blocks of (kColTx, kColTy); chunk r covers rows
+// [r * rows_per_chunk, min(M, (r + 1) * rows_per_chunk)).
 // What the plan guarantees: every row is in exactly one chunk, no chunk is empty (except the
 // single chunk of an empty input), and count <= 1024, far under grid.y's limit of 65535.
 #pragma once

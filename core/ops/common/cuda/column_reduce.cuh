@@ -10,7 +10,7 @@
 // result is bit-reproducible for a given shape.
 // The plan (kColTx, kColTy, plan_column_chunks) is host code in column_plan.h, with a CPU test.
 // column_finish_kernel is the second kernel, shared by the bias-gradient reductions
-// (elementwise.cu, fused_bias.cu).
+// (elementwise/cuda.cu, fused_bias/cuda.cu).
 #pragma once
 #include "core/ops/common/cuda/column_plan.h"
 #include "core/ops/common/cuda/dispatch.cuh"

@@ -1,5 +1,5 @@
 // core/ops/common/cuda/vector_access.cuh: 16-byte vector loads/stores and grid-stride indices for the
-// bandwidth-bound maps (elementwise.cu, fused_bias.cu; internal, CUDA only).
+// bandwidth-bound maps (elementwise/cuda.cu, fused_bias/cuda.cu; internal, CUDA only).
 //
 // A Vec<T> is 16 bytes (4 f32 or 8 f16/bf16 elements), so one access is one LDG.128/STG.128. It
 // may only be used on 16-byte aligned pointers: tensors from the allocator are 256-byte aligned,

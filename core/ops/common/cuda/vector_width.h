@@ -6,7 +6,7 @@
 // when it is a view at an odd offset (a leading-dimension slice starting at row 1 of a [n] tensor,
 // a .grad view packed into a bucket). A broadcast operand of `period` elements (a bias of length
 // C) is read as whole vectors only when period is a multiple of the width, else a vector of x
-// would straddle the end of the bias. The kernels (elementwise.cu, fused_bias.cu) take their
+// would straddle the end of the bias. The kernels (elementwise/cuda.cu, fused_bias/cuda.cu) take their
 // scalar grid-stride loop whenever this says no; the < width tail of a vectorised map is done by
 // scalar code in the same launch, so numel need not be a multiple of the width.
 #pragma once
