@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "core/ops/shape.h"
+#include "core/ops/shape/shape.h"
 #include "core/profile.h"
 #include "dist/extras/sync_batchnorm.h"
 

@@ -5,7 +5,7 @@
 // views, one element, very tall/wide bias gradients and > 2^31 elements in gpu_vector_access_parity.cpp.)
 //
 // Both backends see the same inputs, already rounded to the dtype (tests/support/parity.h). The
-// functors are shared (core/ops/functors.h) and run in f32 on both sides, so the differences are:
+// functors are shared (core/ops/elementwise/functors.h) and run in f32 on both sides, so the differences are:
 //   - the GPU rounds each result to the dtype (half an ulp, up to one where two f32 values straddle
 //     a rounding boundary): 2^-8 relative for bf16, 2^-11 for f16;
 //   - libm vs CUDA erf/exp (gelu): a few f32 ulps;

@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "core/autograd.h"          // defines: NoGradGuard
-#include "core/ops/elementwise.h"   // defines: add (the device-side running loss)
-#include "core/ops/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
+#include "core/ops/elementwise/elementwise.h"   // defines: add (the device-side running loss)
+#include "core/ops/loss/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
 #include "dist/transport/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/lr_schedule.h"      // defines: lr_at
 

@@ -9,7 +9,7 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
-#include "core/ops/conv.h"       // defines: conv_bias_fusion_stats
+#include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion

@@ -7,8 +7,8 @@
 #include "apps/trainer/nonfinite.h"  // defines: skip_nonfinite_step
 #include "core/autograd.h"         // defines: NoGradGuard
 #include "core/check.h"            // defines: TANDEM_CHECK
-#include "core/ops/copy.h"         // defines: cast_raw (AMP inputs)
-#include "core/ops/elementwise.h"  // defines: scale, add
+#include "core/ops/copy/copy.h"         // defines: cast_raw (AMP inputs)
+#include "core/ops/elementwise/elementwise.h"  // defines: scale, add
 
 namespace tandem::trainer {
 
