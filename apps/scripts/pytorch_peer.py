@@ -11,8 +11,8 @@ Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same w
   - layout: channels_last (NHWC), tandem's only activation layout;
   - precision "tf32" (default): f32 storage, TF32 tensor cores for matmul AND convolution. That is
     tandem's default: BackendConfig::allow_tf32 is on (core/backend.h) and governs cuBLASLt
-    (CUBLAS_COMPUTE_32F_FAST_TF32, core/ops/cuda/matmul.cpp) and cuDNN engine choice
-    (core/ops/cuda/conv.cpp). PyTorch's own default differs (matmul TF32 off), hence the explicit
+    (CUBLAS_COMPUTE_32F_FAST_TF32, core/ops/matmul/cuda.cpp) and cuDNN engine choice
+    (core/ops/conv/cuda.cpp). PyTorch's own default differs (matmul TF32 off), hence the explicit
     switches. "f32" turns TF32 off on both sides' equivalent switches (tandem: allow_tf32 = false);
   - cuDNN algorithms: heuristics by default (cudnn.benchmark=False), as tandem picks the first engine
     of cuDNN's heuristics without timing; --cudnn-benchmark shows what autotuning would add;

@@ -118,7 +118,7 @@ def training(raw):
             r.update(tandem_ips=ips, tandem_ms=1e3 * t["batch_per_rank"] / ips if ips else None,
                      tandem_peak_mib=t.get("memory", {}).get("peak_bytes", 0) / 2**20, tandem_params=t.get("parameters"),
                      tandem_loss=t.get("final", {}).get("train_loss"), amp=t.get("amp"))
-            # VGG/AlexNet: biased convs that fell back from cuDNN's fused conv + bias graph (core/ops/conv.h).
+            # VGG/AlexNet: biased convs that fell back from cuDNN's fused conv + bias graph (core/ops/conv/conv.h).
             cbf = t.get("conv_bias_fusion") or {}
             if cbf.get("unfused_calls"):
                 r["note"] = (f"conv bias fusion {cbf.get('setting')}: {cbf['unfused_calls']} biased conv calls fell back "

@@ -93,7 +93,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   const int world = t.world->size;
   double c1 = static_cast<double>(ops::topk_correct(logits, b.labels, 1));
   const float loss_sum = s.loss_sum.defined() ? s.loss_sum.to_vector()[0] : 0.0f;  // syncs the device
-  // Labels outside [0, classes) that the CUDA loss clamped in this interval (core/ops/loss.h): read
+  // Labels outside [0, classes) that the CUDA loss clamped in this interval (core/ops/loss/loss.h): read
   // once per progress line, where the reads above have already synchronised the device.
   const auto bad_labels = static_cast<float>(t.dev.is_cuda() ? ops::take_bad_label_count() : 0);
   const double own_wall_ms = clock.interval_ms();
