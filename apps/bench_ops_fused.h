@@ -1,6 +1,6 @@
 // apps/bench_ops_fused.h: bench_ops' rows for the transformer's fused GEMM tails (included only by
 // apps/bench_ops.cpp, CUDA builds): ops::bias_gelu and ops::bias_dropout_add next to the op
-// sequences they replace (core/ops/fused_bias.h), on BERT-large's activations at sequence 512 x
+// sequences they replace (core/ops/fused_bias/fused_bias.h), on BERT-large's activations at sequence 512 x
 // batch 32 (16384 tokens: tensors of 64-256 MB, far past the H100's 50 MB L2, so DRAM is measured).
 //
 // As in bench_ops_bandwidth.h, each row prints achieved GB/s = (algorithmic minimum bytes) /

@@ -56,7 +56,7 @@ struct Buffer {
 };
 
 // y [M, N] = x [M, K] w[N, K]^T + b: cuBLASLt with the BIAS epilogue, row-major via the transpose
-// trick (column-major y^T = w^T... see core/ops/cuda/matmul.cpp). Returns the median ms.
+// trick (column-major y^T = w^T... see core/ops/matmul/cuda.cpp). Returns the median ms.
 inline double cublaslt_linear_ms(cudaStream_t s, const Timing& t, cudaDataType_t dt, size_t esize, bool tf32,
                                  int64_t M, int64_t N, int64_t K) {
   cublasLtHandle_t h;

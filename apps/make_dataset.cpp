@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/ops/rng.h"
+#include "core/ops/common/rng.h"
 #include "data/decode.h"
 #include "data/procedural.h"
 

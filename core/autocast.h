@@ -25,8 +25,8 @@
 //   sum/mean        f32 (f64 CPU) Low     -           long reductions lose digits in 16-bit
 //   loss scaling,   f32          f32      f32         optim/amp.h: master weights and the optimizer
 //   optimizer                                          state never round
-// (*) the CPU computes every 16-bit op in f32 and rounds its output once (core/ops/cpu/widen.h).
-// (**) the layer_norm op takes weight and bias in x's dtype (core/ops/norm.cpp); their f32 master
+// (*) the CPU computes every 16-bit op in f32 and rounds its output once (core/ops/common/cpu/widen.h).
+// (**) the layer_norm op takes weight and bias in x's dtype (core/ops/norm/norm.cpp); their f32 master
 //      copies live in optim/amp.h like every other 16-bit parameter.
 // The encoder under AMP (apps/train_encoder --amp): LayerNorm, the attention softmax, the masked-LM
 // cross-entropy and the embedding gradients' reductions run in f32 by the rows above; its

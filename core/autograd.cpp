@@ -7,8 +7,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "core/ops/copy.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/copy/copy.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "core/profile.h"
 
 namespace tandem::autograd {

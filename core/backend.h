@@ -6,12 +6,12 @@
 //                         same bits; slower. Default off, as PyTorch's cudnn.deterministic.
 //   cudnn_batchnorm       training-mode BatchNorm (and the fused BN + add + ReLU ResNet block tail)
 //                         through cuDNN's NHWC kernels (on) or tandem's own (off: the parity
-//                         reference; core/ops/batchnorm.h says why cuDNN is the default).
+//                         reference; core/ops/batchnorm/batchnorm.h says why cuDNN is the default).
 //   conv_bias_fusion      conv + bias as one cuDNN graph where an engine takes it, else the plain
-//                         conv and a broadcast add (core/ops/conv.h). Default on.
+//                         conv and a broadcast add (core/ops/conv/conv.h). Default on.
 //   allow_tf32            f32 GEMMs and convs may use TF32 tensor cores (10-bit mantissa products,
 //                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
-//                         train fine with it (core/ops/matmul.h).
+//                         train fine with it (core/ops/matmul/matmul.h).
 //   conv_workspace_limit  the largest workspace one conv plan may ask for; engines needing more are
 //                         skipped. 1 GiB: enough for the fast implicit-GEMM and Winograd engines on
 //                         ImageNet shapes, while FFT engines that ask for several GiB would take the

@@ -5,7 +5,7 @@
 
 #include "core/check.h"
 #ifdef TANDEM_WITH_CUDA
-#include "core/ops/kernels/graph_scalars.h"
+#include "core/ops/graph_scalars/kernels.h"
 #endif
 
 namespace tandem {

@@ -17,7 +17,7 @@
 // the same. The row write is stream-ordered after the previous replay and before this one, so one
 // table serves every replay. Eager draws never touch any of this.
 // Lifetime: the generators a capture drew from must outlive the GraphRng (it keeps pointers).
-// Left out: attention's dropout (core/ops/attention.cpp) still reserves with advance(), so a
+// Left out: attention's dropout (core/ops/attention/attention.cpp) still reserves with advance(), so a
 // captured attention step would freeze its mask; train_imagenet's models have no attention.
 #pragma once
 #include <cstdint>

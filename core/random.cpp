@@ -5,8 +5,8 @@
 
 #include "core/graph_capture.h"
 #include "core/graph_rng.h"
-#include "core/ops/copy.h"
-#include "core/ops/rng.h"
+#include "core/ops/copy/copy.h"
+#include "core/ops/common/rng.h"
 
 namespace tandem {
 namespace {

@@ -16,7 +16,7 @@ namespace tandem {
 // The counters of one draw, as a kernel receives them: element i uses counter (offset + i) of the
 // stream `seed`. When `slot` is set (only inside a captured CUDA graph, only for CUDA kernels) the
 // seed and the base offset are read from device memory instead: seed = slot[0] and the first
-// counter is slot[1] + offset (fn::with_slot, core/ops/dropout_functors.h).
+// counter is slot[1] + offset (fn::with_slot, core/ops/dropout/functors.h).
 struct RngDraw {
   uint64_t seed = 0;
   uint64_t offset = 0;

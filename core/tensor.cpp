@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "core/ops/copy.h"
+#include "core/ops/copy/copy.h"
 #ifdef TANDEM_WITH_CUDA
 #include <cuda_runtime.h>
 

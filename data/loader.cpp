@@ -194,7 +194,7 @@ void Loader::fill_sample(int64_t position, Slot& slot) {
     std::string reason;
     if (dataset_->get(candidate, key_, out, &label, &reason)) {
       // The one place labels are range-checked for CUDA training: here they are still on the host,
-      // so the loss kernel never has to copy them back and sync (core/ops/loss.h).
+      // so the loss kernel never has to copy them back and sync (core/ops/loss/loss.h).
       TANDEM_CHECK(label >= 0 && label < dataset_->num_classes(), "data: ", dataset_->describe(candidate),
                    " has label ", label, ", outside [0, ", dataset_->num_classes(),
                    "); the dataset's labels must be class indices counted from 0");

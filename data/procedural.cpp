@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "core/check.h"
-#include "core/ops/rng.h"
+#include "core/ops/common/rng.h"
 
 namespace tandem::data {
 namespace {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
-#include "core/ops/rng.h"
+#include "core/ops/common/rng.h"
 
 namespace tandem::data {
 

@@ -2,7 +2,7 @@
 #include "data/synthetic.h"
 
 #include "core/check.h"
-#include "core/ops/rng.h"
+#include "core/ops/common/rng.h"
 
 namespace tandem::data {
 namespace {

@@ -2,7 +2,7 @@
 //
 // Sample i is a pure function of (seed, i): its label is hash(seed, i) mod num_classes and its
 // pixels are a class prototype (a fixed random image per class) plus per-sample noise, both drawn
-// from the counter-based stream of core/ops/rng.h. Because nothing depends on the rank or thread, a
+// from the counter-based stream of core/ops/common/rng.h. Because nothing depends on the rank or thread, a
 // distributed run sharded by DistributedSampler sees exactly the global data of a single-process
 // run, and a model can actually learn it (loss goes down), which pure noise would not allow.
 // Values are already "normalised" (roughly zero mean, unit variance); the SampleKey (epoch) is

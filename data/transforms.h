@@ -33,7 +33,7 @@ struct TransformOptions {
   std::array<float, 3> std{0.229f, 0.224f, 0.225f};   // ImageNet RGB standard deviation
 };
 
-// Counter-based per-sample random stream (see core/ops/rng.h): draw k is a pure function of
+// Counter-based per-sample random stream (see core/ops/common/rng.h): draw k is a pure function of
 // (seed, epoch, index, k).
 class SampleRng {
  public:

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "core/ops/copy.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/copy/copy.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "dist/shard_layout.h"
 
 namespace tandem::dist {

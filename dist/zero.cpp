@@ -74,7 +74,7 @@ std::vector<Tensor> Zero::grads() const {
 void Zero::zero_grad(optim::Optimizer& opt) {
   // Stage 1: the whole buckets, as DDP (one memset each). They are also marked zero, so backward
   // copies each fresh gradient in instead of adding it: a 16-bit add on the CPU computes in f32
-  // (core/ops/cpu/widen.h) and would widen both the bucket view and the gradient - for VGG-16's
+  // (core/ops/common/cpu/widen.h) and would widen both the bucket view and the gradient - for VGG-16's
   // classifier weight 784 MiB of f32 copies at the peak. 0 + g == g (up to a zero's sign, which
   // the all-reduce and the optimizer treat alike), so the result is unchanged.
   if (stage_ == 1) ddp_.reducer().zero_grad();

@@ -1,6 +1,6 @@
 // layers/activation.cpp: ReLU, GELU and Dropout (stateless wrappers over core/ops).
-#include "core/ops/dropout.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/dropout/dropout.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "layers/layers.h"
 
 namespace tandem {

@@ -2,7 +2,7 @@
 #include "layers/amp_cast.h"
 
 #include "core/autocast.h"
-#include "core/ops/copy.h"
+#include "core/ops/copy/copy.h"
 #include "layers/layers.h"
 
 namespace tandem {

@@ -1,7 +1,7 @@
 // layers/container.cpp: Sequential and Flatten, plus the Python-style float printing for reprs.
 #include <cstdio>
 
-#include "core/ops/shape.h"
+#include "core/ops/shape/shape.h"
 #include "layers/layers.h"
 
 namespace tandem {

@@ -13,7 +13,7 @@
 //
 // Layout notes that matter to checkpoints:
 //   - Conv2d stores its weight OHWI [out, kh, kw, in/groups] (what cuDNN wants next to NHWC, see
-//     core/ops/conv.h). PyTorch's parameter name "weight" is kept; checkpoints convert OHWI <-> OIHW
+//     core/ops/conv/conv.h). PyTorch's parameter name "weight" is kept; checkpoints convert OHWI <-> OIHW
 //     on save/load, nothing else ever sees OIHW.
 //   - Flatten of a 4-D NHWC tensor emits PyTorch's NCHW flatten order (C, H, W), so the Linear
 //     after it (VGG's classifier.0, AlexNet's classifier.1) has bit-for-bit torchvision's weight
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/conv.h"
-#include "core/ops/pool.h"
+#include "core/ops/conv/conv.h"
+#include "core/ops/pool/pool.h"
 #include "core/random.h"
 #include "layers/module.h"
 

@@ -1,8 +1,8 @@
 // layers/linear.cpp: Linear and Embedding.
 #include <cmath>
 
-#include "core/ops/embedding.h"
-#include "core/ops/matmul.h"
+#include "core/ops/embedding/embedding.h"
+#include "core/ops/matmul/matmul.h"
 #include "layers/init.h"
 #include "layers/layers.h"
 

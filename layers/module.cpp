@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "core/ops/copy.h"
+#include "core/ops/copy/copy.h"
 #include "core/profile.h"
 
 namespace tandem {

@@ -1,12 +1,12 @@
 // layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers; forward_add_relu for ResNet's block tail)
 // and LayerNorm.
 #include "core/graph_capture.h"
-#include "core/ops/batchnorm.h"
-#include "core/ops/batchnorm_add_relu.h"
-#include "core/ops/copy.h"
-#include "core/ops/elementwise.h"
-#include "core/ops/increment.h"
-#include "core/ops/norm.h"
+#include "core/ops/batchnorm/batchnorm.h"
+#include "core/ops/batchnorm/batchnorm_add_relu.h"
+#include "core/ops/copy/copy.h"
+#include "core/ops/elementwise/elementwise.h"
+#include "core/ops/graph_scalars/increment.h"
+#include "core/ops/norm/norm.h"
 #include "core/profile.h"
 #include "layers/layers.h"
 

@@ -1,6 +1,6 @@
 // layers/pooling.cpp: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d over NHWC.
-#include "core/ops/pool.h"
-#include "core/ops/shape.h"
+#include "core/ops/pool/pool.h"
+#include "core/ops/shape/shape.h"
 #include "layers/layers.h"
 
 namespace tandem {

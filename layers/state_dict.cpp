@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "core/ops/copy.h"
+#include "core/ops/copy/copy.h"
 
 namespace tandem {
 

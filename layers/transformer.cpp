@@ -131,7 +131,7 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
   const std::string label = "BertLayer " + name();  // the layer index, so a trace tells layers apart
   profile::Range range(label.c_str(), profile::Level::Layer);
   // intermediate.dense's GEMM without its bias, then bias + erf GELU in one pass (ops::bias_gelu;
-  // core/ops/fused_bias.h says why not a cuBLASLt GELU epilogue).
+  // core/ops/fused_bias/fused_bias.h says why not a cuBLASLt GELU epilogue).
   auto feed_forward = [&](const Tensor& in) {
     return ops::bias_gelu(ops::linear(in, intermediate_->weight()), intermediate_->bias());
   };

@@ -7,7 +7,7 @@
 //   encoder.layer.<i>.attention.output.{dense, LayerNorm}
 //   encoder.layer.<i>.intermediate.dense       encoder.layer.<i>.output.{dense, LayerNorm}
 // Activations are [B, S, hidden]; attention_mask is HF's [B, S] (1 = token, 0 = padding, any dtype;
-// undefined = no padding) and masks keys only (core/ops/attention.h), so padded query rows still
+// undefined = no padding) and masks keys only (core/ops/attention/attention.h), so padded query rows still
 // produce (ignored) outputs, as in HF.
 //
 // Fused QKV: query/key/value stay three Linear modules - the storage IS HF's names, so checkpoints
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/attention.h"
+#include "core/ops/attention/attention.h"
 #include "layers/layers.h"
 
 namespace tandem {

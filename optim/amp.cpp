@@ -5,7 +5,7 @@
 
 #include "core/autocast.h"
 #include "core/check.h"
-#include "core/ops/kernels/copy.h"
+#include "core/ops/copy/kernels.h"
 #include "optim/clip.h"
 #include "optim/kernels/amp.h"
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/ops/dispatch.h"
+#include "core/ops/common/dispatch.h"
 #include "core/profile.h"
 #include "optim/kernels/clip.h"
 

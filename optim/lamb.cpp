@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/ops/dispatch.h"
+#include "core/ops/common/dispatch.h"
 #include "optim/kernels/lamb.h"
 
 namespace tandem::optim {

@@ -3,7 +3,7 @@
 #include "optim/loss_scaler.h"
 
 #include "core/check.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "optim/kernels/amp.h"
 
 namespace tandem::optim {

@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "core/autograd.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 

@@ -5,7 +5,7 @@
 //  - odd channel counts (C = 3, 6: outside the fused kernel's "C a multiple of 4");
 //  - running statistics after several steps (cuDNN's factor and unbiased variance vs ours);
 //  - dx and dz overwritten, not accumulated (allocations are poisoned with NaN first);
-//  - two runs giving the same bits (core/ops/batchnorm.h's determinism note);
+//  - two runs giving the same bits (core/ops/batchnorm/batchnorm.h's determinism note);
 //  - the conv bias gradient counted once whichever forward ran.
 // Exits 77 (Skipped) without a GPU. Written without a GPU (2026-11-22): compiled, not yet run.
 #include <doctest/doctest.h>

@@ -5,7 +5,7 @@
 // views, one element, very tall/wide bias gradients and > 2^31 elements in gpu_vector_access_parity.cpp.)
 //
 // Both backends see the same inputs, already rounded to the dtype (tests/support/parity.h). The
-// functors are shared (core/ops/functors.h) and run in f32 on both sides, so the differences are:
+// functors are shared (core/ops/elementwise/functors.h) and run in f32 on both sides, so the differences are:
 //   - the GPU rounds each result to the dtype (half an ulp, up to one where two f32 values straddle
 //     a rounding boundary): 2^-8 relative for bf16, 2^-11 for f16;
 //   - libm vs CUDA erf/exp (gelu): a few f32 ulps;
@@ -203,17 +203,21 @@ TEST_CASE("fused bias ops on an empty batch: the CUDA bias gradient is zeros, as
     }
 }
 
-TEST_CASE("bias_gelu on the GPU equals the unfused add + gelu to one rounding") {
+TEST_CASE("bias_gelu on the GPU equals the unfused add + gelu in f32, rounded once") {
   Generator g(9);
   for (DType t : kDtypes) {
     CAPTURE(dtype_name(t));
     Tensor x = ops::cast_raw(randn({64, 40}, g), t).to(Device::cuda(0));
     Tensor b = ops::cast_raw(randn({40}, g), t).to(Device::cuda(0));
-    // The unfused path rounds x + b to the dtype before the GELU: one extra rounding.
-    Tolerance tol = rounded_once(t);
-    tol.rtol *= 2;
-    CHECK(compare_values("bias_gelu vs gelu(add)", ops::gelu(ops::add(x, b)).to_vector(),
-                         ops::bias_gelu(x, b).to_vector(), tol) == "");
+    // The reference computes as the fused kernel does: x + b and the GELU in f32 (the inputs cast
+    // up exactly), then one rounding to the dtype. Unfused in the dtype itself, x + b would be
+    // rounded before the GELU, and GELU's negative tail magnifies that rounding: there
+    // d ln gelu(s) / ds ~ -s, so at s ~ -3 (gelu ~ -0.005) bf16's 2^-9 relative error of s
+    // becomes ~2 % of the result - 6 of 2,560 elements off by up to 1.2e-4 on issue 18's H100 run,
+    // the reference being the one a rounding off.
+    const Tensor reference = ops::cast_raw(ops::gelu(ops::add(x.to(DType::F32), b.to(DType::F32))), t);
+    CHECK(compare_values("bias_gelu vs gelu(add) in f32", reference.to_vector(), ops::bias_gelu(x, b).to_vector(),
+                         rounded_once(t)) == "");
   }
 }
 

@@ -27,7 +27,7 @@
 #include "core/cuda/context.h"
 #include "core/cuda/graph.h"
 #include "core/graph_capture.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "core/storage.h"
 #include "optim/optimizer.h"
 

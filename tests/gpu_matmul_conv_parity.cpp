@@ -110,7 +110,7 @@ TEST_CASE("conv2d parity (cuDNN graph API) across stride, padding, dilation, gro
       {"depthwise", {2, 7, 7, 16}, {16, 3, 3, 1}, conv_params(1, 1, 1, 16)},
   };
   // Both bias paths: cuDNN's fused conv + bias graph (the default, where an engine takes the shape)
-  // and the plain conv followed by the broadcast add (BackendConfig::conv_bias_fusion, core/ops/conv.h).
+  // and the plain conv followed by the broadcast add (BackendConfig::conv_bias_fusion, core/ops/conv/conv.h).
   for (bool fuse : {true, false}) {
     CAPTURE(fuse);
     BackendConfig c = backend();

@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "core/random.h"
 #include "optim/clip.h"
 #include "optim/sgd.h"

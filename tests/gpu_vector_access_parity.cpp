@@ -1,5 +1,5 @@
 // tests/gpu_vector_access_parity.cpp: the edge cases of the 16-byte vectorised CUDA maps
-// (core/ops/cuda/vector_access.cuh, vector_width.h) and of the 2-D bias-gradient reduction
+// (core/ops/common/cuda/vector_access.cuh, vector_width.h) and of the 2-D bias-gradient reduction
 // (column_reduce.cuh), CPU vs CUDA in f32, bf16 and f16, forward and backward:
 //   - views whose data pointer is 1 element (2 or 4 bytes) past a 16-byte boundary, as inputs, as
 //     the upstream gradient, and as the target of in-place relu_/add_, with sentinel elements on

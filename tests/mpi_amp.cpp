@@ -35,7 +35,7 @@ struct Scale : Module {
   Tensor p;
   Scale() { p = register_parameter("p", ops::cast_raw(Tensor::full({4}, 0.01), DType::F16)); }
   // p first: ops::mul(x, p) with only p requiring grad reads an undefined tensor in its backward
-  // (core/ops/elementwise.cpp, MulBackward; reported, not fixed here).
+  // (core/ops/elementwise/elementwise.cpp, MulBackward; reported, not fixed here).
   Tensor forward(const Tensor& x) override { return ops::mul(p, x); }
   std::string type_name() const override { return "Scale"; }
 };

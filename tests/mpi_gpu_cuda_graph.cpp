@@ -21,8 +21,8 @@
 
 #include "core/backend.h"
 #include "core/cuda/graph.h"
-#include "core/ops/conv.h"
-#include "core/ops/loss.h"
+#include "core/ops/conv/conv.h"
+#include "core/ops/loss/loss.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "optim/optimizer.h"

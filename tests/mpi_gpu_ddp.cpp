@@ -29,7 +29,7 @@
 #include <string>
 
 #include "core/backend.h"
-#include "core/ops/matmul.h"
+#include "core/ops/matmul/matmul.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "tests/support/ddp_fixture.h"

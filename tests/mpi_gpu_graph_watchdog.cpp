@@ -25,7 +25,7 @@
 
 #include "core/cuda/context.h"
 #include "core/cuda/graph.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/communicator.h"
 

@@ -2,7 +2,7 @@
 // the fused unscale + inf/NaN check and the f32 master weights.
 //
 // How the 16-bit ops are judged. A CPU kernel given f16/bf16 tensors computes in f32 on widened
-// copies and rounds its outputs once (core/ops/cpu/widen.h). So for a single-kernel op, the 16-bit
+// copies and rounds its outputs once (core/ops/common/cpu/widen.h). So for a single-kernel op, the 16-bit
 // output must EQUAL the f32 op's output on the same (already 16-bit) input values, rounded to the
 // 16-bit dtype: tolerance 0. Gradients pass through 16-bit intermediates (the incoming gradient and
 // each op's result are rounded), so they are compared with a tolerance of a few units in the last

@@ -1,12 +1,12 @@
 // tests/test_column_plan.cpp: the launch plan of the CUDA per-column reductions (bias gradients,
-// batchnorm statistics; core/ops/cuda/column_plan.h), checked without a GPU. A wrong plan would
+// batchnorm statistics; core/ops/common/cuda/column_plan.h), checked without a GPU. A wrong plan would
 // drop or double-count rows, launch a grid.y over CUDA's 65535, or divide by zero on the host.
 #include <doctest/doctest.h>
 
 #include <initializer_list>
 #include <string>
 
-#include "core/ops/cuda/column_plan.h"
+#include "core/ops/common/cuda/column_plan.h"
 
 using tandem::cuda::ColumnChunks;
 using tandem::cuda::kColMaxBlocks;

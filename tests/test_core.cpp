@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "core/check.h"
-#include "core/ops/copy.h"
+#include "core/ops/copy/copy.h"
 #include "core/storage.h"
 #include "core/tensor.h"
 

@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "core/ops/rng.h"
+#include "core/ops/common/rng.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
 #include "data/procedural.h"

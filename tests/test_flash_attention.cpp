@@ -1,5 +1,5 @@
 // tests/test_flash_attention.cpp: the flash path (AttentionBackend::Fused) on the CPU, where it
-// runs the CUDA kernels' blocking in plain C++ (core/ops/cpu/flash_attention.cpp). These tests
+// runs the CUDA kernels' blocking in plain C++ (core/ops/attention/cpu_flash.cpp). These tests
 // validate the algorithm (tiles, tails, online softmax, two-pass backward, dropout counters)
 // against the reference path; the CUDA details (indices, shuffles, shared memory) are for
 // gpu_attention_parity on a GPU.

@@ -1,4 +1,4 @@
-// tests/test_fused_bias_grad.cpp: bias_gelu and bias_dropout_add (core/ops/fused_bias.h) against
+// tests/test_fused_bias_grad.cpp: bias_gelu and bias_dropout_add (core/ops/fused_bias/fused_bias.h) against
 // the unfused op sequences they replace, their f64 gradient checks, the dropout mask they share
 // with ops::dropout, and their argument checks.
 #include <doctest/doctest.h>

@@ -15,9 +15,9 @@
 #include "core/check.h"
 #include "core/graph_capture.h"
 #include "core/graph_rng.h"
-#include "core/ops/dropout.h"
-#include "core/ops/increment.h"
-#include "core/ops/rng.h"
+#include "core/ops/dropout/dropout.h"
+#include "core/ops/graph_scalars/increment.h"
+#include "core/ops/common/rng.h"
 #include "core/random.h"
 
 using namespace tandem;

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/ops/reduce.h"
+#include "core/ops/reduce/reduce.h"
 #include "layers/init.h"
 #include "layers/layers.h"
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/ops/loss.h"
+#include "core/ops/loss/loss.h"
 #include "core/random.h"
 #include "data/loader.h"
 #include "data/synthetic.h"

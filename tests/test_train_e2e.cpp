@@ -16,9 +16,9 @@
 #include <random>
 
 #include "core/autograd.h"
-#include "core/ops/loss.h"
-#include "core/ops/copy.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/loss/loss.h"
+#include "core/ops/copy/copy.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "layers/amp_cast.h"
 #include "layers/models/models.h"
 #include "optim/amp.h"

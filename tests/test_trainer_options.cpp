@@ -2,7 +2,7 @@
 // (apps/trainer/step_options.h, option_names.h, param_groups.h's rules; core/backend.h's scope).
 //
 //  - The refusal table: every combination of strategy x precision x optimizer x clipping x
-//    accumulation x CUDA graph x non-finite policy x wire dtype x checkpoints is refused exactly
+//    accumulation x CUDA graph x capturable x non-finite policy x wire dtype x checkpoints is refused exactly
 //    when step_options.h's table of what works says so - the table is restated here on its own,
 //    so the code and the header cannot drift apart unnoticed.
 //  - Every refusal names options through StepOptions::names: with a trainer's names no library
@@ -39,16 +39,16 @@ bool works(const StepOptions& o) {
   if (ps && (o.precision != Precision::F32 || o.clip_grad_norm > 0 || o.optimizer != "sgd" || o.checkpoint ||
              o.compress != "none"))
     return false;
-  if (o.cuda_graph && (o.optimizer != "sgd" || o.precision != Precision::F32 || o.strategy != Strategy::Ddp ||
-                       o.clip_grad_norm > 0 || o.grad_accum_steps != 1 || o.on_nonfinite != OnNonfinite::Off))
+  if (o.cuda_graph && (o.strategy != Strategy::Ddp || o.grad_accum_steps != 1 || o.on_nonfinite != OnNonfinite::Off))
     return false;
+  if (o.capturable && o.strategy != Strategy::Ddp) return false;
   return true;
 }
 
 std::string describe(const StepOptions& o) {
   return std::string(strategy_name(o.strategy)) + " " + precision_name(o.precision) + " " + o.optimizer + " clip " +
          std::to_string(o.clip_grad_norm) + " accum " + std::to_string(o.grad_accum_steps) + " graph " +
-         std::to_string(o.cuda_graph) + " nonfinite " + std::to_string(static_cast<int>(o.on_nonfinite)) +
+         std::to_string(o.cuda_graph) + " capturable " + std::to_string(o.capturable) + " nonfinite " + std::to_string(static_cast<int>(o.on_nonfinite)) +
          " compress " + o.compress + " checkpoint " + std::to_string(o.checkpoint);
 }
 
@@ -61,12 +61,14 @@ std::vector<StepOptions> all_combinations(const OptionNames& names) {
         for (double clip : {0.0, 1.0})
           for (int accum : {0, 1, 4})
             for (bool graph : {false, true})
+             for (bool capturable : {false, true})
               for (OnNonfinite nf : {OnNonfinite::Stop, OnNonfinite::Skip, OnNonfinite::Off})
                 for (const char* compress : {"none", "bf16", "fp16", "int8"})
                   for (bool checkpoint : {false, true}) {
                     StepOptions o;
                     o.strategy = s, o.precision = p, o.optimizer = opt, o.clip_grad_norm = clip;
                     o.grad_accum_steps = accum, o.cuda_graph = graph, o.on_nonfinite = nf;
+                    o.capturable = capturable;
                     o.compress = compress, o.checkpoint = checkpoint, o.names = names;
                     all.push_back(o);
                   }
@@ -122,21 +124,38 @@ TEST_CASE("without a trainer's names, refusals name the library's options and no
     CHECK(why->find("--") == std::string::npos);
   }
   StepOptions o;
-  o.cuda_graph = true, o.on_nonfinite = OnNonfinite::Off, o.clip_grad_norm = 1;
+  o.cuda_graph = true, o.on_nonfinite = OnNonfinite::Off, o.grad_accum_steps = 2;
   CHECK(refusal(o).value() ==
-        "StepOptions::cuda_graph cannot capture StepOptions::clip_grad_norm: the global norm is read on the host "
-        "(optim/clip.h). Drop one of them");
+        "StepOptions::cuda_graph captures one forward and backward per step, and StepOptions::grad_accum_steps = 2 "
+        "runs several (each would need its own static inputs): drop one of them");
+}
+
+TEST_CASE("a CUDA graph takes AdamW, LAMB, AMP and clipping (the capturable update); capturable refuses ZeRO and ps") {
+  for (const char* opt : {"sgd", "adamw", "lamb"})
+    for (Precision p : {Precision::F32, Precision::BF16, Precision::F16}) {
+      StepOptions o;
+      o.cuda_graph = true, o.on_nonfinite = OnNonfinite::Off, o.optimizer = opt, o.precision = p, o.clip_grad_norm = 1;
+      CAPTURE(describe(o));
+      CHECK_FALSE(refusal(o).has_value());
+      o.cuda_graph = false, o.capturable = true, o.on_nonfinite = OnNonfinite::Stop, o.grad_accum_steps = 3;
+      CHECK_FALSE(refusal(o).has_value());  // without a graph: the loss check and accumulation too
+    }
+  StepOptions z;
+  z.capturable = true, z.strategy = Strategy::Zero1;
+  CHECK(refusal(z).value().rfind("StepOptions::capturable with StepOptions::strategy = zero1 is not supported yet", 0) ==
+        0);
+  z.strategy = Strategy::ParameterServer;
+  CHECK(refusal(z).value().rfind("StepOptions::capturable cannot run with StepOptions::strategy = ps", 0) == 0);
 }
 
 TEST_CASE("a trainer's names make the refusals read as its flags") {
   StepOptions o;
   o.names = imagenet_flags;
-  o.cuda_graph = true, o.on_nonfinite = OnNonfinite::Off;
-  o.optimizer = "adamw";
-  CHECK(refusal(o).value().rfind("--cuda-graph supports --optimizer sgd only: adamw passes its LR", 0) == 0);
-  o.optimizer = "sgd", o.precision = Precision::BF16;
-  CHECK(refusal(o).value().rfind("--cuda-graph cannot capture --amp bf16: ", 0) == 0);
-  o.precision = Precision::F32, o.strategy = Strategy::Zero1;
+  o.cuda_graph = true, o.on_nonfinite = OnNonfinite::Stop;
+  CHECK(refusal(o).value().rfind("--cuda-graph cannot capture --on-nonfinite stop: ", 0) == 0);
+  o.on_nonfinite = OnNonfinite::Off, o.optimizer = "adamw", o.precision = Precision::BF16;
+  CHECK_FALSE(refusal(o).has_value());
+  o.optimizer = "sgd", o.precision = Precision::F32, o.strategy = Strategy::Zero1;
   CHECK(refusal(o).value().rfind("--cuda-graph with --zero 1 is not supported yet", 0) == 0);
   o.strategy = Strategy::ParameterServer;
   CHECK(refusal(o).value().rfind("--cuda-graph cannot capture --strategy ps: ", 0) == 0);

@@ -1,12 +1,12 @@
 // tests/test_vector_width.cpp: the host rule that picks the CUDA maps' 16-byte vector path
-// (core/ops/cuda/vector_width.h). The kernels themselves need a GPU (gpu_vector_access_parity);
+// (core/ops/common/cuda/vector_width.h). The kernels themselves need a GPU (gpu_vector_access_parity);
 // this checks, without one, that misaligned views and broadcast lengths off the vector width are
 // sent to the scalar loop, because a vector access on them would fault or read the wrong bias.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 
-#include "core/ops/cuda/vector_width.h"
+#include "core/ops/common/cuda/vector_width.h"
 
 using tandem::cuda::aligned16;
 using tandem::cuda::vector_path_ok;

@@ -2,6 +2,7 @@
 #include "apps/encoder/flops.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -18,29 +19,112 @@ double train_flops_per_token(const BertConfig& cfg, int64_t parameters, int64_t 
          12.0 * static_cast<double>(cfg.num_hidden_layers * cfg.hidden_size * seq_len);
 }
 
+MatmulPrecision matmul_precision(const std::string& amp, bool allow_tf32) {
+  if (amp == "bf16") return MatmulPrecision::BF16;
+  if (amp == "fp16") return MatmulPrecision::F16;
+  return allow_tf32 ? MatmulPrecision::TF32 : MatmulPrecision::F32;
+}
+
+const char* matmul_precision_name(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::F32: return "f32";
+    case MatmulPrecision::TF32: return "tf32";
+    case MatmulPrecision::BF16: return "bf16";
+    case MatmulPrecision::F16: return "fp16";
+  }
+  return "?";
+}
+
+double mfu(double tokens_per_s_per_rank, double flops_per_token, double peak_flops) {
+  return peak_flops > 0 ? tokens_per_s_per_rank * flops_per_token / peak_flops : 0;
+}
+
 namespace {
 
-// Dense f32 (no tensor cores) peaks in TFLOP/s from NVIDIA's data sheets (SXM parts).
-PeakFlops gpu_peak(Device dev) {
-  PeakFlops p;
+// Dense peaks in TFLOP/s (NVIDIA quotes tensor-core figures "with sparsity" first: these are the
+// dense ones, half of those). f32: the CUDA cores (SIMT FMA); tf32 and bf16/fp16: the tensor cores,
+// f32 accumulation (what cuBLASLt and cuDNN use for bf16 training; GeForce cards run fp16
+// accumulation twice as fast, which training does not use). 0: no such tensor cores.
+struct GpuPeak {
+  const char* key;     // matched against the device name as a whole word ("A10" is not "A100")
+  const char* part;    // what the row describes
+  double f32, tf32, bf16, fp16;
+  const char* source;
+};
+// Order matters where one key is a word of another part's name: the NVL and PCIe H100/H200 rows
+// come before the SXM ones, which match on "H100"/"H200" alone (cudaGetDeviceProperties names the
+// SXM5 part "NVIDIA H100 80GB HBM3").
+constexpr GpuPeak kGpuPeaks[] = {
+    {"GH200", "GH200 (an H100 SXM5-class GPU)", 66.9, 494.7, 989.4, 989.4,
+     "NVIDIA GH200 data sheet; H100 whitepaper table 1"},
+    {"H100 NVL", "H100 NVL", 60.0, 417.5, 835.5, 835.5, "NVIDIA H100 NVL data sheet (sparse figures halved)"},
+    {"H100 PCIe", "H100 PCIe", 51.2, 378.0, 756.0, 756.0, "NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 1"},
+    {"H200 NVL", "H200 NVL", 60.0, 417.5, 835.5, 835.5, "NVIDIA H200 NVL data sheet (sparse figures halved)"},
+    {"H100", "H100 SXM5", 66.9, 494.7, 989.4, 989.4, "NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 1"},
+    {"H200", "H200 SXM (H100 SXM5's tensor cores and clocks)", 66.9, 494.7, 989.4, 989.4,
+     "NVIDIA H200 data sheet; H100 whitepaper table 1"},
+    {"A100", "A100 (SXM4 and PCIe, 40 and 80 GB)", 19.5, 156.0, 312.0, 312.0, "NVIDIA A100 data sheet"},
+    {"A30", "A30", 10.3, 82.0, 165.0, 165.0, "NVIDIA A30 data sheet"},
+    {"A10", "A10", 31.2, 62.5, 125.0, 125.0, "NVIDIA A10 data sheet"},
+    {"L40S", "L40S", 91.6, 183.0, 362.05, 362.05, "NVIDIA L40S data sheet"},
+    {"L40", "L40", 90.5, 90.5, 181.05, 181.05, "NVIDIA L40 data sheet"},
+    {"L4", "L4", 30.3, 60.0, 121.0, 121.0, "NVIDIA L4 data sheet"},
+    {"RTX 4090", "GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2,
+     "NVIDIA Ada Lovelace architecture whitepaper, appendix A (f32 accumulation)"},
+    {"RTX 3090", "GeForce RTX 3090", 35.6, 35.6, 71.0, 71.0,
+     "NVIDIA Ampere GA102 architecture whitepaper, appendix A (f32 accumulation)"},
+    // Volta: fp16 tensor cores only; TF32 requests run as f32 there.
+    {"V100-SXM2", "V100 SXM2", 15.7, 15.7, 0.0, 125.0, "NVIDIA V100 data sheet"},
+    {"V100-PCIE", "V100 PCIe", 14.0, 14.0, 0.0, 112.0, "NVIDIA V100 data sheet"},
+};
+
+// `key` occurs in `name` followed by the end, a space or a '-' (so "A10" does not match "A100" or
+// "A10G", nor "L4" "L40S").
+bool names_part(const std::string& name, const std::string& key) {
+  for (size_t at = name.find(key); at != std::string::npos; at = name.find(key, at + 1)) {
+    const size_t end = at + key.size();
+    if (end == name.size() || name[end] == ' ' || name[end] == '-') return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+PeakFlops gpu_peak(const std::string& name, MatmulPrecision p) {
+  PeakFlops out;
+  for (const GpuPeak& g : kGpuPeaks) {
+    if (!names_part(name, g.key)) continue;
+    const double tflops = p == MatmulPrecision::F32    ? g.f32
+                          : p == MatmulPrecision::TF32 ? g.tf32
+                          : p == MatmulPrecision::BF16 ? g.bf16
+                                                       : g.fp16;
+    const std::string what = p == MatmulPrecision::F32 ? "f32 (no tensor cores)"
+                                                       : std::string(matmul_precision_name(p)) + " tensor cores";
+    if (tflops <= 0) {
+      out.source = name + ": the " + g.part + " has no " + what + " (pass --peak-tflops)";
+      return out;
+    }
+    out.flops = tflops * 1e12;
+    char b[64];
+    std::snprintf(b, sizeof b, "%g", tflops);
+    out.source = name + ": " + g.part + " dense " + what + " " + b + " TFLOP/s, " + g.source;
+    return out;
+  }
+  out.source = name + ": not in the peak table (apps/encoder/flops.cpp): pass --peak-tflops";
+  return out;
+}
+
+namespace {
+
+PeakFlops device_peak(Device dev, MatmulPrecision p) {
 #ifdef TANDEM_WITH_CUDA
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, dev.index) != cudaSuccess) return p;
-  const std::string name = prop.name;
-  struct Known { const char* key; double tflops; };
-  for (Known k : {Known{"H200", 66.9}, Known{"H100", 66.9}, Known{"A100", 19.5}, Known{"L40S", 91.6},
-                  Known{"V100", 15.7}}) {
-    if (name.find(k.key) != std::string::npos) {
-      p.flops = k.tflops * 1e12;
-      p.source = name + " f32 data sheet";
-      return p;
-    }
-  }
-  p.source = name + ": unknown peak (pass --peak-tflops)";
+  if (cudaGetDeviceProperties(&prop, dev.index) != cudaSuccess) return {0, "cudaGetDeviceProperties failed"};
+  return gpu_peak(prop.name, p);
 #else
-  (void)dev;
+  (void)dev, (void)p;
+  return {};
 #endif
-  return p;
 }
 
 PeakFlops cpu_peak(int ranks_per_node) {
@@ -75,9 +159,9 @@ PeakFlops cpu_peak(int ranks_per_node) {
 
 }  // namespace
 
-PeakFlops peak_flops(Device dev, double peak_tflops_flag, int ranks_per_node) {
+PeakFlops peak_flops(Device dev, double peak_tflops_flag, int ranks_per_node, MatmulPrecision p) {
   if (peak_tflops_flag > 0) return {peak_tflops_flag * 1e12, "--peak-tflops"};
-  return dev.is_cuda() ? gpu_peak(dev) : cpu_peak(ranks_per_node);
+  return dev.is_cuda() ? device_peak(dev, p) : cpu_peak(ranks_per_node);
 }
 
 }  // namespace tandem::apps::encoder

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "core/autograd.h"         // defines: NoGradGuard
-#include "core/ops/elementwise.h"  // defines: add (the device-side running loss)
+#include "core/ops/elementwise/elementwise.h"  // defines: add (the device-side running loss)
 #include "dist/transport/bootstrap.h"        // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/lr_schedule.h"     // defines: lr_at
 

@@ -80,7 +80,7 @@ void print_start(const EncoderOptions& o, const Training& t) {
                 "on %lld held-out masked tokens\n",
                 (long long)c.baseline.token, 100 * c.baseline.accuracy, c.baseline.loss, (long long)c.baseline.masked);
   std::printf("%s on %d rank(s) (%s, %s), %lld params, seq %lld, batch %lld/rank (%lld sequences, %lld tokens "
-              "global), %lld steps (%lld sequences/epoch), %s lr %.3g warmup %lld, %.3g GFLOP/token, peak %.3g "
+              "global), %lld steps (%lld sequences/epoch), %s lr %.3g warmup %lld, %.4g GFLOP/token, MFU's peak %.4g "
               "TFLOP/s/rank (%s)\n",
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.seq_len, (long long)o.batch,
@@ -99,7 +99,7 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
   // RunClock counts "images"; here one sample is one sequence.
   const double seq_s = clock.steady_images_per_s(step, run_steps, t.global_batch);
   const double tok_s = seq_s * o.seq_len;
-  const double mfu = t.peak.flops > 0 ? tok_s / world * t.flops_per_token / t.peak.flops : 0;
+  const double mfu = encoder::mfu(tok_s / world, t.flops_per_token, t.peak.flops);
   if (!o.trace.empty()) dist::write_trace(o.trace, dist::comm_for(Device::cpu()));
   const dist::TimelineSummary comm = t.step->timeline().summary();
   const MemoryStats mem = memory_stats(t.dev);

@@ -148,7 +148,8 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   const int64_t run_steps = std::max<int64_t>(t.end_step - t.start.step, 0);
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
   t.flops_per_token = train_flops_per_token(t.model->config(), t.model->num_parameters(), o.seq_len);
-  t.peak = peak_flops(t.dev, o.peak_tflops, w.local_size);
+  t.peak = peak_flops(t.dev, o.peak_tflops, w.local_size,
+                      matmul_precision(o.amp, t.step->options().backend.allow_tf32));  // the matmuls' dtype
   t.memory.plan(*t.step, t.dev, 0);  // token batches are not subtracted (small; as the ledger always did here)
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;

@@ -5,9 +5,9 @@
 
 #include "apps/encoder/setup.h"   // defines: Training, kValidationEpoch
 #include "core/autograd.h"        // defines: NoGradGuard
-#include "core/ops/loss.h"        // defines: cross_entropy, topk_correct
-#include "core/ops/embedding.h"   // defines: embedding (the row gather)
-#include "core/ops/shape.h"       // defines: reshape
+#include "core/ops/loss/loss.h"        // defines: cross_entropy, topk_correct
+#include "core/ops/embedding/embedding.h"   // defines: embedding (the row gather)
+#include "core/ops/shape/shape.h"       // defines: reshape
 #include "dist/transport/bootstrap.h"  // defines: comm_for
 
 namespace tandem::apps::encoder {

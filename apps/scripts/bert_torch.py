@@ -6,7 +6,7 @@ package registry, so the peer must need nothing else. This is the same network a
 layers/models/bert.h (and HF's), module for module:
   - embeddings: word + position + token-type, LayerNorm (eps 1e-12), dropout 0.1;
   - per layer (post-LN): q/k/v Linear, torch.nn.functional.scaled_dot_product_attention (the padding
-    mask on keys, as tandem's core/ops/attention.h; dropout 0.1 on the probabilities), output dense +
+    mask on keys, as tandem's core/ops/attention/attention.h; dropout 0.1 on the probabilities), output dense +
     dropout + residual + LayerNorm; intermediate dense + GELU (erf) + output dense + dropout +
     residual + LayerNorm;
   - MLM head: transform dense + GELU + LayerNorm, decoder = the word embeddings (tied) + a bias.

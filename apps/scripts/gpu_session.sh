@@ -10,15 +10,26 @@
 #   dist   mpi_gpu_* tests (GPU tensors) with 1 rank over NCCL and 2 ranks sharing the GPU with
 #          TANDEM_HOST_STAGING=1; train_imagenet on 2 host-staged ranks (GPU tensors through MPI)
 #   bench  bench_ops (tandem vs cuBLASLt/cuDNN), bench_allreduce (1 rank NCCL; 2 ranks host-staged)
-#   train  per config: train_imagenet --synthetic, then the PyTorch peer (pytorch_peer.py) with the
-#          same model, batch, precision (f32 + TF32) and steps; then train_imagenet with and without
-#          --cuda-graph for the first resnet50 and resnet18 configs (cudagraph_<tag>_on/_off)
-#   encoder  per encoder config: train_encoder --synthetic --amp bf16 --seq-len 128, then the PyTorch
+#   train  per config and precision (--train-amp: f32 with TF32, and bf16 autocast): train_imagenet
+#          --synthetic, then the PyTorch peer (pytorch_peer.py) with the same model, batch, precision
+#          and steps, eager and torch.compile'd (--peer-modes) - tandem_<tag>, torch_<tag>[_compile]
+#          with tag <model>_b<batch>_<tf32|bf16>; VGG and AlexNet at lr 0.01 on both sides
+#          (torchvision's recipe for them; 0.1 diverged at step 8). Then train_imagenet with and
+#          without --cuda-graph, in each precision, for the first resnet50 and resnet18 configs
+#          (cudagraph_<tag>_on/_off). Default configs take ~15 min: split them over calls.
+#   encoder  per encoder config model:batch:seq: train_encoder --synthetic --amp bf16, then the PyTorch
 #          peer (pytorch_peer.py --encoder: plain torch.nn BERT, SDPA, bf16 autocast, fused AdamW)
-#          with the same model, batch, sequence length and steps (enc_tandem_<tag>, enc_torch_<tag>)
+#          eager and compiled, with the same model, batch, sequence length and steps
+#          (enc_tandem_<tag>, enc_torch_<tag>[_compile], tag <model>_b<batch>_s<seq>); then the kernel
+#          profile (kernel_profile.sh: ncu, per kernel and category, tandem vs PyTorch eager) of
+#          --profile-config (bert_large:64:128), into kernel_profile_<tag>/ and the summary.
+#          Default configs take ~15 min: split them over calls (--encoder-configs).
 #   sanitize  compute-sanitizer --tool memcheck on one resnet18 training step (tiny synthetic setup,
-#          cuDNN BN and tandem's BN kernels) and on each GPU parity test binary (tests/gpu_*); any
-#          reported error fails the step; the ERROR SUMMARY lines go to sanitize_summary.txt.
+#          cuDNN BN and tandem's BN kernels) and on each GPU parity test binary (tests/gpu_*). A run
+#          fails on any memory error and on any CUDA API error of tandem's own; API errors whose host
+#          backtrace runs through NCCL's initialisation (ncclCommInitRank probing for kernel images
+#          this GPU lacks: cudaErrorNoKernelImageForDevice) are counted but ignored
+#          (sanitize_filter.py). One line per run goes to sanitize_summary.txt.
 #          Not in `all` (slow: run it as its own call). Memcheck slows kernels 10-100x, so the sizes
 #          are small and each run has its own time limit.
 # Every step runs under `timeout`, logs to its own file and is recorded in steps.tsv; a failing step
@@ -31,13 +42,15 @@
 # otherwise apps/results/<date>-<gpu>/ with the raw files in its raw/ folder.
 #
 # --cpu-smoke runs the same pipeline on a CPU-only machine (CPU build in build-cpu, only the needed
-# targets, tiny settings); GPU-only steps report "skipped", so the script is known to work end to
-# end before the GPU minutes are spent.
+# targets, tiny settings); GPU-only steps report "skipped", and so do the PyTorch peer's steps when
+# torch is not installed (with the reason), so the script is known to work end to end before the
+# GPU minutes are spent.
 set -uo pipefail  # no -e: one failing step must not end the session
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/apps/scripts
 smoke=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16 san_only=. enc_configs=""
+train_amps=off,bf16 peer_modes=eager,compile profile_config=bert_large:64:128
 usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; cat <<'EOF'
 Options:
   --cpu-smoke        CPU-only rehearsal with tiny settings (see above)
@@ -46,9 +59,13 @@ Options:
   --deadline S       start no step after S seconds, keeping time to pack (default 560 when $OUT is
                      set: the device tool stops a command at 600 s; 0: no deadline)
   --steps N          training steps per run, warm-up included (default 60; 10 are warm-up)
-  --configs LIST     model:batch list (default resnet50:64,resnet50:128,resnet18:128,vgg16:64)
-  --encoder-configs LIST  encoder phase's model:batch list (default bert_large:32,bert_base:32;
-                     --cpu-smoke: bert_tiny:4 at sequence length 32)
+  --configs LIST     model:batch list (default resnet50:256,resnet18:256,vgg16:128,alexnet:512)
+  --train-amp LIST   train phase precisions: off (f32 + TF32) and/or bf16 (default off,bf16)
+  --peer-modes LIST  the PyTorch peer's modes: eager and/or compile (default eager,compile)
+  --encoder-configs LIST  encoder phase's model:batch:seq list (default bert_large:32:128,
+                     bert_large:128:128,bert_large:32:512, the same for bert_base; --cpu-smoke:
+                     bert_tiny:4:32)
+  --profile-config M:B:S  the encoder phase's kernel profile (default bert_large:64:128; none: skip)
   --jobs N           build parallelism (default 16)
   --fresh            forget earlier calls' raw results
   --sanitize REGEX   sanitize phase: only the runs whose step name matches (default: all), e.g.
@@ -65,6 +82,9 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift ;;
     --configs) configs=$2; shift ;;
     --encoder-configs) enc_configs=$2; shift ;;
+    --train-amp) train_amps=$2; shift ;;
+    --peer-modes) peer_modes=$2; shift ;;
+    --profile-config) profile_config=$2; shift ;;
     --jobs) jobs=$2; shift ;;
     --fresh) fresh=1 ;;
     --sanitize) san_only=$2; shift ;;
@@ -90,13 +110,14 @@ if [ "$smoke" = 1 ]; then
   build_dir=${build_dir:-$root/build-cpu}
   configs=${configs:-resnet_tiny:8}
   steps=6 image=32 jobs=2
-  enc_configs=${enc_configs:-bert_tiny:4} enc_seq=32
+  enc_configs=${enc_configs:-bert_tiny:4:32}
   gpu_name=cpu
 else
   build_dir=${build_dir:-$root/build-gpu}
-  configs=${configs:-resnet50:64,resnet50:128,resnet18:128,vgg16:64}
+  configs=${configs:-resnet50:256,resnet18:256,vgg16:128,alexnet:512}
   image=224
-  enc_configs=${enc_configs:-bert_large:32,bert_base:32} enc_seq=128  # BERT's phase-1 length
+  # Batch 32 (launch-bound) and 128 (the GPU full) at BERT's phase-1 length 128, and 32 at phase 2's 512.
+  enc_configs=${enc_configs:-bert_large:32:128,bert_large:128:128,bert_large:32:512,bert_base:32:128,bert_base:128:128,bert_base:32:512}
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   gpu_name=${gpu_name:-nogpu}
   [ -n "${TANDEM_CMAKE_ARGS:-}" ] || echo "gpu_session: TANDEM_CMAKE_ARGS is empty: was 'source .devkit/env.sh' run?" >&2
@@ -149,6 +170,16 @@ run_step() {
 # A step that needs something absent (no GPU, no binary) is recorded as skipped with the reason.
 skip_step() { printf '%s\tskipped\t-\t0\t%s\n' "$1" "$2" >> "$raw/steps.tsv"; echo "== $1: skipped ($2)"; }
 have_gpu() { [ "$smoke" = 0 ] && nvidia-smi -L >/dev/null 2>&1; }
+# The PyTorch peer needs torch; a machine without it (the CPU rehearsal, usually) skips its steps.
+have_torch() { python3 -c 'import torch' >/dev/null 2>&1; }
+# peer_step NAME LIMIT ARGS...: pytorch_peer.py as a step, or skipped with the reason.
+peer_step() {
+  local name=$1 limit=$2; shift 2
+  if ! have_torch; then skip_step "$name" "torch is not installed for $(command -v python3): the PyTorch peer cannot run here"; return 0; fi
+  run_step "$name" "$limit" python3 "$here/pytorch_peer.py" "$@"
+}
+# Torchvision's learning rate per model: 0.1 for ResNets, 0.01 for VGG and AlexNet (0.1 diverges).
+lr_for() { case $1 in vgg*|alexnet) echo 0.01 ;; *) echo 0.1 ;; esac; }
 need() { [ -x "$1" ] || { skip_step "$2" "$1 was not built"; return 1; }; }
 
 # The versions that matter for reading the numbers later; each probe may fail on its own.
@@ -258,60 +289,92 @@ if want train; then
   dev_args=() peer_dev=cuda
   [ "$smoke" = 1 ] && dev_args=(--device cpu) peer_dev=cpu
   IFS=, read -r -a cfgs <<< "$configs"
+  IFS=, read -r -a amps <<< "$train_amps"
+  IFS=, read -r -a modes <<< "$peer_modes"
   for c in "${cfgs[@]}"; do
-    m=${c%%:*} b=${c##*:} tag=${c%%:*}_b${c##*:}
-    # Tandem, then PyTorch, back to back: same GPU state, same settings (see pytorch_peer.py's header).
-    need "$bin/apps/train_imagenet" "tandem_$tag" && \
-      run_step "tandem_$tag" 240 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
-        "${dev_args[@]}" --model "$m" --batch "$b" --steps "$steps" --bench-warmup "$warm" --image-size "$image" \
-        --log-every 20 --metrics "$raw/tandem_$tag.json"
-    run_step "torch_$tag" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" --batch "$b" \
-      --steps "$steps" --warmup "$warm" --image-size "$image" --json "$raw/torch_$tag.json"
+    m=${c%%:*} b=${c##*:} lr=$(lr_for "${c%%:*}")
+    for amp in "${amps[@]}"; do
+      tag=${m}_b${b}_$([ "$amp" = off ] && echo tf32 || echo "$amp")
+      # Tandem, then PyTorch, back to back: same GPU state, same settings (see pytorch_peer.py's header).
+      need "$bin/apps/train_imagenet" "tandem_$tag" && \
+        run_step "tandem_$tag" 240 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
+          "${dev_args[@]}" --model "$m" --batch "$b" --steps "$steps" --bench-warmup "$warm" --image-size "$image" \
+          --amp "$amp" --lr "$lr" --log-every 20 --metrics "$raw/tandem_$tag.json"
+      for mode in "${modes[@]}"; do
+        suffix=""; extra=()
+        [ "$mode" = compile ] && suffix=_compile extra=(--compile)
+        peer_step "torch_$tag$suffix" 300 --device "$peer_dev" --model "$m" --batch "$b" --amp "$amp" --lr "$lr" \
+          --steps "$steps" --warmup "$warm" --image-size "$image" "${extra[@]}" --json "$raw/torch_$tag$suffix.json"
+      done
+    done
   done
   # --cuda-graph (apps/trainer/graph_capture.h): the same run with and without graphs, side by side, for
-  # the first resnet50 and resnet18 configs. Both sides use --on-nonfinite off (the graph requires it,
-  # and the eager default's per-step loss read would otherwise be counted against eager).
+  # the first resnet50 and resnet18 configs, in each precision (bf16: the capturable update keeps the
+  # loss scaler's flag on the device, apps/trainer/step.h). Both sides use --on-nonfinite off (the
+  # graph requires it, and the eager default's per-step loss read would otherwise be counted against eager).
   for gm in resnet50 resnet18; do
     gc=""
     for c in "${cfgs[@]}"; do [ "${c%%:*}" = "$gm" ] && { gc=$c; break; }; done
     [ "$smoke" = 1 ] && [ -z "$gc" ] && gc=${cfgs[0]}
     [ -z "$gc" ] && continue
-    m=${gc%%:*} b=${gc##*:} tag=${gc%%:*}_b${gc##*:}
-    for mode in off on; do
-      extra=(--on-nonfinite off)
-      [ "$mode" = on ] && extra+=(--cuda-graph)
-      if [ "$mode" = on ] && ! have_gpu; then skip_step "cudagraph_${tag}_on" "no GPU: --cuda-graph needs one"; continue; fi
-      need "$bin/apps/train_imagenet" "cudagraph_${tag}_$mode" && \
-        run_step "cudagraph_${tag}_$mode" 240 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
-          "${dev_args[@]}" --model "$m" --batch "$b" --steps "$steps" --bench-warmup "$warm" --image-size "$image" \
-          --log-every 20 "${extra[@]}" --metrics "$raw/cudagraph_${tag}_$mode.json"
+    m=${gc%%:*} b=${gc##*:}
+    for amp in "${amps[@]}"; do
+      tag=${m}_b${b}_$([ "$amp" = off ] && echo tf32 || echo "$amp")
+      for mode in off on; do
+        extra=(--on-nonfinite off)
+        [ "$mode" = on ] && extra+=(--cuda-graph)
+        if [ "$mode" = on ] && ! have_gpu; then skip_step "cudagraph_${tag}_on" "no GPU: --cuda-graph needs one"; continue; fi
+        need "$bin/apps/train_imagenet" "cudagraph_${tag}_$mode" && \
+          run_step "cudagraph_${tag}_$mode" 240 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
+            "${dev_args[@]}" --model "$m" --batch "$b" --steps "$steps" --bench-warmup "$warm" --image-size "$image" \
+            --amp "$amp" --log-every 20 "${extra[@]}" --metrics "$raw/cudagraph_${tag}_$mode.json"
+      done
     done
     [ "$smoke" = 1 ] && break  # one config is enough to rehearse the pipeline
   done
-  # What cuDNN autotuning would add on top of heuristics (tandem does not autotune): one config.
+  # What cuDNN autotuning would add on top of heuristics (tandem does not autotune): one config, f32.
   m=${cfgs[0]%%:*} b=${cfgs[0]##*:}
-  run_step "torch_${m}_b${b}_cudnnbench" 240 python3 "$here/pytorch_peer.py" --device "$peer_dev" --model "$m" \
-    --batch "$b" --steps "$steps" --warmup "$warm" --image-size "$image" --cudnn-benchmark \
-    --json "$raw/torch_${m}_b${b}_cudnnbench.json"
+  peer_step "torch_${m}_b${b}_tf32_cudnnbench" 240 --device "$peer_dev" --model "$m" --batch "$b" --lr "$(lr_for "$m")" \
+    --steps "$steps" --warmup "$warm" --image-size "$image" --cudnn-benchmark --json "$raw/torch_${m}_b${b}_tf32_cudnnbench.json"
 fi
 
 if want encoder; then
-  # Tandem, then PyTorch, back to back, as in the train phase (pytorch_peer.py's header lists what is
-  # matched: tandem's synthetic batch and masking, bf16 autocast over f32 masters, AdamW, clip 1.0).
-  # enc_ prefixes keep these files out of the train phase's tandem_*/torch_* globs (session_summary.py).
-  # --val-batches 2: the validation after the last step is outside the timed window; keep it short.
+  # Tandem, then PyTorch (eager, then compiled), back to back, as in the train phase (pytorch_peer.py's
+  # header lists what is matched: tandem's synthetic batch and masking, bf16 autocast over f32
+  # masters, AdamW, clip 1.0). enc_ prefixes keep these files out of the train phase's
+  # tandem_*/torch_* globs (session_summary.py). --val-batches 2: the validation after the last step
+  # is outside the timed window; keep it short.
   enc_dev=cuda
   [ "$smoke" = 1 ] && enc_dev=cpu
   IFS=, read -r -a ecfgs <<< "$enc_configs"
+  IFS=, read -r -a modes <<< "$peer_modes"
   for c in "${ecfgs[@]}"; do
-    m=${c%%:*} b=${c##*:} tag=${c%%:*}_b${c##*:}
+    IFS=: read -r m b sq <<< "$c"
+    sq=${sq:-128}
+    tag=${m}_b${b}_s${sq}
     need "$bin/apps/train_encoder" "enc_tandem_$tag" && \
       run_step "enc_tandem_$tag" 300 mpiexec -n 1 "$bin/apps/train_encoder" --synthetic --device "$enc_dev" \
-        --model "$m" --batch "$b" --seq-len "$enc_seq" --amp bf16 --steps "$steps" --bench-warmup "$warm" \
+        --model "$m" --batch "$b" --seq-len "$sq" --amp bf16 --steps "$steps" --bench-warmup "$warm" \
         --val-batches 2 --log-every 20 --metrics "$raw/enc_tandem_$tag.json"
-    run_step "enc_torch_$tag" 300 python3 "$here/pytorch_peer.py" --device "$enc_dev" --encoder "$m" --batch "$b" \
-      --seq "$enc_seq" --amp bf16 --steps "$steps" --warmup "$warm" --json "$raw/enc_torch_$tag.json"
+    for mode in "${modes[@]}"; do
+      suffix=""; extra=()
+      [ "$mode" = compile ] && suffix=_compile extra=(--compile)
+      peer_step "enc_torch_$tag$suffix" 300 --device "$enc_dev" --encoder "$m" --batch "$b" --seq "$sq" --amp bf16 \
+        --steps "$steps" --warmup "$warm" "${extra[@]}" --json "$raw/enc_torch_$tag$suffix.json"
+    done
   done
+  # The per-kernel GPU time of one config, tandem against PyTorch eager (kernel_profile.sh).
+  if [ "$profile_config" != none ]; then
+    IFS=: read -r m b sq <<< "$profile_config"
+    sq=${sq:-128}
+    ptag=kernel_profile_${m}_b${b}_s${sq}
+    if ! have_gpu; then
+      skip_step "$ptag" "no GPU: Nsight Compute profiles GPU kernels"
+    else
+      run_step "$ptag" 540 bash "$here/kernel_profile.sh" --app encoder --model "$m" --batch "$b" --seq "$sq" \
+        --amp bf16 --steps 2 --build-dir "$build_dir" --out "$raw/$ptag" $(have_torch || echo --peer none)
+    fi
+  fi
 fi
 
 if want sanitize; then
@@ -323,7 +386,27 @@ if want sanitize; then
   done
   # --error-exitcode: any memcheck error fails the step even when the program itself exits 0.
   # Leak checking stays off: the stream-ordered pool keeps memory by design (core/ storage).
-  san_args=(--tool memcheck --error-exitcode 99 --print-limit 50 --target-processes all)
+  # --print-limit: NCCL's initialisation alone reports a few errors per communicator; every record
+  # must be printed for sanitize_filter.py to judge it (an unprinted one counts as an error).
+  san_args=(--tool memcheck --error-exitcode 99 --print-limit 10000 --target-processes all)
+  # sanitized NAME [--mpi] PROGRAM ARGS...: PROGRAM under the sanitizer (--mpi: as one rank of
+  # mpiexec, the sanitizer inside it), its report kept in $raw/NAME.san and judged by
+  # sanitize_filter.py (memory errors and tandem's own API errors fail; NCCL init's are ignored).
+  # The program's own failure (any other exit code) fails the step as it is.
+  sanitized() {
+    local name=$1 launch=(); shift
+    [ "$1" = --mpi ] && { launch=(mpiexec -n 1); shift; }
+    "${launch[@]}" "$san" "${san_args[@]}" "$@" 2>&1 | tee "$raw/$name.san"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" = 0 ] || [ "$rc" = 99 ]; then
+      python3 "$here/sanitize_filter.py" "$raw/$name.san" --summary "$raw/$name.verdict"
+      return $?
+    fi
+    return "$rc"
+  }
+  export -f sanitized
+  export san here raw
+  export san_args_str="${san_args[*]}"  # arrays do not cross into bash -c: rebuilt there
   if ! have_gpu; then
     skip_step sanitize "no GPU (memcheck needs one)"
   elif [ -z "$san" ]; then
@@ -335,7 +418,8 @@ if want sanitize; then
     for impl in cudnn tandem; do
       [[ "sanitize_train_resnet18_$impl" =~ $san_only ]] || continue
       need "$bin/apps/train_imagenet" "sanitize_train_resnet18_$impl" && \
-        run_step "sanitize_train_resnet18_$impl" 420 mpiexec -n 1 "$san" "${san_args[@]}" "$bin/apps/train_imagenet" \
+        run_step "sanitize_train_resnet18_$impl" 420 bash -c 'read -r -a san_args <<< "$san_args_str"; sanitized "$@"' _ \
+          "sanitize_train_resnet18_$impl" --mpi "$bin/apps/train_imagenet" \
           --device cuda --synthetic --synthetic-size 64 --synthetic-val-size 0 --model resnet18 --batch 4 \
           --image-size 64 --steps 1 --log-every 1 --workers 1 --bn-impl "$impl"
     done
@@ -348,17 +432,19 @@ if want sanitize; then
       [ -x "$t" ] || continue
       n=$(basename "$t")
       [[ "sanitize_$n" =~ $san_only ]] || continue
-      run_step "sanitize_$n" 420 bash -c '"$@"; rc=$?; [ $rc = 77 ] && { echo "$1: exit 77 (no GPU) on a GPU node" >&2; exit 1; }; exit $rc' \
-        _ "$san" "${san_args[@]}" "$t" '--test-case-exclude=more than 2^31*'
+      run_step "sanitize_$n" 420 bash -c 'read -r -a san_args <<< "$san_args_str"; sanitized "$@"; rc=$?
+        [ $rc = 77 ] && { echo "$2: exit 77 (no GPU) on a GPU node" >&2; exit 1; }; exit $rc' \
+        _ "sanitize_$n" "$t" '--test-case-exclude=more than 2^31*'
     done
   fi
-  # One line per run: the step's status and compute-sanitizer's "ERROR SUMMARY: N errors" (none
-  # when the sanitizer never got to print it: a timeout, or a missing tool).
+  # One line per run: the step's status and sanitize_filter.py's verdict (compute-sanitizer's
+  # "ERROR SUMMARY: N errors", and how many were NCCL initialisation's, ignored), or the last
+  # ERROR SUMMARY line when the filter never ran (a timeout, a missing tool).
   for f in "$raw"/sanitize_*.log; do
     [ -f "$f" ] || continue
     n=$(basename "$f" .log)
     printf '%s: %s; %s\n' "$n" "$(awk -F'\t' -v n="$n" '$1 == n {s = $2 " (rc " $3 ")"} END {print s}' "$raw/steps.tsv")" \
-      "$(grep -h 'ERROR SUMMARY' "$f" | tail -1 | sed 's/^=* *//' | grep . || echo 'no ERROR SUMMARY line')"
+      "$(cat "$raw/$n.verdict" 2>/dev/null || grep -h 'ERROR SUMMARY' "$f" | tail -1 | sed 's/^=* *//' | grep . || echo 'no ERROR SUMMARY line')"
   done > "$raw/sanitize_summary.txt"
   [ -s "$raw/sanitize_summary.txt" ] && cp "$raw/sanitize_summary.txt" "$results/sanitize_summary.txt"
 fi

@@ -2,7 +2,7 @@
 """apps/scripts/pytorch_peer.py: the PyTorch run that tandem's train_imagenet --synthetic is compared with.
 
 Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same work per step:
-  - model: torchvision's resnet18/resnet50/vgg16 (weights=None, 1000 classes), or a built-in copy of
+  - model: torchvision's resnet18/resnet50/vgg16/alexnet (weights=None, 1000 classes), or a built-in copy of
     the same architecture when torchvision is missing (the GPU node ships PyTorch, not necessarily
     torchvision); resnet_tiny is tandem's small ResNet (layers/models/resnet.h) for CPU smoke runs.
     The parameter count is printed and written so a mismatch with tandem's metrics shows;
@@ -11,19 +11,27 @@ Same GPU, same run (apps/scripts/gpu_session.sh calls both back to back), same w
   - layout: channels_last (NHWC), tandem's only activation layout;
   - precision "tf32" (default): f32 storage, TF32 tensor cores for matmul AND convolution. That is
     tandem's default: BackendConfig::allow_tf32 is on (core/backend.h) and governs cuBLASLt
-    (CUBLAS_COMPUTE_32F_FAST_TF32, core/ops/cuda/matmul.cpp) and cuDNN engine choice
-    (core/ops/cuda/conv.cpp). PyTorch's own default differs (matmul TF32 off), hence the explicit
+    (CUBLAS_COMPUTE_32F_FAST_TF32, core/ops/matmul/cuda.cpp) and cuDNN engine choice
+    (core/ops/conv/cuda.cpp). PyTorch's own default differs (matmul TF32 off), hence the explicit
     switches. "f32" turns TF32 off on both sides' equivalent switches (tandem: allow_tf32 = false);
   - cuDNN algorithms: heuristics by default (cudnn.benchmark=False), as tandem picks the first engine
     of cuDNN's heuristics without timing; --cudnn-benchmark shows what autotuning would add;
   - optimizer: SGD momentum 0.9, weight decay 1e-4 (PyTorch's default foreach implementation), loss
-    cross-entropy; the learning rate is a constant 0.1 (tandem's schedule changes the value, not the
-    work);
+    cross-entropy; the learning rate is a constant --lr (default 0.1; give VGG and AlexNet 0.01, as
+    gpu_session.sh does for both sides: torchvision's recipe - 0.1 diverges; tandem's schedule
+    changes the value, not the work);
+  - --amp bf16: torch.autocast(cuda, bfloat16) around forward and loss, f32 weights and SGD, the
+    model and input channels_last (tandem's --amp bf16: 16-bit convs and GEMMs, f32 BatchNorm and
+    masters); default off (f32 with TF32 as above);
   - timing: the first --warmup steps are left out (tandem: --bench-warmup, default min(10, steps/4)).
     images_per_s is tandem's definition (steady steps x batch / wall time of those steps, synchronised
     at both ends); ms_per_step_median comes from a CUDA-event pair around every step (host clock on
     the CPU), and images_per_s_median = batch / that median.
-Leaves out: mixed precision (images), torch.compile, DDP (one process, one device).
+  - --compile: torch.compile in its default mode (Inductor: Triton kernels for the fused pointwise
+    and normalisation work, cuBLAS/cuDNN for GEMMs and convs), of the model (images) or the
+    forward-and-loss function (encoder); backward through AOTAutograd, the optimizer eager (its
+    fused/foreach kernels). The first call compiles: keep --warmup >= 1 for timings.
+Leaves out: DDP (one process, one device).
 
 --encoder NAME runs the encoder peer instead (tandem's train_encoder --synthetic, issue 10):
   - model: bert_torch.py's BertForMaskedLM, plain torch.nn (the GPU node has no transformers): HF's
@@ -31,7 +39,8 @@ Leaves out: mixed precision (images), torch.compile, DDP (one process, one devic
     torch.nn.functional.scaled_dot_product_attention with the padding mask (PyTorch's SDPA: with a
     mask, its memory-efficient or cuDNN kernel on an H100; --no-attn-mask lets it pick flash).
     --encoder-impl hf runs transformers' BertForMaskedLM (sdpa) instead, where it is installed;
-  - precision: --amp bf16 = torch.autocast(bfloat16) over f32 master weights, as tandem's --amp bf16;
+  - precision: --amp bf16 (the encoder's default) = torch.autocast(bfloat16) over f32 master
+    weights, as tandem's --amp bf16;
   - data: tandem's synthetic batch, made once and kept on the device (bert_torch.synthetic_batch):
     --seq 128 tokens, [CLS] ... [SEP], no padding, exactly round(0.15 x 126) = 19 predicted positions
     per sequence (80/10/10 [MASK]/random/kept); the loss runs the head on those rows only (tandem's
@@ -39,7 +48,9 @@ Leaves out: mixed precision (images), torch.compile, DDP (one process, one devic
   - optimizer: AdamW (fused=True on CUDA), weight decay 0.01 except biases and LayerNorm, gradient
     norm clipped at 1.0 (tandem's defaults; a constant lr 1e-4: the schedule changes values, not work).
 Reports tokens_per_s and sequences_per_s (steady window, batch x seq per step, tandem's definition)
-alongside the image run's timing fields (images_per_s there is sequences per second).
+alongside the image run's timing fields (images_per_s there is sequences per second), and
+flops_per_token by tandem's count (apps/encoder/flops.h: 6 x parameters + 12 x layers x hidden x
+seq), so session_summary.py divides both sides' tokens/s by the same number.
 --check-cpu is a seconds-long smoke test on the CPU (tiny model, tiny images, then bert_tiny) that
 also checks its own output; the GPU session's --cpu-smoke mode uses --device cpu the same way.
 """
@@ -139,10 +150,22 @@ def vgg16(num_classes):
                          nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(0.5), nn.Linear(4096, num_classes))
 
 
+def alexnet(num_classes):
+    """torchvision's AlexNet (61,100,840 parameters with 1000 classes, tandem's count)."""
+    feats = nn.Sequential(nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(True), nn.MaxPool2d(3, 2),
+                          nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(True), nn.MaxPool2d(3, 2),
+                          nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(True), nn.Conv2d(384, 256, 3, padding=1),
+                          nn.ReLU(True), nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(True), nn.MaxPool2d(3, 2))
+    return nn.Sequential(feats, nn.AdaptiveAvgPool2d(6), nn.Flatten(), nn.Dropout(0.5), nn.Linear(256 * 36, 4096),
+                         nn.ReLU(True), nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(True),
+                         nn.Linear(4096, num_classes))
+
+
 BUILTIN = {
     "resnet18": lambda nc: ResNet(BasicBlock, [2, 2, 2, 2], num_classes=nc),
     "resnet50": lambda nc: ResNet(Bottleneck, [3, 4, 6, 3], num_classes=nc),
     "vgg16": vgg16,
+    "alexnet": alexnet,
     # tandem's resnet_tiny: BasicBlocks [1,1,1,1], widths 16..128, stem 16 (layers/models/resnet.h)
     "resnet_tiny": lambda nc: ResNet(BasicBlock, [1, 1, 1, 1], (16, 32, 64, 128), 16, nc),
 }
@@ -188,6 +211,8 @@ def encoder_setup(a, dev):
         source = "torch.nn:sdpa" + ("" if a.attn_mask else ", no mask")
         keep = mask if a.attn_mask else None
         loss_fn = lambda: model.mlm_loss(ids, keep, labels, idx)
+    if a.compile:  # forward and loss as one compiled function; backward through AOTAutograd
+        loss_fn = torch.compile(loss_fn)
     # BERT's groups: no weight decay on biases and LayerNorm (tandem's --wd 0.01 likewise).
     named = list(model.named_parameters())
     no_wd = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
@@ -195,6 +220,7 @@ def encoder_setup(a, dev):
     opt = torch.optim.AdamW([{"params": wd, "weight_decay": 0.01}, {"params": no_wd, "weight_decay": 0.0}],
                             lr=1e-4, fused=dev.type == "cuda")
     amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
+    source += ", torch.compile" if a.compile else ""
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -205,6 +231,12 @@ def encoder_setup(a, dev):
         opt.step()
         return loss
     return model, source, step
+
+
+def encoder_flops_per_token(name, parameters, seq):
+    """Model FLOPs per token of a training step, tandem's count (apps/encoder/flops.h): 6 N + 12 L H S."""
+    layers, hidden, _ = BERT_SIZES[name]
+    return 6.0 * parameters + 12.0 * layers * hidden * seq
 
 
 def run(a):
@@ -225,14 +257,18 @@ def run(a):
         fmt = torch.channels_last if a.channels_last else torch.contiguous_format
         model = model.to(dev, memory_format=fmt).train()
         params = sum(p.numel() for p in model.parameters())
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=1e-4)
         loss_fn = nn.CrossEntropyLoss()
         x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev).contiguous(memory_format=fmt)
         y = torch.randint(0, a.num_classes, (a.batch,), device=dev)
+        run_model = torch.compile(model) if a.compile else model  # the same parameters either way
+        source += ", torch.compile" if a.compile else ""
+        amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+            with amp:
+                loss = loss_fn(run_model(x), y)
             loss.backward()
             opt.step()
             return loss
@@ -280,7 +316,10 @@ def run(a):
         "ms_per_step_median": med, "ms_per_step_min": min(ms), "ms_per_step_max": max(ms),
         "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
         "final_loss": final_loss,
-        "encoder": a.encoder, "seq": a.seq if a.encoder else None, "amp": a.amp if a.encoder else None,
+        "encoder": a.encoder, "seq": a.seq if a.encoder else None, "amp": a.amp, "compile": a.compile,
+        "lr": None if a.encoder else a.lr,
+        # tandem's count (apps/encoder/flops.h), for the summary's MFU of this side
+        "flops_per_token": encoder_flops_per_token(a.encoder, params, a.seq) if a.encoder else None,
         "tokens_per_s": timed * a.batch * a.seq / wall if a.encoder else None,
         "sequences_per_s": timed * a.batch / wall if a.encoder else None,
         "encoder_impl": a.encoder_impl if a.encoder else None,
@@ -300,7 +339,7 @@ def run(a):
             with open(a.json, "w") as f:
                 json.dump(r, f, indent=2)
         return r
-    print(f"pytorch_peer: {a.model} ({source}, {params / 1e6:.2f} M params) batch {a.batch} {a.precision} "
+    print(f"pytorch_peer: {a.model} ({source}, {params / 1e6:.2f} M params) batch {a.batch} {a.precision} amp {a.amp} "
           f"on {r['gpu']}: {r['images_per_s']:.1f} img/s (window), median {med:.2f} ms/step "
           f"({r['images_per_s_median']:.1f} img/s), peak {peak}, loss {final_loss:.4f}")
     if a.json:
@@ -327,7 +366,10 @@ def main():
     p.add_argument("--encoder", choices=sorted(BERT_SIZES), help="run the BERT masked-LM peer (e.g. bert_large)")
     p.add_argument("--seq", type=int, default=128, help="encoder sequence length")
     p.add_argument("--vocab", type=int, default=30522, help="encoder vocabulary size")
-    p.add_argument("--amp", default="bf16", choices=["bf16", "off"], help="encoder autocast dtype")
+    p.add_argument("--amp", choices=["bf16", "off"],
+                   help="autocast dtype (default: bf16 for --encoder, off for the image models)")
+    p.add_argument("--compile", action="store_true", help="torch.compile (default mode) of the model / loss")
+    p.add_argument("--lr", type=float, default=0.1, help="image models' SGD learning rate (VGG, AlexNet: 0.01)")
     p.add_argument("--encoder-impl", default="torch", choices=["torch", "hf"],
                    help="torch: bert_torch.py (plain PyTorch); hf: transformers' BertForMaskedLM")
     p.add_argument("--no-attn-mask", dest="attn_mask", action="store_false",
@@ -335,7 +377,9 @@ def main():
     a = p.parse_args()
     if a.check_cpu:
         a.device, a.model, a.batch, a.image_size, a.num_classes, a.steps, a.warmup = "cpu", "resnet_tiny", 4, 32, 10, 4, 1
-        a.encoder = None  # the image path first, then bert_tiny below
+        a.encoder, a.amp = None, None  # the image path first (f32, then bf16), then bert_tiny below
+    if a.amp is None:
+        a.amp = "bf16" if a.encoder else "off"
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("pytorch_peer: no CUDA device visible to PyTorch: run on the GPU node or pass --device cpu")
     r = run(a)
@@ -344,11 +388,16 @@ def main():
         # (310746 with 10 classes: `train_imagenet --synthetic --model resnet_tiny --num-classes 10 --describe`).
         ok = math.isfinite(r["final_loss"]) and r["images_per_s"] > 0 and r["ms_per_step_median"] > 0
         ok = ok and r["parameters"] == 310746
+        # The image path under bf16 autocast (--amp bf16), the same model and parameter count.
+        a.amp = "bf16"
+        r = run(a)
+        ok = ok and math.isfinite(r["final_loss"]) and r["parameters"] == 310746 and r["amp"] == "bf16"
         # Then the encoder: bert_tiny, 4 sequences of 32 tokens. 4,416,698 parameters = tandem's
         # `train_encoder --synthetic --model bert_tiny --describe` (vocab 30522).
         a.encoder, a.batch, a.seq, a.encoder_impl = "bert_tiny", 4, 32, "torch"
         r = run(a)
         ok = ok and math.isfinite(r["final_loss"]) and r["tokens_per_s"] > 0 and r["parameters"] == 4416698
+        ok = ok and r["flops_per_token"] == 6.0 * 4416698 + 12.0 * 2 * 128 * 32  # bert_tiny: L 2, H 128, seq 32
         print("pytorch_peer --check-cpu:", "ok" if ok else "FAILED")
         sys.exit(0 if ok else 1)
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """apps/scripts/session_summary.py: the short report of a gpu_session.sh run, from its raw folder.
 
-Reads what gpu_session.sh left in RAW (steps.tsv, *.log, tandem_*.json, torch_*.json,
-bench_ops.json, bench_allreduce_*.json, enc_tandem_*.json, enc_torch_*.json, info.log, sanitize_summary.txt)
-and prints Markdown: the machine, the step statuses, ctest pass/fail/skip counts, tandem vs PyTorch
-images/s per config, tandem vs PyTorch tokens/s per encoder config, bench_ops median ratios and
-all-reduce bandwidth. --json FILE also writes the same numbers as JSON.
+Reads what gpu_session.sh left in RAW (steps.tsv, *.log, tandem_*.json, torch_*[_compile].json,
+bench_ops.json, bench_allreduce_*.json, enc_tandem_*.json, enc_torch_*[_compile].json, info.log,
+sanitize_summary.txt, kernel_profile_*/profile.md) and prints Markdown: the machine, the step
+statuses, ctest pass/fail/skip counts, tandem vs PyTorch eager and torch.compile images/s per
+config and precision, tandem vs PyTorch tokens/s and MFU per encoder config, the kernel profile,
+bench_ops median ratios and all-reduce bandwidth. --json FILE also writes the same numbers as JSON.
 Anything missing (a step that did not run yet, a run killed by its time limit) shows as "-": the
 summary is rewritten after every step and must never fail on partial results. Standard library only.
 
@@ -13,10 +14,15 @@ Conventions: a ratio is tandem / reference for times (bench_ops: < 1 means tande
 tandem / PyTorch for images/s and tokens/s (> 1 means tandem is faster). Training images/s on both sides is the
 steady-window mean (steps after the warm-up x batch / wall time, synchronised at both ends); the
 PyTorch median-step rate is shown next to it.
+MFU: every side's tokens/s times the same model FLOPs per token - tandem's count
+(apps/encoder/flops.h), which tandem's metrics carry and pytorch_peer.py computes by the same
+formula (a mismatch is flagged) - over the same peak, tandem's: the dense peak of the dtype the
+matmuls run in, with its source.
 """
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import statistics
@@ -89,33 +95,51 @@ def ctest_counts(log):
     return c if tests else None
 
 
+def split_tag(tag, suffixes=("_compile", "_cudnnbench")):
+    """'resnet50_b256_bf16_compile' -> ('resnet50_b256_bf16', '_compile')."""
+    for suf in suffixes:
+        if tag.endswith(suf):
+            return tag[:-len(suf)], suf
+    return tag, ""
+
+
 def training(raw):
+    """One row per config and precision: tandem, PyTorch eager, torch.compile (and cudnn.benchmark)."""
     rows = []
-    # A config shows when either side left its JSON (the other side may have failed).
-    tags = {os.path.basename(f).split("_", 1)[1][:-len(".json")]
+    # A config shows when any side left its JSON (another side may have failed).
+    tags = {split_tag(os.path.basename(f).split("_", 1)[1][:-len(".json")])[0]
             for f in glob.glob(os.path.join(raw, "tandem_*.json")) + glob.glob(os.path.join(raw, "torch_*.json"))}
-    for tag in sorted(t for t in tags if not t.endswith("_cudnnbench")):
+    for tag in sorted(tags):
         t, p = load(os.path.join(raw, f"tandem_{tag}.json")), load(os.path.join(raw, f"torch_{tag}.json"))
+        c = load(os.path.join(raw, f"torch_{tag}_compile.json"))
         r = {"config": tag}
         if t:
             ips = t.get("images_per_s") or None
             r.update(tandem_ips=ips, tandem_ms=1e3 * t["batch_per_rank"] / ips if ips else None,
                      tandem_peak_mib=t.get("memory", {}).get("peak_bytes", 0) / 2**20, tandem_params=t.get("parameters"),
-                     tandem_loss=t.get("final", {}).get("train_loss"))
-            # VGG/AlexNet: biased convs that fell back from cuDNN's fused conv + bias graph (core/ops/conv.h).
+                     tandem_loss=t.get("final", {}).get("train_loss"), amp=t.get("amp"))
+            # VGG/AlexNet: biased convs that fell back from cuDNN's fused conv + bias graph (core/ops/conv/conv.h).
             cbf = t.get("conv_bias_fusion") or {}
             if cbf.get("unfused_calls"):
                 r["note"] = (f"conv bias fusion {cbf.get('setting')}: {cbf['unfused_calls']} biased conv calls fell back "
                              f"to conv + add, {cbf.get('fused_calls', 0)} ran fused")
+            if t.get("final", {}).get("train_loss") is not None and not math.isfinite(t["final"]["train_loss"]):
+                r["warning"] = "tandem's final loss is not finite (diverged: check the learning rate)"
         if p:
             r.update(torch_ips=p.get("images_per_s"), torch_median_ips=p.get("images_per_s_median"),
                      torch_ms=p.get("ms_per_step_median"), torch_params=p.get("parameters"),
                      torch_peak_mib=(p.get("peak_mem_bytes") or 0) / 2**20 or None)
+            r.setdefault("amp", p.get("amp"))
+        if c:
+            r.update(torch_compile_ips=c.get("images_per_s"), torch_compile_ms=c.get("ms_per_step_median"))
+            r.setdefault("torch_params", c.get("parameters"))
         b = load(os.path.join(raw, f"torch_{tag}_cudnnbench.json"))
         if b:
             r["torch_cudnnbench_ips"] = b.get("images_per_s")
         if r.get("tandem_ips") and r.get("torch_ips"):
             r["ratio"] = r["tandem_ips"] / r["torch_ips"]
+        if r.get("tandem_ips") and r.get("torch_compile_ips"):
+            r["ratio_compile"] = r["tandem_ips"] / r["torch_compile_ips"]
         if r.get("tandem_params") and r.get("torch_params") and r["tandem_params"] != r["torch_params"]:
             r["warning"] = f"parameter counts differ: tandem {r['tandem_params']}, torch {r['torch_params']}"
         rows.append(r)
@@ -123,35 +147,58 @@ def training(raw):
 
 
 def encoder(raw):
-    """train_encoder vs pytorch_peer.py --encoder (enc_tandem_<tag>.json, enc_torch_<tag>.json). PyTorch's
-    MFU uses tandem's FLOPs count and peak (apps/encoder/flops.h), so the two MFUs differ exactly as
-    the tokens/s do."""
+    """train_encoder vs pytorch_peer.py --encoder, eager and compiled (enc_tandem_<tag>.json,
+    enc_torch_<tag>[_compile].json). Every MFU is tokens/s x the same FLOPs per token over the same
+    peak (see the file comment), so the MFUs differ exactly as the tokens/s do."""
     rows = []
-    tags = {os.path.basename(f)[:-len(".json")].split("_", 2)[2]
+    tags = {split_tag(os.path.basename(f)[:-len(".json")].split("_", 2)[2])[0]
             for f in glob.glob(os.path.join(raw, "enc_tandem_*.json")) + glob.glob(os.path.join(raw, "enc_torch_*.json"))}
     for tag in sorted(tags):
-        t, p = load(os.path.join(raw, f"enc_tandem_{tag}.json")), load(os.path.join(raw, f"enc_torch_{tag}.json"))
+        t = load(os.path.join(raw, f"enc_tandem_{tag}.json"))
+        p, c = load(os.path.join(raw, f"enc_torch_{tag}.json")), load(os.path.join(raw, f"enc_torch_{tag}_compile.json"))
         r = {"config": tag}
         if t:
             r.update(seq=t.get("seq_len"), amp=t.get("amp"), tandem_tok_s=t.get("tokens_per_s") or None,
-                     tandem_seq_s=t.get("sequences_per_s") or None, tandem_mfu=t.get("mfu") or None,
+                     tandem_seq_s=t.get("sequences_per_s") or None,
                      tandem_params=t.get("parameters"), tandem_loss=t.get("final", {}).get("train_loss"),
                      tandem_peak_mib=t.get("memory", {}).get("peak_bytes", 0) / 2**20 or None,
-                     flops_per_token=t.get("flops_per_token"), peak_flops=t.get("peak_flops_per_rank"))
-        if p:
-            r.update(torch_tok_s=p.get("tokens_per_s"), torch_seq_s=p.get("sequences_per_s"),
-                     torch_ms=p.get("ms_per_step_median"), torch_params=p.get("parameters"),
-                     torch_source=p.get("model_source"), torch_loss=p.get("final_loss"),
-                     torch_peak_mib=(p.get("peak_mem_bytes") or 0) / 2**20 or None)
-            r.setdefault("seq", p.get("seq"))
-        if r.get("tandem_tok_s") and r.get("torch_tok_s"):
-            r["ratio"] = r["tandem_tok_s"] / r["torch_tok_s"]
-        if r.get("torch_tok_s") and r.get("flops_per_token") and r.get("peak_flops"):
-            r["torch_mfu"] = r["torch_tok_s"] * r["flops_per_token"] / r["peak_flops"]
+                     flops_per_token=t.get("flops_per_token"), peak_flops=t.get("peak_flops_per_rank"),
+                     peak_source=t.get("peak_source"))
+        for side, j in (("torch", p), ("torch_compile", c)):
+            if not j:
+                continue
+            r.update({f"{side}_tok_s": j.get("tokens_per_s"), f"{side}_seq_s": j.get("sequences_per_s"),
+                      f"{side}_ms": j.get("ms_per_step_median"), f"{side}_loss": j.get("final_loss"),
+                      f"{side}_peak_mib": (j.get("peak_mem_bytes") or 0) / 2**20 or None})
+            r.setdefault("torch_params", j.get("parameters"))
+            r.setdefault("torch_source", j.get("model_source"))
+            r.setdefault("seq", j.get("seq"))
+            # The peer's own count of the same formula: the fallback when tandem left no metrics, and a
+            # check that both sides count alike.
+            pf = j.get("flops_per_token")
+            if pf and r.get("flops_per_token") and abs(pf - r["flops_per_token"]) > 1e-9 * pf:
+                r["warning"] = (f"FLOPs per token differ: tandem {r['flops_per_token']:.6g}, PyTorch {pf:.6g} "
+                                "(different models?)")
+            r.setdefault("flops_per_token", pf)
+        flops, peak = r.get("flops_per_token"), r.get("peak_flops")
+        for side in ("tandem", "torch", "torch_compile"):
+            if r.get(f"{side}_tok_s") and flops and peak:
+                r[f"{side}_mfu"] = r[f"{side}_tok_s"] * flops / peak
+        for side, key in (("torch", "ratio"), ("torch_compile", "ratio_compile")):
+            if r.get("tandem_tok_s") and r.get(f"{side}_tok_s"):
+                r[key] = r["tandem_tok_s"] / r[f"{side}_tok_s"]
         if r.get("tandem_params") and r.get("torch_params") and r["tandem_params"] != r["torch_params"]:
             r["warning"] = f"parameter counts differ: tandem {r['tandem_params']}, torch {r['torch_params']}"
         rows.append(r)
     return rows
+
+
+def kernel_profiles(raw):
+    """kernel_profile.sh's tables, as written (kernel_profile_<tag>/profile.md)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(raw, "kernel_profile_*", "profile.md"))):
+        out.append({"run": os.path.basename(os.path.dirname(path)), "markdown": read(path).strip()})
+    return out
 
 
 def bench_ops(raw):
@@ -205,15 +252,18 @@ def main():
     s = {"machine": machine(a.raw), "steps": steps_table(a.raw),
          "ctest": {k: ctest_counts(os.path.join(a.raw, f"ctest_{k}.log")) for k in ("gpu", "rest")},
          "training": training(a.raw), "encoder": encoder(a.raw), "bench_ops": bench_ops(a.raw), "allreduce": allreduce(a.raw),
-         "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json")), "cuda_graphs": cuda_graphs(a.raw)}
+         "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json")), "cuda_graphs": cuda_graphs(a.raw),
+         "kernel_profiles": kernel_profiles(a.raw)}
     out = ["# tandem GPU session", ""]
     for k, v in s["machine"].items():
         out.append(f"- {k}: {v}")
     st = s["steps"]
     n = {x: sum(1 for r in st.values() if r["status"] == x) for x in ("ok", "fail", "timeout", "skipped")}
     out += ["", f"## Steps: {n['ok']} ok, {n['fail']} failed, {n['timeout']} timed out, {n['skipped']} skipped", "",
-            "| step | status | rc | s |", "|---|---|---|---|"]
-    out += [f"| {k} | {r['status']} | {r['rc']} | {r['seconds']} |" for k, r in st.items()]
+            "| step | status | rc | s | why skipped |", "|---|---|---|---|---|"]
+    # A skipped step's note is its reason (no GPU, torch missing, no time left); others' is the command.
+    out += [f"| {k} | {r['status']} | {r['rc']} | {r['seconds']} | {r['note'] if r['status'] == 'skipped' and r['rc'] == '-' else ''} |"
+            for k, r in st.items()]
     out += ["", "## ctest", "", "| set | passed | failed | skipped | failing |", "|---|---|---|---|---|"]
     for k, c in s["ctest"].items():
         if c:
@@ -223,11 +273,14 @@ def main():
     g = s["ctest"]["gpu"]
     if g and g["skipped"] and not g["passed"] and not g["failed"]:
         out.append("- every GPU test skipped: no GPU was visible to tandem (expected only in --cpu-smoke runs)")
-    out += ["", "## Training, synthetic data, f32 + TF32 (images/s: steady-window mean; ratio = tandem / PyTorch)", "",
-            "| config | tandem img/s | PyTorch img/s | ratio | PyTorch median-step img/s | PyTorch cudnn.benchmark img/s "
-            "| tandem ms/step | PyTorch median ms | tandem peak MiB | PyTorch peak MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out += ["", "## Training, synthetic data (config: model, batch, precision - tf32: f32 with TF32, bf16: autocast; "
+            "images/s: steady-window mean; ratios = tandem / PyTorch eager, tandem / torch.compile)", "",
+            "| config | tandem img/s | PyTorch eager img/s | torch.compile img/s | tandem / eager | tandem / compile "
+            "| PyTorch median-step img/s | PyTorch cudnn.benchmark img/s | tandem ms/step | PyTorch median ms "
+            "| tandem peak MiB | PyTorch peak MiB |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in s["training"]:
-        out.append(f"| {r['config']} | {fmt(r.get('tandem_ips'))} | {fmt(r.get('torch_ips'))} | {fmt(r.get('ratio'), '.2f')} "
+        out.append(f"| {r['config']} | {fmt(r.get('tandem_ips'))} | {fmt(r.get('torch_ips'))} | {fmt(r.get('torch_compile_ips'))} "
+                   f"| {fmt(r.get('ratio'), '.2f')} | {fmt(r.get('ratio_compile'), '.2f')} "
                    f"| {fmt(r.get('torch_median_ips'))} | {fmt(r.get('torch_cudnnbench_ips'))} | {fmt(r.get('tandem_ms'), '.2f')} "
                    f"| {fmt(r.get('torch_ms'), '.2f')} | {fmt(r.get('tandem_peak_mib'), '.0f')} | {fmt(r.get('torch_peak_mib'), '.0f')} |")
     out += [f"- warning ({r['config']}): {r['warning']}" for r in s["training"] if "warning" in r]
@@ -243,18 +296,30 @@ def main():
         out.append(f"- 2 ranks, host-staged ({t2.get('backend')}, {t2.get('model')}): {fmt(t2.get('images_per_s'))} img/s, "
                    f"final train loss {fmt(t2.get('final', {}).get('train_loss'), '.4f')}")
     if s["encoder"]:
-        out += ["", "## Encoder, BERT masked-LM, synthetic data, bf16 autocast (tokens/s: steady-window mean; "
-                "ratio = tandem / PyTorch; MFU: tandem's FLOPs count and peak for both)", "",
-                "| config | seq | tandem tok/s | PyTorch tok/s | ratio | tandem seq/s | PyTorch seq/s | tandem MFU "
-                "| PyTorch MFU | PyTorch median ms | tandem peak MiB | PyTorch peak MiB | PyTorch model |",
+        out += ["", "## Encoder, BERT masked-LM, synthetic data, bf16 autocast (config: model, batch, sequence length; "
+                "tokens/s: steady-window mean; ratios = tandem / PyTorch eager, tandem / torch.compile; MFU: the same "
+                "FLOPs per token and peak for every side)", "",
+                "| config | tandem tok/s | PyTorch eager tok/s | torch.compile tok/s | tandem / eager | tandem / compile "
+                "| tandem MFU | eager MFU | compile MFU | PyTorch median ms | tandem peak MiB | PyTorch peak MiB | PyTorch model |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"
-        out += [f"| {r['config']} | {r.get('seq') or '-'} | {fmt(r.get('tandem_tok_s'), '.0f')} | {fmt(r.get('torch_tok_s'), '.0f')} "
-                f"| {fmt(r.get('ratio'), '.2f')} | {fmt(r.get('tandem_seq_s'))} | {fmt(r.get('torch_seq_s'))} "
-                f"| {pct(r.get('tandem_mfu'))} | {pct(r.get('torch_mfu'))} | {fmt(r.get('torch_ms'), '.2f')} "
-                f"| {fmt(r.get('tandem_peak_mib'), '.0f')} | {fmt(r.get('torch_peak_mib'), '.0f')} | {r.get('torch_source') or '-'} |"
-                for r in s["encoder"]]
+        out += [f"| {r['config']} | {fmt(r.get('tandem_tok_s'), '.0f')} | {fmt(r.get('torch_tok_s'), '.0f')} "
+                f"| {fmt(r.get('torch_compile_tok_s'), '.0f')} | {fmt(r.get('ratio'), '.2f')} | {fmt(r.get('ratio_compile'), '.2f')} "
+                f"| {pct(r.get('tandem_mfu'))} | {pct(r.get('torch_mfu'))} | {pct(r.get('torch_compile_mfu'))} "
+                f"| {fmt(r.get('torch_ms'), '.2f')} | {fmt(r.get('tandem_peak_mib'), '.0f')} | {fmt(r.get('torch_peak_mib'), '.0f')} "
+                f"| {r.get('torch_source') or '-'} |" for r in s["encoder"]]
+        peaks = sorted({(r.get("peak_flops"), r.get("peak_source")) for r in s["encoder"] if r.get("peak_source")},
+                       key=lambda x: str(x))
+        out += [f"- MFU's peak: {p / 1e12:.4g} TFLOP/s per rank ({src})" if p else f"- MFU's peak: unknown ({src})"
+                for p, src in peaks]
+        out += [f"- FLOPs per token ({r['config']}): {r['flops_per_token'] / 1e9:.4g} G" for r in s["encoder"]
+                if r.get("flops_per_token")]
         out += [f"- warning ({r['config']}): {r['warning']}" for r in s["encoder"] if "warning" in r]
+    for k in s["kernel_profiles"]:
+        body = k["markdown"].splitlines()
+        if body and body[0].startswith("# "):
+            body[0] = "## " + body[0][2:]  # one level down inside the summary
+        out += ["", *body]
     b = s["bench_ops"]
     if b:
         out += ["", f"## bench_ops (ratio = tandem time / direct library time; GPU part: {b['gpu']})", "",

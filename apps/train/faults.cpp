@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/check.h"            // defines: TANDEM_CHECK
-#include "core/ops/elementwise.h"  // defines: scale (the NaN loss)
+#include "core/ops/elementwise/elementwise.h"  // defines: scale (the NaN loss)
 #include "layers/checkpoint.h"     // defines: set_checkpoint_crash_hook
 
 namespace tandem::apps {

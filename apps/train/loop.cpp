@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "core/autograd.h"          // defines: NoGradGuard
-#include "core/ops/elementwise.h"   // defines: add (the device-side running loss)
-#include "core/ops/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
+#include "core/ops/elementwise/elementwise.h"   // defines: add (the device-side running loss)
+#include "core/ops/loss/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
 #include "dist/transport/bootstrap.h"         // defines: comm_for (the CPU communicator for the progress sums)
 #include "optim/lr_schedule.h"      // defines: lr_at
 
@@ -93,7 +93,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   const int world = t.world->size;
   double c1 = static_cast<double>(ops::topk_correct(logits, b.labels, 1));
   const float loss_sum = s.loss_sum.defined() ? s.loss_sum.to_vector()[0] : 0.0f;  // syncs the device
-  // Labels outside [0, classes) that the CUDA loss clamped in this interval (core/ops/loss.h): read
+  // Labels outside [0, classes) that the CUDA loss clamped in this interval (core/ops/loss/loss.h): read
   // once per progress line, where the reads above have already synchronised the device.
   const auto bad_labels = static_cast<float>(t.dev.is_cuda() ? ops::take_bad_label_count() : 0);
   const double own_wall_ms = clock.interval_ms();
@@ -115,7 +115,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.loss = s.interval_losses ? v[0] / (s.interval_losses * world) : std::nan("");
   last.top1 = v[1] / v[2];
   last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
-  last.skipped_steps = rec.skipped_steps;
+  last.skipped_steps = rec.skipped_steps + t.step->skipped_unreported();  // + the device's (--cuda-graph --amp)
   last.loss_scale = t.step->loss_scale();
   last.host_ms = clock.interval_host_ms;
   last.graph_steps = clock.interval_graph_steps;

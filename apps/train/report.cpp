@@ -9,7 +9,7 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
-#include "core/ops/conv.h"       // defines: conv_bias_fusion_stats
+#include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
@@ -150,7 +150,7 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"bad_labels", rec.bad_labels},
       {"amp", o.amp},
       {"bn_impl", t.dev.is_cuda() ? o.bn_impl : "cpu"},  // --bn-impl (the CPU has one BatchNorm)
-      // --conv-bias-fusion, and how many biased GPU convs ran fused or fell back (core/ops/conv.h)
+      // --conv-bias-fusion, and how many biased GPU convs ran fused or fell back (core/ops/conv/conv.h)
       {"conv_bias_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bias_fusion : "cpu"},
                             {"fused_calls", fusion.fused},
                             {"unfused_calls", fusion.unfused}}},

@@ -6,8 +6,8 @@
 
 #include "apps/train/setup.h"  // defines: Training
 #include "core/autograd.h"     // defines: NoGradGuard
-#include "core/ops/copy.h"      // defines: cast_raw (--amp inputs)
-#include "core/ops/loss.h"     // defines: cross_entropy, topk_correct
+#include "core/ops/copy/copy.h"      // defines: cast_raw (--amp inputs)
+#include "core/ops/loss/loss.h"     // defines: cross_entropy, topk_correct
 #include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the counts)
 #include "layers/checkpoint.h" // defines: load_checkpoint
 

@@ -20,7 +20,8 @@
 // checkpoint resumed in f32 drops them (the model's weights are then the 16-bit ones).
 // Order (step.cpp keeps it): make_amp -> restore weights -> DDP [-> Zero] -> build_masters ->
 // take_amp_state -> make_amp_groups; per step amp_step; at a checkpoint amp_state on every rank.
-// Under a CUDA graph none of this is captured yet: the flag is read on the host (step_options.cpp).
+// This is the host form. The capturable one (StepOptions::capturable, under a CUDA graph) builds the
+// scaler in tensor mode and runs optim::amp_step_device's sequence instead (step.h).
 #pragma once
 #include <memory>
 #include <string>

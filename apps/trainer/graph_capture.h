@@ -12,8 +12,9 @@
 //   outputs: the loss is copied into the Step's static loss tensor; a trainer that wants more (the
 //            logits) copies them into its own static tensors inside its function.
 // The eager warm-up steps make everything the capture must find in place: cuDNN plans, cuBLASLt
-// workspace, SGD's momentum buffers (kEagerSteps: SGD's update changes form after its first step,
-// so at least 2). Eager and replayed steps run the same kernels on the same addresses in the same
+// workspace, the optimizer's state and step counts, the chunk tables of AMP's unscale and copy back
+// and of the GradClipper (the Step's capturable update, step.h). kEagerSteps: at least 2, so that a
+// state buffer made by the first step is read by an eager one before the capture. Eager and replayed steps run the same kernels on the same addresses in the same
 // order, so their results agree bitwise where the kernels are deterministic (BackendConfig::
 // deterministic for cuDNN; NCCL's single-rank all-reduce is a copy).
 // The LR keeps following the schedule: the trainer calls set_lr before every step, outside the
@@ -47,7 +48,7 @@ namespace tandem::trainer {
 
 class GraphCapture {
  public:
-  static constexpr int kEagerSteps = 3;  // eager steps before the capture (SGD's momentum needs >= 2)
+  static constexpr int kEagerSteps = 3;  // eager steps before the capture (>= 2, see above)
   explicit GraphCapture(Device device, int warmup = kEagerSteps);
   ~GraphCapture();
   GraphCapture(const GraphCapture&) = delete;

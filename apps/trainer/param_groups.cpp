@@ -100,6 +100,17 @@ void ParamGroups::step() {
   if (gather_in_step_) zero_->gather_parameters();
 }
 
+void ParamGroups::step(const Tensor& found_inf) {
+  decay_->step(found_inf), no_decay_->step(found_inf);
+  if (gather_in_step_) zero_->gather_parameters();
+}
+
+std::vector<Tensor> ParamGroups::grads() const {
+  std::vector<Tensor> grads = decay_->grads();
+  for (Tensor& g : no_decay_->grads()) grads.push_back(g);
+  return grads;
+}
+
 void ParamGroups::set_grads(const std::vector<Tensor>& grads) {
   TANDEM_CHECK(grads.size() == seg_no_decay_.size(), "ParamGroups::set_grads: got ", grads.size(),
                " gradients for ", seg_no_decay_.size(), " segments (only the segment constructors take them)");
@@ -110,9 +121,7 @@ void ParamGroups::set_grads(const std::vector<Tensor>& grads) {
 }
 
 double ParamGroups::clip_grad_norm(double max_norm) const {
-  std::vector<Tensor> grads = decay_->grads();
-  for (Tensor& g : no_decay_->grads()) grads.push_back(g);
-  return optim::clip_grad_norm(grads, max_norm, zero_ ? zero_->sum_reduce() : optim::SumSquaresReduce{});
+  return optim::clip_grad_norm(grads(), max_norm, zero_ ? zero_->sum_reduce() : optim::SumSquaresReduce{});
 }
 
 optim::NamedTensors ParamGroups::state() const {

@@ -70,6 +70,11 @@ class ParamGroups {
   void zero_grad();
   // Both groups' updates; under f32 ZeRO then every rank's updated slices to every rank.
   void step();
+  // The same, skipped on the device where the f32 [1] flag is nonzero (Optimizer::step(found_inf):
+  // the Step's capturable update, step.h).
+  void step(const Tensor& found_inf);
+  // Both groups' gradients, decay group first (the order clip_grad_norm sums them in).
+  std::vector<Tensor> grads() const;
   // Gradients for the segments, in the order they were given (AMP's master gradients).
   void set_grads(const std::vector<Tensor>& grads);
   // Clips all gradients by their global L2 norm (max_norm > 0); returns the norm before clipping.

@@ -7,8 +7,8 @@
 #include "apps/trainer/nonfinite.h"  // defines: skip_nonfinite_step
 #include "core/autograd.h"         // defines: NoGradGuard
 #include "core/check.h"            // defines: TANDEM_CHECK
-#include "core/ops/copy.h"         // defines: cast_raw (AMP inputs)
-#include "core/ops/elementwise.h"  // defines: scale, add
+#include "core/ops/copy/copy.h"         // defines: cast_raw (AMP inputs)
+#include "core/ops/elementwise/elementwise.h"  // defines: scale, add
 
 namespace tandem::trainer {
 
@@ -42,6 +42,15 @@ Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const
   check(o);
   check_on(o, device_of(*model_), comm_.backend());
   if (o.precision != Precision::F32) amp_ = make_amp(low_dtype(o.precision), *model_);
+  // The capturable update's loss scaler keeps scale, growth tracker, skipped count and found-inf
+  // flag in tensors on the model's device (optim/loss_scaler.h, tensor mode), with the same rules;
+  // built before load_state, which restores it like the host one (the same checkpoint entries).
+  capturable_ = o.capturable || o.cuda_graph;
+  if (amp_ && capturable_) {
+    optim::LossScalerOptions so = amp_->scaler.options();
+    so.device = device_of(*model_);
+    amp_->scaler = optim::LossScaler(so);
+  }
   optim::NamedTensors state = restore ? restore(*model_) : optim::NamedTensors{};
   // DDP and ZeRO in one place, over the communicator the trainer passed in.
   ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, comm_, ddp_options(o));
@@ -71,6 +80,8 @@ Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const
     ps_ = std::make_unique<dist::ParameterServer>(std::move(trainable), comm_, po);
   }
   load_state(std::move(state));
+  if (capturable_ && o.clip_grad_norm > 0) clipper_ = std::make_unique<optim::GradClipper>(o.clip_grad_norm);
+  if (amp_ && capturable_) skips_seen_ = amp_->scaler.skipped_steps();  // a resumed run's count: not this run's
   if (o.cuda_graph) graph_ = std::make_unique<GraphCapture>(device_of(*model_));
 }
 
@@ -106,10 +117,18 @@ void Step::zero_grad() {
 void Step::backward_body(const Tensor& loss, bool last) {
   // Every rank, even with a bad loss: DDP's collectives must match across ranks. fp16 AMP scales
   // the loss so small gradients survive in 16-bit (optim/loss_scaler.h); accumulation divides it
-  // by the micro-batches, so their summed gradients are the mean's (HF Trainer's rule). One
-  // multiplication by the product, none at all when it is 1.
-  const double factor = (amp_ ? amp_->scaler.scale() : 1.0) / options_.grad_accum_steps;
-  const Tensor l = factor == 1.0 ? loss : ops::scale(loss, static_cast<float>(factor));
+  // by the micro-batches, so their summed gradients are the mean's (HF Trainer's rule). The host
+  // form: one multiplication by the product, none at all when it is 1. The capturable form: by the
+  // scale tensor on the device (no read of the scale; bf16's fixed 1: none), then by 1/n. The same
+  // bits either way: the scale is a power of two, so scale x float(1/n) is float(scale / n).
+  Tensor l = loss;
+  if (amp_ && amp_->scaler.tensor_mode()) {
+    if (amp_->scaler.options().enabled) l = amp_->scaler.scale_loss(l);
+    if (options_.grad_accum_steps > 1) l = ops::scale(l, 1.0f / static_cast<float>(options_.grad_accum_steps));
+  } else {
+    const double factor = (amp_ ? amp_->scaler.scale() : 1.0) / options_.grad_accum_steps;
+    if (factor != 1.0) l = ops::scale(loss, static_cast<float>(factor));
+  }
   if (last) {
     l.backward();
   } else {
@@ -133,6 +152,7 @@ void Step::backward(const Tensor& loss) {
 }
 
 bool Step::update_body(StepResult& r) {
+  if (capturable_) return update_capturable(r);
   const double clip = options_.clip_grad_norm;
   if (ps_) {
     ps_->step(&ddp_->timeline());  // push, update on the servers, pull
@@ -147,6 +167,40 @@ bool Step::update_body(StepResult& r) {
   if (clip > 0) r.grad_norm = groups_->clip_grad_norm(clip);
   groups_->step();  // under ZeRO followed by every rank's updated shard to every rank
   return true;
+}
+
+// See step.h, "The capturable update". refusal() leaves only DDP here (no ZeRO, no ps).
+bool Step::update_capturable(StepResult& r) {
+  const bool read_back = !graph_;  // inside a graph nothing may wait for the device
+  if (!amp_) {
+    if (clipper_) clipper_->clip(groups_->grads());
+    groups_->step();
+    if (read_back && clipper_) r.grad_norm = clipper_->norm().item();
+    return true;
+  }
+  optim::LossScaler& scaler = amp_->scaler;
+  Tensor flag = scaler.found_inf();
+  amp_->master->unscale_and_flag(amp_->master->model_grads(), scaler.scale_tensor(), flag);
+  // Every rank's flag made every rank's decision, as the host form's any_rank_found_inf: under DDP
+  // the averaged gradients agree anyway, but a rank may still differ (a fault), and the skip must
+  // not. Sum: any nonzero value skips. NCCL: on the communication stream, joined back by wait().
+  comm_.all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
+  groups_->set_grads(amp_->master->master_grads());
+  if (clipper_) clipper_->clip(groups_->grads());  // a non-finite norm leaves the gradients alone
+  groups_->step(flag);
+  amp_->master->copy_to_model(flag);
+  scaler.update_on_device();
+  if (!read_back) return true;
+  const int64_t skipped = scaler.skipped_steps();
+  const bool applied = skipped == skips_seen_;
+  skips_seen_ = skipped;
+  if (applied && clipper_) r.grad_norm = clipper_->norm().item();  // the host form clips applied steps only
+  return applied;
+}
+
+int64_t Step::skipped_unreported() {
+  if (!graph_ || !amp_) return 0;
+  return amp_->scaler.skipped_steps() - skips_seen_;
 }
 
 StepResult Step::update() {
@@ -182,8 +236,8 @@ StepResult Step::run(const ForwardLoss& forward_loss) {
 }
 
 // The same phases as run(), captured (refusal() left nothing in them that reads the host: no
-// non-finite check, no AMP, no clipping, one micro-batch, SGD under plain DDP). The host-side
-// bookkeeping stays outside the body, which replays do not run.
+// non-finite check, one micro-batch, plain DDP, and the update in its capturable form). The
+// host-side bookkeeping stays outside the body, which replays do not run.
 StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   const Clock::time_point start = Clock::now();
   StepResult r;

@@ -39,8 +39,27 @@
 // the optimizer state (unsharded, keyed "<param>.<state>", gathered from the shards under ZeRO),
 // AMP's f32 masters ("amp.master.<param>") and loss scaler ("amp.scaler.*"), so a checkpoint
 // resumes at any world size, strategy and precision.
-// Where the device-side (capturable) optimizer API of branch h-optim plugs in: update_body()'s
-// AMP and clipping branches, then step_options.cpp's cuda_graph refusals for them are lifted.
+//
+// The capturable update (StepOptions::capturable, implied by cuda_graph; optim/amp.h's "A captured
+// step" is the recipe). The host form reads the found-inf flag (AMP) and the clipping norm on the
+// host; this form keeps every decision on the device, so a CUDA graph can hold the whole update:
+//   backward   fp16: the loss times the scaler's scale tensor (LossScaler in tensor mode on the
+//              model's device, built instead of the host-mode one; bf16 keeps the scale at 1 and
+//              multiplies by nothing, as the host form), then / grad_accum_steps;
+//   update     AMP: amp_step_device's sequence over the two parameter groups (optim::amp_step_device
+//              takes one Optimizer; ParamGroups holds two): unscale into the masters and set the
+//              flag; all-reduce (sum) of the f32 [1] flag over the Step's communicator (NCCL: on
+//              its stream, joined back by an event, so inside the graph) - every rank skips alike; the
+//              GradClipper on the master gradients; each group's step(found_inf); the copy back
+//              (skipped on the device likewise); the scaler's update on the device.
+//              f32: the GradClipper, then the optimizers' step.
+// Results: under cuda_graph, StepResult::applied stays true and grad_norm -1 - the decision is on
+// the device; skipped_unreported() reads how many updates the device skipped (a sync: at log time),
+// and loss_scale() the scale. Without a graph the Step reads them back after the update (a sync,
+// as the host form has one), so StepResult means what it means in the host form. The two forms
+// give the same parameters, state, skips and norms bit for bit on the CPU (the same arithmetic;
+// tests/mpi_trainer_capturable.cpp); on a GPU the same is expected where the kernels are
+// deterministic (optim/'s capturable kernels are; not yet run through the Step on a GPU).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -60,6 +79,7 @@
 #include "dist/extras/parameter_server.h"      // defines: ParameterServer
 #include "dist/zero.h"                  // defines: Zero
 #include "layers/module.h"              // defines: ModulePtr
+#include "optim/clip.h"                 // defines: GradClipper
 
 namespace tandem::trainer {
 
@@ -69,7 +89,8 @@ struct StepResult {
   enum class Skip { None, NonfiniteLoss, NonfiniteGradients } skipped = Skip::None;
   Tensor loss;                 // the step's loss (device; unscaled, the micro-batches' mean): valid
                                // until the next step, for the trainer's device-side running sum
-  double grad_norm = -1;       // the global norm before clipping, when clipping ran (else -1)
+  double grad_norm = -1;       // the global norm before clipping, when clipping ran (else -1); the
+                               // capturable form's is the f32 its GradClipper keeps
   double host_ms = 0;          // host time issuing the step's work, without the waits for the
                                // device (the non-finite check's read) and without a graph capture
   bool replayed = false;       // cuda_graph: ran as a replay (the capturing step included)
@@ -132,6 +153,10 @@ class Step {
   double loss_scale() const { return amp_ ? amp_->scaler.scale() : 0.0; }  // 0 without AMP (1 for bf16)
   const char* optimizer_name() const { return groups_->name(); }          // "SGD", "AdamW", "LAMB"
   const GraphCapture* graph() const { return graph_.get(); }              // null without cuda_graph
+  bool capturable() const { return capturable_; }                          // the update's device-side form
+  // Updates the device skipped (non-finite gradients under AMP) that no StepResult reported: under
+  // cuda_graph those of this Step's steps so far (a device sync: call it at log time); else 0.
+  int64_t skipped_unreported();
   // The memory ledger's inputs (ledger.h) with the optimizer's state bytes and precision filled in,
   // and the bytes the model state holds now (parameters, gradient buffers and shards, masters, and
   // the optimizer state that exists already: a resumed run loads it before its first step).
@@ -142,6 +167,7 @@ class Step {
   void zero_grad_body();
   void backward_body(const Tensor& loss, bool last);
   bool update_body(StepResult& r);  // the update after the non-finite check; false: skipped
+  bool update_capturable(StepResult& r);  // its device-side form (see "The capturable update")
   StepResult run_graphed(const ForwardLoss& forward_loss);
 
   StepOptions options_;
@@ -154,6 +180,9 @@ class Step {
   std::unique_ptr<ParamGroups> groups_;
   std::unique_ptr<dist::ParameterServer> ps_;
   std::unique_ptr<GraphCapture> graph_;
+  bool capturable_ = false;                     // options_.capturable || options_.cuda_graph
+  std::unique_ptr<optim::GradClipper> clipper_; // capturable with clipping
+  int64_t skips_seen_ = 0;                      // capturable AMP: the scaler's skipped count last read
   int64_t steps_done_ = 0;
   int micro_ = 0;          // micro-batches backward has run since zero_grad
   Tensor step_loss_;       // their loss (the step's, reported)

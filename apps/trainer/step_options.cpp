@@ -66,22 +66,15 @@ std::optional<std::string> refusal(const StepOptions& o) {
   // CUDA graphs (graph_capture.h). What a captured step cannot contain: each reads a host value in
   // the middle of the step, or passes a changing one to a kernel as an argument, which the graph
   // would freeze. Models with dropout are captured (core/graph_rng.h): no model is refused here.
+  // The update itself is captured in its device-side form (StepOptions::capturable, step.h): any
+  // optimizer (the LR and the step counts in device memory), AMP (the loss scale and the found-inf
+  // flag on the device, the skip decided there) and clipping (the norm and coefficient on the
+  // device).
   if (o.cuda_graph) {
     if (o.on_nonfinite != OnNonfinite::Off)
       return n("cuda_graph") + " cannot capture " + n("on_nonfinite", nonfinite_name(o.on_nonfinite)) +
              ": its per-step loss check reads the loss on the host in the middle of the step. Add " +
              n("on_nonfinite", "off");
-    // Lifted when the optimizers read their LR and step count from device memory (branch h-optim:
-    // AdamW, LAMB and the loss scaler made capturable, the clip coefficient applied on the device);
-    // the precision and clipping refusals below then go the same way (see step.cpp's update()).
-    if (o.optimizer != "sgd")
-      return n("cuda_graph") + " supports " + n("optimizer", "sgd") + " only: " + o.optimizer +
-             " passes its LR and bias corrections to its kernels as host values, which a graph would freeze. "
-             "Use " + n("optimizer", "sgd") + " or drop " + n("cuda_graph");
-    if (o.precision != Precision::F32)
-      return n("cuda_graph") + " cannot capture " + n("precision", precision_name(o.precision)) +
-             ": the update reads its overflow flags on the host every step (apps/trainer/amp.cpp). Use " +
-             n("precision", "off") + " or drop " + n("cuda_graph");
     if (o.strategy == Strategy::Zero3)
       return n("cuda_graph") + " cannot capture " + n("strategy", "zero3") +
              ": its step allocates each unit's gathered parameters before the unit runs and frees them after, and "
@@ -91,9 +84,6 @@ std::optional<std::string> refusal(const StepOptions& o) {
       return n("cuda_graph") + " with " + n("strategy", strategy) +
              " is not supported yet (the sharded step has not been checked for capture): drop " +
              n("strategy", strategy) + " or " + n("cuda_graph");
-    if (o.clip_grad_norm > 0)
-      return n("cuda_graph") + " cannot capture " + n("clip_grad_norm") +
-             ": the global norm is read on the host (optim/clip.h). Drop one of them";
     if (is_ps)
       return n("cuda_graph") + " cannot capture " + n("strategy", ps) +
              ": the parameter server's push and pull run on the host. Use " + n("strategy", ddp) + " or drop " +
@@ -101,6 +91,18 @@ std::optional<std::string> refusal(const StepOptions& o) {
     if (o.grad_accum_steps > 1)
       return n("cuda_graph") + " captures one forward and backward per step, and " + n("grad_accum_steps", accum) +
              " runs several (each would need its own static inputs): drop one of them";
+  }
+  // The capturable update without a graph: the same two strategies have no device-side form.
+  if (o.capturable) {
+    if (is_zero(o.strategy))
+      return n("capturable") + " with " + n("strategy", strategy) +
+             " is not supported yet: the sharded update (the clipping norm and LAMB's norms summed across the "
+             "shards, the found-inf flag of each shard) has no device-side form in the Step. Drop " +
+             n("capturable") + " or use " + n("strategy", ddp);
+    if (is_ps)
+      return n("capturable") + " cannot run with " + n("strategy", ps) +
+             ": the parameter server's push, update and pull run on the host. Use " + n("strategy", ddp) +
+             " or drop " + n("capturable");
   }
   if (zero_stage(o.strategy) >= 2 && o.grad_accum_steps > 1)
     return n("grad_accum_steps", accum) + " with " + n("strategy", strategy) + " is not supported: stage " +

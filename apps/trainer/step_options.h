@@ -9,11 +9,11 @@
 // safe choice (a non-finite loss stops the run).
 //
 // refusal() returns, for a combination that cannot work, the sentence that says why and what to
-// change; every such rule is in step_options.cpp and nowhere else, so lifting one (for example
-// when the optimizers become capturable, branch h-optim: "cuda_graph supports optimizer sgd only")
-// is a one-line change there. It names options through `names` (option_names.h): the trainers pass
-// their flags, so a user reads "--cuda-graph cannot capture --clip-grad-norm". refusal_on() adds
-// the rules that depend on where the step runs (a GPU, NCCL, the process environment). The Step's
+// change; every such rule is in step_options.cpp and nowhere else, so lifting one is a change
+// there (the cuda_graph refusals of AdamW, LAMB, AMP and clipping went when the update became
+// capturable). It names options through `names` (option_names.h): the trainers pass their flags,
+// so a user reads "--cuda-graph cannot capture --on-nonfinite stop". refusal_on() adds the rules
+// that depend on where the step runs (a GPU, NCCL, the process environment). The Step's
 // constructor checks both; a trainer checks refusal() before it starts MPI too, to fail early.
 //
 // What works (tests/test_trainer_options.cpp has the table):
@@ -26,8 +26,12 @@
 //                 ZeRO the norm is summed over the shards)
 //   accumulation  grad_accum_steps N >= 1 with ddp, zero1 and ps, any precision: the first N-1
 //                 micro-batches' backward runs under DDP's no_sync, each loss divided by N
-//   cuda_graph    SGD in f32 under plain DDP, no clipping, no accumulation, on_nonfinite off, on a
-//                 GPU with NCCL collectives (refusal_on); never with zero3, whose gathers allocate
+//   capturable    the update in its device-side form (step.h: no host read): DDP, any optimizer,
+//                 precision and clipping, accumulation too; not ZeRO (its shard step has no
+//                 device-side form here yet) and not ps (its servers run on the host)
+//   cuda_graph    implies capturable: under plain DDP, any optimizer (SGD, AdamW, LAMB), f32, bf16
+//                 or fp16, with or without clipping; no accumulation, on_nonfinite off, on a GPU
+//                 with NCCL collectives (refusal_on); never with zero3, whose gathers allocate
 //                 and free each unit's parameters between the kernels of a step
 #pragma once
 #include <optional>
@@ -87,7 +91,15 @@ struct StepOptions {
   int grad_accum_steps = 1;
   // Capture the step as a CUDA graph after GraphCapture::kEagerSteps eager steps, then replay it
   // (graph_capture.h). The trainer's forward-loss function must then read static inputs it owns.
+  // Implies `capturable`.
   bool cuda_graph = false;
+  // The update in its capturable form (step.h, "The capturable update"): the loss scale, the
+  // found-inf flag (all-reduced over the Step's communicator), the clipping norm and the skip
+  // decision stay on the device. Off (the default): the host form, which reads the flag and the
+  // norm. Both give the same parameters, bit for bit where the kernels are deterministic
+  // (tests/mpi_trainer_capturable.cpp). On without cuda_graph, the step runs eagerly and reads the
+  // results back after the update for StepResult (a device sync, as the host form's).
+  bool capturable = false;
   OnNonfinite on_nonfinite = OnNonfinite::Stop;  // a non-finite loss on any rank (nonfinite.h)
   bool checkpoint = false;       // the trainer will save state(): refused where it cannot be assembled
   BackendConfig backend;         // applied for the Step's lifetime (core/backend.h)

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "core/autograd.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "core/profile.h"
 
 namespace tandem::dist {

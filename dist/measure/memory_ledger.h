@@ -28,7 +28,7 @@
 //   ZeRO-2, 3:   the largest gradient, handed over as its own bucket (a parameter of a bucket's
 //                size is a bucket alone; under ZeRO-3 a unit's), plus one launched bucket still
 //                reduce-scattering (ReducerOptions::scatter_in_flight = 1): the two largest buckets.
-// Mixed precision on the CPU adds f32 copies (core/ops/cpu/widen.h: a 16-bit CPU kernel computes on
+// Mixed precision on the CPU adds f32 copies (core/ops/common/cpu/widen.h: a 16-bit CPU kernel computes on
 // f32 copies of its tensor arguments), LedgerOptions::cpu_widen, with P the largest parameter:
 //   backward:  the largest weight's gradient GEMM writes an f32 result (4P) before it is rounded
 //              into its fresh 16-bit gradient, which the terms above already count: + 4P.

@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/ops/elementwise.h"
-#include "core/ops/embedding.h"
-#include "core/ops/loss.h"
-#include "core/ops/reduce.h"
+#include "core/ops/elementwise/elementwise.h"
+#include "core/ops/embedding/embedding.h"
+#include "core/ops/loss/loss.h"
+#include "core/ops/reduce/reduce.h"
 
 namespace tandem::dist::tp {
 namespace {

@@ -3,9 +3,9 @@
 
 #include <cmath>
 
-#include "core/ops/embedding.h"
-#include "core/ops/elementwise.h"
-#include "core/ops/matmul.h"
+#include "core/ops/embedding/embedding.h"
+#include "core/ops/elementwise/elementwise.h"
+#include "core/ops/matmul/matmul.h"
 #include "dist/tp/mappings.h"
 
 namespace tandem::dist::tp {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "core/autograd.h"
-#include "core/ops/shape.h"
+#include "core/ops/shape/shape.h"
 
 namespace tandem::dist::tp {
 namespace {

@@ -22,7 +22,7 @@
 // next GEMM needs the result). On one rank every operator is the identity and records nothing.
 // reduce_from_tp_region reduces its input IN PLACE (no copy of the activation): pass a fresh
 // result that no recorded op saved for its backward - a GEMM's output or a lookup's, as the layers
-// here do (core/ops/elementwise.h's relu_ states the same contract).
+// here do (core/ops/elementwise/elementwise.h's relu_ states the same contract).
 #pragma once
 #include "core/tensor.h"
 #include "dist/communicator.h"

@@ -1,7 +1,7 @@
 // dist/transport/coalesced.cpp: the grouped broadcast (see coalesced.h).
 #include "dist/transport/coalesced.h"
 
-#include "core/ops/shape.h"
+#include "core/ops/shape/shape.h"
 
 namespace tandem::dist {
 

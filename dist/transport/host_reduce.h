@@ -7,7 +7,7 @@
 #pragma once
 #include <type_traits>
 
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "core/profile.h"
 #include "dist/communicator.h"
 

@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/ops/embedding.h"
-#include "core/ops/loss.h"
-#include "core/ops/shape.h"
+#include "core/ops/embedding/embedding.h"
+#include "core/ops/loss/loss.h"
+#include "core/ops/shape/shape.h"
 
 namespace tandem::models {
 namespace {
@@ -88,7 +88,7 @@ Tensor BertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attentio
   }
   const auto m = static_cast<int64_t>(rows.size());
   Tensor h2 = ops::reshape(h, {n, h.size(2)});
-  if (m == 0) return ops::cross_entropy(h2, labels.view({n}), 0.0f, ignore_index);  // 0, see core/ops/loss.h
+  if (m == 0) return ops::cross_entropy(h2, labels.view({n}), 0.0f, ignore_index);  // 0, see core/ops/loss/loss.h
   Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, h.device()), h2);  // [m, H]
   return ops::cross_entropy((*cls_)(picked), Tensor::from_vector_i64(kept, {m}, DType::I64, h.device()));
 }

@@ -1,5 +1,5 @@
 // optim/cpu/sgd.cpp: the CPU reference SGD update, a plain loop per tensor (see optim/sgd.h for the math).
-#include "core/ops/dispatch.h"
+#include "core/ops/common/dispatch.h"
 #include "optim/kernels/sgd.h"
 
 namespace tandem::optim::kernels {

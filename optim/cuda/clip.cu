@@ -9,7 +9,7 @@
 // into a device float, then two one-thread kernels (the f64 sum of the per-dtype totals, and the
 // norm and coefficient), and scale by the coefficient read from device memory; their chunk tables
 // are cached in the GradClipper.
-#include "core/ops/cuda/block_reduce.cuh"
+#include "core/ops/common/cuda/block_reduce.cuh"
 #include "optim/cuda/multi_tensor.cuh"
 #include "optim/kernels/clip.h"
 

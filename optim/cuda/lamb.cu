@@ -12,7 +12,7 @@
 // phase 2 and the count advance do nothing - the moments, weights and counts stay as they were.
 #include "optim/cuda/adam_math.cuh"
 #include "optim/kernels/lamb.h"
-#include "core/ops/cuda/block_reduce.cuh"
+#include "core/ops/common/cuda/block_reduce.cuh"
 
 namespace tandem::optim::kernels {
 namespace {

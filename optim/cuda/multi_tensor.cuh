@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/ops/cuda/dispatch.cuh"
+#include "core/ops/common/cuda/dispatch.cuh"
 
 namespace tandem::optim::kernels {
 

@@ -13,7 +13,7 @@
 
 #include "core/dtype.h"
 
-#ifndef TANDEM_HD  // as core/ops/functors.h
+#ifndef TANDEM_HD  // as core/ops/common/hd.h
 #ifdef __CUDACC__
 #define TANDEM_HD __host__ __device__ __forceinline__
 #else

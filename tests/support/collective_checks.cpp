@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "tests/support/collective_values.h"
 
 namespace tandem::testing {

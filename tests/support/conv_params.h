@@ -3,7 +3,7 @@
 // conv_params(stride, pad, dilation, groups) gives the same stride, padding and dilation on both
 // axes, which is every case the gradient checks and the parity tests exercise.
 #pragma once
-#include "core/ops/conv.h"
+#include "core/ops/conv/conv.h"
 
 namespace tandem::testing {
 

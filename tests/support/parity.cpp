@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "core/ops/copy.h"
+#include "core/ops/copy/copy.h"
 #include "core/random.h"
 
 namespace tandem::testing {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/ops/matmul.h"
+#include "core/ops/matmul/matmul.h"
 #include "core/tensor.h"
 
 namespace tandem::testing {

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/elementwise/elementwise.h"
 
 namespace tandem::testing::reducer_cases {
 using namespace tandem::dist;

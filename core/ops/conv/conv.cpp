@@ -1,0 +1,101 @@
+// core/ops/conv/conv.cpp: shape checks, backend dispatch and autograd for conv2d.
+//
+// The conv node saves x and w (detached) and computes, on demand, dx (backward data) and dw
+// (backward filter) through the backend. The bias [O] (NHWC makes it the innermost dim) is added
+// by cuDNN's fused conv + bias graph on CUDA where an engine takes it (BackendConfig::
+// conv_bias_fusion, conv.h), else in place into the conv output (ops::add_, a vectorised broadcast on CUDA) inside the
+// same op, so there is no second activation-sized tensor and no separate add node either way; its
+// gradient is the column sum of dy (sum_to_trailing: a 2-D partials + finish reduction on CUDA).
+#include "core/ops/conv/conv.h"
+
+#include <atomic>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops/common/dispatch.h"
+#include "core/ops/elementwise/elementwise.h"
+#include "core/ops/conv/kernels.h"
+
+namespace tandem::ops {
+namespace {
+
+std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};  // conv_bias_fusion_stats
+
+kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  TANDEM_CHECK(x.dim() == 4, "conv2d: input must be NHWC [N, H, W, C], got ", shape_str(x.shape()));
+  TANDEM_CHECK(w.dim() == 4, "conv2d: weight must be OHWI [O, KH, KW, C/groups], got ", shape_str(w.shape()),
+               " (convert PyTorch's OIHW when loading checkpoints)");
+  TANDEM_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 && p.pad_h >= 0 &&
+                   p.pad_w >= 0 && p.groups >= 1,
+               "conv2d: stride and dilation must be >= 1, padding >= 0 and groups >= 1");
+  kernels::ConvGeom g;
+  g.n = x.size(0), g.h = x.size(1), g.w = x.size(2), g.c = x.size(3);
+  g.o = w.size(0), g.kh = w.size(1), g.kw = w.size(2);
+  g.p = p;
+  TANDEM_CHECK(g.c % p.groups == 0 && g.o % p.groups == 0, "conv2d: groups = ", p.groups,
+               " must divide both input channels (", g.c, ") and output channels (", g.o, ")");
+  TANDEM_CHECK(w.size(3) == g.c / p.groups, "conv2d: weight ", shape_str(w.shape()), " must have C/groups = ",
+               g.c / p.groups, " input channels for input ", shape_str(x.shape()), " with groups = ", p.groups);
+  g.oh = (g.h + 2 * p.pad_h - p.dilation_h * (g.kh - 1) - 1) / p.stride_h + 1;
+  g.ow = (g.w + 2 * p.pad_w - p.dilation_w * (g.kw - 1) - 1) / p.stride_w + 1;
+  TANDEM_CHECK(g.oh >= 1 && g.ow >= 1 && g.h + 2 * p.pad_h >= p.dilation_h * (g.kh - 1) + 1 &&
+                   g.w + 2 * p.pad_w >= p.dilation_w * (g.kw - 1) + 1,
+               "conv2d: the (dilated) kernel ", g.kh, "x", g.kw, " does not fit the padded input ", g.h, "x", g.w,
+               ": increase padding or use a smaller kernel");
+  return g;
+}
+
+Tensor backward_data(const kernels::ConvGeom& g, const Tensor& dy, const Tensor& w) {
+  Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c}, dy.dtype(), dy.device());
+  TANDEM_BACKEND(dy, kernels::conv2d_backward_data_cpu(g, dy, w, dx), kernels::conv2d_backward_data_cuda(g, dy, w, dx));
+  return dx;
+}
+
+Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor& dy) {
+  Tensor dw = Tensor::empty({g.o, g.kh, g.kw, g.c / g.p.groups}, dy.dtype(), dy.device());
+  TANDEM_BACKEND(dy, kernels::conv2d_backward_filter_cpu(g, x, dy, dw),
+                 kernels::conv2d_backward_filter_cuda(g, x, dy, dw));
+  return dw;
+}
+
+}  // namespace
+
+ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  check_same_device(x, w, "conv2d");
+  check_same_dtype(x, w, "conv2d");
+  TANDEM_CHECK(is_floating(x.dtype()), "conv2d: input must be floating point, got ", dtype_name(x.dtype()));
+  TANDEM_CHECK(!(x.is_cuda() && x.dtype() == DType::F64),
+               "conv2d: f64 exists for CPU gradient checks only; cast to f32/bf16/f16 for CUDA");
+  kernels::ConvGeom g = geometry(x, w, p);
+  Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.o}, x.dtype(), x.device());
+  if (b.defined()) {
+    check_same_device(x, b, "conv2d");
+    check_same_dtype(x, b, "conv2d");
+    check_shape(b, {g.o}, "conv2d", "bias");
+  }
+  bool bias_done = false;
+  const bool fuse = b.defined() && x.is_cuda() && backend().conv_bias_fusion;
+#ifdef TANDEM_WITH_CUDA
+  if (fuse)  // TANDEM_BACKEND: for TANDEM_SYNC_CHECK
+    TANDEM_BACKEND(x, (void)0, bias_done = kernels::conv2d_forward_bias_cuda(g, x, w, b, y));
+#endif
+  if (fuse) (bias_done ? g_bias_fused : g_bias_unfused).fetch_add(1);
+  if (!bias_done) {
+    TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
+    if (b.defined()) add_(y, b);  // y is ours and not yet in any graph: adding in place is safe
+  }
+
+  bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
+  autograd::record("Conv2dBackward", {x, w, b}, y,
+                   [g, x = gw ? x.detach() : Tensor(), w = gx ? w.detach() : Tensor(), gx, gw,
+                    gb](std::vector<Tensor>& gr) {
+                     return std::vector<Tensor>{gx ? backward_data(g, gr[0], w) : Tensor(),
+                                                gw ? backward_filter(g, x, gr[0]) : Tensor(),
+                                                gb ? sum_to_trailing(gr[0], {g.o}) : Tensor()};
+                   });
+  return y;
+}
+
+}  // namespace tandem::ops

@@ -1,0 +1,40 @@
+// core/ops/conv/conv.h: 2-D convolution on NHWC activations (im2col + GEMM on CPU, cuDNN on CUDA).
+//
+// Internal weight layout is OHWI: [out_channels, kernel_h, kernel_w, in_channels / groups], the
+// layout cuDNN wants next to NHWC activations (tensor-core friendly). Checkpoints convert to and
+// from PyTorch's OIHW (see layers/ and the checkpoint code); nothing else sees OIHW.
+#pragma once
+#include "core/ops/conv/types.h"  // defines: Conv2dParams
+#include "core/tensor.h"
+
+namespace tandem::ops {
+
+// x [N, H, W, C], w [O, KH, KW, C/groups], b [O] or undefined -> [N, OH, OW, O]
+// OH = (H + 2 pad_h - dilation_h (KH - 1) - 1) / stride_h + 1, likewise OW.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+
+// cuDNN engine choice (CUDA only) follows core/backend.h's BackendConfig: deterministic engines
+// only (deterministic), TF32 (allow_tf32), the workspace limit (conv_workspace_limit) and the
+// bias fusion below (conv_bias_fusion), read when a shape's plan is first built and part of the
+// plan-cache key, so a change builds new plans rather than reusing old ones.
+// Forward bias in cuDNN's graph (CUDA): conv and a pointwise bias ADD as one fused graph, so y is
+// written once instead of written, read and written again by a separate broadcast add (for VGG16 at
+// batch 64, 224 px, ~7 GB of traffic per step, ~2.5 ms on an H100). Only cuDNN's runtime-fusion
+// engines take that graph: the first call per shape compiles a kernel (NVRTC, part of init time),
+// and shapes or dtypes without a fused engine (or whose fused plan fails) fall back, remembered per
+// shape, to the plain conv plus the broadcast add. Same values either way up to f32 summation order:
+// the bias is added in f32 before the one rounding to y's dtype. Default on; off restores the
+// separate add (BackendConfig::conv_bias_fusion). Backward is unchanged (the bias gradient is a
+// column sum of dy). ResNet's convs have no bias, so only VGG/AlexNet see it. Not yet timed on a
+// GPU: bench_ops prints both.
+// Linear layers need no switch: ops::linear already uses cuBLASLt's BIAS / BGRADB epilogues.
+// How many CUDA conv2d calls with a bias (fusion on) ran the fused graph, and how many fell back
+// to the plain conv + add (the first fallback is also noted once on stderr). The GPU tests read it
+// so that a parity pass of the "fused" path cannot come from the fallback unnoticed.
+struct ConvBiasFusionStats {
+  int64_t fused = 0;
+  int64_t unfused = 0;
+};
+ConvBiasFusionStats conv_bias_fusion_stats();
+
+}  // namespace tandem::ops

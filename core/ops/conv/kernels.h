@@ -1,0 +1,36 @@
+// core/ops/conv/kernels.h: backend entry points for 2-D convolution (internal).
+//
+// Layouts: x [N, H, W, C] (NHWC), w [O, KH, KW, C/groups] (OHWI), y [N, OH, OW, O]. Cross-
+// correlation (no kernel flip), as in every DL framework. Group g reads input channels
+// [g C/groups, (g+1) C/groups) and writes output channels [g O/groups, (g+1) O/groups).
+// The op layer (core/ops/conv/conv.cpp) validates shapes and fills ConvGeom; these functions only
+// compute. Every output is overwritten (=), never accumulated into: dx and dw are fresh tensors.
+// Bias: conv2d_forward_bias_cuda fuses it into cuDNN's graph where an engine takes it and returns
+// false where none does (y must then be recomputed: conv.cpp runs the plain forward and the
+// broadcast add, as it does everywhere else).
+#pragma once
+#include <cstdint>
+
+#include "core/ops/conv/types.h"
+#include "core/tensor.h"
+
+namespace tandem::kernels {
+
+struct ConvGeom {
+  int64_t n = 0, h = 0, w = 0, c = 0;  // input
+  int64_t o = 0, kh = 0, kw = 0;       // filter (its channel count is c / groups)
+  int64_t oh = 0, ow = 0;              // output spatial size
+  ops::Conv2dParams p;
+};
+
+void conv2d_forward_cpu(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y);
+void conv2d_backward_data_cpu(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
+#ifdef TANDEM_WITH_CUDA
+void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y);
+bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
+#endif
+
+}  // namespace tandem::kernels

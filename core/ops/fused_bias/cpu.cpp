@@ -1,0 +1,74 @@
+// core/ops/fused_bias/cpu.cpp: CPU reference for bias_gelu and bias_dropout_add over the shared
+// functors (core/ops/fused_bias/functors.h). Rows of [M, C], bias indexed by column. The bias
+// gradient accumulates in double, as the CPU's other column sums (sum_leading_cpu) do.
+#include <vector>
+
+#include "core/ops/common/cpu/widen.h"
+#include "core/ops/common/dispatch.h"
+#include "core/ops/fused_bias/functors.h"
+#include "core/ops/fused_bias/kernels.h"
+
+namespace tandem::kernels {
+namespace {
+
+fn::MaybeDropout drop_of(DropoutMask m) { return {m.p, m.seed, m.offset}; }
+
+// dx[i] = g(i, column) for every element; dbias[c] = sum over rows of dx[., c] when defined.
+template <typename T, typename G>
+void map_with_column_sum(int64_t n, int64_t C, T* dx, Tensor& dbias, G g) {
+  std::vector<double> acc(dbias.defined() ? static_cast<size_t>(C) : 0, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = i % C;
+    const T v = g(i, c);
+    dx[i] = v;
+    if (!acc.empty()) acc[c] += v;
+  }
+  if (!acc.empty()) {
+    T* db = dbias.data<T>();
+    for (int64_t c = 0; c < C; ++c) db[c] = static_cast<T>(acc[c]);
+  }
+}
+
+}  // namespace
+
+void bias_gelu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) {
+  TANDEM_CPU_WIDEN_16BIT(bias_gelu_cpu, x, bias, y);
+  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
+    const T *xp = x.data<T>(), *bp = bias.data<T>();
+    T* yp = y.data<T>();
+    const int64_t n = x.numel(), C = bias.numel();
+    for (int64_t i = 0; i < n; ++i) yp[i] = fn::BiasGelu{}(xp[i], bp[i % C]);
+  });
+}
+
+void bias_gelu_backward_cpu(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Tensor& dbias) {
+  TANDEM_CPU_WIDEN_16BIT(bias_gelu_backward_cpu, dy, x, bias, dx, dbias);
+  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
+    const T *gp = dy.data<T>(), *xp = x.data<T>(), *bp = bias.data<T>();
+    map_with_column_sum<T>(x.numel(), bias.numel(), dx.data<T>(), dbias,
+                           [&](int64_t i, int64_t c) { return fn::BiasGeluBackward{}(gp[i], xp[i], bp[c]); });
+  });
+}
+
+void bias_dropout_add_cpu(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& y, DropoutMask m) {
+  TANDEM_CPU_WIDEN_16BIT(bias_dropout_add_cpu, x, bias, residual, y, m);
+  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
+    const fn::BiasDropoutAdd f{drop_of(m)};
+    const T *xp = x.data<T>(), *bp = bias.data<T>(), *rp = residual.data<T>();
+    T* yp = y.data<T>();
+    const int64_t n = x.numel(), C = bias.numel();
+    for (int64_t i = 0; i < n; ++i) yp[i] = f(xp[i], bp[i % C], rp[i], static_cast<uint64_t>(i));
+  });
+}
+
+void dropout_bias_backward_cpu(const Tensor& dy, Tensor& dx, Tensor& dbias, DropoutMask m) {
+  TANDEM_CPU_WIDEN_16BIT(dropout_bias_backward_cpu, dy, dx, dbias, m);
+  TANDEM_CPU_FLOAT_TYPES(dy.dtype(), T, [&] {
+    const fn::MaybeDropout f = drop_of(m);
+    const T* gp = dy.data<T>();
+    map_with_column_sum<T>(dy.numel(), dbias.defined() ? dbias.numel() : 1, dx.data<T>(), dbias,
+                           [&](int64_t i, int64_t) { return f(gp[i], static_cast<uint64_t>(i)); });
+  });
+}
+
+}  // namespace tandem::kernels
