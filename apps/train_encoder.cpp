@@ -16,7 +16,8 @@
 // --amp bf16|fp16: the model in 16-bit as core/autocast.h says (LayerNorm statistics, softmax, the
 // loss and the embedding gradients' sums in f32), f32 master weights and optimizer state, fp16 loss
 // scaling; steps with non-finite gradients are skipped on every rank and counted (apps/trainer/amp.h).
-// --zero 1|2: the optimizer state (1) and the gradients (2) sharded across ranks (dist/zero.h), with
+// --zero 1|2|3: the optimizer state (1), the gradients (2) and the parameters (3: each BertLayer
+// gathered around its forward and backward, dist/zero3.h) sharded across ranks (dist/zero.h), with
 // BERT's weight-decay groups applied per shard segment by parameter name. Either way checkpoints
 // stay canonical (unsharded, name-keyed optimizer state; f32 masters), so a run resumes at another
 // world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/trainer/amp.h).

@@ -7,7 +7,8 @@
 // library's (apps/trainer/step.h) with this trainer's loss: forward through DDP (which broadcasts
 // BN buffers), cross-entropy, backward (gradients all-reduced in buckets while backward runs), the
 // --optimizer (SGD, AdamW or LAMB; --clip-grad-norm clips the global norm first; with --zero 1|2
-// each rank updates only its shard, dist/zero.h, then the parameters are all-gathered; --amp bf16|
+// each rank updates only its shard, dist/zero.h, then the parameters are all-gathered; --zero 3
+// keeps only the shards and gathers each block around its forward and backward; --amp bf16|
 // fp16 computes in 16-bit against f32 masters; --strategy ps updates on parameter servers). The LR follows optim/lr_schedule.h, scaled by the world size (Goyal et al.'s
 // linear scaling rule) with a warmup that starts from the one-rank LR. Validation after epochs
 // reduces correct counts across ranks. Checkpoints (layers/checkpoint.h) are written by rank 0 at

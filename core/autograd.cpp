@@ -125,6 +125,13 @@ void record(const std::string& name, const std::vector<Tensor>& inputs, std::vec
   }
 }
 
+HookHandle register_pre_backward_hook(const Tensor& t, std::function<void()> hook) {
+  TANDEM_CHECK(t.defined() && t.grad_fn(), "register_pre_backward_hook: ", t.defined() ? t.str() : "an undefined tensor",
+               " was not produced by a differentiable op (it has no grad_fn): hook a tensor computed with grad mode on "
+               "from inputs that require grad");
+  return t.grad_fn()->pre_hooks.add(std::move(hook));
+}
+
 void queue_callback(std::function<void()> cb) {
   TANDEM_CHECK(t_callbacks != nullptr, "queue_callback must be called during a backward pass");
   t_callbacks->push_back(std::move(cb));
@@ -200,6 +207,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     for (auto& g : grads) has_grad = has_grad || g.defined();
     std::vector<Tensor> out;
     if (has_grad) {  // a node that received nothing only passes the dependency count on
+      node->pre_hooks.run();
       profile::Range node_range(node->name().c_str(), profile::Level::Op);
       out = node->apply(grads);
     }

@@ -15,17 +15,70 @@
 //      A leaf without .grad takes the incoming gradient itself when nothing else holds it (else a clone).
 // Backward always runs with grad mode off: tandem does not do double backward.
 // Callbacks queued with queue_callback() during a backward run after its last node: dist/ uses
-// this to wait for outstanding all-reduces.
+// this to wait for outstanding all-reduces. A node's pre-hooks (register_pre_backward_hook) run
+// right before it: ZeRO-3 gathers a module's parameters there, before the module's backward.
+// Hook registrations are owned: a HookHandle removes its hook when it goes (as GradReadyHookHandle).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace tandem::autograd {
+
+// ---- hooks as owned registrations ----
+// Owns one registered hook (a node's pre-hook, a Module's forward hooks): destroying it, or reset(),
+// removes the hook; a handle that outlives what it was registered on does nothing. Move-only.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  explicit HookHandle(std::function<void()> remove) : remove_(std::move(remove)) {}
+  HookHandle(HookHandle&& o) noexcept : remove_(std::exchange(o.remove_, nullptr)) {}
+  HookHandle& operator=(HookHandle&& o) noexcept {
+    if (this != &o) reset(), remove_ = std::exchange(o.remove_, nullptr);
+    return *this;
+  }
+  ~HookHandle() { reset(); }
+  void reset() {
+    if (auto remove = std::exchange(remove_, nullptr)) remove();
+  }
+
+ private:
+  std::function<void()> remove_;
+};
+
+// Hooks taking Args, run in registration order. The entries sit behind a shared_ptr that the
+// handles hold weakly (a handle may outlive the list), allocated at the first add(): a node or
+// module without hooks pays one null pointer.
+template <class... Args>
+class HookList {
+ public:
+  using Fn = std::function<void(Args...)>;
+  [[nodiscard]] HookHandle add(Fn fn) {
+    if (!entries_) entries_ = std::make_shared<Entries>();
+    const uint64_t id = next_id_++;
+    entries_->emplace_back(id, std::move(fn));
+    return HookHandle([weak = std::weak_ptr<Entries>(entries_), id] {
+      if (auto e = weak.lock()) std::erase_if(*e, [id](const auto& h) { return h.first == id; });
+    });
+  }
+  bool empty() const { return !entries_ || entries_->empty(); }
+  // On a copy of the list: a hook may add or remove hooks (those removed still run this once).
+  void run(Args... args) const {
+    if (empty()) return;
+    const Entries hooks = *entries_;
+    for (const auto& [id, fn] : hooks) fn(args...);
+  }
+
+ private:
+  using Entries = std::vector<std::pair<uint64_t, Fn>>;
+  std::shared_ptr<Entries> entries_;
+  uint64_t next_id_ = 0;
+};
 
 struct Edge {
   std::shared_ptr<Node> fn;  // null when that input needs no gradient
@@ -47,6 +100,7 @@ class Node {
   std::vector<Edge> next_edges;
   uint32_t num_outputs = 1;
   uint64_t sequence_nr;  // creation order; later nodes run first
+  HookList<> pre_hooks;  // run right before apply() (register_pre_backward_hook)
 };
 
 // The node used by almost every op: a name plus a closure. Whatever the closure captures is the
@@ -129,6 +183,13 @@ Edge gradient_edge(const Tensor& t);
 void mark_grad_zero(const Tensor& leaf);
 // How many accumulations on this thread copied into a known-zero .grad instead of adding (tests).
 uint64_t zero_grad_copies();
+
+// ---- before a module's backward ----
+// Runs `hook` each time backward is about to run the node that produced `t` (its grad_fn): the
+// gradient w.r.t. t is complete, and none of the nodes recorded while computing t has run yet.
+// Registered on a module's output, it fires before the module's backward - FSDP's pre-backward
+// hook, where ZeRO-3 gathers the module's parameters again (dist/zero3.h). t must have a grad_fn.
+[[nodiscard]] HookHandle register_pre_backward_hook(const Tensor& t, std::function<void()> hook);
 
 // ---- running backward ----
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots);

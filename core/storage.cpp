@@ -54,10 +54,21 @@ void configure_pool(int device) {
 
 }  // namespace
 
-Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), device_(device) {
+Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), device_(device), host_(host) {
+  allocate();
+}
+
+void Storage::reacquire() {
+  if (!resident()) allocate();
+}
+
+void Storage::allocate() {
+  const size_t bytes = bytes_;
+  const Device device = device_;
+  capture_ = 0;
   if (bytes == 0) return;
 #ifdef TANDEM_WITH_CUDA
-  if (device.is_cpu() && host == HostMemory::Pinned && cuda_available()) {
+  if (device.is_cpu() && host_ == HostMemory::Pinned && cuda_available()) {
     // Portable: the loader may copy to a device other than the one current at allocation time.
     CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable), "pinning ", bytes,
                " bytes of host memory failed; lower the batch size or set pin_memory = false");
@@ -66,7 +77,6 @@ Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), 
     return;
   }
 #endif
-  (void)host;
   if (device.is_cpu()) {
     size_t rounded = (bytes + 63) / 64 * 64;
     data_ = std::aligned_alloc(64, rounded);
@@ -102,7 +112,9 @@ Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), 
   count(device, static_cast<int64_t>(bytes));
 }
 
-Storage::~Storage() {
+Storage::~Storage() { release(); }
+
+void Storage::release() {
   if (!data_) return;
   if (pinned_) {
 #ifdef TANDEM_WITH_CUDA
@@ -118,6 +130,7 @@ Storage::~Storage() {
         // A block from before the capture: a graph free node may not free it. Freed at its end.
         graph_capture::defer_free(data_, device_.index);
         count(device_, -static_cast<int64_t>(bytes_));
+        data_ = nullptr;
         return;
       }
       graph_capture::note_free(bytes_);  // a free node of the graph: its bytes are the graph's again
@@ -128,6 +141,7 @@ Storage::~Storage() {
 #endif
   }
   count(device_, -static_cast<int64_t>(bytes_));
+  data_ = nullptr;  // a later reacquire() allocates anew
 }
 
 MemoryStats memory_stats(Device d) {

@@ -38,13 +38,22 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }  // page-locked host memory (cudaHostAlloc)
+  // Frees the bytes now while every handle keeps this Storage; data() is null until reacquire()
+  // allocates bytes() again (contents undefined). ZeRO-3 (dist/zero3.h) frees a unit's gathered
+  // parameters between uses this way while the autograd graph still holds views of them, as
+  // PyTorch's FSDP does with storage().resize_(0). Both are no-ops when already in that state.
+  void release();
+  void reacquire();
+  bool resident() const { return data_ != nullptr || bytes_ == 0; }
 
  private:
+  void allocate();  // bytes_ on device_, as host_ asks (the constructor and reacquire)
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
   bool pinned_ = false;
   uint64_t capture_ = 0;  // the graph capture this CUDA block was allocated in (0: none)
+  HostMemory host_ = HostMemory::Pageable;
 };
 
 struct MemoryStats {

@@ -25,10 +25,12 @@ struct BucketingOptions {
   size_t alone_bytes = 0;  // > 0: a parameter of at least this many bytes is a bucket alone; 0: off (DDP)
 };
 
-// What parameters are grouped by: one bucket is one flat buffer, so one dtype on one device.
+// What parameters are grouped by: one bucket is one flat buffer, so one dtype on one device; and
+// under ZeRO-3 one run of a module unit's parameters (zero3.h), so units are gathered as whole buckets.
 struct BucketKey {
   DType dtype = DType::F32;
   Device device;
+  size_t unit = 0;
   bool operator==(const BucketKey&) const = default;
 };
 

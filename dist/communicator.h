@@ -55,6 +55,8 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+struct SplitPlan;  // transport/split.h: the members of a split, the same on each of them
+
 // The collectives are non-virtual: each checks its arguments here, once for every backend, then
 // starts the backend's do_* (the non-virtual interface idiom). Backends check only what is theirs
 // (NCCL: the tensor is on its GPU; MPI: a GPU tensor needs host staging).
@@ -64,7 +66,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;  // "mpi", "mpi+host-staging", "nccl", "threads"
-  // Where this communicator's own small tensors live (all_gather_strings, Zero::sum_reduce): NCCL's
+  // Where this communicator's own small tensors live (transport/strings.h, Zero::sum_reduce): NCCL's
   // GPU; the CPU for MPI (host staging or not) and threads.
   virtual Device device() const { return Device::cpu(); }
 
@@ -100,35 +102,18 @@ class Communicator {
   }
   WorkPtr barrier(const std::string& name = "barrier") { return do_barrier(name); }
 
-  // A sub-communicator (MPI_Comm_split): the ranks that pass the same `color` form one new
-  // communicator, ranked by `key` (ties: by rank here). Blocking, and a collective of this
-  // communicator: every rank calls it, in the same place of its sequence of collectives, and every
-  // rank gets a communicator (color >= 0; MPI's MPI_UNDEFINED "no group" is not offered). The
-  // colours and keys travel first in an all_gather of this communicator, so a rank that never calls
-  // split is named by the watchdog like any missing rank; the new communicator has a watchdog of its
-  // own (transport/watchdog.h names world ranks). The caller owns it; destroy it before
-  // dist::finalize(). Tensor parallelism's grid (tp/grid.h) is two splits of the world.
+  // A sub-communicator (MPI_Comm_split): the ranks passing the same `color` form a new one, ranked
+  // by `key`. A blocking collective of this communicator; the caller owns the result and destroys it
+  // before dist::finalize(). transport/split.h: the rules. Tensor parallelism's grid is two splits.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name = "split");
-
-  // The members of a split, as this communicator's ranks in the new communicator's rank order:
-  // what every backend's do_split builds (computed once, here, from the gathered colours and keys).
-  struct SplitPlan {
-    int color = 0;
-    long long index = 0;       // this communicator's splits so far, this one included (from 1)
-    std::vector<int> members;  // members[new rank] = rank in this communicator
-    int new_rank = 0;          // this rank's place in members
-  };
 
   // "Now" on this communicator's timeline, recorded after the work already issued on this rank's
   // compute stream (GPU) or at this instant (CPU). The reducer uses it for bucket-ready times.
   virtual MarkPtr mark() = 0;
 
   // Puts the work issued so far on this rank's compute stream under the watchdog as one more
-  // collective named `what`, like the ones this communicator issues itself (transport/watchdog.h).
-  // For a replayed CUDA graph: the collectives inside it were captured unwatched (their events
-  // belong to the graph), so the loop calls this after each replay, on every rank alike, and a hung
-  // or faulted replay aborts the job naming the rank. Returns the collective's number; 0 where
-  // there is nothing to watch (MPI: no graphs, its own waits are watched; threads: no GPU).
+  // collective named `what`: a replayed CUDA graph's (transport/watchdog.h says why). Returns its
+  // number; 0 where there is nothing to watch (MPI: no graphs; threads: no GPU).
   virtual long long watch_compute(const std::string& what) {
     (void)what;
     return 0;
@@ -142,8 +127,7 @@ class Communicator {
   virtual WorkPtr do_broadcast(Tensor& t, int root, const std::string& name) = 0;
   virtual WorkPtr do_reduce(Tensor& t, int root, ReduceOp op, const std::string& name) = 0;
   virtual WorkPtr do_barrier(const std::string& name) = 0;
-  // The backend's half of split(): `plan` is the same on every member of a group. Default: throws
-  // (a backend that cannot form sub-groups).
+  // The backend's half of split(): `plan` is the same on every member of a group. Default: throws.
   virtual std::unique_ptr<Communicator> do_split(const SplitPlan& plan, const std::string& name);
 
  private:
@@ -158,9 +142,5 @@ class Communicator {
                  part.numel(), " = ", part.numel() * size(), " were expected");
   }
 };
-
-// Blocking helper for setup and reporting: every rank's string, in rank order (two all_gathers
-// on `comm`, so it is ordered with its other collectives and covered by its watchdog).
-std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
 
 }  // namespace tandem::dist

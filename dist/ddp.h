@@ -1,13 +1,13 @@
 // dist/ddp.h: DistributedDataParallel - one model replica per rank, gradients averaged.
 //
 // Wrapping a Module:
-//   1. checks that every rank built the same model (check_same_model below), before any other
+//   1. checks that every rank built the same model (transport/same_model.h), before any other
 //      collective: a different model would make the next collectives mismatch;
 //   2. broadcasts parameters and buffers from rank 0, so every replica starts identical;
 //   3. builds a Reducer (reducer.h) over the parameters that require grad.
 // Each training forward first broadcasts rank 0's buffers (BatchNorm running statistics), as
 // PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank; the buffers
-// of one dtype travel as one flat broadcast (broadcast_coalesced below, PyTorch's _broadcast_coalesced).
+// of one dtype travel as one flat broadcast (transport/coalesced.h, PyTorch's _broadcast_coalesced).
 // With sync_batchnorm the module is converted first (extras/sync_batchnorm.h; module() returns it).
 // Every collective goes through the communicator passed in (an app gets the world's from
 // dist::comm_for(device), a test may pass an in-process one, transport/comm_thread.h); ZeRO and
@@ -20,6 +20,8 @@
 
 #include "core/profile.h"
 #include "dist/reducer.h"
+#include "dist/transport/coalesced.h"   // defines: broadcast_coalesced (the buffers' broadcast)
+#include "dist/transport/same_model.h"  // defines: check_same_model (the first collective)
 #include "layers/module.h"
 
 namespace tandem::dist {
@@ -43,11 +45,12 @@ class DistributedDataParallel {
   // does forward()'s work (prepare_forward) and returns f(module()), inside the "forward" profile range:
   //   Tensor loss = ddp.forward_with([&](Module& m) { return bert.mlm_loss(ids, mask, types, labels); });
   // f must run the wrapped module's forward exactly once (the reducer counts one backward per step).
+  // f runs inside the module's forward hooks (Module::call), as forward() runs it (ZeRO-3's root unit).
   template <class F>
   decltype(auto) forward_with(F&& f) {
     prepare_forward();
     profile::Range r("forward");
-    return std::forward<F>(f)(*module_);
+    return module_->call([&]() -> decltype(auto) { return std::forward<F>(f)(*module_); });
   }
   // What every forward does first: starts the reducer's step (when grad mode is on) and broadcasts
   // rank 0's buffers (training mode, broadcast_buffers).
@@ -69,6 +72,8 @@ class DistributedDataParallel {
 
   Module& module() { return *module_; }
   Reducer& reducer() { return *reducer_; }
+  // A new reducer, same parameters, no collective; between steps (ZeRO-3 regroups buckets, zero3.h).
+  void rebuild_reducer(const ReducerOptions& options);
   Communicator& communicator() const { return comm_; }
   Timeline& timeline() { return reducer_->timeline(); }
   // Collectives issued by the last training forward's buffer broadcast: one per (dtype, device)
@@ -82,15 +87,5 @@ class DistributedDataParallel {
   std::unique_ptr<Reducer> reducer_;
   int buffer_collectives_ = 0;
 };
-
-// Broadcasts `tensors` from `root` with one collective per (dtype, device): each group is packed
-// into one flat buffer, broadcast and unpacked (a group of one tensor is broadcast in place).
-// Every rank must pass the same shapes and dtypes in the same order. Returns the number of
-// collectives issued. DDP uses it for buffers; exposed for tests and for tools.
-int broadcast_coalesced(Communicator& comm, const std::vector<Tensor>& tensors, int root, const std::string& name);
-
-// Throws on every rank, naming the first difference, unless all ranks hold the same parameter and
-// buffer names, shapes and dtypes. Exposed for tests and for tools that wrap models differently.
-void check_same_model(Communicator& comm, const Module& m);
 
 }  // namespace tandem::dist

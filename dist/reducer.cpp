@@ -15,7 +15,7 @@ Reducer::Reducer(std::vector<NamedParam> named_params, Communicator& comm, Reduc
   for (auto& [name, p] : params_) {
     TANDEM_CHECK(p.requires_grad(), "parameter ", name, " does not require grad; pass only trainable parameters");
     bytes.push_back(p.nbytes());
-    keys.push_back({p.dtype(), p.device()});
+    keys.push_back({p.dtype(), p.device(), options_.units.empty() ? 0 : options_.units.at(keys.size())});
   }
   collective_ = make_bucket_collective(options_.collective, comm_, options_.compression, options_.scatter_in_flight);
   // Bucketing off is the limit of tiny buckets: every parameter closes its own.

@@ -44,6 +44,7 @@ struct ReducerOptions {
   // alive at the end of backward - the whole 4Ψ of gradients ZeRO-2 exists to avoid. 1 (default)
   // keeps one reduce-scatter overlapping the next layer's backward; 0 waits for each at its launch.
   int scatter_in_flight = 1;
+  std::vector<size_t> units;  // ZeRO-3: per parameter, its BucketKey::unit (zero3.h); empty: all 0
 };
 
 // Where a parameter's gradient lives.

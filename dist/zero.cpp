@@ -1,10 +1,5 @@
-// dist/zero.cpp: segments, the parameter all-gather and the state gather of ZeRO (see zero.h).
+// dist/zero.cpp: segments, the stage-3 shards and the stage-1/2 parameter all-gather of ZeRO (see zero.h).
 #include "dist/zero.h"
-
-#include <algorithm>
-#include <map>
-#include <optional>
-#include <set>
 
 #include "core/autograd.h"
 #include "core/profile.h"
@@ -23,17 +18,22 @@ Tensor flat(const Tensor& t, int64_t offset, int64_t n) { return t.detach().view
 
 }  // namespace
 
-Zero::Zero(DistributedDataParallel& ddp, int stage)
-    : ddp_(ddp),
-      params_(ddp.reducer().params()),
+Zero::Zero(DistributedDataParallel& ddp, int stage, const Zero3Options& zero3)
+    : ddp_(stage == 3 ? regroup_by_unit(ddp, zero3) : ddp),  // first: the layout follows the buckets
       comm_(ddp.communicator()),
       stage_(stage),
+      params_(ddp.reducer().params()),
       layout_(layout_buckets(ddp.reducer()), comm_.size()),
       pieces_(layout_.pieces(comm_.rank())) {
-  TANDEM_CHECK(stage == 1 || stage == 2, "ZeRO stage must be 1 or 2, got ", stage, " (0 is plain DDP)");
-  const Collective want = stage == 2 ? Collective::ReduceScatter : Collective::AllReduce;
+  TANDEM_CHECK(stage >= 1 && stage <= 3, "ZeRO stage must be 1, 2 or 3, got ", stage, " (0 is plain DDP)");
+  const Collective want = stage >= 2 ? Collective::ReduceScatter : Collective::AllReduce;
   TANDEM_CHECK(ddp.reducer().options().collective == want, "ZeRO stage ", stage, " needs the DDP reducer's "
                "collective = ", stage == 2 ? "ReduceScatter" : "AllReduce", ": set DdpOptions::reducer.collective");
+  if (stage < 3) return;
+  std::vector<Tensor> shards;  // from the parameters DDP broadcast: the last time they are whole
+  for (size_t b = 0; b < layout_.buckets().size(); ++b)
+    shards.push_back(own_slice(b, [&](const ShardPiece& pc) { return flat(params_[pc.param].second, pc.param_offset, pc.length); }));
+  schedule_ = std::make_unique<Zero3Schedule>(ddp, layout_, std::move(shards), zero3);
 }
 
 std::vector<optim::ParamSegment> Zero::segments() const {
@@ -44,8 +44,9 @@ std::vector<optim::ParamSegment> Zero::segments() const {
     const Tensor& p = params_[pc.param].second;
     optim::ParamSegment s;
     s.name = params_[pc.param].first;
-    s.param = flat(p, pc.param_offset, pc.length);
-    s.grad = stage_ == 2 ? b.shard.slice(pc.slice_offset, pc.slice_offset + pc.length)
+    s.param = stage_ == 3 ? schedule_->shard(pc.bucket).slice(pc.slice_offset, pc.slice_offset + pc.length)
+                          : flat(p, pc.param_offset, pc.length);
+    s.grad = stage_ >= 2 ? b.shard.slice(pc.slice_offset, pc.slice_offset + pc.length)
                          : flat(b.buffer, rank * layout_.buckets()[pc.bucket].chunk + pc.slice_offset, pc.length);
     s.offset = pc.param_offset;
     s.param_numel = p.numel();
@@ -80,8 +81,8 @@ void Zero::zero_grad(optim::Optimizer& opt) {
   opt.zero_grad();
 }
 
-template <typename F>
-Tensor Zero::own_slice(size_t b, F&& source, std::optional<DType> dtype) const {
+Tensor Zero::own_slice(size_t b, const std::function<Tensor(const ShardPiece&)>& source,
+                       std::optional<DType> dtype) const {
   const LayoutBucket& lb = layout_.buckets()[b];
   const Tensor& first = params_[lb.params.front()].second;
   Tensor mine = Tensor::zeros({lb.chunk}, dtype.value_or(first.dtype()), first.device());
@@ -91,6 +92,7 @@ Tensor Zero::own_slice(size_t b, F&& source, std::optional<DType> dtype) const {
 }
 
 void Zero::gather_parameters() {
+  if (stage_ == 3) return;  // the shards were updated in place; each unit's next use gathers it
   profile::Range range("zero allgather parameters");
   autograd::NoGradGuard ng;
   struct InFlight {
@@ -134,85 +136,6 @@ void Zero::gather_parameters() {
     }
   }
   for (InFlight& f : pending) copy_out(f);
-}
-
-optim::NamedTensors Zero::gather_state(const optim::Optimizer& opt, int root) const {
-  return gather_slices(opt.state_slices(), root);
-}
-
-optim::NamedTensors Zero::gather_slices(const std::vector<optim::StateSlice>& slices, int root) const {
-  autograd::NoGradGuard ng;
-  std::map<std::string, size_t> index;  // parameter name -> index
-  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
-  // key "<param>.<suffix>": split at the longest parameter name that prefixes it.
-  struct Parsed {
-    size_t param;
-    std::string suffix;
-    const optim::StateSlice* slice;
-  };
-  std::vector<Parsed> parsed;
-  std::set<std::string> suffixes;
-  for (const optim::StateSlice& s : slices) {
-    if (auto whole = index.find(s.key); whole != index.end()) {  // "<param>": an AMP master
-      parsed.push_back({whole->second, "", &s});
-      suffixes.insert("");
-      continue;
-    }
-    const size_t dot = s.key.rfind('.');
-    auto it = index.find(s.key.substr(0, dot));
-    TANDEM_CHECK(dot != std::string::npos && it != index.end(), "internal: state key ", s.key, " names no parameter");
-    parsed.push_back({it->second, s.key.substr(dot + 1), &s});
-    suffixes.insert(s.key.substr(dot + 1));
-  }
-  // Every rank must run the same gathers: agree on the state names first (a rank may own little).
-  std::string mine;
-  for (const std::string& s : suffixes) mine += s + "\n";
-  suffixes.clear();
-  for (const std::string& all : all_gather_strings(comm_, mine))
-    for (size_t a = 0, e; (e = all.find('\n', a)) != std::string::npos; a = e + 1) suffixes.insert(all.substr(a, e - a));
-  // Which (parameter, state) exist, and the step counts: from the rank owning element 0.
-  const size_t np = params_.size(), ns = suffixes.size();
-  std::vector<std::string> names(suffixes.begin(), suffixes.end());
-  std::vector<double> present(np * ns, 0.0);
-  std::vector<char> owns_first(params_.size(), 0);  // this rank holds element 0 of the parameter
-  for (const ShardPiece& pc : pieces_)
-    if (pc.param_offset == 0) owns_first[pc.param] = 1;
-  for (const Parsed& p : parsed) {
-    if (p.slice->offset != 0 || !owns_first[p.param]) continue;  // "<name>.step" sits on every segment
-    const size_t k = std::find(names.begin(), names.end(), p.suffix) - names.begin();
-    present[p.param * ns + k] = p.suffix == "step" ? p.slice->value.item() + 1 : 1;  // +1: a step of 0 exists
-  }
-  sum_reduce()(present);
-  optim::NamedTensors out;
-  const bool keep = comm_.rank() == root;
-  for (size_t k = 0; k < ns; ++k) {
-    if (names[k] == "step") {
-      for (size_t i = 0; i < np && keep; ++i)
-        if (present[i * ns + k] > 0)
-          out.emplace_back(params_[i].first + ".step", Tensor::full({}, present[i * ns + k] - 1, DType::F32));
-      continue;
-    }
-    std::map<std::pair<size_t, int64_t>, Tensor> values;  // this rank's slices of this state
-    for (const Parsed& p : parsed)
-      if (p.suffix == names[k]) values[{p.param, p.slice->offset}] = p.slice->value;
-    for (size_t b = 0; b < layout_.buckets().size(); ++b) {
-      const LayoutBucket& lb = layout_.buckets()[b];
-      Tensor mine = own_slice(b, [&](const ShardPiece& pc) {
-        auto it = values.find({pc.param, pc.param_offset});
-        const Tensor& p = params_[pc.param].second;
-        return it == values.end() ? Tensor::zeros({pc.length}, DType::F32, p.device())
-                                  : it->second.view({pc.length}).to(DType::F32);
-      }, DType::F32);
-      Tensor all = Tensor::empty({mine.numel() * comm_.size()}, mine.dtype(), mine.device());
-      comm_.all_gather(mine, all, "allgather state bucket " + std::to_string(b))->wait();
-      for (size_t j = 0; j < lb.params.size() && keep; ++j)
-        if (present[lb.params[j] * ns + k] > 0)
-          out.emplace_back(params_[lb.params[j]].first + (names[k].empty() ? "" : "." + names[k]),
-                           all.slice(lb.offsets[j], lb.offsets[j] + lb.lengths[j]).clone().view(
-                               params_[lb.params[j]].second.shape()));
-    }
-  }
-  return out;
 }
 
 }  // namespace tandem::dist

@@ -64,7 +64,7 @@ Tensor Module::operator()(const Tensor& x) {
   // The range name is the layer type: Nsight groups the timeline by it, and it is cheap to build.
   std::string label = name_.empty() ? type_name() : type_name() + " " + name_;
   profile::Range range(label.c_str(), profile::Level::Layer);
-  return forward(x);
+  return call([&] { return forward(x); });
 }
 
 size_t Module::add_child(const std::string& name, std::shared_ptr<Module> m, TypeCheck accepts) {

@@ -17,12 +17,21 @@
 // replace_child (dist::convert_sync_batchnorm swapping BatchNorm2d for SyncBatchNorm) the tree
 // walks and the parent's forward both see the new module, with nothing to keep in sync. The handle
 // costs an index, not a name lookup, per call.
+//
+// Forward hooks (PyTorch's register_forward_pre_hook / register_forward_hook) run around a
+// module's forward when it is called through operator() or call(): pre-hooks before, post-hooks
+// after with its output. A typed forward with more inputs (BertLayer's forward(x, mask)) is seen by
+// them only when its caller runs it through call(). ZeRO-3 (dist/zero3.h) gathers a module's
+// parameters in its pre-hook and frees them in its post-hook.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/check.h"
 #include "core/random.h"
 #include "core/tensor.h"
@@ -65,7 +74,25 @@ class Module {
 
   // The computation. Call the module with operator(), which adds the profiling range.
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x);
+  Tensor operator()(const Tensor& x);  // forward(x) inside a profiling range, through call()
+  // Runs body() - a forward of this module, typed or not - between the forward hooks:
+  //   h = layer->call([&] { return layer->forward(h, mask); });
+  // The post-hooks get body's result when it is a Tensor, else an undefined Tensor.
+  template <class F>
+  decltype(auto) call(F&& body) {
+    pre_hooks_.run(*this);
+    decltype(auto) out = std::forward<F>(body)();
+    if constexpr (std::is_same_v<std::decay_t<decltype(out)>, Tensor>) post_hooks_.run(*this, out);
+    else post_hooks_.run(*this, Tensor());
+    return out;
+  }
+  // The hook stays registered while the returned handle lives (autograd::HookHandle).
+  using ForwardPreHook = std::function<void(Module&)>;
+  using ForwardHook = std::function<void(Module&, const Tensor& output)>;
+  [[nodiscard]] autograd::HookHandle register_forward_pre_hook(ForwardPreHook hook) {
+    return pre_hooks_.add(std::move(hook));
+  }
+  [[nodiscard]] autograd::HookHandle register_forward_hook(ForwardHook hook) { return post_hooks_.add(std::move(hook)); }
   // Short class name for describe() and traces ("Conv2d", "BasicBlock").
   virtual std::string type_name() const = 0;
   // One-line summary of the configuration ("3, 64, kernel_size=7, stride=2"), like PyTorch's repr.
@@ -131,6 +158,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<ChildSlot> children_;
+  autograd::HookList<Module&> pre_hooks_;
+  autograd::HookList<Module&, const Tensor&> post_hooks_;
   bool training_ = true;
   std::string name_;
 };

@@ -154,7 +154,8 @@ BertEncoder::BertEncoder(const BertConfig& cfg) {
 
 Tensor BertEncoder::forward(const Tensor& x, const Tensor& attention_mask) {
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h, attention_mask);
+  // Through call(): each layer's forward hooks see it (ZeRO-3 gathers a layer's weights there, dist/zero3.h).
+  for (auto& layer : layers_) h = layer->call([&] { return layer->forward(h, attention_mask); });
   return final_ln_ ? (*final_ln_)(h) : h;
 }
 

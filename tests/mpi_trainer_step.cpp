@@ -4,8 +4,8 @@
 // its micro-batches), on tests/support/ddp_fixture.h's data.
 //
 //  - The Step equals the hand-written loop the trainers ran before it (apps/train/loop.cpp and
-//    apps/encoder/loop.cpp, written out here with dist/ and optim/ directly): for DDP, ZeRO-1 and
-//    ZeRO-2, in f32, bf16 and fp16, with SGD (momentum), AdamW and LAMB, with and without clipping,
+//    apps/encoder/loop.cpp, written out here with dist/ and optim/ directly): for DDP, ZeRO-1,
+//    ZeRO-2 and ZeRO-3, in f32, bf16 and fp16, with SGD (momentum), AdamW and LAMB, with and without clipping,
 //    the parameters after 3 steps are bit-identical to the loop's and the gathered optimizer state
 //    (with AMP's masters and loss scale) is identical too. Same operations in the same order, so
 //    no tolerance: any difference is a change of behaviour. Ranks stay bit-identical.
@@ -116,9 +116,9 @@ struct HandWritten {
     if (amp) cast_for_amp(*model, low(c.precision));
     dist::DdpOptions d;
     d.reducer.bucketing = kBuckets;
-    if (c.strategy == Strategy::Zero2) d.reducer.collective = dist::Collective::ReduceScatter;
+    if (trainer::zero_stage(c.strategy) >= 2) d.reducer.collective = dist::Collective::ReduceScatter;
     ddp = std::make_unique<dist::DistributedDataParallel>(model, dist::comm_for(dist::world().device), d);
-    if (trainer::is_zero(c.strategy)) zero = std::make_unique<dist::Zero>(*ddp, c.strategy == Strategy::Zero2 ? 2 : 1);
+    if (trainer::is_zero(c.strategy)) zero = std::make_unique<dist::Zero>(*ddp, trainer::zero_stage(c.strategy));
     optim::OptimizerOptions oo = optimizer_options(c);
     if (zero) oo.norm_reduce = zero->sum_reduce();
     if (amp) {
@@ -212,11 +212,11 @@ std::string name_of(const Config& c) {
 
 }  // namespace
 
-TEST_CASE("the Step equals the trainers' hand-written loop bit for bit: DDP, ZeRO-1/2 x f32, bf16, fp16 x SGD, AdamW, LAMB x clipping") {
+TEST_CASE("the Step equals the trainers' hand-written loop bit for bit: DDP, ZeRO-1/2/3 x f32, bf16, fp16 x SGD, AdamW, LAMB x clipping") {
   const dist::World& w = dist::world();
   const Data d = make_data(w.size * kBatch);
   const Tensor x = rank_rows(d.x, w.rank), y = rank_rows(d.y, w.rank);
-  for (Strategy s : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2})
+  for (Strategy s : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3})
     for (Precision p : {Precision::F32, Precision::BF16, Precision::F16})
       for (const char* opt : {"sgd", "adamw", "lamb"})
         for (double clip : {0.0, 0.5}) {
@@ -233,6 +233,10 @@ TEST_CASE("the Step equals the trainers' hand-written loop bit for bit: DDP, ZeR
             applied += r.applied;
           }
           CHECK(applied >= (p == Precision::F16 ? 1 : kSteps));  // fp16 may skip while its scale settles
+          // ZeRO-3: both sides' weights whole for the look (collective; nothing elsewhere).
+          const dist::FullParameters lib_weights = lib.step->full_parameters();
+          const dist::FullParameters hand_weights =
+              hand.zero ? hand.zero->full_parameters() : dist::FullParameters(nullptr);
           CHECK(same_bits(*lib.model, *hand.model));
           CHECK(bit_identical(dist::comm_for(dist::world().device), *lib.model));
           const optim::NamedTensors hs = hand.state(), ls = lib.step->state();  // collective under ZeRO

@@ -1,10 +1,12 @@
-// tests/mpi_zero_amp.cpp: mixed precision with ZeRO-1/2 (run under mpiexec -n 2 and -n 4), through
+// tests/mpi_zero_amp.cpp: mixed precision with ZeRO-1/2/3 (run under mpiexec -n 2 and -n 4), through
 // the training step's own wiring (apps/trainer/amp.h: build_masters, make_amp_groups, amp_step,
 // amp_state, take_amp_state; one parameter group here, as train_imagenet's).
 //
 // The model has a BatchNorm, so the AMP cast leaves f32 parameters (their own masters, f32 buckets)
-// beside the 16-bit ones (f32 masters of this rank's shard only, 16-bit buckets).
-//   - AMP bf16 (and fp16) with ZeRO-1 and ZeRO-2 and AdamW take the same steps as AMP DDP: the f32
+// beside the 16-bit ones (f32 masters of this rank's shard only, 16-bit buckets). Under ZeRO-3 its
+// three layers are units (conv and fc gathered in 16 bits, BatchNorm's unit in f32) and its 16-bit
+// shards are what the masters are copied into; the weights are read inside full_parameters().
+//   - AMP bf16 (and fp16) with ZeRO-1, 2 and 3 and AdamW take the same steps as AMP DDP: the f32
 //     masters and the optimizer state to 1e-6 per element, the 16-bit parameters bit-identical to
 //     DDP's, and every rank's parameters bit-identical. ZeRO-1 all-reduces as DDP does and updates
 //     the same elements with the same elementwise math. ZeRO-2's reduce-scatter could add the
@@ -12,7 +14,7 @@
 //     collective), and a bf16 rounding difference would then show; so the ranks here train on the
 //     same rows (Setup::same_rows): N equal addends sum exactly in any order (x + x = 2x), and the
 //     comparison tests the sharding, not MPICH's summation order. With rank-dependent rows ZeRO-1
-//     is compared at every N and ZeRO-2 at N = 2 (two addends: one sum in either order).
+//     is compared at every N and ZeRO-2/3 at N = 2 (two addends: one sum in either order).
 //   - fp16 with an inf written into ONE rank's gradient shard: each rank checks only its shard,
 //     so without the found-inf all-reduce only that rank would skip; with it every rank skips,
 //     halves its scale, keeps its parameters, and the next clean step applies everywhere.
@@ -21,8 +23,8 @@
 //   - --clip-grad-norm under AMP + ZeRO (the norm of the unscaled f32 master gradients, summed over
 //     the shards) equals AMP DDP clipping, and clipping does change the result; LAMB's per-parameter
 //     norms across shards likewise.
-//   - Resume: a checkpoint saved by AMP ZeRO-2 at this N (masters and state gathered, unsharded,
-//     keyed by name) resumed with ZeRO-1, ZeRO-2 and DDP at this N, and on one process (world size
+//   - Resume: a checkpoint saved by AMP ZeRO-2, and one by AMP ZeRO-3, at this N (masters and state
+//     gathered, unsharded, keyed by name) resumed with ZeRO-1, 2, 3 and DDP at this N, and on one process (world size
 //     1, unsharded), equals the uninterrupted AMP DDP run to 1e-6 (masters) and bit for bit (16-bit
 //     parameters). Same rows on every rank, so one process computes the ranks' averaged gradient
 //     exactly and the cross-world-size check can be exact too.
@@ -72,8 +74,15 @@ struct Setup {
   BucketingOptions buckets{256, 1024};  // several buckets: shard boundaries cut through parameters
   double clip = 0;                      // > 0: --clip-grad-norm
   bool same_rows = false;               // every rank trains on rank 0's rows (see the file comment)
-  std::vector<int> stages{1, 2};        // check_same_as_ddp: the ZeRO stages to compare with DDP
+  std::vector<int> stages{1, 2, 3};     // check_same_as_ddp: the ZeRO stages to compare with DDP
 };
+
+// ZeRO-3: conv, bn and fc are units (AmpNet's children are not in a Sequential).
+Zero3Options units() {
+  Zero3Options o;
+  o.wrap = [](const Module&, const Module& parent) { return parent.type_name() == "AmpNet"; };
+  return o;
+}
 
 // Stage 2 needs the reducer to reduce-scatter (dist/zero.h).
 DdpOptions ddp_options(const Setup& s) {
@@ -99,7 +108,7 @@ struct Run {
     // A checkpoint's weights go in before DDP broadcasts rank 0's; its state after the masters exist.
     optim::NamedTensors load = ckpt.empty() ? optim::NamedTensors{} : load_checkpoint(ckpt, *model).optimizer;
     ddp = std::make_unique<DistributedDataParallel>(model, dist::comm_for(Device::cpu()), ddp_options(s));
-    if (s.stage > 0) zero = std::make_unique<Zero>(*ddp, s.stage);
+    if (s.stage > 0) zero = std::make_unique<Zero>(*ddp, s.stage, units());
     trainer::build_masters(*amp, *model, zero.get());
     if (!ckpt.empty()) trainer::take_amp_state(amp.get(), load);
     optim::OptimizerOptions oo;
@@ -135,6 +144,8 @@ struct Run {
     for (auto& e : trainer::amp_state(*amp)) s.push_back(e);
     return s;
   }
+  // ZeRO-3: the weights are whole only while this lives (collective); otherwise it does nothing.
+  FullParameters whole() { return zero ? zero->full_parameters() : FullParameters(nullptr); }
 };
 
 // Per element |a - b| / max(|b|, 1e-3), over tensors matched by name (infinity when the names or
@@ -194,6 +205,7 @@ std::unique_ptr<Run> check_same_as_ddp(Setup s, int steps = kSteps) {
     s.stage = stage;
     Run z(s);
     CHECK(z.steps(steps) == applied);
+    const FullParameters weights = z.whole();
     CHECK(z.amp->scaler.scale() == ddp->amp->scaler.scale());
     CHECK(same_bits(*z.model, *ddp->model));  // the 16-bit parameters and BatchNorm's f32 ones
     CHECK(bit_identical(dist::comm_for(Device::cpu()), *z.model));
@@ -225,18 +237,22 @@ TEST_CASE("AMP bf16 and fp16 with ZeRO-1 and ZeRO-2 and AdamW equal AMP DDP; ran
   // reduce-scatter pairs the ranks differently from its all-reduce - measured: bf16 gradients
   // then differ in the last bit and Adam turns that into visible changes of near-zero elements.)
   Setup distinct;
-  distinct.stages = world().size == 2 ? std::vector<int>{1, 2} : std::vector<int>{1};
+  distinct.stages = world().size == 2 ? std::vector<int>{1, 2, 3} : std::vector<int>{1};
   check_same_as_ddp(distinct);
 }
 
 TEST_CASE("fp16 + ZeRO: an inf in one rank's gradient shard skips the step on every rank and halves every scale") {
   const int last = world().size - 1;
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
     Setup s;
     s.stage = stage;
     s.low = DType::F16;
     Run r(s);
+    auto weights = [&] {  // fc's and conv's bytes (ZeRO-3: gathered for the look)
+      const FullParameters whole = r.whole();
+      return host_bytes(r.model->fc->weight()) + host_bytes(r.model->conv->weight());
+    };
     r.amp->scaler = optim::LossScaler(optim::LossScalerOptions{1024.0});  // small: the clean steps stay clean
     const Data d = make_data(world().size * kBatch);
     r.backward(d);
@@ -244,17 +260,18 @@ TEST_CASE("fp16 + ZeRO: an inf in one rank's gradient shard skips the step on ev
     REQUIRE(!grads.empty());
     if (world().rank == last)
       grads.back().slice(0, 1).copy_(ops::cast_raw(Tensor::full({1}, INFINITY), DType::F16));
-    const std::string before = host_bytes(r.model->fc->weight()) + host_bytes(r.model->conv->weight());
+    const std::string before = weights();
     CHECK_FALSE(trainer::amp_step(*r.amp, *r.opt));  // every rank: skipped
     CHECK(r.amp->scaler.scale() == 512.0);
     CHECK(r.amp->scaler.skipped_steps() == 1);
-    CHECK(host_bytes(r.model->fc->weight()) + host_bytes(r.model->conv->weight()) == before);
+    CHECK(weights() == before);
     // Each rank alone would disagree: only the last one holds the inf in its shard.
     CHECK(r.amp->master->unscale_and_check(r.zero->grads(), 1.0) == (world().rank == last));
     // A clean step then applies on every rank, and the ranks stay bit-identical.
     CHECK(r.steps(1) == 1);
     CHECK(r.amp->scaler.scale() == 512.0);
-    CHECK(host_bytes(r.model->fc->weight()) + host_bytes(r.model->conv->weight()) != before);
+    CHECK(weights() != before);
+    const FullParameters whole = r.whole();
     CHECK(bit_identical(dist::comm_for(Device::cpu()), *r.model));
   }
 }
@@ -307,45 +324,53 @@ TEST_CASE("AMP resume across stage and world size equals the uninterrupted AMP D
   Run whole(s);  // uninterrupted AMP DDP
   whole.steps(kBefore + kAfter);
   const optim::NamedTensors whole_state = whole.state();
-  // The first half under ZeRO-2, its gathered state written by rank 0.
-  s.stage = 2;
-  Run first(s);
-  first.steps(kBefore);
-  const optim::NamedTensors saved = first.state();
-  if (world().rank == 0) CHECK(has_master(saved));
-  const SharedCheckpoint ck(*first.model, saved);
-  const std::string& path = ck.path;
-  for (int stage : {0, 1, 2}) {  // the second half under DDP, ZeRO-1 and ZeRO-2
-    CAPTURE(stage);
-    s.stage = stage;
-    Run second(s, path);
-    second.steps(kAfter);
-    CHECK(bit_identical(dist::comm_for(Device::cpu()), *second.model));
-    CHECK(same_bits(*second.model, *whole.model));
-    const optim::NamedTensors end = second.state();
-    if (world().rank == 0) CHECK(state_diff(end, whole_state) <= 1e-6);
-  }
-  // World size 1: one process, unsharded masters, the same rows, from the same checkpoint.
-  {
-    auto one = std::make_shared<AmpNet>(1);
-    auto amp = trainer::make_amp(DType::BF16, *one);
-    optim::NamedTensors load = load_checkpoint(path, *one).optimizer;
-    trainer::build_masters(*amp, *one, nullptr);
-    trainer::take_amp_state(amp.get(), load);
-    optim::OptimizerOptions oo;
-    oo.lr = 0.01;
-    auto opt = trainer::make_amp_groups(*amp, "adamw", oo);
-    opt->load_state(load);
-    const Data d = make_data(world().size * kBatch);
-    for (int i = 0; i < kAfter; ++i) {
-      opt->zero_grad();
-      one->zero_grad();
-      ops::cross_entropy((*one)(ops::cast_raw(rank_rows(d.x, 0), DType::BF16)), rank_rows(d.y, 0)).backward();
-      CHECK(trainer::amp_step(*amp, *opt));
+  for (int saved_stage : {2, 3}) {  // the first half under ZeRO-2, then under ZeRO-3
+    CAPTURE(saved_stage);
+    s.stage = saved_stage;
+    auto first = std::make_unique<Run>(s);
+    first->steps(kBefore);
+    const optim::NamedTensors saved = first->state();
+    if (world().rank == 0) CHECK(has_master(saved));
+    std::unique_ptr<SharedCheckpoint> ck;
+    {
+      const FullParameters weights = first->whole();  // rank 0 writes them whole, then they go
+      ck = std::make_unique<SharedCheckpoint>(*first->model, saved);
     }
-    CHECK(same_bits(*one, *whole.model));
-    optim::NamedTensors os = opt->state();
-    for (auto& e : trainer::amp_state(*amp)) os.push_back(e);
-    if (world().rank == 0) CHECK(state_diff(os, whole_state) <= 1e-6);
+    first.reset();
+    const std::string& path = ck->path;
+    for (int stage : {0, 1, 2, 3}) {  // the second half under DDP and every stage
+      CAPTURE(stage);
+      s.stage = stage;
+      Run second(s, path);
+      second.steps(kAfter);
+      const FullParameters weights = second.whole();
+      CHECK(bit_identical(dist::comm_for(Device::cpu()), *second.model));
+      CHECK(same_bits(*second.model, *whole.model));
+      const optim::NamedTensors end = second.state();
+      if (world().rank == 0) CHECK(state_diff(end, whole_state) <= 1e-6);
+    }
+    // World size 1: one process, unsharded masters, the same rows, from the same checkpoint.
+    {
+      auto one = std::make_shared<AmpNet>(1);
+      auto amp = trainer::make_amp(DType::BF16, *one);
+      optim::NamedTensors load = load_checkpoint(path, *one).optimizer;
+      trainer::build_masters(*amp, *one, nullptr);
+      trainer::take_amp_state(amp.get(), load);
+      optim::OptimizerOptions oo;
+      oo.lr = 0.01;
+      auto opt = trainer::make_amp_groups(*amp, "adamw", oo);
+      opt->load_state(load);
+      const Data d = make_data(world().size * kBatch);
+      for (int i = 0; i < kAfter; ++i) {
+        opt->zero_grad();
+        one->zero_grad();
+        ops::cross_entropy((*one)(ops::cast_raw(rank_rows(d.x, 0), DType::BF16)), rank_rows(d.y, 0)).backward();
+        CHECK(trainer::amp_step(*amp, *opt));
+      }
+      CHECK(same_bits(*one, *whole.model));
+      optim::NamedTensors os = opt->state();
+      for (auto& e : trainer::amp_state(*amp)) os.push_back(e);
+      if (world().rank == 0) CHECK(state_diff(os, whole_state) <= 1e-6);
+    }
   }
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dist/transport/comm_thread.h"
+#include "dist/transport/strings.h"
 #include "tests/support/collective_checks.h"
 #include "tests/support/collective_values.h"
 

@@ -32,9 +32,10 @@ namespace {
 bool works(const StepOptions& o) {
   const bool ps = o.strategy == Strategy::ParameterServer;
   if (o.compress != "none" && o.compress != "bf16" && o.compress != "fp16") return false;
-  if (o.strategy == Strategy::Zero2 && o.compress != "none") return false;
+  const bool scatters = o.strategy == Strategy::Zero2 || o.strategy == Strategy::Zero3;
+  if (scatters && o.compress != "none") return false;
   if (o.grad_accum_steps < 1) return false;
-  if (o.grad_accum_steps > 1 && o.strategy == Strategy::Zero2) return false;
+  if (o.grad_accum_steps > 1 && scatters) return false;
   if (ps && (o.precision != Precision::F32 || o.clip_grad_norm > 0 || o.optimizer != "sgd" || o.checkpoint ||
              o.compress != "none"))
     return false;
@@ -54,7 +55,7 @@ std::string describe(const StepOptions& o) {
 // Every combination the table speaks of, with `names` set on each.
 std::vector<StepOptions> all_combinations(const OptionNames& names) {
   std::vector<StepOptions> all;
-  for (Strategy s : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::ParameterServer})
+  for (Strategy s : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3, Strategy::ParameterServer})
     for (Precision p : {Precision::F32, Precision::BF16, Precision::F16})
       for (const char* opt : {"sgd", "adamw", "lamb"})
         for (double clip : {0.0, 1.0})
@@ -82,7 +83,7 @@ std::string bracketed(const std::string& option, const std::string& value) {
 // train_imagenet's spelling of the options these messages use (apps/train/options.cpp).
 std::string imagenet_flags(const std::string& option, const std::string& value) {
   if (option == "strategy")
-    return value == "zero1" ? "--zero 1" : value == "zero2" ? "--zero 2" : "--strategy" + (value.empty() ? "" : " " + value);
+    return value.rfind("zero", 0) == 0 ? "--zero " + value.substr(4) : "--strategy" + (value.empty() ? "" : " " + value);
   const std::string flag = option == "cuda_graph"       ? "--cuda-graph"
                            : option == "precision"      ? "--amp"
                            : option == "clip_grad_norm" ? "--clip-grad-norm"
@@ -170,6 +171,17 @@ TEST_CASE("a trainer's names make the refusals read as its flags") {
                               "gradients): drop --compress or use --zero 1");
   z.compress = "none", z.grad_accum_steps = 2;
   CHECK(refusal(z).value().find("Use --zero 1 with accumulation") != std::string::npos);
+  // ZeRO-3: as stage 2 for the wire dtype and accumulation, and never in a CUDA graph.
+  z.strategy = Strategy::Zero3;
+  CHECK(refusal(z).value().rfind("--grad_accum_steps 2 with --zero 3 is not supported: stage 3 keeps", 0) == 0);
+  z.grad_accum_steps = 1, z.compress = "fp16";
+  CHECK(refusal(z).value() == "--zero 3 with --compress fp16 is not supported (stage 3 reduce-scatters f32 "
+                              "gradients): drop --compress or use --zero 1");
+  z.compress = "none", z.cuda_graph = true, z.on_nonfinite = OnNonfinite::Off;
+  CHECK(refusal(z).value().rfind("--cuda-graph cannot capture --zero 3: its step allocates each unit's gathered "
+                                 "parameters", 0) == 0);
+  z.cuda_graph = false;
+  CHECK(!refusal(z).has_value());
 }
 
 TEST_CASE("refusal_on: a CUDA graph needs a GPU and NCCL collectives; without one nothing depends on the place") {
@@ -184,17 +196,18 @@ TEST_CASE("refusal_on: a CUDA graph needs a GPU and NCCL collectives; without on
 }
 
 TEST_CASE("strategy and precision names round-trip; unknown names are refused") {
-  for (Strategy s : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::ParameterServer})
+  for (Strategy s : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3, Strategy::ParameterServer})
     CHECK(strategy_from_name(strategy_name(s)) == s);
   for (Precision p : {Precision::F32, Precision::BF16, Precision::F16})
     CHECK(precision_from_name(precision_name(p)) == p);
-  CHECK_THROWS_AS(strategy_from_name("zero3"), Error);
+  CHECK_THROWS_AS(strategy_from_name("zero4"), Error);
   CHECK_THROWS_AS(precision_from_name("fp8"), Error);
   CHECK(is_zero(Strategy::Zero2));
+  CHECK(zero_stage(Strategy::Zero3) == 3);
   CHECK_FALSE(is_zero(Strategy::ParameterServer));
 }
 
-TEST_CASE("ddp_options: buckets in MiB, overlap, compression, and ZeRO-2's reduce-scatter") {
+TEST_CASE("ddp_options: buckets in MiB, overlap, compression, and ZeRO-2/3's reduce-scatter") {
   StepOptions o;
   o.bucket_mb = 2, o.first_bucket_mb = 0.5, o.overlap = false, o.compress = "fp16";
   dist::DdpOptions d = ddp_options(o);
@@ -204,6 +217,8 @@ TEST_CASE("ddp_options: buckets in MiB, overlap, compression, and ZeRO-2's reduc
   CHECK(d.reducer.compression == dist::Compression::F16);
   CHECK(d.reducer.collective == dist::Collective::AllReduce);
   o.strategy = Strategy::Zero2, o.compress = "none";
+  CHECK(ddp_options(o).reducer.collective == dist::Collective::ReduceScatter);
+  o.strategy = Strategy::Zero3;  // dist::Zero regroups the buckets by unit; reduce-scatter from the start
   CHECK(ddp_options(o).reducer.collective == dist::Collective::ReduceScatter);
 }
 

@@ -1,4 +1,4 @@
-// tests/test_zero.cpp: the shard layout, and ZeRO-1/2 against DDP, in one process: 2 and 4 ranks as
+// tests/test_zero.cpp: the shard layout, and ZeRO-1/2/3 against DDP, in one process: 2 and 4 ranks as
 // threads (dist/transport/comm_thread.h). The bodies and tolerances are tests/support/zero_cases.h's,
 // which tests/mpi_zero.cpp runs over MPI.
 #include <doctest/doctest.h>
@@ -35,5 +35,19 @@ TEST_CASE("resume across stage and world size equals the uninterrupted run") {
   for (int n : {2, 4}) {
     CAPTURE(n);
     run_ranks(n, [&](Communicator& c) { check_resume(c, dir); });
+  }
+}
+
+TEST_CASE("ZeRO-3 equals DDP: units by policy, prefetch 0/1/3, SGD, AdamW, LAMB, clipping, no_sync, unhooked units") {
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    run_ranks(n, check_zero3);
+  }
+}
+
+TEST_CASE("ZeRO-3 schedule: parameters resident only while their unit computes, whole inside full_parameters") {
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    run_ranks(n, check_zero3_schedule);
   }
 }

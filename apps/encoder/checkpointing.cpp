@@ -76,7 +76,9 @@ bool checkpoint_if_due(const Training& t, const EncoderOptions& o, int64_t step,
   s.extra["vocab_size"] = std::to_string(t.corpus.vocab_size);
   s.extra["amp"] = o.amp;
   // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
-  // under ZeRO every rank takes part in assembling it, and rank 0 receives it.
+  // under ZeRO every rank takes part in assembling it, and rank 0 receives it. --zero 3: the
+  // weights are gathered whole for the write (every rank), and freed again after it.
+  const dist::FullParameters weights = t.step->full_parameters();
   const NamedTensors opt_state = t.step->state();
   if (t.world->rank == 0) {
     fs::create_directories(o.checkpoint_dir);

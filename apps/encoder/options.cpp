@@ -50,8 +50,8 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
                                  "scaling); with --zero the masters are sharded too")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 DDP, 1 shard the optimizer state (and --amp's f32 masters), 2 "
-                                   "also the gradients")
-      ->check(CLI::IsMember({0, 1, 2}))->capture_default_str();
+                                   "also the gradients, 3 also the parameters (each layer gathered around its use)")
+      ->check(CLI::IsMember({0, 1, 2, 3}))->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_step<N>.safetensors here");
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: after the last step)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -105,7 +105,11 @@ namespace {
 // The words for the library's options in this trainer's messages (apps/trainer/option_names.h).
 std::string flag_name(const std::string& option, const std::string& value) {
   if (option == "strategy")
-    return value == "zero1" ? "--zero 1" : value == "zero2" ? "--zero 2" : value == "ddp" ? "--zero 0" : "--zero";
+    return value == "zero1"   ? "--zero 1"
+           : value == "zero2" ? "--zero 2"
+           : value == "zero3" ? "--zero 3"
+           : value == "ddp"   ? "--zero 0"
+                              : "--zero";
   static const std::map<std::string, std::string> flags{
       {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip"},
       {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
@@ -119,7 +123,10 @@ std::string flag_name(const std::string& option, const std::string& value) {
 
 trainer::StepOptions step_options(const EncoderOptions& o) {
   trainer::StepOptions s;
-  s.strategy = o.zero == 1 ? trainer::Strategy::Zero1 : o.zero == 2 ? trainer::Strategy::Zero2 : trainer::Strategy::Ddp;
+  s.strategy = o.zero == 1   ? trainer::Strategy::Zero1
+               : o.zero == 2 ? trainer::Strategy::Zero2
+               : o.zero == 3 ? trainer::Strategy::Zero3
+                             : trainer::Strategy::Ddp;
   s.first_bucket_mb = o.first_bucket_mb, s.bucket_mb = o.bucket_mb, s.overlap = !o.no_overlap;
   s.compress = o.compress;
   // BERT: AdamW or LAMB, the lr set by the schedule at every step, no weight decay on biases and

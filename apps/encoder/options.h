@@ -49,7 +49,7 @@ struct EncoderOptions {
   std::string compress = "none";
   // precision and sharding (as train_imagenet; together, each rank keeps the masters of its shard)
   std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/amp.h)
-  int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients
+  int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients | 3 also parameters
   // checkpoints
   std::string checkpoint_dir;       // empty: no checkpoints
   int64_t checkpoint_every = 0;     // steps between checkpoints (0: only after the last step)

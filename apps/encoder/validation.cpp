@@ -41,6 +41,9 @@ EvalResult evaluate(Training& t, const EncoderOptions& o, int64_t step) {
   EvalResult r;
   r.step = step;
   if (!t.val) return r;
+  // --zero 3: the whole weights for the pass (every rank): the model runs its typed forward here,
+  // not through the Step's hooks, and the ranks score different numbers of tail sequences.
+  const dist::FullParameters weights = t.step->full_parameters();
   t.model->train(false);
   autograd::NoGradGuard no_grad;
   Sums s;

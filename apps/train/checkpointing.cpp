@@ -39,7 +39,9 @@ bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, 
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
   s.extra["total_steps"] = std::to_string(t.total_steps);
   // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
-  // under ZeRO every rank takes part in assembling it, and rank 0 receives it.
+  // under ZeRO every rank takes part in assembling it, and rank 0 receives it. --zero 3: the
+  // weights are gathered whole for the write (every rank), and freed again after it.
+  const dist::FullParameters weights = t.step->full_parameters();
   const NamedTensors opt_state = t.step->state();
   if (t.world->rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);

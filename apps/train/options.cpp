@@ -85,11 +85,11 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--ps-servers", o.ps_servers, "ps: servers, colocated on ranks 0..K-1")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--amp", o.amp, "mixed precision: 16-bit compute, f32 master weights (fp16: dynamic loss scaling); "
-                 "with --zero 1|2 each rank keeps the masters of its shard only")
+                 "with --zero 1|2|3 each rank keeps the masters of its shard only")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (DDP), 1 (shard optimizer state, and the f32 masters under --amp), "
-                 "2 (and gradients)")
-      ->check(CLI::Range(0, 2))->capture_default_str();
+                 "2 (and gradients), 3 (and parameters: each block gathered around its forward and backward)")
+      ->check(CLI::Range(0, 3))->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_epoch<N>.safetensors here");
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
       ->check(CLI::NonNegativeNumber);
@@ -164,7 +164,7 @@ namespace {
 // The words for the library's options in this trainer's messages (apps/trainer/option_names.h).
 std::string flag_name(const std::string& option, const std::string& value) {
   if (option == "strategy") {
-    if (value == "zero1" || value == "zero2") return std::string("--zero ") + value.back();
+    if (value == "zero1" || value == "zero2" || value == "zero3") return std::string("--zero ") + value.back();
     return value.empty() ? "--strategy" : "--strategy " + value;
   }
   static const std::map<std::string, std::string> flags{
@@ -184,6 +184,7 @@ trainer::StepOptions step_options(const TrainOptions& o) {
   s.strategy = o.strategy == "ps" ? trainer::Strategy::ParameterServer
                : o.zero == 1      ? trainer::Strategy::Zero1
                : o.zero == 2      ? trainer::Strategy::Zero2
+               : o.zero == 3      ? trainer::Strategy::Zero3
                                   : trainer::Strategy::Ddp;
   s.ps_servers = o.ps_servers;
   s.first_bucket_mb = o.first_bucket_mb, s.bucket_mb = o.bucket_mb;

@@ -66,7 +66,7 @@ struct TrainOptions {
   int ps_servers = 1;               // ps: servers colocated on ranks 0..K-1 (1 <= K <= ranks)
   // precision and sharding: only the implemented values are accepted
   std::string amp = "off";
-  int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients (dist/zero.h)
+  int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients; 3: also parameters (dist/zero.h)
   // checkpoints
   std::string checkpoint_dir;       // empty: no checkpoints
   std::string resume;               // a checkpoint file, or "auto": the newest in checkpoint_dir

@@ -40,6 +40,9 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType 
 std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, int64_t epoch, bool last_step) {
   const bool due = (o.val_every > 0 && (epoch + 1) % o.val_every == 0) || last_step;
   if (!t.val || !due) return std::nullopt;
+  // --zero 3: the whole weights for the pass (every rank), not a gathered unit per batch - the
+  // ranks' validation batch counts may differ, and gathers are collectives.
+  const dist::FullParameters weights = t.step->full_parameters();
   const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
   if (t.world->rank == 0)
     std::printf("epoch %lld validation: top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)\n", (long long)epoch,

@@ -21,13 +21,17 @@ dist::LedgerOptions ledger_inputs(dist::DistributedDataParallel& ddp, const dist
   lo.shard_params = zero ? zero->layout().shard_numel() : -1;
   lo.world = world;
   lo.stage = zero ? zero->stage() : 0;
+  if (zero && zero->schedule()) lo.gathered = dist::zero3_working_set(*zero->schedule());
   return lo;
 }
 
-int64_t model_state_bytes(dist::DistributedDataParallel& ddp, int64_t extra) {
+int64_t model_state_bytes(dist::DistributedDataParallel& ddp, const dist::Zero* zero, int64_t extra) {
   int64_t bytes = extra;
-  for (auto& [name, p] : ddp.module().named_parameters())
-    if (p.requires_grad()) bytes += static_cast<int64_t>(p.nbytes());
+  if (const dist::Zero3Schedule* s = zero ? zero->schedule() : nullptr)
+    for (size_t b = 0; b < zero->layout().buckets().size(); ++b) bytes += static_cast<int64_t>(s->shard(b).nbytes());
+  else
+    for (auto& [name, p] : ddp.module().named_parameters())
+      if (p.requires_grad()) bytes += static_cast<int64_t>(p.nbytes());
   for (const dist::Bucket& b : ddp.reducer().buckets())
     for (const Tensor& g : {b.buffer, b.shard})
       if (g.defined()) bytes += static_cast<int64_t>(g.nbytes());

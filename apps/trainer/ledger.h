@@ -16,10 +16,12 @@
 
 namespace tandem::trainer {
 
-// params, largest_param, cpu_widen, largest_bucket, next_bucket, shard_params (zero null: -1), world and stage (zero's, or 0).
+// params, largest_param, cpu_widen, largest_bucket, next_bucket, shard_params (zero null: -1), world and stage
+// (zero's, or 0), and ZeRO-3's gathered working set.
 dist::LedgerOptions ledger_inputs(dist::DistributedDataParallel& ddp, const dist::Zero* zero, int world);
-// Bytes of the trainable parameters and of the reducer's gradient buffers and shards, plus `extra`.
-int64_t model_state_bytes(dist::DistributedDataParallel& ddp, int64_t extra = 0);
+// Bytes of the trainable parameters (ZeRO-3: this rank's shards of them; the gathered units are not
+// model state) and of the reducer's gradient buffers and shards, plus `extra`.
+int64_t model_state_bytes(dist::DistributedDataParallel& ddp, const dist::Zero* zero, int64_t extra = 0);
 // "memory_ledger" of a trainer's metrics JSON: predicted and measured bytes; `mixed`: mixed
 // precision (K = 12 for Adam: f32 masters beside the f32 state).
 nlohmann::json ledger_json(const dist::MemoryLedger& m, bool mixed);

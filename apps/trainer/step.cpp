@@ -54,7 +54,7 @@ Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const
   optim::NamedTensors state = restore ? restore(*model_) : optim::NamedTensors{};
   // DDP and ZeRO in one place, over the communicator the trainer passed in.
   ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, comm_, ddp_options(o));
-  if (is_zero(o.strategy)) zero_ = std::make_unique<dist::Zero>(*ddp_, o.strategy == Strategy::Zero2 ? 2 : 1);
+  if (is_zero(o.strategy)) zero_ = std::make_unique<dist::Zero>(*ddp_, zero_stage(o.strategy));
   // The masters start from rank 0's broadcast 16-bit weights (of this rank's shard under ZeRO);
   // load_state's masters then replace them.
   if (amp_) build_masters(*amp_, *model_, zero_.get());
@@ -289,7 +289,7 @@ dist::LedgerOptions Step::ledger_options() {
 }
 
 int64_t Step::model_state_bytes() {
-  return trainer::model_state_bytes(*ddp_, (amp_ ? amp_->master->bytes() : 0) + groups_->state_bytes());
+  return trainer::model_state_bytes(*ddp_, zero_.get(), (amp_ ? amp_->master->bytes() : 0) + groups_->state_bytes());
 }
 
 }  // namespace tandem::trainer

@@ -1,7 +1,7 @@
 // apps/trainer/step.h: one training step - the object both trainers share.
 //
 // A Step is built from a model and one StepOptions (step_options.h) and owns everything between
-// the trainer's loss and the updated weights: DDP (dist/ddp.h), ZeRO-1/2 (dist/zero.h) or the
+// the trainer's loss and the updated weights: DDP (dist/ddp.h), ZeRO-1/2/3 (dist/zero.h) or the
 // parameter server (dist/parameter_server.h); AMP's cast, f32 masters and loss scaler (amp.h); the
 // optimizer with its parameter groups (param_groups.h); clipping; gradient accumulation; CUDA-graph
 // capture (graph_capture.h); the non-finite policy (nonfinite.h); and the backend settings
@@ -32,8 +32,9 @@
 //              DDP's no_sync, so only the last one communicates.
 //   update     [the non-finite loss check, agreed by all ranks] then one of: the parameter
 //              server's push/update/pull; AMP's unscale, overflow agreement, [clip], step, copy
-//              back [, ZeRO's all-gather]; or [clip,] step [, ZeRO's all-gather]. Skipped on every
-//              rank alike, or applied on every rank.
+//              back [, ZeRO-1/2's all-gather]; or [clip,] step [, ZeRO-1/2's all-gather] (ZeRO-3
+//              gathers each unit when it next runs). Skipped on every rank alike, or applied on
+//              every rank.
 // state() / load_state() hold what a checkpoint needs from the step beyond the model's weights:
 // the optimizer state (unsharded, keyed "<param>.<state>", gathered from the shards under ZeRO),
 // AMP's f32 masters ("amp.master.<param>") and loss scaler ("amp.scaler.*"), so a checkpoint
@@ -127,6 +128,15 @@ class Step {
   void zero_grad();
   void backward(const Tensor& loss);
   StepResult update();
+
+  // While the guard lives, every parameter of the model is whole on every rank: under ZeRO-3 each
+  // unit's parameters exist only while it runs (dist/zero3.h), so a trainer that reads the weights
+  // outside the step (a checkpoint's, an evaluation that does not run the model through the Step)
+  // takes one first. Collective under ZeRO-3 (every rank takes and drops it together); otherwise
+  // it does nothing.
+  [[nodiscard]] dist::FullParameters full_parameters() {
+    return zero_ ? zero_->full_parameters() : dist::FullParameters(nullptr);
+  }
 
   // --- checkpoint state (see the file comment). Collective under ZeRO: every rank calls it, and
   // only rank 0 (which writes checkpoints) gets the tensors; without ZeRO the other ranks get {}

@@ -12,8 +12,9 @@ Strategy strategy_from_name(const std::string& name) {
   if (name == "ddp") return Strategy::Ddp;
   if (name == "zero1") return Strategy::Zero1;
   if (name == "zero2") return Strategy::Zero2;
+  if (name == "zero3") return Strategy::Zero3;
   if (name == "ps") return Strategy::ParameterServer;
-  TANDEM_THROW("StepOptions::strategy '", name, "': use ddp, zero1, zero2 or ps");
+  TANDEM_THROW("StepOptions::strategy '", name, "': use ddp, zero1, zero2, zero3 or ps");
 }
 
 const char* strategy_name(Strategy s) {
@@ -21,6 +22,7 @@ const char* strategy_name(Strategy s) {
     case Strategy::Ddp: return "ddp";
     case Strategy::Zero1: return "zero1";
     case Strategy::Zero2: return "zero2";
+    case Strategy::Zero3: return "zero3";
     case Strategy::ParameterServer: return "ps";
   }
   return "?";
@@ -55,10 +57,10 @@ std::optional<std::string> refusal(const StepOptions& o) {
   const std::string accum = std::to_string(o.grad_accum_steps);
   if (o.compress != "none" && o.compress != "bf16" && o.compress != "fp16")
     return n("compress", o.compress) + " is not a wire dtype: use none, bf16 or fp16";
-  if (o.strategy == Strategy::Zero2 && o.compress != "none")
-    return n("strategy", "zero2") + " with " + n("compress", o.compress) +
-           " is not supported (stage 2 reduce-scatters f32 gradients): drop " + n("compress") + " or use " +
-           n("strategy", "zero1");
+  if (zero_stage(o.strategy) >= 2 && o.compress != "none")
+    return n("strategy", strategy) + " with " + n("compress", o.compress) + " is not supported (stage " +
+           std::to_string(zero_stage(o.strategy)) + " reduce-scatters f32 gradients): drop " + n("compress") +
+           " or use " + n("strategy", "zero1");
   if (o.grad_accum_steps < 1)
     return n("grad_accum_steps", accum) + " must be at least 1 (1: no accumulation)";
   // CUDA graphs (graph_capture.h). What a captured step cannot contain: each reads a host value in
@@ -73,6 +75,11 @@ std::optional<std::string> refusal(const StepOptions& o) {
       return n("cuda_graph") + " cannot capture " + n("on_nonfinite", nonfinite_name(o.on_nonfinite)) +
              ": its per-step loss check reads the loss on the host in the middle of the step. Add " +
              n("on_nonfinite", "off");
+    if (o.strategy == Strategy::Zero3)
+      return n("cuda_graph") + " cannot capture " + n("strategy", "zero3") +
+             ": its step allocates each unit's gathered parameters before the unit runs and frees them after, and "
+             "picks the units to prefetch on the host, which a replayed graph would freeze. Use " +
+             n("strategy", "zero1") + " or drop " + n("cuda_graph");
     if (is_zero(o.strategy))
       return n("cuda_graph") + " with " + n("strategy", strategy) +
              " is not supported yet (the sharded step has not been checked for capture): drop " +
@@ -97,11 +104,12 @@ std::optional<std::string> refusal(const StepOptions& o) {
              ": the parameter server's push, update and pull run on the host. Use " + n("strategy", ddp) +
              " or drop " + n("capturable");
   }
-  if (o.strategy == Strategy::Zero2 && o.grad_accum_steps > 1)
-    return n("grad_accum_steps", accum) + " with " + n("strategy", "zero2") +
-           " is not supported: stage 2 keeps only this rank's shard of each reduced bucket, so every micro-batch "
-           "but the last would hold whole local gradients, the memory stage 2 exists to save. Use " +
-           n("strategy", "zero1") + " with accumulation";
+  if (zero_stage(o.strategy) >= 2 && o.grad_accum_steps > 1)
+    return n("grad_accum_steps", accum) + " with " + n("strategy", strategy) + " is not supported: stage " +
+           std::to_string(zero_stage(o.strategy)) + " keeps only this rank's shard of each reduced bucket, so "
+           "every micro-batch but the last would hold whole local gradients, the memory stage " +
+           std::to_string(zero_stage(o.strategy)) + " exists to save. Use " + n("strategy", "zero1") +
+           " with accumulation";
   // The parameter server (dist/parameter_server.h): SGD on f32 partitions, on the servers only.
   if (is_ps) {
     if (o.precision != Precision::F32)
@@ -161,7 +169,9 @@ dist::DdpOptions ddp_options(const StepOptions& o) {
   d.reducer.compression = o.compress == "bf16"   ? dist::Compression::BF16
                           : o.compress == "fp16" ? dist::Compression::F16
                                                  : dist::Compression::None;
-  if (o.strategy == Strategy::Zero2) d.reducer.collective = dist::Collective::ReduceScatter;
+  // ZeRO-3 regroups these buckets by unit (dist/zero3.h); reduce-scatter from the start, so that no
+  // all-reduce bucket is ever allocated.
+  if (zero_stage(o.strategy) >= 2) d.reducer.collective = dist::Collective::ReduceScatter;
   return d;
 }
 

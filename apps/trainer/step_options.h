@@ -2,7 +2,7 @@
 // place that says which combinations of it cannot work, and why.
 //
 // StepOptions holds every choice the Step (step.h) makes: how gradients are combined across ranks
-// (strategy: DDP's all-reduce, ZeRO-1/2 sharding, or the parameter server), DDP's buckets, the
+// (strategy: DDP's all-reduce, ZeRO-1/2/3 sharding, or the parameter server), DDP's buckets, the
 // optimizer and its no-weight-decay group, clipping, mixed precision, gradient accumulation, CUDA
 // graph capture, the non-finite policy and the backend settings (core/backend.h). Defaults are
 // PyTorch's where PyTorch has one (bucket sizes, SGD's momentum 0, TF32 on) and otherwise the
@@ -17,8 +17,10 @@
 // constructor checks both; a trainer checks refusal() before it starts MPI too, to fail early.
 //
 // What works (tests/test_trainer_options.cpp has the table):
-//   strategy      ddp | zero1 | zero2 | ps (ps: SGD in f32 on colocated servers, no clipping, no
-//                 checkpoints, no wire compression)
+//   strategy      ddp | zero1 | zero2 | zero3 | ps (ps: SGD in f32 on colocated servers, no clipping,
+//                 no checkpoints, no wire compression; zero2 and zero3: no wire compression, no
+//                 accumulation; zero3: the units are dist/zero3.h's default, each block of a
+//                 Sequential or ModuleList, with prefetch 1)
 //   precision     f32 | bf16 | fp16 with any strategy but ps (fp16: dynamic loss scaling)
 //   clipping      with any strategy but ps (under AMP the unscaled f32 master gradients; under
 //                 ZeRO the norm is summed over the shards)
@@ -29,7 +31,8 @@
 //                 device-side form here yet) and not ps (its servers run on the host)
 //   cuda_graph    implies capturable: under plain DDP, any optimizer (SGD, AdamW, LAMB), f32, bf16
 //                 or fp16, with or without clipping; no accumulation, on_nonfinite off, on a GPU
-//                 with NCCL collectives (refusal_on)
+//                 with NCCL collectives (refusal_on); never with zero3, whose gathers allocate
+//                 and free each unit's parameters between the kernels of a step
 #pragma once
 #include <optional>
 #include <string>
@@ -49,11 +52,16 @@ enum class Strategy {
   Ddp,              // every rank all-reduces the gradients and updates everything (dist/ddp.h)
   Zero1,            // all-reduce; each rank updates its shard and keeps its optimizer state (dist/zero.h)
   Zero2,            // the gradients reduce-scattered into the shards during backward; then as zero1
+  Zero3,            // the parameters sharded too, each unit gathered around its forward and backward (dist/zero3.h)
   ParameterServer,  // push to servers, update there, pull (dist/parameter_server.h)
 };
-Strategy strategy_from_name(const std::string& name);  // "ddp", "zero1", "zero2", "ps"
+Strategy strategy_from_name(const std::string& name);  // "ddp", "zero1", "zero2", "zero3", "ps"
 const char* strategy_name(Strategy s);
-inline bool is_zero(Strategy s) { return s == Strategy::Zero1 || s == Strategy::Zero2; }
+// The ZeRO stage of a strategy: 1, 2, 3, or 0 (ddp, ps).
+inline int zero_stage(Strategy s) {
+  return s == Strategy::Zero1 ? 1 : s == Strategy::Zero2 ? 2 : s == Strategy::Zero3 ? 3 : 0;
+}
+inline bool is_zero(Strategy s) { return zero_stage(s) > 0; }
 
 // The dtype the model computes in; 16-bit runs keep f32 master weights (amp.h).
 enum class Precision { F32, BF16, F16 };
@@ -108,7 +116,7 @@ std::optional<std::string> refusal_on(const StepOptions& o, Device device, const
 void check(const StepOptions& o);
 void check_on(const StepOptions& o, Device device, const std::string& comm_backend);
 
-// DDP's options for this step: the buckets, overlap, compression, and ZeRO-2's reduce-scatter.
+// DDP's options for this step: the buckets, overlap, compression, and ZeRO-2/3's reduce-scatter.
 dist::DdpOptions ddp_options(const StepOptions& o);
 
 }  // namespace tandem::trainer

@@ -5,23 +5,25 @@
 #include <cstdio>
 
 #include "core/check.h"
+#include "dist/zero3.h"
 
 namespace tandem::dist {
 
 MemoryLedger predict_memory(const LedgerOptions& o) {
-  TANDEM_CHECK(o.stage >= 0 && o.stage <= 2 && o.world >= 1, "predict_memory: stage 0..2 and world >= 1");
+  TANDEM_CHECK(o.stage >= 0 && o.stage <= 3 && o.world >= 1, "predict_memory: stage 0..3 and world >= 1");
   const double psi = static_cast<double>(o.params);
   const double shard = o.shard_params >= 0 ? static_cast<double>(o.shard_params) : psi / o.world;
   const double low = o.mixed ? 2 : 4;  // bytes of a parameter / gradient element
   const double k = o.mixed ? 4 + o.state_bytes : o.state_bytes;  // + f32 masters under AMP
   MemoryLedger m;
-  m.params = low * psi;
-  m.grads = low * (o.stage == 2 ? shard : psi);
+  m.params = low * (o.stage == 3 ? shard : psi);
+  m.grads = low * (o.stage >= 2 ? shard : psi);
+  m.gathered = o.stage == 3 ? low * static_cast<double>(o.gathered) : 0;
   const double state_elems = o.stage == 0 ? psi : shard;
   m.master_grads = o.mixed ? 4 * state_elems : 0;  // one f32 gradient per master
   m.optimizer = o.state_bytes * state_elems;
   m.masters = o.mixed ? 4 * state_elems : 0;
-  m.transient = low * static_cast<double>(o.largest_bucket + (o.stage == 2 ? o.next_bucket : 0));
+  m.transient = low * static_cast<double>(o.largest_bucket + (o.stage >= 2 ? o.next_bucket : 0));
   if (o.mixed && o.cpu_widen) {  // f32 copies of the 16-bit CPU kernels (memory_ledger.h)
     m.transient += 4 * static_cast<double>(o.largest_param);
     if (o.stage < 2 && o.world > 1) m.transient = std::max(m.transient, 8 * static_cast<double>(o.largest_bucket));
@@ -31,9 +33,23 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
     std::snprintf(b, sizeof b, "%g%s", c, per_n ? "Ψ/N" : "Ψ");
     return std::string(b);
   };
-  m.formula = term(low, false) + " + " + term(low, o.stage == 2) + " + " + term(k, o.stage > 0);
+  m.formula = term(low, o.stage == 3) + " + " + term(low, o.stage >= 2) + " + " + term(k, o.stage > 0);
   if (o.mixed) m.formula += " (+ " + term(4, o.stage > 0) + " f32 master grads)";
   return m;
+}
+
+int64_t zero3_working_set(const Zero3Schedule& s) {
+  int64_t always = 0;
+  std::vector<int64_t> others;
+  for (size_t u = 0; u < s.units().size(); ++u) {
+    int64_t n = 0;
+    for (size_t b : s.units()[u].buckets) n += s.full(b).numel();
+    if (u == 0 || (s.traced() && s.units()[u].pinned)) always += n;
+    else others.push_back(n);
+  }
+  std::sort(others.rbegin(), others.rend());
+  for (size_t k = 0; k <= s.prefetch() && k < others.size(); ++k) always += others[k];
+  return always;
 }
 
 std::string MemoryLedger::str() const {
@@ -44,6 +60,10 @@ std::string MemoryLedger::str() const {
                 "weights %.1f MiB = %.1f MiB; transient gradients %.1f MiB",
                 formula.c_str(), mb(params), mb(grads), mb(optimizer), mb(masters), mb(model_state()), mb(transient));
   std::string s = buf;
+  if (gathered > 0) {
+    std::snprintf(buf, sizeof buf, "; ZeRO-3 gathered units %.1f MiB during a step", mb(gathered));
+    s += buf;
+  }
   if (master_grads > 0) {
     std::snprintf(buf, sizeof buf, " (model state includes f32 master grads of %.1f MiB)", mb(master_grads));
     s += buf;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/profile.h"
+#include "dist/transport/strings.h"
 
 namespace tandem::dist {
 
@@ -40,6 +41,16 @@ std::string TimelineSummary::str() const {
 void Timeline::start_step(MarkPtr origin) {
   step_.origin = std::move(origin);
   step_.origin_host_us = profile::now_us();
+  step_.gathers.clear();  // a forward whose backward did not synchronise (no_sync): its spans go
+  step_.computes.clear();
+}
+
+void Timeline::gather_done(size_t unit, bool backward, const Work& work) {
+  if (step_started()) step_.gathers.push_back({unit, backward, work.started(), work.finished()});
+}
+
+void Timeline::compute_done(size_t unit, bool backward, MarkPtr begin, MarkPtr end) {
+  if (step_started() && begin) step_.computes.push_back({unit, backward, std::move(begin), std::move(end)});
 }
 
 void Timeline::bucket_done(MarkPtr ready, const Work& work, int64_t wire_bytes) {
@@ -56,6 +67,9 @@ bool Timeline::Raw::complete() const {
   if (!origin->complete() || !backward_end->complete()) return false;
   for (const Bucket& b : buckets)
     if (!b.ready->complete() || !b.launch->complete() || !b.finish->complete()) return false;
+  for (const auto* spans : {&gathers, &computes})
+    for (const Span& s : *spans)
+      if (!s.begin->complete() || !s.end->complete()) return false;
   return true;
 }
 
@@ -86,6 +100,13 @@ void Timeline::resolve_front() {
     profile::add_event({id + " ready", "comm", r.origin_host_us + t.ready_us, 0, 0});
     profile::add_event({"allreduce " + id, "comm", r.origin_host_us + t.launch_us, t.finish_us - t.launch_us, 1});
   }
+  for (const auto& [spans, out] : {std::pair{&r.gathers, &s.gathers}, std::pair{&r.computes, &s.computes}})
+    for (const Raw::Span& m : *spans) {
+      out->push_back({m.unit, m.backward, m.begin->us_since(*r.origin), m.end->us_since(*r.origin)});
+      if (profile::trace_enabled() && spans == &r.gathers)
+        profile::add_event({"allgather unit " + std::to_string(m.unit), "comm", r.origin_host_us + out->back().begin_us,
+                            out->back().end_us - out->back().begin_us, 1});
+    }
   compute_overlap(s);
   steps_.push_back(std::move(s));
   pending_.pop_front();

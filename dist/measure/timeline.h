@@ -12,6 +12,9 @@
 //   overlap  = (comm - exposed) / comm, the fraction of communication hidden behind backward.
 // Reading GPU timings waits for the events, so steps() is for log intervals, not every step;
 // end_step's clean-up never waits (it resolves only steps whose events completed, one step behind).
+// ZeRO-3 (zero3.h) adds, per step, each unit's parameter all-gathers (start and finish on the
+// communication timeline) and its compute between its hooks, forward and backward: a prefetch
+// works when the gather of the next unit starts before the current unit's compute ends.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -27,10 +30,18 @@ struct BucketTiming {
   int64_t bytes = 0;  // bytes on the wire
 };
 
+// ZeRO-3: one unit's interval on the communication (gather) or compute timeline.
+struct UnitSpan {
+  size_t unit = 0;
+  bool backward = false;
+  double begin_us = 0, end_us = 0;
+};
+
 struct StepTiming {
   int64_t step = 0;
   double backward_end_us = 0;
   std::vector<BucketTiming> buckets;  // in launch order
+  std::vector<UnitSpan> gathers, computes;  // ZeRO-3, in the order they were waited for / ended
   double comm_us = 0, exposed_us = 0;
   double overlap = 1;  // 1 when there was nothing to hide
 };
@@ -54,6 +65,10 @@ class Timeline {
   bool step_started() const { return step_.origin != nullptr; }
   // One bucket, in launch order, after its Work was waited for; wire_bytes: its size on the wire.
   void bucket_done(MarkPtr ready, const Work& work, int64_t wire_bytes);
+  // ZeRO-3: unit u's all-gather (after its wait), and its compute from `begin` to `end`. Ignored
+  // outside a step (no origin: an evaluation forward, a gather for a checkpoint).
+  void gather_done(size_t unit, bool backward, const Work& work);
+  void compute_done(size_t unit, bool backward, MarkPtr begin, MarkPtr end);
   void end_step(MarkPtr backward_end);  // keeps the step
   void drop_step() { step_ = {}; }      // a failed backward: forgets it
   // All steps so far, resolved (waits for outstanding GPU events).
@@ -66,6 +81,8 @@ class Timeline {
     double origin_host_us = 0;  // profile::now_us() at the origin, to place GPU times in the trace
     struct Bucket { MarkPtr ready, launch, finish; int64_t bytes; };
     std::vector<Bucket> buckets;
+    struct Span { size_t unit; bool backward; MarkPtr begin, end; };
+    std::vector<Span> gathers, computes;
     bool complete() const;  // every mark reached (never blocks)
   };
   void resolve();            // every pending step (waits for GPU events)

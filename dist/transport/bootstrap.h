@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "dist/communicator.h"
+#include "dist/transport/strings.h"
 
 namespace tandem::dist {
 
@@ -61,7 +62,7 @@ const World& world();  // init() must have run
 // for; MPI (through its communication thread) for CPU tensors. This is how an app gets the
 // world's communicators to pass in (DDP, ZeRO, the parameter server); nothing in dist/ calls it.
 Communicator& comm_for(Device d);
-// all_gather_strings (communicator.h) over the world's CPU communicator, comm_for(Device::cpu()).
+// all_gather_strings (strings.h) over the world's CPU communicator, comm_for(Device::cpu()).
 std::vector<std::string> all_gather_strings(const std::string& mine);
 
 }  // namespace tandem::dist

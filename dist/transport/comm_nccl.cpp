@@ -39,6 +39,7 @@
 #include "core/cuda/context.h"
 #include "core/graph_capture.h"
 #include "dist/communicator.h"
+#include "dist/transport/split.h"
 #include "dist/transport/watchdog.h"
 
 namespace tandem::dist {

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "dist/transport/host_reduce.h"
+#include "dist/transport/split.h"
 
 namespace tandem::dist {
 namespace {

@@ -8,6 +8,11 @@
 // answers only from inside a collective of the same communicator, so one that waits in another
 // group's collective is reported as not having reached this one - which is where it is.
 //
+// A replayed CUDA graph issues collectives the watchdog cannot see: they were captured unwatched
+// (their events belong to the graph). So the loop calls Communicator::watch_compute after each
+// replay, on every rank alike, which puts the replay under the watchdog as one more collective: a
+// hung or faulted replay aborts the job naming the rank.
+//
 // A GPU kernel fault (illegal address, ...) also stops a rank from finishing its collectives, and
 // its peers would then blame it as "did not reach". So before blaming anyone the watchdog asks the
 // local GPU (core/device.h cuda_fault()): a faulted rank reports "kernel fault on rank R: ..." and

@@ -3,15 +3,19 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/safetensors.h"
 
 namespace tandem::testing {
 
-void check_identical_checkpoints(const std::string& a, const std::string& b) {
-  const auto x = safetensors::load(a);
-  const auto y = safetensors::load(b);
+void check_identical_checkpoints(const std::string& a, const std::string& b, bool any_order) {
+  auto x = safetensors::load(a);
+  auto y = safetensors::load(b);
+  if (any_order)
+    for (auto* f : {&x, &y})
+      std::sort(f->tensors.begin(), f->tensors.end(), [](const auto& l, const auto& r) { return l.first < r.first; });
   REQUIRE(x.tensors.size() == y.tensors.size());
   for (size_t i = 0; i < x.tensors.size(); ++i) {
     INFO(x.tensors[i].first);
