@@ -251,6 +251,7 @@ class MpiCommunicator final : public Communicator {
       MPI_Request req = MPI_REQUEST_NULL;
       w.start(comm_, &req);
       auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
+      OverdueMemory memory;
       int flag = 0;
       for (long polls = 0;; ++polls) {
         MPI_CHECK(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "collective '", w.name, "' failed");
@@ -260,7 +261,7 @@ class MpiCommunicator final : public Communicator {
         watchdog_answer(watch_, w.seq);  // tell a timed-out peer that we reached this collective
         // Returns only when the missing peers are busy and advancing: ask again after that long.
         if (clock::now() > deadline)
-          deadline = clock::now() + std::chrono::duration<double>(watchdog_overdue(watch_, w.seq, w.name, timeout_s_));
+          deadline = clock::now() + std::chrono::duration<double>(watchdog_overdue(watch_, w.seq, w.name, timeout_s_, memory));
       }
       w.finish();
     } catch (const std::exception& e) {

@@ -253,7 +253,7 @@ class NcclCommunicator final : public Communicator {
       watchdog_answer(watch_, p.seq);
       // Returns only when the missing peers are busy and advancing: ask again after that long.
       if (std::chrono::steady_clock::now() > p.deadline)
-        p.deadline = deadline_from_now(watchdog_overdue(watch_, p.seq, p.name, timeout_s_));
+        p.deadline = deadline_from_now(watchdog_overdue(watch_, p.seq, p.name, timeout_s_, p.memory));
     }
   }
 
@@ -269,6 +269,7 @@ class NcclCommunicator final : public Communicator {
     std::string name;
     std::shared_ptr<EventMark> end;
     std::chrono::steady_clock::time_point deadline;  // past it, the watchdog asks the peers
+    OverdueMemory memory = {};                        // what the last question found
   };
   int device_;
   double timeout_s_;

@@ -156,9 +156,11 @@ class ThreadWork final : public Work {
       if (g_->cv.wait_until(lock, deadline) == std::cv_status::timeout && !op_->done) {
         // The watchdog's verdict (watchdog.h), with each missing rank's thread's Busy scope as its
         // answer: busy and advancing ranks get more time, anything else fails the group.
+        // Every rank there: the last one is running the collective on its thread, which ends it.
         const OverdueVerdict v = verdict();
-        if (v.kind == OverdueVerdict::Kind::Wait)
-          deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(v.wait_s);
+        if (v.kind == OverdueVerdict::Kind::Wait || v.kind == OverdueVerdict::Kind::AllReached)
+          deadline = std::chrono::steady_clock::now() +
+                     std::chrono::duration<double>(v.kind == OverdueVerdict::Kind::Wait ? v.wait_s : g_->options.timeout_s);
         else g_->fail(v.kind == OverdueVerdict::Kind::Stalled ? stalled(v) : missing());
       }
     if (!op_->done) TANDEM_THROW(g_->failure);

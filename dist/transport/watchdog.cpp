@@ -123,9 +123,9 @@ std::string rank_list(const std::vector<int>& peers, const std::vector<int>& wor
   return s;
 }
 
-// Asks, judges, and either returns the seconds to wait on (may_wait and every missing peer is busy
-// and advancing) or prints why and ends the job.
-double overdue(MPI_Comm watch, long long seq, const std::string& what, double timeout_s, bool may_wait) {
+// Asks, judges, and either returns the seconds to wait on (memory given, and every missing peer busy
+// and advancing, or every peer there for the first time) or prints why and ends the job.
+double overdue(MPI_Comm watch, long long seq, const std::string& what, double timeout_s, OverdueMemory* memory) {
   // A live peer answers from its communicator's thread within milliseconds (it polls every 20 ms
   // when idle); 3 s covers ranks that share oversubscribed cores. No answer means dead or hung.
   constexpr double kGraceS = 3;
@@ -178,7 +178,15 @@ double overdue(MPI_Comm watch, long long seq, const std::string& what, double ti
   }
   const OverdueVerdict v = judge_overdue(seq, timeout_s, rank, answers);
   using K = OverdueVerdict::Kind;
-  if (v.kind == K::Wait && may_wait) {
+  if (memory && v.kind == K::AllReached && !(memory->seq == seq && memory->all_reached)) {
+    // The last peer may have arrived just as the question went out (a busy rank finishing its
+    // write): the collective then ends in milliseconds. Stuck, it is still stuck when asked again.
+    MPI_Waitall(size, sends.data(), MPI_STATUSES_IGNORE);
+    *memory = {seq, true};
+    return std::min(timeout_s, 10.0);
+  }
+  if (memory) *memory = {seq, false};
+  if (v.kind == K::Wait && memory) {
     MPI_Waitall(size, sends.data(), MPI_STATUSES_IGNORE);  // every peer answered, so every ping was taken
     if (v.print_note) {
       std::string who;
@@ -221,12 +229,13 @@ double overdue(MPI_Comm watch, long long seq, const std::string& what, double ti
 
 }  // namespace
 
-double watchdog_overdue(MPI_Comm watch, long long seq, const std::string& what, double timeout_s) {
-  return overdue(watch, seq, what, timeout_s, true);
+double watchdog_overdue(MPI_Comm watch, long long seq, const std::string& what, double timeout_s,
+                        OverdueMemory& memory) {
+  return overdue(watch, seq, what, timeout_s, &memory);
 }
 
 void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s) {
-  overdue(watch, seq, what, timeout_s, false);
+  overdue(watch, seq, what, timeout_s, nullptr);
   abort_job();  // overdue only returns when it may wait
 }
 

@@ -21,7 +21,10 @@
 //   - every missing peer busy and advancing         -> wait on and ask again later (at most one
 //                                                      timeout after its progress last moved), so a
 //                                                      slow disk never kills a healthy job;
-//   - every peer reached #seq                       -> abort: the network or a GPU is stuck.
+//   - every peer reached #seq                       -> one more wait (a peer that arrived just as the
+//                                                      question went out finishes it in milliseconds;
+//                                                      at most 10 s), then, asked again, abort: the
+//                                                      network or a GPU is stuck.
 // So a real hang is named within comm_timeout_s + 3 s of the moment work stopped advancing (within
 // 60 s at the default 45 s), whether or not the rank announced it.
 //
@@ -46,16 +49,24 @@ void watchdog_watch_device(Device d);
 // or no GPU is watched. Never blocks. Communicators may poll it to abort early on a fault.
 std::string watchdog_local_fault();
 
+// What a waiting rank remembers between two questions about the same collective.
+struct OverdueMemory {
+  long long seq = 0;         // the collective asked about last
+  bool all_reached = false;  // every peer had reached it then
+};
+
 // Answers a pending question of a timed-out peer (never blocks; nothing to do when none is
 // pending) with `seq` - the collective this rank is in, or, called while idle, the last one it
 // finished - and this process's open Busy scope (busy.h).
 void watchdog_answer(MPI_Comm watch, long long seq);
 // Collective #seq (`what`) passed its deadline: asks every peer for up to 3 s how far it got and
 // judges the answers (judge_overdue). Returns the seconds to wait before asking again when every
-// missing peer is busy and advancing (a waiting rank prints one line saying so); otherwise prints
-// why ("[rank R] ... rank(s) X did not reach collective #N within T s") and calls MPI_Abort. When
-// this rank's own GPU has faulted it says "kernel fault on rank R: ..." instead and asks nobody.
-double watchdog_overdue(MPI_Comm watch, long long seq, const std::string& what, double timeout_s);
+// missing peer is busy and advancing (a waiting rank prints one line saying so), or when every peer
+// has reached #seq for the first time (`memory` keeps that between calls); otherwise prints why
+// ("[rank R] ... rank(s) X did not reach collective #N within T s") and calls MPI_Abort. When this
+// rank's own GPU has faulted it says "kernel fault on rank R: ..." instead and asks nobody.
+double watchdog_overdue(MPI_Comm watch, long long seq, const std::string& what, double timeout_s,
+                        OverdueMemory& memory);
 // As watchdog_overdue, but never waits on: for a collective that cannot finish whatever the peers
 // are doing (this rank's GPU faulted).
 [[noreturn]] void watchdog_abort(MPI_Comm watch, long long seq, const std::string& what, double timeout_s);
