@@ -35,9 +35,11 @@
 // 128 + a signal, which a shell shows for a process a signal killed. MPICH's mpiexec (Hydra 4.0.2)
 // forwards SIGTERM, SIGINT and SIGUSR1 to every rank once (the ranks sit in process groups of their
 // own, so a terminal's Ctrl-C reaches mpiexec only), but its own exit status after it forwarded a
-// signal is not reliable: in trials on this machine it returned 0 for 3 of 6 SIGTERMs and 1 of 6
-// SIGINTs although every rank exited 75 (and 15 or 0 with no handler at all: issue 20's "mpiexec
-// sometimes exits 0 on SIGTERM"). SIGUSR2 and SIGHUP are not forwarded: they end mpiexec itself.
+// signal is not reliable: in trials on the 2-core development VM it returned 0 for 5 of 16 SIGTERMs,
+// 5 of 16 SIGINTs and 1 of 17 SIGUSR1s although every rank exited 75 (with no handler at all: 0 in
+// 8 of 15 SIGTERMs, else 15 - issue 20's "mpiexec sometimes exits 0 on SIGTERM"). A signal sent to
+// the ranks themselves leaves mpiexec's status alone: it was 75 in 16 of 16. SIGUSR2 and SIGHUP are
+// not forwarded: they end mpiexec itself.
 // apps/scripts/elastic.sh therefore reads the "preempted: " line, not mpiexec's status, and passes a
 // reliable 75 to the scheduler.
 #pragma once
