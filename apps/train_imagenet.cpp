@@ -94,10 +94,12 @@ int run(apps::TrainOptions& o) {
     // Validation and checkpoints are paused time: left out of the training rates.
     const trainer::Clock::time_point paused_at = clock.pause();
     const bool last_epoch = loop.step >= t.total_steps || epoch + 1 == t.end_epoch;
-    // A stop before the run's end is preempted: no validation (a scheduler's grace period is short),
-    // the checkpoint at once (inside an epoch train_epoch wrote it), then exit 75. One that came at
-    // the run's end changes nothing: the run is complete.
-    const bool preempted = end.stopped && !last_epoch;
+    // A stop before this invocation's end is preempted: no validation (a scheduler's grace period is
+    // short), the checkpoint at once (inside an epoch train_epoch wrote it), then exit 75. One that
+    // came where the invocation ends anyway (the run's last step, --run-epochs' last epoch end)
+    // changes nothing.
+    const bool ends_here = loop.step >= t.total_steps || (end.done && epoch + 1 == t.end_epoch);
+    const bool preempted = end.stopped && !ends_here;
     apps::EpochRecord h{epoch, loop.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
     if (!preempted) h.val = apps::validate_if_due(t, o, epoch, last_epoch);
     if (h.val) rec.last_eval = *h.val;

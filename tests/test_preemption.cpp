@@ -215,6 +215,21 @@ TEST_CASE("SIGTERM to one rank alone: every rank stops at the same step and exit
   CHECK(read_checkpoint((dir / "ck" / imagenet_checkpoint(step)).string()).state.step == step);
 }
 
+TEST_CASE("a stop inside the run's last epoch is a preemption too (exit 75), not the run's end") {
+  const fs::path dir = scratch() / "term_last_epoch";
+  // 2 epochs of 30 steps; rank 1 sleeps 50 ms a step, so the stop (about step 42) comes well before 60.
+  AppRun r = run_and_signal(dir, "TANDEM_FAULT=1:1:slow:50ms", "train_imagenet",
+                            imagenet_args() + "--epochs 2 --checkpoint-dir ck", "step 40/", "0 1");
+  INFO(r.output);
+  CHECK(r.status == trainer::kPreemptedExit);
+  CHECK(!r.has("done:"));
+  const long long step = stopped_at(r.output);
+  REQUIRE(step > 40);
+  REQUIRE(step < 60);
+  CHECK(r.has("checkpoint: ck/" + imagenet_checkpoint(step)));
+  CHECK(!r.has("checkpoint: ck/checkpoint_epoch2.safetensors"));  // no epoch-end file for an epoch that did not end
+}
+
 TEST_CASE("a second SIGTERM during a slow save is ignored: the save completes and the file loads") {
   const fs::path dir = scratch() / "term_twice";
   // Rank 0's disk writes 50 KB/s: the 196 KB checkpoint takes 4 s, and with a 2 s collective
