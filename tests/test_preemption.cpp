@@ -178,7 +178,9 @@ TEST_CASE("SIGTERM to every rank mid-epoch: one step, a checkpoint there, exit 7
   CHECK(r.status == trainer::kPreemptedExit);
   CHECK(r.has("[rank 0] train_imagenet: SIGTERM received"));
   CHECK(r.has("[rank 1] train_imagenet: SIGTERM received"));
-  CHECK(r.has("preempted: SIGTERM on 2 of 2 rank(s); stopped after step"));
+  // The two kills are two system calls: a step boundary may fall between them, and the rank signalled
+  // first is then counted alone - the stop is the same step on both ranks either way.
+  CHECK(std::regex_search(r.output, std::regex(R"(preempted: SIGTERM on [12] of 2 rank\(s\); stopped after step)")));
   CHECK(!r.has("done:"));
   const long long step = stopped_at(r.output);
   REQUIRE(step > 40);
@@ -274,7 +276,7 @@ TEST_CASE("train_encoder: SIGTERM stops every rank at one step with a checkpoint
   AppRun r = run_and_signal(dir, "", "train_encoder", args, "step 20/", "0 1");
   INFO(r.output);
   CHECK(r.status == trainer::kPreemptedExit);
-  CHECK(r.has("preempted: SIGTERM on 2 of 2 rank(s)"));
+  CHECK(std::regex_search(r.output, std::regex(R"(preempted: SIGTERM on [12] of 2 rank\(s\))")));
   const long long step = stopped_at(r.output);
   REQUIRE(step > 20);
   REQUIRE(step < 120);

@@ -35,7 +35,11 @@ done
 app=$build/apps/train_imagenet
 [ -x "$app" ] || { echo "fault_drill: no $app: build first (or pass --build DIR)" >&2; exit 2; }
 [ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/fault_drill.XXXXXX")
-rm -rf "$out" && mkdir -p "$out"
+# A folder of an earlier drill (it has the marker) is emptied; any other non-empty one is refused.
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -e "$out/.fault_drill" ]; then
+  echo "fault_drill: --out '$out' is not empty and not an earlier drill's folder: pass a new or empty one" >&2; exit 2
+fi
+rm -rf "$out" && mkdir -p "$out" && touch "$out/.fault_drill"
 export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork} OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 elastic="bash $root/apps/scripts/elastic.sh"
 
@@ -90,7 +94,8 @@ await out.txt "is waiting for rank 0 (busy writing checkpoint" && kill -TERM $su
 wait $sup; rc=$?
 check "the supervisor passes the preemption on with status 75 (got $rc)" [ "$rc" = 75 ]
 check "the signal landed during a save, which completed" has out.txt "checkpoint: ck/checkpoint_epoch2.safetensors"
-check "every rank stopped at one step" has out.txt "^preempted: SIGTERM on 2 of 2 rank(s); stopped after step"
+# mpiexec signals the ranks one after the other; a step boundary between them counts the first alone.
+check "every rank stopped at one step" has out.txt "^preempted: SIGTERM on [12] of 2 rank(s); stopped after step"
 check "every checkpoint loads, no temporaries" all_load ck
 $elastic --ranks 2 --max-restarts 0 --log-dir logs2 -- "$app" "${common[@]}" --epochs 10 --checkpoint-dir ck --resume auto \
   > resume.txt 2>&1
