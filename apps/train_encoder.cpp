@@ -25,6 +25,10 @@
 // (apps/trainer/step.h), shared with train_imagenet; this program keeps the options, data, model and report.
 // Progress lines: sequences/s and tokens/s, MFU, the ms/step split, memory, the loss scale and skipped
 // steps (apps/encoder/report.h); the start-up lines print the memory ledger.
+// Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
+// step boundary, write a checkpoint there and exit with status 75; --checkpoint-interval MIN adds
+// checkpoints by wall time. Checkpoint writes, validation and the corpus set-up are announced to
+// dist's watchdog (dist/transport/busy.h), so a slow disk never ends a healthy job.
 //
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
 // flops.h; the step in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
@@ -39,8 +43,10 @@
 #include "apps/encoder/setup.h"          // defines: env_rank0, init_world, make_corpus, make_model, set_up
 #include "apps/encoder/validation.h"     // defines: evaluate
 #include "apps/trainer/clock.h"          // defines: Clock, RunClock
+#include "apps/trainer/preemption.h"     // defines: RunControl, install_stop_signals, kPreemptedExit
 #include "core/check.h"                  // defines: Error
-#include "dist/transport/bootstrap.h"    // defines: initialized, world, finalize
+#include "dist/transport/bootstrap.h"    // defines: initialized, world, finalize, comm_for
+#include "dist/transport/busy.h"         // defines: Busy
 #include "dist/transport/watchdog.h"    // defines: abort_job
 
 using namespace tandem;
@@ -61,7 +67,13 @@ int64_t next_stop(const enc::EncoderOptions& o, int64_t step, int64_t end) {
 int run(enc::EncoderOptions& o) {
   trainer::RunClock clock(kProcessStart);
   const dist::World& w = enc::init_world(o);
-  enc::Corpus corpus = enc::make_corpus(o);
+  enc::Corpus corpus;
+  {
+    // Tokenizing reports no progress; 30 min bounds it (a few GB of text), so the ranks already
+    // waiting in the first collective wait that long before naming a hung set-up.
+    dist::Busy preparing("tokenizing the corpus", {.unmeasured_s = 1800});
+    corpus = enc::make_corpus(o);
+  }
   const std::string resume = enc::resume_path(o);
   auto model = enc::make_model(o, corpus.vocab_size, resume);
   if (o.describe) {
@@ -71,19 +83,35 @@ int run(enc::EncoderOptions& o) {
   enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), resume);
   enc::print_start(o, t);
 
+  // --checkpoint-every is this trainer's own (next_stop, checkpoint_if_due); the control adds the
+  // wall-time interval and preemption.
+  trainer::RunControl control(dist::comm_for(Device::cpu()), {0, o.checkpoint_interval, !o.checkpoint_dir.empty()});
   enc::LoopState loop = enc::start_loop(t, o);
+  loop.control = &control;
   enc::RunRecord rec;
   while (loop.step < t.end_step) {
+    loop.decision = {};
     enc::train_until(t, o, loop, next_stop(o, loop.step, t.end_step), clock, rec.last);
     // Validation and checkpoints are paused time: left out of the training rates.
     const trainer::Clock::time_point paused_at = clock.pause();
     const bool last = loop.step == t.end_step;
-    if (t.val && (last || (o.val_every > 0 && loop.step % o.val_every == 0))) {
+    // A stop before the run's end is preempted: no validation (a scheduler's grace period is short),
+    // the checkpoint at once, then exit 75. One at the run's end changes nothing.
+    const bool preempted = loop.decision.stop && !last;
+    if (!preempted && t.val && (last || (o.val_every > 0 && loop.step % o.val_every == 0))) {
       rec.evals.push_back(enc::evaluate(t, o, loop.step));
       if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
     }
-    if (enc::checkpoint_if_due(t, o, loop.step, loop.epoch, loop.index_in_epoch, last)) ++rec.checkpoints_written;
+    // last = true also means "write at this position" (checkpointing.h): the control asked for it.
+    if (control.save([&] {
+          return enc::checkpoint_if_due(t, o, loop.step, loop.epoch, loop.index_in_epoch, last || loop.decision.save);
+        }))
+      ++rec.checkpoints_written;
     clock.resume(paused_at);
+    if (preempted) {
+      if (w.rank == 0) std::cout << control.stop_line(loop.step, !o.checkpoint_dir.empty()) << std::endl;
+      return trainer::kPreemptedExit;
+    }
   }
   clock.stop(t.dev);
   enc::report(o, t, clock, rec, loop.step);
@@ -92,6 +120,7 @@ int run(enc::EncoderOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainer::install_stop_signals("train_encoder");  // first: a signal during start-up is acted on at the first step
   enc::EncoderOptions o;
   if (int rc = enc::parse_options(argc, argv, o, enc::env_rank0()); rc >= 0) return rc;
   try {

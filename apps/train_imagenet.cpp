@@ -18,12 +18,18 @@
 // A NaN/inf loss on any rank stops every rank (exit 3, no checkpoint from that state) or, with
 // --on-nonfinite skip, skips that step's update everywhere. --evaluate only validates a checkpoint.
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
+// Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
+// step boundary, write a checkpoint at that position and exit with status 75; --checkpoint-every N
+// and --checkpoint-interval MIN add checkpoints inside epochs. Long host work (a checkpoint write,
+// validation, the data-set scan) is announced to dist's watchdog (dist/transport/busy.h), so the
+// ranks waiting for it wait on while it advances instead of ending a healthy job.
 // The memory ledger (apps/trainer/memory.h) is printed at start-up and in the summary.
 // --cuda-graph captures the step as a CUDA graph after 3 eager steps and replays it (apps/trainer/graph_capture.h).
 // Combinations that cannot work are refused before training, with the reason (apps/trainer/step_options.h).
 //
 // Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h; the
 // step itself in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -39,8 +45,10 @@
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
 #include "apps/trainer/clock.h"        // defines: Clock, RunClock
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
+#include "apps/trainer/preemption.h"   // defines: RunControl, install_stop_signals, kPreemptedExit
 #include "core/check.h"                // defines: Error
-#include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
+#include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize, comm_for
+#include "dist/transport/busy.h"       // defines: Busy
 #include "dist/transport/watchdog.h"  // defines: abort_job
 
 using namespace tandem;
@@ -59,7 +67,13 @@ int run(apps::TrainOptions& o) {
     if (w.rank == 0) std::cout << model->describe() << "\n";
     return 0;
   }
-  apps::Datasets ds = apps::make_datasets(o);
+  // A scan reports no progress; 30 min bounds it (ImageNet's 1.3 M files over NFS take minutes), so
+  // the ranks already waiting in the first collective wait that long before naming a hung scan.
+  apps::Datasets ds;
+  {
+    dist::Busy scanning("scanning the data set", {.unmeasured_s = 1800});
+    ds = apps::make_datasets(o);
+  }
   const std::string resume = apps::resume_path(o);
   ModulePtr model = apps::make_model(o, ds.train->num_classes(), resume);
   if (o.evaluate) {
@@ -69,21 +83,37 @@ int run(apps::TrainOptions& o) {
   apps::Training t = apps::set_up(o, w, std::move(ds), std::move(model), resume);
   apps::print_start(o, t);
 
+  trainer::RunControl control(dist::comm_for(Device::cpu()),
+                              {o.checkpoint_every, o.checkpoint_interval, !o.checkpoint_dir.empty()});
   apps::LoopState loop;
   loop.step = t.start.step;
   loop.fault = apps::fault_from_env(w.size);
+  loop.control = &control;
   apps::RunRecord rec;
   for (int64_t epoch = t.start.epoch; epoch < t.end_epoch && loop.step < t.total_steps; ++epoch) {
     const apps::EpochEnd end = apps::train_epoch(t, o, epoch, loop, clock, rec);
     // Validation and checkpoints are paused time: left out of the training rates.
     const trainer::Clock::time_point paused_at = clock.pause();
     const bool last_epoch = loop.step >= t.total_steps || epoch + 1 == t.end_epoch;
+    // A stop before this invocation's end is preempted: no validation (a scheduler's grace period is
+    // short), the checkpoint at once (inside an epoch train_epoch wrote it), then exit 75. One that
+    // came where the invocation ends anyway (the run's last step, --run-epochs' last epoch end)
+    // changes nothing.
+    const bool ends_here = loop.step >= t.total_steps || (end.done && epoch + 1 == t.end_epoch);
+    const bool preempted = end.stopped && !ends_here;
     apps::EpochRecord h{epoch, loop.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
-    h.val = apps::validate_if_due(t, o, epoch, last_epoch);
+    if (!preempted) h.val = apps::validate_if_due(t, o, epoch, last_epoch);
     if (h.val) rec.last_eval = *h.val;
     rec.history.push_back(h);
-    if (apps::checkpoint_if_due(t, o, epoch, loop.step, end.index, end.done, last_epoch)) ++rec.checkpoints_written;
+    if ((!preempted || end.done) &&
+        control.save([&] { return apps::checkpoint_if_due(t, o, epoch, loop.step, end.index, end.done, last_epoch); }))
+      ++rec.checkpoints_written;
     clock.resume(paused_at);
+    if (preempted) {
+      if (w.rank == 0) std::printf("%s\n", control.stop_line(loop.step, !o.checkpoint_dir.empty()).c_str());
+      std::fflush(stdout);
+      return trainer::kPreemptedExit;
+    }
   }
   clock.stop(t.dev);
   apps::report(o, t, clock, rec, loop.step);
@@ -92,6 +122,7 @@ int run(apps::TrainOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainer::install_stop_signals("train_imagenet");  // first: a signal during start-up is acted on at the first step
   apps::TrainOptions o;
   if (int rc = apps::parse_options(argc, argv, o, apps::env_rank0()); rc >= 0) return rc;
   try {

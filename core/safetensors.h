@@ -15,7 +15,11 @@
 //     makes the rename safe: without it a power loss can leave `path` renamed but empty (ext4 and
 //     XFS may commit the rename before the data). A crash leaves either the old file or the new
 //     one, never a torn one - plus, possibly, the temporary, which is_temp_name() recognises so a
-//     folder's owner can remove it (layers/checkpoint_dir.h does, at start-up).
+//     folder's owner can remove it (layers/checkpoint_dir.h does, at start-up). The bytes go out in
+//     8 MiB chunks, each pushed to the disk while the next is written (Linux sync_file_range), so
+//     save() advances at the disk's pace and can report it (set_write_progress): a 1.1 GB file on a
+//     10 MB/s disk would otherwise land in the page cache in a second and then sit in fsync for
+//     110 s, with nothing to show that it is advancing (dist's watchdog must tell that from a hang).
 //   - load(): validates everything before trusting it (length, JSON, dtypes, shapes, offsets,
 //     coverage) and returns CPU tensors. Every error names the file and says what to do.
 //   - read_metadata(): the header only (the 8-byte length and the JSON), for listing a folder of
@@ -24,6 +28,8 @@
 // memory-mapped loading (checkpoints here are at most a few hundred MB), and dtypes tandem has no
 // tensor type for (BOOL, U8, I8, I16, F8...): such files are rejected with the list of supported ones.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -56,6 +62,16 @@ DType dtype_from_safetensors(const std::string& name, const std::string& context
 // Writes `tensors` (names must be unique and non-empty, and not "__metadata__") and `metadata`
 // to `path` atomically. Tensors may live on any device.
 void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+
+// Progress of save(), for a caller that must show it is alive while a large file goes to a slow
+// disk (apps/trainer/preemption.cpp hands it to dist's Busy scope, so the watchdog knows the writing
+// rank is advancing, not hung). Called on the writing thread with the bytes written so far - the
+// ones before the current chunk have reached the disk - and the file's size: (0, total) before the
+// first byte, after each chunk, and (total, total) after the final fsync. Process-wide; set it while
+// no save runs. Returns the hook it replaces, so a hook may wrap the one before it (the slow-disk
+// drill of apps/train/faults.h does). Empty: no reports (the default).
+using WriteProgress = std::function<void(uint64_t done, uint64_t total)>;
+WriteProgress set_write_progress(WriteProgress hook);
 
 // Reads and validates `path`. All tensors are returned on the CPU.
 File load(const std::string& path);

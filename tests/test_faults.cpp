@@ -1,7 +1,8 @@
 // tests/test_faults.cpp: failure drills on the real trainer. Each case runs
 // `mpiexec -n 2 train_imagenet` on tiny synthetic data with TANDEM_FAULT=rank:step:kind
 // (apps/train/faults.h) and checks what a user must see: every rank ends within 60 s, exit status,
-// a message that names the rank (and step and loss for nan), and what is left on disk. Each run is
+// a message that names the rank (and step and loss for nan), and what is left on disk; a slow disk
+// under a short collective timeout (slow-checkpoint) finishes, a stopped one is named. Each run is
 // under `timeout -s KILL 120`, so a hang fails the test instead of stalling CI. The comm timeout is
 // 5 s here (default 45 s) so a drill that needs the watchdog takes seconds.
 #include <doctest/doctest.h>
@@ -39,7 +40,8 @@ AppRun train(const std::string& env, const std::string& args, const std::string&
 }  // namespace
 
 TEST_CASE("a malformed TANDEM_FAULT is refused at start-up, saying what is expected") {
-  for (const char* bad : {"1:5", "x:5:kill", "1:0:kill", "1:5:explode", "1:5:kill:3", "1:5:slow:fast", "1:5:crash-in-checkpoint"}) {
+  for (const char* bad : {"1:5", "x:5:kill", "1:0:kill", "1:5:explode", "1:5:kill:3", "1:5:slow:fast", "1:5:crash-in-checkpoint",
+                          "0:1:slow-checkpoint:fast", "0:1:slow-checkpoint:5MB/h", "1:1:slow-checkpoint"}) {
     AppRun r = train(std::string("TANDEM_FAULT=") + bad, "--steps 3");
     INFO(bad, " -> ", r.output);
     CHECK(r.status != 0);
@@ -144,6 +146,33 @@ TEST_CASE("crash-in-checkpoint: the previous checkpoint still loads and --resume
   REQUIRE(again.status == 0);
   CHECK(again.has("resumed from " + (dir / "checkpoint_epoch1.safetensors").string() + " at epoch 1, step 3"));
   CHECK(tandem::read_checkpoint((dir / "checkpoint_epoch2.safetensors").string()).state.step == 6);
+}
+
+// Issue 20, defect 3: rank 0 writing a checkpoint to a slow disk while rank 1 waits for it in the
+// next collective. The checkpoint (196 KB) goes out at 40 KB/s, so each save takes ~5 s against a
+// 3 s collective timeout: on main rank 1's watchdog ended the job ("rank(s) 0 did not reach
+// collective"); now rank 0 announces the write (dist/transport/busy.h) and rank 1 waits on.
+TEST_CASE("slow-checkpoint: a slow disk never kills a healthy job; a stopped disk is named as a hang") {
+  const fs::path dir = scratch() / "slow_disk";
+  AppRun r = train("TANDEM_COMM_TIMEOUT_S=3 TANDEM_FAULT=0:1:slow-checkpoint:40KB/s",
+                   "--epochs 1 --checkpoint-dir " + dir.string());
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.has("[rank 0] TANDEM_FAULT: checkpoints from step 1 on go to a disk writing 40000 bytes/s"));
+  CHECK(r.has("[rank 1] tandem watchdog: collective #"));
+  CHECK(r.has("is waiting for rank 0 (busy writing checkpoint for "));
+  CHECK(r.has("done:"));
+  CHECK(r.seconds > 4);  // the write really was slow
+  CHECK(tandem::read_checkpoint((dir / "checkpoint_epoch1.safetensors").string()).state.step == 3);
+
+  // The disk stops: no progress for the whole timeout is a hang, named with the work it hung in,
+  // within the timeout and the 3 s the watchdog gives the peers to answer.
+  AppRun hung = train("TANDEM_COMM_TIMEOUT_S=3 TANDEM_FAULT=0:1:slow-checkpoint:0",
+                      "--epochs 1 --checkpoint-dir " + (scratch() / "stopped_disk").string());
+  check_failed(hung, 30,
+               {"[rank 1] tandem watchdog: rank(s) 0 did not reach collective #",
+                "rank 0 was busy writing checkpoint for ", "hung inside that work"},
+               {"done:"});
 }
 
 TEST_CASE("clean-up") { fs::remove_all(scratch()); }

@@ -94,6 +94,10 @@ void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t unt
     train_step(t, s);
     if (s.step - t.start.step == t.bench_warmup) clock.start_steady(s.step, t.dev);
     if (s.step % o.log_every == 0 || s.step == until) log_progress(t, o, s, clock, last);
+    if (s.control && ((s.decision = s.control->after_step(s.step)).save || s.decision.stop)) {
+      if (s.step % o.log_every != 0 && s.step != until) log_progress(t, o, s, clock, last);  // the caller reports here
+      return;
+    }
   }
 }
 

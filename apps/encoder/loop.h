@@ -15,6 +15,9 @@
 // gradients, the update of the masters and their rounding into the model. A step with non-finite
 // gradients is skipped on every rank: counted in the progress line and the metrics, its loss left
 // out of the interval's mean.
+// After each step the run control (apps/trainer/preemption.h) is asked, on every rank alike, whether
+// to save now (--checkpoint-interval, before a stop) or stop (a preemption signal); either returns
+// to the caller with the decision in LoopState::decision (the caller writes the checkpoint).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include "apps/encoder/report.h"           // defines: Interval
 #include "apps/encoder/setup.h"            // defines: Training
 #include "apps/trainer/clock.h"            // defines: RunClock
+#include "apps/trainer/preemption.h"       // defines: RunControl, Decision
 #include "apps/trainer/timeline_window.h"  // defines: TimelineWindow
 #include "data/text_loader.h"              // defines: TextBatch
 
@@ -39,12 +43,15 @@ struct LoopState {
   double grad_norm = 0;        // the last step's, before clipping
   trainer::TimelineWindow comm;  // the interval's communication figures
   data::TextBatch batch;       // reused from step to step
+  trainer::RunControl* control = nullptr;  // asked after every step (null: never)
+  trainer::Decision decision;  // its last save/stop decision; train_until returns early on one
 };
 
 // Positions the training loader where `t.start` says the next step begins.
 LoopState start_loop(Training& t, const EncoderOptions& o);
 
-// Trains until s.step == until, printing progress lines; fills `last` at each one.
+// Trains until s.step == until, printing progress lines; fills `last` at each one. Returns earlier
+// when s.control decides to save or stop (s.decision says which).
 void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t until, trainer::RunClock& clock,
                  Interval& last);
 

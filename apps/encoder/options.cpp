@@ -55,6 +55,12 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_step<N>.safetensors here");
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: after the last step)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--checkpoint-interval", o.checkpoint_interval,
+                 "also write a checkpoint once this many minutes of wall time passed since the last one (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
+             "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
+             "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--resume", o.resume, "checkpoint file to resume from, or 'auto' (newest in --checkpoint-dir)");
@@ -96,6 +102,8 @@ void validate(EncoderOptions& o) {
   TANDEM_CHECK(o.vocab_size >= 16, "--vocab-size must be at least 16");
   TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
                "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
+  TANDEM_CHECK(o.checkpoint_interval == 0 || !o.checkpoint_dir.empty(),
+               "--checkpoint-interval writes into --checkpoint-dir: pass --checkpoint-dir too");
   if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
   trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
 }

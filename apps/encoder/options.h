@@ -53,6 +53,8 @@ struct EncoderOptions {
   // checkpoints
   std::string checkpoint_dir;       // empty: no checkpoints
   int64_t checkpoint_every = 0;     // steps between checkpoints (0: only after the last step)
+  double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
+                                    // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
   std::string resume;               // a checkpoint file, or "auto": the newest in checkpoint_dir
   int keep_checkpoints = 2;
   // output

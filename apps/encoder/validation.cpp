@@ -9,6 +9,7 @@
 #include "core/ops/embedding/embedding.h"   // defines: embedding (the row gather)
 #include "core/ops/shape/shape.h"       // defines: reshape
 #include "dist/transport/bootstrap.h"  // defines: comm_for
+#include "dist/transport/busy.h"       // defines: Busy (validation is announced host work)
 
 namespace tandem::apps::encoder {
 
@@ -50,9 +51,13 @@ EvalResult evaluate(Training& t, const EncoderOptions& o, int64_t step) {
   double sequences = 0;
   t.val->start_epoch(kValidationEpoch);
   data::TextBatch b;
+  // Announced to dist's watchdog batch by batch: a rank whose shard takes longer keeps the ranks
+  // already waiting in the all-reduce below waiting on (dist/transport/busy.h).
+  dist::Busy validating("validating", {.unit = "batches"});
   for (int64_t k = 0; (o.val_batches < 0 || k < o.val_batches) && t.val->next(b); ++k) {
     sequences += static_cast<double>(b.input_ids.size(0));
     score(t, b.input_ids, b.attention_mask, b.token_type_ids, b.labels, s);
+    validating.progress(static_cast<uint64_t>(k + 1));
   }
   // The unpadded sampler cuts the last N mod world sequences (data/sampler.h): rank k scores the
   // k-th of them, so a full validation reads every held-out sequence exactly once.

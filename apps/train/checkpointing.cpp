@@ -45,7 +45,8 @@ bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, 
   const NamedTensors opt_state = t.step->state();
   if (t.world->rank == 0) {
     std::filesystem::create_directories(o.checkpoint_dir);
-    std::string path = checkpoint_path(o.checkpoint_dir, s.epoch);
+    // Mid-epoch saves (--checkpoint-every, a preemption) get their own name, never the epoch-end one.
+    std::string path = checkpoint_path_for(o.checkpoint_dir, s, CheckpointNaming::epoch);
     save_checkpoint(path, *t.model, opt_state, s);
     std::printf("checkpoint: %s\n", path.c_str());
     prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints, s.run_id, path);

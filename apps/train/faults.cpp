@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "core/check.h"            // defines: TANDEM_CHECK
+#include "core/safetensors.h"      // defines: set_write_progress (the slow disk)
 #include "core/ops/elementwise/elementwise.h"  // defines: scale (the NaN loss)
 #include "layers/checkpoint.h"     // defines: set_checkpoint_crash_hook
 
@@ -18,8 +20,9 @@ namespace tandem::apps {
 namespace {
 
 constexpr const char* kForms =
-    "expected rank:step:kind[:arg] with kind kill, hang, nan, slow[:DURATION] or crash-in-checkpoint "
-    "(e.g. TANDEM_FAULT=1:5:kill or TANDEM_FAULT=1:3:slow:200ms)";
+    "expected rank:step:kind[:arg] with kind kill, hang, nan, slow[:DURATION], crash-in-checkpoint or "
+    "slow-checkpoint[:RATE] (e.g. TANDEM_FAULT=1:5:kill, TANDEM_FAULT=1:3:slow:200ms or "
+    "TANDEM_FAULT=0:1:slow-checkpoint:100KB/s)";
 
 int64_t parse_int(const std::string& s, const char* what, const std::string& spec) {
   size_t used = 0;
@@ -47,6 +50,46 @@ double parse_duration_ms(const std::string& s, const std::string& spec) {
   TANDEM_CHECK(used > 0 && v >= 0 && (unit.empty() || unit == "ms" || unit == "s"), "TANDEM_FAULT='", spec,
                "': the slow duration '", s, "' is not a duration like 200ms, 1.5s or 200; ", kForms);
   return unit == "s" ? v * 1000 : v;
+}
+
+// "100KB/s", "2MB/s", "500B/s" or "500" (bytes per second; decimal units).
+double parse_rate(const std::string& s, const std::string& spec) {
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = used ? s.substr(used) : "";
+  const double scale = unit.empty() || unit == "B/s" ? 1 : unit == "KB/s" ? 1e3 : unit == "MB/s" ? 1e6
+                       : unit == "GB/s"              ? 1e9 : -1;
+  TANDEM_CHECK(used > 0 && v >= 0 && scale > 0, "TANDEM_FAULT='", spec, "': the rate '", s,
+               "' is not a rate like 100KB/s, 2MB/s, 500B/s or 500 (bytes per second); ", kForms);
+  return v * scale;
+}
+
+// The slow disk: a progress hook (core/safetensors.h) in front of the one there before, which holds
+// each file's reported bytes to `rate` - sleeping in 100 ms slices and passing the bytes a disk of
+// that rate would have taken by then to the hook behind it, so the Busy scope of the writer
+// (dist/transport/busy.h) sees a slow disk, not a frozen one. rate 0 never gets past the first byte.
+safetensors::WriteProgress slow_disk(double rate, safetensors::WriteProgress next) {
+  using Clock = std::chrono::steady_clock;
+  auto start = std::make_shared<Clock::time_point>(Clock::now());
+  return [rate, next = std::move(next), start](uint64_t done, uint64_t total) {
+    if (done == 0) *start = Clock::now();  // a new file
+    auto pass = [&](uint64_t n) {
+      if (next) next(n, total);
+    };
+    for (;;) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - *start).count();
+      const double allowed = rate * elapsed;
+      if (allowed >= static_cast<double>(done)) break;
+      pass(static_cast<uint64_t>(allowed));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    pass(done);
+  };
 }
 
 // 128 + SIGKILL: what a shell reports for a killed process (see faults.h for why not a signal).
@@ -77,12 +120,14 @@ Fault parse_fault(const std::string& spec) {
   else if (k == "nan") f.kind = FaultKind::Nan;
   else if (k == "slow") f.kind = FaultKind::Slow;
   else if (k == "crash-in-checkpoint") f.kind = FaultKind::CrashInCheckpoint;
+  else if (k == "slow-checkpoint") f.kind = FaultKind::SlowCheckpoint;
   else TANDEM_THROW("TANDEM_FAULT='", spec, "': unknown kind '", k, "'; ", kForms);
-  TANDEM_CHECK(part.size() == 3 || f.kind == FaultKind::Slow, "TANDEM_FAULT='", spec, "': only slow takes an argument; ",
-               kForms);
-  if (part.size() == 4) f.slow_ms = parse_duration_ms(part[3], spec);
-  TANDEM_CHECK(f.kind != FaultKind::CrashInCheckpoint || f.rank == 0, "TANDEM_FAULT='", spec,
-               "': crash-in-checkpoint needs rank 0, the only rank that writes checkpoints");
+  TANDEM_CHECK(part.size() == 3 || f.kind == FaultKind::Slow || f.kind == FaultKind::SlowCheckpoint, "TANDEM_FAULT='",
+               spec, "': only slow and slow-checkpoint take an argument; ", kForms);
+  if (part.size() == 4 && f.kind == FaultKind::Slow) f.slow_ms = parse_duration_ms(part[3], spec);
+  if (part.size() == 4 && f.kind == FaultKind::SlowCheckpoint) f.bytes_per_s = parse_rate(part[3], spec);
+  TANDEM_CHECK((f.kind != FaultKind::CrashInCheckpoint && f.kind != FaultKind::SlowCheckpoint) || f.rank == 0,
+               "TANDEM_FAULT='", spec, "': ", k, " needs rank 0, the only rank that writes checkpoints");
   return f;
 }
 
@@ -111,6 +156,15 @@ void fault_before_step(const std::optional<Fault>& f, int rank, int64_t step) {
       std::fprintf(stderr, "[rank %d] TANDEM_FAULT: the next checkpoint (from step %lld on) will crash midway\n",
                    rank, (long long)step);
       set_checkpoint_crash_hook(&crash_now);
+      break;
+    case FaultKind::SlowCheckpoint:
+      if (f->bytes_per_s > 0)
+        std::fprintf(stderr, "[rank %d] TANDEM_FAULT: checkpoints from step %lld on go to a disk writing %.0f bytes/s\n",
+                     rank, (long long)step, f->bytes_per_s);
+      else
+        std::fprintf(stderr, "[rank %d] TANDEM_FAULT: the disk stops: the next checkpoint write (from step %lld on) "
+                     "hangs\n", rank, (long long)step);
+      safetensors::set_write_progress(slow_disk(f->bytes_per_s, safetensors::set_write_progress(nullptr)));
       break;
     default:
       break;

@@ -19,6 +19,14 @@
 //   crash-in-checkpoint  the first checkpoint written at or after `step` is left half-written
 //                        and the process dies before the rename (rank must be 0: only rank 0
 //                        writes checkpoints; see layers/checkpoint.h's crash hook)
+//   slow-checkpoint[:RATE]  every checkpoint written from `step` on goes to a slow disk: the
+//                        writer's progress (core/safetensors.h set_write_progress) is held to RATE
+//                        bytes per second ("100KB/s", "2MB/s", "500B/s" or plain bytes/s; decimal
+//                        units, as disks are sold; default 1MB/s), its bytes dribbling out every
+//                        100 ms as a real slow disk's would. RATE 0: the disk stops - the write
+//                        hangs with no progress, and the watchdog must name it (rank must be 0).
+//                        The ranks waiting for rank 0 meanwhile test dist's slow-vs-hung watchdog
+//                        (dist/transport/busy.h), and a SIGTERM sent meanwhile lands during a save
 // Unset or empty: no fault, and nothing here costs anything. A malformed value is an error at
 // start-up, never silently ignored.
 #pragma once
@@ -30,13 +38,15 @@
 
 namespace tandem::apps {
 
-enum class FaultKind { Kill, Hang, Nan, Slow, CrashInCheckpoint };
+enum class FaultKind { Kill, Hang, Nan, Slow, CrashInCheckpoint, SlowCheckpoint };
 
 struct Fault {
   int rank = 0;
   int64_t step = 1;        // 1-based step at which the fault fires (slow: from which it fires)
   FaultKind kind = FaultKind::Kill;
   double slow_ms = 100;    // slow: sleep per step; 100 ms is far above a tiny test step's noise
+  double bytes_per_s = 1e6;  // slow-checkpoint: the disk's rate (0: it stops); 1 MB/s makes even a tiny
+                             // test model's checkpoint (tens of KB) take a visible fraction of a second
 };
 
 // Parses "rank:step:kind[:arg]"; throws tandem::Error naming the bad part and the accepted forms.
@@ -45,7 +55,7 @@ Fault parse_fault(const std::string& spec);
 std::optional<Fault> fault_from_env(int world_size);
 
 // The step loop's hooks. `step` is the 1-based number of the step about to run.
-// Before the step: kill and hang act here; crash-in-checkpoint arms the checkpoint hook.
+// Before the step: kill and hang act here; crash-in-checkpoint and slow-checkpoint arm their hooks.
 void fault_before_step(const std::optional<Fault>& f, int rank, int64_t step);
 // Between forward and backward: slow sleeps here. Returns the step's loss as this rank reports it:
 // NaN (through autograd, so the gradients are NaN too) when a nan fault fires, else `loss` itself.

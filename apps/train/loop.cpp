@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "apps/train/checkpointing.h"  // defines: checkpoint_if_due (a save inside the epoch)
 #include "core/autograd.h"          // defines: NoGradGuard
 #include "core/ops/elementwise/elementwise.h"   // defines: add (the device-side running loss)
 #include "core/ops/loss/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
@@ -149,6 +150,21 @@ EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopStat
     e.index += o.batch;
     if (s.step - t.start.step == t.bench_warmup) clock.start_steady(s.step, t.dev);
     if (s.step % o.log_every == 0 || s.step == t.total_steps) log_progress(t, epoch, logits, s, clock, o, rec);
+    if (!s.control) continue;
+    const trainer::Decision d = s.control->after_step(s.step);
+    // The epoch's last step, or the run's, is saved by the epoch-end checkpoint: one file, not two.
+    const bool epoch_ends = e.index >= t.steps_per_epoch * o.batch || s.step >= t.total_steps;
+    if (d.save && !epoch_ends) {
+      const Clock::time_point paused_at = clock.pause();  // paused time, as at epoch ends
+      // last_step = true: "write at this position", inside the epoch (checkpointing.h).
+      if (s.control->save([&] { return checkpoint_if_due(t, o, epoch, s.step, e.index, false, true); }))
+        ++rec.checkpoints_written;
+      clock.resume(paused_at);
+    }
+    if (d.stop) {
+      e.stopped = true;
+      break;
+    }
   }
   e.done = e.done || e.index >= t.steps_per_epoch * o.batch;  // the last step may also end the epoch
   return e;

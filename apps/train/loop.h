@@ -10,6 +10,10 @@
 // naming the steps). TANDEM_FAULT's hooks run at their places in the step (apps/train/faults.h):
 // before it, and between forward and backward inside the loss. --cuda-graph: each batch is copied
 // into static tensors the captured step reads (Training::graph_batch).
+// After each step the run control (apps/trainer/preemption.h) is asked, on every rank alike, whether
+// to save now (--checkpoint-every, --checkpoint-interval, before a stop) and whether to stop (a
+// preemption signal): a save inside the epoch is written here, at the current position; one that
+// falls on the epoch's last step is left to the epoch-end checkpoint; a stop ends the epoch early.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +25,7 @@
 #include "apps/train/report.h"              // defines: RunRecord, Interval, progress_line
 #include "apps/train/setup.h"               // defines: Training
 #include "apps/trainer/clock.h"             // defines: RunClock
+#include "apps/trainer/preemption.h"        // defines: RunControl
 #include "apps/trainer/timeline_window.h"   // defines: TimelineWindow
 #include "core/tensor.h"                    // defines: Tensor
 #include "data/loader.h"                    // defines: Batch
@@ -34,18 +39,21 @@ struct LoopState {
   int64_t interval_losses = 0; // of those, the steps whose loss is in loss_sum (not skipped)
   Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
   std::optional<Fault> fault;  // TANDEM_FAULT (none: the normal case)
+  trainer::RunControl* control = nullptr;  // asked after every step (null: never saves or stops early)
   trainer::TimelineWindow comm;  // the interval's communication figures
   data::Batch batch;           // reused from step to step
 };
 
 struct EpochEnd {
   int64_t index = 0;  // samples of the epoch this rank has consumed (resumed ones included)
-  bool done = false;  // the epoch ran out (else the run's last step came first)
+  bool done = false;  // the epoch ran out (else the run's last step came first, or a stop)
+  bool stopped = false;  // the run control decided to stop (preemption); a save inside the epoch was written
 };
 
 // Trains `epoch` from where `s` stands (mid-epoch on resume) until the loader runs out or the run's
 // last step; fills rec.last at each progress line and adds to rec's compute time and skipped steps.
 // Throws trainer::RunStopped on every rank when a loss is not finite under --on-nonfinite stop.
+// Returns early, with `stopped`, when s.control decides to stop.
 EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, trainer::RunClock& clock,
                      RunRecord& rec);
 

@@ -93,6 +93,15 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_epoch<N>.safetensors here");
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--checkpoint-interval", o.checkpoint_interval,
+                 "also write a checkpoint once this many minutes of wall time passed since the last one (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
+             "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
+             "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
   app.add_option("--resume", o.resume, "checkpoint file to resume from, or 'auto' (newest in --checkpoint-dir)");
   app.add_option("--val-every", o.val_every, "epochs between validations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -146,6 +155,8 @@ void validate(TrainOptions& o) {
   if (o.epochs == 0 && o.steps == 0) o.epochs = 1;
   TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
                "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
+  TANDEM_CHECK((o.checkpoint_every == 0 && o.checkpoint_interval == 0) || !o.checkpoint_dir.empty(),
+               "--checkpoint-every and --checkpoint-interval write into --checkpoint-dir: pass --checkpoint-dir too");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
   TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");

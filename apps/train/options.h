@@ -71,6 +71,10 @@ struct TrainOptions {
   std::string checkpoint_dir;       // empty: no checkpoints
   std::string resume;               // a checkpoint file, or "auto": the newest in checkpoint_dir
   int keep_checkpoints = 2;         // newest checkpoints kept in checkpoint_dir (0: all); a ResNet-50 one is ~300 MB
+  int64_t checkpoint_every = 0;     // also a checkpoint after every N-th step, mid-epoch (0: epoch ends only),
+                                    // so a preemption loses at most N steps instead of up to an epoch
+  double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
+                                    // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
   // output
   int val_every = 1;                // epochs between validations (0: only after the last step)
   int log_every = 50;               // steps between progress lines

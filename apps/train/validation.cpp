@@ -9,6 +9,7 @@
 #include "core/ops/copy/copy.h"      // defines: cast_raw (--amp inputs)
 #include "core/ops/loss/loss.h"     // defines: cross_entropy, topk_correct
 #include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the counts)
+#include "dist/transport/busy.h"       // defines: Busy (validation is announced host work)
 #include "layers/checkpoint.h" // defines: load_checkpoint
 
 namespace tandem::apps {
@@ -19,13 +20,18 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType 
   double c1 = 0, c5 = 0, loss = 0, n = 0;
   loader.start_epoch(0);
   data::Batch b;
-  while (loader.next(b)) {
-    Tensor logits = model(input == b.images.dtype() ? b.images : ops::cast_raw(b.images, input));
-    const int64_t rows = b.labels.numel();
-    c1 += ops::topk_correct(logits, b.labels, 1);
-    c5 += ops::topk_correct(logits, b.labels, std::min(5, num_classes));
-    loss += ops::cross_entropy(logits, b.labels).item() * rows;
-    n += rows;
+  {
+    // Announced to dist's watchdog batch by batch: a rank whose shard takes longer keeps the ranks
+    // already waiting in the all-reduce below waiting on (dist/transport/busy.h).
+    dist::Busy validating("validating", {.unit = "batches"});
+    for (uint64_t batches = 1; loader.next(b); validating.progress(batches++)) {
+      Tensor logits = model(input == b.images.dtype() ? b.images : ops::cast_raw(b.images, input));
+      const int64_t rows = b.labels.numel();
+      c1 += ops::topk_correct(logits, b.labels, 1);
+      c5 += ops::topk_correct(logits, b.labels, std::min(5, num_classes));
+      loss += ops::cross_entropy(logits, b.labels).item() * rows;
+      n += rows;
+    }
   }
   model.train();
   Tensor sums = Tensor::from_vector({float(c1), float(c5), float(loss), float(n)}, {4});

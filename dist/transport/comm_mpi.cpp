@@ -19,7 +19,12 @@
 // MPI_Op that widens each pair to f32, adds and rounds back (host_reduce.h: the same per-step
 // rounding as NCCL and the thread communicator).
 //
-// Deadline: a collective that is not done after comm_timeout_s calls watchdog_abort (watchdog.h).
+// Deadline: a collective that is not done after comm_timeout_s asks the peers (watchdog_overdue,
+// watchdog.h), which either ends the job naming the missing rank or, when that rank is busy with
+// announced work that advances (busy.h), gives the wait more time. The thread also answers the
+// peers' question while idle between collectives (every 20 ms): a rank writing a checkpoint sits
+// in no collective, and its answer "busy writing checkpoint, 812 MB so far" is what keeps the
+// others waiting instead of ending a healthy job.
 #include <mpi.h>
 
 #include <chrono>
@@ -222,12 +227,20 @@ class MpiCommunicator final : public Communicator {
       std::shared_ptr<MpiWork> w;
       {
         std::unique_lock<std::mutex> lock(m_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stop_ with nothing left to do
+        // 20 ms: a peer's question waits at most that long for an idle rank's answer (the asker
+        // allows 3 s), and an idle thread's MPI_Iprobe 50 times a second costs nothing measurable.
+        cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) {
+          if (stop_) return;  // nothing left to do
+          lock.unlock();
+          watchdog_answer(watch_, finished_);  // idle: "the last collective I finished", and my Busy scope
+          continue;
+        }
         w = queue_.front();
         queue_.pop_front();
       }
       run(*w);
+      finished_ = w->seq;
     }
   }
 
@@ -238,7 +251,8 @@ class MpiCommunicator final : public Communicator {
       w.set_started();
       MPI_Request req = MPI_REQUEST_NULL;
       w.start(comm_, &req);
-      const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
+      auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
+      OverdueMemory memory;
       int flag = 0;
       for (long polls = 0;; ++polls) {
         MPI_CHECK(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "collective '", w.name, "' failed");
@@ -246,7 +260,9 @@ class MpiCommunicator final : public Communicator {
         // Spin briefly for small messages, then back off: ranks may share cores with compute.
         if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
         watchdog_answer(watch_, w.seq);  // tell a timed-out peer that we reached this collective
-        if (clock::now() > deadline) watchdog_abort(watch_, w.seq, w.name, timeout_s_);
+        // Returns only when the missing peers are busy and advancing: ask again after that long.
+        if (clock::now() > deadline)
+          deadline = clock::now() + std::chrono::duration<double>(watchdog_overdue(watch_, w.seq, w.name, timeout_s_, memory));
       }
       w.finish();
     } catch (const std::exception& e) {
@@ -269,6 +285,7 @@ class MpiCommunicator final : public Communicator {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<MpiWork>> queue_;
   long long issued_ = 0;
+  long long finished_ = 0;  // the communication thread's own: the last collective it completed
   bool stop_ = false;
   std::thread thread_;
 };

@@ -13,8 +13,12 @@
 // NVTX ranges named like the trace events ("allreduce bucket 3") mark the enqueue on the host.
 //
 // Deadline: NCCL kernels wait forever for a peer that died. A watchdog thread polls the oldest
-// outstanding collective's end event and calls watchdog_abort (watchdog.h) past comm_timeout_s,
-// counted from its issue or from the end of the collective before it, whichever is later. It also
+// outstanding collective's end event and calls watchdog_overdue (watchdog.h) past comm_timeout_s,
+// counted from its issue or from the end of the collective before it, whichever is later: that ends
+// the job naming the missing rank, or - when the missing rank is busy with announced host work that
+// advances (busy.h: rank 0 writing a checkpoint) - gives the wait more time. The thread also answers
+// the peers' question while nothing is outstanding, so this rank's own announced work keeps them
+// waiting. It also
 // polls ncclCommGetAsyncError, where NCCL reports network and peer failures (the end event then never
 // fires); its documented remedy is ncclCommAbort, so the job aborts at once with NCCL's reason instead
 // of sitting out the whole timeout.
@@ -138,7 +142,7 @@ class NcclCommunicator final : public Communicator {
                  "event would belong to the graph and never fire for the watchdog. Call it after replay()");
     auto end = std::make_shared<EventMark>(cuda::compute_stream(device_), /*timing=*/false);
     std::lock_guard<std::mutex> lock(m_);
-    outstanding_.push_back({++issued_, what, end, std::chrono::steady_clock::now()});
+    outstanding_.push_back({++issued_, what, end, deadline_from_now()});
     return issued_;
   }
 
@@ -211,7 +215,7 @@ class NcclCommunicator final : public Communicator {
     // would fail or invalidate the capture. Each replay is watched as a whole (watch_compute).
     if (!graph_capture::active(device_)) {
       std::lock_guard<std::mutex> lock(m_);
-      outstanding_.push_back({++issued_, name, end, std::chrono::steady_clock::now()});
+      outstanding_.push_back({++issued_, name, end, deadline_from_now()});
     }
     return std::make_shared<NcclWork>(device_, start, end, std::move(keep));
   }
@@ -237,24 +241,36 @@ class NcclCommunicator final : public Communicator {
         // a replay costs the host microseconds, and with a device-resident batch nothing else holds
         // the host back, so a replay may sit in the queue for longer than the timeout.
         if (!outstanding_.empty())
-          outstanding_.front().issued = std::max(outstanding_.front().issued, std::chrono::steady_clock::now());
+          outstanding_.front().deadline = std::max(outstanding_.front().deadline, deadline_from_now());
       }
-      if (outstanding_.empty()) continue;
-      const Pending& p = outstanding_.front();
+      if (outstanding_.empty()) {
+        watchdog_answer(watch_, issued_);  // idle: everything issued has finished; and my Busy scope
+        continue;
+      }
+      Pending& p = outstanding_.front();
       // A kernel fault on this GPU means p can never finish: say so now rather than after the
       // timeout, and before a peer blames this rank for not reaching p.
       if (!watchdog_local_fault().empty()) watchdog_abort(watch_, p.seq, p.name, timeout_s_);
       watchdog_answer(watch_, p.seq);
-      if (std::chrono::steady_clock::now() - p.issued > std::chrono::duration<double>(timeout_s_))
-        watchdog_abort(watch_, p.seq, p.name, timeout_s_);
+      // Returns only when the missing peers are busy and advancing: ask again after that long.
+      if (std::chrono::steady_clock::now() > p.deadline)
+        p.deadline = deadline_from_now(watchdog_overdue(watch_, p.seq, p.name, timeout_s_, p.memory));
     }
+  }
+
+  // Now + `seconds` (default: the timeout), on the steady clock.
+  std::chrono::steady_clock::time_point deadline_from_now(double seconds = -1) const {
+    const double s = seconds < 0 ? timeout_s_ : seconds;
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
   }
 
   struct Pending {
     long long seq;
     std::string name;
     std::shared_ptr<EventMark> end;
-    std::chrono::steady_clock::time_point issued;
+    std::chrono::steady_clock::time_point deadline;  // past it, the watchdog asks the peers
+    OverdueMemory memory = {};                        // what the last question found
   };
   int device_;
   double timeout_s_;

@@ -18,8 +18,10 @@
 #include <thread>
 #include <type_traits>
 
+#include "dist/transport/busy.h"
 #include "dist/transport/host_reduce.h"
 #include "dist/transport/split.h"
+#include "dist/transport/watchdog.h"
 
 namespace tandem::dist {
 namespace {
@@ -49,6 +51,9 @@ struct Group {
   const int ranks;
   const ThreadOptions options;
   const std::vector<int> world;  // world[r]: the rank of run_ranks' group that is rank r here
+  // threads[r]: the thread that runs rank r (run_ranks sets it; else its last caller), whose Busy
+  // scope (busy.h) stands for the rank's announced work when the others wait for it. Under m.
+  std::vector<std::thread::id> threads = std::vector<std::thread::id>(ranks);
   std::mutex m;
   std::condition_variable cv;
   std::map<long long, std::shared_ptr<Op>> open;  // issued by some ranks, not yet by all
@@ -147,9 +152,18 @@ class ThreadWork final : public Work {
 
   void wait() override {
     std::unique_lock<std::mutex> lock(g_->m);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(g_->options.timeout_s);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(g_->options.timeout_s);
     while (!op_->done && g_->failure.empty())
-      if (g_->cv.wait_until(lock, deadline) == std::cv_status::timeout && !op_->done) g_->fail(missing());
+      if (g_->cv.wait_until(lock, deadline) == std::cv_status::timeout && !op_->done) {
+        // The watchdog's verdict (watchdog.h), with each missing rank's thread's Busy scope as its
+        // answer: busy and advancing ranks get more time, anything else fails the group.
+        // Every rank there: the last one is running the collective on its thread, which ends it.
+        const OverdueVerdict v = verdict();
+        if (v.kind == OverdueVerdict::Kind::Wait || v.kind == OverdueVerdict::Kind::AllReached)
+          deadline = std::chrono::steady_clock::now() +
+                     std::chrono::duration<double>(v.kind == OverdueVerdict::Kind::Wait ? v.wait_s : g_->options.timeout_s);
+        else g_->fail(v.kind == OverdueVerdict::Kind::Stalled ? stalled(v) : missing());
+      }
     if (!op_->done) TANDEM_THROW(g_->failure);
     if (!op_->error.empty()) TANDEM_THROW(op_->error);
   }
@@ -161,6 +175,28 @@ class ThreadWork final : public Work {
   MarkPtr finished() const override { return std::make_shared<HostMark>(op_->t_finish); }
 
  private:
+  OverdueVerdict verdict() const {  // under g_->m
+    std::vector<PeerAnswer> answers(g_->ranks);
+    for (int r = 0; r < g_->ranks; ++r) {
+      PeerAnswer& a = answers[r];
+      a.answered = true;  // a thread cannot die alone: it either issued the collective or is elsewhere
+      a.reached = op_->arrived[r] ? op_->seq : op_->seq - 1;
+      if (!op_->arrived[r] && g_->threads[r] != std::thread::id()) a.busy = busy_report(g_->threads[r]);
+    }
+    return judge_overdue(op_->seq, g_->options.timeout_s, /*me=*/-1, answers);
+  }
+  std::string stalled(const OverdueVerdict& v) const {  // under g_->m
+    std::string ranks, why;
+    for (int r : v.stalled) {
+      ranks += (ranks.empty() ? "" : ", ") + g_->number_of(r);
+      why += (why.empty() ? "" : "; ") + ("rank " + g_->number_of(r) + " was " + describe(busy_report(g_->threads[r])));
+    }
+    int first = 0;
+    while (!op_->arrived[first]) ++first;
+    return "thread communicator: rank(s) " + ranks + " did not reach collective #" + std::to_string(op_->seq) +
+           " (" + op_->what[first] + "): " + why + ". Its progress stood still for the whole " +
+           std::to_string(g_->options.timeout_s) + " s timeout, so it is hung inside that work";
+  }
   std::string missing() const {  // under g_->m
     std::string ranks;
     for (int r = 0; r < g_->ranks; ++r)
@@ -246,6 +282,7 @@ class ThreadCommunicator final : public Communicator {
       o = slot;
       o->in[rank_] = in, o->out[rank_] = out, o->key[rank_] = key, o->what[rank_] = key + " '" + name + "'";
       o->arrived[rank_] = 1;
+      g_->threads[rank_] = std::this_thread::get_id();
       if (++o->count < g_->ranks) return std::make_shared<ThreadWork>(g_, o);
       g_->open.erase(seq);  // complete: this rank runs it
     }
@@ -303,6 +340,10 @@ void run_ranks(int ranks, const std::function<void(Communicator&)>& body, Thread
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
+      {
+        std::lock_guard<std::mutex> lock(g.m);
+        g.threads[r] = std::this_thread::get_id();  // before its first collective: a Busy scope may come first
+      }
       try {
         body(*comms[r]);
       } catch (...) {

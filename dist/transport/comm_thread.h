@@ -16,7 +16,9 @@
 //     that the ranks agree on kind, dtype, sizes and root, and fails the collective on every rank
 //     with the first difference, where MPI would hang or pair up the wrong buffers;
 //   - a wait longer than ThreadOptions::timeout_s fails, naming the ranks that never issued the
-//     collective (the watchdog's message, without ending the process), and fails the whole group.
+//     collective (the watchdog's message, without ending the process), and fails the whole group -
+//     unless every missing rank's thread is in a Busy scope that advances (transport/busy.h): as
+//     under MPI, the wait then goes on, and a scope stalled for the timeout fails it, named.
 //   - split (communicator.h) makes sub-groups of the same kind: the first member to arrive creates
 //     the group, errors name a member as "rank 1 (world rank 3)", and a failure of the whole group
 //     (a rank threw) reaches every sub-group, so nobody waits out a timeout inside one.
