@@ -48,6 +48,7 @@
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/run_folder.h"   // defines: RunFolder, UsageError, resolve_resume_read_only
 #include "core/check.h"                // defines: Error
+#include "core/out_of_memory.h"          // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
 #include "dist/transport/watchdog.h"  // defines: abort_job
 
@@ -125,6 +126,11 @@ int main(int argc, char** argv) {
     if (dist::initialized() && dist::world().rank == 0) std::cerr << "train_imagenet: " << e.what() << "\n";
     if (dist::initialized()) dist::finalize();
     return 2;
+  } catch (const OutOfMemory& e) {
+    // The library says "lower the batch size"; this program's flag for it is --batch.
+    std::cerr << "train_imagenet: error: " << e.what() << " (the batch size is --batch, now " << o.batch << " per rank)\n";
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "train_imagenet: error: " << e.what() << "\n";
     // Other ranks may be waiting in a collective this rank will never join: end them all now.

@@ -185,7 +185,9 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
   t.flops_per_token = train_flops_per_token(t.model->config(), t.model->num_parameters(), o.seq_len);
   t.peak = peak_flops(t.dev, o.peak_tflops, w.local_size);
-  t.memory.plan(*t.step, t.dev, 0);  // token batches are not subtracted (small; as the ledger always did here)
+  // Token batches are not subtracted (small; as the ledger always did here).
+  t.memory.plan(*t.step, t.dev, 0, trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
+  if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

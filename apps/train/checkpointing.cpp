@@ -60,6 +60,7 @@ bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Posi
   TrainState s = trainer::train_state(at, t.world->size, t.global_batch, o.model);
   s.classes = t.data.classes;
   s.extra["lr_schedule"] = o.lr_schedule;
+  s.extra["amp"] = o.amp;  // the precision a resume must use (the weights are stored in it)
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
   // The run's length as the user gave it (--epochs or --steps), and the --steps schedule's unit: a
   // resume on any world size and batch continues the same schedule (apps/trainer/position.h).

@@ -256,7 +256,8 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.step->set_steps_done(t.start_at.step);
   make_loaders(o, t);
   plan_steps(o, t);
-  t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr));
+  t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
+  if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

@@ -4,6 +4,7 @@
 // metadata); the end-to-end training tests check that by comparing the two safetensors files.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace tandem::testing {
 
@@ -11,5 +12,13 @@ namespace tandem::testing {
 // same metadata except saved_at and run_id (two runs, two clocks, two ids). Names the first tensor
 // that differs.
 void check_identical_checkpoints(const std::string& a, const std::string& b);
+
+// The files hold the same tensor names, shapes and dtypes, and every floating tensor's values agree
+// within `rel` of its largest magnitude (at least 1): max |a - b| <= rel * max(max |a|, 1). For runs
+// that compute the same sums in another order (another world size, the same global batch).
+// Tensors whose name contains one of `skip` are compared in shape only. Returns the largest
+// relative difference seen, and names the worst tensor in a MESSAGE.
+double check_close_checkpoints(const std::string& a, const std::string& b, double rel,
+                               const std::vector<std::string>& skip = {});
 
 }  // namespace tandem::testing
