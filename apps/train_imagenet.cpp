@@ -48,7 +48,7 @@
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/run_folder.h"   // defines: RunFolder, UsageError, resolve_resume_read_only
 #include "core/check.h"                // defines: Error
-#include "core/out_of_memory.h"          // defines: OutOfMemory
+#include "core/out_of_memory.h"        // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
 #include "dist/transport/watchdog.h"  // defines: abort_job
 
