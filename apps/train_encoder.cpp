@@ -12,7 +12,13 @@
 // (gradients all-reduced in buckets while backward runs), clipping, AdamW or LAMB with BERT's
 // warmup + linear decay. Validation reports masked-token accuracy and loss on the held-out text
 // beside the unigram baseline (always guessing the most frequent token). Checkpoints carry Hugging
-// Face's BertForMaskedLM names; --resume auto continues exactly (same batches, masks, LR).
+// Face's BertForMaskedLM names and go into a --checkpoint-dir owned by one run (locked against a
+// second job; apps/trainer/run_folder.h, opened before the corpus is read); --resume auto continues
+// exactly on the same world size and batch (same batches, masks, LR), and on any other from the same
+// sequence of the epoch's order with the LR schedule continued in samples (apps/trainer/position.h).
+// A NaN/inf loss or gradient stops every rank (--on-nonfinite stop, the default; exit 3) or skips the
+// step; non-finite weights always stop, and no checkpoint is written from them. Exit status: 0 done,
+// 1 an error, 2 a usage error (a flag, or a folder that refuses the run), 3 stopped on a non-finite value.
 // --amp bf16|fp16: the model in 16-bit as core/autocast.h says (LayerNorm statistics, softmax, the
 // loss and the embedding gradients' sums in f32), f32 master weights and optimizer state, fp16 loss
 // scaling; steps with non-finite gradients are skipped on every rank and counted (apps/trainer/amp.h).
@@ -36,15 +42,18 @@
 #include <exception>
 #include <iostream>
 
-#include "apps/encoder/checkpointing.h"  // defines: resume_path, checkpoint_if_due
+#include "apps/encoder/checkpointing.h"  // defines: folder_options, checkpoint_if_due
 #include "apps/encoder/loop.h"           // defines: LoopState, start_loop, train_until
 #include "apps/encoder/options.h"        // defines: EncoderOptions, parse_options, validate
 #include "apps/encoder/report.h"         // defines: RunRecord, print_start, validation_line, report
 #include "apps/encoder/setup.h"          // defines: env_rank0, init_world, make_corpus, make_model, set_up
 #include "apps/encoder/validation.h"     // defines: evaluate
 #include "apps/trainer/clock.h"          // defines: Clock, RunClock
+#include "apps/trainer/nonfinite.h"      // defines: RunStopped
 #include "apps/trainer/preemption.h"     // defines: RunControl, install_stop_signals, kPreemptedExit
+#include "apps/trainer/run_folder.h"     // defines: RunFolder, UsageError
 #include "core/check.h"                  // defines: Error
+#include "core/out_of_memory.h"          // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"    // defines: initialized, world, finalize, comm_for
 #include "dist/transport/busy.h"         // defines: Busy
 #include "dist/transport/watchdog.h"    // defines: abort_job
@@ -67,6 +76,14 @@ int64_t next_stop(const enc::EncoderOptions& o, int64_t step, int64_t end) {
 int run(enc::EncoderOptions& o) {
   trainer::RunClock clock(kProcessStart);
   const dist::World& w = enc::init_world(o);
+  if (o.describe) {
+    enc::Corpus corpus = enc::make_corpus(o);
+    auto model = enc::make_model(o, corpus.vocab_size, "");
+    if (w.rank == 0) std::cout << model->describe() << "\n";
+    return 0;
+  }
+  // The checkpoint folder before the corpus: a refused or unwritable folder stops the job in seconds.
+  trainer::RunFolder folder = trainer::RunFolder::open(enc::folder_options(o), w, "train_encoder");
   enc::Corpus corpus;
   {
     // Tokenizing reports no progress; 30 min bounds it (a few GB of text), so the ranks already
@@ -74,13 +91,8 @@ int run(enc::EncoderOptions& o) {
     dist::Busy preparing("tokenizing the corpus", {.unmeasured_s = 1800});
     corpus = enc::make_corpus(o);
   }
-  const std::string resume = enc::resume_path(o);
-  auto model = enc::make_model(o, corpus.vocab_size, resume);
-  if (o.describe) {
-    if (w.rank == 0) std::cout << model->describe() << "\n";
-    return 0;
-  }
-  enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), resume);
+  auto model = enc::make_model(o, corpus.vocab_size, folder.resume_path());
+  enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));
   enc::print_start(o, t);
 
   // --checkpoint-every is this trainer's own (next_stop, checkpoint_if_due); the control adds the
@@ -89,32 +101,31 @@ int run(enc::EncoderOptions& o) {
   enc::LoopState loop = enc::start_loop(t, o);
   loop.control = &control;
   enc::RunRecord rec;
-  while (loop.step < t.end_step) {
+  while (loop.pos.step < t.end_step) {
     loop.decision = {};
-    enc::train_until(t, o, loop, next_stop(o, loop.step, t.end_step), clock, rec.last);
+    enc::train_until(t, o, loop, next_stop(o, loop.pos.step, t.end_step), clock, rec.last);
     // Validation and checkpoints are paused time: left out of the training rates.
     const trainer::Clock::time_point paused_at = clock.pause();
-    const bool last = loop.step == t.end_step;
+    const bool last = loop.pos.step == t.end_step;
     // A stop before the run's end is preempted: no validation (a scheduler's grace period is short),
     // the checkpoint at once, then exit 75. One at the run's end changes nothing.
     const bool preempted = loop.decision.stop && !last;
-    if (!preempted && t.val && (last || (o.val_every > 0 && loop.step % o.val_every == 0))) {
-      rec.evals.push_back(enc::evaluate(t, o, loop.step));
+    if (!preempted && t.val && (last || (o.val_every > 0 && loop.pos.step % o.val_every == 0))) {
+      rec.evals.push_back(enc::evaluate(t, o, loop.pos.step));
       if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
     }
     // last = true also means "write at this position" (checkpointing.h): the control asked for it.
-    if (control.save([&] {
-          return enc::checkpoint_if_due(t, o, loop.step, loop.epoch, loop.index_in_epoch, last || loop.decision.save);
-        }))
+    if (control.save([&] { return enc::checkpoint_if_due(t, o, loop.pos, last || loop.decision.save); }))
       ++rec.checkpoints_written;
     clock.resume(paused_at);
     if (preempted) {
-      if (w.rank == 0) std::cout << control.stop_line(loop.step, !o.checkpoint_dir.empty()) << std::endl;
+      if (w.rank == 0) std::cout << control.stop_line(loop.pos.step, !o.checkpoint_dir.empty()) << std::endl;
       return trainer::kPreemptedExit;
     }
   }
+  t.step->finish();  // the last update's weights: a non-finite one stops here (exit 3), not as "done"
   clock.stop(t.dev);
-  enc::report(o, t, clock, rec, loop.step);
+  enc::report(o, t, clock, rec, loop.pos.step);
   return 0;
 }
 }  // namespace
@@ -132,6 +143,20 @@ int main(int argc, char** argv) {
   int rc = 1;
   try {
     rc = run(o);
+  } catch (const trainer::RunStopped&) {
+    // Every rank stopped at the same step and printed why: an agreed, clean exit.
+    if (dist::initialized()) dist::finalize();
+    return 3;
+  } catch (const trainer::UsageError& e) {
+    // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
+    if (dist::initialized() && dist::world().rank == 0) std::cerr << "train_encoder: " << e.what() << "\n";
+    if (dist::initialized()) dist::finalize();
+    return 2;
+  } catch (const OutOfMemory& e) {
+    // The library says "lower the batch size"; this program's flag for it is --batch.
+    std::cerr << "train_encoder: error: " << e.what() << " (the batch size is --batch, now " << o.batch << " per rank)\n";
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "train_encoder: error: " << e.what() << "\n";
     // Other ranks may be waiting in a collective this rank will never join: end them all now.

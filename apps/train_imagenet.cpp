@@ -11,12 +11,20 @@
 // keeps only the shards and gathers each block around its forward and backward; --amp bf16|
 // fp16 computes in 16-bit against f32 masters; --strategy ps updates on parameter servers). The LR follows optim/lr_schedule.h, scaled by the world size (Goyal et al.'s
 // linear scaling rule) with a warmup that starts from the one-rank LR. Validation after epochs
-// reduces correct counts across ranks. Checkpoints (layers/checkpoint.h) are written by rank 0 at
-// epoch ends, atomically; --resume continues bit-exactly (same steps, same data order, same LR).
+// reduces correct counts across ranks (a non-finite logit reports a failure, never an accuracy).
+// --checkpoint-dir is owned by one run (layers/checkpoint_dir.h: a lock against a second job, a fresh
+// start into another run's files refused unless --overwrite-checkpoints, pruning of this run's files
+// only), opened before the data is listed (apps/trainer/run_folder.h). Checkpoints (layers/
+// checkpoint.h) are written by rank 0 at epoch ends and where an invocation stops, atomically, never
+// from a non-finite state; --resume continues bit-exactly on the same world size and batch (same
+// steps, data order and LR), and on any other one from the same sample of the epoch's order with the
+// LR schedule continued in samples (apps/trainer/position.h).
 // The summary separates init time (process start -> first step) from training time, and steady
 // images/s (first --bench-warmup steps excluded) from the whole-run rate.
-// A NaN/inf loss on any rank stops every rank (exit 3, no checkpoint from that state) or, with
-// --on-nonfinite skip, skips that step's update everywhere. --evaluate only validates a checkpoint.
+// A NaN/inf loss or gradient on any rank stops every rank (exit 3, no checkpoint from that state)
+// or, with --on-nonfinite skip, skips that step's update everywhere; non-finite weights always stop.
+// --evaluate only validates a checkpoint. Exit status: 0 done, 1 an error, 2 a usage error (a flag,
+// or a checkpoint folder that refuses the run - every rank stops), 3 stopped on a non-finite value.
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
 // Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
 // step boundary, write a checkpoint at that position and exit with status 75; --checkpoint-every N
@@ -36,7 +44,7 @@
 #include <optional>
 #include <string>
 
-#include "apps/train/checkpointing.h"  // defines: resume_path, checkpoint_if_due
+#include "apps/train/checkpointing.h"  // defines: folder_options, save_checkpoint_now
 #include "apps/train/faults.h"         // defines: fault_from_env, parse_fault
 #include "apps/train/loop.h"           // defines: LoopState, train_epoch
 #include "apps/train/options.h"        // defines: TrainOptions, parse_options, validate
@@ -46,7 +54,9 @@
 #include "apps/trainer/clock.h"        // defines: Clock, RunClock
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/preemption.h"   // defines: RunControl, install_stop_signals, kPreemptedExit
+#include "apps/trainer/run_folder.h"   // defines: RunFolder, UsageError, resolve_resume_read_only
 #include "core/check.h"                // defines: Error
+#include "core/out_of_memory.h"        // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize, comm_for
 #include "dist/transport/busy.h"       // defines: Busy
 #include "dist/transport/watchdog.h"  // defines: abort_job
@@ -67,6 +77,14 @@ int run(apps::TrainOptions& o) {
     if (w.rank == 0) std::cout << model->describe() << "\n";
     return 0;
   }
+  if (o.evaluate) {
+    // Reads the folder without owning it: a training job may hold its lock.
+    const std::string resume = trainer::resolve_resume_read_only(o.checkpoint_dir, o.resume, o.run_id, w);
+    apps::evaluate_checkpoint(o, w, resume);
+    return 0;
+  }
+  // The checkpoint folder before the data: a refused or unwritable folder stops the job in seconds.
+  trainer::RunFolder folder = trainer::RunFolder::open(apps::folder_options(o), w, "train_imagenet");
   // A scan reports no progress; 30 min bounds it (ImageNet's 1.3 M files over NFS take minutes), so
   // the ranks already waiting in the first collective wait that long before naming a hung scan.
   apps::Datasets ds;
@@ -74,49 +92,43 @@ int run(apps::TrainOptions& o) {
     dist::Busy scanning("scanning the data set", {.unmeasured_s = 1800});
     ds = apps::make_datasets(o);
   }
-  const std::string resume = apps::resume_path(o);
-  ModulePtr model = apps::make_model(o, ds.train->num_classes(), resume);
-  if (o.evaluate) {
-    apps::evaluate_checkpoint(o, w, ds, *model, resume);
-    return 0;
-  }
-  apps::Training t = apps::set_up(o, w, std::move(ds), std::move(model), resume);
+  ModulePtr model = apps::make_model(o, ds.train->num_classes(), folder.resume_path());
+  apps::Training t = apps::set_up(o, w, std::move(ds), std::move(model), std::move(folder));
   apps::print_start(o, t);
 
   trainer::RunControl control(dist::comm_for(Device::cpu()),
                               {o.checkpoint_every, o.checkpoint_interval, !o.checkpoint_dir.empty()});
   apps::LoopState loop;
-  loop.step = t.start.step;
+  loop.pos = t.start_at;
   loop.fault = apps::fault_from_env(w.size);
   loop.control = &control;
   apps::RunRecord rec;
-  for (int64_t epoch = t.start.epoch; epoch < t.end_epoch && loop.step < t.total_steps; ++epoch) {
-    const apps::EpochEnd end = apps::train_epoch(t, o, epoch, loop, clock, rec);
+  while (apps::steps_left(t, loop)) {
+    const apps::EpochEnd end = apps::train_epoch(t, o, loop, clock, rec);
     // Validation and checkpoints are paused time: left out of the training rates.
     const trainer::Clock::time_point paused_at = clock.pause();
-    const bool last_epoch = loop.step >= t.total_steps || epoch + 1 == t.end_epoch;
+    const bool last = !apps::steps_left(t, loop);  // this invocation's last epoch
     // A stop before this invocation's end is preempted: no validation (a scheduler's grace period is
     // short), the checkpoint at once (inside an epoch train_epoch wrote it), then exit 75. One that
     // came where the invocation ends anyway (the run's last step, --run-epochs' last epoch end)
     // changes nothing.
-    const bool ends_here = loop.step >= t.total_steps || (end.done && epoch + 1 == t.end_epoch);
-    const bool preempted = end.stopped && !ends_here;
-    apps::EpochRecord h{epoch, loop.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
-    if (!preempted) h.val = apps::validate_if_due(t, o, epoch, last_epoch);
+    const bool preempted = end.stopped && !last;
+    apps::EpochRecord h{end.epoch, loop.pos.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
+    if (!preempted) h.val = apps::validate_if_due(t, o, end.epoch, last);
     if (h.val) rec.last_eval = *h.val;
     rec.history.push_back(h);
-    if ((!preempted || end.done) &&
-        control.save([&] { return apps::checkpoint_if_due(t, o, epoch, loop.step, end.index, end.done, last_epoch); }))
+    if ((end.done || last) && control.save([&] { return apps::save_checkpoint_now(t, o, loop.pos); }))
       ++rec.checkpoints_written;
     clock.resume(paused_at);
     if (preempted) {
-      if (w.rank == 0) std::printf("%s\n", control.stop_line(loop.step, !o.checkpoint_dir.empty()).c_str());
+      if (w.rank == 0) std::printf("%s\n", control.stop_line(loop.pos.step, !o.checkpoint_dir.empty()).c_str());
       std::fflush(stdout);
       return trainer::kPreemptedExit;
     }
   }
+  t.step->finish();  // the last update's weights: a non-finite one stops here (exit 3), not as "done"
   clock.stop(t.dev);
-  apps::report(o, t, clock, rec, loop.step);
+  apps::report(o, t, clock, rec, loop.pos.step);
   return 0;
 }
 }  // namespace
@@ -139,6 +151,16 @@ int main(int argc, char** argv) {
     // Every rank stopped at the same step and printed why: an agreed, clean exit.
     if (dist::initialized()) dist::finalize();
     return 3;
+  } catch (const trainer::UsageError& e) {
+    // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
+    if (dist::initialized() && dist::world().rank == 0) std::cerr << "train_imagenet: " << e.what() << "\n";
+    if (dist::initialized()) dist::finalize();
+    return 2;
+  } catch (const OutOfMemory& e) {
+    // The library says "lower the batch size"; this program's flag for it is --batch.
+    std::cerr << "train_imagenet: error: " << e.what() << " (the batch size is --batch, now " << o.batch << " per rank)\n";
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "train_imagenet: error: " << e.what() << "\n";
     // Other ranks may be waiting in a collective this rank will never join: end them all now.

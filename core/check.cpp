@@ -2,8 +2,11 @@
 #include "core/check.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "core/out_of_memory.h"  // defines: OutOfMemory (thrown here with the same prefix)
 
 namespace tandem {
 namespace {
@@ -21,9 +24,10 @@ bool sync_check_enabled() {
 void set_error_rank(int rank) { g_rank.store(rank); }
 int error_rank() { return g_rank.load(); }
 
-void throw_error(const char* file, int line, const std::string& what) {
+namespace {
+// "[rank R] core/x.cpp:12: what": the path from the project root, so messages stay short.
+std::string located(const char* file, int line, const std::string& what) {
   std::string f(file);
-  // Keep the path from the project root (core/..., dist/...) so messages stay short.
   for (const char* top : {"/core/", "/layers/", "/optim/", "/dist/", "/data/", "/apps/", "/tests/"}) {
     auto pos = f.rfind(top);
     if (pos != std::string::npos) {
@@ -32,6 +36,22 @@ void throw_error(const char* file, int line, const std::string& what) {
     }
   }
   std::string prefix = g_rank.load() >= 0 ? "[rank " + std::to_string(g_rank.load()) + "] " : "";
-  throw Error(prefix + f + ":" + std::to_string(line) + ": " + what);
+  return prefix + f + ":" + std::to_string(line) + ": " + what;
+}
+}  // namespace
+
+void throw_error(const char* file, int line, const std::string& what) { throw Error(located(file, line, what)); }
+
+void throw_out_of_memory(const char* file, int line, const std::string& what) {
+  throw OutOfMemory(located(file, line, what));
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) bytes /= 1024, ++u;
+  char b[32];
+  std::snprintf(b, sizeof b, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return b;
 }
 }  // namespace tandem

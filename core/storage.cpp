@@ -1,13 +1,18 @@
 // core/storage.cpp: CPU (aligned or pinned) and CUDA (stream-ordered pool) allocation with byte
-// counters.
+// counters. A failed allocation throws OutOfMemory (core/out_of_memory.h) naming the bytes asked for,
+// the device, what tandem holds there and what is still available, and what to lower.
 #include "core/storage.h"
 
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "core/check.h"
 #include "core/graph_capture.h"
+#include "core/out_of_memory.h"
 #ifdef TANDEM_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -52,7 +57,53 @@ void configure_pool(int device) {
 }
 #endif
 
+// "could not allocate 1.5 GiB on cuda:0 (12.1 GiB in use by tandem, 0.3 GiB available): ...".
+[[noreturn]] void out_of_memory(const char* file, int line, size_t bytes, Device device, const char* what_to_do) {
+  const int64_t available = available_memory(device);
+  std::string held = human_bytes(static_cast<double>(memory_stats(device).current_bytes)) + " in use by tandem";
+  if (available >= 0) held += ", " + human_bytes(static_cast<double>(available)) + " available";
+  throw_out_of_memory(file, line,
+                      "could not allocate " + human_bytes(static_cast<double>(bytes)) + " on " + device.str() + " (" +
+                          held + "): " + what_to_do);
+}
+
+// A GPU's memory goes to the model state, activations and workspace; the host's to the data
+// pipeline's batches and staging too, and to the other ranks on the machine.
+constexpr const char* kGpuAdvice =
+    "lower the batch size, train in 16-bit (mixed precision), or shard the optimizer state and gradients (ZeRO)";
+constexpr const char* kHostAdvice =
+    "lower the batch size (the data loader holds a few batches per rank), or run fewer ranks on this machine";
+
 }  // namespace
+
+int64_t available_memory(Device d) {
+  if (d.is_cpu()) {
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("MemAvailable:", 0) != 0) continue;
+      std::istringstream is(line.substr(13));
+      int64_t kib = -1;
+      is >> kib;
+      return kib >= 0 ? kib * 1024 : -1;
+    }
+    return -1;
+  }
+#ifdef TANDEM_WITH_CUDA
+  size_t free = 0, total = 0;
+  int current = 0;
+  bool ok = cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(d.index) == cudaSuccess &&
+            cudaMemGetInfo(&free, &total) == cudaSuccess;
+  ok = cudaSetDevice(current) == cudaSuccess && ok;
+  if (!ok) {
+    (void)cudaGetLastError();  // not left for the next launch's check to report as its own
+    return -1;
+  }
+  return static_cast<int64_t>(free);
+#else
+  return -1;
+#endif
+}
 
 Storage::Storage(size_t bytes, Device device, HostMemory host) : bytes_(bytes), device_(device), host_(host) {
   allocate();
@@ -70,8 +121,14 @@ void Storage::allocate() {
 #ifdef TANDEM_WITH_CUDA
   if (device.is_cpu() && host_ == HostMemory::Pinned && cuda_available()) {
     // Portable: the loader may copy to a device other than the one current at allocation time.
-    CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable), "pinning ", bytes,
-               " bytes of host memory failed; lower the batch size or set pin_memory = false");
+    const cudaError_t e = cudaHostAlloc(&data_, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      out_of_memory(__FILE__, __LINE__, bytes, device,
+                    (std::string("pinning host memory failed (") + cudaGetErrorName(e) +
+                     "): lower the batch size, or set the loader's pin_memory = false")
+                        .c_str());
+    }
     pinned_ = true;
     count(device, static_cast<int64_t>(bytes));
     return;
@@ -80,7 +137,7 @@ void Storage::allocate() {
   if (device.is_cpu()) {
     size_t rounded = (bytes + 63) / 64 * 64;
     data_ = std::aligned_alloc(64, rounded);
-    TANDEM_CHECK(data_ != nullptr, "out of host memory allocating ", bytes, " bytes");
+    if (data_ == nullptr) out_of_memory(__FILE__, __LINE__, bytes, device, kHostAdvice);
   } else {
 #ifdef TANDEM_WITH_CUDA
     configure_pool(device.index);
@@ -94,10 +151,7 @@ void Storage::allocate() {
       if (graph_capture::active(device.index) && e != cudaErrorMemoryAllocation)
         TANDEM_THROW("allocating ", bytes, " bytes on ", device.str(), " inside a CUDA graph capture failed: ",
                      cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
-      MemoryStats s = memory_stats(device);
-      TANDEM_THROW("out of GPU memory on ", device.str(), " allocating ", bytes, " bytes (", s.current_bytes,
-                   " bytes in use by tandem): use a smaller batch, train in 16-bit (mixed precision), or shard the "
-                   "optimizer state and gradients (ZeRO)");
+      out_of_memory(__FILE__, __LINE__, bytes, device, kGpuAdvice);
     }
     // On a capturing stream the allocation is a graph memory node: counted, so the capture can
     // check that each such block is also freed inside it (core/graph_capture.h).

@@ -246,6 +246,11 @@ Checkpoint load_checkpoint(const std::string& path, Module& model) {
   Checkpoint c = read_checkpoint(path);
   LoadOptions opt;
   opt.source = "checkpoint '" + path + "'";
+  // A training checkpoint resumes into the model it was saved from; its user has no switch for a
+  // partial or cast load, so the advice names what they can change.
+  opt.advice = "A checkpoint resumes only into the model it was trained as: the same model, number of classes (or "
+               "vocabulary) and precision (its metadata records them: model, data.classes, extra.amp). Resume with "
+               "those settings, or start a new run without resuming.";
   load_state_dict(model, c.model, opt);
   // The model loaded, so its conv weights now hold the file's values; an optimizer tensor that
   // belongs to one and has its OIHW shape goes back to OHWI.

@@ -14,13 +14,15 @@
 //                            JSON array of strings), rng.<name>.seed/.offset, and any extra.<key>
 //                            the caller adds (e.g. the LR schedule's settings)
 //
-// Exact resume: parameters, buffers and optimizer tensors are stored bit for bit; the LR schedule
-// is a function of `step`; every random stream is a Generator (seed + counter offset, see
-// core/random.h) restored exactly; the data order is a function of (seed, sampler epoch) and the
-// position inside the epoch is `epoch_offset`, counted in samples of the epoch's global order (so
-// it means the same on any world size and batch; `index_in_epoch` is the per-rank count the apps
-// resumed by before, valid only at the same world size). Together these make "K steps" and "K/2
-// steps, save, resume, K/2 steps" bit-identical (tests/test_resume.cpp).
+// Exact resume: parameters, buffers and optimizer tensors are stored bit for bit; the trainers'
+// LR schedule is a function of the position in samples (apps/trainer/position.h); every random
+// stream is a Generator (seed + counter offset, see core/random.h) restored exactly; the data order
+// is a function of (seed, sampler epoch) and the position inside the epoch is `epoch_offset`,
+// counted in samples of the epoch's global order (so it means the same on any world size and
+// batch; `index_in_epoch` is the per-rank count of format-1 files, valid only at the same world
+// size, which the apps no longer write). Together these make "K steps" and "K/2 steps, save,
+// resume, K/2 steps" bit-identical (tests/test_resume.cpp), and a resume on another world size or
+// batch read the rest of the epoch (tests/test_resume_world_size.cpp).
 //
 // Formats. "tandem-checkpoint-2" (written now) adds run_id, saved_at, data.samples,
 // data.epoch_offset, data.global_batch and data.classes to "tandem-checkpoint-1", which still
@@ -82,7 +84,7 @@ struct TrainState {
                                 // when the caller leaves it 0 and sets index_in_epoch.
   int64_t global_batch = 0;     // samples per optimizer step over all ranks at save time (0: unknown)
   int64_t index_in_epoch = 0;   // samples this rank has consumed in sampler_epoch (0 at an epoch end);
-                                // the per-rank form of epoch_offset, kept while the apps resume by it
+                                // the per-rank form of epoch_offset in format-1 files (the apps write 0)
   int64_t world_size = 1;       // ranks that wrote it; index_in_epoch only means something at this size
   std::string model;            // --model name, e.g. "resnet50"
   // The data set's class names in label order (train/'s folder names); empty for data sets without

@@ -133,6 +133,9 @@ LoadResult load_state_dict(Module& m, const NamedTensors& sd, const LoadOptions&
   if (!problems.empty()) {
     std::string msg;
     for (const std::string& p : problems) msg += "\n  " + p;
+    if (!opt.advice.empty())
+      TANDEM_THROW("cannot load ", opt.source, " into the ", m.type_name(), " model (nothing was changed):", msg, "\n",
+                   opt.advice);
     TANDEM_THROW("cannot load ", opt.source, " into the ", m.type_name(), " model (nothing was changed):", msg,
                  "\nCheck that the file was saved from the same architecture (the same model and "
                  "number of classes)",

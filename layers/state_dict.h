@@ -37,6 +37,10 @@ struct LoadOptions {
   bool cast = false;
   // Names the source in error messages ("checkpoint 'runs/ckpt.safetensors'").
   std::string source = "the state dict";
+  // What the error message advises for a mismatch. Empty: the library's own switches (load
+  // non-strictly, LoadOptions::cast), for C++ callers. A caller whose user cannot reach those (a
+  // training checkpoint resumed from a command line) says what that user can do instead.
+  std::string advice;
 };
 
 struct LoadResult {

@@ -13,6 +13,12 @@
 //               (BERT's schedule: with warmup_start_factor 0 and power 1 it is Hugging Face's
 //               get_polynomial_decay_schedule_with_warmup, lr_end = min_lr; power 1 = linear decay)
 // Steps count optimizer updates; the apps convert epochs to steps (epoch * steps_per_epoch).
+// A position may also be fractional (lr_at_position): a run resumed with another global batch is
+// part-way through a step of the schedule's unit (apps/trainer/position.h says how the trainers
+// measure it). Every formula above reads the position as a real number - warmup's fraction, the
+// milestones passed (those <= position), the decay's p - so lr_at(opt, n) == lr_at_position(opt, n)
+// bit for bit for every integer n (the integer form converts and calls the fractional one; doubles
+// hold integers and their differences exactly below 2^53).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,6 +41,9 @@ struct LrScheduleOptions {
 };
 
 double lr_at(const LrScheduleOptions& opt, int64_t step);
+// The same at a fractional position >= 0, in the schedule's steps (not an overload of lr_at: an
+// int argument would be ambiguous between int64_t and double).
+double lr_at_position(const LrScheduleOptions& opt, double position);
 // "constant", "step", "cosine", "poly" (for command lines); throws with the valid names otherwise.
 LrDecay lr_decay_from_name(const std::string& name);
 

@@ -20,7 +20,12 @@
 //    reduce-scatter and DDP's all-reduce agree, and the comparison tests the state, not MPICH's
 //    summation order.
 //  - The non-finite policy: a NaN loss on one rank skips the update on every rank (skip) or stops
-//    every rank with RunStopped (stop); parameters unchanged either way.
+//    every rank with RunStopped (stop); parameters unchanged either way. So do NaN gradients on one
+//    rank while every loss is finite (DDP and ZeRO-1, whose check reads this rank's shard) - before
+//    issue 20 they were applied, and the NaN weights went on into checkpoints. Weights an update
+//    made non-finite (an infinite LR) stop the next step under skip as under stop, and the end of
+//    the run (finish) too; check_state_finite refuses a checkpoint of them under every policy, off
+//    included.
 //  - Refusals at construction name the option: a CUDA graph on the CPU, the parameter server with
 //    AMP, accumulation under ZeRO-2.
 #include <doctest/doctest.h>
@@ -32,6 +37,7 @@
 #include <string>
 
 #include "apps/trainer/nonfinite.h"
+#include "core/ops/copy/copy.h"
 #include "apps/trainer/step.h"
 #include "core/ops/ops.h"
 #include "dist/transport/bootstrap.h"
@@ -367,6 +373,86 @@ TEST_CASE("a NaN loss on one rank: skip drops the update on every rank, stop sto
       CHECK(host_bytes(s.model->parameters().front()) == before);
     }
     CHECK(bit_identical(dist::comm_for(dist::world().device), *s.model));
+  }
+}
+
+TEST_CASE("NaN gradients with finite losses: skip drops the update on every rank, stop stops every rank") {
+  const dist::World& w = dist::world();
+  const Data d = make_data(w.size * kBatch);
+  const Tensor x = rank_rows(d.x, w.rank), y = rank_rows(d.y, w.rank);
+  const int bad = w.size - 1;
+  for (Strategy strategy : {Strategy::Ddp, Strategy::Zero1}) {
+    for (trainer::OnNonfinite policy : {trainer::OnNonfinite::Skip, trainer::OnNonfinite::Stop}) {
+      CAPTURE(trainer::strategy_name(strategy));
+      StepOptions o = step_options(Config{strategy, Precision::F32, "sgd", 0});
+      o.on_nonfinite = policy;
+      WithStep s(o);
+      s.run(x, y);
+      const std::string before = host_bytes(s.model->parameters().front());
+      // The hand-run form, with every gradient of one rank made NaN after backward: its loss is finite.
+      s.step->set_lr(kStepLr);
+      s.step->zero_grad();
+      Tensor loss = ops::cross_entropy(s.step->forward(x), y);
+      CHECK(std::isfinite(loss.item()));
+      s.step->backward(loss);
+      if (w.rank == bad)
+        for (Tensor& p : s.model->parameters()) {
+          Tensor g = p.grad();
+          ops::fill_(g, NAN);
+        }
+      if (policy == trainer::OnNonfinite::Skip) {
+        const trainer::StepResult r = s.step->update();
+        CHECK_FALSE(r.applied);
+        CHECK(host_bytes(s.model->parameters().front()) == before);
+        CHECK(s.run(x, y).applied);
+      } else {
+        CHECK_THROWS_AS(s.step->update(), trainer::RunStopped);
+        CHECK(host_bytes(s.model->parameters().front()) == before);
+      }
+      for (const Tensor& p : s.model->parameters()) CHECK(ops::all_finite(p));
+      CHECK(bit_identical(dist::comm_for(dist::world().device), *s.model));
+    }
+  }
+}
+
+TEST_CASE("weights an update made non-finite stop the next step (skip too) and the run's end; no checkpoint of them") {
+  const dist::World& w = dist::world();
+  const Data d = make_data(w.size * kBatch);
+  const Tensor x = rank_rows(d.x, w.rank), y = rank_rows(d.y, w.rank);
+  for (trainer::OnNonfinite policy : {trainer::OnNonfinite::Skip, trainer::OnNonfinite::Stop}) {
+    StepOptions o = step_options(Config{Strategy::Ddp, Precision::F32, "sgd", 0});
+    o.on_nonfinite = policy;
+    WithStep s(o);
+    s.run(x, y);
+    s.step->set_lr(INFINITY);  // an update that overflows: every weight with a gradient becomes inf or NaN
+    s.step->run([&](int) { return ops::cross_entropy(s.step->forward(x), y); });
+    CHECK_FALSE(ops::all_finite(s.model->parameters().front()));
+    // A skip cannot undo it: both policies stop at the next step, on every rank.
+    s.step->set_lr(kStepLr);
+    CHECK_THROWS_AS(s.step->run([&](int) { return ops::cross_entropy(s.step->forward(x), y); }), trainer::RunStopped);
+  }
+  // The end of the run: the last update's weights, which no next step reads.
+  {
+    StepOptions o = step_options(Config{Strategy::Ddp, Precision::F32, "sgd", 0});
+    WithStep s(o);
+    s.step->set_lr(INFINITY);
+    s.step->run([&](int) { return ops::cross_entropy(s.step->forward(x), y); });
+    CHECK_THROWS_AS(s.step->finish(), trainer::RunStopped);
+  }
+  // A checkpoint of them is refused under every policy, off included; finite state passes.
+  for (trainer::OnNonfinite policy : {trainer::OnNonfinite::Off, trainer::OnNonfinite::Skip}) {
+    StepOptions o = step_options(Config{Strategy::Zero1, Precision::F32, "adamw", 0});
+    o.on_nonfinite = policy;
+    WithStep s(o);
+    s.run(x, y);
+    optim::NamedTensors clean = s.step->state();
+    CHECK_NOTHROW(s.step->check_state_finite(clean));
+    // NaN in the optimizer state alone (rank 0 holds it all, gathered): refused too.
+    if (w.rank == 0) {
+      Tensor t = clean.front().second;
+      ops::fill_(t, NAN);
+    }
+    CHECK_THROWS_AS(s.step->check_state_finite(clean), trainer::RunStopped);
   }
 }
 

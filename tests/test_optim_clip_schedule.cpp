@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "optim/clip.h"
 #include "optim/lr_schedule.h"
@@ -139,6 +140,36 @@ TEST_CASE("LR polynomial decay after linear warmup (BERT's schedule)") {
   o.total_steps = 10;
   CHECK_THROWS_AS(lr_at(o, 20), Error);
   CHECK_THROWS_AS(lr_decay_from_name("polynomial"), Error);
+}
+
+TEST_CASE("lr_at_position: the integer form's values bit for bit at every step, and in between a real position") {
+  // The integer form is what uninterrupted runs use: a resume at the same global batch must give the
+  // same bits at the same step, for every kind of schedule.
+  std::vector<LrScheduleOptions> schedules(4);
+  schedules[0].decay = LrDecay::Cosine, schedules[0].warmup_steps = 7, schedules[0].warmup_start_factor = 0.125;
+  schedules[1].decay = LrDecay::Poly, schedules[1].warmup_steps = 0, schedules[1].power = 2, schedules[1].min_lr = 1e-4;
+  schedules[2].decay = LrDecay::Step, schedules[2].milestones = {30, 60, 80}, schedules[2].warmup_steps = 5;
+  schedules[3].decay = LrDecay::Constant, schedules[3].warmup_steps = 3;
+  for (LrScheduleOptions& o : schedules) {
+    o.base_lr = 0.3;
+    o.total_steps = 1104;
+    for (int64_t n = 0; n <= 1200; ++n) {
+      const double a = lr_at(o, n), b = lr_at_position(o, static_cast<double>(n));
+      REQUIRE(std::memcmp(&a, &b, sizeof a) == 0);
+    }
+  }
+  // Between two steps: warmup and decay are the formulas at the real position; the step schedule
+  // changes at a milestone and nowhere else; positions never go back.
+  const LrScheduleOptions& cos = schedules[0];
+  CHECK(lr_at_position(cos, 3.5) == doctest::Approx(0.3 * (0.125 + 0.875 * 3.5 / 7)));
+  const double p = (500.25 - 7) / (1104 - 7);
+  CHECK(lr_at_position(cos, 500.25) == doctest::Approx(0.3 * 0.5 * (1 + std::cos(M_PI * p))));
+  CHECK(lr_at_position(cos, 500.25) < lr_at(cos, 500));
+  CHECK(lr_at_position(cos, 500.25) > lr_at(cos, 501));
+  CHECK(lr_at_position(schedules[2], 29.99) == doctest::Approx(0.3));
+  CHECK(lr_at_position(schedules[2], 30.0) == doctest::Approx(0.03));
+  CHECK_THROWS_AS(lr_at_position(cos, -0.5), Error);
+  CHECK_THROWS_AS(lr_at_position(cos, std::nan("")), Error);
 }
 
 TEST_CASE("make_optimizer(\"sgd\") is SGD with the same options") {

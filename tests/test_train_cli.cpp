@@ -2,7 +2,10 @@
 // --describe needs no data; --evaluate reports a checkpoint's validation accuracy and loss;
 // forward_check takes model weights from a training checkpoint; --epochs 0 and a --num-classes that
 // contradicts the class folders are refused; unreadable files are counted in the done line and
-// the metrics JSON. Uses a tiny dataset from apps/make_dataset; binaries from TANDEM_TEST_BINARY_DIR.
+// the metrics JSON. A batch the host cannot hold fails naming the bytes, the device and --batch; a
+// checkpoint resumed into another precision says what the user can change, not which C++ option
+// ("LoadOptions::cast", "load non-strictly") would allow it (issue 20's rough edges).
+// Uses a tiny dataset from apps/make_dataset; binaries from TANDEM_TEST_BINARY_DIR.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -220,4 +223,29 @@ TEST_CASE("unreadable train and val files are counted in the done line and the m
   CHECK(m["skipped_files_train"] == 1);
   CHECK(m["skipped_files_val"] == 1);
   CHECK(m["skipped_files"] == 2);
+}
+
+TEST_CASE("a batch the host cannot allocate names the bytes, the device and --batch; a wrong precision names what to change") {
+  // 2 x 10^6 images of 224^2 per rank: 1.1 TiB, beyond any machine's memory and swap, so the
+  // allocation fails at once (no out-of-memory killer involved).
+  const AppRun oom = run(2, app("train_imagenet") + " --device cpu --model small_cnn --synthetic --synthetic-size "
+                                                    "4000000 --batch 2000000 --image-size 224 --num-classes 4 --steps 1");
+  INFO(oom.output);
+  CHECK(oom.status != 0);
+  CHECK(oom.has("could not allocate 1.1 TiB on cpu ("));
+  CHECK(oom.has("in use by tandem"));
+  CHECK(oom.has("(the batch size is --batch, now 2000000 per rank)"));
+  CHECK_FALSE(oom.has("done:"));
+
+  const std::string d = (scratch().root / "precision").string();
+  const std::string tiny = " --device cpu --model small_cnn --synthetic --synthetic-size 24 --num-classes 4 "
+                           "--image-size 16 --batch 4 --workers 1 ";
+  REQUIRE(run(1, app("train_imagenet") + tiny + "--epochs 1 --checkpoint-dir " + d).status == 0);
+  const AppRun amp = run(1, app("train_imagenet") + tiny + "--epochs 2 --amp bf16 --resume auto --checkpoint-dir " + d);
+  INFO(amp.output);
+  CHECK(amp.status != 0);
+  CHECK(amp.has("dtype f32 but the model holds bf16"));
+  CHECK(amp.has("the same model, number of classes (or vocabulary) and precision"));
+  CHECK_FALSE(amp.has("LoadOptions"));
+  CHECK_FALSE(amp.has("non-strictly"));
 }

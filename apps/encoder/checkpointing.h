@@ -1,45 +1,54 @@
 // apps/encoder/checkpointing.h: train_encoder's side of layers/checkpoint.h.
 //
 // Files are "<dir>/checkpoint_step<N>.safetensors" (a text run is counted in steps), written by rank
-// 0 every --checkpoint-every steps and after the run's last step, atomically; older ones beyond
-// --keep-checkpoints are pruned. The model tensors carry Hugging Face's BertForMaskedLM names, so
-// transformers loads the file directly (apps/scripts/check_encoder_against_pytorch.py does). The
-// state records where the next step begins: the loader's epoch and the sequences this rank has read
-// in it. A checkpoint taken inside an epoch resumes only on the same number of ranks (the shards
-// differ otherwise), which restore_checkpoint checks. The optimizer state is the unsharded one, keyed
-// by parameter name ("<param>.exp_avg"), also under --zero 1|2 (gathered from the shards, dist/zero.h),
-// so a checkpoint resumes at any world size and ZeRO stage. Under --amp the model tensors are the
-// 16-bit weights and the f32 masters ride beside the optimizer state ("amp.master.<param>", with the
-// loss scaler's "amp.scaler.*": apps/trainer/amp.h), so resuming keeps the f32 bits.
+// 0 every --checkpoint-every steps and after this invocation's last step, atomically, through the
+// folder this run owns (apps/trainer/run_folder.h: lock, fresh-start refusal, --resume auto's
+// choice, pruning of this run's files only), and only from finite state (the weights and optimizer
+// state are checked first, under every --on-nonfinite policy; a non-finite value stops every rank,
+// exit 3). The model tensors carry Hugging Face's BertForMaskedLM names, so transformers loads the
+// file directly (apps/scripts/check_encoder_against_pytorch.py does). The state records where the
+// next step begins in samples (apps/trainer/position.h): the loader's epoch and the sequences of
+// its order consumed, or (epoch + 1, 0) when the epoch ran out. So every checkpoint, also one taken
+// inside an epoch, resumes on any number of ranks and any --batch: the loader continues the
+// epoch's order from that offset and the LR schedule continues in samples. The optimizer state is
+// the unsharded one, keyed by parameter name ("<param>.exp_avg"), also under --zero 1|2 (gathered
+// from the shards, dist/zero.h), so a checkpoint resumes at any world size and ZeRO stage. Under
+// --amp the model tensors are the 16-bit weights and the f32 masters ride beside the optimizer state
+// ("amp.master.<param>", with the loss scaler's "amp.scaler.*": apps/trainer/amp.h), so resuming
+// keeps the f32 bits.
 #pragma once
 #include <cstdint>
 #include <string>
 
-#include "apps/encoder/options.h"  // defines: EncoderOptions
+#include "apps/encoder/options.h"      // defines: EncoderOptions
+#include "apps/trainer/position.h"     // defines: Position
 #include "dist/transport/bootstrap.h"  // defines: World
-#include "layers/checkpoint.h"     // defines: TrainState, NamedTensors
-#include "layers/module.h"         // defines: Module
+#include "layers/checkpoint.h"         // defines: TrainState, NamedTensors
+#include "layers/checkpoint_dir.h"     // defines: CheckpointDirOptions
+#include "layers/module.h"             // defines: Module
 
 namespace tandem::apps::encoder {
 
 struct Training;
 
-std::string step_checkpoint_path(const std::string& dir, int64_t step);
-// The newest checkpoint_step<N> in dir ("" when none).
-std::string latest_step_checkpoint(const std::string& dir);
-// --resume as a file ("auto": the newest in --checkpoint-dir, "" when none). Empty: fresh start.
-std::string resume_path(const EncoderOptions& o);
+// The checkpoint folder's settings from the flags; dir empty: no folder.
+CheckpointDirOptions folder_options(const EncoderOptions& o);
 
 struct Restored {
   TrainState state;
   NamedTensors optimizer;
 };
-// Loads `path` into `model`, restores the default generator and checks the checkpoint fits this run.
+// Loads `path` into `model` after checking, from its header, that it fits this run (the same
+// --model and --optimizer: trainer::UsageError on every rank otherwise).
 Restored restore_checkpoint(const std::string& path, Module& model, const EncoderOptions& o, const dist::World& w);
 
-// Writes a checkpoint after `step` when one is due (every --checkpoint-every steps, or `last`).
-// epoch / index_in_epoch: where the training loader stands. Returns whether one was written.
-bool checkpoint_if_due(const Training& t, const EncoderOptions& o, int64_t step, int64_t epoch,
-                       int64_t index_in_epoch, bool last);
+// Writes a checkpoint of the run at `at` (the loop's position, LoopState::pos, kept at a step
+// boundary). Collective (ZeRO's gather, the finite-state check); rank 0 writes. Returns whether one
+// was written (false without --checkpoint-dir). Throws trainer::RunStopped on every rank, writing
+// nothing, when the state holds a non-finite value.
+bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Position& at);
+
+// Writes one when due after the step `at` ends: every --checkpoint-every steps, or `last`.
+bool checkpoint_if_due(Training& t, const EncoderOptions& o, const trainer::Position& at, bool last);
 
 }  // namespace tandem::apps::encoder

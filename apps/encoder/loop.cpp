@@ -20,25 +20,37 @@ namespace {
 // The next training batch, across epoch ends; the time next() took counts as data time.
 void next_batch(Training& t, LoopState& s, RunClock& clock) {
   const auto t0 = Clock::now();
-  while (!t.train->next(s.batch)) {
-    ++s.epoch, s.index_in_epoch = 0;
-    t.train->start_epoch(s.epoch);
+  while (!t.train->next(s.batch)) {  // an epoch with no full batch left (a resume near its end)
+    ++s.pos.epoch, s.pos.epoch_offset = 0;
+    t.train->start_epoch(s.pos.epoch);
   }
-  s.index_in_epoch += s.batch.input_ids.size(0);
   clock.interval_data_ms += seconds_since(t0) * 1000;
+}
+
+// The position after a step: one global batch more, and the epoch's order consumed so far, or the
+// next epoch's start when this one ran out.
+void advance(Training& t, LoopState& s) {
+  ++s.pos.step;
+  s.pos.samples += t.global_batch;
+  s.pos.epoch_offset = t.train->samples_consumed();
+  if (t.train->batches_left() == 0) {
+    ++s.pos.epoch, s.pos.epoch_offset = 0;
+    t.train->start_epoch(s.pos.epoch);
+  }
 }
 
 void train_step(Training& t, LoopState& s) {
   const data::TextBatch& b = s.batch;
   trainer::Step& step = *t.step;
-  step.set_lr(optim::lr_at(t.sched, s.step));
+  step.set_lr(optim::lr_at_position(t.sched, t.length.schedule_position(s.pos)));
   const trainer::StepResult r = step.run([&](int) {
     return step.forward_with(
         [&](Module&) { return t.model->mlm_loss(b.input_ids, b.attention_mask, b.token_type_ids, b.labels); });
   });
   if (r.grad_norm >= 0) s.grad_norm = r.grad_norm;  // clipping ran (on an applied step)
   if (r.applied) t.memory.measure_state(0);         // once: the optimizer state exists from here on
-  ++s.step, ++s.interval_steps;
+  advance(t, s);
+  ++s.interval_steps;
   if (!r.applied) {
     ++s.skipped_steps;
     return;
@@ -67,7 +79,7 @@ void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& 
   const trainer::CommWindow w = s.comm.close(t.step->timeline());
   last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   if (t.world->rank == 0)
-    std::printf("%s\n", progress_line(s.step, o.steps, t.step->lr(), last, world, t.dev).c_str());
+    std::printf("%s\n", progress_line(s.pos.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str());
   std::fflush(stdout);
   s.interval_steps = 0, s.interval_losses = 0, s.loss_sum = Tensor();
   clock.start_interval();
@@ -76,26 +88,22 @@ void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& 
 }  // namespace
 
 LoopState start_loop(Training& t, const EncoderOptions& o) {
+  (void)o;
   LoopState s;
-  s.step = t.start.step;
-  s.epoch = t.start.epoch;
-  t.train->start_epoch(s.epoch);
-  if (t.start.index_in_epoch > 0) {  // inside an epoch: the batches an uninterrupted run reads next
-    t.train->skip(t.start.index_in_epoch / o.batch);
-    s.index_in_epoch = t.start.index_in_epoch;
-  }
+  s.pos = t.start_at;
+  t.train->start_epoch(s.pos.epoch, s.pos.epoch_offset);
   return s;
 }
 
 void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t until, RunClock& clock, Interval& last) {
-  while (s.step < until) {
+  while (s.pos.step < until) {
     clock.step_started();
     next_batch(t, s, clock);
     train_step(t, s);
-    if (s.step - t.start.step == t.bench_warmup) clock.start_steady(s.step, t.dev);
-    if (s.step % o.log_every == 0 || s.step == until) log_progress(t, o, s, clock, last);
-    if (s.control && ((s.decision = s.control->after_step(s.step)).save || s.decision.stop)) {
-      if (s.step % o.log_every != 0 && s.step != until) log_progress(t, o, s, clock, last);  // the caller reports here
+    if (s.pos.step - t.start_at.step == t.bench_warmup) clock.start_steady(s.pos.step, t.dev);
+    if (s.pos.step % o.log_every == 0 || s.pos.step == until) log_progress(t, o, s, clock, last);
+    if (s.control && ((s.decision = s.control->after_step(s.pos.step)).save || s.decision.stop)) {
+      if (s.pos.step % o.log_every != 0 && s.pos.step != until) log_progress(t, o, s, clock, last);  // the caller reports here
       return;
     }
   }

@@ -1,7 +1,8 @@
 // apps/encoder/loop.h: train_encoder's step loop.
 //
 // Each step: the next batch of masked sequences (the loader moves on to the next epoch, reshuffled
-// and re-masked, when one runs out), the LR of BERT's schedule for that step, then the training
+// and re-masked, when one runs out), the LR of BERT's schedule at the run's position in samples
+// (apps/trainer/position.h: RunLength::schedule_position), then the training
 // step (apps/trainer/step.h) with this trainer's loss: forward through DDP (forward_with: the model
 // takes ids, attention mask, token types and labels) computing the masked-LM loss. The Step does
 // the rest: backward (gradients all-reduced in buckets while backward runs; reduce-scattered under
@@ -27,15 +28,17 @@
 #include "apps/encoder/setup.h"            // defines: Training
 #include "apps/trainer/clock.h"            // defines: RunClock
 #include "apps/trainer/preemption.h"       // defines: RunControl, Decision
+#include "apps/trainer/position.h"         // defines: Position
 #include "apps/trainer/timeline_window.h"  // defines: TimelineWindow
 #include "data/text_loader.h"              // defines: TextBatch
 
 namespace tandem::apps::encoder {
 
 struct LoopState {
-  int64_t step = 0;            // optimizer steps done since the start of training (across resumes)
-  int64_t epoch = 0;           // the training loader's epoch
-  int64_t index_in_epoch = 0;  // sequences this rank has read in that epoch
+  // Where the next step begins (steps and sequences since the start of training, across resumes;
+  // the loader's epoch and the sequences of its order consumed), kept at a step boundary: an epoch
+  // that ran out reads (epoch + 1, 0), the next epoch already started on the loader.
+  trainer::Position pos;
   int64_t interval_steps = 0;  // steps since the last progress line
   int64_t interval_losses = 0; // of those, the steps whose loss is in loss_sum (not skipped)
   int64_t skipped_steps = 0;   // steps of this run whose update every rank skipped (--amp overflow)
@@ -47,11 +50,12 @@ struct LoopState {
   trainer::Decision decision;  // its last save/stop decision; train_until returns early on one
 };
 
-// Positions the training loader where `t.start` says the next step begins.
+// Positions the training loader where t.start_at says the next step begins (start_epoch(epoch,
+// offset): on any world size and batch, the sequences of the epoch's order not yet read).
 LoopState start_loop(Training& t, const EncoderOptions& o);
 
-// Trains until s.step == until, printing progress lines; fills `last` at each one. Returns earlier
-// when s.control decides to save or stop (s.decision says which).
+// Trains until s.pos.step == until, printing progress lines; fills `last` at each one. Returns
+// earlier when s.control decides to save or stop (s.decision says which).
 void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t until, trainer::RunClock& clock,
                  Interval& last);
 

@@ -26,6 +26,8 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--mask-prob", o.mask_prob, "fraction of tokens predicted")->check(CLI::Range(0.01, 0.9))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of init, shuffling, masking and dropout")->capture_default_str();
+  app.add_option("--dropout", o.dropout, "hidden and attention dropout (BERT: 0.1; 0 turns it off)")
+      ->check(CLI::Range(0.0, 0.9))->capture_default_str();
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps in total (across resumes)")->capture_default_str();
@@ -52,7 +54,9 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--zero", o.zero, "ZeRO stage: 0 DDP, 1 shard the optimizer state (and --amp's f32 masters), 2 "
                                    "also the gradients, 3 also the parameters (each layer gathered around its use)")
       ->check(CLI::IsMember({0, 1, 2, 3}))->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_step<N>.safetensors here");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "write checkpoint_step<N>.safetensors here; the folder belongs to one run and is locked while it "
+                 "trains");
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: after the last step)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--checkpoint-interval", o.checkpoint_interval,
@@ -61,9 +65,21 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
              "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
              "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
-  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints of this run to keep (0: all)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--resume", o.resume, "checkpoint file to resume from, or 'auto' (newest in --checkpoint-dir)");
+  app.add_option("--resume", o.resume,
+                 "checkpoint file to resume from, or 'auto': the newest of the run that last used --checkpoint-dir "
+                 "(a fresh start when there is none); any number of ranks and any --batch");
+  app.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
+               "start a new run in a --checkpoint-dir that holds other runs' checkpoints (they are kept and never "
+               "pruned; --resume auto then follows the new run)");
+  app.add_option("--run-id", o.run_id,
+                 "this run's id (letters, digits, '.', '_', '-'): with --resume auto, continue that run; on a fresh "
+                 "start, name the new run (default: a random id)");
+  app.add_option("--on-nonfinite", o.on_nonfinite,
+                 "a NaN/inf loss or gradient on any rank: stop the run (exit 3), skip the step on every rank, or off "
+                 "(no per-step check); non-finite weights always stop, and no checkpoint is written from them")
+      ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
   app.add_option("--val-every", o.val_every, "steps between validations (0: only after the last step)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--val-batches", o.val_batches, "held-out batches per rank per validation (-1: all)")
@@ -104,6 +120,12 @@ void validate(EncoderOptions& o) {
                "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
   TANDEM_CHECK(o.checkpoint_interval == 0 || !o.checkpoint_dir.empty(),
                "--checkpoint-interval writes into --checkpoint-dir: pass --checkpoint-dir too");
+  TANDEM_CHECK(!o.overwrite_checkpoints || !o.checkpoint_dir.empty(),
+               "--overwrite-checkpoints is about --checkpoint-dir: pass --checkpoint-dir too, or drop it");
+  TANDEM_CHECK(!o.overwrite_checkpoints || o.resume.empty(), "--overwrite-checkpoints starts a new run and --resume "
+               "continues one: pass one of them");
+  TANDEM_CHECK(o.run_id.empty() || !o.checkpoint_dir.empty(),
+               "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
   trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
 }
@@ -121,7 +143,7 @@ std::string flag_name(const std::string& option, const std::string& value) {
   static const std::map<std::string, std::string> flags{
       {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip"},
       {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
-      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}};
+      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;
@@ -146,7 +168,7 @@ trainer::StepOptions step_options(const EncoderOptions& o) {
   s.no_decay = trainer::bert_no_weight_decay;
   s.clip_grad_norm = o.clip;
   s.precision = trainer::precision_from_name(o.amp);
-  s.on_nonfinite = trainer::OnNonfinite::Off;
+  s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
   s.checkpoint = !o.checkpoint_dir.empty();
   s.names = flag_name;
   return s;

@@ -28,6 +28,8 @@ struct EncoderOptions {
   int64_t seq_len = 128;            // BERT's phase-1 length, [CLS] and [SEP] included
   double mask_prob = 0.15;          // BERT
   uint64_t seed = 0;                // init, shuffling, masking, dropout
+  double dropout = 0.1;             // BERT's hidden and attention-probability dropout (0: off, e.g.
+                                    // to compare runs across world sizes: each rank draws its own masks)
   std::string device = "auto";      // auto: the GPU when one is visible, else the CPU
   // length and batch
   int64_t steps = 1000;             // optimizer steps in total (across resumes)
@@ -50,13 +52,18 @@ struct EncoderOptions {
   // precision and sharding (as train_imagenet; together, each rank keeps the masters of its shard)
   std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/amp.h)
   int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients | 3 also parameters
-  // checkpoints
+  // checkpoints (as train_imagenet: the folder is owned by one run and locked against a second job)
   std::string checkpoint_dir;       // empty: no checkpoints
   int64_t checkpoint_every = 0;     // steps between checkpoints (0: only after the last step)
   double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
                                     // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
-  std::string resume;               // a checkpoint file, or "auto": the newest in checkpoint_dir
-  int keep_checkpoints = 2;
+  std::string resume;               // a checkpoint file, or "auto": the newest of this folder's run
+  int keep_checkpoints = 2;         // this run's newest checkpoints kept (0: all)
+  bool overwrite_checkpoints = false;  // a fresh start into a folder holding other runs' checkpoints
+  std::string run_id;               // "": new or the resumed file's; set: this run, and --resume auto's
+  // a NaN/inf loss or gradient on any rank: stop (exit 3) | skip the step | off (apps/trainer/
+  // nonfinite.h; as train_imagenet). Under --amp the loss scaler's own check skips gradient overflows.
+  std::string on_nonfinite = "stop";
   // output
   int64_t val_every = 0;            // steps between validations (0: only after the last step)
   int64_t val_batches = -1;         // held-out batches per rank per validation (-1: all)
@@ -75,8 +82,7 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print);
 void validate(EncoderOptions& o);
 
 // The step's options as the library's StepOptions (BERT's no-weight-decay rule, clipping, --amp,
-// --zero, the buckets), its messages naming this trainer's flags. No per-step non-finite loss
-// check (on_nonfinite off), as before the library: --amp still skips steps whose gradients overflow.
+// --zero, the buckets, --on-nonfinite), its messages naming this trainer's flags.
 trainer::StepOptions step_options(const EncoderOptions& o);
 
 }  // namespace tandem::apps::encoder

@@ -25,8 +25,13 @@ std::string mib(int64_t bytes) {
 }
 
 json eval_json(const EvalResult& e) {
-  return json{{"step", e.step}, {"masked_token_accuracy", e.accuracy}, {"loss", e.loss}, {"masked", e.masked},
-              {"sequences", e.sequences}};
+  // A pass that met non-finite logits has no accuracy: null, with the count beside it.
+  return json{{"step", e.step},
+              {"masked_token_accuracy", e.failed() ? json(nullptr) : json(e.accuracy)},
+              {"loss", e.failed() ? json(nullptr) : json(e.loss)},
+              {"masked", e.masked},
+              {"sequences", e.sequences},
+              {"nonfinite_logits", e.nonfinite}};
 }
 
 }  // namespace
@@ -55,6 +60,11 @@ std::string progress_line(int64_t step, int64_t total, double lr, const Interval
 std::string validation_line(const EvalResult& r, const Training& t) {
   const data::UnigramBaseline& u = t.corpus.baseline;
   char b[400];
+  if (r.failed()) {
+    std::snprintf(b, sizeof b, "validation step %lld: FAILED: %lld non-finite logits (NaN/inf) at %lld masked tokens, "
+                  "so no accuracy", (long long)r.step, (long long)r.nonfinite, (long long)r.masked);
+    return b;
+  }
   std::snprintf(b, sizeof b,
                 "validation step %lld: masked-token accuracy %.2f%% (unigram baseline %.2f%%) | loss %.4f "
                 "(baseline %.4f) | %lld masked tokens in %lld held-out sequences",
@@ -84,7 +94,7 @@ void print_start(const EncoderOptions& o, const Training& t) {
               "TFLOP/s/rank (%s)\n",
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.seq_len, (long long)o.batch,
-              (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)o.steps,
+              (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)t.total_steps,
               (long long)c.train->size(), t.step->optimizer_name(), o.lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
   std::printf("precision %s, ZeRO stage %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
@@ -94,7 +104,7 @@ void print_start(const EncoderOptions& o, const Training& t) {
 
 void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock, const RunRecord& rec, int64_t step) {
   const int world = t.world->size;
-  const int64_t run_steps = step - t.start.step;
+  const int64_t run_steps = step - t.start_at.step;
   const double train_s = clock.train_s();
   // RunClock counts "images"; here one sample is one sequence.
   const double seq_s = clock.steady_images_per_s(step, run_steps, t.global_batch);
@@ -144,6 +154,9 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"steps", step},
       {"steps_this_run", run_steps},
       {"resumed_from", t.resumed_from},
+      {"run_id", t.folder.run_id()},
+      {"on_nonfinite", o.on_nonfinite},
+      {"dropout", o.dropout},
       {"train_sequences", t.corpus.train->size()},
       {"init_s", clock.init_or_zero_s()},
       {"train_s", train_s},

@@ -78,8 +78,10 @@ Corpus make_corpus(const EncoderOptions& o) {
 std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int64_t vocab, const std::string& resume) {
   TANDEM_CHECK(models::is_bert_name(o.model), "--model ", o.model, " is not an encoder: use bert_tiny, bert_mini, "
                "bert_small, bert_medium, bert_base or bert_large");
+  BertConfig c = models::bert_config(o.model, vocab);
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = o.dropout;
   // A checkpoint overwrites every tensor: skip drawing the init.
-  return std::make_shared<models::BertForMaskedLM>(models::bert_config(o.model, vocab), o.seed, resume.empty());
+  return std::make_shared<models::BertForMaskedLM>(c, o.seed, resume.empty());
 }
 
 namespace {
@@ -103,7 +105,8 @@ void make_loaders(const EncoderOptions& o, Training& t) {
   }
 }
 
-// BERT's schedule: linear warmup from 0, then linear decay to --min-lr at --steps.
+// BERT's schedule: linear warmup from 0, then linear decay to --min-lr at --steps, in steps of the
+// fresh start's global batch (position.h).
 optim::LrScheduleOptions make_schedule(const EncoderOptions& o) {
   optim::LrScheduleOptions s;
   s.base_lr = o.lr;
@@ -116,15 +119,44 @@ optim::LrScheduleOptions make_schedule(const EncoderOptions& o) {
   return s;
 }
 
+// The checkpoint's extra.<key> ("" when absent, or on a fresh start).
+std::string extra(const Training& t, const std::string& key) {
+  auto it = t.start.extra.find(key);
+  return it == t.start.extra.end() ? "" : it->second;
+}
+
+// The run's length in samples and where this invocation stops (apps/trainer/position.h).
+void plan_steps(const EncoderOptions& o, Training& t) {
+  const std::string unit = extra(t, "schedule_global_batch");
+  t.fresh_global_batch = !unit.empty()              ? std::stoll(unit)
+                         : t.start.global_batch > 0 ? t.start.global_batch
+                                                    : t.global_batch;
+  trainer::RunLength& len = t.length;
+  len.global_batch = t.global_batch;
+  len.steps_per_epoch = t.train->batches_per_epoch();
+  len.unit_batch = t.fresh_global_batch;
+  len.total_samples = o.steps * len.unit_batch;
+  const trainer::Position& at = t.start_at;
+  t.total_steps = at.step + len.steps_left(at, 0);
+  t.end_step = o.run_steps > 0 ? std::min(t.total_steps, at.step + o.run_steps) : t.total_steps;
+  // Only a changed --steps changes the schedule; another world size or --batch does not.
+  if (const std::string was = extra(t, "total_steps");
+      t.world->rank == 0 && !was.empty() && was != std::to_string(o.steps))
+    std::printf("warning: the checkpoint's run was %s steps long, this one is %lld: the LR schedule changes\n",
+                was.c_str(), (long long)o.steps);
+}
+
 }  // namespace
 
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
-                std::shared_ptr<models::BertForMaskedLM> model, const std::string& resume) {
+                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder) {
   Training t;
   t.world = &w;
   t.dev = w.device;
   t.corpus = std::move(corpus);
   t.global_batch = o.batch * w.size;
+  t.folder = std::move(folder);
+  const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;
   t.model = std::move(model);
   t.model->to(t.dev);
@@ -134,23 +166,29 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     if (resume.empty()) return NamedTensors{};
     Restored r = restore_checkpoint(resume, m, o, w);
     t.start = r.state;
+    t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator (dropout)
+    if (w.rank == 0) {
+      std::printf("resumed from %s at step %lld", resume.c_str(), (long long)t.start_at.step);
+      if (t.start.global_batch > 0 && t.start.global_batch != t.global_batch)
+        std::printf(" (%lld sequences in all, a global batch of %lld then, %lld now)", (long long)t.start_at.samples,
+                    (long long)t.start.global_batch, (long long)t.global_batch);
+      std::printf("\n");
+    }
     return std::move(r.optimizer);
   };
   t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
-  t.step->set_steps_done(t.start.step);
+  t.step->set_steps_done(t.start_at.step);
   make_loaders(o, t);
   t.sched = make_schedule(o);
-  t.end_step = o.run_steps > 0 ? std::min(o.steps, t.start.step + o.run_steps) : o.steps;
-  if (auto it = t.start.extra.find("total_steps");
-      w.rank == 0 && it != t.start.extra.end() && it->second != std::to_string(o.steps))
-    std::printf("warning: the checkpoint's run was %s steps long, this one is %lld: the LR schedule changes\n",
-                it->second.c_str(), (long long)o.steps);
-  const int64_t run_steps = std::max<int64_t>(t.end_step - t.start.step, 0);
+  plan_steps(o, t);
+  const int64_t run_steps = std::max<int64_t>(t.end_step - t.start_at.step, 0);
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
   t.flops_per_token = train_flops_per_token(t.model->config(), t.model->num_parameters(), o.seq_len);
   t.peak = peak_flops(t.dev, o.peak_tflops, w.local_size,
                       matmul_precision(o.amp, t.step->options().backend.allow_tf32));  // the matmuls' dtype
-  t.memory.plan(*t.step, t.dev, 0);  // token batches are not subtracted (small; as the ledger always did here)
+  // Token batches are not subtracted (small; as the ledger always did here).
+  t.memory.plan(*t.step, t.dev, 0, trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
+  if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

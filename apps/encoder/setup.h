@@ -9,8 +9,11 @@
 // AMP checkpoint holds 16-bit weights), the checkpoint restored (the Step calls back into
 // restore_checkpoint), DDP (reduce-scatter buckets under --zero 2), ZeRO (--zero 1|2, dist/zero.h),
 // the f32 masters, the optimizer (BERT's two parameter groups over the parameters, the masters or
-// the ZeRO shard) and the checkpoint's optimizer state. Then the loaders, and last the memory
-// ledger is predicted (apps/trainer/memory.h) and printed at start-up.
+// the ZeRO shard) and the checkpoint's optimizer state. Then the loaders, the run's length in
+// samples (apps/trainer/position.h: --steps counts steps of the fresh start's global batch, so a
+// resume on another world size or --batch ends, and decays the LR, where the uninterrupted run
+// would), and last the memory ledger is predicted (apps/trainer/memory.h) and printed at start-up.
+// The checkpoint folder is opened before the corpus is read (train_encoder.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,6 +22,8 @@
 #include "apps/encoder/flops.h"    // defines: PeakFlops
 #include "apps/encoder/options.h"  // defines: EncoderOptions
 #include "apps/trainer/memory.h"   // defines: MemoryMeter
+#include "apps/trainer/position.h"    // defines: Position, RunLength
+#include "apps/trainer/run_folder.h"  // defines: RunFolder
 #include "apps/trainer/step.h"     // defines: Step
 #include "data/mlm_baseline.h"     // defines: UnigramBaseline
 #include "data/text_loader.h"      // defines: TextLoader, MlmDataset
@@ -48,15 +53,20 @@ struct Training {
   const dist::World* world = nullptr;
   Device dev;
   Corpus corpus;
+  trainer::RunFolder folder; // --checkpoint-dir, owned by this run (rank 0 writes through it)
   std::string resumed_from;  // the checkpoint this run continues ("" for a fresh start)
-  TrainState start;          // where this run begins (all zeros for a fresh start)
+  TrainState start;          // the checkpoint's state (all zeros for a fresh start)
+  trainer::Position start_at;  // where this invocation begins
   std::shared_ptr<models::BertForMaskedLM> model;
   // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step.h).
   std::unique_ptr<trainer::Step> step;
   std::unique_ptr<data::TextLoader> train, val;  // val null without a held-out set
   optim::LrScheduleOptions sched;
   int64_t global_batch = 0;  // sequences: --batch x ranks
-  int64_t end_step = 0;      // this invocation stops here (--steps, or earlier with --run-steps)
+  int64_t fresh_global_batch = 0;  // the fresh start's: the schedule's unit (position.h)
+  trainer::RunLength length; // --steps in samples; where the schedule stands
+  int64_t total_steps = 0;   // where the step count ends: start_at.step + the steps left at this batch
+  int64_t end_step = 0;      // this invocation stops here (total_steps, or earlier with --run-steps)
   int64_t bench_warmup = 0;  // steps left out of the steady rates
   double flops_per_token = 0;
   PeakFlops peak;            // per rank
@@ -69,9 +79,9 @@ bool env_rank0();
 const dist::World& init_world(const EncoderOptions& o);
 // The model --model names for `vocab` tokens; init skipped when `resume` is non-empty.
 std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int64_t vocab, const std::string& resume);
-// Builds the step around the model (restoring `resume` into it when non-empty), then the loaders,
-// the schedule and the memory ledger.
+// Builds the step around the model (restoring folder.resume_path() into it when non-empty), then
+// the loaders, the run's length and schedule and the memory ledger.
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
-                std::shared_ptr<models::BertForMaskedLM> model, const std::string& resume);
+                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder);
 
 }  // namespace tandem::apps::encoder

@@ -7,6 +7,7 @@
 #include "core/autograd.h"        // defines: NoGradGuard
 #include "core/ops/loss/loss.h"        // defines: cross_entropy, topk_correct
 #include "core/ops/embedding/embedding.h"   // defines: embedding (the row gather)
+#include "core/ops/finite/finite.h"      // defines: count_nonfinite
 #include "core/ops/shape/shape.h"       // defines: reshape
 #include "dist/transport/bootstrap.h"  // defines: comm_for
 #include "dist/transport/busy.h"       // defines: Busy (validation is announced host work)
@@ -17,7 +18,7 @@ namespace {
 
 // Sums over one batch's masked positions.
 struct Sums {
-  double loss = 0, correct = 0, masked = 0;
+  double loss = 0, correct = 0, masked = 0, nonfinite = 0;
 };
 
 void score(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels, Sums& s) {
@@ -31,6 +32,7 @@ void score(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& typ
   // Gather the masked rows of the [n, V] logits (embedding lookup = row gather), then score them.
   Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, t.dev), ops::reshape(logits, {n, v}));
   Tensor target = Tensor::from_vector_i64(kept, {m}, DType::I64, t.dev);
+  s.nonfinite += static_cast<double>(ops::count_nonfinite({picked}).to_vector_i64()[0]);
   s.loss += ops::cross_entropy(picked, target).item() * static_cast<double>(m);
   s.correct += static_cast<double>(ops::topk_correct(picked, target, 1));
   s.masked += static_cast<double>(m);
@@ -73,13 +75,14 @@ EvalResult evaluate(Training& t, const EncoderOptions& o, int64_t step) {
     sequences += 1;
   }
   t.model->train(true);
-  Tensor sums = Tensor::from_vector_f64({s.loss, s.correct, s.masked, sequences}, {4}, DType::F64);
+  Tensor sums = Tensor::from_vector_f64({s.loss, s.correct, s.masked, sequences, s.nonfinite}, {5}, DType::F64);
   dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "validation")->wait();
   std::vector<double> v = sums.to_vector_f64();
   r.masked = static_cast<int64_t>(v[2]);
   r.sequences = static_cast<int64_t>(v[3]);
-  r.loss = v[2] > 0 ? v[0] / v[2] : 0;
-  r.accuracy = v[2] > 0 ? v[1] / v[2] : 0;
+  r.nonfinite = static_cast<int64_t>(v[4]);
+  r.loss = v[2] > 0 && !r.failed() ? v[0] / v[2] : 0;
+  r.accuracy = v[2] > 0 && !r.failed() ? v[1] / v[2] : 0;
   return r;
 }
 

@@ -22,6 +22,9 @@ struct EvalResult {
   double loss = 0;        // mean cross-entropy at masked positions
   int64_t masked = 0;     // positions scored (all ranks)
   int64_t sequences = 0;  // sequences read (all ranks)
+  int64_t nonfinite = 0;  // non-finite logits at the scored positions (all ranks): > 0 = the pass
+                          // failed, and accuracy and loss mean nothing (validation_line says so)
+  bool failed() const { return nonfinite > 0; }
 };
 
 // Collective: every rank must call it. Leaves the model in training mode.

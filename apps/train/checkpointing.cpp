@@ -1,56 +1,79 @@
-// apps/train/checkpointing.cpp: resume and epoch-end checkpoints (see checkpointing.h).
+// apps/train/checkpointing.cpp: restoring and writing train_imagenet's checkpoints (see
+// checkpointing.h).
 #include "apps/train/checkpointing.h"
 
-#include <cstdio>
-#include <filesystem>
+#include <algorithm>
 
-#include "apps/train/setup.h"        // defines: Training
-#include "apps/trainer/position.h"   // defines: Position, train_state, resume_position
-#include "layers/checkpoint_dir.h"     // defines: checkpoint_path, latest_checkpoint, prune_checkpoints
+#include "apps/train/setup.h"           // defines: Training
+#include "apps/trainer/run_folder.h"    // defines: UsageError
 
 namespace tandem::apps {
 
-std::string resume_path(const TrainOptions& o) {
-  return o.resume == "auto" ? latest_checkpoint(o.checkpoint_dir, /*run_id=*/"") : o.resume;
+CheckpointDirOptions folder_options(const TrainOptions& o) {
+  CheckpointDirOptions c;
+  c.dir = o.checkpoint_dir;
+  c.resume = o.resume;
+  c.run_id = o.run_id;
+  c.overwrite = o.overwrite_checkpoints;
+  c.keep = o.keep_checkpoints;
+  c.naming = CheckpointNaming::epoch;
+  c.program = "train_imagenet";
+  return c;
 }
 
-Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w) {
+namespace {
+
+// "train/ has 'cat', 'dog' where the checkpoint has 'cat', 'cow'": the first differences, by label.
+std::string class_difference(const std::vector<std::string>& have, const std::vector<std::string>& saved) {
+  std::string s;
+  int shown = 0;
+  for (size_t i = 0; i < std::max(have.size(), saved.size()) && shown < 4; ++i) {
+    const std::string a = i < have.size() ? "'" + have[i] + "'" : "nothing", b = i < saved.size() ? "'" + saved[i] + "'" : "nothing";
+    if (a == b) continue;
+    s += std::string(shown++ ? "; " : "") + "label " + std::to_string(i) + " is " + a + " in train/ but " + b +
+         " in the checkpoint";
+  }
+  return s;
+}
+
+}  // namespace
+
+Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w,
+                            const std::vector<std::string>& classes) {
+  (void)w;
+  // The header first: a wrong --model or class list is named before any tensor is read.
+  const TrainState head = read_train_state(path);
+  if (head.model != o.model)
+    throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
+                              ": pass --model " + head.model + " or start without --resume");
+  if (!head.classes.empty() && !classes.empty() && head.classes != classes)
+    throw trainer::UsageError("checkpoint '" + path + "' was trained on " + std::to_string(head.classes.size()) +
+                              " classes that train/ does not match (" + class_difference(classes, head.classes) +
+                              "); resuming would shift labels. Resume with the --data it was trained on, or start a "
+                              "new run");
   Checkpoint ck = load_checkpoint(path, model);
-  Restored r{ck.state, std::move(ck.optimizer)};
-  const TrainState& state = r.state;
-  TANDEM_CHECK(state.model == o.model, "checkpoint '", path, "' holds a ", state.model, " but --model is ", o.model,
-               ": pass --model ", state.model, " or start without --resume");
-  TANDEM_CHECK(state.index_in_epoch == 0 || state.world_size == w.size, "checkpoint '", path,
-               "' was written mid-epoch by ", state.world_size, " ranks; resume it with mpiexec -n ",
-               state.world_size, " (epoch-end checkpoints resume on any number of ranks)");
-  const trainer::Position at = trainer::resume_position(state);  // restores the default generator
-  if (w.rank == 0)
-    std::printf("resumed from %s at epoch %lld, step %lld\n", path.c_str(), (long long)at.epoch, (long long)at.step);
-  return r;
+  return Restored{ck.state, std::move(ck.optimizer)};
 }
 
-bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, int64_t step, int64_t index,
-                       bool epoch_done, bool last_step) {
-  if (o.checkpoint_dir.empty() || !(epoch_done || last_step)) return false;
-  // Where the next step begins: an epoch that ran out resumes at the next one's start.
-  const trainer::Position next{step, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : index};
-  TrainState s = trainer::train_state(next, t.world->size, o.model);
+bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Position& at) {
+  if (!t.folder.owned()) return false;
+  TrainState s = trainer::train_state(at, t.world->size, t.global_batch, o.model);
+  s.classes = t.data.classes;
   s.extra["lr_schedule"] = o.lr_schedule;
+  s.extra["amp"] = o.amp;  // the precision a resume must use (the weights are stored in it)
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
-  s.extra["total_steps"] = std::to_string(t.total_steps);
+  // The run's length as the user gave it (--epochs or --steps), and the --steps schedule's unit: a
+  // resume on any world size and batch continues the same schedule (apps/trainer/position.h).
+  s.extra[o.steps > 0 ? "steps" : "epochs"] = std::to_string(o.steps > 0 ? o.steps : o.epochs);
+  s.extra["schedule_global_batch"] = std::to_string(t.fresh_global_batch);
+  s.extra["total_steps"] = std::to_string(t.length.schedule_total());  // in the schedule's unit
   // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
   // under ZeRO every rank takes part in assembling it, and rank 0 receives it. --zero 3: the
   // weights are gathered whole for the write (every rank), and freed again after it.
   const dist::FullParameters weights = t.step->full_parameters();
   const NamedTensors opt_state = t.step->state();
-  if (t.world->rank == 0) {
-    std::filesystem::create_directories(o.checkpoint_dir);
-    // Mid-epoch saves (--checkpoint-every, a preemption) get their own name, never the epoch-end one.
-    std::string path = checkpoint_path_for(o.checkpoint_dir, s, CheckpointNaming::epoch);
-    save_checkpoint(path, *t.model, opt_state, s);
-    std::printf("checkpoint: %s\n", path.c_str());
-    prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints, s.run_id, path);
-  }
+  t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
+  t.folder.write(*t.model, opt_state, s);
   return true;
 }
 

@@ -1,42 +1,58 @@
-// apps/train/checkpointing.h: train_imagenet's side of layers/checkpoint.h - where to resume
-// from, restoring a run, and writing one at an epoch's end.
+// apps/train/checkpointing.h: train_imagenet's side of layers/checkpoint.h - restoring a run, and
+// writing one at the position where the loop stands.
 //
-// A checkpoint is written by rank 0 (every rank holds the same tensors after DDP's all-reduce), at
-// the end of each epoch and after the run's last step, atomically (write, then rename), and older
-// ones beyond --keep-checkpoints are pruned. The state records where the *next* step begins: an
-// epoch that ran out is saved as (epoch + 1, index 0), so such a checkpoint resumes on any number
-// of ranks; one written mid-epoch (--steps ending inside an epoch) records the position in the
-// epoch and must resume on the same number of ranks, which restore_checkpoint checks.
+// The folder (--checkpoint-dir) is owned by one run: apps/trainer/run_folder.h opens it at
+// start-up on rank 0 (lock, write probe, dead temporaries, the fresh-start refusal, --resume
+// auto's choice) and every checkpoint goes through it, so pruning (--keep-checkpoints) only ever
+// removes this run's older files. A checkpoint is written by rank 0 (every rank holds the same
+// tensors after DDP's all-reduce), at the end of each epoch and where the invocation stops
+// (after the run's last step, --run-epochs, --run-steps), atomically (write, then rename), and
+// only from finite state: the weights, buffers and optimizer state are checked first, under every
+// --on-nonfinite policy (apps/trainer/nonfinite.h), and a non-finite value stops every rank
+// instead (exit 3). The state records where the *next* step begins (apps/trainer/position.h): an
+// epoch that ran out is saved as (epoch + 1, offset 0) under checkpoint_epoch<E+1>; one written
+// inside an epoch records the global samples of the epoch's order consumed, under
+// checkpoint_epoch<E>_step<S>, so the two never share a name. Both resume on any number of ranks
+// and any --batch: the loader continues the epoch's order from that offset, and the LR schedule
+// continues in samples. The checkpoint also carries train/'s class list; a resume checks it.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
-#include "apps/train/options.h"  // defines: TrainOptions
+#include "apps/train/options.h"        // defines: TrainOptions
+#include "apps/trainer/position.h"     // defines: Position
 #include "dist/transport/bootstrap.h"  // defines: World
-#include "layers/checkpoint.h"   // defines: TrainState, NamedTensors
-#include "layers/module.h"       // defines: Module
+#include "layers/checkpoint.h"         // defines: TrainState, NamedTensors
+#include "layers/checkpoint_dir.h"     // defines: CheckpointDirOptions
+#include "layers/module.h"             // defines: Module
 
 namespace tandem::apps {
 
 struct Training;
 
-// --resume as a file: "auto" becomes the newest checkpoint in --checkpoint-dir ("" when none:
-// a fresh start). Empty when not resuming.
-std::string resume_path(const TrainOptions& o);
+// The checkpoint folder's settings from the flags (--checkpoint-dir, --resume, --run-id,
+// --overwrite-checkpoints, --keep-checkpoints); dir empty: no folder.
+CheckpointDirOptions folder_options(const TrainOptions& o);
 
 struct Restored {
   TrainState state;       // where the checkpointed run stood
-  NamedTensors optimizer; // for SGD::load_state
+  NamedTensors optimizer; // for the Step's load_state
 };
 
-// Loads `path` into `model` (already on its device), restores the default generator and checks
-// that the checkpoint fits this run (same --model; the same world size when written mid-epoch).
-Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w);
+// Loads `path` into `model` (already on its device) after checking, from the file's header, that
+// it fits this run: the same --model, and `classes` (train/'s list, empty for --synthetic) equal to
+// the checkpoint's list when it has one. A mismatch throws trainer::UsageError on every rank (it is
+// the same on every rank), naming the difference and what to do.
+Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w,
+                            const std::vector<std::string>& classes);
 
-// Writes a checkpoint when one is due after `epoch`: with --checkpoint-dir, when the epoch ran out
-// (`epoch_done`) or this is the run's last epoch. `step` steps are done, `index` samples of this
-// epoch consumed per rank. Returns whether one was written (true on every rank; rank 0 writes).
-bool checkpoint_if_due(const Training& t, const TrainOptions& o, int64_t epoch, int64_t step, int64_t index,
-                       bool epoch_done, bool last_step);
+// Writes a checkpoint of the run at `at` (the loop's position, LoopState::pos, which the loop keeps
+// at a step boundary: an epoch that ran out already reads (epoch + 1, 0)). Collective: every rank
+// calls it (ZeRO gathers the optimizer state, and the finite-state check agrees across ranks); rank
+// 0 writes. Returns whether a checkpoint was written (false without --checkpoint-dir; the same on
+// every rank). Throws trainer::RunStopped on every rank, writing nothing, when the state holds a
+// non-finite value.
+bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Position& at);
 
 }  // namespace tandem::apps

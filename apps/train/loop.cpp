@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "apps/train/checkpointing.h"  // defines: checkpoint_if_due (a save inside the epoch)
+#include "apps/train/checkpointing.h"  // defines: save_checkpoint_now (a save inside the epoch)
 #include "core/autograd.h"          // defines: NoGradGuard
 #include "core/ops/elementwise/elementwise.h"   // defines: add (the device-side running loss)
 #include "core/ops/loss/loss.h"          // defines: cross_entropy, topk_correct, take_bad_label_count
@@ -42,9 +42,9 @@ void stage_graph_batch(Training& t, const data::Batch& b) {
 Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, RunRecord& rec) {
   trainer::Step& step = *t.step;
   const int rank = t.world->rank;
-  const int64_t number = s.step + 1;  // 1-based, as progress lines and TANDEM_FAULT count
+  const int64_t number = s.pos.step + 1;  // 1-based, as progress lines and TANDEM_FAULT count
   fault_before_step(s.fault, rank, number);
-  step.set_lr(optim::lr_at(t.sched, s.step));
+  step.set_lr(optim::lr_at_position(t.sched, t.length.schedule_position(s.pos)));
   const float smoothing = static_cast<float>(o.label_smoothing);
   Tensor logits;
   trainer::StepResult r;
@@ -73,7 +73,9 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   clock.interval_host_ms += r.host_ms;
   if (r.replayed) clock.interval_graph_steps += 1, clock.interval_graph_host_ms += r.host_ms;
   if (r.applied) t.memory.measure_state(data_bytes(t, &s.batch));  // once: the optimizer state exists from here on
-  ++s.step, ++s.interval_steps, clock.interval_data_ms += s.batch.wait_ms;
+  ++s.pos.step, ++s.interval_steps, clock.interval_data_ms += s.batch.wait_ms;
+  s.pos.samples += t.global_batch;  // every step takes a full global batch (the loader drops the rest)
+  s.pos.epoch_offset = t.train->samples_consumed();
   if (!r.applied) {
     ++rec.skipped_steps;
     return logits;
@@ -107,8 +109,8 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
                  "train_imagenet: WARNING: %.0f labels outside [0, %lld) in steps %lld-%lld (all ranks); the CUDA "
                  "loss clamped them into range, so those steps' loss, accuracy and gradients are wrong. Check "
                  "the dataset's labels against its %lld classes.\n",
-                 v[3], static_cast<long long>(t.classes), static_cast<long long>(s.step - s.interval_steps + 1),
-                 static_cast<long long>(s.step), static_cast<long long>(t.classes));
+                 v[3], static_cast<long long>(t.classes), static_cast<long long>(s.pos.step - s.interval_steps + 1),
+                 static_cast<long long>(s.pos.step), static_cast<long long>(t.classes));
   last.steps = s.interval_steps;
   last.wall_ms = clock.interval_ms();
   last.data_ms = clock.interval_data_ms;
@@ -125,7 +127,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
   if (t.world->rank == 0)
-    std::printf("%s\n", progress_line(epoch, s.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str());
+    std::printf("%s\n", progress_line(epoch, s.pos.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str());
   std::fflush(stdout);
   s.interval_steps = 0, s.interval_losses = 0, s.loss_sum = Tensor();
   clock.start_interval();
@@ -133,32 +135,28 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
 
 }  // namespace
 
-EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, RunClock& clock,
-                     RunRecord& rec) {
-  t.train->start_epoch(epoch);
+bool steps_left(const Training& t, const LoopState& s) {
+  return !t.length.done(s.pos) && s.pos.epoch < t.end_epoch && s.pos.step < t.end_step;
+}
+
+EpochEnd train_epoch(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, RunRecord& rec) {
   EpochEnd e;
-  if (epoch == t.start.epoch && t.start.index_in_epoch > 0) {  // mid-epoch resume: same batches as before
-    for (int64_t k = 0; k < t.start.index_in_epoch / o.batch && t.train->next(s.batch); ++k) e.index += o.batch;
-  }
-  while (s.step < t.total_steps) {
-    if (!t.train->next(s.batch)) {
-      e.done = true;
-      break;
-    }
+  e.epoch = s.pos.epoch;
+  // Mid-epoch on resume: the samples of the epoch's order not yet consumed, on any world size and batch.
+  t.train->start_epoch(s.pos.epoch, s.pos.epoch_offset);
+  while (steps_left(t, s) && t.train->next(s.batch)) {
     clock.step_started();
     Tensor logits = train_step(t, o, s, clock, rec);
-    e.index += o.batch;
-    if (s.step - t.start.step == t.bench_warmup) clock.start_steady(s.step, t.dev);
-    if (s.step % o.log_every == 0 || s.step == t.total_steps) log_progress(t, epoch, logits, s, clock, o, rec);
+    if (s.pos.step - t.start_at.step == t.bench_warmup) clock.start_steady(s.pos.step, t.dev);
+    if (s.pos.step % o.log_every == 0 || s.pos.step == t.end_step)
+      log_progress(t, e.epoch, logits, s, clock, o, rec);
     if (!s.control) continue;
-    const trainer::Decision d = s.control->after_step(s.step);
-    // The epoch's last step, or the run's, is saved by the epoch-end checkpoint: one file, not two.
-    const bool epoch_ends = e.index >= t.steps_per_epoch * o.batch || s.step >= t.total_steps;
+    const trainer::Decision d = s.control->after_step(s.pos.step);
+    // The epoch's last step, or the invocation's, is saved by the caller's checkpoint: one file, not two.
+    const bool epoch_ends = t.train->batches_left() == 0 || !steps_left(t, s);
     if (d.save && !epoch_ends) {
       const Clock::time_point paused_at = clock.pause();  // paused time, as at epoch ends
-      // last_step = true: "write at this position", inside the epoch (checkpointing.h).
-      if (s.control->save([&] { return checkpoint_if_due(t, o, epoch, s.step, e.index, false, true); }))
-        ++rec.checkpoints_written;
+      if (s.control->save([&] { return save_checkpoint_now(t, o, s.pos); })) ++rec.checkpoints_written;
       clock.resume(paused_at);
     }
     if (d.stop) {
@@ -166,7 +164,11 @@ EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopStat
       break;
     }
   }
-  e.done = e.done || e.index >= t.steps_per_epoch * o.batch;  // the last step may also end the epoch
+  // An epoch that ran out (also with the run's last step) is recorded as the next one's start.
+  if (t.train->batches_left() == 0) {
+    e.done = true;
+    s.pos.epoch += 1, s.pos.epoch_offset = 0;
+  }
   return e;
 }
 

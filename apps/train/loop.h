@@ -1,9 +1,13 @@
 // apps/train/loop.h: train_imagenet's step loop over one epoch.
 //
-// Each step: the LR of optim/lr_schedule.h for that step, then the training step (apps/trainer/
+// Each step: the LR of optim/lr_schedule.h at the run's position in samples (apps/trainer/
+// position.h: RunLength::schedule_position), then the training step (apps/trainer/
 // step.h) with this trainer's loss - forward through DDP (which broadcasts BN buffers) and
 // cross-entropy; the Step does the rest (backward with the gradients all-reduced in buckets while
-// it runs, the non-finite agreement, the update). The loss is summed on the device and read only
+// it runs, the non-finite agreement, the update). An epoch starts where the position says
+// (start_epoch(epoch, epoch_offset): a mid-epoch resume on any world size and batch reads the
+// samples of the epoch's order not yet consumed) and runs until the loader runs out, the run ends
+// or this invocation's last step (--run-steps). The loss is summed on the device and read only
 // when a progress line is due (every --log-every steps and after the last), so no step waits for
 // the host; the line's loss and top-1 are reduced across ranks in one collective, together with the
 // count of out-of-range labels the CUDA loss clamped (a non-zero count is printed as a warning
@@ -26,6 +30,7 @@
 #include "apps/train/setup.h"               // defines: Training
 #include "apps/trainer/clock.h"             // defines: RunClock
 #include "apps/trainer/preemption.h"        // defines: RunControl
+#include "apps/trainer/position.h"          // defines: Position
 #include "apps/trainer/timeline_window.h"   // defines: TimelineWindow
 #include "core/tensor.h"                    // defines: Tensor
 #include "data/loader.h"                    // defines: Batch
@@ -34,7 +39,11 @@ namespace tandem::apps {
 
 // The step loop's state, carried from epoch to epoch.
 struct LoopState {
-  int64_t step = 0;            // optimizer steps done since the start of training (across resumes)
+  // Where the next step begins: steps and samples since the start of training (across resumes),
+  // the epoch and the samples of its order consumed. Kept at a step boundary after every step: an
+  // epoch that ran out reads (epoch + 1, 0), so a checkpoint can be written from it at any step
+  // boundary (save_checkpoint_now).
+  trainer::Position pos;
   int64_t interval_steps = 0;  // steps since the last progress line
   int64_t interval_losses = 0; // of those, the steps whose loss is in loss_sum (not skipped)
   Tensor loss_sum;             // device-side sum of those steps' losses (undefined: none yet)
@@ -45,16 +54,20 @@ struct LoopState {
 };
 
 struct EpochEnd {
-  int64_t index = 0;  // samples of the epoch this rank has consumed (resumed ones included)
-  bool done = false;  // the epoch ran out (else the run's last step came first, or a stop)
+  int64_t epoch = 0;  // the epoch these steps belonged to
+  bool done = false;  // the epoch ran out (else the run's or this invocation's last step came first, or a stop)
   bool stopped = false;  // the run control decided to stop (preemption); a save inside the epoch was written
 };
 
-// Trains `epoch` from where `s` stands (mid-epoch on resume) until the loader runs out or the run's
-// last step; fills rec.last at each progress line and adds to rec's compute time and skipped steps.
-// Throws trainer::RunStopped on every rank when a loss is not finite under --on-nonfinite stop.
-// Returns early, with `stopped`, when s.control decides to stop.
-EpochEnd train_epoch(Training& t, const TrainOptions& o, int64_t epoch, LoopState& s, trainer::RunClock& clock,
-                     RunRecord& rec);
+// Whether this invocation has more steps to take from s.pos: the run is not done (RunLength) and
+// neither --run-epochs nor --run-steps stopped it.
+bool steps_left(const Training& t, const LoopState& s);
+
+// Trains s.pos.epoch from where s.pos stands (mid-epoch on resume) until the loader runs out or
+// steps_left() ends; fills rec.last at each progress line and adds to rec's compute time and
+// skipped steps. Throws trainer::RunStopped on every rank when a loss, gradient or weight is not
+// finite under --on-nonfinite stop (weights: skip too). Returns early, with `stopped`, when
+// s.control decides to stop (a save it asked for inside the epoch is written here).
+EpochEnd train_epoch(Training& t, const TrainOptions& o, LoopState& s, trainer::RunClock& clock, RunRecord& rec);
 
 }  // namespace tandem::apps

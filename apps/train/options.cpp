@@ -48,6 +48,10 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--run-epochs", o.run_epochs,
                  "stop after this many epochs in this run (the LR schedule still spans --epochs); resume later")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--run-steps", o.run_steps,
+                 "stop after this many steps in this run, also inside an epoch (the LR schedule still spans "
+                 "--epochs/--steps); resume later")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--lr", o.lr, "learning rate of one rank (scaled by the world size)")->capture_default_str();
   app.add_flag("--no-lr-scaling", o.no_lr_scaling, "do not multiply --lr by the world size");
   app.add_option("--momentum", o.momentum)->capture_default_str();
@@ -90,8 +94,10 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (DDP), 1 (shard optimizer state, and the f32 masters under --amp), "
                  "2 (and gradients), 3 (and parameters: each block gathered around its forward and backward)")
       ->check(CLI::Range(0, 3))->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint_epoch<N>.safetensors here");
-  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints to keep (0: all)")
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>); the folder "
+                 "belongs to one run and is locked while it trains");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints of this run to keep (0: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)")
@@ -102,7 +108,15 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
              "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
              "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
-  app.add_option("--resume", o.resume, "checkpoint file to resume from, or 'auto' (newest in --checkpoint-dir)");
+  app.add_option("--resume", o.resume,
+                 "checkpoint file to resume from, or 'auto': the newest of the run that last used --checkpoint-dir "
+                 "(a fresh start when there is none); any number of ranks and any --batch");
+  app.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
+               "start a new run in a --checkpoint-dir that holds other runs' checkpoints (they are kept and never "
+               "pruned; --resume auto then follows the new run)");
+  app.add_option("--run-id", o.run_id,
+                 "this run's id (letters, digits, '.', '_', '-'): with --resume auto, continue that run; on a fresh "
+                 "start, name the new run (default: a random id)");
   app.add_option("--val-every", o.val_every, "epochs between validations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber)
@@ -127,7 +141,8 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_flag("--deterministic", o.deterministic,
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
   app.add_option("--on-nonfinite", o.on_nonfinite,
-                 "a NaN/inf loss on any rank: stop the run, skip the step on every rank, or off (no check)")
+                 "a NaN/inf loss or gradient on any rank: stop the run (exit 3), skip the step on every rank, or off "
+                 "(no per-step check); non-finite weights always stop, and no checkpoint is written from them")
       ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
   app.add_flag("--cuda-graph", o.cuda_graph,
                "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
@@ -157,6 +172,12 @@ void validate(TrainOptions& o) {
                "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
   TANDEM_CHECK((o.checkpoint_every == 0 && o.checkpoint_interval == 0) || !o.checkpoint_dir.empty(),
                "--checkpoint-every and --checkpoint-interval write into --checkpoint-dir: pass --checkpoint-dir too");
+  TANDEM_CHECK(!o.overwrite_checkpoints || !o.checkpoint_dir.empty(),
+               "--overwrite-checkpoints is about --checkpoint-dir: pass --checkpoint-dir too, or drop it");
+  TANDEM_CHECK(!o.overwrite_checkpoints || o.resume.empty(), "--overwrite-checkpoints starts a new run and --resume "
+               "continues one: pass one of them");
+  TANDEM_CHECK(o.run_id.empty() || !o.checkpoint_dir.empty() || o.evaluate,
+               "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
   TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");

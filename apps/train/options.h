@@ -37,6 +37,8 @@ struct TrainOptions {
   int64_t batch = 64;               // per rank
   int64_t run_epochs = 0;           // >0: stop this invocation after that many epochs (the schedule
                                     // still spans --epochs/--steps); for time-limited jobs + --resume
+  int64_t run_steps = 0;            // >0: stop this invocation after that many steps, also inside an
+                                    // epoch (a mid-epoch checkpoint); train_encoder's flag
   // optimizer and schedule (torchvision's ResNet recipe for batch 256: lr 0.1, momentum 0.9, wd 1e-4)
   double lr = 0.1;                  // for one rank; multiplied by the world size unless no_lr_scaling
   bool no_lr_scaling = false;
@@ -68,13 +70,19 @@ struct TrainOptions {
   std::string amp = "off";
   int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients; 3: also parameters (dist/zero.h)
   // checkpoints
+  // checkpoints (layers/checkpoint_dir.h: the folder is owned by one run and locked against a
+  // second job; apps/trainer/run_folder.h opens it at start-up)
   std::string checkpoint_dir;       // empty: no checkpoints
-  std::string resume;               // a checkpoint file, or "auto": the newest in checkpoint_dir
-  int keep_checkpoints = 2;         // newest checkpoints kept in checkpoint_dir (0: all); a ResNet-50 one is ~300 MB
+  std::string resume;               // a checkpoint file, or "auto": the newest of this folder's run
+  int keep_checkpoints = 2;         // this run's newest checkpoints kept (0: all); a ResNet-50 one is ~300 MB
   int64_t checkpoint_every = 0;     // also a checkpoint after every N-th step, mid-epoch (0: epoch ends only),
                                     // so a preemption loses at most N steps instead of up to an epoch
   double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
                                     // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
+  bool overwrite_checkpoints = false;  // a fresh start into a folder holding other runs' checkpoints
+                                       // (they stay, never pruned; --resume auto follows the new run)
+  std::string run_id;               // "": a new run id (fresh start) or the resumed file's; set: this
+                                    // run's id, and --resume auto resumes that run
   // output
   int val_every = 1;                // epochs between validations (0: only after the last step)
   int log_every = 50;               // steps between progress lines
@@ -99,9 +107,11 @@ struct TrainOptions {
   // (core/graph_rng.h). Default off. The progress line's
   // "host ms/step" shows what it saves, and "cuda graph N/M steps replayed" how many were replays.
   bool cuda_graph = false;
-  std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss on any rank stops the
-                                      // run (no checkpoint from that state), skips the step on
-                                      // every rank, or is not checked (no per-step host sync);
+  std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss or gradient on any rank
+                                      // stops the run (no checkpoint from that state), skips the
+                                      // step on every rank, or is not checked (no per-step host
+                                      // sync); non-finite weights stop under stop and skip, and a
+                                      // checkpoint is never written from them, off included;
                                       // apps/trainer/nonfinite.h
 };
 

@@ -92,7 +92,8 @@ json history_json(const std::vector<EpochRecord>& history) {
   for (const EpochRecord& e : history) {
     json h{{"epoch", e.epoch}, {"step", e.step}, {"lr", e.lr}, {"train_loss", e.train_loss},
            {"train_top1", e.train_top1}};
-    if (e.val) h["val_top1"] = e.val->top1, h["val_top5"] = e.val->top5, h["val_loss"] = e.val->loss;
+    if (e.val && e.val->failed()) h["val_nonfinite_logits"] = e.val->nonfinite;  // no accuracy: it failed
+    else if (e.val) h["val_top1"] = e.val->top1, h["val_top5"] = e.val->top5, h["val_loss"] = e.val->loss;
     a.push_back(h);
   }
   return a;
@@ -121,6 +122,7 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"steps", step},
       {"steps_this_run", x.steps_this_run},
       {"resumed_from", t.resumed_from},
+      {"run_id", t.folder.run_id()},
       {"epochs", t.epochs},
       {"init_s", x.init_s},
       {"train_s", x.train_s},
@@ -140,8 +142,12 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"memory", {{"current_bytes", x.mem.current_bytes}, {"peak_bytes", x.mem.peak_bytes}}},
       {"memory_ledger", t.memory.json()},
       {"optimizer", {{"name", o.optimizer}, {"zero", o.zero}, {"clip_grad_norm", o.clip_grad_norm}}},
-      {"final", {{"train_loss", last.loss}, {"train_top1", last.top1}, {"val_top1", ev.top1},
-                 {"val_top5", ev.top5}, {"val_loss", ev.loss}, {"val_images", ev.samples}}},
+      // A validation that met non-finite logits has no accuracy: null, with the count beside it.
+      {"final", {{"train_loss", last.loss}, {"train_top1", last.top1},
+                 {"val_top1", ev.failed() ? json(nullptr) : json(ev.top1)},
+                 {"val_top5", ev.failed() ? json(nullptr) : json(ev.top5)},
+                 {"val_loss", ev.failed() ? json(nullptr) : json(ev.loss)}, {"val_images", ev.samples},
+                 {"val_nonfinite_logits", ev.nonfinite}}},
       {"checkpoints_written", rec.checkpoints_written},
       {"skipped_files", x.skipped_train + x.skipped_val},
       {"skipped_files_train", x.skipped_train},

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "apps/train/checkpointing.h"     // defines: restore_checkpoint
 #include "apps/trainer/graph_capture.h"   // defines: GraphCapture::kEagerSteps
@@ -36,6 +37,18 @@ const dist::World& init_world(const TrainOptions& o) {
   return w;
 }
 
+namespace {
+namespace fs = std::filesystem;
+
+data::ImageFolderOptions val_folder_options(const TrainOptions& o, std::vector<std::string> classes) {
+  data::ImageFolderOptions va;
+  va.transform.size = o.image_size;
+  va.train = false;
+  va.classes = std::move(classes);  // val/ maps its folders to this list by name
+  return va;
+}
+}  // namespace
+
 Datasets make_datasets(const TrainOptions& o) {
   Datasets d;
   if (o.synthetic) {
@@ -46,20 +59,34 @@ Datasets make_datasets(const TrainOptions& o) {
     if (so.size > 0) d.val = std::make_shared<data::SyntheticDataset>(so);
     return d;
   }
-  data::ImageFolderOptions tr, va;
-  tr.transform.size = va.transform.size = o.image_size;
+  data::ImageFolderOptions tr;
+  tr.transform.size = o.image_size;
   tr.transform.scale_min = o.crop_scale_min;
-  va.train = false;
-  namespace fs = std::filesystem;
   const std::string train_dir = (fs::path(o.data) / "train").string();
-  d.train = std::make_shared<data::ImageFolder>(train_dir, tr);
+  auto train = std::make_shared<data::ImageFolder>(train_dir, tr);
+  d.classes = train->classes();
+  d.train = std::move(train);
   TANDEM_CHECK(!o.num_classes_set || o.num_classes == d.train->num_classes(), "--num-classes ", o.num_classes,
                " does not match the ", d.train->num_classes(), " class folders in ", train_dir,
                ": drop --num-classes (with --data the class folders set it)");
+  // val/ is labelled with train/'s list: a class val/ lacks leaves every other label where it was.
   if (fs::is_directory(fs::path(o.data) / "val"))
-    d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), va);
+    d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), val_folder_options(o, d.classes));
   else if (env_rank0())
     std::printf("note: %s has no val/ folder, so there will be no validation\n", o.data.c_str());
+  return d;
+}
+
+Datasets make_eval_datasets(const TrainOptions& o, const std::vector<std::string>& classes) {
+  if (o.synthetic || classes.empty()) {
+    Datasets d = make_datasets(o);
+    d.train.reset();  // --evaluate reads val/ only; train/ gave the class list
+    return d;
+  }
+  Datasets d;
+  d.classes = classes;
+  if (fs::is_directory(fs::path(o.data) / "val"))
+    d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), val_folder_options(o, classes));
   return d;
 }
 
@@ -69,13 +96,17 @@ ModulePtr make_model(const TrainOptions& o, int classes, const std::string& resu
   return models::create_model(o.model, classes, o.seed, mo);
 }
 
-optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, int64_t spe, int64_t total) {
+optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, const trainer::RunLength& len,
+                                       int64_t fresh_global_batch) {
   optim::LrScheduleOptions s;
   const double scale = o.no_lr_scaling ? 1.0 : world;
   s.base_lr = o.lr * scale;
-  s.warmup_steps = o.warmup_steps >= 0    ? o.warmup_steps
+  // An epoch in the schedule's unit (position.h): spe itself while the global batch is the fresh start's.
+  const double spe = len.unit_steps_per_epoch();
+  const int64_t total = len.schedule_total();
+  s.warmup_steps = o.warmup_steps >= 0    ? len.unit_steps(o.warmup_steps, fresh_global_batch)
                    : o.warmup_epochs >= 0 ? std::llround(o.warmup_epochs * spe)
-                   : world > 1            ? std::min(spe, total / 5)  // short runs: at most a fifth
+                   : world > 1            ? std::min<int64_t>(std::llround(spe), total / 5)  // short runs: a fifth
                                           : 0;
   // Goyal et al.: ramp from the one-rank LR to the scaled one; with nothing to scale, from 0.
   s.warmup_start_factor = scale > 1 ? 1.0 / scale : 0.0;
@@ -121,21 +152,62 @@ void make_loaders(const TrainOptions& o, Training& t) {
   if (t.data.val) t.val = make_val_loader(o, *t.world, t.data.val);
 }
 
-// Steps per epoch, the run's length and its LR schedule.
+// The extra.<key> of the checkpoint this run resumed ("" when absent, or on a fresh start).
+std::string extra(const Training& t, const std::string& key) {
+  auto it = t.start.extra.find(key);
+  return it == t.start.extra.end() ? "" : it->second;
+}
+
+// Warns when the resumed run's length is not the checkpoint's: the LR schedule then changes. Only a
+// changed --epochs/--steps does that; another world size or --batch does not (position.h).
+void warn_if_length_changed(const TrainOptions& o, const Training& t) {
+  if (t.world->rank != 0 || t.resumed_from.empty()) return;
+  const std::string was_epochs = extra(t, "epochs"), was_steps = extra(t, "steps");
+  std::string was, now = o.steps > 0 ? std::to_string(o.steps) + " steps" : std::to_string(o.epochs) + " epochs";
+  if (!was_epochs.empty()) {
+    was = was_epochs + " epochs";
+  } else if (!was_steps.empty()) {
+    was = was_steps + " steps";
+  } else if (const std::string total = extra(t, "total_steps");
+             !total.empty() && t.start.world_size == t.world->size && t.start.global_batch <= 0) {
+    // A file from before lengths were kept: its total_steps counted steps at the world size that
+    // wrote it (the batch unknown: assumed the same).
+    was = total + " steps", now = std::to_string(t.length.schedule_total()) + " steps";
+  }
+  if (!was.empty() && was != now)
+    std::printf("warning: the checkpoint's run was %s long, this one is %s: the LR schedule changes, so the result "
+                "will differ from an uninterrupted run (pass the same --epochs/--steps)\n",
+                was.c_str(), now.c_str());
+}
+
+// Steps per epoch, the run's length in samples, where this invocation stops, and the LR schedule
+// (apps/trainer/position.h).
 void plan_steps(const TrainOptions& o, Training& t) {
   const int64_t spe = t.steps_per_epoch = t.train->batches_per_epoch();
   TANDEM_CHECK(spe > 0, "the training set (", t.data.train->size(), " samples) is smaller than one global batch (",
                o.batch, " x ", t.world->size, " ranks): lower --batch or use more data");
-  const int64_t total = t.total_steps = o.steps > 0 ? o.steps : o.epochs * spe;
-  t.epochs = (total + spe - 1) / spe;
-  t.end_epoch = o.run_epochs > 0 ? std::min(t.epochs, t.start.epoch + o.run_epochs) : t.epochs;
-  t.sched = make_schedule(o, t.world->size, spe, total);
-  if (auto it = t.start.extra.find("total_steps");
-      t.world->rank == 0 && it != t.start.extra.end() && it->second != std::to_string(total))
-    std::printf("warning: the checkpoint's run was %s steps long, this one is %lld: the LR schedule changes, so "
-                "the result will differ from an uninterrupted run (pass the same --epochs/--steps)\n",
-                it->second.c_str(), (long long)total);
-  const int64_t run_steps = std::max<int64_t>(total - t.start.step, 0);
+  // The fresh start's global batch: the --steps schedule's unit and what --warmup-steps counts.
+  const std::string unit = extra(t, "schedule_global_batch");
+  t.fresh_global_batch = !unit.empty()              ? std::stoll(unit)
+                         : t.start.global_batch > 0 ? t.start.global_batch
+                                                    : t.global_batch;  // a fresh start, or a file that did not say
+  trainer::RunLength& len = t.length;
+  len.global_batch = t.global_batch;
+  len.steps_per_epoch = spe;
+  if (o.steps > 0) {
+    len.unit_batch = t.fresh_global_batch;
+    len.total_samples = o.steps * len.unit_batch;
+    t.epochs = (len.total_samples + spe * t.global_batch - 1) / (spe * t.global_batch);
+  } else {
+    len.epochs = t.epochs = o.epochs;
+  }
+  const trainer::Position& at = t.start_at;
+  t.total_steps = at.step + len.steps_left(at, t.train->batches_per_epoch(at.epoch_offset));
+  t.end_epoch = o.run_epochs > 0 ? at.epoch + o.run_epochs : std::numeric_limits<int64_t>::max();
+  t.end_step = o.run_steps > 0 ? std::min(t.total_steps, at.step + o.run_steps) : t.total_steps;
+  t.sched = make_schedule(o, t.world->size, len, t.fresh_global_batch);
+  warn_if_length_changed(o, t);
+  const int64_t run_steps = std::max<int64_t>(t.end_step - at.step, 0);
   int64_t warmup = std::min<int64_t>(10, run_steps / 4);
   // --cuda-graph: the default window also leaves out the eager steps and the capturing one, whose
   // time includes capture and instantiation, where the run has steps after them to measure.
@@ -153,13 +225,15 @@ int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
   return held;
 }
 
-Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, ModulePtr model, const std::string& resume) {
+Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, ModulePtr model, trainer::RunFolder folder) {
   Training t;
   t.world = &w;
   t.dev = w.device;
   t.data = std::move(ds);
   t.classes = t.data.train->num_classes();
   t.global_batch = o.batch * w.size;
+  t.folder = std::move(folder);
+  const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;
   t.model = std::move(model);
   t.model->to(t.dev);
@@ -167,15 +241,23 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   // The checkpoint goes in after --amp's cast and before DDP's broadcast; the Step calls back here.
   auto restore = [&](Module& m) {
     if (resume.empty()) return NamedTensors{};
-    Restored r = restore_checkpoint(resume, m, o, w);
+    Restored r = restore_checkpoint(resume, m, o, w, t.data.classes);
     t.start = r.state;
+    t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator
+    if (w.rank == 0) {
+      std::printf("resumed from %s at epoch %lld, step %lld", resume.c_str(), (long long)t.start_at.epoch,
+                  (long long)t.start_at.step);
+      if (t.start_at.epoch_offset > 0) std::printf(", %lld samples into the epoch", (long long)t.start_at.epoch_offset);
+      std::printf("\n");
+    }
     return std::move(r.optimizer);
   };
   t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
-  t.step->set_steps_done(t.start.step);
+  t.step->set_steps_done(t.start_at.step);
   make_loaders(o, t);
   plan_steps(o, t);
-  t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr));
+  t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
+  if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

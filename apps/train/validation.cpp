@@ -4,20 +4,34 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "apps/train/setup.h"  // defines: Training
+#include "apps/train/setup.h"  // defines: Training, make_eval_datasets, make_model
+#include "apps/trainer/nonfinite.h"  // defines: RunStopped
+#include "apps/trainer/run_folder.h"  // defines: UsageError
 #include "core/autograd.h"     // defines: NoGradGuard
 #include "core/ops/copy/copy.h"      // defines: cast_raw (--amp inputs)
+#include "core/ops/finite/finite.h"   // defines: count_nonfinite
 #include "core/ops/loss/loss.h"     // defines: cross_entropy, topk_correct
 #include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the counts)
 #include "dist/transport/busy.h"       // defines: Busy (validation is announced host work)
-#include "layers/checkpoint.h" // defines: load_checkpoint
+#include "layers/checkpoint.h" // defines: load_checkpoint, read_train_state
 
 namespace tandem::apps {
+
+std::string EvalResult::str() const {
+  char b[160];
+  if (failed())
+    std::snprintf(b, sizeof b, "FAILED: %lld non-finite logits (NaN/inf) in %lld images, so no accuracy",
+                  (long long)nonfinite, (long long)samples);
+  else
+    std::snprintf(b, sizeof b, "top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)", 100 * top1, 100 * top5, loss,
+                  (long long)samples);
+  return b;
+}
 
 EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType input) {
   model.eval();
   autograd::NoGradGuard no_grad;
-  double c1 = 0, c5 = 0, loss = 0, n = 0;
+  double c1 = 0, c5 = 0, loss = 0, n = 0, bad = 0;
   loader.start_epoch(0);
   data::Batch b;
   {
@@ -27,6 +41,7 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType 
     for (uint64_t batches = 1; loader.next(b); validating.progress(batches++)) {
       Tensor logits = model(input == b.images.dtype() ? b.images : ops::cast_raw(b.images, input));
       const int64_t rows = b.labels.numel();
+      bad += static_cast<double>(ops::count_nonfinite({logits}).to_vector_i64()[0]);
       c1 += ops::topk_correct(logits, b.labels, 1);
       c5 += ops::topk_correct(logits, b.labels, std::min(5, num_classes));
       loss += ops::cross_entropy(logits, b.labels).item() * rows;
@@ -34,12 +49,13 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType 
     }
   }
   model.train();
-  Tensor sums = Tensor::from_vector({float(c1), float(c5), float(loss), float(n)}, {4});
+  Tensor sums = Tensor::from_vector({float(c1), float(c5), float(loss), float(n), float(bad)}, {5});
   dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "validation counts")->wait();
   std::vector<float> s = sums.to_vector();
   EvalResult r;
   r.samples = static_cast<int64_t>(s[3]);
-  if (r.samples > 0) r.top1 = s[0] / s[3], r.top5 = s[1] / s[3], r.loss = s[2] / s[3];
+  r.nonfinite = static_cast<int64_t>(s[4]);
+  if (r.samples > 0 && !r.failed()) r.top1 = s[0] / s[3], r.top5 = s[1] / s[3], r.loss = s[2] / s[3];
   return r;
 }
 
@@ -50,26 +66,32 @@ std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, in
   // ranks' validation batch counts may differ, and gathers are collectives.
   const dist::FullParameters weights = t.step->full_parameters();
   const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
-  if (t.world->rank == 0)
-    std::printf("epoch %lld validation: top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)\n", (long long)epoch,
-                100 * r.top1, 100 * r.top5, r.loss, (long long)r.samples);
+  if (t.world->rank == 0) std::printf("epoch %lld validation: %s\n", (long long)epoch, r.str().c_str());
   return r;
 }
 
-EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const Datasets& ds, Module& model,
-                               const std::string& path) {
-  TANDEM_CHECK(!path.empty(), "--evaluate: no checkpoint in ", o.checkpoint_dir, " (--resume auto found none)");
-  TANDEM_CHECK(ds.val != nullptr, "--evaluate needs a validation set: ",
-               o.synthetic ? "set --synthetic-val-size above 0" : "put one in " + o.data + "/val/<class>/");
-  model.to(w.device);
-  const Checkpoint ck = load_checkpoint(path, model);
-  TANDEM_CHECK(ck.state.model == o.model, "checkpoint '", path, "' holds a ", ck.state.model, " but --model is ",
-               o.model, ": pass --model ", ck.state.model);
+EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const std::string& path) {
+  if (path.empty())
+    throw trainer::UsageError("--evaluate: no checkpoint in " + o.checkpoint_dir + " (--resume auto found none)");
+  // The checkpoint's class list labels val/, so a val/ that lacks a class scores the same checkpoint
+  // the same way; a file without a list (format 1, --synthetic) uses train/'s folders as before.
+  const TrainState head = read_train_state(path);
+  if (head.model != o.model)
+    throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
+                              ": pass --model " + head.model);
+  const Datasets ds = make_eval_datasets(o, head.classes);
+  if (!ds.val)
+    throw trainer::UsageError("--evaluate needs a validation set: " +
+                              (o.synthetic ? std::string("set --synthetic-val-size above 0")
+                                           : "put one in " + o.data + "/val/<class>/"));
+  ModulePtr model = make_model(o, ds.val->num_classes(), path);
+  model->to(w.device);
+  const Checkpoint ck = load_checkpoint(path, *model);
   std::unique_ptr<data::Loader> val = make_val_loader(o, w, ds.val);
-  const EvalResult r = evaluate(model, *val, ds.val->num_classes());
+  const EvalResult r = evaluate(*model, *val, ds.val->num_classes());
   if (w.rank == 0)
-    std::printf("evaluate: %s (step %lld): val top1 %.2f%% top5 %.2f%% loss %.4f (%lld images)\n", path.c_str(),
-                (long long)ck.state.step, 100 * r.top1, 100 * r.top5, r.loss, (long long)r.samples);
+    std::printf("evaluate: %s (step %lld): val %s\n", path.c_str(), (long long)ck.state.step, r.str().c_str());
+  if (r.failed()) throw trainer::RunStopped("--evaluate: non-finite logits");
   return r;
 }
 

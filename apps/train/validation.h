@@ -3,6 +3,8 @@
 // Every rank runs its shard of the validation loader (file order, no padding, so each sample is
 // seen exactly once), then the *counts* are reduced, not per-rank accuracies, so uneven shards
 // still give the exact global accuracy. Counts travel as f32, exact below 2^24 = 16.7 M samples.
+// Non-finite logits are counted too (ops::count_nonfinite): a validation that met any reports a
+// failure naming the count, never an accuracy (NaN logits would otherwise score by argmax's rule).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -20,22 +22,27 @@ struct Training;
 struct Datasets;
 
 struct EvalResult {
-  double top1 = 0, top5 = 0, loss = 0;  // fractions of the samples, mean cross-entropy
+  double top1 = 0, top5 = 0, loss = 0;  // fractions of the samples, mean cross-entropy (0 when failed)
   int64_t samples = 0;                  // validation images seen, over all ranks
+  int64_t nonfinite = 0;                // non-finite logits over all ranks: > 0 means the pass failed
+  bool failed() const { return nonfinite > 0; }
+  // "top1 45.60% top5 97.20% loss 1.2966 (500 images)", or the failure in words.
+  std::string str() const;
 };
 
 // Runs the whole validation loader on every rank and reduces the counts. Collective.
 // `input`: the dtype the model computes in (its first layer's; --amp: f16/bf16), images are cast to it.
 EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType input = DType::F32);
 
-// Validates after `epoch` when due (every --val-every epochs, and after the run's last epoch) and
-// prints the result on rank 0. Nothing when there is no validation set. Collective.
+// Validates after `epoch` when due (every --val-every epochs, and after the invocation's last
+// epoch) and prints the result on rank 0. Nothing when there is no validation set. Collective.
 std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, int64_t epoch, bool last_step);
 
-// train_imagenet --evaluate: loads the model weights of training checkpoint `path` into `model`
-// (the optimizer state is read but not needed), validates on ds.val and prints "evaluate: ..."
-// on rank 0. Collective. Fails clearly when there is no validation set or the model differs.
-EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const Datasets& ds, Module& model,
-                               const std::string& path);
+// train_imagenet --evaluate: validates the model weights of training checkpoint `path` (the
+// optimizer state is read but not needed) on val/, labelled with the checkpoint's class list when
+// it has one (else train/'s folders), and prints "evaluate: ..." on rank 0. Collective. Fails
+// clearly when there is no checkpoint or validation set or the model differs; throws
+// trainer::RunStopped (exit 3) when the logits were not finite.
+EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const std::string& path);
 
 }  // namespace tandem::apps

@@ -16,8 +16,8 @@
 // Checkpoints hold the masters ("amp.master.<param>", unsharded f32, gathered from the shards under
 // ZeRO) and the scaler ("amp.scaler.<entry>") next to the optimizer state; take_amp_state removes
 // them again on resume and loads each rank's range, so an AMP checkpoint resumes at any world size
-// and ZeRO stage. An f32 checkpoint resumed under AMP starts the masters from its weights; an AMP
-// checkpoint resumed in f32 drops them (the model's weights are then the 16-bit ones).
+// and ZeRO stage. It resumes in the precision it was trained in: the model is cast before the
+// checkpoint loads, and the load refuses another dtype (layers/checkpoint.h, naming what to change).
 // Order (step.cpp keeps it): make_amp -> restore weights -> DDP [-> Zero] -> build_masters ->
 // take_amp_state -> make_amp_groups; per step amp_step; at a checkpoint amp_state on every rank.
 // This is the host form. The capturable one (StepOptions::capturable, under a CUDA graph) builds the

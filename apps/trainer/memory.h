@@ -14,9 +14,20 @@
 // plan(): building VGG-16 briefly holds three classifier-sized temporaries, the initialisers, more
 // than a ZeRO-2 step does). The trainers print ledger().str() at start-up and in the summary, and
 // write json() into their metrics as "memory_ledger".
+// At plan() the prediction is also checked against what the device has left (core/storage.h
+// available_memory: the CPU's MemAvailable, a GPU's free memory), times the ranks of this machine
+// that share it: the model state still to be allocated (the optimizer state, AMP's master
+// gradients, the transient buffers) beyond what is held already. When it does not fit, warning()
+// says so, naming the figures and what to lower. A warning, not a refusal: the ledger counts the
+// model state only (activations and workspace come on top, so a run can fail that the check
+// passes), and it also over-predicts where memory is shared or reused (a ZeRO-2 bucket freed
+// after the reduce-scatter, MemAvailable leaving out page cache the kernel would give back), so
+// refusing would stop runs that fit; a warning at start-up still saves the epoch a late failure
+// costs.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/device.h"         // defines: Device
 #include "dist/measure/memory_ledger.h"  // defines: MemoryLedger
@@ -27,12 +38,16 @@ class Step;
 
 class MemoryMeter {
  public:
-  // Predicts from `step` on `device`; `data_bytes`: batches the trainer's loaders hold now.
-  void plan(Step& step, Device device, int64_t data_bytes);
+  // Predicts from `step` on `device`; `data_bytes`: batches the trainer's loaders hold now;
+  // `sharing`: the ranks of this machine whose memory is the same as this rank's (its host's RAM
+  // for the CPU, the GPU when ranks share one).
+  void plan(Step& step, Device device, int64_t data_bytes, int sharing = 1);
   // Once (later calls do nothing): `data_bytes` held now, the batch in hand included.
   void measure_state(int64_t data_bytes);
   void measure_peak();
   const dist::MemoryLedger& ledger() const { return ledger_; }
+  // The start-up check's line ("" when the prediction fits, or the available memory is unknown).
+  const std::string& warning() const { return warning_; }
   nlohmann::json json() const;
 
  private:
@@ -40,6 +55,14 @@ class MemoryMeter {
   dist::MemoryLedger ledger_;
   int64_t other_ = 0;  // allocator bytes at plan() that are neither model state nor data
   bool mixed_ = false;
+  std::string warning_;
 };
+
+// The start-up check (see the file comment): "" when `need` more bytes per rank, times `sharing`
+// ranks, fit into `available` bytes on `device` (or available < 0: unknown).
+std::string memory_warning(double need, int64_t available, int sharing, Device device);
+// The ranks of this machine that share `device`'s memory with this one: every local rank for the
+// CPU, those that map to the same GPU (local_rank % device_count) for a GPU.
+int ranks_sharing(Device device, int local_rank, int local_size);
 
 }  // namespace tandem::trainer

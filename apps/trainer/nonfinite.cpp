@@ -1,6 +1,8 @@
-// apps/trainer/nonfinite.cpp: the ranks' shared verdict on a non-finite loss (see nonfinite.h).
+// apps/trainer/nonfinite.cpp: the ranks' shared verdict on non-finite losses, gradients and weights
+// (see nonfinite.h).
 #include "apps/trainer/nonfinite.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -17,51 +19,128 @@ OnNonfinite on_nonfinite_from_name(const std::string& name) {
   TANDEM_THROW("on_nonfinite '", name, "': use stop, skip or off");
 }
 
-NonfiniteVerdict agree_nonfinite(float value) {
+bool NonfiniteVerdict::loss_or_gradients() const {
+  for (const Bad& b : ranks)
+    if (b.loss_bad || b.found.gradients > 0) return true;
+  return false;
+}
+
+bool NonfiniteVerdict::weights() const {
+  for (const Bad& b : ranks)
+    if (b.found.weights > 0) return true;
+  return false;
+}
+
+NonfiniteVerdict agree_nonfinite(const Health& mine) {
   const dist::World& w = dist::world();
-  // Slots [0, world): 1 where that rank's value is not finite; [world, 2 world): the value itself.
-  // Every other rank adds 0 to a slot, so the sum carries each value (NaN and inf included) exactly.
-  std::vector<float> slots(2 * w.size, 0.0f);
-  if (!std::isfinite(value)) slots[w.rank] = 1, slots[w.size + w.rank] = value;
+  // Four slots per rank, each rank writing only its own: [0, W) 1 where the loss is not finite,
+  // [W, 2W) the loss itself, [2W, 3W) the gradient count, [3W, 4W) the weight count. Every other
+  // rank adds 0 to a slot, so the sum carries each value (NaN and inf included) exactly.
+  std::vector<float> slots(4 * w.size, 0.0f);
+  if (!std::isfinite(mine.loss)) slots[w.rank] = 1, slots[w.size + w.rank] = mine.loss;
+  // A count of 2^24 + 1 rounds in f32 but never to 0, which is all the verdict needs.
+  slots[2 * w.size + w.rank] = static_cast<float>(mine.gradients);
+  slots[3 * w.size + w.rank] = static_cast<float>(mine.weights);
   Tensor t = Tensor::from_vector(slots, {static_cast<int64_t>(slots.size())});
   dist::comm_for(Device::cpu()).all_reduce(t, dist::ReduceOp::Sum, "non-finite check")->wait();
   const std::vector<float> s = t.to_vector();
   NonfiniteVerdict v;
-  for (int r = 0; r < w.size; ++r)
-    if (s[r] != 0) v.ranks.push_back(r), v.values.push_back(s[w.size + r]);
+  for (int r = 0; r < w.size; ++r) {
+    NonfiniteVerdict::Bad b;
+    b.rank = r;
+    b.loss_bad = s[r] != 0;
+    b.found.loss = b.loss_bad ? s[w.size + r] : 0.0f;
+    b.found.gradients = static_cast<int64_t>(s[2 * w.size + r]);
+    b.found.weights = static_cast<int64_t>(s[3 * w.size + r]);
+    if (b.loss_bad || b.found.gradients > 0 || b.found.weights > 0) v.ranks.push_back(b);
+  }
   return v;
 }
 
-bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t step, const std::string& what,
-                      const OptionNames& names) {
-  if (!v.any() || policy == OnNonfinite::Off) return false;
-  const int me = dist::world().rank;
-  std::string who;
-  for (size_t i = 0; i < v.ranks.size(); ++i) {
-    char b[96];
-    std::snprintf(b, sizeof b, "%s%s %g on rank %d", i ? ", " : "", what.c_str(), v.values[i], v.ranks[i]);
-    who += b;
+namespace {
+
+// "loss nan on rank 1, loss inf on rank 3" / "12 on rank 0, 12 on rank 1": who found what.
+std::string who(const NonfiniteVerdict& v, bool loss, bool weights) {
+  std::string s;
+  for (const NonfiniteVerdict::Bad& b : v.ranks) {
+    char e[96] = "";
+    if (loss && b.loss_bad) std::snprintf(e, sizeof e, "loss %g on rank %d", b.found.loss, b.rank);
+    else if (!loss && !weights && b.found.gradients > 0)
+      std::snprintf(e, sizeof e, "%lld on rank %d", (long long)b.found.gradients, b.rank);
+    else if (weights && b.found.weights > 0)
+      std::snprintf(e, sizeof e, "%lld on rank %d", (long long)b.found.weights, b.rank);
+    if (*e) s += (s.empty() ? "" : ", ") + std::string(e);
   }
-  char head[160];
-  std::snprintf(head, sizeof head, "[rank %d] step %lld: %s is %g", me, (long long)step, what.c_str(),
-                v.values.front());
-  if (policy == OnNonfinite::Skip) {
-    if (me == 0)
-      std::fprintf(stderr, "[rank 0] step %lld: %s; every rank skips this step's update (%s)\n", (long long)step,
-                   who.c_str(), option_name(names, "on_nonfinite", "skip").c_str());
-    return true;
-  }
-  std::fprintf(stderr, "%s (%s); stopping on every rank before the update, so no checkpoint is written from this "
-               "state. Lower %s or check the data; %s skips such steps instead.\n",
-               head, who.c_str(), option_name(names, "lr").c_str(), option_name(names, "on_nonfinite", "skip").c_str());
-  std::fflush(stderr);
-  throw RunStopped(std::string(head) + " (" + who + ")");
+  return s;
 }
 
-bool skip_nonfinite_step(OnNonfinite policy, float value, int64_t step, const std::string& what,
-                         const OptionNames& names) {
-  if (policy == OnNonfinite::Off) return false;
-  return act_on_nonfinite(policy, agree_nonfinite(value), step, what, names);
+int64_t largest(const NonfiniteVerdict& v, bool weights) {
+  int64_t n = 0;
+  for (const NonfiniteVerdict::Bad& b : v.ranks) n = std::max(n, weights ? b.found.weights : b.found.gradients);
+  return n;
+}
+
+[[noreturn]] void stop(const std::string& head, const std::string& why, const std::string& advice) {
+  std::fprintf(stderr, "%s (%s); %s\n", head.c_str(), why.c_str(), advice.c_str());
+  std::fflush(stderr);
+  throw RunStopped(head + " (" + why + ")");
+}
+
+}  // namespace
+
+bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t step, const OptionNames& names) {
+  if (!v.any() || policy == OnNonfinite::Off) return false;
+  const int me = dist::world().rank;
+  char head[192];
+  if (v.weights()) {
+    // The weights the previous update (or the checkpoint load) left: no skip can undo them.
+    std::snprintf(head, sizeof head, "[rank %d] step %lld: the weights hold %lld non-finite value(s) before this step",
+                  me, (long long)step, (long long)largest(v, true));
+    stop(head, who(v, false, true),
+         "the last update (or the checkpoint this run resumed from) made them so, which skipping steps cannot undo; "
+         "stopping on every rank, so no checkpoint is written from this state. Lower " + option_name(names, "lr") +
+             " or check the data, and resume from an earlier checkpoint.");
+  }
+  const bool loss = [&] {
+    for (const NonfiniteVerdict::Bad& b : v.ranks)
+      if (b.loss_bad) return true;
+    return false;
+  }();
+  if (loss) {
+    float first = 0;
+    for (const NonfiniteVerdict::Bad& b : v.ranks)
+      if (b.loss_bad) {
+        first = b.found.loss;
+        break;
+      }
+    std::snprintf(head, sizeof head, "[rank %d] step %lld: loss is %g", me, (long long)step, first);
+  } else {
+    std::snprintf(head, sizeof head, "[rank %d] step %lld: the gradients hold %lld non-finite value(s)", me,
+                  (long long)step, (long long)largest(v, false));
+  }
+  const std::string why = who(v, loss, false);
+  if (policy == OnNonfinite::Skip) {
+    if (me == 0)
+      std::fprintf(stderr, "[rank 0] step %lld: %s%s; every rank skips this step's update (%s)\n", (long long)step,
+                   loss ? "" : "non-finite gradients: ", why.c_str(), option_name(names, "on_nonfinite", "skip").c_str());
+    return true;
+  }
+  stop(head, why, "stopping on every rank before the update, so no checkpoint is written from this state. Lower " +
+                      option_name(names, "lr") + " or check the data; " + option_name(names, "on_nonfinite", "skip") +
+                      " skips such steps instead.");
+}
+
+void check_state_finite(int64_t bad, int64_t step, const std::string& action, const OptionNames& names) {
+  Health h;
+  h.weights = bad;
+  const NonfiniteVerdict v = agree_nonfinite(h);
+  if (!v.weights()) return;
+  char head[192];
+  std::snprintf(head, sizeof head, "[rank %d] after step %lld: the state to %s holds %lld non-finite value(s)",
+                dist::world().rank, (long long)step, action.c_str(), (long long)largest(v, true));
+  stop(head, who(v, false, true),
+       "stopping on every rank without it. Lower " + option_name(names, "lr") +
+           " or check the data, and resume from an earlier checkpoint.");
 }
 
 }  // namespace tandem::trainer

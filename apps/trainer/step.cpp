@@ -4,11 +4,12 @@
 #include <chrono>
 
 #include "apps/trainer/ledger.h"   // defines: ledger_inputs, model_state_bytes
-#include "apps/trainer/nonfinite.h"  // defines: skip_nonfinite_step
+#include "apps/trainer/nonfinite.h"  // defines: agree_nonfinite, act_on_nonfinite, check_state_finite
 #include "core/autograd.h"         // defines: NoGradGuard
 #include "core/check.h"            // defines: TANDEM_CHECK
 #include "core/ops/copy/copy.h"         // defines: cast_raw (AMP inputs)
 #include "core/ops/elementwise/elementwise.h"  // defines: scale, add
+#include "core/ops/finite/finite.h"       // defines: count_nonfinite
 
 namespace tandem::trainer {
 
@@ -37,7 +38,8 @@ optim::OptimizerOptions group_options(const StepOptions& o, const dist::Zero* ze
 }  // namespace
 
 Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore)
-    : options_(std::move(options)), backend_(options_.backend), comm_(comm), model_(std::move(model)) {
+    : options_(std::move(options)), backend_(options_.backend), comm_(comm), model_(std::move(model)),
+      device_(device_of(*model_)) {
   const StepOptions& o = options_;
   check(o);
   check_on(o, device_of(*model_), comm_.backend());
@@ -82,7 +84,9 @@ Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const
   load_state(std::move(state));
   if (capturable_ && o.clip_grad_norm > 0) clipper_ = std::make_unique<optim::GradClipper>(o.clip_grad_norm);
   if (amp_ && capturable_) skips_seen_ = amp_->scaler.skipped_steps();  // a resumed run's count: not this run's
-  if (o.cuda_graph) graph_ = std::make_unique<GraphCapture>(device_of(*model_));
+  if (o.cuda_graph) graph_ = std::make_unique<GraphCapture>(device_);
+  // A checkpoint loaded with NaN in it is caught at the first step's read, like a bad update.
+  if (o.on_nonfinite != OnNonfinite::Off) pending_weights_ = ops::count_nonfinite(weights(), device_);
 }
 
 Step::~Step() = default;
@@ -203,6 +207,46 @@ int64_t Step::skipped_unreported() {
   return amp_->scaler.skipped_steps() - skips_seen_;
 }
 
+std::vector<Tensor> Step::checked_gradients() const {
+  // Under AMP the loss scaler's unscale checks the 16-bit gradients itself (amp.h) and skips.
+  if (amp_) return {};
+  if (zero_) return zero_->grads();  // this rank's shard, as the optimizer reads it
+  std::vector<Tensor> g;
+  for (const auto& [name, p] : model_->named_parameters())
+    if (p.requires_grad() && p.grad().defined()) g.push_back(p.grad());
+  return g;
+}
+
+std::vector<Tensor> Step::weights(bool whole) const {
+  std::vector<Tensor> w;
+  if (const dist::Zero3Schedule* z3 = zero_ ? zero_->schedule() : nullptr; z3 && !whole) {
+    // ZeRO-3: the parameters hold bytes only while their unit runs; this rank's shards are the
+    // weights it owns (every rank checks its own, and the ranks agree on the sum).
+    for (size_t b = 0; b < zero_->layout().buckets().size(); ++b) w.push_back(z3->shard(b));
+  } else {
+    for (const auto& [name, p] : model_->named_parameters()) w.push_back(p);
+  }
+  for (const auto& [name, b] : model_->named_buffers()) w.push_back(b);  // count_nonfinite skips integer ones
+  return w;
+}
+
+bool Step::skip_nonfinite(int64_t number) {
+  // The loss, the gradient count and the last update's weight count, gathered on the device and
+  // read in one host read, then agreed on in one all-reduce (nonfinite.h: cost).
+  autograd::NoGradGuard ng;
+  Tensor health = Tensor::zeros({3}, DType::F32, device_);
+  health.slice(0, 1).copy_(ops::cast_raw(step_loss_.view({1}), DType::F32));
+  health.slice(1, 2).copy_(ops::cast_raw(ops::count_nonfinite(checked_gradients(), device_), DType::F32));
+  if (pending_weights_.defined()) health.slice(2, 3).copy_(ops::cast_raw(pending_weights_, DType::F32));
+  const std::vector<float> h = health.to_vector();
+  pending_weights_ = Tensor();
+  Health mine;
+  mine.loss = h[0];
+  mine.gradients = static_cast<int64_t>(h[1]);
+  mine.weights = static_cast<int64_t>(h[2]);
+  return act_on_nonfinite(options_.on_nonfinite, agree_nonfinite(mine), number, options_.names);
+}
+
 StepResult Step::update() {
   TANDEM_CHECK(!graph_, "Step::update: a step captured as a CUDA graph runs whole: use Step::run");
   TANDEM_CHECK(micro_ == options_.grad_accum_steps, "Step::update after ", micro_, " of ",
@@ -212,16 +256,40 @@ StepResult Step::update() {
   const int64_t number = steps_done_ + 1;  // 1-based, as progress lines and messages count
   // Read after backward was queued, so the device has work while the host waits (nonfinite.h:
   // cost); not host work, so host_ms starts after it.
-  if (options_.on_nonfinite != OnNonfinite::Off &&
-      skip_nonfinite_step(options_.on_nonfinite, step_loss_.item(), number, "loss", options_.names)) {
-    r.applied = false, r.skipped = StepResult::Skip::NonfiniteLoss;
-  }
+  const bool checked = options_.on_nonfinite != OnNonfinite::Off;
+  if (checked && skip_nonfinite(number)) r.applied = false, r.skipped = StepResult::Skip::NonfiniteLoss;
   const Clock::time_point start = Clock::now();
   if (r.applied && !update_body(r)) r.applied = false, r.skipped = StepResult::Skip::NonfiniteGradients;
+  // The weights this update left, counted on the device now and read with the next step's loss.
+  // A skipped update changed nothing: the count from before still stands.
+  if (checked && r.applied) pending_weights_ = ops::count_nonfinite(weights(), device_);
   r.host_ms = ms_since(start);
   micro_ = 0;
   ++steps_done_;
   return r;
+}
+
+void Step::finish() {
+  if (options_.on_nonfinite == OnNonfinite::Off) return;
+  Health mine;
+  if (pending_weights_.defined()) mine.weights = pending_weights_.to_vector_i64()[0];
+  pending_weights_ = Tensor();
+  // Reported as the state before the next step: the one a resumed run would start from.
+  act_on_nonfinite(options_.on_nonfinite, agree_nonfinite(mine), steps_done_ + 1, options_.names);
+}
+
+void Step::check_state_finite(const optim::NamedTensors& state) {
+  int64_t bad = 0;
+  if (comm_.rank() == 0) {
+    // One count per device the tensors are on (the optimizer state may be gathered on the host).
+    std::vector<Tensor> here, host;
+    for (const Tensor& t : weights(true)) (t.device() == device_ ? here : host).push_back(t);
+    for (const auto& [name, t] : state) (t.device() == device_ ? here : host).push_back(t);
+    bad = ops::count_nonfinite(here, device_).to_vector_i64()[0];
+    if (!host.empty() && !device_.is_cpu()) bad += ops::count_nonfinite(host, Device::cpu()).to_vector_i64()[0];
+  }
+  pending_weights_ = Tensor();  // rank 0 counted the same weights, and every rank holds them alike
+  trainer::check_state_finite(bad, steps_done_, "write to a checkpoint", options_.names);
 }
 
 StepResult Step::run(const ForwardLoss& forward_loss) {

@@ -30,7 +30,8 @@
 //              memset per bucket (the first accumulation then copies instead of adding).
 //   backward   loss x loss scale (fp16) / grad_accum_steps; all but the last micro-batch under
 //              DDP's no_sync, so only the last one communicates.
-//   update     [the non-finite loss check, agreed by all ranks] then one of: the parameter
+//   update     [the non-finite check of the loss, the gradients and the last update's weights,
+//              agreed by all ranks in one all-reduce (nonfinite.h)] then one of: the parameter
 //              server's push/update/pull; AMP's unscale, overflow agreement, [clip], step, copy
 //              back [, ZeRO-1/2's all-gather]; or [clip,] step [, ZeRO-1/2's all-gather] (ZeRO-3
 //              gathers each unit when it next runs). Skipped on every rank alike, or applied on
@@ -38,7 +39,9 @@
 // state() / load_state() hold what a checkpoint needs from the step beyond the model's weights:
 // the optimizer state (unsharded, keyed "<param>.<state>", gathered from the shards under ZeRO),
 // AMP's f32 masters ("amp.master.<param>") and loss scaler ("amp.scaler.*"), so a checkpoint
-// resumes at any world size, strategy and precision.
+// resumes at any world size, strategy and precision. check_state_finite() checks that state, and
+// the weights, before a trainer writes it (collective); finish() resolves the last update's weight
+// check at the end of a run.
 //
 // The capturable update (StepOptions::capturable, implied by cuda_graph; optim/amp.h's "A captured
 // step" is the recipe). The host form reads the found-inf flag (AMP) and the clipping norm on the
@@ -143,6 +146,15 @@ class Step {
   // and do no work.
   optim::NamedTensors state();
   void load_state(optim::NamedTensors state);
+  // Before a checkpoint is written, under every non-finite policy: rank 0 counts the non-finite
+  // elements of the model's parameters and buffers and of `state` (what state() returned; the
+  // other ranks hold nothing more: identical weights, or shards rank 0 has gathered), and every
+  // rank stops (RunStopped) when there are any. Collective. Settles the pending weight check.
+  // ZeRO-3: call it while full_parameters() is held (the trainers hold it for the write anyway).
+  void check_state_finite(const optim::NamedTensors& state);
+  // After the run's last step: the non-finite check of the last update's weights (whose count
+  // waits on the device for the next step's read). Collective; nothing under on_nonfinite off.
+  void finish();
 
   // --- what reports and measurements read
   const StepOptions& options() const { return options_; }
@@ -169,6 +181,12 @@ class Step {
   bool update_body(StepResult& r);  // the update after the non-finite check; false: skipped
   bool update_capturable(StepResult& r);  // its device-side form (see "The capturable update")
   StepResult run_graphed(const ForwardLoss& forward_loss);
+  // The non-finite check before the update (nonfinite.h): true when every rank skips it.
+  bool skip_nonfinite(int64_t number);
+  std::vector<Tensor> checked_gradients() const;  // what the optimizer reads (empty under AMP)
+  // The model's parameters (ZeRO-3: this rank's shards, unless `whole` - while full_parameters()
+  // is held) and floating buffers.
+  std::vector<Tensor> weights(bool whole = false) const;
 
   StepOptions options_;
   BackendScope backend_;  // first in, last out: the settings outlive every part below
@@ -187,6 +205,9 @@ class Step {
   int micro_ = 0;          // micro-batches backward has run since zero_grad
   Tensor step_loss_;       // their loss (the step's, reported)
   Tensor static_loss_;     // cuda_graph: the captured step's loss output
+  Device device_;          // the model's
+  Tensor pending_weights_; // non-finite count of the weights after the last update (device i64 [1],
+                           // read with the next step's loss; undefined: nothing pending)
 };
 
 }  // namespace tandem::trainer

@@ -50,17 +50,20 @@ const std::vector<std::pair<std::string, Builder>>& registry() {
     });
     v.emplace_back("small_cnn",
                    [](int nc, uint64_t seed, const ModelOptions& o) { return small_cnn(nc, seed, o.init); });
+    v.emplace_back("small_cnn_nobn", [](int nc, uint64_t seed, const ModelOptions& o) {
+      return small_cnn(nc, seed, o.init, /*batchnorm=*/false);
+    });
     return v;
   }();
   return r;
 }
 
-std::shared_ptr<Module> conv_bn_relu(Sequential& s, int64_t in, int64_t out) {
+std::shared_ptr<Module> conv_bn_relu(Sequential& s, int64_t in, int64_t out, bool batchnorm) {
   Conv2dOptions o;
   o.padding = 1;
-  o.bias = false;  // BN follows: a conv bias would be cancelled by the mean subtraction
+  o.bias = !batchnorm;  // BN follows: a conv bias would be cancelled by the mean subtraction
   s.add(std::make_shared<Conv2d>(in, out, 3, o, nullptr));
-  s.add(std::make_shared<BatchNorm2d>(out));
+  if (batchnorm) s.add(std::make_shared<BatchNorm2d>(out));
   return s.add(std::make_shared<ReLU>());
 }
 
@@ -85,13 +88,13 @@ ModulePtr create_model(const std::string& name, int num_classes, uint64_t seed, 
   TANDEM_THROW("unknown model \"", name, "\"; valid names are: ", valid);
 }
 
-ModulePtr small_cnn(int num_classes, uint64_t seed, bool init) {
+ModulePtr small_cnn(int num_classes, uint64_t seed, bool init, bool batchnorm) {
   auto s = std::make_shared<Sequential>();
-  conv_bn_relu(*s, 3, 16);
+  conv_bn_relu(*s, 3, 16, batchnorm);
   s->add(std::make_shared<MaxPool2d>(2));
-  conv_bn_relu(*s, 16, 32);
+  conv_bn_relu(*s, 16, 32, batchnorm);
   s->add(std::make_shared<MaxPool2d>(2));
-  conv_bn_relu(*s, 32, 64);
+  conv_bn_relu(*s, 32, 64, batchnorm);
   s->add(std::make_shared<AdaptiveAvgPool2d>(1, 1));
   s->add(std::make_shared<Flatten>());
   s->add(std::make_shared<Linear>(64, num_classes, true, nullptr));

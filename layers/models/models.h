@@ -9,6 +9,7 @@
 //   small_cnn    3 x (Conv3x3-BN-ReLU), max-pools after the first two, global average pool, Linear:
 //                16/32/64 channels, ~24 K parameters; learns simple 16x16-64x64 image tasks in
 //                seconds on a CPU (the end-to-end test).
+//   small_cnn_nobn  the same without BatchNorm (convs with a bias): no per-rank batch statistics.
 // Every model takes NHWC images [N, H, W, 3] and returns logits [N, num_classes], starts in training
 // mode on the CPU in f32, and is initialised from `seed` alone (identical on every rank).
 #pragma once
@@ -34,6 +35,10 @@ ModulePtr create_model(const std::string& name, int num_classes, uint64_t seed);
 ModulePtr create_model(const std::string& name, int num_classes, uint64_t seed, const ModelOptions& opt);
 std::vector<std::string> model_names();
 
-ModulePtr small_cnn(int num_classes, uint64_t seed, bool init = true);
+// Three conv-BN-ReLU blocks, pooling and a linear head (24 k parameters at 4 classes): the tests'
+// model. batchnorm = false ("small_cnn_nobn": conv with a bias, then ReLU) has no per-rank batch
+// statistics, so N ranks x batch b compute what one rank x batch N*b does, up to rounding (the
+// resume tests across world sizes use it).
+ModulePtr small_cnn(int num_classes, uint64_t seed, bool init = true, bool batchnorm = true);
 
 }  // namespace tandem::models

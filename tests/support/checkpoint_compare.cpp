@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/safetensors.h"
@@ -33,6 +34,37 @@ void check_identical_checkpoints(const std::string& a, const std::string& b, boo
     return m;
   };
   CHECK(position(x.metadata) == position(y.metadata));
+}
+
+double check_close_checkpoints(const std::string& a, const std::string& b, double rel,
+                               const std::vector<std::string>& skip) {
+  const auto x = safetensors::load(a);
+  const auto y = safetensors::load(b);
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  double worst = 0;
+  std::string worst_name;
+  for (size_t i = 0; i < x.tensors.size(); ++i) {
+    const std::string& name = x.tensors[i].first;
+    INFO(name);
+    const auto &p = x.tensors[i].second, &q = y.tensors[i].second;
+    REQUIRE(name == y.tensors[i].first);
+    REQUIRE(p.shape() == q.shape());
+    REQUIRE(p.dtype() == q.dtype());
+    if (!is_floating(p.dtype()) || p.numel() == 0) continue;
+    if (std::any_of(skip.begin(), skip.end(), [&](const std::string& s) { return name.find(s) != std::string::npos; }))
+      continue;
+    const std::vector<float> u = p.to_vector(), v = q.to_vector();
+    double diff = 0, mag = 1;
+    for (size_t k = 0; k < u.size(); ++k) {
+      diff = std::max(diff, std::abs(double(u[k]) - double(v[k])));
+      mag = std::max(mag, std::abs(double(u[k])));
+    }
+    CHECK(std::isfinite(diff));
+    CHECK(diff <= rel * mag);
+    if (diff / mag > worst) worst = diff / mag, worst_name = name;
+  }
+  MESSAGE("largest relative difference ", worst, " (", worst_name, ")");
+  return worst;
 }
 
 }  // namespace tandem::testing

@@ -4,6 +4,7 @@
 // metadata); the end-to-end training tests check that by comparing the two safetensors files.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace tandem::testing {
 
@@ -12,5 +13,13 @@ namespace tandem::testing {
 // that differs. any_order: the same names in any order (a ZeRO run gathers its optimizer state
 // bucket by bucket, so it lists the same entries as a DDP run's in another order).
 void check_identical_checkpoints(const std::string& a, const std::string& b, bool any_order = false);
+
+// The files hold the same tensor names, shapes and dtypes, and every floating tensor's values agree
+// within `rel` of its largest magnitude (at least 1): max |a - b| <= rel * max(max |a|, 1). For runs
+// that compute the same sums in another order (another world size, the same global batch).
+// Tensors whose name contains one of `skip` are compared in shape only. Returns the largest
+// relative difference seen, and names the worst tensor in a MESSAGE.
+double check_close_checkpoints(const std::string& a, const std::string& b, double rel,
+                               const std::vector<std::string>& skip = {});
 
 }  // namespace tandem::testing
