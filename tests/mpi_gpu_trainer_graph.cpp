@@ -36,21 +36,6 @@ using tandem::trainer::Step;
 using tandem::trainer::StepOptions;
 
 namespace {
-// conv 3x3 (3 -> 4, padding 1) -> relu -> flatten -> linear (256 -> 10) on 8x8x3 NHWC images, as
-// tests/mpi_trainer_step.cpp: layers/ modules, so the AMP cast applies to them.
-struct Net : Module {
-  Child<Conv2d> conv;
-  Child<Linear> fc;
-  explicit Net(uint64_t seed) {
-    Generator g(seed);
-    Conv2dOptions co;
-    co.padding = 1;
-    conv = register_module("conv", std::make_shared<Conv2d>(3, 4, 3, co, &g));
-    fc = register_module("fc", std::make_shared<Linear>(256, 10, true, &g));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc)(ops::flatten(ops::relu((*conv)(x)))); }
-  std::string type_name() const override { return "Net"; }
-};
 
 constexpr int kRunSteps = 9;  // 3 eager, the capture, 5 replays (trainer::GraphCapture::kEagerSteps = 3)
 
@@ -69,7 +54,7 @@ struct Outcome {
 
 Outcome train(const Config& c, bool graphed, const Data& data) {
   const dist::World& w = dist::world();
-  auto model = std::make_shared<Net>(7);
+  auto model = std::make_shared<LayersNet>(7);
   model->to(w.device);
   StepOptions o;
   o.precision = c.precision;

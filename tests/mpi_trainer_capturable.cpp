@@ -43,21 +43,6 @@ using tandem::trainer::Strategy;
 
 namespace {
 
-// conv 3x3 (3 -> 4, padding 1) -> relu -> flatten -> linear (256 -> 10) on 8x8x3 NHWC images, as
-// tests/mpi_trainer_step.cpp: no BatchNorm or dropout, so only the update differs between runs.
-struct Net : Module {
-  Child<Conv2d> conv;
-  Child<Linear> fc;
-  explicit Net(uint64_t seed) {
-    Generator g(seed);
-    Conv2dOptions co;
-    co.padding = 1;
-    conv = register_module("conv", std::make_shared<Conv2d>(3, 4, 3, co, &g));
-    fc = register_module("fc", std::make_shared<Linear>(256, 10, true, &g));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc)(ops::flatten(ops::relu((*conv)(x)))); }
-  std::string type_name() const override { return "Net"; }
-};
 
 constexpr double kStepLr = 0.01;
 constexpr int kRunSteps = 6;
@@ -90,7 +75,7 @@ StepOptions step_options(const Config& c, bool capturable) {
 }
 
 struct Run {
-  std::shared_ptr<Net> model = std::make_shared<Net>(7 + 100 * dist::world().rank);
+  std::shared_ptr<LayersNet> model = std::make_shared<LayersNet>(7 + 100 * dist::world().rank);
   std::unique_ptr<Step> step;
   Run(const StepOptions& o, const Step::Restore& restore = {}) {
     step = std::make_unique<Step>(model, dist::comm_for(Device::cpu()), o, restore);

@@ -59,20 +59,6 @@ using tandem::trainer::Strategy;
 
 namespace {
 
-// conv 3x3 (3 -> 4, padding 1) -> relu -> flatten -> linear (256 -> 10), on 8x8x3 NHWC images.
-struct Net : Module {
-  Child<Conv2d> conv;
-  Child<Linear> fc;
-  explicit Net(uint64_t seed) {
-    Generator g(seed);
-    Conv2dOptions co;
-    co.padding = 1;
-    conv = register_module("conv", std::make_shared<Conv2d>(3, 4, 3, co, &g));
-    fc = register_module("fc", std::make_shared<Linear>(256, 10, true, &g));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc)(ops::flatten(ops::relu((*conv)(x)))); }
-  std::string type_name() const override { return "Net"; }
-};
 
 const dist::BucketingOptions kBuckets{256, 1024};  // several buckets: shard boundaries cut through parameters
 constexpr double kStepLr = 0.01;
@@ -110,7 +96,7 @@ StepOptions step_options(const Config& c) {
 // in train_imagenet's order (apps/train/loop.cpp at e25430b).
 struct HandWritten {
   Config c;
-  std::shared_ptr<Net> model = std::make_shared<Net>(7 + 100 * dist::world().rank);
+  std::shared_ptr<LayersNet> model = std::make_shared<LayersNet>(7 + 100 * dist::world().rank);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   std::unique_ptr<dist::Zero> zero;
   std::unique_ptr<optim::MasterWeights> master;
@@ -180,7 +166,7 @@ struct HandWritten {
 
 // The same model and seed through the library.
 struct WithStep {
-  std::shared_ptr<Net> model = std::make_shared<Net>(7 + 100 * dist::world().rank);
+  std::shared_ptr<LayersNet> model = std::make_shared<LayersNet>(7 + 100 * dist::world().rank);
   std::unique_ptr<Step> step;
   explicit WithStep(const StepOptions& o, const Step::Restore& restore = {}) {
     step = std::make_unique<Step>(model, dist::comm_for(Device::cpu()), o, restore);
@@ -458,7 +444,7 @@ TEST_CASE("weights an update made non-finite stop the next step (skip too) and t
 
 TEST_CASE("combinations that cannot work are refused when the Step is built, naming the option") {
   auto refused = [](const StepOptions& o, const std::string& words) {
-    auto model = std::make_shared<Net>(7);
+    auto model = std::make_shared<LayersNet>(7);
     CHECK_THROWS_WITH_AS(Step(model, dist::comm_for(Device::cpu()), o), doctest::Contains(words.c_str()), Error);
   };
   StepOptions graph;

@@ -50,22 +50,6 @@ using namespace tandem::testing::ddp_fixture;
 
 namespace {
 
-// conv 3x3 (3->4, padding 1) -> BatchNorm -> relu -> flatten -> linear (256->10), 8x8x3 NHWC input.
-struct AmpNet : Module {
-  Child<Conv2d> conv;
-  Child<BatchNorm2d> bn;
-  Child<Linear> fc;
-  explicit AmpNet(uint64_t seed) {
-    Generator g(seed);
-    Conv2dOptions co;
-    co.padding = 1;
-    conv = register_module("conv", std::make_shared<Conv2d>(3, 4, 3, co, &g));
-    bn = register_module("bn", std::make_shared<BatchNorm2d>(4));
-    fc = register_module("fc", std::make_shared<Linear>(256, 10, true, &g));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc)(ops::flatten(ops::relu((*bn)((*conv)(x))))); }
-  std::string type_name() const override { return "AmpNet"; }
-};
 
 struct Setup {
   int stage = 0;  // 0: DDP
@@ -77,10 +61,10 @@ struct Setup {
   std::vector<int> stages{1, 2, 3};     // check_same_as_ddp: the ZeRO stages to compare with DDP
 };
 
-// ZeRO-3: conv, bn and fc are units (AmpNet's children are not in a Sequential).
+// ZeRO-3: conv, bn and fc are units (LayersNet's children are not in a Sequential).
 Zero3Options units() {
   Zero3Options o;
-  o.wrap = [](const Module&, const Module& parent) { return parent.type_name() == "AmpNet"; };
+  o.wrap = [](const Module&, const Module& parent) { return parent.type_name() == "LayersNet"; };
   return o;
 }
 
@@ -92,18 +76,18 @@ DdpOptions ddp_options(const Setup& s) {
   return o;
 }
 
-// One AMP run: a DDP-wrapped AmpNet (rank r seeded 7 + 100 r: the broadcast must make them equal),
+// One AMP run: a DDP-wrapped LayersNet with BatchNorm (rank r seeded 7 + 100 r: the broadcast must make them equal),
 // [ZeRO,] the masters and the optimizer over them, built in the Step's order (apps/trainer/amp.h).
 struct Run {
   Setup setup;
-  std::shared_ptr<AmpNet> model;
+  std::shared_ptr<LayersNet> model;
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Zero> zero;
   std::unique_ptr<trainer::AmpRun> amp;
   std::unique_ptr<trainer::ParamGroups> opt;
 
   explicit Run(const Setup& s, const std::string& ckpt = "") : setup(s) {
-    model = std::make_shared<AmpNet>(7 + 100 * world().rank);
+    model = std::make_shared<LayersNet>(7 + 100 * world().rank, true);
     amp = trainer::make_amp(s.low, *model);
     // A checkpoint's weights go in before DDP broadcasts rank 0's; its state after the masters exist.
     optim::NamedTensors load = ckpt.empty() ? optim::NamedTensors{} : load_checkpoint(ckpt, *model).optimizer;
@@ -351,7 +335,7 @@ TEST_CASE("AMP resume across stage and world size equals the uninterrupted AMP D
     }
     // World size 1: one process, unsharded masters, the same rows, from the same checkpoint.
     {
-      auto one = std::make_shared<AmpNet>(1);
+      auto one = std::make_shared<LayersNet>(1, true);
       auto amp = trainer::make_amp(DType::BF16, *one);
       optim::NamedTensors load = load_checkpoint(path, *one).optimizer;
       trainer::build_masters(*amp, *one, nullptr);

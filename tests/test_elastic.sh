@@ -3,9 +3,8 @@
 # mpiexec (issue 20, item 3): one rank of 4 is killed (TANDEM_FAULT=3:40:kill, first attempt only)
 # and the job finishes on 3; a SIGTERM to the supervisor is passed on and comes back as status 75
 # with no restart; --min-ranks and --max-restarts give up when they say; a host file's unreachable
-# host is dropped; a job without --checkpoint-dir is refused. The resumed run's schedule is checked
-# where train_imagenet resumes on any world size (branch h-resume: it has --overwrite-checkpoints);
-# before that, only that it finishes. ctest runs it as `elastic` (label scripts).
+# host is dropped; a job without --checkpoint-dir is refused; the run resumed on 3 ranks ends where
+# its schedule ends. ctest runs it as `elastic` (label scripts).
 #   bash tests/test_elastic.sh BUILD_DIR [OUT_DIR]
 set -u -o pipefail
 src=${TANDEM_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -30,8 +29,6 @@ hasnt() { ! grep -q -- "$2" "$1"; }
 "$build/apps/make_dataset" --out data --classes 3 --train-per-class 80 --val-per-class 4 --min-size 16 \
   --max-size 20 --threads 1 > make_dataset.log 2>&1 || { echo "make_dataset failed"; cat make_dataset.log; exit 1; }
 common=(--device cpu --model small_cnn --data data --image-size 16 --batch 4 --workers 1 --lr 0.05 --log-every 10)
-h_resume=no
-"$app" --help 2>&1 | grep -q -- '--overwrite-checkpoints' && h_resume=yes
 
 echo "--- one rank of 4 killed at step 40 (epoch 3): the job finishes on 3"
 $elastic --ranks 4 --min-ranks 2 --max-restarts 2 --log-dir kill/logs --first-env TANDEM_FAULT=3:40:kill -- \
@@ -45,15 +42,11 @@ check "attempt 2 ran on 3 ranks, from the last checkpoint" has kill.txt "elastic
 check "  ... which it resumed" has kill.txt "resumed from kill/ck/checkpoint_epoch2.safetensors"
 check "done after 2 attempts" has kill.txt "elastic: done after 2 attempt(s)"
 check "the fault was for the first attempt only" [ "$(grep -c 'TANDEM_FAULT: killing' kill.txt)" = 1 ]
-if [ "$h_resume" = yes ]; then
-  last=$(grep -E '^epoch [0-9]+ step [0-9]+/[0-9]+ ' kill/logs/attempt2.log | tail -1)
-  check "the resumed run on 3 ranks ends where its schedule ends: $last" \
-    bash -c '[[ "$1" =~ step\ ([0-9]+)/([0-9]+)\ \|.*\|\ lr\ ([^ ]+) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
-             awk -v lr="${BASH_REMATCH[3]}" "BEGIN { exit !(lr < 1e-3) }"' _ "$last"
-  check "  ... without the warning that its schedule changed" hasnt kill.txt "the LR schedule changes"
-else
-  echo "skipped: the resumed run's schedule on another world size (needs branch h-resume; main miscounts it: issue 20, defect 2)"
-fi
+last=$(grep -E '^epoch [0-9]+ step [0-9]+/[0-9]+ ' kill/logs/attempt2.log | tail -1)
+check "the resumed run on 3 ranks ends where its schedule ends: $last" \
+  bash -c '[[ "$1" =~ step\ ([0-9]+)/([0-9]+)\ \|.*\|\ lr\ ([^ ]+) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
+           awk -v lr="${BASH_REMATCH[3]}" "BEGIN { exit !(lr < 1e-3) }"' _ "$last"
+check "  ... without the warning that its schedule changed" hasnt kill.txt "the LR schedule changes"
 
 echo "--- SIGTERM to the supervisor: passed to every rank, status 75, no restart"
 # Signalled as a scheduler does, the supervisor's whole process group (`timeout` forwards its SIGTERM

@@ -96,7 +96,9 @@ long long stopped_at(const std::string& output) {
 
 std::set<std::string> files_in(const fs::path& dir) {
   std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  // Not the hidden ones: the folder's lock (.lock, layers/checkpoint_lock.h) is not a checkpoint.
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string()[0] != '.') names.insert(e.path().filename().string());
   return names;
 }
 }  // namespace

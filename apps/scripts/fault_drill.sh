@@ -14,12 +14,10 @@
 #   5. another world size      a 2-rank run preempted inside an epoch resumes on 1 rank and ends
 #                              where the schedule ends (last step, LR near 0)
 # After each: every checkpoint_*.safetensors in the folder loads (train_imagenet --evaluate) and no
-# temporary of a finished write is left. Drills 2b, 4 and 5 need the checkpoint folder's start-up
-# clean-up, its lock and resume on any world size (branch h-resume); where train_imagenet lacks them
-# (no --overwrite-checkpoints flag) they are reported as skipped, with that reason, and the others run.
+# temporary of a finished write is left.
 # About a minute on 2 cores. ctest runs it as `fault_drill` (label scripts).
 #   bash apps/scripts/fault_drill.sh [--build DIR] [--out DIR]
-# Exit status: 0 all drills passed (some may be skipped, listed), 1 a check failed, 2 bad usage.
+# Exit status: 0 all drills passed, 1 a check failed, 2 bad usage.
 set -u -o pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}
@@ -43,7 +41,7 @@ rm -rf "$out" && mkdir -p "$out" && touch "$out/.fault_drill"
 export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork} OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 elastic="bash $root/apps/scripts/elastic.sh"
 
-passed=0 failed=0 skipped=()
+passed=0 failed=0
 check() {  # check "what" command...: one line per check; a failure shows the drill's folder's outputs
   local what="$1"; shift
   if "$@"; then echo "  ok      $what"; passed=$((passed + 1)); return; fi
@@ -78,9 +76,6 @@ ends_at_schedule_end() {
   [[ "$last" =~ step\ ([0-9]+)/([0-9]+)\ \|.*\|\ lr\ ([^ ]+) ]] || return 1
   [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] && awk -v lr="${BASH_REMATCH[3]}" 'BEGIN { exit !(lr < 1e-3) }'
 }
-# The folder lock and resume on any world size (branch h-resume) come with --overwrite-checkpoints.
-h_resume=no
-"$app" --help 2>&1 | grep -q -- '--overwrite-checkpoints' && h_resume=yes
 
 echo "fault_drill: 1. SIGTERM during a save"
 d=$out/1_term_in_save && mkdir -p "$d" && cd "$d"
@@ -114,23 +109,18 @@ check "--resume auto continues from the last epoch end" has resume.txt "resumed 
 check "  ... and reaches the end" has resume.txt "checkpoint: ck/checkpoint_epoch4.safetensors"
 
 echo "fault_drill: 2b. SIGKILL of the writing rank in the middle of a save"
-if [ "$h_resume" = yes ]; then
-  d=$out/2b_kill_in_save && mkdir -p "$d" && cd "$d"
-  # From step 31 rank 0's disk writes 20 KB/s: epoch 2's checkpoint takes 10 s; rank 1's note after
-  # the 3 s timeout says the write is under way, and rank 0 dies in it.
-  (TANDEM_COMM_TIMEOUT_S=3 TANDEM_FAULT=0:31:slow-checkpoint:20KB/s launch 2 --epochs 4 --checkpoint-dir ck > out.txt 2>&1
-   echo $? > rc.txt) &
-  await out.txt "is waiting for rank 0 (busy writing checkpoint" && kill -KILL "$(cat pid.0)"
-  wait
-  check "the job ends, not zero (got $(cat rc.txt))" [ "$(cat rc.txt)" != 0 ]
-  check "the killed write left its temporary" bash -c 'ls ck | grep -q "\.tmp\."'
-  launch 2 --epochs 4 --checkpoint-dir ck --resume auto > resume.txt 2>&1
-  check "the next start removes it, resumes and reaches the end" has resume.txt "checkpoint: ck/checkpoint_epoch4.safetensors"
-  check "every checkpoint loads, no temporaries" all_load ck
-else
-  skipped+=("2b. SIGKILL during a save: removing a dead writer's temporary at start-up is branch h-resume's (CheckpointDir)")
-  echo "  skipped (needs branch h-resume: dead writers' temporaries removed at start-up)"
-fi
+d=$out/2b_kill_in_save && mkdir -p "$d" && cd "$d"
+# From step 31 rank 0's disk writes 20 KB/s: epoch 2's checkpoint takes 10 s; rank 1's note after
+# the 3 s timeout says the write is under way, and rank 0 dies in it.
+(TANDEM_COMM_TIMEOUT_S=3 TANDEM_FAULT=0:31:slow-checkpoint:20KB/s launch 2 --epochs 4 --checkpoint-dir ck > out.txt 2>&1
+ echo $? > rc.txt) &
+await out.txt "is waiting for rank 0 (busy writing checkpoint" && kill -KILL "$(cat pid.0)"
+wait
+check "the job ends, not zero (got $(cat rc.txt))" [ "$(cat rc.txt)" != 0 ]
+check "the killed write left its temporary" bash -c 'ls ck | grep -q "\.tmp\."'
+launch 2 --epochs 4 --checkpoint-dir ck --resume auto > resume.txt 2>&1
+check "the next start removes it, resumes and reaches the end" has resume.txt "checkpoint: ck/checkpoint_epoch4.safetensors"
+check "every checkpoint loads, no temporaries" all_load ck
 
 echo "fault_drill: 3. a slow disk"
 d=$out/3_slow_disk && mkdir -p "$d" && cd "$d"
@@ -141,41 +131,30 @@ check "  ... rank 1 waited for rank 0's announced write" has out.txt "is waiting
 check "every checkpoint loads, no temporaries" all_load ck
 
 echo "fault_drill: 4. two jobs on one folder"
-if [ "$h_resume" = yes ]; then
-  d=$out/4_two_jobs && mkdir -p "$d" && cd "$d"
-  (TANDEM_FAULT=1:1:slow:20ms launch 2 --epochs 4 --checkpoint-dir ck > first.txt 2>&1; echo $? > rc.txt) &
-  await first.txt "step 10/"
-  first_pid=$(cat pid.0)
-  launch 2 --epochs 4 --checkpoint-dir ck --resume auto > second.txt 2>&1
-  rc=$?
-  wait
-  check "the second job is refused (got $rc)" [ "$rc" != 0 ]
-  check "  ... naming the first (pid $first_pid)" has second.txt "is in use by another job: pid $first_pid"
-  check "the first job finishes undisturbed (got $(cat rc.txt))" [ "$(cat rc.txt)" = 0 ]
-  check "every checkpoint loads, no temporaries" all_load ck
-else
-  skipped+=("4. two jobs on one folder: train_imagenet has no folder lock yet (branch h-resume wires layers/checkpoint_lock.h)")
-  echo "  skipped (needs branch h-resume: the folder lock)"
-fi
+d=$out/4_two_jobs && mkdir -p "$d" && cd "$d"
+(TANDEM_FAULT=1:1:slow:20ms launch 2 --epochs 4 --checkpoint-dir ck > first.txt 2>&1; echo $? > rc.txt) &
+await first.txt "step 10/"
+first_pid=$(cat pid.0)
+launch 2 --epochs 4 --checkpoint-dir ck --resume auto > second.txt 2>&1
+rc=$?
+wait
+check "the second job is refused (got $rc)" [ "$rc" != 0 ]
+check "  ... naming the first (pid $first_pid)" has second.txt "is in use by another job: pid $first_pid"
+check "the first job finishes undisturbed (got $(cat rc.txt))" [ "$(cat rc.txt)" = 0 ]
+check "every checkpoint loads, no temporaries" all_load ck
 
 echo "fault_drill: 5. a resume on another world size"
-if [ "$h_resume" = yes ]; then
-  d=$out/5_world_size && mkdir -p "$d" && cd "$d"
-  (TANDEM_FAULT=1:1:slow:20ms launch 2 --epochs 4 --checkpoint-dir ck > out.txt 2>&1; echo $? > rc.txt) &
-  await out.txt "step 40/" && kill -TERM "$(cat pid.0)" "$(cat pid.1)"
-  wait
-  check "preempted on 2 ranks with status 75 (got $(cat rc.txt))" [ "$(cat rc.txt)" = 75 ]
-  launch 1 --epochs 4 --checkpoint-dir ck --resume auto > resume.txt 2>&1
-  rc=$?
-  check "resumed on 1 rank from the mid-epoch checkpoint" has resume.txt "resumed from ck/checkpoint_epoch1_step"
-  check "  ... reaches the end (got $rc)" [ "$rc" = 0 ]
-  check "  ... where the schedule ends: last step, LR near 0" ends_at_schedule_end resume.txt
-  check "every checkpoint loads, no temporaries" all_load ck
-else
-  skipped+=("5. another world size: resume on any world size is branch h-resume's (issue 20, defect 2)")
-  echo "  skipped (needs branch h-resume: resume on any world size)"
-fi
+d=$out/5_world_size && mkdir -p "$d" && cd "$d"
+(TANDEM_FAULT=1:1:slow:20ms launch 2 --epochs 4 --checkpoint-dir ck > out.txt 2>&1; echo $? > rc.txt) &
+await out.txt "step 40/" && kill -TERM "$(cat pid.0)" "$(cat pid.1)"
+wait
+check "preempted on 2 ranks with status 75 (got $(cat rc.txt))" [ "$(cat rc.txt)" = 75 ]
+launch 1 --epochs 4 --checkpoint-dir ck --resume auto > resume.txt 2>&1
+rc=$?
+check "resumed on 1 rank from the mid-epoch checkpoint" has resume.txt "resumed from ck/checkpoint_epoch1_step"
+check "  ... reaches the end (got $rc)" [ "$rc" = 0 ]
+check "  ... where the schedule ends: last step, LR near 0" ends_at_schedule_end resume.txt
+check "every checkpoint loads, no temporaries" all_load ck
 
-echo "fault_drill: $passed check(s) passed, $failed failed, ${#skipped[@]} drill(s) skipped; logs in $out"
-for s in "${skipped[@]+"${skipped[@]}"}"; do echo "  skipped: $s"; done
+echo "fault_drill: $passed check(s) passed, $failed failed; logs in $out"
 [ "$failed" -eq 0 ]

@@ -188,4 +188,19 @@ void check_equivalence_grid(dist::Communicator& comm, Device device, double boun
   check_equivalence(comm, {}, device, bound);  // default bucket sizes: one bucket
 }
 
+LayersNet::LayersNet(uint64_t seed, bool batchnorm) {
+  Generator g(seed);
+  Conv2dOptions co;
+  co.padding = 1;
+  conv = register_module("conv", std::make_shared<Conv2d>(3, 4, 3, co, &g));
+  if (batchnorm) bn = register_module("bn", std::make_shared<BatchNorm2d>(4));
+  fc = register_module("fc", std::make_shared<Linear>(256, 10, true, &g));
+}
+
+Tensor LayersNet::forward(const Tensor& x) {
+  Tensor h = (*conv)(x);
+  if (bn) h = (*bn)(h);
+  return (*fc)(ops::flatten(ops::relu(h)));
+}
+
 }  // namespace tandem::testing::ddp_fixture

@@ -20,6 +20,7 @@
 
 #include "dist/communicator.h"
 #include "dist/reducer.h"
+#include "layers/layers.h"
 #include "layers/module.h"
 
 namespace tandem::testing::ddp_fixture {
@@ -36,6 +37,19 @@ struct SmallCnn : Module {
   explicit SmallCnn(uint64_t seed);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "SmallCnn"; }
+};
+
+// conv 3x3 (3 -> 4, padding 1) [-> BatchNorm] -> relu -> flatten -> linear (256 -> 10) on 8x8x3
+// NHWC images, from layers/ modules (so AMP's cast and ZeRO-3's units apply to them): children
+// "conv", ["bn",] "fc", drawn from `seed` in that order. Without BatchNorm only the update differs
+// between runs (the trainer-step tests); with it, the AMP tests see a 16-bit BN.
+struct LayersNet : Module {
+  Child<Conv2d> conv;
+  Child<BatchNorm2d> bn;  // empty without batchnorm
+  Child<Linear> fc;
+  explicit LayersNet(uint64_t seed, bool batchnorm = false);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayersNet"; }
 };
 
 struct Data {
