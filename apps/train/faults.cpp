@@ -7,7 +7,9 @@
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"            // defines: TANDEM_CHECK
@@ -37,34 +39,32 @@ int64_t parse_int(const std::string& s, const char* what, const std::string& spe
   return v;
 }
 
-// "250ms", "1.5s" or "250" (milliseconds).
-double parse_duration_ms(const std::string& s, const std::string& spec) {
+// "1.5s" -> {1.5, "s"}; value -1 when `s` does not start with a number.
+std::pair<double, std::string> number_and_unit(const std::string& s) {
   size_t used = 0;
   double v = -1;
   try {
     v = std::stod(s, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return {-1.0, ""};
   }
-  const std::string unit = used ? s.substr(used) : "";
-  TANDEM_CHECK(used > 0 && v >= 0 && (unit.empty() || unit == "ms" || unit == "s"), "TANDEM_FAULT='", spec,
+  return {v, s.substr(used)};
+}
+
+// "250ms", "1.5s" or "250" (milliseconds).
+double parse_duration_ms(const std::string& s, const std::string& spec) {
+  const auto [v, unit] = number_and_unit(s);
+  TANDEM_CHECK(v >= 0 && (unit.empty() || unit == "ms" || unit == "s"), "TANDEM_FAULT='", spec,
                "': the slow duration '", s, "' is not a duration like 200ms, 1.5s or 200; ", kForms);
   return unit == "s" ? v * 1000 : v;
 }
 
 // "100KB/s", "2MB/s", "500B/s" or "500" (bytes per second; decimal units).
 double parse_rate(const std::string& s, const std::string& spec) {
-  size_t used = 0;
-  double v = -1;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = used ? s.substr(used) : "";
+  const auto [v, unit] = number_and_unit(s);
   const double scale = unit.empty() || unit == "B/s" ? 1 : unit == "KB/s" ? 1e3 : unit == "MB/s" ? 1e6
                        : unit == "GB/s"              ? 1e9 : -1;
-  TANDEM_CHECK(used > 0 && v >= 0 && scale > 0, "TANDEM_FAULT='", spec, "': the rate '", s,
+  TANDEM_CHECK(v >= 0 && scale > 0, "TANDEM_FAULT='", spec, "': the rate '", s,
                "' is not a rate like 100KB/s, 2MB/s, 500B/s or 500 (bytes per second); ", kForms);
   return v * scale;
 }
