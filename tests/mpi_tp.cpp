@@ -15,17 +15,12 @@
 #include "dist/tp/grid.h"
 #include "dist/tp/shard.h"
 #include "dist/transport/bootstrap.h"
-#include "tests/support/ddp_fixture.h"
-#include "tests/support/encoder_fixture.h"
 #include "tests/support/tp_fixture.h"
 
 using namespace tandem;
 using namespace tandem::dist;
 using namespace tandem::dist::tp;
-using namespace tandem::testing::encoder_fixture;
 using namespace tandem::testing::tp_fixture;
-using tandem::testing::ddp_fixture::bit_identical;
-using tandem::testing::ddp_fixture::max_named_rel_diff;
 
 namespace {
 Communicator& world_comm() { return comm_for(Device::cpu()); }

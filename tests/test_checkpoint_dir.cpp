@@ -11,24 +11,18 @@
 #include <set>
 
 #include "checkpoint_test_util.h"
+#include "tests/support/error_text.h"
 #include "core/safetensors.h"
 #include "layers/checkpoint_dir.h"
 
 namespace fs = std::filesystem;
 using namespace tandem;
+using tandem::testing::error_of;
+using tandem::testing::has;
 using ckpt_test::state;
 using ckpt_test::write;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::set<std::string> names_in(const std::string& dir) {
   std::set<std::string> out;

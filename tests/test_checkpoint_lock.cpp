@@ -13,21 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_test_util.h"
+#include "tests/support/error_text.h"
 #include "core/check.h"
 #include "layers/checkpoint_lock.h"
 
 using namespace tandem;
+using tandem::testing::error_of;
+using tandem::testing::has;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // A child process that takes the lock (run "childrun") and holds it until killed. Returns its pid
 // once it holds the lock.

@@ -9,6 +9,7 @@
 #include "layers/checkpoint.h"
 #include "layers/models/models.h"
 #include "layers/state_dict.h"
+#include "tests/support/error_text.h"
 
 using namespace tandem;
 
@@ -65,12 +66,7 @@ bool same(const NamedTensors& a, const NamedTensors& b) {
   return true;
 }
 std::string error_of(Module& m, const NamedTensors& sd, LoadOptions opt = {}) {
-  try {
-    load_state_dict(m, sd, opt);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return tandem::testing::error_of([&] { load_state_dict(m, sd, opt); });
 }
 }  // namespace
 

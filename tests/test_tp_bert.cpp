@@ -37,16 +37,21 @@
 #include "layers/state_dict.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
-#include "tests/support/ddp_fixture.h"
-#include "tests/support/encoder_fixture.h"
 #include "tests/support/tp_fixture.h"
 
 using namespace tandem;
 using namespace tandem::dist;
 using namespace tandem::dist::tp;
-using namespace tandem::testing::encoder_fixture;
 using namespace tandem::testing::tp_fixture;
-using tandem::testing::ddp_fixture::max_named_rel_diff;
+
+namespace {
+// The model in f64, one forward and backward of the MLM loss on `b` (the reference's or a TP rank's).
+template <class Model>
+void f64_backward(Model& m, const MlmBatch& b) {
+  m.to(DType::F64);
+  m.mlm_loss(b.ids, b.mask, b.types, b.labels).backward();
+}
+}  // namespace
 
 TEST_CASE("init: TP rank r holds exactly its shards of the canonical init; the shards assemble back") {
   const BertConfig cfg = tp_config();
@@ -141,15 +146,13 @@ TEST_CASE("one backward: replicated gradients are whole and identical on every T
   const BertConfig cfg = tp_config();
   const MlmBatch b = full_batch(4);
   models::BertForMaskedLM ref(cfg, 7);
-  ref.to(DType::F64);
-  ref.mlm_loss(b.ids, b.mask, b.types, b.labels).backward();
+  f64_backward(ref, b);
   const NamedTensors want = grads_of(ref);
   for (int n : {2, 4}) {
     CAPTURE(n);
     run_ranks(n, [&](Communicator& c) {
       TpBertForMaskedLM tp(cfg, c, 7);
-      tp.to(DType::F64);
-      tp.mlm_loss(b.ids, b.mask, b.types, b.labels).backward();
+      f64_backward(tp, b);
       CHECK(replicas_identical(tp, /*grads=*/true));
       const NamedTensors got = canonical_grads(tp);
       CHECK(max_named_rel_diff(got, want, key_bias) <= 1e-11);
@@ -326,8 +329,7 @@ TEST_CASE("clipping: the canonical gradient norm from the shards, replicated gra
   const BertConfig cfg = tp_config();
   const MlmBatch b = full_batch(4);
   models::BertForMaskedLM ref(cfg, 7);
-  ref.to(DType::F64);
-  ref.mlm_loss(b.ids, b.mask, b.types, b.labels).backward();
+  f64_backward(ref, b);
   std::vector<Tensor> grads;
   for (const Tensor& p : ref.parameters()) grads.push_back(p.grad());
   const double max_norm = 0.5 * optim::grad_norm(grads);  // so that clipping scales by about a half
@@ -336,8 +338,7 @@ TEST_CASE("clipping: the canonical gradient norm from the shards, replicated gra
     CAPTURE(n);
     run_ranks(n, [&](Communicator& c) {
       TpBertForMaskedLM tp(cfg, c, 7);
-      tp.to(DType::F64);
-      tp.mlm_loss(b.ids, b.mask, b.types, b.labels).backward();
+      f64_backward(tp, b);
       CHECK(clip_grad_norm(tp, bert_tp_layout(cfg), c, max_norm) == doctest::Approx(want).epsilon(1e-12));
       CHECK(max_named_rel_diff(canonical_grads(tp), grads_of(ref), key_bias) <= 1e-11);  // clipped alike
     });

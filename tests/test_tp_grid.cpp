@@ -24,17 +24,12 @@
 #include "dist/transport/comm_thread.h"
 #include "layers/models/bert.h"
 #include "optim/optimizer.h"
-#include "tests/support/ddp_fixture.h"
-#include "tests/support/encoder_fixture.h"
 #include "tests/support/tp_fixture.h"
 
 using namespace tandem;
 using namespace tandem::dist;
 using namespace tandem::dist::tp;
-using namespace tandem::testing::encoder_fixture;
 using namespace tandem::testing::tp_fixture;
-using tandem::testing::ddp_fixture::bit_identical;
-using tandem::testing::ddp_fixture::max_named_rel_diff;
 
 
 TEST_CASE("TP 2 x DP 2 == DDP 4: every canonical parameter after 5 AdamW steps (f64); ranks bit-identical") {

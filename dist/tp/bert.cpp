@@ -9,6 +9,7 @@
 #include "core/profile.h"
 #include "dist/tp/cross_entropy.h"
 #include "dist/tp/mappings.h"
+#include "layers/models/bert.h"  // defines: masked_rows
 
 namespace tandem::dist::tp {
 namespace {
@@ -228,22 +229,10 @@ Tensor TpBertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attenti
 
 Tensor TpBertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attention_mask,
                                    const Tensor& token_type_ids, const Tensor& labels, int64_t ignore_index) {
-  TANDEM_CHECK(labels.shape() == input_ids.shape(), "BertForMaskedLM::mlm_loss: labels ", labels.str(),
-               " must have the shape of input_ids ", input_ids.str(), " (", ignore_index, " = not predicted)");
-  Tensor h = hidden(input_ids, attention_mask, token_type_ids);
-  const int64_t n = h.size(0) * h.size(1);
-  std::vector<int64_t> lab = labels.to_vector_i64(), rows, kept;  // one small host copy per step
-  for (int64_t i = 0; i < n; ++i) {
-    if (lab[i] == ignore_index) continue;
-    rows.push_back(i);
-    kept.push_back(lab[i]);
-  }
-  const auto m = static_cast<int64_t>(rows.size());
-  Tensor h2 = ops::reshape(h, {n, h.size(2)});
-  if (m == 0) return ops::scale(ops::sum(h2), 0.0f);  // nothing labelled: 0, as BertForMaskedLM (no collective)
-  Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, h.device()), h2);  // [m, H]
-  return vocab_parallel_cross_entropy(head(picked), Tensor::from_vector_i64(kept, {m}, DType::I64, h.device()),
-                                      vocab_.start, cfg_.vocab_size, *comm_);
+  const models::MaskedRows r =
+      models::masked_rows(hidden(input_ids, attention_mask, token_type_ids), input_ids, labels, ignore_index);
+  if (r.m == 0) return ops::scale(ops::sum(r.flat), 0.0f);  // nothing labelled: 0, as BertForMaskedLM (no collective)
+  return vocab_parallel_cross_entropy(head(r.picked), r.labels, vocab_.start, cfg_.vocab_size, *comm_);
 }
 
 }  // namespace tandem::dist::tp

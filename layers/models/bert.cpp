@@ -76,9 +76,16 @@ Tensor BertForMaskedLM::forward(const Tensor& input_ids, const Tensor& attention
 
 Tensor BertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids,
                                  const Tensor& labels, int64_t ignore_index) {
+  const MaskedRows r = masked_rows(bert_->forward(input_ids, attention_mask, token_type_ids), input_ids, labels,
+                                   ignore_index);
+  if (r.m == 0)  // 0, see core/ops/loss/loss.h
+    return ops::cross_entropy(r.flat, labels.view({r.flat.size(0)}), 0.0f, ignore_index);
+  return ops::cross_entropy((*cls_)(r.picked), r.labels);
+}
+
+MaskedRows masked_rows(const Tensor& h, const Tensor& input_ids, const Tensor& labels, int64_t ignore_index) {
   TANDEM_CHECK(labels.shape() == input_ids.shape(), "BertForMaskedLM::mlm_loss: labels ", labels.str(),
                " must have the shape of input_ids ", input_ids.str(), " (", ignore_index, " = not predicted)");
-  Tensor h = bert_->forward(input_ids, attention_mask, token_type_ids);
   const int64_t n = h.size(0) * h.size(1);
   std::vector<int64_t> lab = labels.to_vector_i64(), rows, kept;  // one small host copy per step
   for (int64_t i = 0; i < n; ++i) {
@@ -86,11 +93,13 @@ Tensor BertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attentio
     rows.push_back(i);
     kept.push_back(lab[i]);
   }
-  const auto m = static_cast<int64_t>(rows.size());
-  Tensor h2 = ops::reshape(h, {n, h.size(2)});
-  if (m == 0) return ops::cross_entropy(h2, labels.view({n}), 0.0f, ignore_index);  // 0, see core/ops/loss/loss.h
-  Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, h.device()), h2);  // [m, H]
-  return ops::cross_entropy((*cls_)(picked), Tensor::from_vector_i64(kept, {m}, DType::I64, h.device()));
+  MaskedRows r;
+  r.m = static_cast<int64_t>(rows.size());
+  r.flat = ops::reshape(h, {n, h.size(2)});
+  if (r.m == 0) return r;
+  r.picked = ops::embedding(Tensor::from_vector_i64(rows, {r.m}, DType::I64, h.device()), r.flat);  // [m, H]
+  r.labels = Tensor::from_vector_i64(kept, {r.m}, DType::I64, h.device());
+  return r;
 }
 
 }  // namespace tandem::models

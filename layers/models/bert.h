@@ -27,6 +27,16 @@ namespace tandem::models {
 BertConfig bert_config(const std::string& name, int64_t vocab_size = 30522);
 bool is_bert_name(const std::string& name);
 
+// The rows of the encoder's output h [B, S, H] whose label is not ignore_index - the MLM head's
+// input - and their labels: picked [m, H] and labels [m] (one small host copy of the labels).
+// flat is h as [B*S, H], for a caller's zero loss when m = 0 (picked and labels are then undefined).
+// `labels` must have input_ids' shape [B, S] (checked here: the message names both).
+struct MaskedRows {
+  Tensor flat, picked, labels;
+  int64_t m = 0;
+};
+MaskedRows masked_rows(const Tensor& h, const Tensor& input_ids, const Tensor& labels, int64_t ignore_index);
+
 class BertForMaskedLM : public Module {
  public:
   // init = false leaves weights uninitialised (counting parameters, or loading a checkpoint next).

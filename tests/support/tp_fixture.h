@@ -18,9 +18,15 @@
 #include "dist/zero.h"
 #include "layers/state_dict.h"
 #include "optim/optimizer.h"
+#include "tests/support/ddp_fixture.h"
 #include "tests/support/encoder_fixture.h"
 
 namespace tandem::testing::tp_fixture {
+
+// What every TP test uses beside this fixture: the encoder's tiny config and the comparisons.
+using namespace tandem::testing::encoder_fixture;
+using tandem::testing::ddp_fixture::bit_identical;
+using tandem::testing::ddp_fixture::max_named_rel_diff;
 
 constexpr int kSteps = 5;     // AdamW steps of the equivalence tests (the figure)
 constexpr double kLr = 1e-2;  // large enough that 5 steps move every weight well past rounding
