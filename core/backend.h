@@ -46,6 +46,10 @@ class BackendScope {
  public:
   // Applies `config` (throws for a negative workspace limit, changing nothing).
   explicit BackendScope(const BackendConfig& config);
+  // One setting for this scope, the others as they are now:
+  //   BackendScope s(&BackendConfig::cudnn_batchnorm, false);
+  template <class T>
+  BackendScope(T BackendConfig::*field, T value) : BackendScope(with(field, value)) {}
   ~BackendScope();  // puts back the settings in force when this scope began
   BackendScope(const BackendScope&) = delete;
   BackendScope& operator=(const BackendScope&) = delete;
@@ -53,6 +57,12 @@ class BackendScope {
   const BackendConfig& previous() const { return previous_; }
 
  private:
+  template <class T>
+  static BackendConfig with(T BackendConfig::*field, T value) {
+    BackendConfig c = backend();
+    c.*field = value;
+    return c;
+  }
   BackendConfig previous_;
 };
 

@@ -57,14 +57,9 @@ std::function<std::vector<Tensor>(const std::vector<Tensor>&)> bn_op(int64_t C, 
 }
 
 // BackendConfig::cudnn_batchnorm for one scope (core/backend.h).
-BackendConfig with_cudnn_bn(bool cudnn) {
-  BackendConfig c = backend();
-  c.cudnn_batchnorm = cudnn;
-  return c;
-}
 struct BnPath {
   BackendScope scope;
-  explicit BnPath(bool cudnn) : scope(with_cudnn_bn(cudnn)) {}
+  explicit BnPath(bool cudnn) : scope(&BackendConfig::cudnn_batchnorm, cudnn) {}
 };
 
 // Residuals moved off ReLU's kink: where bn(x) + z lands within 0.1 of 0 (CPU, f32, with bn_op's

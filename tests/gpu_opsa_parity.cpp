@@ -56,14 +56,9 @@ Tensor channel_values(const std::vector<float>& v, Device d) { return Tensor::fr
 
 // Picks the CUDA BatchNorm (BackendConfig::cudnn_batchnorm; cuDNN by default) for one scope and
 // restores the previous choice, so each test says which implementation it checks.
-BackendConfig with_cudnn_bn(bool cudnn) {
-  BackendConfig c = backend();
-  c.cudnn_batchnorm = cudnn;
-  return c;
-}
 struct BnPath {
   BackendScope scope;
-  explicit BnPath(bool cudnn) : scope(with_cudnn_bn(cudnn)) {}
+  explicit BnPath(bool cudnn) : scope(&BackendConfig::cudnn_batchnorm, cudnn) {}
 };
 
 }  // namespace

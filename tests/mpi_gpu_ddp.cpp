@@ -40,14 +40,9 @@ using namespace tandem::testing::ddp_fixture;
 
 namespace {
 // Sets BackendConfig::allow_tf32 for one scope and restores the previous settings.
-BackendConfig with_tf32(bool on) {
-  BackendConfig c = backend();
-  c.allow_tf32 = on;
-  return c;
-}
 struct Tf32Scope {
   BackendScope scope;
-  explicit Tf32Scope(bool on) : scope(with_tf32(on)) {}
+  explicit Tf32Scope(bool on) : scope(&BackendConfig::allow_tf32, on) {}
 };
 Communicator& comm() { return comm_for(world().device); }  // NCCL, or MPI with host staging
 

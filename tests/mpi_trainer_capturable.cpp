@@ -43,7 +43,6 @@ using tandem::trainer::Strategy;
 
 namespace {
 
-
 constexpr double kStepLr = 0.01;
 constexpr int kRunSteps = 6;
 
@@ -91,25 +90,6 @@ struct Run {
     });
   }
 };
-
-bool same_bits(Module& a, Module& b) {
-  std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
-  if (pa.size() != pb.size()) return false;
-  for (size_t i = 0; i < pa.size(); ++i)
-    if (pa[i].dtype() != pb[i].dtype() || host_bytes(pa[i]) != host_bytes(pb[i])) return false;
-  return true;
-}
-
-bool same_state(const optim::NamedTensors& a, const optim::NamedTensors& b) {
-  if (a.size() != b.size()) return false;
-  std::map<std::string, std::string> bytes;
-  for (const auto& [name, t] : b) bytes[name] = host_bytes(t);
-  for (const auto& [name, t] : a) {
-    auto it = bytes.find(name);
-    if (it == bytes.end() || it->second != host_bytes(t)) return false;
-  }
-  return true;
-}
 
 }  // namespace
 

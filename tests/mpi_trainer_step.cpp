@@ -59,7 +59,6 @@ using tandem::trainer::Strategy;
 
 namespace {
 
-
 const dist::BucketingOptions kBuckets{256, 1024};  // several buckets: shard boundaries cut through parameters
 constexpr double kStepLr = 0.01;
 
@@ -176,26 +175,6 @@ struct WithStep {
     return step->run([&](int) { return ops::cross_entropy(step->forward(x), y); });
   }
 };
-
-bool same_bits(Module& a, Module& b) {
-  std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
-  if (pa.size() != pb.size()) return false;
-  for (size_t i = 0; i < pa.size(); ++i)
-    if (pa[i].dtype() != pb[i].dtype() || host_bytes(pa[i]) != host_bytes(pb[i])) return false;
-  return true;
-}
-
-// The same names with the same bytes (in any order: ZeRO gathers bucket by bucket).
-bool same_state(const optim::NamedTensors& a, const optim::NamedTensors& b) {
-  if (a.size() != b.size()) return false;
-  std::map<std::string, std::string> bytes;
-  for (const auto& [name, t] : b) bytes[name] = host_bytes(t);
-  for (const auto& [name, t] : a) {
-    auto it = bytes.find(name);
-    if (it == bytes.end() || it->second != host_bytes(t)) return false;
-  }
-  return true;
-}
 
 std::string name_of(const Config& c) {
   return std::string(trainer::strategy_name(c.strategy)) + " " + trainer::precision_name(c.precision) + " " +

@@ -50,7 +50,6 @@ using namespace tandem::testing::ddp_fixture;
 
 namespace {
 
-
 struct Setup {
   int stage = 0;  // 0: DDP
   DType low = DType::BF16;
@@ -145,15 +144,6 @@ double state_diff(const optim::NamedTensors& a, const optim::NamedTensors& b) {
     for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]) / std::max(std::abs(y[i]), 1e-3));
   }
   return worst;
-}
-
-// The parameters (16-bit and f32) of a and b, bit for bit.
-bool same_bits(Module& a, Module& b) {
-  std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
-  if (pa.size() != pb.size()) return false;
-  for (size_t i = 0; i < pa.size(); ++i)
-    if (pa[i].dtype() != pb[i].dtype() || host_bytes(pa[i]) != host_bytes(pb[i])) return false;
-  return true;
 }
 
 bool has_master(const optim::NamedTensors& s) {

@@ -34,10 +34,7 @@ using tandem::testing::AppRun;
 
 namespace {
 
-fs::path root() {
-  static const fs::path r = tandem::testing::scratch_dir("tandem_ck_folder");
-  return r;
-}
+fs::path root() { return tandem::testing::scratch_dir("tandem_ck_folder"); }  // one per test process
 
 AppRun train(const std::string& args, const std::string& env = "") {
   return tandem::testing::run_app("HYDRA_LAUNCHER=fork " + env + " timeout -s KILL 120 " +

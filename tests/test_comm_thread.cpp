@@ -14,6 +14,7 @@
 #include "dist/transport/strings.h"
 #include "tests/support/collective_checks.h"
 #include "tests/support/collective_values.h"
+#include "tests/support/thread_ranks.h"
 
 using namespace tandem;
 using namespace tandem::dist;
@@ -23,10 +24,7 @@ namespace {
 // Runs a collective body on every world size from 1 to 4.
 template <typename F>
 void on_1_to_4_ranks(F body) {
-  for (int n = 1; n <= 4; ++n) {
-    CAPTURE(n);
-    run_ranks(n, [&](Communicator& c) { body(c, Device::cpu()); });
-  }
+  on_ranks({1, 2, 3, 4}, [&](Communicator& c) { body(c, Device::cpu()); });
 }
 }  // namespace
 

@@ -9,17 +9,16 @@
 
 #include "dist/ddp.h"
 #include "dist/transport/comm_thread.h"
+#include "tests/support/thread_ranks.h"
 #include "tests/support/ddp_fixture.h"
 
 using namespace tandem;
 using namespace tandem::dist;
+using tandem::testing::on_ranks;
 using namespace tandem::testing::ddp_fixture;
 
 TEST_CASE("N ranks x batch b == 1 process x batch N*b (several buckets or the default one); ranks bit-identical") {
-  for (int n : {2, 4}) {
-    CAPTURE(n);
-    run_ranks(n, [](Communicator& c) { check_equivalence_grid(c, Device::cpu(), 1e-5); });
-  }
+  on_ranks({2, 4}, [](Communicator& c) { check_equivalence_grid(c, Device::cpu(), 1e-5); });
 }
 
 TEST_CASE("a rank with a different model: every rank throws, naming the rank and the first difference") {

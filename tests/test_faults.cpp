@@ -23,10 +23,7 @@ using tandem::testing::check_failed;
 using tandem::testing::slurp;
 
 namespace {
-fs::path scratch() {
-  static const fs::path root = tandem::testing::scratch_dir("tandem_faults");
-  return root;
-}
+fs::path scratch() { return tandem::testing::scratch_dir("tandem_faults"); }  // one per test process
 
 // 24 synthetic samples, batch 4 on 2 ranks: 3 steps per epoch, a few ms each.
 AppRun train(const std::string& env, const std::string& args, const std::string& mpiexec_flags = "") {

@@ -34,10 +34,7 @@ using tandem::testing::app;
 using tandem::testing::AppRun;
 
 namespace {
-fs::path scratch() {
-  static const fs::path root = tandem::testing::scratch_dir("tandem_preemption");
-  return root;
-}
+fs::path scratch() { return tandem::testing::scratch_dir("tandem_preemption"); }  // one per test process
 
 // An image folder of 3 classes x 80 training images (16-20 px JPEGs, made by apps/make_dataset once
 // per test process): 240 samples at batch 4 on 2 ranks are 30 steps per epoch, a few ms each. Not

@@ -5,33 +5,27 @@
 
 #include "dist/transport/comm_thread.h"
 #include "tests/support/reducer_cases.h"
+#include "tests/support/thread_ranks.h"
 
 using namespace tandem;
 using namespace tandem::dist;
 using namespace tandem::testing::reducer_cases;
+using tandem::testing::on_ranks;
 
-namespace {
-void on_2_and_4_ranks(void (*body)(Communicator&)) {
-  for (int n : {2, 4}) {
-    CAPTURE(n);
-    run_ranks(n, body);
-  }
-}
-}  // namespace
 
 TEST_CASE("gradients are averaged over ranks: bucketed/unbucketed, overlap on/off") {
-  on_2_and_4_ranks(check_averaged);
+  on_ranks({2, 4}, check_averaged);
 }
-TEST_CASE("Reducer::zero_grad: one memset per bucket, then backward copies in") { on_2_and_4_ranks(check_zero_grad); }
+TEST_CASE("Reducer::zero_grad: one memset per bucket, then backward copies in") { on_ranks({2, 4}, check_zero_grad); }
 TEST_CASE("no_sync accumulates locally; the next synchronised backward averages the sum") {
-  on_2_and_4_ranks(check_no_sync);
+  on_ranks({2, 4}, check_no_sync);
 }
 TEST_CASE("unused parameters: named in the error by default, zero with find_unused_parameters") {
-  on_2_and_4_ranks(check_unused);
+  on_ranks({2, 4}, check_unused);
 }
-TEST_CASE("a destroyed reducer removes its hooks") { on_2_and_4_ranks(check_hooks_removed); }
-TEST_CASE("gradient compression: bf16 and f16 on the wire") { on_2_and_4_ranks(check_compression); }
-TEST_CASE("timeline: every bucket has ready <= launch <= finish") { on_2_and_4_ranks(check_timeline_order); }
+TEST_CASE("a destroyed reducer removes its hooks") { on_ranks({2, 4}, check_hooks_removed); }
+TEST_CASE("gradient compression: bf16 and f16 on the wire") { on_ranks({2, 4}, check_compression); }
+TEST_CASE("timeline: every bucket has ready <= launch <= finish") { on_ranks({2, 4}, check_timeline_order); }
 
 TEST_CASE("overlap: buckets are issued in order on every rank, during backward with overlap, after it without") {
   // A communicator that passes everything on and notes, for each all-reduce, its name and how many

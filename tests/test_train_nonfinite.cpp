@@ -28,10 +28,7 @@ using tandem::testing::AppRun;
 
 namespace {
 
-fs::path root() {
-  static const fs::path r = tandem::testing::scratch_dir("tandem_nonfinite_app");
-  return r;
-}
+fs::path root() { return tandem::testing::scratch_dir("tandem_nonfinite_app"); }  // one per test process
 
 AppRun train(const std::string& args) {
   const AppRun r = tandem::testing::run_app(

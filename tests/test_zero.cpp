@@ -6,10 +6,12 @@
 #include <filesystem>
 
 #include "dist/transport/comm_thread.h"
+#include "tests/support/thread_ranks.h"
 #include "tests/support/zero_cases.h"
 
 using namespace tandem;
 using namespace tandem::dist;
+using tandem::testing::on_ranks;
 using namespace tandem::testing::zero_cases;
 
 TEST_CASE("shard layout: every parameter element owned exactly once, chunks aligned (world sizes 1 to 7)") {
@@ -17,37 +19,22 @@ TEST_CASE("shard layout: every parameter element owned exactly once, chunks alig
 }
 
 TEST_CASE("ZeRO-1 and ZeRO-2 with AdamW equal DDP with AdamW; ranks bit-identical; state equal") {
-  for (int n : {2, 4}) {
-    CAPTURE(n);
-    run_ranks(n, check_adamw);
-  }
+  on_ranks({2, 4}, check_adamw);
 }
 
 TEST_CASE("ZeRO with LAMB (norms across shards), SGD momentum, clipping and no_sync equals DDP") {
-  for (int n : {2, 4}) {
-    CAPTURE(n);
-    run_ranks(n, check_lamb_sgd_clip_accumulate);
-  }
+  on_ranks({2, 4}, check_lamb_sgd_clip_accumulate);
 }
 
 TEST_CASE("resume across stage and world size equals the uninterrupted run") {
   const std::string dir = (std::filesystem::temp_directory_path() / "tandem_test_zero").string();
-  for (int n : {2, 4}) {
-    CAPTURE(n);
-    run_ranks(n, [&](Communicator& c) { check_resume(c, dir); });
-  }
+  on_ranks({2, 4}, [&](Communicator& c) { check_resume(c, dir); });
 }
 
 TEST_CASE("ZeRO-3 equals DDP: units by policy, prefetch 0/1/3, SGD, AdamW, LAMB, clipping, no_sync, unhooked units") {
-  for (int n : {2, 4}) {
-    CAPTURE(n);
-    run_ranks(n, check_zero3);
-  }
+  on_ranks({2, 4}, check_zero3);
 }
 
 TEST_CASE("ZeRO-3 schedule: parameters resident only while their unit computes, whole inside full_parameters") {
-  for (int n : {2, 4}) {
-    CAPTURE(n);
-    run_ranks(n, check_zero3_schedule);
-  }
+  on_ranks({2, 4}, check_zero3_schedule);
 }

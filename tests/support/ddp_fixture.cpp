@@ -203,4 +203,24 @@ Tensor LayersNet::forward(const Tensor& x) {
   return (*fc)(ops::flatten(ops::relu(h)));
 }
 
+bool same_bits(Module& a, Module& b) {
+  std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
+  if (pa.size() != pb.size()) return false;
+  for (size_t i = 0; i < pa.size(); ++i)
+    if (pa[i].dtype() != pb[i].dtype() || host_bytes(pa[i]) != host_bytes(pb[i])) return false;
+  return true;
+}
+
+bool same_state(const std::vector<std::pair<std::string, Tensor>>& a,
+                const std::vector<std::pair<std::string, Tensor>>& b) {
+  if (a.size() != b.size()) return false;
+  std::map<std::string, std::string> bytes;
+  for (const auto& [name, t] : b) bytes[name] = host_bytes(t);
+  for (const auto& [name, t] : a) {
+    auto it = bytes.find(name);
+    if (it == bytes.end() || it->second != host_bytes(t)) return false;
+  }
+  return true;
+}
+
 }  // namespace tandem::testing::ddp_fixture

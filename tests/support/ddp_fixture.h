@@ -87,6 +87,11 @@ void save_on_rank0(dist::Communicator& comm, const std::string& path, const Modu
 
 // The tensor's bytes, copied to the host first when it lives on a GPU.
 std::string host_bytes(const Tensor& t);
+// a's and b's parameters (16-bit and f32), bit for bit and dtype for dtype, in order.
+bool same_bits(Module& a, Module& b);
+// The same names with the same bytes, in any order (ZeRO gathers optimizer state bucket by bucket).
+bool same_state(const std::vector<std::pair<std::string, Tensor>>& a,
+                const std::vector<std::pair<std::string, Tensor>>& b);
 // Every rank's parameters (or their gradients), bit for bit, equal rank 0's. Collective.
 bool bit_identical(dist::Communicator& comm, Module& m, bool grads = false);
 
