@@ -52,10 +52,7 @@
 
 using namespace tandem;
 using namespace tandem::testing::ddp_fixture;
-using tandem::trainer::Precision;
-using tandem::trainer::Step;
-using tandem::trainer::StepOptions;
-using tandem::trainer::Strategy;
+using namespace tandem::trainer;
 
 namespace {
 

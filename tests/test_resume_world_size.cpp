@@ -35,10 +35,7 @@ using tandem::testing::AppRun;
 
 namespace {
 
-tandem::testing::TinyImageDataset& scratch() {
-  static tandem::testing::TinyImageDataset s("tandem_resume_ws");
-  return s;
-}
+tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_resume_ws"); }
 
 // mpiexec -n ranks train_imagenet on the tiny dataset with `args`; the output is kept in <root>/<log>.
 AppRun train(int ranks, const std::string& args, const std::string& log) {

@@ -29,10 +29,7 @@ using tandem::testing::slurp;
 
 namespace {
 
-tandem::testing::TinyImageDataset& scratch() {
-  static tandem::testing::TinyImageDataset s("tandem_classes");
-  return s;
-}
+tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_classes"); }
 
 AppRun train(const std::string& args) {
   const AppRun r = tandem::testing::run_app("HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(2) +

@@ -25,11 +25,7 @@ using tandem::testing::AppRun;
 using tandem::testing::check_refused;
 
 namespace {
-// 3 classes x 8 train / 4 val images; a trained 1-epoch checkpoint of small_cnn on it.
-tandem::testing::TinyImageDataset& scratch() {
-  static tandem::testing::TinyImageDataset s("tandem_cli");
-  return s;
-}
+tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_cli"); }
 
 // `ranks` 0: the binary alone (MPI singleton); else under mpiexec -n ranks.
 AppRun run(int ranks, const std::string& binary_and_args) {

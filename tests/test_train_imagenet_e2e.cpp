@@ -24,11 +24,7 @@ using tandem::testing::app;
 using tandem::testing::slurp;
 
 namespace {
-// The tiny dataset and scratch space, shared by the test cases of this process.
-tandem::testing::TinyImageDataset& scratch() {
-  static tandem::testing::TinyImageDataset s("tandem_e2e");
-  return s;
-}
+tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_e2e"); }
 
 // Runs train_imagenet under mpiexec -n ranks with the common tiny settings plus `args`. Returns the
 // exit status; the output is also kept in <root>/<log>.

@@ -335,13 +335,10 @@ def run(a):
         print(f"pytorch_peer: {a.encoder} ({source}, {params / 1e6:.2f} M params) batch {a.batch} seq {a.seq} "
               f"amp {a.amp} on {r['gpu']}: {r['tokens_per_s']:.0f} tokens/s, {r['sequences_per_s']:.1f} seq/s (window), median {med:.2f} ms/step, "
               f"peak {peak}, loss {final_loss:.4f}")
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(r, f, indent=2)
-        return r
-    print(f"pytorch_peer: {a.model} ({source}, {params / 1e6:.2f} M params) batch {a.batch} {a.precision} amp {a.amp} "
-          f"on {r['gpu']}: {r['images_per_s']:.1f} img/s (window), median {med:.2f} ms/step "
-          f"({r['images_per_s_median']:.1f} img/s), peak {peak}, loss {final_loss:.4f}")
+    else:
+        print(f"pytorch_peer: {a.model} ({source}, {params / 1e6:.2f} M params) batch {a.batch} {a.precision} amp {a.amp} "
+              f"on {r['gpu']}: {r['images_per_s']:.1f} img/s (window), median {med:.2f} ms/step "
+              f"({r['images_per_s_median']:.1f} img/s), peak {peak}, loss {final_loss:.4f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=2)

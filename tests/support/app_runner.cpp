@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -73,5 +75,12 @@ TinyImageDataset::TinyImageDataset(const std::string& prefix) : root(scratch_dir
 }
 
 TinyImageDataset::~TinyImageDataset() { fs::remove_all(root); }
+
+TinyImageDataset& tiny_dataset(const std::string& prefix) {
+  static std::map<std::string, std::unique_ptr<TinyImageDataset>> made;  // destroyed at exit: removed
+  std::unique_ptr<TinyImageDataset>& d = made[prefix];
+  if (!d) d = std::make_unique<TinyImageDataset>(prefix);
+  return *d;
+}
 
 }  // namespace tandem::testing

@@ -57,4 +57,7 @@ struct TinyImageDataset {
   TinyImageDataset& operator=(const TinyImageDataset&) = delete;
 };
 
+// The test process's TinyImageDataset under `prefix`, made at the first call (kept until exit).
+TinyImageDataset& tiny_dataset(const std::string& prefix);
+
 }  // namespace tandem::testing
