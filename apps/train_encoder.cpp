@@ -36,6 +36,10 @@
 // checkpoints by wall time. Checkpoint writes, validation and the corpus set-up are announced to
 // dist's watchdog (dist/transport/busy.h), so a slow disk never ends a healthy job.
 //
+// Flags: one vocabulary with train_imagenet, --config FILE / --dump-config, a suggestion for a
+// mistyped flag (apps/trainer/cli.h); --log-file writes JSON lines for apps/scripts/plot_run.py and
+// progress lines end with the elapsed time and an ETA (apps/trainer/run_log.h).
+//
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
 // flops.h; the step in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <algorithm>
@@ -53,6 +57,7 @@
 #include "apps/trainer/preemption.h"     // defines: RunControl, install_stop_signals, kPreemptedExit
 #include "apps/trainer/run_folder.h"     // defines: RunFolder, UsageError
 #include "core/check.h"                  // defines: Error
+#include "data/wordpiece.h"              // defines: Vocab (--describe's vocabulary size)
 #include "core/out_of_memory.h"          // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"    // defines: initialized, world, finalize, comm_for
 #include "dist/transport/busy.h"         // defines: Busy
@@ -77,9 +82,11 @@ int run(enc::EncoderOptions& o) {
   trainer::RunClock clock(kProcessStart);
   const dist::World& w = enc::init_world(o);
   if (o.describe) {
-    enc::Corpus corpus = enc::make_corpus(o);
-    auto model = enc::make_model(o, corpus.vocab_size, "");
-    if (w.rank == 0) std::cout << model->describe() << "\n";
+    // Describing a model needs no data: the vocabulary size is --vocab's (a line per token), else
+    // --vocab-size; then the settings (the effective configuration, as --dump-config prints it).
+    const int64_t vocab = o.vocab.empty() ? o.vocab_size : data::Vocab::load(o.vocab).size();
+    auto model = enc::make_model(o, vocab, "");
+    if (w.rank == 0) std::cout << model->describe() << "\n" << o.effective_config;
     return 0;
   }
   // The checkpoint folder before the corpus: a refused or unwritable folder stops the job in seconds.
@@ -94,6 +101,7 @@ int run(enc::EncoderOptions& o) {
   auto model = enc::make_model(o, corpus.vocab_size, folder.resume_path());
   enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));
   enc::print_start(o, t);
+  enc::start_records(o, t);  // config_<run-id>.toml beside the checkpoints, the --log-file's start record
 
   // --checkpoint-every is this trainer's own (next_stop, checkpoint_if_due); the control adds the
   // wall-time interval and preemption.
@@ -113,6 +121,7 @@ int run(enc::EncoderOptions& o) {
     if (!preempted && t.val && (last || (o.val_every > 0 && loop.pos.step % o.val_every == 0))) {
       rec.evals.push_back(enc::evaluate(t, o, loop.pos.step));
       if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
+      enc::log_validation(t, rec.evals.back(), loop.pos.samples, loop.pos.epoch);
     }
     // last = true also means "write at this position" (checkpointing.h): the control asked for it.
     if (control.save([&] { return enc::checkpoint_if_due(t, o, loop.pos, last || loop.decision.save); }))

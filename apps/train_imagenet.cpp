@@ -9,8 +9,8 @@
 // --optimizer (SGD, AdamW or LAMB; --clip-grad-norm clips the global norm first; with --zero 1|2
 // each rank updates only its shard, dist/zero.h, then the parameters are all-gathered; --zero 3
 // keeps only the shards and gathers each block around its forward and backward; --amp bf16|
-// fp16 computes in 16-bit against f32 masters; --strategy ps updates on parameter servers). The LR follows optim/lr_schedule.h, scaled by the world size (Goyal et al.'s
-// linear scaling rule) with a warmup that starts from the one-rank LR. Validation after epochs
+// fp16 computes in 16-bit against f32 masters; --strategy ps updates on parameter servers). The LR follows optim/lr_schedule.h, --lr as
+// given (--lr-scaling linear: x the world size, Goyal et al.), with a warmup from --lr / world size. Validation after epochs
 // reduces correct counts across ranks (a non-finite logit reports a failure, never an accuracy).
 // --checkpoint-dir is owned by one run (layers/checkpoint_dir.h: a lock against a second job, a fresh
 // start into another run's files refused unless --overwrite-checkpoints, pruning of this run's files
@@ -34,6 +34,10 @@
 // The memory ledger (apps/trainer/memory.h) is printed at start-up and in the summary.
 // --cuda-graph captures the step as a CUDA graph after 3 eager steps and replays it (apps/trainer/graph_capture.h).
 // Combinations that cannot work are refused before training, with the reason (apps/trainer/step_options.h).
+//
+// Flags: one vocabulary with train_encoder, --config FILE / --dump-config, a suggestion for a mistyped
+// flag (apps/trainer/cli.h); --log-file writes JSON lines for apps/scripts/plot_run.py and progress
+// lines end with the elapsed time and an ETA (apps/trainer/run_log.h).
 //
 // Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h; the
 // step itself in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
@@ -74,7 +78,8 @@ int run(apps::TrainOptions& o) {
     // Describing a model needs no data: the class count is --data's folder count or --num-classes.
     const int classes = o.data.empty() ? o.num_classes : apps::make_datasets(o).train->num_classes();
     ModulePtr model = apps::make_model(o, classes, "");
-    if (w.rank == 0) std::cout << model->describe() << "\n";
+    // The model, then the settings (the effective configuration, as --dump-config prints it).
+    if (w.rank == 0) std::cout << model->describe() << "\n" << o.effective_config;
     return 0;
   }
   if (o.evaluate) {
@@ -95,6 +100,7 @@ int run(apps::TrainOptions& o) {
   ModulePtr model = apps::make_model(o, ds.train->num_classes(), folder.resume_path());
   apps::Training t = apps::set_up(o, w, std::move(ds), std::move(model), std::move(folder));
   apps::print_start(o, t);
+  apps::start_records(o, t);  // config_<run-id>.toml beside the checkpoints, the --log-file's start record
 
   trainer::RunControl control(dist::comm_for(Device::cpu()),
                               {o.checkpoint_every, o.checkpoint_interval, !o.checkpoint_dir.empty()});
@@ -115,7 +121,7 @@ int run(apps::TrainOptions& o) {
     const bool preempted = end.stopped && !last;
     apps::EpochRecord h{end.epoch, loop.pos.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
     if (!preempted) h.val = apps::validate_if_due(t, o, end.epoch, last);
-    if (h.val) rec.last_eval = *h.val;
+    if (h.val) rec.last_eval = *h.val, apps::log_validation(t, h, loop.pos.samples);
     rec.history.push_back(h);
     if ((end.done || last) && control.save([&] { return apps::save_checkpoint_now(t, o, loop.pos); }))
       ++rec.checkpoints_written;

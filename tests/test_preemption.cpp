@@ -91,11 +91,16 @@ long long stopped_at(const std::string& output) {
   return std::regex_search(output, m, re) ? std::stoll(m[1].str()) : -1;
 }
 
+// The folder's checkpoint files: not the hidden ones (the folder's lock, .lock, layers/
+// checkpoint_lock.h) nor the run's config_<id>.toml and log_<id>.jsonl (apps/trainer/cli.h, run_log.h).
 std::set<std::string> files_in(const fs::path& dir) {
   std::set<std::string> names;
-  // Not the hidden ones: the folder's lock (.lock, layers/checkpoint_lock.h) is not a checkpoint.
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string()[0] != '.') names.insert(e.path().filename().string());
+  // Checkpoints only: not the folder's lock (.lock) nor the run's config_<id>.toml and log_<id>.jsonl.
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n[0] == '.' || n.rfind("config_", 0) == 0 || n.rfind("log_", 0) == 0) continue;
+    names.insert(n);
+  }
   return names;
 }
 }  // namespace

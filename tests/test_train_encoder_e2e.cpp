@@ -151,6 +151,11 @@ TEST_CASE("mpiexec -n 2 train_encoder: bert_tiny beats the unigram baseline on h
   CHECK(fs::exists(dir + "/checkpoint_step300.safetensors"));
   const std::string log = slurp((s.root / "a.log").string());
   CHECK(log.find("unigram baseline") != std::string::npos);
+  // The baseline's token as text from the vocabulary ('.', 'the'), not its id (issue 21).
+  const std::string token = m["baseline"]["token_text"];
+  CHECK(token.size() >= 3);
+  CHECK(token.front() == '\'');
+  CHECK(log.find("most frequent token, " + token + ")") != std::string::npos);
   CHECK(log.find("tok/s") != std::string::npos);
   CHECK(log.find("MFU") != std::string::npos);
   CHECK(log.find("exposed-comm") != std::string::npos);

@@ -39,13 +39,21 @@ void advance(Training& t, LoopState& s) {
   }
 }
 
-void train_step(Training& t, LoopState& s) {
+void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
   const data::TextBatch& b = s.batch;
   trainer::Step& step = *t.step;
   step.set_lr(optim::lr_at_position(t.sched, t.length.schedule_position(s.pos)));
-  const trainer::StepResult r = step.run([&](int) {
-    return step.forward_with(
-        [&](Module&) { return t.model->mlm_loss(b.input_ids, b.attention_mask, b.token_type_ids, b.labels); });
+  // --grad-accum-steps N: the loader's batch holds the step's N micro-batches; micro m is rows
+  // [m B, (m + 1) B). N = 1 uses the batch itself.
+  const int n = o.grad_accum_steps;
+  const auto rows = [&](const Tensor& x, int micro) {
+    return n == 1 ? x : x.slice(micro * o.batch, (micro + 1) * o.batch);
+  };
+  const trainer::StepResult r = step.run([&](int micro) {
+    return step.forward_with([&](Module&) {
+      return t.model->mlm_loss(rows(b.input_ids, micro), rows(b.attention_mask, micro), rows(b.token_type_ids, micro),
+                               rows(b.labels, micro));
+    });
   });
   if (r.grad_norm >= 0) s.grad_norm = r.grad_norm;  // clipping ran (on an applied step)
   if (r.applied) t.memory.measure_state(0);         // once: the optimizer state exists from here on
@@ -78,8 +86,11 @@ void log_progress(Training& t, const EncoderOptions& o, LoopState& s, RunClock& 
   last.mfu = t.peak.flops > 0 ? last.tokens_per_s / world * t.flops_per_token / t.peak.flops : 0;
   const trainer::CommWindow w = s.comm.close(t.step->timeline());
   last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
+  const trainer::Eta eta = trainer::eta(clock, s.pos.step - t.start_at.step, t.end_step - s.pos.step);
   if (t.world->rank == 0)
-    std::printf("%s\n", progress_line(s.pos.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str());
+    std::printf("%s%s\n", progress_line(s.pos.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str(),
+                trainer::eta_text(eta).c_str());
+  log_step(t, s.pos, last, eta);
   std::fflush(stdout);
   s.interval_steps = 0, s.interval_losses = 0, s.loss_sum = Tensor();
   clock.start_interval();
@@ -99,7 +110,7 @@ void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t unt
   while (s.pos.step < until) {
     clock.step_started();
     next_batch(t, s, clock);
-    train_step(t, s);
+    train_step(t, o, s);
     if (s.pos.step - t.start_at.step == t.bench_warmup) clock.start_steady(s.pos.step, t.dev);
     if (s.pos.step % o.log_every == 0 || s.pos.step == until) log_progress(t, o, s, clock, last);
     if (s.control && ((s.decision = s.control->after_step(s.pos.step)).save || s.decision.stop)) {

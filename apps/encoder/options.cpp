@@ -4,7 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <map>
 
-#include "core/check.h"  // defines: TANDEM_CHECK
+#include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
+#include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps::encoder {
 
@@ -33,14 +34,42 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--steps", o.steps, "optimizer steps in total (across resumes)")->capture_default_str();
   app.add_option("--run-steps", o.run_steps, "stop after this many steps in this run (the schedule still spans "
                                              "--steps); resume later")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", o.batch, "sequences per rank per step")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer)->check(CLI::IsMember({"adamw", "lamb"}))->capture_default_str();
-  app.add_option("--lr", o.lr, "peak learning rate (not scaled by the world size)")->capture_default_str();
-  app.add_option("--wd", o.wd, "weight decay (not applied to biases and LayerNorm)")->capture_default_str();
-  app.add_option("--beta2", o.beta2, "AdamW/LAMB second-moment decay")->capture_default_str();
-  app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
-  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup from 0 (default: 10% of --steps)");
-  app.add_option("--min-lr", o.min_lr, "learning rate at the last step (linear decay)")->capture_default_str();
+  app.add_option("--batch-size,--batch,-b", o.batch, "sequences per rank per micro-batch (the global batch is this x "
+                 "--grad-accum-steps x ranks)")->capture_default_str();
+  app.add_option("--grad-accum-steps,--gradient-accumulation-steps", o.grad_accum_steps,
+                 "micro-batches per optimizer step, their gradients summed before one update (all but the last "
+                 "backward without communication; each micro-batch's loss is its own masked-token mean, as in HF)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "adamw or lamb")->check(CLI::IsMember({"adamw", "lamb"}))
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate, used as given on any number of ranks (see --lr-scaling)")
+      ->capture_default_str();
+  app.add_option("--lr-scaling", o.lr_scaling,
+                 "none: --lr as given (torchvision, Hugging Face); linear: --lr x world size (Goyal et al.)")
+      ->check(CLI::IsMember({"none", "linear"}))->capture_default_str();
+  app.add_option("--weight-decay,--wd", o.wd, "decoupled weight decay (not applied to biases and LayerNorm)")
+      ->capture_default_str();
+  auto* betas = app.add_option("--betas", o.betas, "AdamW/LAMB: beta1,beta2")->delimiter(',')->expected(2)
+                    ->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW/LAMB second-moment decay (the old flag; same as --betas 0.9,B2)")
+      ->excludes(betas);
+  app.add_option("--eps", o.eps, "AdamW/LAMB: denominator guard (default: AdamW 1e-8, LAMB 1e-6)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--clip-grad-norm,--clip", o.clip, "clip the global gradient norm to this (0: off)")
+      ->capture_default_str();
+  app.add_option("--lr-scheduler,--lr-schedule", o.lr_schedule,
+                 "LR decay after the warmup, to --min-lr at --steps: linear (BERT), cosine, poly ((1 - progress)^"
+                 "--lr-power), step (x --lr-gamma at each of --lr-milestones) or constant")
+      ->check(CLI::IsMember({"linear", "cosine", "poly", "step", "constant"}))->capture_default_str();
+  app.add_option("--lr-milestones", o.lr_milestones, "step schedule: the steps where lr *= --lr-gamma")
+      ->delimiter(',');
+  app.add_option("--lr-gamma", o.lr_gamma, "step schedule: the LR factor at each milestone")->capture_default_str();
+  app.add_option("--lr-power", o.lr_power, "poly schedule: exponent (1: linear)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--lr-warmup-steps,--warmup-steps", o.warmup_steps,
+                 "linear warmup from 0 (default: 10% of --steps)");
+  app.add_option("--min-lr", o.min_lr, "learning rate at the last step (linear, cosine and poly decay)")
+      ->capture_default_str();
   app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
@@ -91,29 +120,39 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
   app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
-  app.add_flag("--describe", o.describe, "print the model and the settings, then exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (!print) return e.get_exit_code();
-    return app.exit(e);
-  }
+  app.add_option("--log-file", o.log_file,
+                 "append one JSON line per progress line and validation to FILE (apps/scripts/plot_run.py draws it; "
+                 "default with --checkpoint-dir: <dir>/log_<run-id>.jsonl)");
+  app.add_flag("--describe", o.describe,
+               "print the model (layers, parameter count) and the effective settings, then exit (no data needed: "
+               "the vocabulary is --vocab's, else --vocab-size)");
+  trainer::add_config_flags(app, o.dump_config);
+  if (int rc = trainer::parse(app, argc, argv, print, "train_encoder", o.dump_config, o.effective_config); rc >= 0)
+    return rc;
+  if (o.beta2 >= 0) o.betas[1] = o.beta2;
   return -1;
 }
 
 void validate(EncoderOptions& o) {
-  TANDEM_CHECK(o.synthetic || !o.data.empty(), "no data: pass --data PATH... with --vocab vocab.txt (e.g. "
+  TANDEM_CHECK(o.synthetic || !o.data.empty() || o.describe, "no data: pass --data PATH... with --vocab vocab.txt (e.g. "
                "/usr/share/games/fortunes and a vocab from apps/make_vocab), or --synthetic for a compute-only "
                "benchmark");
-  TANDEM_CHECK(o.synthetic || !o.vocab.empty(), "--data needs --vocab vocab.txt: build one with "
+  TANDEM_CHECK(o.synthetic || o.data.empty() || !o.vocab.empty(), "--data needs --vocab vocab.txt: build one with "
                "build/apps/make_vocab <paths> --out vocab.txt");
-  TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
+  TANDEM_CHECK(o.batch > 0, "--batch-size must be positive, got ", o.batch);
+  TANDEM_CHECK(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1,
+               "--betas takes two values in [0, 1), e.g. --betas 0.9,0.999");
+  TANDEM_CHECK(o.lr_schedule != "step" || !o.lr_milestones.empty(), "--lr-scheduler step needs --lr-milestones "
+               "STEP,STEP,... (the steps where the LR is multiplied by --lr-gamma)");
+  for (size_t i = 0; i < o.lr_milestones.size(); ++i)
+    TANDEM_CHECK(o.lr_milestones[i] > 0 && (i == 0 || o.lr_milestones[i] > o.lr_milestones[i - 1]),
+                 "--lr-milestones must be positive steps in ascending order, e.g. 5000,8000");
   TANDEM_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
   TANDEM_CHECK(o.seq_len >= 8 && o.seq_len <= 512, "--seq-len ", o.seq_len,
                " is out of range: 8 to 512 (BERT has 512 position embeddings)");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
-  TANDEM_CHECK(o.clip >= 0, "--clip must be >= 0 (0: off), got ", o.clip);
-  TANDEM_CHECK(o.warmup_steps < o.steps, "--warmup-steps (", o.warmup_steps, ") must be smaller than --steps (",
+  TANDEM_CHECK(o.clip >= 0, "--clip-grad-norm must be >= 0 (0: off), got ", o.clip);
+  TANDEM_CHECK(o.warmup_steps < o.steps, "--lr-warmup-steps (", o.warmup_steps, ") must be smaller than --steps (",
                o.steps, ")");
   TANDEM_CHECK(o.vocab_size >= 16, "--vocab-size must be at least 16");
   TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
@@ -141,7 +180,8 @@ std::string flag_name(const std::string& option, const std::string& value) {
            : value == "ddp"   ? "--zero 0"
                               : "--zero";
   static const std::map<std::string, std::string> flags{
-      {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip"},
+      {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip-grad-norm"},
+      {"grad_accum_steps", "--grad-accum-steps"},
       {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
       {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"}};
   const auto it = flags.find(option);
@@ -164,9 +204,11 @@ trainer::StepOptions step_options(const EncoderOptions& o) {
   s.optimizer = o.optimizer;
   s.optimizer_options.lr = o.lr;
   s.optimizer_options.weight_decay = o.wd;
-  s.optimizer_options.beta2 = o.beta2;
+  s.optimizer_options.beta1 = o.betas.at(0), s.optimizer_options.beta2 = o.betas.at(1);
+  if (o.eps > 0) s.optimizer_options.eps = o.eps;
   s.no_decay = trainer::bert_no_weight_decay;
   s.clip_grad_norm = o.clip;
+  s.grad_accum_steps = o.grad_accum_steps;
   s.precision = trainer::precision_from_name(o.amp);
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
   s.checkpoint = !o.checkpoint_dir.empty();

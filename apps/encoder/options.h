@@ -1,9 +1,13 @@
 // apps/encoder/options.h: train_encoder's settings and command line (CLI11).
 //
-// The flags follow train_imagenet's (--model, --data/--synthetic, --batch, --amp, --zero,
-// --checkpoint-dir/--resume auto, --trace, --metrics); what differs is text: --vocab, --seq-len, the
-// masking probability, and BERT's recipe (AdamW or LAMB, warmup then linear decay, clipping at 1.0,
-// no weight decay on biases and LayerNorm). The run is counted in optimizer steps, not epochs: a
+// The flags are train_imagenet's words (--model, --data/--synthetic, --batch-size, --weight-decay,
+// --clip-grad-norm, --betas, --eps, --lr-scheduler, --lr-warmup-steps, --grad-accum-steps, --amp,
+// --zero, --checkpoint-dir/--resume auto, --keep-checkpoints, --log-file, --config, --trace,
+// --metrics; torchvision's and Hugging Face's where they agree); the older spellings --batch, --wd,
+// --clip, --beta2 and --warmup-steps stay. What differs is text: --vocab, --seq-len, the masking
+// probability, and BERT's recipe as the defaults (AdamW, warmup then linear decay, clipping at 1.0,
+// no weight decay on biases and LayerNorm). The LR rule is train_imagenet's: --lr as given on any
+// number of ranks, --lr-scaling linear multiplies it by the world size. The run is counted in optimizer steps, not epochs: a
 // text corpus is a stream, and BERT recipes are stated in steps. step_options() turns the step's
 // part into the training-step library's StepOptions (apps/trainer/step_options.h), whose
 // refusals then name these flags.
@@ -34,16 +38,24 @@ struct EncoderOptions {
   // length and batch
   int64_t steps = 1000;             // optimizer steps in total (across resumes)
   int64_t run_steps = 0;            // >0: stop this invocation after that many steps (for --resume)
-  int64_t batch = 32;               // sequences per rank per step
+  int64_t batch = 32;               // sequences per rank per micro-batch (--batch-size; --batch, -b)
+  int grad_accum_steps = 1;         // micro-batches per optimizer step (global batch: batch x this x ranks)
   // optimizer and schedule (BERT: AdamW, lr 1e-4 at batch 256, warmup then linear decay, wd 0.01)
   std::string optimizer = "adamw";  // adamw | lamb
-  double lr = 1e-3;                 // peak LR (not scaled by the world size: Adam-type updates are
-                                    // scale-free; pass a larger --lr for a larger global batch)
+  double lr = 1e-3;                 // peak LR, used as given on any number of ranks
+  std::string lr_scaling = "none";  // none | linear: --lr x world size (train_imagenet's rule)
   double wd = 0.01;                 // decoupled weight decay, not on biases and LayerNorm (BERT)
-  double beta2 = 0.999;             // torch.optim.AdamW; RoBERTa uses 0.98 for large batches
-  double clip = 1.0;                // global gradient-norm clip (BERT); 0: off
+  std::vector<double> betas{0.9, 0.999};  // torch.optim.AdamW's; RoBERTa uses beta2 0.98 for large batches
+  double beta2 = -1;                // --beta2 (the old flag): overrides betas[1] when >= 0
+  double eps = -1;                  // the denominator guard; -1: the optimizer's (AdamW 1e-8, LAMB 1e-6)
+  double clip = 1.0;                // --clip-grad-norm (--clip): global gradient-norm clip (BERT); 0: off
+  std::string lr_schedule = "linear";  // --lr-scheduler after the warmup: linear (BERT) | cosine | step |
+                                       // poly | constant, the names train_imagenet takes
+  std::vector<int64_t> lr_milestones;  // step: the steps where lr *= lr_gamma (required for step)
+  double lr_gamma = 0.1;            // step: the factor per milestone
+  double lr_power = 1.0;            // poly: the exponent of (1 - progress)
   int64_t warmup_steps = -1;        // -1: 10 % of --steps (BERT used 1 % of 1 M)
-  double min_lr = 0.0;              // the poly decay's floor
+  double min_lr = 0.0;              // the linear, poly and cosine decays' floor
   // communication (as train_imagenet)
   double bucket_mb = 25;
   double first_bucket_mb = 1;
@@ -72,7 +84,11 @@ struct EncoderOptions {
   double peak_tflops = 0;           // MFU's denominator per rank; 0: estimated (apps/encoder/flops.h)
   std::string trace;                // Chrome trace (all ranks, written by rank 0)
   std::string metrics;              // JSON summary (rank 0)
-  bool describe = false;            // print the model and exit
+  std::string log_file;             // JSON-lines run log (apps/trainer/run_log.h); "": <checkpoint-dir>/
+                                    // log_<run-id>.jsonl with a folder, else none
+  bool dump_config = false;         // --dump-config: print the effective configuration and exit
+  std::string effective_config;     // filled by parse_options: the --config text of this run (not a flag)
+  bool describe = false;            // print the model and the settings, then exit (needs no data)
 };
 
 // Fills `o` from argv. Returns an exit code when the program should stop (--help or a parse error,

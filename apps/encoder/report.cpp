@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/encoder/setup.h"  // defines: Training
+#include "apps/trainer/cli.h"      // defines: write_config_file
 #include "core/storage.h"        // defines: memory_stats
 #include "dist/transport/bootstrap.h"      // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"   // defines: kTandemVersion
@@ -86,20 +87,71 @@ void print_start(const EncoderOptions& o, const Training& t) {
                 c.train->stream().size(), c.held_out ? c.held_out->stream().size() : size_t{0},
                 (long long)c.vocab_size, o.vocab.c_str(), c.tokenize_s);
   if (c.held_out)
-    std::printf("unigram baseline (always the most frequent token, '%lld'): masked-token accuracy %.2f%%, loss %.4f "
+    std::printf("unigram baseline (always the most frequent token, %s): masked-token accuracy %.2f%%, loss %.4f "
                 "on %lld held-out masked tokens\n",
-                (long long)c.baseline.token, 100 * c.baseline.accuracy, c.baseline.loss, (long long)c.baseline.masked);
+                c.baseline_text.c_str(), 100 * c.baseline.accuracy, c.baseline.loss, (long long)c.baseline.masked);
   std::printf("%s on %d rank(s) (%s, %s), %lld params, seq %lld, batch %lld/rank (%lld sequences, %lld tokens "
               "global), %lld steps (%lld sequences/epoch), %s lr %.3g warmup %lld, %.4g GFLOP/token, MFU's peak %.4g "
               "TFLOP/s/rank (%s)\n",
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.seq_len, (long long)o.batch,
               (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)t.total_steps,
-              (long long)c.train->size(), t.step->optimizer_name(), o.lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
+              (long long)c.train->size(), t.step->optimizer_name(), t.sched.base_lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
-  std::printf("precision %s, ZeRO stage %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
+  // The LR rule in words, as train_imagenet prints it (options.h).
+  const int world = t.world->size;
+  if (o.lr_scaling == "linear")
+    std::printf("lr rule: --lr-scaling linear: --lr %g x %d rank(s) = %.4g", o.lr, world, t.sched.base_lr);
+  else
+    std::printf("lr rule: --lr %g as given on %d rank(s), not scaled by the world size (--lr-scaling linear would "
+                "make it %.4g)", o.lr, world, o.lr * world);
+  std::printf("; %s decay after %lld warmup steps", o.lr_schedule.c_str(), (long long)o.warmup_steps);
+  if (o.grad_accum_steps > 1)
+    std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.grad_accum_steps, (long long)o.batch,
+                (long long)t.global_batch);
+  std::printf("\nprecision %s, ZeRO stage %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
               t.memory.ledger().str().c_str());
   std::fflush(stdout);
+}
+
+void start_records(const EncoderOptions& o, Training& t) {
+  const bool rank0 = t.world->rank == 0;
+  if (rank0 && t.folder.owned())
+    std::printf("config: %s\n",
+                trainer::write_config_file(t.folder.dir(), t.folder.run_id(), o.effective_config).c_str());
+  t.log = trainer::RunLog::open(trainer::RunLog::path_for(o.log_file, o.checkpoint_dir, t.folder.run_id()), rank0);
+  if (!t.log.enabled()) return;
+  std::printf("log: %s\n", t.log.path().c_str());
+  std::fflush(stdout);
+  t.log.write({{"event", "start"}, {"program", "train_encoder"}, {"run_id", t.folder.run_id()},
+               {"world_size", t.world->size}, {"model", o.model}, {"unit", "tokens"}, {"start_step", t.start_at.step},
+               {"steps", t.total_steps}, {"global_batch", t.global_batch}, {"device", t.dev.str()},
+               {"config", {{"batch", o.batch}, {"grad_accum_steps", o.grad_accum_steps}, {"seq_len", o.seq_len},
+                           {"lr", t.sched.base_lr}, {"amp", o.amp}, {"optimizer", o.optimizer},
+                           {"lr_scheduler", o.lr_schedule}, {"zero", o.zero}, {"text", o.effective_config}}}});
+}
+
+void log_step(Training& t, const trainer::Position& pos, const Interval& iv, const trainer::Eta& eta) {
+  if (!t.log.enabled()) return;
+  const MemoryStats m = memory_stats(t.dev);
+  const auto opt = [](double v) { return v > 0 ? json(v) : json(nullptr); };
+  t.log.write({{"event", "step"}, {"step", pos.step}, {"epoch", pos.epoch}, {"samples", pos.samples}, {"loss", iv.loss},
+               {"lr", t.step->lr()}, {"items_per_s", iv.sequences_per_s}, {"tokens_per_s", iv.tokens_per_s},
+               {"mfu", opt(iv.mfu)},
+               {"ms", {{"step", iv.step_ms()}, {"data", iv.data_ms / std::max<int64_t>(iv.steps, 1)},
+                       {"compute", iv.compute_ms()}, {"exposed_comm", iv.exposed_ms}, {"host", nullptr}}},
+               {"overlap", iv.overlap}, {"mem_mib", m.current_bytes / 1048576.0}, {"peak_mib", m.peak_bytes / 1048576.0},
+               {"loss_scale", opt(iv.loss_scale)}, {"grad_norm", iv.grad_norm > 0 ? json(iv.grad_norm) : json(nullptr)},
+               {"skipped_steps", iv.skipped_steps}, {"elapsed_s", eta.elapsed_s},
+               {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}});
+}
+
+void log_validation(Training& t, const EvalResult& e, int64_t samples, int64_t epoch) {
+  if (!t.log.enabled()) return;
+  const auto val = [&](double x) { return e.failed() ? json(nullptr) : json(x); };
+  t.log.write({{"event", "val"}, {"step", e.step}, {"epoch", epoch}, {"samples", samples},
+               {"masked_acc", val(e.accuracy)}, {"loss", val(e.loss)}, {"masked", e.masked},
+               {"baseline_acc", t.corpus.baseline.accuracy}, {"nonfinite_logits", e.nonfinite}});
 }
 
 void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock, const RunRecord& rec, int64_t step) {
@@ -123,6 +175,10 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
     std::printf("skipped steps: %lld (non-finite gradients under --amp %s)\n", (long long)rec.last.skipped_steps,
                 o.amp.c_str());
   std::printf("%s\n", t.memory.ledger().str().c_str());
+  t.log.write({{"event", "end"},
+               {"summary", {{"steps", step}, {"steps_this_run", run_steps}, {"init_s", clock.init_or_zero_s()},
+                            {"train_s", train_s}, {"wall_s", clock.wall_s()}, {"tokens_per_s", tok_s}, {"mfu", mfu},
+                            {"skipped_steps", rec.last.skipped_steps}}}});
   if (o.metrics.empty()) return;
   const Interval& last = rec.last;
   const data::UnigramBaseline& u = t.corpus.baseline;
@@ -143,7 +199,8 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"batch_per_rank", o.batch},
       {"global_batch", t.global_batch},
       {"optimizer", o.optimizer},
-      {"lr", o.lr},
+      {"lr", t.sched.base_lr},
+      {"grad_accum_steps", o.grad_accum_steps},
       {"warmup_steps", o.warmup_steps},
       {"weight_decay", o.wd},
       {"clip", o.clip},
@@ -178,7 +235,7 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
                 {"overlap", comm.overlap}, {"steps", comm.steps}}},
       {"memory", {{"current_bytes", mem.current_bytes}, {"peak_bytes", mem.peak_bytes}}},
       {"memory_ledger", t.memory.json()},
-      {"baseline", {{"token", u.token}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
+      {"baseline", {{"token", u.token}, {"token_text", t.corpus.baseline_text}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
       {"final", {{"train_loss", last.loss}}},
       {"validations", evals},
       {"checkpoints_written", rec.checkpoints_written}};

@@ -23,6 +23,8 @@
 #include "apps/encoder/options.h"     // defines: EncoderOptions
 #include "apps/encoder/validation.h"  // defines: EvalResult
 #include "apps/trainer/clock.h"       // defines: RunClock
+#include "apps/trainer/position.h"    // defines: Position
+#include "apps/trainer/run_log.h"     // defines: Eta
 
 namespace tandem::apps::encoder {
 
@@ -43,13 +45,23 @@ struct Interval {
   double compute_ms() const { return steps ? (wall_ms - data_ms) / steps - exposed_ms : 0; }
 };
 
-// "step S/T | loss | lr | seq/s tok/s (per rank) | MFU | ms/step split | mem" (rank 0 prints it).
+// "step S/T | loss | lr | seq/s tok/s (per rank) | MFU | ms/step split | mem" (rank 0 prints it;
+// the loop appends " | elapsed ... eta ...", apps/trainer/run_log.h).
 std::string progress_line(int64_t step, int64_t total, double lr, const Interval& iv, int world, Device dev);
 // "validation step S: masked-token accuracy A (unigram baseline B) | loss L (baseline M)".
 std::string validation_line(const EvalResult& r, const Training& t);
 
-// Corpus, model, settings and the predicted memory ledger (rank 0).
+// Corpus, model, settings, the LR rule and the predicted memory ledger (rank 0).
 void print_start(const EncoderOptions& o, const Training& t);
+
+// The run's records beside its checkpoints (rank 0; apps/trainer/run_log.h, cli.h): the effective
+// configuration into <checkpoint-dir>/config_<run-id>.toml, and the --log-file (default <checkpoint-
+// dir>/log_<run-id>.jsonl) opened with its "start" record. Call once, after set_up.
+void start_records(const EncoderOptions& o, Training& t);
+// The "step" record of a progress interval that ended at `pos`.
+void log_step(Training& t, const trainer::Position& pos, const Interval& iv, const trainer::Eta& eta);
+// The "val" record of a validation.
+void log_validation(Training& t, const EvalResult& e, int64_t samples, int64_t epoch);
 
 struct RunRecord {
   Interval last;                    // the latest progress interval

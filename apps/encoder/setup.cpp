@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 
@@ -51,16 +52,17 @@ Corpus make_corpus(const EncoderOptions& o) {
   mo.mask_prob = o.mask_prob;
   data::SpecialIds special;
   std::vector<int64_t> train, held_out;
+  std::optional<data::WordPiece> tok;  // the vocabulary, to name the baseline token
   if (o.synthetic) {
     c.vocab_size = o.vocab_size;
     special.pad = 0, special.unk = 1, special.cls = 2, special.sep = 3, special.mask = 4;
     train = random_stream(o.synthetic_tokens, c.vocab_size, o.seed + 1);
     held_out = random_stream(std::max<int64_t>(o.synthetic_tokens / o.held_out_every, 1), c.vocab_size, o.seed + 2);
   } else {
-    data::WordPiece tok = data::WordPiece::from_file(o.vocab);
-    data::TokenStreams s = data::build_token_streams(o.data, tok, data::TextCorpusOptions{o.held_out_every});
-    c.vocab_size = tok.vocab().size();
-    special = tok.special();
+    tok = data::WordPiece::from_file(o.vocab);
+    data::TokenStreams s = data::build_token_streams(o.data, *tok, data::TextCorpusOptions{o.held_out_every});
+    c.vocab_size = tok->vocab().size();
+    special = tok->special();
     c.files = s.files, c.bytes = s.bytes, c.train_documents = s.train_documents;
     c.held_out_documents = s.held_out_documents;
     train = std::move(s.train), held_out = std::move(s.held_out);
@@ -69,6 +71,8 @@ Corpus make_corpus(const EncoderOptions& o) {
   if (!held_out.empty()) {
     auto h = std::make_shared<data::MlmDataset>(std::move(held_out), special, c.vocab_size, mo);
     c.baseline = data::unigram_baseline(train, *h, data::SampleKey{o.seed, kValidationEpoch});
+    c.baseline_text = tok && c.baseline.token >= 0 ? "'" + tok->vocab().token(c.baseline.token) + "'"
+                                                   : "id " + std::to_string(c.baseline.token);
     c.held_out = h;
   }
   c.tokenize_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -89,14 +93,14 @@ namespace {
 // Shuffled, sharded training batches; the held-out set in order, every sequence once.
 void make_loaders(const EncoderOptions& o, Training& t) {
   data::TextLoaderOptions lo;
-  lo.batch_size = o.batch;
+  lo.batch_size = o.batch * o.grad_accum_steps;  // a whole step: its micro-batches are sliced in the loop
   lo.seed = o.seed;
   lo.rank = t.world->rank;
   lo.world_size = t.world->size;
   lo.device = t.dev;
   t.train = std::make_unique<data::TextLoader>(t.corpus.train, lo);
   TANDEM_CHECK(t.train->batches_per_epoch() > 0, "the training text packs into ", t.corpus.train->size(),
-               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch, " x ", t.world->size,
+               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch * o.grad_accum_steps, " x ", t.world->size,
                " ranks): lower --batch or --seq-len, or use more text");
   if (t.corpus.held_out) {
     data::TextLoaderOptions vo = lo;
@@ -105,15 +109,19 @@ void make_loaders(const EncoderOptions& o, Training& t) {
   }
 }
 
-// BERT's schedule: linear warmup from 0, then linear decay to --min-lr at --steps, in steps of the
-// fresh start's global batch (position.h).
-optim::LrScheduleOptions make_schedule(const EncoderOptions& o) {
+// BERT's schedule by default: linear warmup from 0, then linear decay to --min-lr at --steps, in
+// steps of the fresh start's global batch (position.h); --lr-scheduler picks another decay (the
+// names train_imagenet takes; step's milestones are steps here, as the run is counted in steps).
+// --lr-scaling linear multiplies --lr by the world size, as in train_imagenet.
+optim::LrScheduleOptions make_schedule(const EncoderOptions& o, int world) {
   optim::LrScheduleOptions s;
-  s.base_lr = o.lr;
+  s.base_lr = o.lr_scaling == "linear" ? o.lr * world : o.lr;
   s.warmup_steps = o.warmup_steps;
   s.warmup_start_factor = 0.0;
-  s.decay = optim::LrDecay::Poly;
-  s.power = 1.0;
+  s.decay = optim::lr_decay_from_name(o.lr_schedule == "linear" ? "poly" : o.lr_schedule);
+  s.power = o.lr_schedule == "linear" ? 1.0 : o.lr_power;
+  s.milestones = o.lr_milestones;
+  s.gamma = o.lr_gamma;
   s.total_steps = o.steps;
   s.min_lr = o.min_lr;
   return s;
@@ -154,7 +162,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   t.world = &w;
   t.dev = w.device;
   t.corpus = std::move(corpus);
-  t.global_batch = o.batch * w.size;
+  t.global_batch = o.batch * o.grad_accum_steps * w.size;
   t.folder = std::move(folder);
   const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;
@@ -179,7 +187,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
   t.step->set_steps_done(t.start_at.step);
   make_loaders(o, t);
-  t.sched = make_schedule(o);
+  t.sched = make_schedule(o, w.size);
   plan_steps(o, t);
   const int64_t run_steps = std::max<int64_t>(t.end_step - t.start_at.step, 0);
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);

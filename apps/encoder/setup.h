@@ -30,6 +30,7 @@
 #include "dist/transport/bootstrap.h"        // defines: World
 #include "layers/checkpoint.h"     // defines: TrainState
 #include "layers/models/bert.h"    // defines: BertForMaskedLM
+#include "apps/trainer/run_log.h"  // defines: RunLog
 #include "optim/lr_schedule.h"     // defines: LrScheduleOptions
 
 namespace tandem::apps::encoder {
@@ -43,6 +44,7 @@ struct Corpus {
   int64_t vocab_size = 0;
   int64_t files = 0, bytes = 0, train_documents = 0, held_out_documents = 0;
   data::UnigramBaseline baseline;  // on held_out with kValidationEpoch's masks (zeros without held-out)
+  std::string baseline_text;       // the baseline token as text ('the'), or "id N" (--synthetic has no vocab)
   double tokenize_s = 0;
 };
 
@@ -71,6 +73,7 @@ struct Training {
   double flops_per_token = 0;
   PeakFlops peak;            // per rank
   trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step and at the end
+  trainer::RunLog log;          // --log-file (rank 0; disabled elsewhere and without one): report.h start_records
 };
 
 // Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK).

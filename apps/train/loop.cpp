@@ -65,9 +65,14 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
                   step.graph()->warmup());
   } else {
     const data::Batch& b = s.batch;
-    r = step.run([&](int) {
-      logits = step.forward(b.images);
-      return fault_in_step(s.fault, rank, number, ops::cross_entropy(logits, b.labels, smoothing));
+    // --grad-accum-steps N: the loader's batch holds the step's N micro-batches; micro m is rows
+    // [m B, (m + 1) B). N = 1 uses the batch itself.
+    const int n = o.grad_accum_steps;
+    r = step.run([&](int micro) {
+      const Tensor images = n == 1 ? b.images : b.images.slice(micro * o.batch, (micro + 1) * o.batch);
+      const Tensor labels = n == 1 ? b.labels : b.labels.slice(micro * o.batch, (micro + 1) * o.batch);
+      logits = step.forward(images);
+      return fault_in_step(s.fault, rank, number, ops::cross_entropy(logits, labels, smoothing));
     });
   }
   clock.interval_host_ms += r.host_ms;
@@ -94,13 +99,16 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   Interval& last = rec.last;
   const data::Batch& b = s.batch;
   const int world = t.world->size;
-  double c1 = static_cast<double>(ops::topk_correct(logits, b.labels, 1));
+  // The last micro-batch's logits (--grad-accum-steps): the batch's last rows are its labels.
+  const int64_t rows = logits.shape()[0], all = b.labels.shape()[0];
+  const Tensor labels = rows == all ? b.labels : b.labels.slice(all - rows, all);
+  double c1 = static_cast<double>(ops::topk_correct(logits, labels, 1));
   const float loss_sum = s.loss_sum.defined() ? s.loss_sum.to_vector()[0] : 0.0f;  // syncs the device
   // Labels outside [0, classes) that the CUDA loss clamped in this interval (core/ops/loss/loss.h): read
   // once per progress line, where the reads above have already synchronised the device.
   const auto bad_labels = static_cast<float>(t.dev.is_cuda() ? ops::take_bad_label_count() : 0);
   const double own_wall_ms = clock.interval_ms();
-  Tensor sums = Tensor::from_vector({loss_sum, float(c1), float(b.labels.numel()), bad_labels}, {4});
+  Tensor sums = Tensor::from_vector({loss_sum, float(c1), float(labels.numel()), bad_labels}, {4});
   dist::comm_for(Device::cpu()).all_reduce(sums, dist::ReduceOp::Sum, "progress")->wait();
   std::vector<float> v = sums.to_vector();
   rec.bad_labels += static_cast<int64_t>(v[3]);
@@ -117,7 +125,7 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   // Skipped steps (every rank skipped the same ones) have no loss in the sums.
   last.loss = s.interval_losses ? v[0] / (s.interval_losses * world) : std::nan("");
   last.top1 = v[1] / v[2];
-  last.images_per_s = s.interval_steps * o.batch * world / (last.wall_ms / 1000);
+  last.images_per_s = s.interval_steps * t.global_batch / (last.wall_ms / 1000);
   last.skipped_steps = rec.skipped_steps + t.step->skipped_unreported();  // + the device's (--cuda-graph --amp)
   last.loss_scale = t.step->loss_scale();
   last.host_ms = clock.interval_host_ms;
@@ -126,8 +134,14 @@ void log_progress(Training& t, int64_t epoch, const Tensor& logits, LoopState& s
   const trainer::CommWindow w = s.comm.close(t.step->timeline());
   last.exposed_ms = w.exposed_ms, last.overlap = w.overlap;
   rec.compute_s += std::max(0.0, own_wall_ms - last.data_ms - last.exposed_ms * last.steps) / 1000;
+  // The ETA counts the steps this invocation still takes (--run-epochs, --run-steps stop it early).
+  int64_t end = t.end_step;
+  if (t.end_epoch < t.epochs) end = std::min(end, t.end_epoch * t.steps_per_epoch);
+  const trainer::Eta eta = trainer::eta(clock, s.pos.step - t.start_at.step, end - s.pos.step);
   if (t.world->rank == 0)
-    std::printf("%s\n", progress_line(epoch, s.pos.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str());
+    std::printf("%s%s\n", progress_line(epoch, s.pos.step, t.total_steps, t.step->lr(), last, world, t.dev).c_str(),
+                trainer::eta_text(eta).c_str());
+  log_step(t, epoch, s.pos, last, eta);
   std::fflush(stdout);
   s.interval_steps = 0, s.interval_losses = 0, s.loss_sum = Tensor();
   clock.start_interval();

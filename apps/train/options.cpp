@@ -5,7 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <map>
 
-#include "core/check.h"  // defines: TANDEM_CHECK
+#include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
+#include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps {
 
@@ -44,7 +45,12 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)")->check(at_least_one);
   auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total")->check(at_least_one);
   ep->excludes(st);
-  app.add_option("--batch", o.batch, "batch size per rank")->capture_default_str();
+  app.add_option("--batch-size,--batch,-b", o.batch, "images per rank per micro-batch (the global batch is this x "
+                 "--grad-accum-steps x ranks)")->capture_default_str();
+  app.add_option("--grad-accum-steps,--gradient-accumulation-steps", o.grad_accum_steps,
+                 "micro-batches per optimizer step, their gradients summed before one update (all but the last "
+                 "backward without communication)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--run-epochs", o.run_epochs,
                  "stop after this many epochs in this run (the LR schedule still spans --epochs); resume later")
       ->check(CLI::NonNegativeNumber);
@@ -52,30 +58,44 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                  "stop after this many steps in this run, also inside an epoch (the LR schedule still spans "
                  "--epochs/--steps); resume later")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", o.lr, "learning rate of one rank (scaled by the world size)")->capture_default_str();
-  app.add_flag("--no-lr-scaling", o.no_lr_scaling, "do not multiply --lr by the world size");
-  app.add_option("--momentum", o.momentum)->capture_default_str();
-  app.add_option("--wd", o.wd, "weight decay")->capture_default_str();
-  app.add_flag("--nesterov", o.nesterov);
+  app.add_option("--lr", o.lr, "peak learning rate, used as given on any number of ranks (see --lr-scaling)")
+      ->capture_default_str();
+  auto* scaling = app.add_option("--lr-scaling", o.lr_scaling,
+                                 "none: --lr as given (torchvision, Hugging Face); linear: --lr x world size "
+                                 "(Goyal et al.)")
+                      ->check(CLI::IsMember({"none", "linear"}))->capture_default_str();
+  app.add_flag("--no-lr-scaling", o.no_lr_scaling, "same as --lr-scaling none, the default (the old opt-out, kept)")
+      ->excludes(scaling);
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay,--wd", o.wd, "weight decay (L2 for SGD, decoupled for AdamW/LAMB)")
+      ->capture_default_str();
+  app.add_flag("--nesterov", o.nesterov, "SGD: Nesterov momentum");
   app.add_option("--optimizer", o.optimizer, "sgd, adamw or lamb")
       ->check(CLI::IsMember({"sgd", "adamw", "lamb"}))->capture_default_str();
   app.add_option("--betas", o.betas, "AdamW/LAMB: beta1,beta2")->delimiter(',')->expected(2)->capture_default_str();
   app.add_option("--eps", o.eps, "AdamW/LAMB: denominator guard (default: AdamW 1e-8, LAMB 1e-6)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--clip-grad-norm", o.clip_grad_norm,
+  app.add_option("--clip-grad-norm,--clip", o.clip_grad_norm,
                  "clip the global gradient norm to this (0: off); under --amp the norm of the unscaled f32 master "
                  "gradients, under --zero summed over every rank's shard")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--lr-schedule", o.lr_schedule)->check(CLI::IsMember({"step", "cosine", "poly", "constant"}))
-      ->capture_default_str();
+  app.add_option("--lr-scheduler,--lr-schedule", o.lr_schedule,
+                 "LR decay after the warmup: cosine (to 0 at the end), step (x --lr-gamma at each of "
+                 "--lr-milestones), poly ((1 - progress)^--lr-power), linear (poly with power 1) or constant")
+      ->check(CLI::IsMember({"step", "cosine", "poly", "linear", "constant"}))->capture_default_str();
   app.add_option("--lr-power", o.lr_power, "poly schedule: exponent (1: linear decay, BERT)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= --lr-gamma")
       ->delimiter(',')->capture_default_str();
-  app.add_option("--lr-gamma", o.lr_gamma)->capture_default_str();
-  app.add_option("--warmup-epochs", o.warmup_epochs, "linear warmup from the one-rank lr (default: 1 when >1 rank)");
-  app.add_option("--warmup-steps", o.warmup_steps, "warmup length in steps (overrides --warmup-epochs)");
-  app.add_option("--label-smoothing", o.label_smoothing)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--lr-gamma", o.lr_gamma, "step schedule: the LR factor at each milestone")->capture_default_str();
+  app.add_option("--lr-warmup-epochs,--warmup-epochs", o.warmup_epochs,
+                 "linear warmup from --lr / world size (from 0 on one rank) over these epochs (default: 1 epoch, at "
+                 "most a fifth of the run, when there is more than one rank; else none)");
+  app.add_option("--lr-warmup-steps,--warmup-steps", o.warmup_steps,
+                 "warmup length in steps (overrides --lr-warmup-epochs)");
+  app.add_option("--label-smoothing", o.label_smoothing,
+                 "cross-entropy label smoothing (torchvision's newer recipes: 0.1)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
@@ -98,7 +118,7 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                  "write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>); the folder "
                  "belongs to one run and is locked while it trains");
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints of this run to keep (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -121,10 +141,15 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--bench-warmup", o.bench_warmup, "steps excluded from steady-state images/s");
+  app.add_option("--bench-warmup", o.bench_warmup,
+                 "steps excluded from steady-state images/s (default: min(10, steps/4))");
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
   app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
-  app.add_flag("--describe", o.describe, "print the model and the settings, then exit (no data needed)");
+  app.add_option("--log-file", o.log_file,
+                 "append one JSON line per progress line and validation to FILE (apps/scripts/plot_run.py draws it; "
+                 "default with --checkpoint-dir: <dir>/log_<run-id>.jsonl)");
+  app.add_flag("--describe", o.describe,
+               "print the model (layers, parameter count) and the effective settings, then exit (no data needed)");
   app.add_flag("--evaluate", o.evaluate, "print validation top-1/top-5 and loss of the --resume checkpoint, then exit");
   auto* bn_impl = app.add_option("--bn-impl", o.bn_impl,
                                  "GPU BatchNorm in training: cudnn (cuDNN's NHWC batch norm, with the ResNet block tail "
@@ -146,13 +171,11 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
   app.add_flag("--cuda-graph", o.cuda_graph,
                "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (!print) return e.get_exit_code();
-    return app.exit(e);
-  }
+  trainer::add_config_flags(app, o.dump_config);
+  if (int rc = trainer::parse(app, argc, argv, print, "train_imagenet", o.dump_config, o.effective_config); rc >= 0)
+    return rc;
   o.num_classes_set = nc->count() > 0;
+  if (o.no_lr_scaling) o.lr_scaling = "none";
   return -1;
 }
 
@@ -163,7 +186,7 @@ void validate(TrainOptions& o) {
                "--betas takes two values in [0, 1), e.g. --betas 0.9,0.999");
   TANDEM_CHECK(o.optimizer != "sgd" || (o.eps < 0 && o.betas[0] == 0.9 && o.betas[1] == 0.999),
                "--betas and --eps belong to AdamW and LAMB: pass --optimizer adamw or lamb, or drop them");
-  TANDEM_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
+  TANDEM_CHECK(o.batch > 0, "--batch-size must be positive, got ", o.batch);
   TANDEM_CHECK(o.image_size >= 8, "--image-size ", o.image_size, " is too small (at least 8 pixels)");
   TANDEM_CHECK(o.workers >= 0, "--workers must be >= 0, got ", o.workers);
   TANDEM_CHECK(o.epochs >= 0 && o.steps >= 0, "--epochs and --steps must be positive");
@@ -203,7 +226,8 @@ std::string flag_name(const std::string& option, const std::string& value) {
       {"cuda_graph", "--cuda-graph"},   {"optimizer", "--optimizer"},       {"precision", "--amp"},
       {"clip_grad_norm", "--clip-grad-norm"}, {"on_nonfinite", "--on-nonfinite"}, {"compress", "--compress"},
       {"checkpoint", "--checkpoint-dir"}, {"lr", "--lr"},                    {"ps_servers", "--ps-servers"},
-      {"bucket_mb", "--bucket-mb"},     {"first_bucket_mb", "--first-bucket-mb"}};
+      {"bucket_mb", "--bucket-mb"},     {"first_bucket_mb", "--first-bucket-mb"},
+      {"grad_accum_steps", "--grad-accum-steps"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;
@@ -237,6 +261,7 @@ trainer::StepOptions step_options(const TrainOptions& o) {
     if (o.eps > 0) oo.eps = o.eps;
   }
   s.clip_grad_norm = o.clip_grad_norm;
+  s.grad_accum_steps = o.grad_accum_steps;
   s.precision = trainer::precision_from_name(o.amp);
   s.cuda_graph = o.cuda_graph;
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);

@@ -6,6 +6,16 @@
 // step_options.h), whose messages then name these flags; validate() rejects what cannot work, with
 // a sentence saying what to change: the data and schedule flags here, the step's combinations by
 // the library's one refusal function (apps/train/options.cpp).
+// The flag words are the ones train_encoder uses too, after torchvision's references/
+// classification/train.py and Hugging Face's TrainingArguments where those agree (--batch-size,
+// --weight-decay, --clip-grad-norm, --betas, --eps, --lr-scheduler, --lr-warmup-epochs/-steps,
+// --grad-accum-steps, --keep-checkpoints); the older spellings (--batch, --wd, --lr-schedule,
+// --warmup-epochs, --warmup-steps) stay as aliases. --config FILE, --dump-config and the suggestion
+// for a mistyped flag come from apps/trainer/cli.h.
+// The LR and the world size (one rule in both trainers, printed at start-up): --lr is used as given,
+// as torchvision's and Hugging Face's scripts do; --lr-scaling linear multiplies it by the world
+// size (Goyal et al.). With more than one rank the default warmup (one epoch) starts from --lr /
+// world size either way.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,24 +44,28 @@ struct TrainOptions {
   // length and batch
   int64_t epochs = 0;               // exactly one of epochs and steps is set (defaults to 1 epoch)
   int64_t steps = 0;                // optimizer steps in total (across resumes)
-  int64_t batch = 64;               // per rank
+  int64_t batch = 64;               // per rank and micro-batch (--batch-size; --batch and -b are aliases)
+  int grad_accum_steps = 1;         // micro-batches per optimizer step: the global batch is batch x this x
+                                    // ranks; all but the last backward under DDP's no_sync (HF's
+                                    // gradient_accumulation_steps, DeepSpeed's gradient_accumulation_steps)
   int64_t run_epochs = 0;           // >0: stop this invocation after that many epochs (the schedule
                                     // still spans --epochs/--steps); for time-limited jobs + --resume
   int64_t run_steps = 0;            // >0: stop this invocation after that many steps, also inside an
                                     // epoch (a mid-epoch checkpoint); train_encoder's flag
   // optimizer and schedule (torchvision's ResNet recipe for batch 256: lr 0.1, momentum 0.9, wd 1e-4)
-  double lr = 0.1;                  // for one rank; multiplied by the world size unless no_lr_scaling
-  bool no_lr_scaling = false;
-  double momentum = 0.9;
-  double wd = 1e-4;
-  bool nesterov = false;
+  double lr = 0.1;                  // the peak LR as used (torchvision's rule: not scaled by the world size)
+  std::string lr_scaling = "none";  // none | linear: --lr x world size (Goyal et al.'s rule)
+  bool no_lr_scaling = false;       // --no-lr-scaling: the old opt-out, now the default (kept so old commands run)
+  double momentum = 0.9;            // SGD momentum (torchvision's ResNet recipe)
+  double wd = 1e-4;                 // --weight-decay (--wd), on every parameter (torchvision's default recipe)
+  bool nesterov = false;            // SGD with Nesterov momentum
   std::string optimizer = "sgd";    // sgd | adamw | lamb (optim/optimizer.h make_optimizer)
   std::vector<double> betas{0.9, 0.999};  // AdamW/LAMB moment decay rates (torch.optim.AdamW's)
   double eps = -1;                  // AdamW/LAMB denominator guard; -1: the optimizer's default
                                     // (AdamW 1e-8, LAMB 1e-6)
   double clip_grad_norm = 0;        // >0: clip the global gradient L2 norm to this (0: off); the norm
                                     // spans every rank's shard under ZeRO
-  std::string lr_schedule = "cosine";  // step | cosine | poly | constant
+  std::string lr_schedule = "cosine";  // --lr-scheduler: step | cosine | poly | linear (poly, power 1) | constant
   double lr_power = 1.0;            // poly: the exponent of (1 - progress); 1 = BERT's linear decay
   std::vector<double> lr_milestones{30, 60, 80};  // step: epochs where lr *= lr_gamma (torchvision)
   double lr_gamma = 0.1;
@@ -74,7 +88,9 @@ struct TrainOptions {
   // second job; apps/trainer/run_folder.h opens it at start-up)
   std::string checkpoint_dir;       // empty: no checkpoints
   std::string resume;               // a checkpoint file, or "auto": the newest of this folder's run
-  int keep_checkpoints = 2;         // this run's newest checkpoints kept (0: all); a ResNet-50 one is ~300 MB
+  int keep_checkpoints = 2;         // this run's newest checkpoints kept (0: all), as train_encoder: a ResNet-50
+                                    // one is ~300 MB with its momentum, a resume needs the newest, and the one
+                                    // before it is the fallback should the newest be damaged
   int64_t checkpoint_every = 0;     // also a checkpoint after every N-th step, mid-epoch (0: epoch ends only),
                                     // so a preemption loses at most N steps instead of up to an epoch
   double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
@@ -90,6 +106,10 @@ struct TrainOptions {
                                     // with --cuda-graph at least the eager and capturing steps)
   std::string trace;                // Chrome trace file (all ranks, written by rank 0)
   std::string metrics;              // JSON summary file (rank 0)
+  std::string log_file;             // JSON-lines run log (apps/trainer/run_log.h); "": <checkpoint-dir>/
+                                    // log_<run-id>.jsonl with a folder, else none
+  bool dump_config = false;         // --dump-config: print the effective configuration and exit
+  std::string effective_config;     // filled by parse_options: the --config text of this run (not a flag)
   bool describe = false;            // print the model and settings, then exit (needs no data)
   bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
   bool deterministic = false;       // cuDNN: skip non-deterministic engines (BackendConfig::deterministic)

@@ -9,6 +9,7 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
+#include "apps/trainer/cli.h"       // defines: write_config_file
 #include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
@@ -221,7 +222,58 @@ void print_start(const TrainOptions& o, const Training& t) {
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.batch, (long long)t.steps_per_epoch,
               (long long)t.total_steps, t.sched.base_lr);
-  std::printf("%s\n", t.memory.ledger().str().c_str());
+  // The LR rule in words (options.h), so a run moved to another world size is not a surprise.
+  const int world = t.world->size;
+  if (o.lr_scaling == "linear")
+    std::printf("lr rule: --lr-scaling linear: --lr %g x %d rank(s) = %.4g", o.lr, world, t.sched.base_lr);
+  else
+    std::printf("lr rule: --lr %g as given on %d rank(s), not scaled by the world size (--lr-scaling linear would "
+                "make it %.4g)", o.lr, world, o.lr * world);
+  if (t.sched.warmup_steps > 0)
+    std::printf("; warmup %lld steps from %.4g", (long long)t.sched.warmup_steps,
+                t.sched.base_lr * t.sched.warmup_start_factor);
+  if (o.grad_accum_steps > 1)
+    std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.grad_accum_steps, (long long)o.batch,
+                (long long)t.global_batch);
+  std::printf("\n%s\n", t.memory.ledger().str().c_str());
+}
+
+void start_records(const TrainOptions& o, Training& t) {
+  const bool rank0 = t.world->rank == 0;
+  if (rank0 && t.folder.owned())
+    std::printf("config: %s\n",
+                trainer::write_config_file(t.folder.dir(), t.folder.run_id(), o.effective_config).c_str());
+  t.log = trainer::RunLog::open(trainer::RunLog::path_for(o.log_file, o.checkpoint_dir, t.folder.run_id()), rank0);
+  if (!t.log.enabled()) return;
+  std::printf("log: %s\n", t.log.path().c_str());
+  std::fflush(stdout);
+  t.log.write({{"event", "start"}, {"program", "train_imagenet"}, {"run_id", t.folder.run_id()},
+               {"world_size", t.world->size}, {"model", o.model}, {"unit", "images"}, {"start_step", t.start_at.step},
+               {"steps", t.total_steps}, {"global_batch", t.global_batch}, {"device", t.dev.str()},
+               {"config", {{"batch", o.batch}, {"grad_accum_steps", o.grad_accum_steps}, {"lr", t.sched.base_lr},
+                           {"epochs", t.epochs}, {"amp", o.amp}, {"optimizer", o.optimizer},
+                           {"lr_scheduler", o.lr_schedule}, {"zero", o.zero}, {"text", o.effective_config}}}});
+}
+
+void log_step(Training& t, int64_t epoch, const trainer::Position& pos, const Interval& iv, const trainer::Eta& eta) {
+  if (!t.log.enabled()) return;
+  const MemoryStats m = memory_stats(t.dev);
+  const auto opt = [](double v) { return v > 0 ? json(v) : json(nullptr); };
+  t.log.write({{"event", "step"}, {"step", pos.step}, {"epoch", epoch}, {"samples", pos.samples}, {"loss", iv.loss},
+               {"top1", iv.top1}, {"lr", t.step->lr()}, {"items_per_s", iv.images_per_s}, {"tokens_per_s", nullptr},
+               {"ms", {{"step", iv.step_ms()}, {"data", iv.data_ms / std::max<int64_t>(iv.steps, 1)},
+                       {"compute", iv.compute_ms()}, {"exposed_comm", iv.exposed_ms}, {"host", iv.host_step_ms()}}},
+               {"overlap", iv.overlap}, {"mem_mib", m.current_bytes / 1048576.0}, {"peak_mib", m.peak_bytes / 1048576.0},
+               {"loss_scale", opt(iv.loss_scale)}, {"grad_norm", nullptr}, {"skipped_steps", iv.skipped_steps},
+               {"elapsed_s", eta.elapsed_s}, {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}});
+}
+
+void log_validation(Training& t, const EpochRecord& e, int64_t samples) {
+  if (!t.log.enabled() || !e.val) return;
+  const EvalResult& v = *e.val;
+  const auto val = [&](double x) { return v.failed() ? json(nullptr) : json(x); };
+  t.log.write({{"event", "val"}, {"step", e.step}, {"epoch", e.epoch}, {"samples", samples}, {"top1", val(v.top1)},
+               {"top5", val(v.top5)}, {"loss", val(v.loss)}, {"images", v.samples}, {"nonfinite_logits", v.nonfinite}});
 }
 
 void report(const TrainOptions& o, Training& t, const trainer::RunClock& clock, const RunRecord& rec, int64_t step) {
@@ -248,6 +300,12 @@ void report(const TrainOptions& o, Training& t, const trainer::RunClock& clock, 
   std::printf("\n");
   if (t.world->size > 1) std::printf("stragglers: %s\n", x.stragglers.str().c_str());
   std::printf("%s\n", t.memory.ledger().str().c_str());
+  t.log.write({{"event", "end"},
+               {"summary", {{"steps", step}, {"steps_this_run", x.steps_this_run}, {"init_s", x.init_s},
+                            {"train_s", x.train_s}, {"wall_s", x.wall_s}, {"images_per_s", x.steady_ips},
+                            {"val_top1", rec.last_eval.failed() || rec.last_eval.samples == 0 ? json(nullptr)
+                                                                                              : json(rec.last_eval.top1)},
+                            {"skipped_steps", rec.skipped_steps}}}});
   if (!o.metrics.empty()) write_json(o.metrics, summary_json(o, t, clock, rec, step, x));
 }
 

@@ -19,6 +19,8 @@
 #include "apps/train/options.h"     // defines: TrainOptions
 #include "apps/train/validation.h"  // defines: EvalResult
 #include "apps/trainer/clock.h"     // defines: RunClock
+#include "apps/trainer/position.h"  // defines: Position
+#include "apps/trainer/run_log.h"   // defines: Eta
 #include "core/device.h"            // defines: Device
 #include "dist/measure/timeline.h"  // defines: Timeline
 
@@ -43,7 +45,8 @@ struct Interval {
 };
 
 
-// "epoch E step S/T | loss ... | lr ... | img/s | ms/step split | mem" for one interval.
+// "epoch E step S/T | loss ... | lr ... | img/s | ms/step split | mem" for one interval (the loop
+// appends " | elapsed ... eta ...", apps/trainer/run_log.h, at the end).
 std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr, const Interval& iv, int world,
                           Device dev);
 
@@ -65,8 +68,17 @@ struct RunRecord {
   double compute_s = 0;       // this rank's own compute time (apps/train/stragglers.h)
 };
 
-// "<model> on N rank(s) (...), params, batch, steps, lr" (rank 0).
+// "<model> on N rank(s) (...), params, batch, steps, lr", the LR rule, the memory ledger (rank 0).
 void print_start(const TrainOptions& o, const Training& t);
+
+// The run's records beside its checkpoints (rank 0; apps/trainer/run_log.h, cli.h): the effective
+// configuration into <checkpoint-dir>/config_<run-id>.toml, and the --log-file (default <checkpoint-
+// dir>/log_<run-id>.jsonl) opened with its "start" record. Call once, after set_up.
+void start_records(const TrainOptions& o, Training& t);
+// The "step" record of a progress interval that ended at `pos` (epoch `epoch`).
+void log_step(Training& t, int64_t epoch, const trainer::Position& pos, const Interval& iv, const trainer::Eta& eta);
+// The "val" record of a validation at an epoch's end.
+void log_validation(Training& t, const EpochRecord& e, int64_t samples);
 
 // After the last step (clock stopped): writes the --trace, sums the ranks' unreadable files and
 // gathers their compute times (all ranks take part), then on rank 0 prints the "done:" line (with

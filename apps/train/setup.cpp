@@ -99,7 +99,8 @@ ModulePtr make_model(const TrainOptions& o, int classes, const std::string& resu
 optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, const trainer::RunLength& len,
                                        int64_t fresh_global_batch) {
   optim::LrScheduleOptions s;
-  const double scale = o.no_lr_scaling ? 1.0 : world;
+  // One rule in both trainers (options.h): --lr as given; --lr-scaling linear: x world size.
+  const double scale = o.lr_scaling == "linear" ? world : 1.0;
   s.base_lr = o.lr * scale;
   // An epoch in the schedule's unit (position.h): spe itself while the global batch is the fresh start's.
   const double spe = len.unit_steps_per_epoch();
@@ -108,13 +109,16 @@ optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, const t
                    : o.warmup_epochs >= 0 ? std::llround(o.warmup_epochs * spe)
                    : world > 1            ? std::min<int64_t>(std::llround(spe), total / 5)  // short runs: a fifth
                                           : 0;
-  // Goyal et al.: ramp from the one-rank LR to the scaled one; with nothing to scale, from 0.
-  s.warmup_start_factor = scale > 1 ? 1.0 / scale : 0.0;
-  s.decay = optim::lr_decay_from_name(o.lr_schedule);
+  // Goyal et al.: ramp from the LR one rank would use (base / world size) up to the peak, whether
+  // the peak was scaled here or by the user (--lr 0.2 on 2 ranks ramps from 0.1, as before the rule
+  // changed); on one rank, from 0.
+  s.warmup_start_factor = world > 1 ? 1.0 / world : 0.0;
+  // "linear" is poly with power 1 (HF's name for BERT's decay, and train_encoder's default).
+  s.decay = optim::lr_decay_from_name(o.lr_schedule == "linear" ? "poly" : o.lr_schedule);
   for (double e : o.lr_milestones) s.milestones.push_back(std::llround(e * spe));
   s.gamma = o.lr_gamma;
   s.total_steps = total;
-  s.power = o.lr_power;
+  s.power = o.lr_schedule == "linear" ? 1.0 : o.lr_power;
   const bool decays = s.decay == optim::LrDecay::Cosine || s.decay == optim::LrDecay::Poly;
   TANDEM_CHECK(!decays || total > s.warmup_steps, "the ", o.lr_schedule, " schedule needs more steps (",
                total, ") than warmup steps (", s.warmup_steps, "): shorten --warmup-epochs/--warmup-steps");
@@ -125,7 +129,9 @@ namespace {
 // The training loader's settings; the validation loader starts from them.
 data::LoaderOptions train_loader_options(const TrainOptions& o, const dist::World& w) {
   data::LoaderOptions lo;
-  lo.batch_size = o.batch;
+  // A loader batch holds a whole optimizer step (--grad-accum-steps micro-batches, sliced in the
+  // loop): the data order, epochs and positions in samples are those of one batch of that size.
+  lo.batch_size = o.batch * o.grad_accum_steps;
   lo.num_workers = o.workers;
   lo.seed = o.seed;
   lo.rank = w.rank;
@@ -141,6 +147,7 @@ std::unique_ptr<data::Loader> make_val_loader(const TrainOptions& o, const dist:
                                               std::shared_ptr<const data::Dataset> val) {
   data::LoaderOptions vo = train_loader_options(o, w);
   vo.shuffle = false, vo.pad_shards = false, vo.drop_last = false, vo.resident = false;
+  vo.batch_size = o.batch;  // no accumulation in validation: a micro-batch's memory
   return std::make_unique<data::Loader>(std::move(val), vo);
 }
 
@@ -185,7 +192,7 @@ void warn_if_length_changed(const TrainOptions& o, const Training& t) {
 void plan_steps(const TrainOptions& o, Training& t) {
   const int64_t spe = t.steps_per_epoch = t.train->batches_per_epoch();
   TANDEM_CHECK(spe > 0, "the training set (", t.data.train->size(), " samples) is smaller than one global batch (",
-               o.batch, " x ", t.world->size, " ranks): lower --batch or use more data");
+               o.batch * o.grad_accum_steps, " x ", t.world->size, " ranks): lower --batch-size or use more data");
   // The fresh start's global batch: the --steps schedule's unit and what --warmup-steps counts.
   const std::string unit = extra(t, "schedule_global_batch");
   t.fresh_global_batch = !unit.empty()              ? std::stoll(unit)
@@ -231,7 +238,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.dev = w.device;
   t.data = std::move(ds);
   t.classes = t.data.train->num_classes();
-  t.global_batch = o.batch * w.size;
+  t.global_batch = o.batch * o.grad_accum_steps * w.size;
   t.folder = std::move(folder);
   const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;

@@ -29,6 +29,7 @@
 #include "dist/transport/bootstrap.h"       // defines: World, init
 #include "layers/checkpoint.h"    // defines: TrainState
 #include "layers/module.h"        // defines: ModulePtr
+#include "apps/trainer/run_log.h"  // defines: RunLog
 #include "optim/lr_schedule.h"    // defines: LrScheduleOptions
 
 namespace tandem::apps {
@@ -53,7 +54,7 @@ Datasets make_datasets(const TrainOptions& o);
 Datasets make_eval_datasets(const TrainOptions& o, const std::vector<std::string>& classes);
 // The model --model names, for `classes` classes; `resume` non-empty skips drawing its init.
 ModulePtr make_model(const TrainOptions& o, int classes, const std::string& resume);
-// The LR schedule of a run of length `len` on `world` ranks (Goyal et al. scaling), in the unit
+// The LR schedule of a run of length `len` on `world` ranks (--lr-scaling's rule), in the unit
 // position.h says; `fresh_global_batch`: the fresh start's G (what --warmup-steps counts).
 optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, const trainer::RunLength& len,
                                        int64_t fresh_global_batch);
@@ -81,7 +82,7 @@ struct Training {
   data::Batch graph_batch;
   Tensor graph_logits;
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
-  int64_t global_batch = 0;   // --batch x ranks
+  int64_t global_batch = 0;   // --batch-size x --grad-accum-steps x ranks
   int64_t fresh_global_batch = 0;  // the fresh start's (the --steps schedule's unit, position.h)
   int64_t steps_per_epoch = 0;
   trainer::RunLength length;  // --epochs or --steps, in samples; where the schedule stands
@@ -92,6 +93,7 @@ struct Training {
   int64_t bench_warmup = 0;   // steps left out of steady images/s
   optim::LrScheduleOptions sched;
   trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step (apps/trainer/memory.h)
+  trainer::RunLog log;          // --log-file (rank 0; disabled elsewhere and without one): report.h start_records
 };
 
 // Bytes of data batches on the allocator, which the memory ledger does not count as model state:

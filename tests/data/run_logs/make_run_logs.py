@@ -42,6 +42,7 @@ def image_run(path, run_id, world, batch, steps_per_epoch, epochs, ips, crash_at
                                  "exposed_comm": round(0.1 * ms, 2) if world > 1 else 0.0, "host": 0.4},
                           "mem_mib": 12.5, "peak_mib": 20.1, "loss_scale": None, "grad_norm": None,
                           "elapsed_s": round(clock, 2),
+                          "eta_s": round((steps_per_epoch * epochs - step) * ms / 1000.0, 2),
                           "rank0_only": True})  # an unknown key
             if step % steps_per_epoch == 0:
                 top1 = min(0.95, 0.1 + 0.85 * (1 - math.exp(-step * g / 6000.0)))
@@ -78,7 +79,7 @@ def encoder_run(path):
                       "lr": 1e-4 * min(1.0, step / 50.0), "items_per_s": 410.0, "tokens_per_s": round(52000 + 900 * rng.gauss(0, 1)),
                       "ms": {"step": 78.0, "data": 0.5, "compute": 76.0, "exposed_comm": 0.0, "host": 1.5},
                       "mem_mib": 80.0, "peak_mib": 96.0, "loss_scale": scale, "grad_norm": round(1.5 + rng.random(), 3),
-                      "elapsed_s": round(step * 0.078, 2)})
+                      "elapsed_s": round(step * 0.078, 2), "eta_s": round((300 - step) * 0.078, 2)})
         if step % 100 == 0:
             acc = 0.1 + 0.4 * (1 - math.exp(-step / 150.0))
             lines.append({"event": "val", "step": step, "epoch": 0, "samples": step * 32, "masked_acc": round(acc, 4),
