@@ -113,6 +113,12 @@ int run(enc::EncoderOptions& o) {
     if (!preempted && t.val && (last || (o.val_every > 0 && loop.pos.step % o.val_every == 0))) {
       rec.evals.push_back(enc::evaluate(t, o, loop.pos.step));
       if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
+      if (t.ema) {
+        // The EMA's weights in the model for one pass (apps/trainer/ema.h); not in the run's record.
+        const trainer::ModelEma::Applied ema(*t.ema);
+        const enc::EvalResult e = enc::evaluate(t, o, loop.pos.step);
+        if (w.rank == 0) std::cout << "(ema) " << enc::validation_line(e, t) << std::endl;
+      }
     }
     // last = true also means "write at this position" (checkpointing.h): the control asked for it.
     if (control.save([&] { return enc::checkpoint_if_due(t, o, loop.pos, last || loop.decision.save); }))

@@ -51,6 +51,7 @@
 #include "apps/train/report.h"         // defines: RunRecord, EpochRecord, print_start, report
 #include "apps/train/setup.h"          // defines: env_rank0, init_world, make_datasets, make_model, set_up
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
+#include "apps/trainer/bn_stats.h"     // defines: sync_bn_statistics
 #include "apps/trainer/clock.h"        // defines: Clock, RunClock
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/preemption.h"   // defines: RunControl, install_stop_signals, kPreemptedExit
@@ -113,6 +114,11 @@ int run(apps::TrainOptions& o) {
     // came where the invocation ends anyway (the run's last step, --run-epochs' last epoch end)
     // changes nothing.
     const bool preempted = end.stopped && !last;
+    // One set of BN statistics on every rank before validation and the checkpoint read them: the
+    // average at an epoch end, rank 0's inside one (apps/trainer/bn_stats.h says why each).
+    if (!o.sync_bn)
+      trainer::sync_bn_statistics(*t.model, dist::comm_for(t.dev),
+                                  end.done ? trainer::BnSync::Average : trainer::BnSync::FromRank0);
     apps::EpochRecord h{end.epoch, loop.pos.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
     if (!preempted) h.val = apps::validate_if_due(t, o, end.epoch, last);
     if (h.val) rec.last_eval = *h.val;

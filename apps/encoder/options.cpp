@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <map>
 
+#include "apps/trainer/ema.h"  // defines: ema_refusal
 #include "core/check.h"  // defines: TANDEM_CHECK
 
 namespace tandem::apps::encoder {
@@ -92,12 +93,29 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
   app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
   app.add_flag("--describe", o.describe, "print the model and the settings, then exit");
+  // Pretrained weights, SyncBatchNorm and the EMA of the weights (train_imagenet's flags).
+  app.add_option("--weights", o.weights,
+                 "start from these weights: a Hugging Face BertForMaskedLM state dict in safetensors "
+                 "(model.safetensors, or safetensors.torch.save_file(model.state_dict(), FILE)) or a tandem "
+                 "checkpoint (its model tensors only); strict: every tensor must match")
+      ->check(CLI::ExistingFile);
+  app.add_option("--weights-skip", o.weights_skip,
+                 "glob of tensors not taken from --weights, which keep their fresh init (repeatable), e.g. "
+                 "'cls.predictions.transform.*'");
+  app.add_flag("--sync-bn", o.sync_bn, "SyncBatchNorm (train_imagenet); refused here: BERT has no BatchNorm");
+  auto* ema = app.add_option("--model-ema", o.model_ema_decay,
+                             "keep an exponential moving average of the weights (decay per step, default 0.9998), "
+                             "validate it beside the raw weights and save it in checkpoints")
+                  ->expected(0, 1)->default_str("0.9998");
+  app.add_option("--model-ema-decay", o.model_ema_decay, "the decay of --model-ema (torchvision's spelling)")
+      ->check(CLI::Range(0.0, 1.0))->needs(ema);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (!print) return e.get_exit_code();
     return app.exit(e);
   }
+  o.model_ema = app.count("--model-ema") > 0;
   return -1;
 }
 
@@ -128,6 +146,17 @@ void validate(EncoderOptions& o) {
                "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
   trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
+  // Pretrained weights, SyncBatchNorm and the EMA.
+  TANDEM_CHECK(o.weights.empty() || o.resume.empty(), "--weights starts a new run from weights and --resume "
+               "continues a run, with the weights of its checkpoint: pass one of them");
+  TANDEM_CHECK(o.weights_skip.empty() || !o.weights.empty(), "--weights-skip names tensors of --weights: pass "
+               "--weights FILE too, or drop it");
+  TANDEM_CHECK(!o.sync_bn, "--sync-bn synchronises BatchNorm statistics across ranks, and BERT has none (LayerNorm "
+               "normalises each token by itself, the same on any number of ranks): drop --sync-bn");
+  TANDEM_CHECK(!o.model_ema || (o.model_ema_decay > 0 && o.model_ema_decay < 1), "--model-ema takes a decay in "
+               "(0, 1), e.g. 0.9998, got ", o.model_ema_decay);
+  if (o.model_ema)
+    if (auto why = trainer::ema_refusal(step_options(o))) TANDEM_THROW(*why);
 }
 
 namespace {
@@ -143,7 +172,8 @@ std::string flag_name(const std::string& option, const std::string& value) {
   static const std::map<std::string, std::string> flags{
       {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip"},
       {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
-      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"}};
+      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"},
+      {"model_ema", "--model-ema"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;

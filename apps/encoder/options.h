@@ -73,6 +73,13 @@ struct EncoderOptions {
   std::string trace;                // Chrome trace (all ranks, written by rank 0)
   std::string metrics;              // JSON summary (rank 0)
   bool describe = false;            // print the model and exit
+  // pretrained weights, SyncBatchNorm, the EMA of the weights (as train_imagenet's)
+  std::string weights;              // a Hugging Face BertForMaskedLM state dict (safetensors) or a tandem
+                                    // checkpoint's model tensors (apps/trainer/start_weights.h); strict
+  std::vector<std::string> weights_skip;  // globs left at their fresh init (e.g. 'cls.predictions.*')
+  bool sync_bn = false;             // refused: BERT has no BatchNorm (validate() says so)
+  bool model_ema = false;           // keep, validate and save an EMA of the weights (apps/trainer/ema.h)
+  double model_ema_decay = 0.9998;  // per applied step (timm's default; apps/trainer/ema.h)
 };
 
 // Fills `o` from argv. Returns an exit code when the program should stop (--help or a parse error,

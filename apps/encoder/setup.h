@@ -21,6 +21,7 @@
 
 #include "apps/encoder/flops.h"    // defines: PeakFlops
 #include "apps/encoder/options.h"  // defines: EncoderOptions
+#include "apps/trainer/ema.h"      // defines: ModelEma
 #include "apps/trainer/memory.h"   // defines: MemoryMeter
 #include "apps/trainer/position.h"    // defines: Position, RunLength
 #include "apps/trainer/run_folder.h"  // defines: RunFolder
@@ -71,6 +72,8 @@ struct Training {
   double flops_per_token = 0;
   PeakFlops peak;            // per rank
   trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step and at the end
+  // --model-ema: the average of the weights (apps/trainer/ema.h); null without it.
+  std::unique_ptr<trainer::ModelEma> ema;
 };
 
 // Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK).

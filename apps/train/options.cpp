@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <map>
 
+#include "apps/trainer/ema.h"  // defines: ema_refusal
 #include "core/check.h"  // defines: TANDEM_CHECK
 
 namespace tandem::apps {
@@ -146,6 +147,24 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
   app.add_flag("--cuda-graph", o.cuda_graph,
                "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
+  // Pretrained weights, SyncBatchNorm and the EMA of the weights.
+  app.add_option("--weights", o.weights,
+                 "start from these weights: a safetensors state dict with torchvision's names "
+                 "(safetensors.torch.save_file(model.state_dict(), FILE)) or a tandem checkpoint (its model "
+                 "tensors only); strict: every tensor must match. With --evaluate: evaluate them")
+      ->check(CLI::ExistingFile);
+  app.add_option("--weights-skip", o.weights_skip,
+                 "glob of tensors not taken from --weights, which keep their fresh init (repeatable), e.g. 'fc.*' "
+                 "to fine-tune with another --num-classes");
+  app.add_flag("--sync-bn", o.sync_bn,
+               "SyncBatchNorm: BatchNorm statistics over every rank's batch (N ranks x batch B normalise as one "
+               "rank x N*B); costs two small all-reduces per BN layer");
+  auto* ema = app.add_option("--model-ema", o.model_ema_decay,
+                 "keep an exponential moving average of the weights (decay per step, default 0.9998), validate it "
+                 "beside the raw weights and save it in checkpoints")
+      ->expected(0, 1)->default_str("0.9998");
+  app.add_option("--model-ema-decay", o.model_ema_decay, "the decay of --model-ema (torchvision's spelling)")
+      ->check(CLI::Range(0.0, 1.0))->needs(ema);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -153,6 +172,8 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
     return app.exit(e);
   }
   o.num_classes_set = nc->count() > 0;
+  o.model_set = app.count("--model") > 0, o.image_size_set = app.count("--image-size") > 0;
+  o.model_ema = app.count("--model-ema") > 0;
   return -1;
 }
 
@@ -180,7 +201,8 @@ void validate(TrainOptions& o) {
                "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
-  TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");
+  TANDEM_CHECK(!o.evaluate || !o.resume.empty() || !o.weights.empty(), "--evaluate needs the weights to evaluate: "
+               "--resume CHECKPOINT (or auto with --checkpoint-dir), or --weights FILE");
   // --device is this trainer's: the library learns the device only when the world exists.
   TANDEM_CHECK(!o.cuda_graph || o.device != "cpu", "--cuda-graph captures GPU work, and --device cpu has none: drop "
                "--cuda-graph or use --device cuda");
@@ -189,6 +211,17 @@ void validate(TrainOptions& o) {
                "shards DDP's state instead: use one of --zero or --strategy ps");
   // Every combination of the step's own options: the library's one refusal function.
   trainer::check(step_options(o));
+  // Pretrained weights and the EMA.
+  TANDEM_CHECK(o.weights.empty() || o.resume.empty() || o.evaluate, "--weights starts a new run from weights and "
+               "--resume continues a run, with the weights of its checkpoint: pass one of them");
+  TANDEM_CHECK(!o.evaluate || o.weights.empty() || o.resume.empty(), "--evaluate takes the weights of --weights "
+               "FILE or of the --resume checkpoint: pass one of them");
+  TANDEM_CHECK(o.weights_skip.empty() || !o.weights.empty(), "--weights-skip names tensors of --weights: pass "
+               "--weights FILE too, or drop it");
+  TANDEM_CHECK(!o.model_ema || (o.model_ema_decay > 0 && o.model_ema_decay < 1), "--model-ema takes a decay in (0, "
+               "1), e.g. 0.9998, got ", o.model_ema_decay);
+  if (o.model_ema)
+    if (auto why = trainer::ema_refusal(step_options(o))) TANDEM_THROW(*why);
 }
 
 namespace {
@@ -203,7 +236,8 @@ std::string flag_name(const std::string& option, const std::string& value) {
       {"cuda_graph", "--cuda-graph"},   {"optimizer", "--optimizer"},       {"precision", "--amp"},
       {"clip_grad_norm", "--clip-grad-norm"}, {"on_nonfinite", "--on-nonfinite"}, {"compress", "--compress"},
       {"checkpoint", "--checkpoint-dir"}, {"lr", "--lr"},                    {"ps_servers", "--ps-servers"},
-      {"bucket_mb", "--bucket-mb"},     {"first_bucket_mb", "--first-bucket-mb"}};
+      {"bucket_mb", "--bucket-mb"},     {"first_bucket_mb", "--first-bucket-mb"},
+      {"model_ema", "--model-ema"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;
@@ -244,6 +278,7 @@ trainer::StepOptions step_options(const TrainOptions& o) {
   s.backend.deterministic = o.deterministic;            // before the first conv builds its cuDNN plans
   s.backend.cudnn_batchnorm = o.bn_impl == "cudnn";    // --bn-impl: on the CPU neither path exists
   s.backend.conv_bias_fusion = o.conv_bias_fusion == "on";
+  s.sync_batchnorm = o.sync_bn;
   s.names = flag_name;
   return s;
 }

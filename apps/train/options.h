@@ -113,6 +113,15 @@ struct TrainOptions {
                                       // sync); non-finite weights stop under stop and skip, and a
                                       // checkpoint is never written from them, off included;
                                       // apps/trainer/nonfinite.h
+  // pretrained weights, SyncBatchNorm, the EMA of the weights
+  std::string weights;              // a state dict with torchvision's names (safetensors.torch.save_file) or a
+                                    // tandem checkpoint's model tensors (layers/weights.h); strict. Not with --resume
+  std::vector<std::string> weights_skip;  // globs left at their fresh init, dropped from the file (a new head)
+  bool sync_bn = false;             // BatchNorm statistics over every rank's batch (dist/extras/sync_batchnorm.h)
+  bool model_ema = false;           // keep, validate and save an EMA of the weights (apps/trainer/ema.h)
+  double model_ema_decay = 0.9998;  // per applied step: timm's ModelEmaV3 default (apps/trainer/ema.h says why)
+  bool model_set = false;           // --model was given: --evaluate checks it against the checkpoint's
+  bool image_size_set = false;      // --image-size was given: likewise
 };
 
 // Fills `o` from the command line. Returns an exit code when the program should stop (--help or a
