@@ -36,15 +36,16 @@ tandem::testing::TinyImageDataset& scratch() {
 
 std::string dir(const std::string& name) { return (scratch().root / name).string(); }
 
-// train_imagenet on `ranks` ranks with the tiny settings plus `args`; the output is kept in <root>/<log>.
+// train_imagenet on `ranks` ranks on the CPU plus `args` (kTiny: the tiny model, image and batch); the output is kept in <root>/<log>.
 AppRun run(int ranks, const std::string& args, const std::string& log) {
   AppRun r = tandem::testing::run_app("HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + app("train_imagenet") +
-                                      " --device cpu --batch 4 --workers 1 --lr 0.05 --log-every 1 " + args);
+                                      " --device cpu --workers 1 --lr 0.05 --log-every 1 " + args);
   std::ofstream(scratch().root / log) << r.output;
+  if (r.status != 0) MESSAGE("train_imagenet ", args, " ended with status ", r.status, ":\n", r.output);
   return r;
 }
 
-const std::string kTiny = "--model resnet_tiny --image-size 16 ";
+const std::string kTiny = "--model resnet_tiny --image-size 16 --batch 4 ";
 
 // The number after `prefix` in the output ("epoch 1 validation: top1 " -> "41.67").
 std::string after(const std::string& out, const std::string& prefix) {
@@ -216,13 +217,13 @@ TEST_CASE("--sync-bn: 2 ranks x batch 4 equal 1 rank x batch 8 on a BatchNorm mo
                              " --epochs 2 --no-lr-scaling --warmup-epochs 0 --keep-checkpoints 0 ";
   const std::string one = dir("sbn1"), two = dir("sbn2"), plain = dir("sbn_plain");
   REQUIRE(run(1, common + "--batch 8 --checkpoint-dir " + one, "sbn1.log").status == 0);
-  const AppRun r = run(2, common + "--sync-bn --checkpoint-dir " + two, "sbn2.log");
+  const AppRun r = run(2, common + "--batch 4 --sync-bn --checkpoint-dir " + two, "sbn2.log");
   INFO(r.output);
   REQUIRE(r.status == 0);
   const double synced = tandem::testing::check_close_checkpoints(one + "/checkpoint_epoch2.safetensors",
                                                                  two + "/checkpoint_epoch2.safetensors", 1e-4);
   // Without --sync-bn the same comparison fails by far: the test can tell the two apart.
-  REQUIRE(run(2, common + "--checkpoint-dir " + plain, "sbn_plain.log").status == 0);
+  REQUIRE(run(2, common + "--batch 4 --checkpoint-dir " + plain, "sbn_plain.log").status == 0);
   const tandem::Checkpoint a = tandem::read_checkpoint(one + "/checkpoint_epoch2.safetensors");
   const tandem::Checkpoint b = tandem::read_checkpoint(plain + "/checkpoint_epoch2.safetensors");
   double worst = 0;
