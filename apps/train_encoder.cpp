@@ -36,6 +36,11 @@
 // checkpoints by wall time. Checkpoint writes, validation and the corpus set-up are announced to
 // dist's watchdog (dist/transport/busy.h), so a slow disk never ends a healthy job.
 //
+// --weights FILE starts from a Hugging Face BertForMaskedLM state dict (its tied-decoder and
+// position_ids aliases checked, apps/encoder/hf_state_dict.h) or a checkpoint's model
+// (apps/trainer/start_weights.h); --model-ema keeps, validates and saves an EMA of the weights
+// (apps/trainer/ema.h); --sync-bn is refused (BERT has no BatchNorm).
+//
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
 // flops.h; the step in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <algorithm>

@@ -23,7 +23,14 @@
 // images/s (first --bench-warmup steps excluded) from the whole-run rate.
 // A NaN/inf loss or gradient on any rank stops every rank (exit 3, no checkpoint from that state)
 // or, with --on-nonfinite skip, skips that step's update everywhere; non-finite weights always stop.
-// --evaluate only validates a checkpoint. Exit status: 0 done, 1 an error, 2 a usage error (a flag,
+// --weights FILE starts from pretrained weights (torchvision's names, or a checkpoint's model;
+// --weights-skip keeps e.g. a new head at its init: apps/trainer/start_weights.h). --sync-bn makes
+// BatchNorm's batch every rank's; without it the ranks' BN statistics are made one set before
+// validation and checkpoints (apps/trainer/bn_stats.h), so the logged validation is the saved
+// checkpoint's on any number of ranks. --model-ema keeps, validates and saves an EMA of the
+// weights (apps/trainer/ema.h).
+// --evaluate only validates a checkpoint (model, image size and classes from its metadata) or
+// --weights FILE. Exit status: 0 done, 1 an error, 2 a usage error (a flag,
 // or a checkpoint folder that refuses the run - every rank stops), 3 stopped on a non-finite value.
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
 // Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
