@@ -102,7 +102,7 @@ TEST_CASE("--weights: a torchvision-named state dict round-trips; --evaluate tak
   const std::string logged = after(slurp(dir("base.log")), "epoch 1 validation: top1 ");
   CHECK(after(ev_sd.output, "val top1 ") == logged);
   CHECK(after(ev_ck.output, "val top1 ") == logged);
-  CHECK(ev_ck.has("resnet_tiny at 16 px"));  // model and image size from the checkpoint, no flags
+  CHECK(ev_ck.has("evaluate: resnet_tiny at 16 px (from the checkpoint)"));  // model and image size from the checkpoint, no flags
 
   // Training from it: every tensor loaded, the run starts where the weights are (loss well below ln 3).
   const AppRun tr = run(2, kTiny + "--data " + scratch().data + " --epochs 1 --weights " + sd, "from_sd.log");

@@ -201,8 +201,8 @@ void validate(TrainOptions& o) {
                "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
-  TANDEM_CHECK(!o.evaluate || !o.resume.empty() || !o.weights.empty(), "--evaluate needs the weights to evaluate: "
-               "--resume CHECKPOINT (or auto with --checkpoint-dir), or --weights FILE");
+  TANDEM_CHECK(!o.evaluate || !o.resume.empty() || !o.weights.empty(), "--evaluate needs --resume CHECKPOINT (or auto "
+               "with --checkpoint-dir) or --weights FILE: the weights to evaluate");
   // --device is this trainer's: the library learns the device only when the world exists.
   TANDEM_CHECK(!o.cuda_graph || o.device != "cpu", "--cuda-graph captures GPU work, and --device cpu has none: drop "
                "--cuda-graph or use --device cuda");

@@ -143,7 +143,8 @@ EvalResult evaluate_checkpoint(const TrainOptions& flags, const dist::World& w, 
   const EvalResult r = evaluate(*model, *val, ds.val->num_classes());
   const std::string what = checkpoint ? " (step " + std::to_string(head.step) + ")" : " (weights)";
   if (w.rank == 0)
-    std::printf("evaluate: %s%s %s at %d px: val %s\n", path.c_str(), what.c_str(), o.model.c_str(), o.image_size,
+    std::printf("evaluate: %s at %d px (%s)\nevaluate: %s%s: val %s\n", o.model.c_str(), o.image_size,
+                checkpoint ? "from the checkpoint" : "--model and --image-size", path.c_str(), what.c_str(),
                 r.str().c_str());
   if (r.failed()) throw trainer::RunStopped("--evaluate: non-finite logits");
   if (checkpoint) {
