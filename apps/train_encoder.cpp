@@ -39,11 +39,14 @@
 // Flags: one vocabulary with train_imagenet, --config FILE / --dump-config, a suggestion for a
 // mistyped flag (apps/trainer/cli.h); --log-file writes JSON lines for apps/scripts/plot_run.py and
 // progress lines end with the elapsed time and an ETA (apps/trainer/run_log.h).
+// --weights FILE starts from a Hugging Face BertForMaskedLM state dict (its tied-decoder and
+// position_ids aliases checked, apps/encoder/hf_state_dict.h) or a checkpoint's model
+// (apps/trainer/start_weights.h); --model-ema keeps, validates and saves an EMA of the weights
+// (apps/trainer/ema.h); --sync-bn is refused (BERT has no BatchNorm).
 //
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
 // flops.h; the step in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <algorithm>
-#include <exception>
 #include <iostream>
 
 #include "apps/encoder/checkpointing.h"  // defines: folder_options, checkpoint_if_due
@@ -53,15 +56,13 @@
 #include "apps/encoder/setup.h"          // defines: env_rank0, init_world, make_corpus, make_model, set_up
 #include "apps/encoder/validation.h"     // defines: evaluate
 #include "apps/trainer/clock.h"          // defines: Clock, RunClock
-#include "apps/trainer/nonfinite.h"      // defines: RunStopped
 #include "apps/trainer/preemption.h"     // defines: RunControl, install_stop_signals, kPreemptedExit
-#include "apps/trainer/run_folder.h"     // defines: RunFolder, UsageError
+#include "apps/trainer/run_flags.h"      // defines: run_main
+#include "apps/trainer/run_folder.h"     // defines: RunFolder
 #include "core/check.h"                  // defines: Error
 #include "data/wordpiece.h"              // defines: Vocab (--describe's vocabulary size)
-#include "core/out_of_memory.h"          // defines: OutOfMemory
-#include "dist/transport/bootstrap.h"    // defines: initialized, world, finalize, comm_for
+#include "dist/transport/bootstrap.h"    // defines: comm_for
 #include "dist/transport/busy.h"         // defines: Busy
-#include "dist/transport/watchdog.h"    // defines: abort_job
 
 using namespace tandem;
 namespace enc = tandem::apps::encoder;
@@ -122,6 +123,12 @@ int run(enc::EncoderOptions& o) {
       rec.evals.push_back(enc::evaluate(t, o, loop.pos.step));
       if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
       enc::log_validation(t, rec.evals.back(), loop.pos.samples, loop.pos.epoch);
+      if (t.ema) {
+        // The EMA's weights in the model for one pass (apps/trainer/ema.h); not in the run's record.
+        const trainer::ModelEma::Applied ema(*t.ema);
+        const enc::EvalResult e = enc::evaluate(t, o, loop.pos.step);
+        if (w.rank == 0) std::cout << "(ema) " << enc::validation_line(e, t) << std::endl;
+      }
     }
     // last = true also means "write at this position" (checkpointing.h): the control asked for it.
     if (control.save([&] { return enc::checkpoint_if_due(t, o, loop.pos, last || loop.decision.save); }))
@@ -149,31 +156,5 @@ int main(int argc, char** argv) {
     if (enc::env_rank0()) std::cerr << "train_encoder: " << e.what() << "\nRun with --help for the options.\n";
     return 2;
   }
-  int rc = 1;
-  try {
-    rc = run(o);
-  } catch (const trainer::RunStopped&) {
-    // Every rank stopped at the same step and printed why: an agreed, clean exit.
-    if (dist::initialized()) dist::finalize();
-    return 3;
-  } catch (const trainer::UsageError& e) {
-    // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
-    if (dist::initialized() && dist::world().rank == 0) std::cerr << "train_encoder: " << e.what() << "\n";
-    if (dist::initialized()) dist::finalize();
-    return 2;
-  } catch (const OutOfMemory& e) {
-    // The library says "lower the batch size"; this program's flag for it is --batch.
-    std::cerr << "train_encoder: error: " << e.what() << " (the batch size is --batch, now " << o.batch << " per rank)\n";
-    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "train_encoder: error: " << e.what() << "\n";
-    // Other ranks may be waiting in a collective this rank will never join: end them all now.
-    // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
-    // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).
-    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
-    return 1;
-  }
-  if (dist::initialized()) dist::finalize();
-  return rc;
+  return trainer::run_main("train_encoder", o.batch, [&] { return run(o); });
 }

@@ -23,7 +23,14 @@
 // images/s (first --bench-warmup steps excluded) from the whole-run rate.
 // A NaN/inf loss or gradient on any rank stops every rank (exit 3, no checkpoint from that state)
 // or, with --on-nonfinite skip, skips that step's update everywhere; non-finite weights always stop.
-// --evaluate only validates a checkpoint. Exit status: 0 done, 1 an error, 2 a usage error (a flag,
+// --weights FILE starts from pretrained weights (torchvision's names, or a checkpoint's model;
+// --weights-skip keeps e.g. a new head at its init: apps/trainer/start_weights.h). --sync-bn makes
+// BatchNorm's batch every rank's; without it the ranks' BN statistics are made one set before
+// validation and checkpoints (apps/trainer/bn_stats.h), so the logged validation is the saved
+// checkpoint's on any number of ranks. --model-ema keeps, validates and saves an EMA of the
+// weights (apps/trainer/ema.h).
+// --evaluate only validates a checkpoint (model, image size and classes from its metadata) or
+// --weights FILE. Exit status: 0 done, 1 an error, 2 a usage error (a flag,
 // or a checkpoint folder that refuses the run - every rank stops), 3 stopped on a non-finite value.
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
 // Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
@@ -43,7 +50,6 @@
 // step itself in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -55,15 +61,14 @@
 #include "apps/train/report.h"         // defines: RunRecord, EpochRecord, print_start, report
 #include "apps/train/setup.h"          // defines: env_rank0, init_world, make_datasets, make_model, set_up
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
+#include "apps/trainer/bn_stats.h"     // defines: sync_bn_statistics
 #include "apps/trainer/clock.h"        // defines: Clock, RunClock
-#include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/preemption.h"   // defines: RunControl, install_stop_signals, kPreemptedExit
-#include "apps/trainer/run_folder.h"   // defines: RunFolder, UsageError, resolve_resume_read_only
+#include "apps/trainer/run_flags.h"    // defines: run_main
+#include "apps/trainer/run_folder.h"   // defines: RunFolder, resolve_resume_read_only
 #include "core/check.h"                // defines: Error
-#include "core/out_of_memory.h"        // defines: OutOfMemory
-#include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize, comm_for
+#include "dist/transport/bootstrap.h"  // defines: comm_for
 #include "dist/transport/busy.h"       // defines: Busy
-#include "dist/transport/watchdog.h"  // defines: abort_job
 
 using namespace tandem;
 
@@ -119,6 +124,11 @@ int run(apps::TrainOptions& o) {
     // came where the invocation ends anyway (the run's last step, --run-epochs' last epoch end)
     // changes nothing.
     const bool preempted = end.stopped && !last;
+    // One set of BN statistics on every rank before validation and the checkpoint read them: the
+    // average at an epoch end, rank 0's inside one (apps/trainer/bn_stats.h says why each).
+    if (!o.sync_bn)
+      trainer::sync_bn_statistics(*t.model, dist::comm_for(t.dev),
+                                  end.done ? trainer::BnSync::Average : trainer::BnSync::FromRank0);
     apps::EpochRecord h{end.epoch, loop.pos.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};
     if (!preempted) h.val = apps::validate_if_due(t, o, end.epoch, last);
     if (h.val) rec.last_eval = *h.val, apps::log_validation(t, h, loop.pos.samples);
@@ -150,31 +160,5 @@ int main(int argc, char** argv) {
     if (apps::env_rank0()) std::cerr << "train_imagenet: " << e.what() << "\nRun with --help for the options.\n";
     return 2;
   }
-  int rc = 1;
-  try {
-    rc = run(o);
-  } catch (const trainer::RunStopped&) {
-    // Every rank stopped at the same step and printed why: an agreed, clean exit.
-    if (dist::initialized()) dist::finalize();
-    return 3;
-  } catch (const trainer::UsageError& e) {
-    // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
-    if (dist::initialized() && dist::world().rank == 0) std::cerr << "train_imagenet: " << e.what() << "\n";
-    if (dist::initialized()) dist::finalize();
-    return 2;
-  } catch (const OutOfMemory& e) {
-    // The library says "lower the batch size"; this program's flag for it is --batch.
-    std::cerr << "train_imagenet: error: " << e.what() << " (the batch size is --batch, now " << o.batch << " per rank)\n";
-    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "train_imagenet: error: " << e.what() << "\n";
-    // Other ranks may be waiting in a collective this rank will never join: end them all now.
-    // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
-    // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).
-    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
-    return 1;
-  }
-  if (dist::initialized()) dist::finalize();
-  return rc;
+  return trainer::run_main("train_imagenet", o.batch, [&] { return run(o); });
 }

@@ -111,7 +111,7 @@ WeightsResult load_weights(const std::string& path, Module& model, const Weights
     }
   }
   for (size_t i = 0; i < opt.skip.size(); ++i)
-    TANDEM_CHECK(hits[i] > 0, "WeightsOptions::skip pattern '", opt.skip[i], "' matches no tensor in '", path,
+    TANDEM_CHECK(hits[i] > 0, opt.skip_name, " pattern '", opt.skip[i], "' matches no tensor in '", path,
                  "' or in the model: check its spelling against the model's names (e.g. 'fc.*' for fc.weight and "
                  "fc.bias; '*' also crosses dots)");
 
@@ -149,15 +149,20 @@ WeightsResult load_weights(const std::string& path, Module& model, const Weights
     std::string msg;
     for (const std::string& p : problems) msg += "\n  " + p;
     const bool names = opt.strict && (!res.missing.empty() || !res.unexpected.empty());
+    const bool library = opt.skip_name == WeightsOptions{}.skip_name;  // a program names its flag alone
     TANDEM_THROW("cannot load weights '", path, "' into the ", model.type_name(), " model (nothing was changed):", msg,
                  shape_problem ? "\nA shape that differs is usually a classifier head with another number of classes: "
-                                 "drop it from both sides with WeightsOptions::skip (\"fc.*\" for a ResNet, "
+                                 "drop it from both sides with " + opt.skip_name + " (\"fc.*\" for a ResNet, "
                                  "\"classifier.6.*\" for VGG and AlexNet) and it keeps its fresh initialisation."
                                : "",
-                 names ? "\nFor names the file and the model do not share: skip them (WeightsOptions::skip), map the "
-                         "file's names (WeightsOptions::remap, e.g. strip_prefix(\"module.\") for a DDP-wrapped save, "
-                         "or the encoder's Hugging Face mapping), or load non-strictly (WeightsOptions::strict = false)."
-                       : "");
+                 !names ? ""
+                 : library
+                     ? "\nFor names the file and the model do not share: skip them (WeightsOptions::skip), map the "
+                       "file's names (WeightsOptions::remap, e.g. strip_prefix(\"module.\") for a DDP-wrapped save, "
+                       "or the encoder's Hugging Face mapping), or load non-strictly (WeightsOptions::strict = false)."
+                     : "\nTensors the model has and the file lacks (or the other way round) are named above: leave "
+                       "them at their fresh initialisation with " + opt.skip_name + " PATTERN (a glob, e.g. 'fc.*'), "
+                       "or use a file saved from the same architecture.");
   }
 
   NamedTensors load;

@@ -46,6 +46,9 @@ struct WeightsOptions {
   bool strict = true;              // false: missing/unexpected names are reported, not refused
   std::vector<std::string> skip;   // globs; matching names are dropped from the file and the model
   WeightsRemap remap;              // empty: the file's names are the model's names
+  // How the errors name `skip` to the user: a program passes its flag ("--weights-skip"), and its
+  // advice then names only that (a command line has no remap or strict switch).
+  std::string skip_name = "WeightsOptions::skip";
 };
 
 enum class WeightsFormat { StateDict, Checkpoint };

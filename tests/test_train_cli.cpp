@@ -230,7 +230,7 @@ TEST_CASE("a batch the host cannot allocate names the bytes, the device and --ba
   CHECK(oom.status != 0);
   CHECK(oom.has("could not allocate 1.1 TiB on cpu ("));
   CHECK(oom.has("in use by tandem"));
-  CHECK(oom.has("(the batch size is --batch, now 2000000 per rank)"));
+  CHECK(oom.has("(the batch size is --batch-size, now 2000000 per rank)"));
   CHECK_FALSE(oom.has("done:"));
 
   const std::string d = (scratch().root / "precision").string();

@@ -8,15 +8,7 @@
 namespace tandem::apps::encoder {
 
 CheckpointDirOptions folder_options(const EncoderOptions& o) {
-  CheckpointDirOptions c;
-  c.dir = o.checkpoint_dir;
-  c.resume = o.resume;
-  c.run_id = o.run_id;
-  c.overwrite = o.overwrite_checkpoints;
-  c.keep = o.keep_checkpoints;
-  c.naming = CheckpointNaming::step;
-  c.program = "train_encoder";
-  return c;
+  return trainer::folder_options(o, CheckpointNaming::step, "train_encoder");
 }
 
 Restored restore_checkpoint(const std::string& path, Module& model, const EncoderOptions& o, const dist::World& w) {
@@ -47,7 +39,11 @@ bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Po
   // under ZeRO every rank takes part in assembling it, and rank 0 receives it. --zero 3: the
   // weights are gathered whole for the write (every rank), and freed again after it.
   const dist::FullParameters weights = t.step->full_parameters();
-  const NamedTensors opt_state = t.step->state();
+  NamedTensors opt_state = t.step->state();
+  // --model-ema: "ema.<param>" beside the optimizer state (apps/trainer/ema.h); rank 0 writes.
+  if (t.ema && t.world->rank == 0)
+    for (auto& e : t.ema->state()) opt_state.push_back(std::move(e));
+  if (t.ema) s.extra["model_ema_decay"] = std::to_string(t.ema->decay());
   t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
   t.folder.write(*t.model, opt_state, s);
   return true;

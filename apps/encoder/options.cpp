@@ -5,6 +5,7 @@
 #include <map>
 
 #include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
+#include "apps/trainer/run_flags.h"  // defines: add_run_flags, after_parse, check_run_options
 #include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps::encoder {
@@ -70,65 +71,32 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
                  "linear warmup from 0 (default: 10% of --steps)");
   app.add_option("--min-lr", o.min_lr, "learning rate at the last step (linear, cosine and poly decay)")
       ->capture_default_str();
-  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_flag("--no-overlap", o.no_overlap, "all-reduce after backward instead of during it");
-  app.add_option("--compress", o.compress, "gradient dtype on the wire")
-      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--amp", o.amp, "mixed precision: 16-bit compute with f32 master weights (fp16: with loss "
                                  "scaling); with --zero the masters are sharded too")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage: 0 DDP, 1 shard the optimizer state (and --amp's f32 masters), 2 "
                                    "also the gradients, 3 also the parameters (each layer gathered around its use)")
       ->check(CLI::IsMember({0, 1, 2, 3}))->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir,
-                 "write checkpoint_step<N>.safetensors here; the folder belongs to one run and is locked while it "
-                 "trains");
-  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: after the last step)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--checkpoint-interval", o.checkpoint_interval,
-                 "also write a checkpoint once this many minutes of wall time passed since the last one (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
-             "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
-             "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
-  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints of this run to keep (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--resume", o.resume,
-                 "checkpoint file to resume from, or 'auto': the newest of the run that last used --checkpoint-dir "
-                 "(a fresh start when there is none); any number of ranks and any --batch");
-  app.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
-               "start a new run in a --checkpoint-dir that holds other runs' checkpoints (they are kept and never "
-               "pruned; --resume auto then follows the new run)");
-  app.add_option("--run-id", o.run_id,
-                 "this run's id (letters, digits, '.', '_', '-'): with --resume auto, continue that run; on a fresh "
-                 "start, name the new run (default: a random id)");
-  app.add_option("--on-nonfinite", o.on_nonfinite,
-                 "a NaN/inf loss or gradient on any rank: stop the run (exit 3), skip the step on every rank, or off "
-                 "(no per-step check); non-finite weights always stop, and no checkpoint is written from them")
-      ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
+  trainer::add_run_flags(app, o,
+                         {"write checkpoint_step<N>.safetensors here", "steps between checkpoints (0: after the last step)",
+                          "a Hugging Face BertForMaskedLM state dict in safetensors (model.safetensors, or "
+                          "safetensors.torch.save_file(model.state_dict(), FILE))",
+                          "'cls.predictions.transform.*'",
+                          "SyncBatchNorm (train_imagenet); refused here: BERT has no BatchNorm"});
   app.add_option("--val-every", o.val_every, "steps between validations (0: only after the last step)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--val-batches", o.val_batches, "held-out batches per rank per validation (-1: all)")
       ->capture_default_str();
-  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber)
-      ->capture_default_str();
   app.add_option("--bench-warmup", o.bench_warmup, "steps excluded from the steady rates");
   app.add_option("--peak-tflops", o.peak_tflops, "peak TFLOP/s of one rank's device for MFU (default: estimated)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
-  app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
-  app.add_option("--log-file", o.log_file,
-                 "append one JSON line per progress line and validation to FILE (apps/scripts/plot_run.py draws it; "
-                 "default with --checkpoint-dir: <dir>/log_<run-id>.jsonl)");
   app.add_flag("--describe", o.describe,
                "print the model (layers, parameter count) and the effective settings, then exit (no data needed: "
                "the vocabulary is --vocab's, else --vocab-size)");
   trainer::add_config_flags(app, o.dump_config);
   if (int rc = trainer::parse(app, argc, argv, print, "train_encoder", o.dump_config, o.effective_config); rc >= 0)
     return rc;
+  trainer::after_parse(app, o);
   if (o.beta2 >= 0) o.betas[1] = o.beta2;
   return -1;
 }
@@ -155,18 +123,11 @@ void validate(EncoderOptions& o) {
   TANDEM_CHECK(o.warmup_steps < o.steps, "--lr-warmup-steps (", o.warmup_steps, ") must be smaller than --steps (",
                o.steps, ")");
   TANDEM_CHECK(o.vocab_size >= 16, "--vocab-size must be at least 16");
-  TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
-               "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
-  TANDEM_CHECK(o.checkpoint_interval == 0 || !o.checkpoint_dir.empty(),
-               "--checkpoint-interval writes into --checkpoint-dir: pass --checkpoint-dir too");
-  TANDEM_CHECK(!o.overwrite_checkpoints || !o.checkpoint_dir.empty(),
-               "--overwrite-checkpoints is about --checkpoint-dir: pass --checkpoint-dir too, or drop it");
-  TANDEM_CHECK(!o.overwrite_checkpoints || o.resume.empty(), "--overwrite-checkpoints starts a new run and --resume "
-               "continues one: pass one of them");
-  TANDEM_CHECK(o.run_id.empty() || !o.checkpoint_dir.empty(),
-               "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
   trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
+  trainer::check_run_options(o, step_options(o));
+  TANDEM_CHECK(!o.sync_bn, "--sync-bn synchronises BatchNorm statistics across ranks, and BERT has none (LayerNorm "
+               "normalises each token by itself, the same on any number of ranks): drop --sync-bn");
 }
 
 namespace {
@@ -183,7 +144,8 @@ std::string flag_name(const std::string& option, const std::string& value) {
       {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip-grad-norm"},
       {"grad_accum_steps", "--grad-accum-steps"},
       {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
-      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"}};
+      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"},
+      {"model_ema", "--model-ema"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;

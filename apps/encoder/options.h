@@ -16,11 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "apps/trainer/run_flags.h"     // defines: RunOptions
 #include "apps/trainer/step_options.h"  // defines: StepOptions
 
 namespace tandem::apps::encoder {
 
-struct EncoderOptions {
+// The shared options (checkpoints, weights, communication, outputs) are RunOptions's
+// (apps/trainer/run_flags.h); these are train_encoder's own.
+struct EncoderOptions : trainer::RunOptions {
   // data and model
   std::vector<std::string> data;    // text files or folders (data/text_corpus.h); needs --vocab
   std::string vocab;                // vocab.txt (apps/make_vocab writes one)
@@ -56,38 +59,14 @@ struct EncoderOptions {
   double lr_power = 1.0;            // poly: the exponent of (1 - progress)
   int64_t warmup_steps = -1;        // -1: 10 % of --steps (BERT used 1 % of 1 M)
   double min_lr = 0.0;              // the linear, poly and cosine decays' floor
-  // communication (as train_imagenet)
-  double bucket_mb = 25;
-  double first_bucket_mb = 1;
-  bool no_overlap = false;
-  std::string compress = "none";
   // precision and sharding (as train_imagenet; together, each rank keeps the masters of its shard)
   std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/amp.h)
   int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients | 3 also parameters
-  // checkpoints (as train_imagenet: the folder is owned by one run and locked against a second job)
-  std::string checkpoint_dir;       // empty: no checkpoints
-  int64_t checkpoint_every = 0;     // steps between checkpoints (0: only after the last step)
-  double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
-                                    // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
-  std::string resume;               // a checkpoint file, or "auto": the newest of this folder's run
-  int keep_checkpoints = 2;         // this run's newest checkpoints kept (0: all)
-  bool overwrite_checkpoints = false;  // a fresh start into a folder holding other runs' checkpoints
-  std::string run_id;               // "": new or the resumed file's; set: this run, and --resume auto's
-  // a NaN/inf loss or gradient on any rank: stop (exit 3) | skip the step | off (apps/trainer/
-  // nonfinite.h; as train_imagenet). Under --amp the loss scaler's own check skips gradient overflows.
-  std::string on_nonfinite = "stop";
   // output
   int64_t val_every = 0;            // steps between validations (0: only after the last step)
   int64_t val_batches = -1;         // held-out batches per rank per validation (-1: all)
-  int64_t log_every = 50;           // steps between progress lines
   int64_t bench_warmup = -1;        // steps left out of steady rates (-1: min(10, steps/4))
   double peak_tflops = 0;           // MFU's denominator per rank; 0: estimated (apps/encoder/flops.h)
-  std::string trace;                // Chrome trace (all ranks, written by rank 0)
-  std::string metrics;              // JSON summary (rank 0)
-  std::string log_file;             // JSON-lines run log (apps/trainer/run_log.h); "": <checkpoint-dir>/
-                                    // log_<run-id>.jsonl with a folder, else none
-  bool dump_config = false;         // --dump-config: print the effective configuration and exit
-  std::string effective_config;     // filled by parse_options: the --config text of this run (not a flag)
   bool describe = false;            // print the model and the settings, then exit (needs no data)
 };
 

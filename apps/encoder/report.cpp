@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/encoder/setup.h"  // defines: Training
-#include "apps/trainer/cli.h"      // defines: write_config_file
+#include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
 #include "core/storage.h"        // defines: memory_stats
 #include "dist/transport/bootstrap.h"      // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"   // defines: kTandemVersion
@@ -100,11 +100,7 @@ void print_start(const EncoderOptions& o, const Training& t) {
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
   // The LR rule in words, as train_imagenet prints it (options.h).
   const int world = t.world->size;
-  if (o.lr_scaling == "linear")
-    std::printf("lr rule: --lr-scaling linear: --lr %g x %d rank(s) = %.4g", o.lr, world, t.sched.base_lr);
-  else
-    std::printf("lr rule: --lr %g as given on %d rank(s), not scaled by the world size (--lr-scaling linear would "
-                "make it %.4g)", o.lr, world, o.lr * world);
+  std::printf("%s", trainer::lr_rule(o.lr_scaling, o.lr, world, t.sched.base_lr).c_str());
   std::printf("; %s decay after %lld warmup steps", o.lr_schedule.c_str(), (long long)o.warmup_steps);
   if (o.grad_accum_steps > 1)
     std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.grad_accum_steps, (long long)o.batch,
@@ -115,14 +111,8 @@ void print_start(const EncoderOptions& o, const Training& t) {
 }
 
 void start_records(const EncoderOptions& o, Training& t) {
-  const bool rank0 = t.world->rank == 0;
-  if (rank0 && t.folder.owned())
-    std::printf("config: %s\n",
-                trainer::write_config_file(t.folder.dir(), t.folder.run_id(), o.effective_config).c_str());
-  t.log = trainer::RunLog::open(trainer::RunLog::path_for(o.log_file, o.checkpoint_dir, t.folder.run_id()), rank0);
+  t.log = trainer::start_run_records(o, t.folder, t.world->rank == 0);
   if (!t.log.enabled()) return;
-  std::printf("log: %s\n", t.log.path().c_str());
-  std::fflush(stdout);
   t.log.write({{"event", "start"}, {"program", "train_encoder"}, {"run_id", t.folder.run_id()},
                {"world_size", t.world->size}, {"model", o.model}, {"unit", "tokens"}, {"start_step", t.start_at.step},
                {"steps", t.total_steps}, {"global_batch", t.global_batch}, {"device", t.dev.str()},

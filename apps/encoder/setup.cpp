@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "apps/encoder/checkpointing.h"  // defines: restore_checkpoint
+#include "apps/encoder/hf_state_dict.h"  // defines: from_hf_state_dict (--weights)
+#include "apps/trainer/start_weights.h"  // defines: load_start_weights
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
 #include "core/random.h"                 // defines: manual_seed, Generator
@@ -169,10 +171,15 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   t.model = std::move(model);
   t.model->to(t.dev);
   manual_seed(o.seed);
-  // The checkpoint goes in after --amp's cast and before DDP's broadcast; the Step calls back here.
+  // The checkpoint (or --weights: Hugging Face's names through from_hf_state_dict) goes in after
+  // --amp's cast and before DDP's broadcast; the Step calls back here. A checkpoint's EMA entries
+  // are the EMA's, not the Step's (apps/trainer/ema.h).
+  NamedTensors ema_state;
   auto restore = [&](Module& m) {
+    if (!o.weights.empty()) trainer::load_start_weights(o.weights, m, o.weights_skip, from_hf_state_dict, w.rank == 0);
     if (resume.empty()) return NamedTensors{};
     Restored r = restore_checkpoint(resume, m, o, w);
+    ema_state = trainer::ModelEma::take_state(r.optimizer);
     t.start = r.state;
     t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator (dropout)
     if (w.rank == 0) {
@@ -186,6 +193,17 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   };
   t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
   t.step->set_steps_done(t.start_at.step);
+  // --model-ema: from the run's starting weights, or the checkpoint's average; before the memory
+  // ledger's plan(), with the file's copy freed (apps/trainer/ema.h).
+  if (o.model_ema) {
+    t.ema = std::make_unique<trainer::ModelEma>(*t.model, o.model_ema_decay);
+    if (!ema_state.empty()) t.ema->load_state(ema_state, "checkpoint '" + resume + "'");
+    else if (!resume.empty() && w.rank == 0)
+      std::printf("note: the checkpoint has no EMA of the weights: --model-ema starts its average from them\n");
+  } else if (!ema_state.empty() && w.rank == 0) {
+    std::printf("note: the checkpoint holds an EMA of the weights; without --model-ema it is not kept\n");
+  }
+  ema_state.clear();
   make_loaders(o, t);
   t.sched = make_schedule(o, w.size);
   plan_steps(o, t);

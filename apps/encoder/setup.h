@@ -21,6 +21,7 @@
 
 #include "apps/encoder/flops.h"    // defines: PeakFlops
 #include "apps/encoder/options.h"  // defines: EncoderOptions
+#include "apps/trainer/ema.h"      // defines: ModelEma
 #include "apps/trainer/memory.h"   // defines: MemoryMeter
 #include "apps/trainer/position.h"    // defines: Position, RunLength
 #include "apps/trainer/run_folder.h"  // defines: RunFolder
@@ -74,6 +75,8 @@ struct Training {
   PeakFlops peak;            // per rank
   trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step and at the end
   trainer::RunLog log;          // --log-file (rank 0; disabled elsewhere and without one): report.h start_records
+  // --model-ema: the average of the weights (apps/trainer/ema.h); null without it.
+  std::unique_ptr<trainer::ModelEma> ema;
 };
 
 // Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK).

@@ -10,15 +10,7 @@
 namespace tandem::apps {
 
 CheckpointDirOptions folder_options(const TrainOptions& o) {
-  CheckpointDirOptions c;
-  c.dir = o.checkpoint_dir;
-  c.resume = o.resume;
-  c.run_id = o.run_id;
-  c.overwrite = o.overwrite_checkpoints;
-  c.keep = o.keep_checkpoints;
-  c.naming = CheckpointNaming::epoch;
-  c.program = "train_imagenet";
-  return c;
+  return trainer::folder_options(o, CheckpointNaming::epoch, "train_imagenet");
 }
 
 namespace {
@@ -67,11 +59,18 @@ bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Posi
   s.extra[o.steps > 0 ? "steps" : "epochs"] = std::to_string(o.steps > 0 ? o.steps : o.epochs);
   s.extra["schedule_global_batch"] = std::to_string(t.fresh_global_batch);
   s.extra["total_steps"] = std::to_string(t.length.schedule_total());  // in the schedule's unit
+  // What --evaluate needs to rebuild the model and its input without flags (validation.h).
+  s.extra["image_size"] = std::to_string(o.image_size);
+  s.extra["num_classes"] = std::to_string(t.classes);
+  if (t.ema) s.extra["model_ema_decay"] = std::to_string(t.ema->decay());
   // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
   // under ZeRO every rank takes part in assembling it, and rank 0 receives it. --zero 3: the
   // weights are gathered whole for the write (every rank), and freed again after it.
   const dist::FullParameters weights = t.step->full_parameters();
-  const NamedTensors opt_state = t.step->state();
+  NamedTensors opt_state = t.step->state();
+  // --model-ema: "ema.<param>" beside the optimizer state (apps/trainer/ema.h); rank 0 writes.
+  if (t.ema && t.world->rank == 0)
+    for (auto& e : t.ema->state()) opt_state.push_back(std::move(e));
   t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
   t.folder.write(*t.model, opt_state, s);
   return true;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
+#include "apps/trainer/run_flags.h"  // defines: add_run_flags, after_parse, check_run_options
 #include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps {
@@ -96,14 +97,7 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--label-smoothing", o.label_smoothing,
                  "cross-entropy label smoothing (torchvision's newer recipes: 0.1)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_flag("--no-overlap", o.no_overlap, "all-reduce after backward instead of during it");
   app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
-  app.add_option("--compress", o.compress, "gradient dtype on the wire")
-      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--strategy", o.strategy, "ddp: all-reduce during backward; ps: synchronous parameter server")
       ->check(CLI::IsMember({"ddp", "ps"}))->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers, "ps: servers, colocated on ranks 0..K-1")
@@ -114,43 +108,21 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (DDP), 1 (shard optimizer state, and the f32 masters under --amp), "
                  "2 (and gradients), 3 (and parameters: each block gathered around its forward and backward)")
       ->check(CLI::Range(0, 3))->capture_default_str();
-  app.add_option("--checkpoint-dir", o.checkpoint_dir,
-                 "write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>); the folder "
-                 "belongs to one run and is locked while it trains");
-  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints of this run to keep (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--checkpoint-interval", o.checkpoint_interval,
-                 "also write a checkpoint once this many minutes of wall time passed since the last one (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
-             "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
-             "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
-  app.add_option("--resume", o.resume,
-                 "checkpoint file to resume from, or 'auto': the newest of the run that last used --checkpoint-dir "
-                 "(a fresh start when there is none); any number of ranks and any --batch");
-  app.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
-               "start a new run in a --checkpoint-dir that holds other runs' checkpoints (they are kept and never "
-               "pruned; --resume auto then follows the new run)");
-  app.add_option("--run-id", o.run_id,
-                 "this run's id (letters, digits, '.', '_', '-'): with --resume auto, continue that run; on a fresh "
-                 "start, name the new run (default: a random id)");
+  trainer::add_run_flags(app, o,
+                         {"write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>)",
+                          "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)",
+                          "a safetensors state dict with torchvision's names (safetensors.torch.save_file(model."
+                          "state_dict(), FILE))",
+                          "'fc.*' to fine-tune with another --num-classes",
+                          "SyncBatchNorm: BatchNorm statistics over every rank's batch (N ranks x batch B normalise as "
+                          "one rank x N*B); costs two small all-reduces per BN layer"});
   app.add_option("--val-every", o.val_every, "epochs between validations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber)
-      ->capture_default_str();
   app.add_option("--bench-warmup", o.bench_warmup,
                  "steps excluded from steady-state images/s (default: min(10, steps/4))");
-  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
-  app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
-  app.add_option("--log-file", o.log_file,
-                 "append one JSON line per progress line and validation to FILE (apps/scripts/plot_run.py draws it; "
-                 "default with --checkpoint-dir: <dir>/log_<run-id>.jsonl)");
   app.add_flag("--describe", o.describe,
                "print the model (layers, parameter count) and the effective settings, then exit (no data needed)");
-  app.add_flag("--evaluate", o.evaluate, "print validation top-1/top-5 and loss of the --resume checkpoint, then exit");
+  app.add_flag("--evaluate", o.evaluate, "print validation top-1/top-5 and loss of the --resume checkpoint (or of --weights), then exit");
   auto* bn_impl = app.add_option("--bn-impl", o.bn_impl,
                                  "GPU BatchNorm in training: cudnn (cuDNN's NHWC batch norm, with the ResNet block tail "
                                  "fused as BN+add+ReLU) or tandem (tandem's own kernels: the parity reference)")
@@ -165,16 +137,14 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_flag("--deterministic", o.deterministic,
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
-  app.add_option("--on-nonfinite", o.on_nonfinite,
-                 "a NaN/inf loss or gradient on any rank: stop the run (exit 3), skip the step on every rank, or off "
-                 "(no per-step check); non-finite weights always stop, and no checkpoint is written from them")
-      ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
   app.add_flag("--cuda-graph", o.cuda_graph,
                "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
   trainer::add_config_flags(app, o.dump_config);
   if (int rc = trainer::parse(app, argc, argv, print, "train_imagenet", o.dump_config, o.effective_config); rc >= 0)
     return rc;
   o.num_classes_set = nc->count() > 0;
+  o.model_set = app.count("--model") > 0, o.image_size_set = app.count("--image-size") > 0;
+  trainer::after_parse(app, o);
   if (o.no_lr_scaling) o.lr_scaling = "none";
   return -1;
 }
@@ -191,19 +161,10 @@ void validate(TrainOptions& o) {
   TANDEM_CHECK(o.workers >= 0, "--workers must be >= 0, got ", o.workers);
   TANDEM_CHECK(o.epochs >= 0 && o.steps >= 0, "--epochs and --steps must be positive");
   if (o.epochs == 0 && o.steps == 0) o.epochs = 1;
-  TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
-               "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
-  TANDEM_CHECK((o.checkpoint_every == 0 && o.checkpoint_interval == 0) || !o.checkpoint_dir.empty(),
-               "--checkpoint-every and --checkpoint-interval write into --checkpoint-dir: pass --checkpoint-dir too");
-  TANDEM_CHECK(!o.overwrite_checkpoints || !o.checkpoint_dir.empty(),
-               "--overwrite-checkpoints is about --checkpoint-dir: pass --checkpoint-dir too, or drop it");
-  TANDEM_CHECK(!o.overwrite_checkpoints || o.resume.empty(), "--overwrite-checkpoints starts a new run and --resume "
-               "continues one: pass one of them");
-  TANDEM_CHECK(o.run_id.empty() || !o.checkpoint_dir.empty() || o.evaluate,
-               "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
-  TANDEM_CHECK(!o.evaluate || !o.resume.empty(), "--evaluate needs --resume CHECKPOINT: the weights to evaluate");
+  TANDEM_CHECK(!o.evaluate || !o.resume.empty() || !o.weights.empty(), "--evaluate needs --resume CHECKPOINT (or auto "
+               "with --checkpoint-dir) or --weights FILE: the weights to evaluate");
   // --device is this trainer's: the library learns the device only when the world exists.
   TANDEM_CHECK(!o.cuda_graph || o.device != "cpu", "--cuda-graph captures GPU work, and --device cpu has none: drop "
                "--cuda-graph or use --device cuda");
@@ -212,6 +173,9 @@ void validate(TrainOptions& o) {
                "shards DDP's state instead: use one of --zero or --strategy ps");
   // Every combination of the step's own options: the library's one refusal function.
   trainer::check(step_options(o));
+  trainer::check_run_options(o, step_options(o));
+  TANDEM_CHECK(!o.evaluate || o.weights.empty() || o.resume.empty(), "--evaluate takes the weights of --weights "
+               "FILE or of the --resume checkpoint: pass one of them");
 }
 
 namespace {
@@ -227,7 +191,7 @@ std::string flag_name(const std::string& option, const std::string& value) {
       {"clip_grad_norm", "--clip-grad-norm"}, {"on_nonfinite", "--on-nonfinite"}, {"compress", "--compress"},
       {"checkpoint", "--checkpoint-dir"}, {"lr", "--lr"},                    {"ps_servers", "--ps-servers"},
       {"bucket_mb", "--bucket-mb"},     {"first_bucket_mb", "--first-bucket-mb"},
-      {"grad_accum_steps", "--grad-accum-steps"}};
+      {"grad_accum_steps", "--grad-accum-steps"}, {"model_ema", "--model-ema"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;
@@ -269,6 +233,7 @@ trainer::StepOptions step_options(const TrainOptions& o) {
   s.backend.deterministic = o.deterministic;            // before the first conv builds its cuDNN plans
   s.backend.cudnn_batchnorm = o.bn_impl == "cudnn";    // --bn-impl: on the CPU neither path exists
   s.backend.conv_bias_fusion = o.conv_bias_fusion == "on";
+  s.sync_batchnorm = o.sync_bn;
   s.names = flag_name;
   return s;
 }

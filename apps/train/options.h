@@ -21,11 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "apps/trainer/run_flags.h"     // defines: RunOptions
 #include "apps/trainer/step_options.h"  // defines: StepOptions
 
 namespace tandem::apps {
 
-struct TrainOptions {
+// The shared options (checkpoints, weights, communication, outputs) are RunOptions's
+// (apps/trainer/run_flags.h); these are train_imagenet's own.
+struct TrainOptions : trainer::RunOptions {
   // data and model
   std::string data;                 // ImageNet layout: <data>/train/<class>/*, <data>/val/<class>/*
   bool synthetic = false;           // decode-free data; the training batch stays resident on the device
@@ -72,46 +75,18 @@ struct TrainOptions {
   double warmup_epochs = -1;        // -1: 1 epoch (at most 1/5 of the run) when world size > 1, else none
   int64_t warmup_steps = -1;        // overrides warmup_epochs when >= 0
   double label_smoothing = 0.0;     // torchvision's newer recipes use 0.1
-  // communication
-  double bucket_mb = 25;            // PyTorch DDP's bucket_cap_mb
-  double first_bucket_mb = 1;       // PyTorch's first bucket: starts communication early
-  bool no_overlap = false;          // all-reduce after backward (baseline)
+  // communication (the rest: RunOptions)
   bool no_bucketing = false;        // one all-reduce per parameter (baseline)
-  std::string compress = "none";    // none | bf16 | fp16: gradient dtype on the wire
   std::string strategy = "ddp";     // ddp | ps: all-reduce, or the parameter server baseline (dist/extras/parameter_server.h)
   int ps_servers = 1;               // ps: servers colocated on ranks 0..K-1 (1 <= K <= ranks)
   // precision and sharding: only the implemented values are accepted
   std::string amp = "off";
   int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients; 3: also parameters (dist/zero.h)
-  // checkpoints
-  // checkpoints (layers/checkpoint_dir.h: the folder is owned by one run and locked against a
-  // second job; apps/trainer/run_folder.h opens it at start-up)
-  std::string checkpoint_dir;       // empty: no checkpoints
-  std::string resume;               // a checkpoint file, or "auto": the newest of this folder's run
-  int keep_checkpoints = 2;         // this run's newest checkpoints kept (0: all), as train_encoder: a ResNet-50
-                                    // one is ~300 MB with its momentum, a resume needs the newest, and the one
-                                    // before it is the fallback should the newest be damaged
-  int64_t checkpoint_every = 0;     // also a checkpoint after every N-th step, mid-epoch (0: epoch ends only),
-                                    // so a preemption loses at most N steps instead of up to an epoch
-  double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
-                                    // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
-  bool overwrite_checkpoints = false;  // a fresh start into a folder holding other runs' checkpoints
-                                       // (they stay, never pruned; --resume auto follows the new run)
-  std::string run_id;               // "": a new run id (fresh start) or the resumed file's; set: this
-                                    // run's id, and --resume auto resumes that run
   // output
   int val_every = 1;                // epochs between validations (0: only after the last step)
-  int log_every = 50;               // steps between progress lines
   int bench_warmup = -1;            // steps left out of steady-state images/s (-1: min(10, steps/4),
                                     // with --cuda-graph at least the eager and capturing steps)
-  std::string trace;                // Chrome trace file (all ranks, written by rank 0)
-  std::string metrics;              // JSON summary file (rank 0)
-  std::string log_file;             // JSON-lines run log (apps/trainer/run_log.h); "": <checkpoint-dir>/
-                                    // log_<run-id>.jsonl with a folder, else none
-  bool dump_config = false;         // --dump-config: print the effective configuration and exit
-  std::string effective_config;     // filled by parse_options: the --config text of this run (not a flag)
   bool describe = false;            // print the model and settings, then exit (needs no data)
-  bool evaluate = false;            // only validate the --resume checkpoint's weights, then exit
   bool deterministic = false;       // cuDNN: skip non-deterministic engines (BackendConfig::deterministic)
   std::string bn_impl = "cudnn";   // GPU training-mode BatchNorm: cudnn (cuDNN's NHWC kernels, and the
                                     // fused BN+add+ReLU ResNet block tail) | tandem (tandem's own kernels,
@@ -127,12 +102,8 @@ struct TrainOptions {
   // (core/graph_rng.h). Default off. The progress line's
   // "host ms/step" shows what it saves, and "cuda graph N/M steps replayed" how many were replays.
   bool cuda_graph = false;
-  std::string on_nonfinite = "stop";  // stop | skip | off: a NaN/inf loss or gradient on any rank
-                                      // stops the run (no checkpoint from that state), skips the
-                                      // step on every rank, or is not checked (no per-step host
-                                      // sync); non-finite weights stop under stop and skip, and a
-                                      // checkpoint is never written from them, off included;
-                                      // apps/trainer/nonfinite.h
+  bool model_set = false;           // --model was given: --evaluate checks it against the checkpoint's
+  bool image_size_set = false;      // --image-size was given: likewise
 };
 
 // Fills `o` from the command line. Returns an exit code when the program should stop (--help or a

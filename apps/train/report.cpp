@@ -9,7 +9,7 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
-#include "apps/trainer/cli.h"       // defines: write_config_file
+#include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
 #include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
@@ -224,11 +224,7 @@ void print_start(const TrainOptions& o, const Training& t) {
               (long long)t.total_steps, t.sched.base_lr);
   // The LR rule in words (options.h), so a run moved to another world size is not a surprise.
   const int world = t.world->size;
-  if (o.lr_scaling == "linear")
-    std::printf("lr rule: --lr-scaling linear: --lr %g x %d rank(s) = %.4g", o.lr, world, t.sched.base_lr);
-  else
-    std::printf("lr rule: --lr %g as given on %d rank(s), not scaled by the world size (--lr-scaling linear would "
-                "make it %.4g)", o.lr, world, o.lr * world);
+  std::printf("%s", trainer::lr_rule(o.lr_scaling, o.lr, world, t.sched.base_lr).c_str());
   if (t.sched.warmup_steps > 0)
     std::printf("; warmup %lld steps from %.4g", (long long)t.sched.warmup_steps,
                 t.sched.base_lr * t.sched.warmup_start_factor);
@@ -239,14 +235,8 @@ void print_start(const TrainOptions& o, const Training& t) {
 }
 
 void start_records(const TrainOptions& o, Training& t) {
-  const bool rank0 = t.world->rank == 0;
-  if (rank0 && t.folder.owned())
-    std::printf("config: %s\n",
-                trainer::write_config_file(t.folder.dir(), t.folder.run_id(), o.effective_config).c_str());
-  t.log = trainer::RunLog::open(trainer::RunLog::path_for(o.log_file, o.checkpoint_dir, t.folder.run_id()), rank0);
+  t.log = trainer::start_run_records(o, t.folder, t.world->rank == 0);
   if (!t.log.enabled()) return;
-  std::printf("log: %s\n", t.log.path().c_str());
-  std::fflush(stdout);
   t.log.write({{"event", "start"}, {"program", "train_imagenet"}, {"run_id", t.folder.run_id()},
                {"world_size", t.world->size}, {"model", o.model}, {"unit", "images"}, {"start_step", t.start_at.step},
                {"steps", t.total_steps}, {"global_batch", t.global_batch}, {"device", t.dev.str()},

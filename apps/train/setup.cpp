@@ -10,6 +10,7 @@
 
 #include "apps/train/checkpointing.h"     // defines: restore_checkpoint
 #include "apps/trainer/graph_capture.h"   // defines: GraphCapture::kEagerSteps
+#include "apps/trainer/start_weights.h"   // defines: load_start_weights
 #include "core/device.h"                  // defines: require_cuda
 #include "core/profile.h"                 // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
@@ -225,6 +226,26 @@ void plan_steps(const TrainOptions& o, Training& t) {
 
 }  // namespace
 
+namespace {
+
+// --model-ema: the average starts from the weights the run starts from (after DDP's broadcast), or
+// continues the checkpoint's. Before the memory ledger's plan(): ema.h says why.
+void start_ema(const TrainOptions& o, Training& t, NamedTensors from_checkpoint) {
+  const bool rank0 = t.world->rank == 0;
+  if (!o.model_ema) {
+    if (!from_checkpoint.empty() && rank0)
+      std::printf("note: the checkpoint holds an EMA of the weights; without --model-ema it is not kept, and this "
+                  "run's checkpoints will not have it\n");
+    return;
+  }
+  t.ema = std::make_unique<trainer::ModelEma>(*t.model, o.model_ema_decay);
+  if (!from_checkpoint.empty()) t.ema->load_state(from_checkpoint, "checkpoint '" + t.resumed_from + "'");
+  else if (!t.resumed_from.empty() && rank0)
+    std::printf("note: the checkpoint has no EMA of the weights: --model-ema starts its average from them\n");
+}
+
+}  // namespace
+
 int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
   int64_t held = t.train->bytes_held() + (t.val ? t.val->bytes_held() : 0);
   held += data::batch_bytes(t.graph_batch.images, t.graph_batch.labels);
@@ -245,10 +266,14 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.model = std::move(model);
   t.model->to(t.dev);
   manual_seed(o.seed);
-  // The checkpoint goes in after --amp's cast and before DDP's broadcast; the Step calls back here.
+  // The checkpoint (or --weights) goes in after --amp's cast and before DDP's broadcast; the Step
+  // calls back here. A checkpoint's EMA entries are the EMA's, not the Step's (apps/trainer/ema.h).
+  NamedTensors ema_state;
   auto restore = [&](Module& m) {
+    if (!o.weights.empty()) trainer::load_start_weights(o.weights, m, o.weights_skip, {}, w.rank == 0);
     if (resume.empty()) return NamedTensors{};
     Restored r = restore_checkpoint(resume, m, o, w, t.data.classes);
+    ema_state = trainer::ModelEma::take_state(r.optimizer);
     t.start = r.state;
     t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator
     if (w.rank == 0) {
@@ -261,6 +286,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   };
   t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
   t.step->set_steps_done(t.start_at.step);
+  start_ema(o, t, std::move(ema_state));  // the file's copy freed here: not "other" memory at plan()
   make_loaders(o, t);
   plan_steps(o, t);
   t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));

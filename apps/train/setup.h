@@ -20,6 +20,7 @@
 #include <string>
 
 #include "apps/train/options.h"   // defines: TrainOptions
+#include "apps/trainer/ema.h"     // defines: ModelEma
 #include "apps/trainer/memory.h"  // defines: MemoryMeter
 #include "apps/trainer/position.h"    // defines: Position, RunLength
 #include "apps/trainer/run_folder.h"  // defines: RunFolder
@@ -94,6 +95,8 @@ struct Training {
   optim::LrScheduleOptions sched;
   trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step (apps/trainer/memory.h)
   trainer::RunLog log;          // --log-file (rank 0; disabled elsewhere and without one): report.h start_records
+  // --model-ema: the average of the weights (apps/trainer/ema.h); null without it.
+  std::unique_ptr<trainer::ModelEma> ema;
 };
 
 // Bytes of data batches on the allocator, which the memory ledger does not count as model state:

@@ -13,7 +13,10 @@
 #include "core/ops/loss/loss.h"     // defines: cross_entropy, topk_correct
 #include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the counts)
 #include "dist/transport/busy.h"       // defines: Busy (validation is announced host work)
-#include "layers/checkpoint.h" // defines: load_checkpoint, read_train_state
+#include "apps/trainer/ema.h"            // defines: ModelEma (--model-ema)
+#include "apps/trainer/start_weights.h"  // defines: load_start_weights
+#include "core/safetensors.h"            // defines: read_metadata
+#include "layers/checkpoint.h" // defines: read_checkpoint, read_train_state, is_checkpoint_format
 
 namespace tandem::apps {
 
@@ -67,18 +70,65 @@ std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, in
   const dist::FullParameters weights = t.step->full_parameters();
   const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
   if (t.world->rank == 0) std::printf("epoch %lld validation: %s\n", (long long)epoch, r.str().c_str());
+  if (t.ema) {
+    // The EMA's weights in the model for one pass, the trained ones back after it (apps/trainer/ema.h).
+    const trainer::ModelEma::Applied ema(*t.ema);
+    const EvalResult e = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
+    if (t.world->rank == 0) std::printf("epoch %lld validation (ema): %s\n", (long long)epoch, e.str().c_str());
+  }
   return r;
 }
 
-EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const std::string& path) {
+namespace {
+
+// The checkpoint's extra.<key> as an int (-1 when absent).
+int64_t extra_int(const TrainState& s, const std::string& key) {
+  auto it = s.extra.find(key);
+  return it == s.extra.end() ? -1 : std::stoll(it->second);
+}
+
+// --evaluate of a checkpoint: the model, image size and class count come from its metadata; a flag
+// given explicitly must agree with it (a UsageError naming both values otherwise).
+void take_from_checkpoint(TrainOptions& o, const TrainState& head, const std::string& path) {
+  auto refuse = [&](const std::string& flag, const std::string& given, const std::string& saved) {
+    throw trainer::UsageError("--evaluate: " + flag + " " + given + " contradicts checkpoint '" + path +
+                              "', which holds " + flag + " " + saved + ": drop " + flag +
+                              " (--evaluate takes it from the checkpoint) or evaluate another file");
+  };
+  if (!head.model.empty()) {
+    if (o.model_set && o.model != head.model) refuse("--model", o.model, head.model);
+    o.model = head.model;
+  }
+  if (const int64_t size = extra_int(head, "image_size"); size > 0) {
+    if (o.image_size_set && o.image_size != size) refuse("--image-size", std::to_string(o.image_size), std::to_string(size));
+    o.image_size = static_cast<int>(size);
+  }
+  // The class count: --data's val/ is labelled with the checkpoint's list (make_eval_datasets);
+  // --synthetic has no list, so the saved count builds the head.
+  if (const int64_t n = extra_int(head, "num_classes"); n > 0 && o.synthetic) {
+    if (o.num_classes_set && o.num_classes != n) refuse("--num-classes", std::to_string(o.num_classes), std::to_string(n));
+    o.num_classes = static_cast<int>(n);
+  }
+}
+
+}  // namespace
+
+EvalResult evaluate_checkpoint(const TrainOptions& flags, const dist::World& w, const std::string& resume) {
+  // --weights FILE or the --resume checkpoint (validate() allows one of them).
+  const std::string path = flags.weights.empty() ? resume : flags.weights;
   if (path.empty())
-    throw trainer::UsageError("--evaluate: no checkpoint in " + o.checkpoint_dir + " (--resume auto found none)");
-  // The checkpoint's class list labels val/, so a val/ that lacks a class scores the same checkpoint
-  // the same way; a file without a list (format 1, --synthetic) uses train/'s folders as before.
-  const TrainState head = read_train_state(path);
-  if (head.model != o.model)
-    throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
-                              ": pass --model " + head.model);
+    throw trainer::UsageError("--evaluate: no checkpoint in " + flags.checkpoint_dir + " (--resume auto found none)");
+  const safetensors::Metadata meta = safetensors::read_metadata(path);
+  const auto format = meta.find("format");
+  const bool checkpoint = format != meta.end() && is_checkpoint_format(format->second);
+  TrainOptions o = flags;
+  TrainState head;
+  if (checkpoint) {
+    // The checkpoint's class list labels val/, so a val/ that lacks a class scores the same checkpoint
+    // the same way; a file without a list (format 1, --synthetic) uses train/'s folders as before.
+    head = read_train_state(path);
+    take_from_checkpoint(o, head, path);
+  }
   const Datasets ds = make_eval_datasets(o, head.classes);
   if (!ds.val)
     throw trainer::UsageError("--evaluate needs a validation set: " +
@@ -86,12 +136,29 @@ EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, cons
                                            : "put one in " + o.data + "/val/<class>/"));
   ModulePtr model = make_model(o, ds.val->num_classes(), path);
   model->to(w.device);
-  const Checkpoint ck = load_checkpoint(path, *model);
+  // One loader for both: a plain state dict (torchvision's names) or a checkpoint's model tensors,
+  // strict, --weights-skip honoured (layers/weights.h).
+  trainer::load_start_weights(path, *model, o.weights_skip, {}, false);
   std::unique_ptr<data::Loader> val = make_val_loader(o, w, ds.val);
   const EvalResult r = evaluate(*model, *val, ds.val->num_classes());
+  const std::string what = checkpoint ? " (step " + std::to_string(head.step) + ")" : " (weights)";
   if (w.rank == 0)
-    std::printf("evaluate: %s (step %lld): val %s\n", path.c_str(), (long long)ck.state.step, r.str().c_str());
+    std::printf("evaluate: %s at %d px (%s)\nevaluate: %s%s: val %s\n", o.model.c_str(), o.image_size,
+                checkpoint ? "from the checkpoint" : "--model and --image-size", path.c_str(), what.c_str(),
+                r.str().c_str());
   if (r.failed()) throw trainer::RunStopped("--evaluate: non-finite logits");
+  if (checkpoint) {
+    // A checkpoint of a --model-ema run: its average too (apps/trainer/ema.h).
+    NamedTensors entries = read_checkpoint(path).optimizer;
+    const NamedTensors ema_state = trainer::ModelEma::take_state(entries);
+    if (!ema_state.empty()) {
+      trainer::ModelEma ema(*model, 0.5);  // the decay is not used: only the loaded average is evaluated
+      ema.load_state(ema_state, "checkpoint '" + path + "'");
+      const trainer::ModelEma::Applied applied(ema);
+      const EvalResult e = evaluate(*model, *val, ds.val->num_classes());
+      if (w.rank == 0) std::printf("evaluate (ema): %s: val %s\n", path.c_str(), e.str().c_str());
+    }
+  }
   return r;
 }
 

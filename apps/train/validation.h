@@ -38,11 +38,15 @@ EvalResult evaluate(Module& model, data::Loader& loader, int num_classes, DType 
 // epoch) and prints the result on rank 0. Nothing when there is no validation set. Collective.
 std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, int64_t epoch, bool last_step);
 
-// train_imagenet --evaluate: validates the model weights of training checkpoint `path` (the
-// optimizer state is read but not needed) on val/, labelled with the checkpoint's class list when
-// it has one (else train/'s folders), and prints "evaluate: ..." on rank 0. Collective. Fails
-// clearly when there is no checkpoint or validation set or the model differs; throws
-// trainer::RunStopped (exit 3) when the logits were not finite.
+// train_imagenet --evaluate: validates the model weights of training checkpoint `path` (--resume)
+// or of --weights FILE (a plain state dict with torchvision's names, or a checkpoint), and prints
+// "evaluate: ..." on rank 0 (and "evaluate (ema): ..." for a checkpoint holding --model-ema's
+// average). A checkpoint's metadata sets the model, the image size, the class list that labels
+// val/ and (--synthetic) the class count; a flag given explicitly that contradicts it is a
+// UsageError naming both values. A plain state dict has no metadata: the flags as given, val/
+// labelled with train/'s folders. Collective. Fails clearly when there is no file or validation
+// set or the weights do not fit the model; throws trainer::RunStopped (exit 3) when the logits
+// were not finite.
 EvalResult evaluate_checkpoint(const TrainOptions& o, const dist::World& w, const std::string& path);
 
 }  // namespace tandem::apps

@@ -172,6 +172,7 @@ dist::DdpOptions ddp_options(const StepOptions& o) {
   // ZeRO-3 regroups these buckets by unit (dist/zero3.h); reduce-scatter from the start, so that no
   // all-reduce bucket is ever allocated.
   if (zero_stage(o.strategy) >= 2) d.reducer.collective = dist::Collective::ReduceScatter;
+  d.sync_batchnorm = o.sync_batchnorm;
   return d;
 }
 

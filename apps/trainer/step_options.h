@@ -102,6 +102,10 @@ struct StepOptions {
   bool capturable = false;
   OnNonfinite on_nonfinite = OnNonfinite::Stop;  // a non-finite loss on any rank (nonfinite.h)
   bool checkpoint = false;       // the trainer will save state(): refused where it cannot be assembled
+  // Every BatchNorm2d becomes a dist::SyncBatchNorm before DDP wraps the model (DdpOptions::
+  // sync_batchnorm): training-mode statistics over every rank's batch, as torch's
+  // SyncBatchNorm.convert_sync_batchnorm. Any strategy and precision; a model without BN is unchanged.
+  bool sync_batchnorm = false;
   BackendConfig backend;         // applied for the Step's lifetime (core/backend.h)
   OptionNames names;             // how messages name these options (empty: the library's names)
 };

@@ -1,0 +1,164 @@
+// apps/trainer/run_flags.cpp: the flags both trainers share, their checks, and main()'s exits (see
+// run_flags.h).
+#include "apps/trainer/run_flags.h"
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "apps/trainer/cli.h"          // defines: write_config_file
+#include "apps/trainer/ema.h"          // defines: ema_refusal
+#include "apps/trainer/nonfinite.h"    // defines: RunStopped
+#include "apps/trainer/run_folder.h"   // defines: UsageError
+#include "core/check.h"                // defines: TANDEM_CHECK
+#include "core/out_of_memory.h"        // defines: OutOfMemory
+#include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
+#include "dist/transport/watchdog.h"   // defines: abort_job
+
+namespace tandem::trainer {
+
+void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help) {
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--no-overlap", o.no_overlap, "all-reduce after backward instead of during it");
+  app.add_option("--compress", o.compress, "gradient dtype on the wire")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
+
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 help.checkpoint_dir + "; the folder belongs to one run and is locked while it trains");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "newest checkpoints of this run to keep (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--checkpoint-every", o.checkpoint_every, help.checkpoint_every)
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--checkpoint-interval", o.checkpoint_interval,
+                 "also write a checkpoint once this many minutes of wall time passed since the last one (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
+             "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
+             "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
+  app.add_option("--resume", o.resume,
+                 "checkpoint file to resume from, or 'auto': the newest of the run that last used --checkpoint-dir "
+                 "(a fresh start when there is none); any number of ranks and any --batch-size");
+  app.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
+               "start a new run in a --checkpoint-dir that holds other runs' checkpoints (they are kept and never "
+               "pruned; --resume auto then follows the new run)");
+  app.add_option("--run-id", o.run_id,
+                 "this run's id (letters, digits, '.', '_', '-'): with --resume auto, continue that run; on a fresh "
+                 "start, name the new run (default: a random id)");
+  app.add_option("--on-nonfinite", o.on_nonfinite,
+                 "a NaN/inf loss or gradient on any rank: stop the run (exit 3), skip the step on every rank, or off "
+                 "(no per-step check); non-finite weights always stop, and no checkpoint is written from them")
+      ->check(CLI::IsMember({"stop", "skip", "off"}))->capture_default_str();
+
+  app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) of all ranks to FILE");
+  app.add_option("--metrics", o.metrics, "write the JSON run summary to FILE");
+  app.add_option("--log-file", o.log_file,
+                 "append one JSON line per progress line and validation to FILE (apps/scripts/plot_run.py draws it; "
+                 "default with --checkpoint-dir: <dir>/log_<run-id>.jsonl)");
+
+  app.add_option("--weights", o.weights,
+                 "start from these weights: " + help.weights +
+                     " or a tandem checkpoint (its model tensors only); strict: every tensor must match")
+      ->check(CLI::ExistingFile);
+  app.add_option("--weights-skip", o.weights_skip,
+                 "glob of tensors not taken from --weights, which keep their fresh init (repeatable), e.g. " +
+                     help.weights_skip_example);
+  app.add_flag("--sync-bn", o.sync_bn, help.sync_bn);
+  auto* ema = app.add_option("--model-ema", o.model_ema_decay,
+                             "keep an exponential moving average of the weights (decay per step, default 0.9998), "
+                             "validate it beside the raw weights and save it in checkpoints")
+                  ->expected(0, 1)->default_str("0.9998");
+  app.add_option("--model-ema-decay", o.model_ema_decay, "the decay of --model-ema (torchvision's spelling)")
+      ->check(CLI::Range(0.0, 1.0))->needs(ema);
+}
+
+void after_parse(const CLI::App& app, RunOptions& o) { o.model_ema = app.count("--model-ema") > 0; }
+
+void check_run_options(const RunOptions& o, const StepOptions& step) {
+  TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
+               "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");
+  TANDEM_CHECK((o.checkpoint_every == 0 && o.checkpoint_interval == 0) || !o.checkpoint_dir.empty(),
+               "--checkpoint-every and --checkpoint-interval write into --checkpoint-dir: pass --checkpoint-dir too");
+  TANDEM_CHECK(!o.overwrite_checkpoints || !o.checkpoint_dir.empty(),
+               "--overwrite-checkpoints is about --checkpoint-dir: pass --checkpoint-dir too, or drop it");
+  TANDEM_CHECK(!o.overwrite_checkpoints || o.resume.empty(), "--overwrite-checkpoints starts a new run and --resume "
+               "continues one: pass one of them");
+  TANDEM_CHECK(o.run_id.empty() || !o.checkpoint_dir.empty() || o.evaluate,
+               "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
+  TANDEM_CHECK(o.weights.empty() || o.resume.empty() || o.evaluate, "--weights starts a new run from weights and "
+               "--resume continues a run, with the weights of its checkpoint: pass one of them");
+  TANDEM_CHECK(o.weights_skip.empty() || !o.weights.empty(), "--weights-skip names tensors of --weights: pass "
+               "--weights FILE too, or drop it");
+  TANDEM_CHECK(!o.model_ema || (o.model_ema_decay > 0 && o.model_ema_decay < 1), "--model-ema takes a decay in (0, "
+               "1), e.g. 0.9998, got ", o.model_ema_decay);
+  if (o.model_ema)
+    if (auto why = ema_refusal(step)) TANDEM_THROW(*why);
+}
+
+CheckpointDirOptions folder_options(const RunOptions& o, CheckpointNaming naming, const std::string& program) {
+  CheckpointDirOptions c;
+  c.dir = o.checkpoint_dir;
+  c.resume = o.resume;
+  c.run_id = o.run_id;
+  c.overwrite = o.overwrite_checkpoints;
+  c.keep = o.keep_checkpoints;
+  c.naming = naming;
+  c.program = program;
+  return c;
+}
+
+std::string lr_rule(const std::string& scaling, double lr, int world, double base_lr) {
+  char b[256];
+  if (scaling == "linear")
+    std::snprintf(b, sizeof b, "lr rule: --lr-scaling linear: --lr %g x %d rank(s) = %.4g", lr, world, base_lr);
+  else
+    std::snprintf(b, sizeof b, "lr rule: --lr %g as given on %d rank(s), not scaled by the world size "
+                  "(--lr-scaling linear would make it %.4g)", lr, world, lr * world);
+  return b;
+}
+
+RunLog start_run_records(const RunOptions& o, const RunFolder& folder, bool rank0) {
+  if (rank0 && folder.owned())
+    std::printf("config: %s\n", write_config_file(folder.dir(), folder.run_id(), o.effective_config).c_str());
+  RunLog log = RunLog::open(RunLog::path_for(o.log_file, o.checkpoint_dir, folder.run_id()), rank0);
+  if (log.enabled()) std::printf("log: %s\n", log.path().c_str());
+  std::fflush(stdout);
+  return log;
+}
+
+int run_main(const std::string& program, int64_t batch_per_rank, const std::function<int()>& run) {
+  int rc = 1;
+  try {
+    rc = run();
+  } catch (const RunStopped&) {
+    // Every rank stopped at the same step and printed why: an agreed, clean exit.
+    if (dist::initialized()) dist::finalize();
+    return 3;
+  } catch (const UsageError& e) {
+    // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
+    if (dist::initialized() && dist::world().rank == 0) std::cerr << program << ": " << e.what() << "\n";
+    if (dist::initialized()) dist::finalize();
+    return 2;
+  } catch (const OutOfMemory& e) {
+    // The library says "lower the batch size"; the trainers' flag for it is --batch-size.
+    std::cerr << program << ": error: " << e.what() << " (the batch size is --batch-size, now " << batch_per_rank
+              << " per rank)\n";
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": error: " << e.what() << "\n";
+    // Other ranks may be waiting in a collective this rank will never join: end them all now.
+    // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
+    // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    return 1;
+  }
+  if (dist::initialized()) dist::finalize();
+  return rc;
+}
+
+}  // namespace tandem::trainer

@@ -1,0 +1,111 @@
+// apps/trainer/run_flags.h: the options both trainers share - one meaning, one default and one flag
+// each - and what both do with them: register the flags, cross-check them, name the checkpoint
+// folder, and turn a failure into the process's exit status.
+//
+// train_imagenet's TrainOptions and train_encoder's EncoderOptions derive from RunOptions and add
+// their own (data, model, schedule). What lives here is what a user expects to spell and mean the
+// same in both: the checkpoint folder and its run (--checkpoint-dir, --resume, --keep-checkpoints,
+// --checkpoint-every/-interval, --overwrite-checkpoints, --run-id), the starting weights and the EMA
+// (--weights, --weights-skip, --sync-bn, --model-ema), the gradient communication (--bucket-mb,
+// --first-bucket-mb, --no-overlap, --compress), the non-finite policy, and the outputs (--trace,
+// --metrics, --log-file). Where the two trainers word a flag's help differently (checkpoint names,
+// the unit of --checkpoint-every, the weights' naming convention) the trainer passes the words in
+// RunFlagHelp. This is the command line's side of apps/trainer/: the Step library itself never
+// names a flag (option_names.h maps its options to each trainer's words).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "apps/trainer/run_folder.h"    // defines: RunFolder
+#include "apps/trainer/run_log.h"       // defines: RunLog
+#include "apps/trainer/step_options.h"  // defines: StepOptions
+#include "layers/checkpoint_dir.h"      // defines: CheckpointDirOptions, CheckpointNaming
+
+namespace tandem::trainer {
+
+struct RunOptions {
+  // communication (PyTorch DDP's bucket_cap_mb and first bucket)
+  double bucket_mb = 25;
+  double first_bucket_mb = 1;       // starts communication early
+  bool no_overlap = false;          // all-reduce after backward (baseline)
+  std::string compress = "none";    // none | bf16 | fp16: gradient dtype on the wire
+  // checkpoints (layers/checkpoint_dir.h: the folder is owned by one run and locked against a
+  // second job; apps/trainer/run_folder.h opens it at start-up)
+  std::string checkpoint_dir;       // empty: no checkpoints
+  std::string resume;               // a checkpoint file, or "auto": the newest of this folder's run
+  int keep_checkpoints = 2;         // this run's newest checkpoints kept (0: all): a resume needs the newest,
+                                    // and the one before it is the fallback should the newest be damaged
+  int64_t checkpoint_every = 0;     // also a checkpoint after every N-th step (0: off), so a preemption
+                                    // loses at most N steps
+  double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
+                                    // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
+  bool overwrite_checkpoints = false;  // a fresh start into a folder holding other runs' checkpoints
+                                       // (they stay, never pruned; --resume auto follows the new run)
+  std::string run_id;               // "": a new run id (fresh start) or the resumed file's; set: this
+                                    // run's id, and --resume auto resumes that run
+  bool evaluate = false;            // only evaluate a checkpoint's (or --weights') weights, then exit;
+                                    // train_imagenet has the flag
+  // a NaN/inf loss or gradient on any rank: stop (exit 3, no checkpoint from that state) | skip the
+  // step on every rank | off (no per-step host sync); non-finite weights stop under stop and skip,
+  // and a checkpoint is never written from them, off included. apps/trainer/nonfinite.h
+  std::string on_nonfinite = "stop";
+  // outputs
+  int64_t log_every = 50;           // steps between progress lines
+  std::string trace;                // Chrome trace (all ranks, written by rank 0)
+  std::string metrics;              // JSON summary (rank 0)
+  std::string log_file;             // JSON-lines run log (apps/trainer/run_log.h); "": <checkpoint-dir>/
+                                    // log_<run-id>.jsonl with a folder, else none
+  bool dump_config = false;         // --dump-config: print the effective configuration and exit
+  std::string effective_config;     // filled by parse: the --config text of this run (not a flag)
+  // pretrained weights, SyncBatchNorm, the EMA of the weights
+  std::string weights;              // a state dict with torchvision's / Hugging Face's names, or a tandem
+                                    // checkpoint's model tensors (apps/trainer/start_weights.h); strict
+  std::vector<std::string> weights_skip;  // globs left at their fresh init, dropped from the file (a new head)
+  bool sync_bn = false;             // BatchNorm statistics over every rank's batch (dist/extras/sync_batchnorm.h)
+  bool model_ema = false;           // keep, validate and save an EMA of the weights (apps/trainer/ema.h)
+  double model_ema_decay = 0.9998;  // per applied step: timm's ModelEmaV3 default (apps/trainer/ema.h says why)
+};
+
+// The trainer's own words in the shared flags' help.
+struct RunFlagHelp {
+  std::string checkpoint_dir;    // "write checkpoint_epoch<N>.safetensors here ..."
+  std::string checkpoint_every;  // what N counts and where the files go
+  std::string weights;           // which naming convention --weights takes
+  std::string weights_skip_example;  // e.g. "'fc.*' to fine-tune with another --num-classes"
+  std::string sync_bn;           // what --sync-bn does (or why it is refused) in this trainer
+};
+
+// Registers the shared flags on `app`, bound to `o`'s fields.
+void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help);
+
+// After a successful parse: the fields a flag's presence sets (--model-ema without a value).
+void after_parse(const CLI::App& app, RunOptions& o);
+
+// The cross-checks of the shared flags, each with the sentence that says what to do (TANDEM_CHECK);
+// `step` is the trainer's StepOptions (the EMA's refusals are about the strategy).
+void check_run_options(const RunOptions& o, const StepOptions& step);
+
+// The checkpoint folder's settings from the flags; dir empty: no folder.
+CheckpointDirOptions folder_options(const RunOptions& o, CheckpointNaming naming, const std::string& program);
+
+// The LR rule in words, printed at start-up so that a run moved to another world size is no
+// surprise: "lr rule: --lr 0.2 as given on 2 rank(s), not scaled ..." (`scaling`: none | linear;
+// `base_lr`: the LR the schedule peaks at).
+std::string lr_rule(const std::string& scaling, double lr, int world, double base_lr);
+
+// At start-up, after the folder is open: rank 0 writes the run's configuration into the folder
+// (config_<run-id>.toml) and says where; every rank opens the JSON-lines log (--log-file, or the
+// folder's log_<run-id>.jsonl; rank 0 writes, the others hold a disabled one), rank 0 says where.
+RunLog start_run_records(const RunOptions& o, const RunFolder& folder, bool rank0);
+
+// A trainer's main() after the parse: runs `run` and maps what it throws to the exit status every
+// rank agrees on - 3 for a non-finite stop (RunStopped), 2 for a refusal (UsageError, printed once
+// by rank 0), 1 for anything else (printed by the rank that failed, which then ends every rank:
+// the others may wait in a collective it will never join). An allocation failure gets the trainer's
+// batch flag named beside the library's advice. Finalizes the world on the agreed exits.
+int run_main(const std::string& program, int64_t batch_per_rank, const std::function<int()>& run);
+
+}  // namespace tandem::trainer
