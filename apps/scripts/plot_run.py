@@ -28,7 +28,8 @@ does the same), a dotted line marks the resume, and elapsed_s - seconds since th
 so it restarts with each process - continues from the last kept record: --x time shows the time
 spent on the steps that count.
 A line that is not JSON (a log read while it is written) is skipped with a warning.
-A log is labelled by its file name; when two share a name, by run_id (or parent folder).
+A log is labelled by its file name (the trainers' default log_<run-id>: by program, model and run
+id); when two share a name, by run_id (or parent folder).
 Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
@@ -51,7 +52,7 @@ class Run:
 
     def __init__(self, path):
         self.path = path
-        self.run_id, self.unit, self.program = None, None, None
+        self.run_id, self.unit, self.program, self.model = None, None, None, None
         self.steps, self.vals, self.resumes = [], [], []
         self.skipped_lines = 0
         self.time_offset = 0.0  # elapsed_s restarts with each process: a resumed run adds this
@@ -73,6 +74,7 @@ class Run:
                     self.run_id = self.run_id or rec.get("run_id")
                     self.unit = self.unit or rec.get("unit")
                     self.program = self.program or rec.get("program")
+                    self.model = self.model or rec.get("model")
                     if self.steps or self.vals:
                         self.resumes.append(len(self.steps))  # resolved to a step below
                 elif kind in ("step", "val") and isinstance(rec.get("step"), (int, float)):
@@ -139,7 +141,14 @@ def smooth(ys, weight):
 
 
 def labels(runs):
-    names = [os.path.splitext(os.path.basename(r.path))[0] for r in runs]
+    names = []
+    for r in runs:
+        name = os.path.splitext(os.path.basename(r.path))[0]
+        # The trainers' default name, log_<run-id>, says nothing a reader can use: name the program
+        # and model instead, with the run id's first 8 characters.
+        if r.run_id and name == f"log_{r.run_id}" and r.program:
+            name = f"{r.program} {r.model or ''} (run {r.run_id[:8]})".replace("  ", " ")
+        names.append(name)
     out = []
     for name, r in zip(names, runs):
         if names.count(name) > 1:
