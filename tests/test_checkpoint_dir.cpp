@@ -17,8 +17,7 @@
 
 namespace fs = std::filesystem;
 using namespace tandem;
-using tandem::testing::error_of;
-using tandem::testing::has;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 using ckpt_test::state;
 using ckpt_test::write;
 

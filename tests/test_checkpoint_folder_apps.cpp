@@ -29,8 +29,7 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::AppRun;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 

@@ -18,8 +18,7 @@
 #include "layers/checkpoint_lock.h"
 
 using namespace tandem;
-using tandem::testing::error_of;
-using tandem::testing::has;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 

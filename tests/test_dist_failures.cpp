@@ -7,8 +7,7 @@
 
 #include "tests/support/app_runner.h"
 
-using tandem::testing::AppRun;
-using tandem::testing::check_failed;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 AppRun run(const std::string& env, const std::string& mpiexec_flags, const std::string& mode) {

@@ -17,10 +17,7 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::AppRun;
-using tandem::testing::check_failed;
-using tandem::testing::slurp;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 fs::path scratch() { return tandem::testing::scratch_dir("tandem_faults"); }  // one per test process

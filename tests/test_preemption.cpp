@@ -30,8 +30,7 @@
 
 namespace fs = std::filesystem;
 using namespace tandem;
-using tandem::testing::app;
-using tandem::testing::AppRun;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 fs::path scratch() { return tandem::testing::scratch_dir("tandem_preemption"); }  // one per test process

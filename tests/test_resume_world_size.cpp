@@ -30,8 +30,7 @@
 #include "tests/support/checkpoint_compare.h"
 
 namespace fs = std::filesystem;
-using tandem::testing::app;
-using tandem::testing::AppRun;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 

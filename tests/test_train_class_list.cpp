@@ -23,9 +23,7 @@
 #include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;
-using tandem::testing::app;
-using tandem::testing::AppRun;
-using tandem::testing::slurp;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 

@@ -19,10 +19,7 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::slurp;
-using tandem::testing::AppRun;
-using tandem::testing::check_refused;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_cli"); }

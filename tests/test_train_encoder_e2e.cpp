@@ -51,8 +51,7 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::slurp;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 // ~600 short documents in fortune format ("%" lines between entries), from a fixed LCG.

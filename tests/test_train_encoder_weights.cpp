@@ -19,16 +19,11 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::AppRun;
-using tandem::testing::slurp;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 
-fs::path root() {
-  static const fs::path r = tandem::testing::scratch_dir("tandem_encoder_weights");
-  return r;
-}
+fs::path root() { return tandem::testing::scratch_dir("tandem_encoder_weights"); }  // one per test process
 
 AppRun run(int ranks, const std::string& args, const std::string& log) {
   AppRun r = tandem::testing::run_app(

@@ -21,15 +21,10 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::AppRun;
-using tandem::testing::slurp;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
-tandem::testing::TinyImageDataset& scratch() {
-  static tandem::testing::TinyImageDataset s("tandem_flags");
-  return s;
-}
+tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_flags"); }
 AppRun run(int ranks, const std::string& binary_and_args) {
   return tandem::testing::run_app(ranks == 0 ? binary_and_args
                                              : "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + binary_and_args);

@@ -20,8 +20,7 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::slurp;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_e2e"); }

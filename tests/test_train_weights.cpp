@@ -23,16 +23,11 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using tandem::testing::app;
-using tandem::testing::AppRun;
-using tandem::testing::slurp;
+using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
 
-tandem::testing::TinyImageDataset& scratch() {
-  static tandem::testing::TinyImageDataset s("tandem_weights");
-  return s;
-}
+tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_weights"); }
 
 std::string dir(const std::string& name) { return (scratch().root / name).string(); }
 
