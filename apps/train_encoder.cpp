@@ -91,7 +91,8 @@ int run(enc::EncoderOptions& o) {
     dist::Busy preparing("tokenizing the corpus", {.unmeasured_s = 1800});
     corpus = enc::make_corpus(o);
   }
-  auto model = enc::make_model(o, corpus.vocab_size, folder.resume_path());
+  // --tp > 1: set_up builds the TP model over its grid instead.
+  auto model = o.tp > 1 ? nullptr : enc::make_model(o, corpus.vocab_size, folder.resume_path());
   enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));
   enc::print_start(o, t);
 

@@ -4,6 +4,9 @@
 
 #include "apps/encoder/setup.h"       // defines: Training
 #include "apps/trainer/run_folder.h"  // defines: UsageError
+#include "core/random.h"              // defines: Generator
+#include "dist/tp/shard.h"            // defines: shard_state_dict, gather_state_dict
+#include "layers/state_dict.h"        // defines: state_dict, load_state_dict
 
 namespace tandem::apps::encoder {
 
@@ -19,8 +22,7 @@ CheckpointDirOptions folder_options(const EncoderOptions& o) {
   return c;
 }
 
-Restored restore_checkpoint(const std::string& path, Module& model, const EncoderOptions& o, const dist::World& w) {
-  (void)w;
+Restored restore_checkpoint(const std::string& path, Module& model, const EncoderOptions& o, const Training& t) {
   const TrainState head = read_train_state(path);  // the header: a mismatch is named before any tensor is read
   if (head.model != o.model)
     throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
@@ -28,8 +30,20 @@ Restored restore_checkpoint(const std::string& path, Module& model, const Encode
   if (auto it = head.extra.find("optimizer"); it != head.extra.end() && it->second != o.optimizer)
     throw trainer::UsageError("checkpoint '" + path + "' was trained with --optimizer " + it->second +
                               ": resume with the same optimizer (its state does not carry over)");
-  Checkpoint ck = load_checkpoint(path, model);
-  return Restored{ck.state, std::move(ck.optimizer)};
+  if (!t.grid) {
+    Checkpoint ck = load_checkpoint(path, model);
+    return Restored{ck.state, std::move(ck.optimizer)};
+  }
+  // TP: this rank's shard of every canonical tensor (BERT has no conv layouts to convert).
+  Checkpoint ck = read_checkpoint(path);
+  const int r = t.grid->tp_rank(), n = t.grid->tp_size();
+  load_state_dict(model, dist::tp::shard_state_dict(ck.model, t.tp_layout, r, n));
+  if (auto it = ck.state.extra.find("tp"); it != ck.state.extra.end() && it->second == std::to_string(n))
+    if (auto off = ck.state.extra.find("tp_attention_rng_offset"); off != ck.state.extra.end()) {
+      Generator& g = t.tp_model->attention_generator();
+      g.set_state(g.seed(), std::stoull(off->second));
+    }
+  return Restored{ck.state, dist::tp::shard_state_dict(ck.optimizer, t.tp_layout, r, n)};
 }
 
 bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Position& at) {
@@ -49,7 +63,23 @@ bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Po
   const dist::FullParameters weights = t.step->full_parameters();
   const NamedTensors opt_state = t.step->state();
   t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
-  t.folder.write(*t.model, opt_state, s);
+  if (!t.grid) {
+    t.folder.write(*t.model, opt_state, s);
+    return true;
+  }
+  // TP: the first TP group (DP rank 0, which holds the state) assembles the canonical tensors;
+  // rank 0 writes them through a canonical model (its init skipped: every tensor is overwritten).
+  s.extra["tp"] = std::to_string(t.grid->tp_size());
+  s.extra["tp_attention_rng_offset"] = std::to_string(t.tp_model->attention_generator().offset());
+  if (t.dp_rank != 0) return true;
+  dist::Communicator& tp = t.grid->tp();
+  const NamedTensors model_state = dist::tp::gather_state_dict(state_dict(*t.tp_model), t.tp_layout, tp);
+  const NamedTensors canonical_opt = dist::tp::gather_state_dict(opt_state, t.tp_layout, tp);
+  if (t.world->rank == 0) {
+    models::BertForMaskedLM canonical(t.config, o.seed, false);
+    load_state_dict(canonical, model_state);
+    t.folder.write(canonical, canonical_opt, s);
+  }
   return true;
 }
 

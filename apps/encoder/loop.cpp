@@ -45,7 +45,7 @@ void train_step(Training& t, LoopState& s) {
   step.set_lr(optim::lr_at_position(t.sched, t.length.schedule_position(s.pos)));
   const trainer::StepResult r = step.run([&](int) {
     return step.forward_with(
-        [&](Module&) { return t.model->mlm_loss(b.input_ids, b.attention_mask, b.token_type_ids, b.labels); });
+        [&](Module&) { return mlm_loss(t, b.input_ids, b.attention_mask, b.token_type_ids, b.labels); });
   });
   if (r.grad_norm >= 0) s.grad_norm = r.grad_norm;  // clipping ran (on an applied step)
   if (r.applied) t.memory.measure_state(0);         // once: the optimizer state exists from here on

@@ -54,6 +54,13 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--zero", o.zero, "ZeRO stage: 0 DDP, 1 shard the optimizer state (and --amp's f32 masters), 2 "
                                    "also the gradients, 3 also the parameters (each layer gathered around its use)")
       ->check(CLI::IsMember({0, 1, 2, 3}))->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor-parallel size T: each layer's matrices split over groups of T ranks "
+                               "(Megatron), data parallel over world / T; must divide the ranks and the model's "
+                               "heads, hidden size and FFN width")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--memory-budget-mib", o.memory_budget_mib,
+                 "refuse at start-up (exit 2) a run whose memory ledger predicts more than this many MiB of model "
+                 "state and transient gradient buffers per rank (0: no budget)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "write checkpoint_step<N>.safetensors here; the folder belongs to one run and is locked while it "
                  "trains");
@@ -143,7 +150,7 @@ std::string flag_name(const std::string& option, const std::string& value) {
   static const std::map<std::string, std::string> flags{
       {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip"},
       {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
-      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"}};
+      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"}, {"tp", "--tp"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;
@@ -170,6 +177,7 @@ trainer::StepOptions step_options(const EncoderOptions& o) {
   s.precision = trainer::precision_from_name(o.amp);
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
   s.checkpoint = !o.checkpoint_dir.empty();
+  s.tp = o.tp;
   s.names = flag_name;
   return s;
 }

@@ -93,12 +93,12 @@ void print_start(const EncoderOptions& o, const Training& t) {
               "global), %lld steps (%lld sequences/epoch), %s lr %.3g warmup %lld, %.4g GFLOP/token, MFU's peak %.4g "
               "TFLOP/s/rank (%s)\n",
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
-              (long long)t.model->num_parameters(), (long long)o.seq_len, (long long)o.batch,
+              (long long)t.parameters, (long long)o.seq_len, (long long)o.batch,
               (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)t.total_steps,
               (long long)c.train->size(), t.step->optimizer_name(), o.lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
-  std::printf("precision %s, ZeRO stage %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
-              t.memory.ledger().str().c_str());
+  std::printf("precision %s, ZeRO stage %d, TP %d x DP %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
+              o.tp, t.dp_size, t.memory.ledger().str().c_str());
   std::fflush(stdout);
 }
 
@@ -132,7 +132,8 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"app", "train_encoder"},
       {"tandem_version", kTandemVersion},
       {"model", o.model},
-      {"parameters", t.model->num_parameters()},
+      {"parameters", t.parameters},
+      {"tp", o.tp},
       {"vocab_size", t.corpus.vocab_size},
       {"world_size", world},
       {"device", t.dev.str()},

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "apps/encoder/checkpointing.h"  // defines: restore_checkpoint
+#include "apps/trainer/run_folder.h"      // defines: UsageError
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
 #include "core/random.h"                 // defines: manual_seed, Generator
@@ -91,13 +92,13 @@ void make_loaders(const EncoderOptions& o, Training& t) {
   data::TextLoaderOptions lo;
   lo.batch_size = o.batch;
   lo.seed = o.seed;
-  lo.rank = t.world->rank;
-  lo.world_size = t.world->size;
+  lo.rank = t.dp_rank;  // --tp: every rank of a TP group reads the same batch
+  lo.world_size = t.dp_size;
   lo.device = t.dev;
   t.train = std::make_unique<data::TextLoader>(t.corpus.train, lo);
   TANDEM_CHECK(t.train->batches_per_epoch() > 0, "the training text packs into ", t.corpus.train->size(),
-               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch, " x ", t.world->size,
-               " ranks): lower --batch or --seq-len, or use more text");
+               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch, " x ", t.dp_size,
+               " data-parallel ranks): lower --batch or --seq-len, or use more text");
   if (t.corpus.held_out) {
     data::TextLoaderOptions vo = lo;
     vo.shuffle = false, vo.pad_shards = false, vo.drop_last = false;
@@ -148,23 +149,66 @@ void plan_steps(const EncoderOptions& o, Training& t) {
 
 }  // namespace
 
+namespace {
+
+// --tp > 1: the refusal of a T that cannot split this run (every rank alike: exit 2), the grid, and
+// the TP model over its TP group (init skipped when a checkpoint overwrites it).
+void make_tp_model(const EncoderOptions& o, Training& t, const std::string& resume) {
+  const BertConfig& c = t.config;
+  if (auto why = trainer::tp_refusal(step_options(o), t.world->size, c.num_attention_heads, c.hidden_size,
+                                     c.intermediate_size))
+    throw trainer::UsageError(*why);
+  t.grid = std::make_unique<dist::tp::Grid>(dist::comm_for(t.dev), o.tp);
+  t.dp_rank = t.grid->dp_rank(), t.dp_size = t.grid->dp_size(), t.tp_rank = t.grid->tp_rank();
+  t.tp_layout = dist::tp::bert_tp_layout(c);
+  t.tp_model = std::make_shared<dist::tp::TpBertForMaskedLM>(c, t.grid->tp(), o.seed, dist::tp::TpBertOptions{},
+                                                             resume.empty());
+  t.tp_model->to(t.dev);
+  // The canonical count: each split parameter's shard scaled back to its full size.
+  t.parameters = 0;
+  for (const auto& [name, p] : t.tp_model->named_parameters()) {
+    const auto it = t.tp_layout.find(name);
+    t.parameters += it == t.tp_layout.end() ? p.numel() : p.numel() / p.size(it->second.dim) * it->second.full;
+  }
+}
+
+}  // namespace
+
+Module& model_of(Training& t) {
+  if (t.tp_model) return *t.tp_model;
+  return *t.model;
+}
+
+Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels) {
+  return t.tp_model ? t.tp_model->mlm_loss(ids, mask, types, labels) : t.model->mlm_loss(ids, mask, types, labels);
+}
+
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
                 std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder) {
   Training t;
   t.world = &w;
+  t.dp_rank = w.rank, t.dp_size = w.size;
   t.dev = w.device;
   t.corpus = std::move(corpus);
-  t.global_batch = o.batch * w.size;
   t.folder = std::move(folder);
   const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;
-  t.model = std::move(model);
-  t.model->to(t.dev);
+  if (o.tp > 1) {
+    t.config = models::bert_config(o.model, t.corpus.vocab_size);
+    t.config.hidden_dropout_prob = t.config.attention_probs_dropout_prob = o.dropout;
+    make_tp_model(o, t, resume);
+  } else {
+    t.model = std::move(model);
+    t.model->to(t.dev);
+    t.config = t.model->config();
+    t.parameters = t.model->num_parameters();
+  }
+  t.global_batch = o.batch * t.dp_size;
   manual_seed(o.seed);
   // The checkpoint goes in after --amp's cast and before DDP's broadcast; the Step calls back here.
   auto restore = [&](Module& m) {
     if (resume.empty()) return NamedTensors{};
-    Restored r = restore_checkpoint(resume, m, o, w);
+    Restored r = restore_checkpoint(resume, m, o, t);
     t.start = r.state;
     t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator (dropout)
     if (w.rank == 0) {
@@ -176,14 +220,19 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     }
     return std::move(r.optimizer);
   };
-  t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  if (t.grid) {
+    t.step = std::make_unique<trainer::Step>(t.tp_model, t.grid->dp(), step_options(o), restore,
+                                             trainer::TpParts{&t.grid->tp(), t.tp_layout});
+  } else {
+    t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  }
   t.step->set_steps_done(t.start_at.step);
   make_loaders(o, t);
   t.sched = make_schedule(o);
   plan_steps(o, t);
   const int64_t run_steps = std::max<int64_t>(t.end_step - t.start_at.step, 0);
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
-  t.flops_per_token = train_flops_per_token(t.model->config(), t.model->num_parameters(), o.seq_len);
+  t.flops_per_token = train_flops_per_token(t.config, t.parameters, o.seq_len);
   t.peak = peak_flops(t.dev, o.peak_tflops, w.local_size,
                       matmul_precision(o.amp, t.step->options().backend.allow_tf32));  // the matmuls' dtype
   // Token batches are not subtracted (small; as the ledger always did here).
