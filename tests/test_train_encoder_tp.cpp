@@ -1,0 +1,194 @@
+// tests/test_train_encoder_tp.cpp: train_encoder --tp T end to end, each case as two runs side by side.
+//
+// With dropout off (--dropout 0: tensor parallelism draws its attention masks from another stream,
+// dist/tp/bert.h) a TP run computes the same function as a data-parallel run over the same DP
+// groups, up to the order of the sums in its all-reduces:
+//   - TP 2 x DP 2 on 4 ranks reads the batches DDP reads on 2 ranks (each TP group reads one
+//     batch: the loader's rank and world are the DP ones), so it prints the same loss per step and
+//     ends in the same canonical checkpoint (1e-5 relative per tensor after 5 AdamW steps, clipping
+//     on), under --zero 0 and --zero 2 alike. (Against DDP on 4 ranks at --batch B/2 the same
+//     sequences are read, but each rank's masked-LM loss is a mean over its own masked tokens, so
+//     the mean of 4 means is another number than the mean of 2: not a rounding question.)
+//   - TP 4 on 4 ranks (DP 1) equals 1 rank with the same batch: bert_mini (4 heads) with a
+//     vocabulary of 514, which TP 4 splits unevenly (129, 129, 128, 128 rows).
+//   - A checkpoint written at TP 2 x DP 2 is canonical: it resumes at --tp 1 on 4 ranks (the same
+//     global batch) and on 1 rank, and a DDP checkpoint resumes at --tp 2; each ends where the
+//     uninterrupted DDP run ends (up to reduction order; the attention keys' biases, whose
+//     gradients are ~0 and which AdamW's division magnifies, in shape only, as in
+//     test_train_encoder_e2e.cpp).
+// And the refusals: a T that does not divide the world or the heads, --tp with --zero 3 or --amp.
+// Binaries come from TANDEM_TEST_BINARY_DIR (tests/CMakeLists.txt).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/tp/shard.h"
+#include "layers/models/bert.h"
+#include "tests/support/app_runner.h"
+#include "tests/support/checkpoint_compare.h"
+
+namespace fs = std::filesystem;
+using tandem::testing::app;
+
+namespace {
+
+const fs::path& root() {
+  static const fs::path r = tandem::testing::scratch_dir("tandem_encoder_tp");
+  return r;
+}
+
+struct Run {
+  int status = -1;
+  std::vector<double> losses;  // the progress lines' loss, step by step (--log-every 1)
+  std::string output;
+};
+
+// mpiexec -n ranks train_encoder on synthetic tokens, dropout off, a progress line per step.
+Run train(int ranks, const std::string& args) {
+  const tandem::testing::AppRun r = tandem::testing::run_app(
+      "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + app("train_encoder") +
+      " --device cpu --synthetic --synthetic-tokens 40000 --seq-len 32 --dropout 0 --log-every 1 --val-batches 2 "
+      "--warmup-steps 1 " + args);
+  Run out;
+  out.status = r.status;
+  out.output = r.output;
+  static const std::regex line(R"(step (\d+)/\d+ \| loss ([0-9.]+))");
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it)
+    out.losses.push_back(std::stod((*it)[2]));
+  if (r.status != 0) MESSAGE("train_encoder output:\n", r.output);
+  return out;
+}
+
+// The same loss at every step, to the progress line's 4 decimals (one unit of the last digit: two
+// sums in another order may round to either side of a digit).
+void check_same_losses(const Run& a, const Run& b, size_t steps) {
+  REQUIRE(a.losses.size() == steps);
+  REQUIRE(b.losses.size() == steps);
+  for (size_t i = 0; i < steps; ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(a.losses[i] - b.losses[i]) <= 1.01e-4);
+  }
+}
+
+std::string dir(const std::string& name) {
+  const fs::path d = root() / name;
+  fs::remove_all(d);
+  return d.string();
+}
+
+const std::vector<std::string> kTiny{"attention.self.key.bias"};  // see the file comment
+
+}  // namespace
+
+TEST_CASE("--tp 2 (TP 2 x DP 2, 4 ranks) equals DDP on 2 ranks: the loss per step and the checkpoint, --zero 0 and 2") {
+  const std::string common = "--model bert_tiny --vocab-size 512 --batch 4 --steps 5 --clip 0.5 --checkpoint-dir ";
+  const std::string ddp = dir("ddp2");
+  const Run ref = train(2, common + ddp);
+  REQUIRE(ref.status == 0);
+  for (const std::string zero : {"0", "2"}) {
+    CAPTURE(zero);
+    const std::string tp = dir("tp2_zero" + zero);
+    const Run r = train(4, common + tp + " --tp 2 --zero " + zero);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("TP 2 x DP 2") != std::string::npos);
+    check_same_losses(r, ref, 5);
+    const double rel = tandem::testing::check_close_checkpoints(tp + "/checkpoint_step5.safetensors",
+                                                                ddp + "/checkpoint_step5.safetensors", 1e-5, kTiny);
+    MESSAGE("largest relative difference: ", rel);
+  }
+}
+
+TEST_CASE("the memory ledger of --tp 2: the split layers' parameters, gradients and AdamW state halved, and measured so") {
+  using namespace tandem;
+  const std::string metrics = (root() / "tp2_ledger.json").string();
+  const Run r = train(4, "--model bert_tiny --vocab-size 512 --batch 4 --steps 2 --tp 2 --metrics " + metrics);
+  REQUIRE(r.status == 0);
+  // This rank's parameters: every split one (shard.h's layout) by half, the replicated ones whole.
+  const BertConfig cfg = models::bert_config("bert_tiny", 512);
+  const dist::tp::TpLayout layout = dist::tp::bert_tp_layout(cfg);
+  models::BertForMaskedLM canonical(cfg, 0, false);
+  int64_t mine = 0, whole = 0;
+  for (const auto& [name, p] : canonical.named_parameters()) {
+    whole += p.numel();
+    mine += layout.count(name) ? p.numel() / 2 : p.numel();
+  }
+  CHECK(mine < whole * 6 / 10);  // bert_tiny's split layers are most of it (the vocabulary above all)
+  const nlohmann::json j = nlohmann::json::parse(tandem::testing::slurp(metrics));
+  const nlohmann::json& predicted = j.at("memory_ledger").at("predicted_bytes");
+  CHECK(predicted.at("params").get<int64_t>() == 4 * mine);   // f32
+  CHECK(predicted.at("grads").get<int64_t>() == 4 * mine);
+  CHECK(predicted.at("optimizer").get<int64_t>() == 8 * mine);  // AdamW's two moments
+  const double measured = j.at("memory_ledger").at("measured_bytes").at("model_state").get<double>();
+  CHECK(measured == doctest::Approx(predicted.at("model_state").get<double>()).epsilon(0.02));
+}
+
+TEST_CASE("--tp 4 on 4 ranks equals 1 rank with the same batch (bert_mini, a vocabulary TP 4 splits unevenly)") {
+  const std::string common = "--model bert_mini --vocab-size 514 --batch 4 --steps 4 --checkpoint-dir ";
+  const std::string one = dir("one"), tp4 = dir("tp4");
+  const Run a = train(1, common + one);
+  const Run b = train(4, common + tp4 + " --tp 4");
+  REQUIRE(a.status == 0);
+  REQUIRE(b.status == 0);
+  check_same_losses(b, a, 4);
+  tandem::testing::check_close_checkpoints(tp4 + "/checkpoint_step4.safetensors", one + "/checkpoint_step4.safetensors",
+                                           1e-5, kTiny);
+  // Validation gathers the masked rows' logits over the TP group: the same held-out figures.
+  static const std::regex val(R"(validation step 4: masked-token accuracy ([0-9.]+)% .* loss ([0-9.]+))");
+  std::smatch ma, mb;
+  REQUIRE(std::regex_search(a.output, ma, val));
+  REQUIRE(std::regex_search(b.output, mb, val));
+  CHECK(ma[1] == mb[1]);
+  CHECK(std::abs(std::stod(ma[2]) - std::stod(mb[2])) <= 1.01e-4);
+}
+
+TEST_CASE("a --tp 2 checkpoint resumes at --tp 1 on 4 ranks and on 1 rank; a DDP one resumes at --tp 2") {
+  const std::string common = "--model bert_tiny --vocab-size 512 --steps 6 --checkpoint-dir ";
+  // The uninterrupted run: DDP on 2 ranks x 4 (a global batch of 8).
+  const std::string whole = dir("whole");
+  REQUIRE(train(2, common + whole + " --batch 4").status == 0);
+  const std::string end = "/checkpoint_step6.safetensors";
+  // Split at step 3 under TP 2 x DP 2 (4 ranks x 4, 2 DP groups: the same global batch of 8).
+  const std::string half = dir("tp_half");
+  REQUIRE(train(4, common + half + " --batch 4 --tp 2 --run-steps 3").status == 0);
+  REQUIRE(fs::exists(half + "/checkpoint_step3.safetensors"));
+  struct Resume {
+    int ranks;
+    std::string args;
+  };
+  for (const Resume& at : {Resume{4, "--batch 2 --tp 1"}, Resume{1, "--batch 8"}}) {
+    CAPTURE(at.ranks);
+    const std::string d = dir("from_tp_np" + std::to_string(at.ranks));
+    fs::copy(half, d, fs::copy_options::recursive);
+    const Run r = train(at.ranks, common + d + " --resume auto " + at.args);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("resumed from") != std::string::npos);
+    REQUIRE(fs::exists(d + end));
+    MESSAGE("largest relative difference: ",
+            tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
+  }
+  // The reverse: a DDP checkpoint (2 ranks, step 3) resumed at --tp 2 on 4 ranks.
+  const std::string ddp_half = dir("ddp_half");
+  REQUIRE(train(2, common + ddp_half + " --batch 4 --run-steps 3").status == 0);
+  const std::string d = dir("from_ddp_tp2");
+  fs::copy(ddp_half, d, fs::copy_options::recursive);
+  REQUIRE(train(4, common + d + " --resume auto --batch 4 --tp 2").status == 0);
+  MESSAGE("largest relative difference: ", tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
+}
+
+TEST_CASE("--tp refusals: the world size, the heads, --zero 3, --amp (exit 2 and a sentence)") {
+  const Run world = train(4, "--model bert_mini --tp 3");
+  CHECK(world.status == 2);
+  CHECK(world.output.find("--tp 3 needs a world size divisible by 3") != std::string::npos);
+  const Run heads = train(4, "--model bert_tiny --tp 4");
+  CHECK(heads.status == 2);
+  CHECK(heads.output.find("splits the model's attention heads (2)") != std::string::npos);
+  tandem::testing::check_refused(app("train_encoder") + " --synthetic --tp 2 --zero 3", "--tp 2 with --zero 3");
+  tandem::testing::check_refused(app("train_encoder") + " --synthetic --tp 2 --amp bf16", "--tp 2 with --amp bf16");
+}
