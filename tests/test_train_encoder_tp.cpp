@@ -192,3 +192,27 @@ TEST_CASE("--tp refusals: the world size, the heads, --zero 3, --amp (exit 2 and
   tandem::testing::check_refused(app("train_encoder") + " --synthetic --tp 2 --zero 3", "--tp 2 with --zero 3");
   tandem::testing::check_refused(app("train_encoder") + " --synthetic --tp 2 --amp bf16", "--tp 2 with --amp bf16");
 }
+
+TEST_CASE("--memory-budget-mib refuses a DDP run whose ledger exceeds it, naming what fits; --tp 4 and --zero 3 train") {
+  // bert_mini with BERT's 30522-token vocabulary: 11.2 M parameters, 213 MiB per rank predicted
+  // under DDP with AdamW in f32 (the vocabulary's embedding is most of it), 56 MiB at --tp 4, 86
+  // MiB at --zero 3 (activations come on top).
+  const std::string common = "--model bert_mini --vocab-size 30522 --batch 2 --steps 2 --memory-budget-mib 100 ";
+  const Run ddp = train(4, common);
+  CHECK(ddp.status == 2);
+  CHECK(ddp.output.find("the memory ledger predicts") != std::string::npos);
+  CHECK(ddp.output.find("for --zero 0 on 4 ranks") != std::string::npos);
+  CHECK(ddp.output.find("over --memory-budget-mib 100 (100.0 MiB)") != std::string::npos);
+  CHECK(ddp.output.find("--tp 4 predicts") != std::string::npos);
+  CHECK(ddp.output.find("--zero 3 predicts") != std::string::npos);
+  CHECK(ddp.output.find("step 1/") == std::string::npos);  // refused before the first step
+  for (const std::string fits : {"--tp 4", "--zero 3"}) {
+    CAPTURE(fits);
+    const Run r = train(4, common + fits);
+    CHECK(r.status == 0);
+    CHECK(r.losses.size() == 2);
+  }
+  // train_imagenet has no tensor-parallel layers: --tp is refused with a sentence.
+  tandem::testing::check_refused(app("train_imagenet") + " --synthetic --tp 2", "this trainer's CNNs have no "
+                                 "tensor-parallel layers");
+}

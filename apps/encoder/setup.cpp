@@ -172,6 +172,51 @@ void make_tp_model(const EncoderOptions& o, Training& t, const std::string& resu
   }
 }
 
+// Elements of the canonical parameters TP splits (dist/tp/shard.h's layout of this config).
+int64_t split_params(const Training& t) {
+  const dist::tp::TpLayout layout = dist::tp::bert_tp_layout(t.config);
+  int64_t n = 0;
+  for (const auto& [name, p] : t.tp_model ? t.tp_model->named_parameters() : t.model->named_parameters()) {
+    const auto it = layout.find(name);
+    if (it != layout.end()) n += p.numel() / p.size(it->second.dim) * it->second.full;
+  }
+  return n;
+}
+
+// --memory-budget-mib (apps/trainer/memory.h): refuses on every rank alike (exit 2) a run whose
+// predicted bytes per rank exceed it, naming the ZeRO stages and TP sizes whose prediction fits.
+void check_budget(const EncoderOptions& o, Training& t) {
+  const double budget = o.memory_budget_mib * (1 << 20);
+  const double bytes = trainer::agreed_max(trainer::budgeted_bytes(t.memory.ledger()));
+  if (bytes <= budget) return;
+  const dist::LedgerOptions lo = t.step->ledger_options();
+  const int world = t.world->size;
+  const int64_t split = split_params(t), replicated = t.parameters - split;
+  auto name = [](int tp, int zero) {
+    return tp > 1 ? "--tp " + std::to_string(tp) + (zero > 0 ? " --zero " + std::to_string(zero) : "")
+                  : "--zero " + std::to_string(zero);
+  };
+  std::vector<trainer::Layout> others;
+  for (int zero = 1; zero <= 3; ++zero)
+    if (o.tp > 1 || zero != o.zero)
+      others.push_back({name(1, zero), trainer::budgeted_bytes(trainer::predict_layout(lo, zero, world, t.parameters))});
+  const int zero = std::min(o.zero, 2);  // TP composes with ZeRO-1/2
+  for (int tp = 2; tp <= world; tp *= 2) {
+    trainer::StepOptions so = step_options(o);
+    so.tp = tp;
+    if (tp == o.tp || trainer::tp_refusal(so, world, t.config.num_attention_heads, t.config.hidden_size,
+                                          t.config.intermediate_size))
+      continue;
+    const int64_t per_rank = replicated + (split + tp - 1) / tp;
+    others.push_back({name(tp, zero), trainer::budgeted_bytes(trainer::predict_layout(lo, zero, world / tp, per_rank))});
+  }
+  char budget_name[64];
+  std::snprintf(budget_name, sizeof budget_name, "--memory-budget-mib %g", o.memory_budget_mib);
+  throw trainer::UsageError(trainer::budget_refusal(bytes, t.memory.ledger(), budget,
+                                                    name(o.tp, o.zero) + " on " + std::to_string(world) + " ranks",
+                                                    budget_name, std::move(others)));
+}
+
 }  // namespace
 
 Module& model_of(Training& t) {
@@ -238,6 +283,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   // Token batches are not subtracted (small; as the ledger always did here).
   t.memory.plan(*t.step, t.dev, 0, trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
   if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
+  if (o.memory_budget_mib > 0) check_budget(o, t);  // before the first step allocates the optimizer state
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

@@ -12,7 +12,9 @@
 // the ZeRO shard) and the checkpoint's optimizer state. Then the loaders, the run's length in
 // samples (apps/trainer/position.h: --steps counts steps of the fresh start's global batch, so a
 // resume on another world size or --batch ends, and decays the LR, where the uninterrupted run
-// would), and last the memory ledger is predicted (apps/trainer/memory.h) and printed at start-up.
+// would), and last the memory ledger is predicted (apps/trainer/memory.h) and printed at start-up;
+// --memory-budget-mib then refuses (exit 2, every rank) a run whose prediction exceeds it, before
+// the first step allocates the optimizer state, naming the --zero stages and --tp sizes that fit.
 // The checkpoint folder is opened before the corpus is read (train_encoder.cpp).
 //
 // --tp T > 1 (Megatron-style tensor parallelism, dist/tp/): set_up refuses (exit 2, every rank) a T

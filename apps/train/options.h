@@ -69,6 +69,9 @@ struct TrainOptions {
   // precision and sharding: only the implemented values are accepted
   std::string amp = "off";
   int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients; 3: also parameters (dist/zero.h)
+  // tensor parallelism (refused: train_encoder's) and the memory budget (issue 22)
+  int tp = 1;                       // accepted only as 1: the CNNs have no tensor-parallel layers
+  double memory_budget_mib = 0;     // > 0: refuse at start-up a run whose predicted bytes per rank exceed it
   // checkpoints
   // checkpoints (layers/checkpoint_dir.h: the folder is owned by one run and locked against a
   // second job; apps/trainer/run_folder.h opens it at start-up)
