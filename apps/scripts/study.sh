@@ -31,7 +31,7 @@ if [ "${1:-}" = "whatif" ]; then
   [ -x "$build/apps/whatif" ] || bash "$root/apps/scripts/setup.sh"
   exec "$build/apps/whatif" "$@"
 fi
-case " $* " in *" -h "*|*" --help "*) sed -n 2,27p "$0"; exit 0 ;; esac
+case " $* " in *" -h "*|*" --help "*) sed -n 2,25p "$0"; exit 0 ;; esac
 # The plots need matplotlib: the Debian package serves the system python (/usr/bin/python3), which
 # may not be the first python3 on PATH (pyenv, venvs).
 py=""
