@@ -50,12 +50,13 @@ struct Run {
   std::string output;
 };
 
-// mpiexec -n ranks train_encoder on synthetic tokens, dropout off, a progress line per step.
+// mpiexec -n ranks train_encoder on synthetic tokens, dropout off (unless args set it), a progress
+// line per step.
 Run train(int ranks, const std::string& args) {
   const tandem::testing::AppRun r = tandem::testing::run_app(
       "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + app("train_encoder") +
-      " --device cpu --synthetic --synthetic-tokens 40000 --seq-len 32 --dropout 0 --log-every 1 --val-batches 2 "
-      "--warmup-steps 1 " + args);
+      " --device cpu --synthetic --synthetic-tokens 40000 --seq-len 32 --log-every 1 --val-batches 2 --warmup-steps 1 " +
+      (args.find("--dropout ") == std::string::npos ? "--dropout 0 " : "") + args);
   Run out;
   out.status = r.status;
   out.output = r.output;
@@ -87,15 +88,23 @@ const std::vector<std::string> kTiny{"attention.self.key.bias"};  // see the fil
 
 }  // namespace
 
-TEST_CASE("--tp 2 (TP 2 x DP 2, 4 ranks) equals DDP on 2 ranks: the loss per step and the checkpoint, --zero 0 and 2") {
+TEST_CASE("--tp 2 (TP 2 x DP 2, 4 ranks) equals DDP on 2 ranks: the loss per step and the checkpoint, --zero 0, 1 and 2") {
   const std::string common = "--model bert_tiny --vocab-size 512 --batch 4 --steps 5 --clip 0.5 --checkpoint-dir ";
   const std::string ddp = dir("ddp2");
-  const Run ref = train(2, common + ddp);
+  auto grad_norm = [](const std::string& metrics) {
+    return nlohmann::json::parse(tandem::testing::slurp(metrics)).at("final").at("grad_norm").get<double>();
+  };
+  const Run ref = train(2, common + ddp + " --metrics " + ddp + ".json");
   REQUIRE(ref.status == 0);
-  for (const std::string zero : {"0", "2"}) {
+  // The last step's norm before clipping: above --clip 0.5, so every step clipped, by the canonical
+  // model's norm on every layout (the TP one sums the split squares over the TP group, once each).
+  const double ref_norm = grad_norm(ddp + ".json");
+  CHECK(ref_norm > 0.5);
+  for (const std::string zero : {"0", "1", "2"}) {
     CAPTURE(zero);
     const std::string tp = dir("tp2_zero" + zero);
-    const Run r = train(4, common + tp + " --tp 2 --zero " + zero);
+    const Run r = train(4, common + tp + " --tp 2 --zero " + zero + " --metrics " + tp + ".json");
+    CHECK(grad_norm(tp + ".json") == doctest::Approx(ref_norm).epsilon(1e-5));
     REQUIRE(r.status == 0);
     CHECK(r.output.find("TP 2 x DP 2") != std::string::npos);
     check_same_losses(r, ref, 5);
@@ -182,6 +191,18 @@ TEST_CASE("a --tp 2 checkpoint resumes at --tp 1 on 4 ranks and on 1 rank; a DDP
   MESSAGE("largest relative difference: ", tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
 }
 
+TEST_CASE("with dropout, a --tp 2 run split and resumed at --tp 2 ends byte for byte where the uninterrupted one ends") {
+  // The replicated dropout (the default generator) and the per-TP-rank attention stream
+  // (extra.tp_attention_rng_offset) both continue where they stopped.
+  const std::string common = "--model bert_tiny --vocab-size 512 --batch 4 --steps 4 --tp 2 --checkpoint-dir ";
+  const std::string whole = dir("drop_whole"), split = dir("drop_split");
+  REQUIRE(train(4, common + whole + " --dropout 0.1").status == 0);
+  REQUIRE(train(4, common + split + " --dropout 0.1 --run-steps 2").status == 0);
+  REQUIRE(train(4, common + split + " --dropout 0.1 --resume auto").status == 0);
+  tandem::testing::check_identical_checkpoints(whole + "/checkpoint_step4.safetensors",
+                                               split + "/checkpoint_step4.safetensors");
+}
+
 TEST_CASE("--tp refusals: the world size, the heads, --zero 3, --amp (exit 2 and a sentence)") {
   const Run world = train(4, "--model bert_mini --tp 3");
   CHECK(world.status == 2);
@@ -212,6 +233,13 @@ TEST_CASE("--memory-budget-mib refuses a DDP run whose ledger exceeds it, naming
     CHECK(r.status == 0);
     CHECK(r.losses.size() == 2);
   }
+  // train_imagenet's budget: the same refusal, naming its --zero stages.
+  const tandem::testing::AppRun img = tandem::testing::run_app(app("train_imagenet") +
+                                                               " --synthetic --device cpu --memory-budget-mib 1");
+  CHECK(img.status == 2);
+  CHECK(img.has("the memory ledger predicts"));
+  CHECK(img.has("over --memory-budget-mib 1 (1.0 MiB)"));
+  CHECK(img.has("which does not fit either"));
   // train_imagenet has no tensor-parallel layers: --tp is refused with a sentence.
   tandem::testing::check_refused(app("train_imagenet") + " --synthetic --tp 2", "this trainer's CNNs have no "
                                  "tensor-parallel layers");

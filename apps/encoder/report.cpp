@@ -180,7 +180,7 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"memory", {{"current_bytes", mem.current_bytes}, {"peak_bytes", mem.peak_bytes}}},
       {"memory_ledger", t.memory.json()},
       {"baseline", {{"token", u.token}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
-      {"final", {{"train_loss", last.loss}}},
+      {"final", {{"train_loss", last.loss}, {"grad_norm", last.grad_norm}}},  // grad_norm: before clipping, -1 without
       {"validations", evals},
       {"checkpoints_written", rec.checkpoints_written}};
   if (!rec.evals.empty()) j["final"]["val"] = eval_json(rec.evals.back());
