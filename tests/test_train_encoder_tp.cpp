@@ -6,17 +6,21 @@
 //   - TP 2 x DP 2 on 4 ranks reads the batches DDP reads on 2 ranks (each TP group reads one
 //     batch: the loader's rank and world are the DP ones), so it prints the same loss per step and
 //     ends in the same canonical checkpoint (1e-5 relative per tensor after 5 AdamW steps, clipping
-//     on), under --zero 0 and --zero 2 alike. (Against DDP on 4 ranks at --batch B/2 the same
+//     on: the same gradient norm), under --zero 0, 1 and 2 alike. (Against DDP on 4 ranks at --batch B/2 the same
 //     sequences are read, but each rank's masked-LM loss is a mean over its own masked tokens, so
 //     the mean of 4 means is another number than the mean of 2: not a rounding question.)
 //   - TP 4 on 4 ranks (DP 1) equals 1 rank with the same batch: bert_mini (4 heads) with a
 //     vocabulary of 514, which TP 4 splits unevenly (129, 129, 128, 128 rows).
-//   - A checkpoint written at TP 2 x DP 2 is canonical: it resumes at --tp 1 on 4 ranks (the same
-//     global batch) and on 1 rank, and a DDP checkpoint resumes at --tp 2; each ends where the
-//     uninterrupted DDP run ends (up to reduction order; the attention keys' biases, whose
-//     gradients are ~0 and which AdamW's division magnifies, in shape only, as in
-//     test_train_encoder_e2e.cpp).
-// And the refusals: a T that does not divide the world or the heads, --tp with --zero 3 or --amp.
+//   - A checkpoint written at TP 2 x DP 2 (ZeRO-2 over DP) is canonical: it resumes at --tp 1 --zero 1
+//     on 4 ranks (the same global batch) and on 1 rank, and a DDP checkpoint resumes at --tp 2; each
+//     ends where the uninterrupted DDP run ends (up to reduction order; the attention keys' biases,
+//     whose gradients are ~0 and which AdamW's division magnifies, in shape only, as in
+//     test_train_encoder_e2e.cpp). With dropout on, a --tp 2 run split and resumed at --tp 2 ends
+//     byte for byte where the whole run ends (both dropout streams continue).
+//   - The ledger at --tp 2 halves the split layers, and measures so; --memory-budget-mib refuses a
+//     DDP run that does not fit, naming --tp 4 and --zero 3, which then train.
+// And the refusals: a T that does not divide the world or the heads, --tp with --zero 3 or --amp,
+// --tp in train_imagenet.
 // Binaries come from TANDEM_TEST_BINARY_DIR (tests/CMakeLists.txt).
 #include <doctest/doctest.h>
 
@@ -157,21 +161,22 @@ TEST_CASE("--tp 4 on 4 ranks equals 1 rank with the same batch (bert_mini, a voc
   CHECK(std::abs(std::stod(ma[2]) - std::stod(mb[2])) <= 1.01e-4);
 }
 
-TEST_CASE("a --tp 2 checkpoint resumes at --tp 1 on 4 ranks and on 1 rank; a DDP one resumes at --tp 2") {
+TEST_CASE("a --tp 2 --zero 2 checkpoint resumes at --tp 1 --zero 1 on 4 ranks and on 1 rank; a DDP one at --tp 2") {
   const std::string common = "--model bert_tiny --vocab-size 512 --steps 6 --checkpoint-dir ";
   // The uninterrupted run: DDP on 2 ranks x 4 (a global batch of 8).
   const std::string whole = dir("whole");
   REQUIRE(train(2, common + whole + " --batch 4").status == 0);
   const std::string end = "/checkpoint_step6.safetensors";
-  // Split at step 3 under TP 2 x DP 2 (4 ranks x 4, 2 DP groups: the same global batch of 8).
+  // Split at step 3 under TP 2 x DP 2 with ZeRO-2 over DP (4 ranks x 4, 2 DP groups: the same global
+  // batch of 8); the optimizer state is gathered over DP, then assembled over TP.
   const std::string half = dir("tp_half");
-  REQUIRE(train(4, common + half + " --batch 4 --tp 2 --run-steps 3").status == 0);
+  REQUIRE(train(4, common + half + " --batch 4 --tp 2 --zero 2 --run-steps 3").status == 0);
   REQUIRE(fs::exists(half + "/checkpoint_step3.safetensors"));
   struct Resume {
     int ranks;
     std::string args;
   };
-  for (const Resume& at : {Resume{4, "--batch 2 --tp 1"}, Resume{1, "--batch 8"}}) {
+  for (const Resume& at : {Resume{4, "--batch 2 --tp 1 --zero 1"}, Resume{1, "--batch 8"}}) {
     CAPTURE(at.ranks);
     const std::string d = dir("from_tp_np" + std::to_string(at.ranks));
     fs::copy(half, d, fs::copy_options::recursive);

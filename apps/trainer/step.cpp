@@ -387,6 +387,7 @@ void Step::load_state(optim::NamedTensors state) {
 dist::LedgerOptions Step::ledger_options() {
   dist::LedgerOptions lo = ledger_inputs(*ddp_, zero_.get(), comm_.size());
   lo.mixed = amp_ != nullptr;  // 16-bit parameters and gradients, f32 masters (of the shard under ZeRO)
+  lo.tp = options_.tp;         // Ψ: the TP shards this rank holds, N: the DP ranks (comm_)
   // f32 state per parameter: Adam's two moments, SGD's momentum buffer (none without momentum).
   lo.state_bytes = options_.optimizer != "sgd" ? 8 : options_.optimizer_options.momentum != 0 ? 4 : 0;
   return lo;
