@@ -42,9 +42,8 @@ bool works(const StepOptions& o) {
   if (o.cuda_graph && (o.strategy != Strategy::Ddp || o.grad_accum_steps != 1 || o.on_nonfinite != OnNonfinite::Off))
     return false;
   if (o.capturable && o.strategy != Strategy::Ddp) return false;
-  // TP: over ddp, zero1 or zero2, in f32, with SGD or AdamW, eagerly.
-  if (o.tp > 1 && (ps || o.strategy == Strategy::Zero3 || o.cuda_graph || o.capturable ||
-                   o.precision != Precision::F32 || o.optimizer == "lamb"))
+  // TP: over ddp, zero1 or zero2, any precision, with SGD or AdamW, eagerly.
+  if (o.tp > 1 && (ps || o.strategy == Strategy::Zero3 || o.cuda_graph || o.capturable || o.optimizer == "lamb"))
     return false;
   return true;
 }

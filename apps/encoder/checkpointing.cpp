@@ -4,11 +4,50 @@
 
 #include "apps/encoder/setup.h"       // defines: Training
 #include "apps/trainer/run_folder.h"  // defines: UsageError
+#include <map>
+
 #include "core/random.h"              // defines: Generator
 #include "dist/tp/shard.h"            // defines: shard_state_dict, gather_state_dict
+#include "layers/amp_cast.h"          // defines: cast_for_amp
 #include "layers/state_dict.h"        // defines: state_dict, load_state_dict
 
 namespace tandem::apps::encoder {
+
+namespace {
+
+const std::string kMaster = "amp.master.";  // apps/trainer/amp.h's prefix of the f32 masters
+
+// --tp with --amp: the f32 masters are stored flat ("amp.master.<param>" of [numel], as
+// optim::assemble_state writes them, with or without TP), and dist/tp/shard.h splits a tensor along
+// its parameter's dimension only when it has the parameter's shape. So they take the parameter's
+// shape (`shapes`: name -> shape) around the split and are flat again after it.
+NamedTensors masters_shaped(NamedTensors s, const std::map<std::string, Shape>& shapes) {
+  for (auto& [key, t] : s)
+    if (key.rfind(kMaster, 0) == 0)
+      if (auto it = shapes.find(key.substr(kMaster.size())); it != shapes.end() && t.numel() == shape_numel(it->second))
+        t = t.view(it->second);
+  return s;
+}
+
+NamedTensors masters_flat(NamedTensors s) {
+  for (auto& [key, t] : s)
+    if (key.rfind(kMaster, 0) == 0) t = t.view({t.numel()});
+  return s;
+}
+
+// This rank's parameter shapes (its TP shards), or the canonical ones (`canonical`: the split
+// dimension at its full size).
+std::map<std::string, Shape> param_shapes(const Training& t, bool canonical) {
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, p] : t.tp_model->named_parameters()) {
+    Shape shape = p.shape();
+    if (auto it = t.tp_layout.find(name); canonical && it != t.tp_layout.end()) shape[it->second.dim] = it->second.full;
+    shapes[name] = shape;
+  }
+  return shapes;
+}
+
+}  // namespace
 
 CheckpointDirOptions folder_options(const EncoderOptions& o) {
   CheckpointDirOptions c;
@@ -43,7 +82,8 @@ Restored restore_checkpoint(const std::string& path, Module& model, const Encode
       Generator& g = t.tp_model->attention_generator();
       g.set_state(g.seed(), std::stoull(off->second));
     }
-  return Restored{ck.state, dist::tp::shard_state_dict(ck.optimizer, t.tp_layout, r, n)};
+  return Restored{ck.state, masters_flat(dist::tp::shard_state_dict(masters_shaped(ck.optimizer, param_shapes(t, true)),
+                                                                     t.tp_layout, r, n))};
 }
 
 bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Position& at) {
@@ -74,9 +114,12 @@ bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Po
   if (t.dp_rank != 0) return true;
   dist::Communicator& tp = t.grid->tp();
   const NamedTensors model_state = dist::tp::gather_state_dict(state_dict(*t.tp_model), t.tp_layout, tp);
-  const NamedTensors canonical_opt = dist::tp::gather_state_dict(opt_state, t.tp_layout, tp);
+  const NamedTensors canonical_opt =
+      masters_flat(dist::tp::gather_state_dict(masters_shaped(opt_state, param_shapes(t, false)), t.tp_layout, tp));
   if (t.world->rank == 0) {
     models::BertForMaskedLM canonical(t.config, o.seed, false);
+    // --amp: the file holds the 16-bit weights, as a run without TP writes them.
+    if (t.step->compute_dtype() != DType::F32) cast_for_amp(canonical, t.step->compute_dtype());
     load_state_dict(canonical, model_state);
     t.folder.write(canonical, canonical_opt, s);
   }

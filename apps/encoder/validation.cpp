@@ -8,6 +8,7 @@
 #include "core/autograd.h"        // defines: NoGradGuard
 #include "core/ops/loss/loss.h"        // defines: cross_entropy, topk_correct
 #include "core/ops/embedding/embedding.h"   // defines: embedding (the row gather)
+#include "core/ops/copy/copy.h"        // defines: cast_raw (--tp --amp: the logits gathered in f32)
 #include "core/ops/finite/finite.h"      // defines: count_nonfinite
 #include "core/ops/shape/shape.h"       // defines: reshape
 #include "dist/transport/bootstrap.h"  // defines: comm_for
@@ -59,7 +60,7 @@ void score(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& typ
   if (m == 0) return;  // the same on every rank of a TP group (the same batch): no gather skipped by one only
   // Gather the masked rows of the [n, V] logits (embedding lookup = row gather), then score them.
   Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, t.dev), ops::reshape(logits, {n, v}));
-  if (t.grid) picked = whole_vocabulary(t, picked);  // f32: --tp refuses --amp
+  if (t.grid) picked = whole_vocabulary(t, ops::cast_raw(picked, DType::F32));  // --amp: 16-bit logits
   Tensor target = Tensor::from_vector_i64(kept, {m}, DType::I64, t.dev);
   s.nonfinite += static_cast<double>(ops::count_nonfinite({picked}).to_vector_i64()[0]);
   s.loss += ops::cross_entropy(picked, target).item() * static_cast<double>(m);

@@ -171,6 +171,7 @@ bool Step::update_body(StepResult& r) {
   if (amp_) {
     // Unscale, agree on the skip, [clip the f32 master gradients], step, [ZeRO: all-gather].
     // (h-optim: a capturable form keeps the flag, scale and clip coefficient on the device.)
+    if (tp_.comm) return amp_step(*amp_, *groups_, clip, &r.grad_norm, [this](double m) { return clip_tp(m); });
     return amp_step(*amp_, *groups_, clip, &r.grad_norm);
   }
   // The global norm: under ZeRO each rank sums its shard's squares and the Zero adds them up.
@@ -216,7 +217,12 @@ double Step::clip_tp(double max_norm) {
   auto sort = [&](const std::string& name, const Tensor& g) {
     if (g.defined()) (tp_.layout.count(name) ? split : replicated).push_back(g);
   };
-  if (zero_) {
+  if (amp_) {
+    // The f32 master gradients the optimizer reads (of this rank's ZeRO shard, or whole).
+    const std::vector<optim::ParamSegment> segs = amp_->master->master_segments();
+    const std::vector<Tensor> grads = amp_->master->master_grads();
+    for (size_t i = 0; i < segs.size(); ++i) sort(segs[i].name, grads[i]);
+  } else if (zero_) {
     const std::vector<optim::ParamSegment> segs = zero_->segments();
     const std::vector<Tensor> grads = zero_->grads();
     for (size_t i = 0; i < segs.size(); ++i) sort(segs[i].name, grads[i]);

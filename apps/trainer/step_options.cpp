@@ -80,11 +80,6 @@ std::optional<std::string> refusal(const StepOptions& o) {
       return tp + " with " + n(o.cuda_graph ? "cuda_graph" : "capturable") +
              " is not supported: the TP gradient norm and the TP model's all-reduces are issued from the host. "
              "Drop one of them";
-    if (o.precision != Precision::F32)
-      return tp + " with " + n("precision", precision_name(o.precision)) +
-             " is not supported yet: AMP's overflow flag and the f32 masters' norm are agreed over the "
-             "data-parallel ranks only, and the ranks of a TP group hold different shards, so they could skip "
-             "different steps. Use " + n("precision", "off") + " with " + tp;
     if (o.optimizer == "lamb")
       return tp + " with " + n("optimizer", "lamb") + " is not supported: LAMB's trust ratio is a per-parameter "
              "norm, and a TP rank holds a shard of each split parameter (its ratio would be the shard's). Use " +

@@ -35,15 +35,15 @@
 //                 and free each unit's parameters between the kernels of a step
 //   tp            T > 1: the model is a tensor-parallel one (dist/tp/) over a TP group of T ranks,
 //                 and the Step runs over the DP sub-communicator of the grid (dist/tp/grid.h) with
-//                 the TP shards as its parameters: ddp, zero1 or zero2 over DP, f32, SGD or AdamW,
-//                 clipping (the canonical model's norm: split squares summed over TP, replicated
-//                 ones once), accumulation with ddp/zero1. Not ps (its servers partition whole
-//                 parameters over the world), zero3 (its units would gather across DP only, and
-//                 its gathers would run between the TP group's per-layer all-reduces), cuda_graph
-//                 or capturable (the TP norm reads the host), AMP (the overflow flag and the
-//                 masters' norm are agreed over DP only, and TP ranks hold different shards), LAMB
-//                 (its trust ratio would be one per shard, not per parameter). The world size and
-//                 the model's sizes divisible by T are the trainer's to check (tp_refusal).
+//                 the TP shards as its parameters: ddp, zero1 or zero2 over DP, any precision (AMP's
+//                 overflow flag is agreed over the world), SGD or AdamW, clipping (the canonical
+//                 model's norm: split squares summed over TP, replicated ones once, of the f32
+//                 master gradients under AMP), accumulation with ddp/zero1. Not ps (its servers
+//                 partition whole parameters over the world), zero3 (its units would gather across
+//                 DP only, and its gathers would run between the TP group's per-layer all-reduces),
+//                 cuda_graph or capturable (the TP norm reads the host), LAMB (its trust ratio
+//                 would be one per shard, not per parameter). The world size and the model's sizes
+//                 divisible by T are the trainer's to check (tp_refusal).
 #pragma once
 #include <optional>
 #include <string>
