@@ -29,6 +29,10 @@
 // world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/trainer/amp.h).
 // The step itself - DDP or ZeRO, AMP, the parameter groups, clipping - is the training-step library's
 // (apps/trainer/step.h), shared with train_imagenet; this program keeps the options, data, model and report.
+// --tp T: Megatron-style tensor parallelism over groups of T ranks (dist/tp/bert.h), data parallel
+// (DDP or --zero 1|2) over world / T, every rank of a TP group on the same batch; checkpoints stay
+// canonical (assembled over TP at a save, sharded at a resume). --memory-budget-mib M refuses at
+// start-up (exit 2) a run whose memory ledger predicts more than M MiB per rank, naming what fits.
 // Progress lines: sequences/s and tokens/s, MFU, the ms/step split, memory, the loss scale and skipped
 // steps (apps/encoder/report.h); the start-up lines print the memory ledger.
 // Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next

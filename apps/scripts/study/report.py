@@ -96,7 +96,10 @@ def write(study, path):
          "**ledger MiB/rank**: the memory ledger's prediction per rank (model state + transient gradient buffers) / "
          "the model state it measured (apps/trainer/memory.h) - what ZeRO and TP divide.",
          "- Encoder workloads (bert_*) count sequences where image workloads count images; `tp<T>` cells run T ranks "
-         "per tensor-parallel group, so N ranks train N/T batches per step, not N.",
+         "per tensor-parallel group, so N ranks train N/T batches per step, not N. Their **exposed comm** is the "
+         "data-parallel gradient collectives only (the step's timeline); TP's per-layer activation all-reduces run "
+         "inside the model and show up as compute, while the what-if model counts them as exposed communication - "
+         "compare tp rows by their step time.",
          f"- **Marks** next to a cell, explained again under each table: **{OVER}** *oversubscribed* - more ranks than "
          f"the {cores} usable cores, so ranks time-slice and compute per step grows with N (such a cell measures "
          f"the machine, not the strategy); **{NOISY}** *noisy baseline* - the 1-rank images/s spread (max - min over "
