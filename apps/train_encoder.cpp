@@ -29,6 +29,10 @@
 // world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/trainer/amp.h).
 // The step itself - DDP or ZeRO, AMP, the parameter groups, clipping - is the training-step library's
 // (apps/trainer/step.h), shared with train_imagenet; this program keeps the options, data, model and report.
+// --tp T: Megatron-style tensor parallelism over groups of T ranks (dist/tp/bert.h), data parallel
+// (DDP or --zero 1|2) over world / T, every rank of a TP group on the same batch; checkpoints stay
+// canonical (assembled over TP at a save, sharded at a resume). --memory-budget-mib M refuses at
+// start-up (exit 2) a run whose memory ledger predicts more than M MiB per rank, naming what fits.
 // Progress lines: sequences/s and tokens/s, MFU, the ms/step split, memory, the loss scale and skipped
 // steps (apps/encoder/report.h); the start-up lines print the memory ledger.
 // Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
@@ -99,7 +103,8 @@ int run(enc::EncoderOptions& o) {
     dist::Busy preparing("tokenizing the corpus", {.unmeasured_s = 1800});
     corpus = enc::make_corpus(o);
   }
-  auto model = enc::make_model(o, corpus.vocab_size, folder.resume_path());
+  // --tp > 1: set_up builds the TP model over its grid instead.
+  auto model = o.tp > 1 ? nullptr : enc::make_model(o, corpus.vocab_size, folder.resume_path());
   enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));
   enc::print_start(o, t);
   enc::start_records(o, t);  // config_<run-id>.toml beside the checkpoints, the --log-file's start record

@@ -32,8 +32,8 @@ namespace {
 struct Args {
   std::string trace, metrics, model, allreduce_json, backend, json_out, measured, strategies = "ddp", wire = "none";
   std::string ranks = "1,2,4,8,16,32,64,128,256,512,1024";
-  int num_classes = 1000, ps_servers = 0, cores = 0, skip = 2;
-  long long batch = 0;
+  int num_classes = 1000, ps_servers = 0, cores = 0, skip = 2, tp = 2;
+  long long batch = 0, seq_len = 0;
   double first_bucket_mb = 1, bucket_mb = 25;         // the layout to predict
   double traced_first_mb = -1, traced_bucket_mb = -1;  // the traced run's layout (-1: from --metrics)
   double jitter_ms = -1, step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
@@ -105,7 +105,11 @@ int main(int argc, char** argv) {
   app.add_option("--backend", a.backend, "its backend (mpi/cpu, nccl/gpu; default: the first)");
   app.add_option("--alpha-us", a.alpha_us, "latency per message per hop (us)")->capture_default_str();
   app.add_option("--bandwidth-gbit", a.bandwidth_gbit, "per-rank link bandwidth (Gbit/s)")->capture_default_str();
-  app.add_option("--strategy", a.strategies, "comma list: ddp ddp_no_overlap zero1 zero2 ps")->capture_default_str();
+  app.add_option("--strategy", a.strategies, "comma list: ddp ddp_no_overlap zero1 zero2 zero3 tp ps")
+      ->capture_default_str();
+  app.add_option("--tp", a.tp, "tp: ranks per tensor-parallel group (BERT models; their layout and sizes from "
+                               "--model, --num-classes as the vocabulary, --batch and --seq-len)")->capture_default_str();
+  app.add_option("--seq-len", a.seq_len, "tp: tokens per sequence (default: from --metrics)");
   app.add_option("--wire", a.wire, "gradient dtype on the wire: none, bf16, fp16")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--ps-servers", a.ps_servers, "parameter server: K servers on ranks 0..K-1 (train_imagenet's "
@@ -122,6 +126,8 @@ int main(int argc, char** argv) {
       json m = json::parse(std::ifstream(a.metrics));
       if (a.model.empty()) a.model = m.value("model", "");
       if (a.batch == 0) a.batch = m.value("batch_per_rank", 0LL);
+      if (a.seq_len == 0) a.seq_len = m.value("seq_len", 0LL);
+      if (m.contains("vocab_size") && a.num_classes == 1000) a.num_classes = m.at("vocab_size").get<int>();
       const json d = m.value("ddp", json::object());
       if (a.traced_first_mb < 0) a.traced_first_mb = d.value("bucketing", true) ? d.value("first_bucket_mb", 1.0) : 0;
       if (a.traced_bucket_mb < 0) a.traced_bucket_mb = d.value("bucketing", true) ? d.value("bucket_mb", 25.0) : 0;
@@ -171,7 +177,13 @@ int main(int argc, char** argv) {
     json rows = json::array();
     for (const std::string& sname : split(a.strategies)) {
       StrategyOptions so{strategy_from_name(sname), a.wire == "none" ? 1.0 : 0.5, a.ps_servers, a.cores};
+      if (so.strategy == Strategy::Tp) {
+        TANDEM_CHECK(a.seq_len > 0, "whatif: --strategy tp needs --seq-len (or a train_encoder --metrics)");
+        const TpShape t = tp_shape(a.model, a.num_classes, a.batch, a.seq_len);
+        so.tp = a.tp, so.tp_split = t.split, so.tp_activation_bytes = t.activation_bytes, so.tp_layers = t.layers;
+      }
       for (const std::string& rs : split(a.ranks)) {
+        if (so.strategy == Strategy::Tp && std::stoi(rs) % so.tp != 0) continue;  // no grid of that size
         const Prediction p = predict(prof, net, so, std::stoi(rs));
         std::printf("%-15s %6d %10.2f %10.2f %10.2f %7.0f%% %12.1f %10.1f %8.2f %6.1f%%", sname.c_str(), p.ranks,
                     p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
@@ -181,7 +193,8 @@ int main(int argc, char** argv) {
                  {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms},
                  {"overlap", p.overlap}, {"images_per_s", p.images_per_s},
                  {"images_per_s_per_rank", p.images_per_s_per_rank}, {"speedup", p.speedup},
-                 {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes}};
+                 {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes},
+                 {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}};
         if (const json* cell = find_measured(measured, sname, p.ranks)) {
           const Verdict v = judge(p, cell->at("step_ms").get<double>(), cell->value("exposed_ms", 0.0));
           std::printf("  | measured %.2f ms (%+.0f%%), exposed %.2f vs %.2f ms (bound %.2f): %s", cell->at("step_ms").get<double>(),

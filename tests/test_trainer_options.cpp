@@ -42,6 +42,9 @@ bool works(const StepOptions& o) {
   if (o.cuda_graph && (o.strategy != Strategy::Ddp || o.grad_accum_steps != 1 || o.on_nonfinite != OnNonfinite::Off))
     return false;
   if (o.capturable && o.strategy != Strategy::Ddp) return false;
+  // TP: over ddp, zero1 or zero2, any precision, with SGD or AdamW, eagerly.
+  if (o.tp > 1 && (ps || o.strategy == Strategy::Zero3 || o.cuda_graph || o.capturable || o.optimizer == "lamb"))
+    return false;
   return true;
 }
 
@@ -49,7 +52,7 @@ std::string describe(const StepOptions& o) {
   return std::string(strategy_name(o.strategy)) + " " + precision_name(o.precision) + " " + o.optimizer + " clip " +
          std::to_string(o.clip_grad_norm) + " accum " + std::to_string(o.grad_accum_steps) + " graph " +
          std::to_string(o.cuda_graph) + " capturable " + std::to_string(o.capturable) + " nonfinite " + std::to_string(static_cast<int>(o.on_nonfinite)) +
-         " compress " + o.compress + " checkpoint " + std::to_string(o.checkpoint);
+         " compress " + o.compress + " checkpoint " + std::to_string(o.checkpoint) + " tp " + std::to_string(o.tp);
 }
 
 // Every combination the table speaks of, with `names` set on each.
@@ -64,8 +67,10 @@ std::vector<StepOptions> all_combinations(const OptionNames& names) {
              for (bool capturable : {false, true})
               for (OnNonfinite nf : {OnNonfinite::Stop, OnNonfinite::Skip, OnNonfinite::Off})
                 for (const char* compress : {"none", "bf16", "fp16", "int8"})
-                  for (bool checkpoint : {false, true}) {
+                  for (bool checkpoint : {false, true})
+                   for (int tp : {1, 2}) {
                     StepOptions o;
+                    o.tp = tp;
                     o.strategy = s, o.precision = p, o.optimizer = opt, o.clip_grad_norm = clip;
                     o.grad_accum_steps = accum, o.cuda_graph = graph, o.on_nonfinite = nf;
                     o.capturable = capturable;
@@ -193,6 +198,23 @@ TEST_CASE("refusal_on: a CUDA graph needs a GPU and NCCL collectives; without on
   CHECK(refusal_on(o, Device::cuda(0), "mpi+host-staging").value().find("go over mpi+host-staging") !=
         std::string::npos);
   CHECK_THROWS_AS(check_on(o, Device::cpu(), "mpi"), Error);
+}
+
+TEST_CASE("tp_refusal: T must divide the world size, the heads, the hidden size and the FFN width") {
+  StepOptions o;
+  o.names = imagenet_flags;
+  CHECK_FALSE(tp_refusal(o, 3, 3, 3, 3));  // tp 1: nothing to split
+  o.tp = 2;
+  CHECK_FALSE(tp_refusal(o, 4, 12, 768, 3072));
+  CHECK_FALSE(tp_refusal(o, 4, 12, 0, 0));  // 0: a size the model lacks
+  CHECK(tp_refusal(o, 3, 12, 768, 3072).value() ==
+        "--tp 2 needs a world size divisible by 2 (a grid of 2 TP ranks by world / 2 data-parallel ranks), and this "
+        "run has 3 ranks: launch a multiple of 2 ranks or pick a --tp that divides 3");
+  CHECK(tp_refusal(o, 4, 3, 768, 3072).value().find("the model's attention heads (3)") != std::string::npos);
+  CHECK(tp_refusal(o, 4, 4, 11, 3072).value().find("hidden size (11)") != std::string::npos);
+  CHECK(tp_refusal(o, 4, 4, 16, 31).value().find("FFN width (31)") != std::string::npos);
+  o.tp = 0;
+  CHECK(refusal(o).value() == "--tp 0 must be at least 1 (1: no tensor parallelism)");
 }
 
 TEST_CASE("strategy and precision names round-trip; unknown names are refused") {

@@ -115,3 +115,33 @@ TEST_CASE("an allocation the host cannot satisfy throws OutOfMemory naming the b
   CHECK(human_bytes(1536.0 * 1024 * 1024) == "1.5 GiB");
   CHECK(human_bytes(12) == "12 B");
 }
+
+TEST_CASE("the memory budget: model state + transient, other layouts predicted and named in the caller's words") {
+  dist::LedgerOptions lo;
+  lo.params = 1'000'000, lo.world = 4, lo.state_bytes = 8;  // AdamW in f32: 16 bytes per element under DDP
+  lo.largest_bucket = 250'000, lo.next_bucket = 250'000, lo.largest_param = 100'000;
+  const dist::MemoryLedger ddp = dist::predict_memory(lo);
+  CHECK(trainer::budgeted_bytes(ddp) == ddp.model_state() + ddp.transient);
+  CHECK(ddp.model_state() == 16e6);
+  // ZeRO-3 over the same 4 ranks: 16 bytes / 4; TP 4 (DP 1) with 400k elements per rank: 16 x 400k.
+  const dist::MemoryLedger z3 = trainer::predict_layout(lo, 3, 4, lo.params);
+  CHECK(z3.model_state() == doctest::Approx(4e6));
+  const dist::MemoryLedger tp4 = trainer::predict_layout(lo, 0, 1, 400'000);
+  CHECK(tp4.model_state() == 16 * 400'000.0);
+  CHECK(tp4.transient < ddp.transient);  // the buckets shrink with the elements per rank
+  const double mib = 1 << 20;
+  CHECK(trainer::budget_refusal(trainer::budgeted_bytes(ddp), ddp, 100 * mib, "ddp", "the budget", {}).empty());
+  const std::string why = trainer::budget_refusal(
+      trainer::budgeted_bytes(ddp), ddp, 10 * mib, "<ddp on 4>", "<budget 10>",
+      {{"<zero 3>", trainer::budgeted_bytes(z3)}, {"<tp 4>", trainer::budgeted_bytes(tp4)}, {"<zero 1>", 11 * mib}});
+  INFO(why);
+  CHECK(why.find("the memory ledger predicts 16.2 MiB per rank for <ddp on 4> (model state 15.3 MiB") == 0);
+  CHECK(why.find("over <budget 10> (10.0 MiB): <zero 3> predicts 5.7 MiB or <tp 4> predicts 6.5 MiB, which fit") !=
+        std::string::npos);
+  CHECK(why.find("<zero 1>") == std::string::npos);  // it does not fit
+  CHECK(why.find("--") == std::string::npos);        // the library names no flag
+  const std::string none = trainer::budget_refusal(trainer::budgeted_bytes(ddp), ddp, 1 * mib, "a", "b",
+                                                   {{"<zero 3>", trainer::budgeted_bytes(z3)}});
+  CHECK(none.find("the smallest other layout, <zero 3>, predicts 5.7 MiB, which does not fit either") !=
+        std::string::npos);
+}

@@ -102,6 +102,56 @@ TEST_CASE("ZeRO: reduce-scatter, optimizer on a shard, all-gather") {
   CHECK(predict(e, kNet, {Strategy::Zero1}, n).step_ms == doctest::Approx(100 + rs + ag));
 }
 
+TEST_CASE("ZeRO-3: a forward gather, a backward gather and the reduce-scatter - 1.5x ZeRO-2's bytes, no gather after the step") {
+  StepProfile p = one_bucket(100, 100, 4e6);
+  p.optimizer_ms = 8;
+  p.backward_start_ms = 30;  // a 30 ms forward hides the forward gathers (3.03 ms)
+  const int n = 4;
+  const double ag = 0.75 * 4 + 0.03, rs = ag, saved = 8 * 0.75;
+  const Prediction z3 = predict(p, kNet, {Strategy::Zero3}, n), z2 = predict(p, kNet, {Strategy::Zero2}, n);
+  CHECK(z3.comm_ms == doctest::Approx(3 * ag));  // DeepSpeed's 3 x the parameter volume
+  CHECK(z2.comm_ms == doctest::Approx(rs + ag));
+  CHECK(z3.comm_ms == doctest::Approx(1.5 * z2.comm_ms));
+  // The backward gather and the reduce-scatter of the one bucket, after backward; the optimizer on 1/N.
+  CHECK(z3.exposed_ms == doctest::Approx(ag + rs));
+  CHECK(z3.step_ms == doctest::Approx(100 + ag + rs - saved));
+  // A forward too short to hide the gathers: the excess delays the rest of the step.
+  p.backward_start_ms = 1;
+  CHECK(predict(p, kNet, {Strategy::Zero3}, n).step_ms == doctest::Approx(100 + ag + rs - saved + (ag - 1)));
+  CHECK(predict(p, kNet, {Strategy::Zero3}, 1).step_ms == doctest::Approx(100));  // one rank: nothing to gather
+}
+
+TEST_CASE("tensor parallelism: 4 activation all-reduces per layer on the critical path, 1/T of the split layers") {
+  StepProfile p = one_bucket(100, 100, 4e6);
+  StrategyOptions tp{Strategy::Tp};
+  tp.tp = 2, tp.tp_split = 0.5, tp.tp_activation_bytes = 1e6, tp.tp_layers = 2;
+  CHECK(tp_activation_ms(1e6, 2, 2, kNet) == doctest::Approx(10 * (1 + 0.02)));  // (4 L + 2) rings over T = 2
+  CHECK(tp_activation_ms(1e6, 2, 1, kNet) == 0);
+  // TP 2 x DP 2: compute 0.5 + 0.5 / 2 of the step; the gradients (3 MB) all-reduced over 2 DP ranks.
+  const Prediction a = predict(p, kNet, tp, 4);
+  const double tp_ms = 10.2, dp_ms = 3 + 0.02;
+  CHECK(a.compute_ms == doctest::Approx(75));
+  CHECK(a.tp_ms == doctest::Approx(tp_ms));
+  CHECK(a.comm_ms == doctest::Approx(tp_ms + dp_ms));
+  CHECK(a.exposed_ms == doctest::Approx(tp_ms + dp_ms));  // backward ends at the last bucket's ready time
+  CHECK(a.step_ms == doctest::Approx(75 + tp_ms + dp_ms));
+  CHECK(a.images_per_s == doctest::Approx(1e3 * 32 * 2 / a.step_ms));  // 2 DP groups, one batch each
+  // TP 4 on 4 ranks: one DP group, no gradient all-reduce; rings over 4 ranks.
+  tp.tp = 4;
+  const Prediction b = predict(p, kNet, tp, 4);
+  CHECK(b.compute_ms == doctest::Approx(62.5));
+  CHECK(b.step_ms == doctest::Approx(62.5 + 10 * (1.5 + 0.06)));
+  CHECK(b.images_per_s == doctest::Approx(1e3 * 32 / b.step_ms));
+  CHECK_THROWS(predict(p, kNet, tp, 6));  // no grid: 6 ranks are not a multiple of 4
+  // The shape of a BERT: bert_base's split layers (attention, FFN, the vocabulary) are nearly all of it.
+  const TpShape bert = tp_shape("bert_base", 30522, 8, 128);
+  CHECK(bert.layers == 12);
+  CHECK(bert.activation_bytes == 4.0 * 8 * 128 * 768);
+  CHECK(bert.split > 0.95);
+  CHECK(bert.split < 1);
+  CHECK_THROWS(tp_shape("resnet18", 1000, 8, 128));  // image models have no TP layers
+}
+
 TEST_CASE("bf16 on the wire halves the bytes; shared cores stretch compute") {
   StepProfile p = one_bucket(100, 100, 4e6);
   Prediction f32 = predict(p, kNet, {Strategy::Ddp}, 2);

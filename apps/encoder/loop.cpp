@@ -51,8 +51,8 @@ void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
   };
   const trainer::StepResult r = step.run([&](int micro) {
     return step.forward_with([&](Module&) {
-      return t.model->mlm_loss(rows(b.input_ids, micro), rows(b.attention_mask, micro), rows(b.token_type_ids, micro),
-                               rows(b.labels, micro));
+      return mlm_loss(t, rows(b.input_ids, micro), rows(b.attention_mask, micro), rows(b.token_type_ids, micro),
+                      rows(b.labels, micro));
     });
   });
   if (r.grad_norm >= 0) s.grad_norm = r.grad_norm;  // clipping ran (on an applied step)

@@ -77,6 +77,13 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--zero", o.zero, "ZeRO stage: 0 DDP, 1 shard the optimizer state (and --amp's f32 masters), 2 "
                                    "also the gradients, 3 also the parameters (each layer gathered around its use)")
       ->check(CLI::IsMember({0, 1, 2, 3}))->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor-parallel size T: each layer's matrices split over groups of T ranks "
+                               "(Megatron), data parallel over world / T; must divide the ranks and the model's "
+                               "heads, hidden size and FFN width")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--memory-budget-mib", o.memory_budget_mib,
+                 "refuse at start-up (exit 2) a run whose memory ledger predicts more than this many MiB of model "
+                 "state and transient gradient buffers per rank (0: no budget)")
+      ->check(CLI::NonNegativeNumber);
   trainer::add_run_flags(app, o,
                          {"write checkpoint_step<N>.safetensors here", "steps between checkpoints (0: after the last step)",
                           "a Hugging Face BertForMaskedLM state dict in safetensors (model.safetensors, or "
@@ -126,6 +133,9 @@ void validate(EncoderOptions& o) {
   if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
   trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
   trainer::check_run_options(o, step_options(o));
+  TANDEM_CHECK(o.weights.empty() || o.tp == 1, "--weights with --tp ", o.tp, " is not supported yet: load them in "
+               "a --tp 1 run with --checkpoint-dir and --run-steps 1, then --resume its checkpoint at --tp ", o.tp,
+               " (checkpoints are canonical and reshard)");
   TANDEM_CHECK(!o.sync_bn, "--sync-bn synchronises BatchNorm statistics across ranks, and BERT has none (LayerNorm "
                "normalises each token by itself, the same on any number of ranks): drop --sync-bn");
 }
@@ -145,7 +155,7 @@ std::string flag_name(const std::string& option, const std::string& value) {
       {"grad_accum_steps", "--grad-accum-steps"},
       {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
       {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"},
-      {"model_ema", "--model-ema"}};
+      {"model_ema", "--model-ema"}, {"tp", "--tp"}};
   const auto it = flags.find(option);
   if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
   return value.empty() ? it->second : it->second + " " + value;
@@ -174,6 +184,7 @@ trainer::StepOptions step_options(const EncoderOptions& o) {
   s.precision = trainer::precision_from_name(o.amp);
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
   s.checkpoint = !o.checkpoint_dir.empty();
+  s.tp = o.tp;
   s.names = flag_name;
   return s;
 }

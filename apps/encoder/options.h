@@ -62,6 +62,9 @@ struct EncoderOptions : trainer::RunOptions {
   // precision and sharding (as train_imagenet; together, each rank keeps the masters of its shard)
   std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/amp.h)
   int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients | 3 also parameters
+  // tensor parallelism and the memory budget (issue 22)
+  int tp = 1;                       // T > 1: Megatron-style TP over groups of T ranks (dist/tp/), DP over world / T
+  double memory_budget_mib = 0;     // > 0: refuse at start-up a run whose predicted bytes per rank exceed it
   // output
   int64_t val_every = 0;            // steps between validations (0: only after the last step)
   int64_t val_batches = -1;         // held-out batches per rank per validation (-1: all)

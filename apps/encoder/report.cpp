@@ -94,19 +94,18 @@ void print_start(const EncoderOptions& o, const Training& t) {
               "global), %lld steps (%lld sequences/epoch), %s lr %.3g warmup %lld, %.4g GFLOP/token, MFU's peak %.4g "
               "TFLOP/s/rank (%s)\n",
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
-              (long long)t.model->num_parameters(), (long long)o.seq_len, (long long)o.batch,
+              (long long)t.parameters, (long long)o.seq_len, (long long)o.batch,
               (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)t.total_steps,
               (long long)c.train->size(), t.step->optimizer_name(), t.sched.base_lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
   // The LR rule in words, as train_imagenet prints it (options.h).
-  const int world = t.world->size;
-  std::printf("%s", trainer::lr_rule(o.lr_scaling, o.lr, world, t.sched.base_lr).c_str());
+  std::printf("%s", trainer::lr_rule(o.lr_scaling, o.lr, t.dp_size, t.sched.base_lr).c_str());  // DP ranks
   std::printf("; %s decay after %lld warmup steps", o.lr_schedule.c_str(), (long long)o.warmup_steps);
   if (o.grad_accum_steps > 1)
     std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.grad_accum_steps, (long long)o.batch,
                 (long long)t.global_batch);
-  std::printf("\nprecision %s, ZeRO stage %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
-              t.memory.ledger().str().c_str());
+  std::printf("\nprecision %s, ZeRO stage %d, TP %d x DP %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
+              o.tp, t.dp_size, t.memory.ledger().str().c_str());
   std::fflush(stdout);
 }
 
@@ -178,7 +177,8 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"app", "train_encoder"},
       {"tandem_version", kTandemVersion},
       {"model", o.model},
-      {"parameters", t.model->num_parameters()},
+      {"parameters", t.parameters},
+      {"tp", o.tp},
       {"vocab_size", t.corpus.vocab_size},
       {"world_size", world},
       {"device", t.dev.str()},
@@ -226,7 +226,7 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"memory", {{"current_bytes", mem.current_bytes}, {"peak_bytes", mem.peak_bytes}}},
       {"memory_ledger", t.memory.json()},
       {"baseline", {{"token", u.token}, {"token_text", t.corpus.baseline_text}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
-      {"final", {{"train_loss", last.loss}}},
+      {"final", {{"train_loss", last.loss}, {"grad_norm", last.grad_norm}}},  // grad_norm: before clipping, -1 without
       {"validations", evals},
       {"checkpoints_written", rec.checkpoints_written}};
   if (!rec.evals.empty()) j["final"]["val"] = eval_json(rec.evals.back());

@@ -9,6 +9,7 @@
 
 #include "apps/encoder/checkpointing.h"  // defines: restore_checkpoint
 #include "apps/encoder/hf_state_dict.h"  // defines: from_hf_state_dict (--weights)
+#include "apps/trainer/run_folder.h"      // defines: UsageError
 #include "apps/trainer/start_weights.h"  // defines: load_start_weights
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
@@ -97,13 +98,13 @@ void make_loaders(const EncoderOptions& o, Training& t) {
   data::TextLoaderOptions lo;
   lo.batch_size = o.batch * o.grad_accum_steps;  // a whole step: its micro-batches are sliced in the loop
   lo.seed = o.seed;
-  lo.rank = t.world->rank;
-  lo.world_size = t.world->size;
+  lo.rank = t.dp_rank;  // --tp: every rank of a TP group reads the same batch
+  lo.world_size = t.dp_size;
   lo.device = t.dev;
   t.train = std::make_unique<data::TextLoader>(t.corpus.train, lo);
   TANDEM_CHECK(t.train->batches_per_epoch() > 0, "the training text packs into ", t.corpus.train->size(),
-               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch * o.grad_accum_steps, " x ", t.world->size,
-               " ranks): lower --batch or --seq-len, or use more text");
+               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch * o.grad_accum_steps, " x ",
+               t.dp_size, " data-parallel ranks): lower --batch-size or --seq-len, or use more text");
   if (t.corpus.held_out) {
     data::TextLoaderOptions vo = lo;
     vo.shuffle = false, vo.pad_shards = false, vo.drop_last = false;
@@ -114,7 +115,8 @@ void make_loaders(const EncoderOptions& o, Training& t) {
 // BERT's schedule by default: linear warmup from 0, then linear decay to --min-lr at --steps, in
 // steps of the fresh start's global batch (position.h); --lr-scheduler picks another decay (the
 // names train_imagenet takes; step's milestones are steps here, as the run is counted in steps).
-// --lr-scaling linear multiplies --lr by the world size, as in train_imagenet.
+// --lr-scaling linear multiplies --lr by the data-parallel ranks (the world size without --tp), as
+// in train_imagenet.
 optim::LrScheduleOptions make_schedule(const EncoderOptions& o, int world) {
   optim::LrScheduleOptions s;
   s.base_lr = o.lr_scaling == "linear" ? o.lr * world : o.lr;
@@ -158,18 +160,106 @@ void plan_steps(const EncoderOptions& o, Training& t) {
 
 }  // namespace
 
+namespace {
+
+// --tp > 1: the refusal of a T that cannot split this run (every rank alike: exit 2), the grid, and
+// the TP model over its TP group (init skipped when a checkpoint overwrites it).
+void make_tp_model(const EncoderOptions& o, Training& t, const std::string& resume) {
+  const BertConfig& c = t.config;
+  if (auto why = trainer::tp_refusal(step_options(o), t.world->size, c.num_attention_heads, c.hidden_size,
+                                     c.intermediate_size))
+    throw trainer::UsageError(*why);
+  t.grid = std::make_unique<dist::tp::Grid>(dist::comm_for(t.dev), o.tp);
+  t.dp_rank = t.grid->dp_rank(), t.dp_size = t.grid->dp_size(), t.tp_rank = t.grid->tp_rank();
+  t.tp_layout = dist::tp::bert_tp_layout(c);
+  t.tp_model = std::make_shared<dist::tp::TpBertForMaskedLM>(c, t.grid->tp(), o.seed, dist::tp::TpBertOptions{},
+                                                             resume.empty());
+  t.tp_model->to(t.dev);
+  // The canonical count: each split parameter's shard scaled back to its full size.
+  t.parameters = 0;
+  for (const auto& [name, p] : t.tp_model->named_parameters()) {
+    const auto it = t.tp_layout.find(name);
+    t.parameters += it == t.tp_layout.end() ? p.numel() : p.numel() / p.size(it->second.dim) * it->second.full;
+  }
+}
+
+// Elements of the canonical parameters TP splits (dist/tp/shard.h's layout of this config).
+int64_t split_params(const Training& t) {
+  const dist::tp::TpLayout layout = dist::tp::bert_tp_layout(t.config);
+  int64_t n = 0;
+  for (const auto& [name, p] : t.tp_model ? t.tp_model->named_parameters() : t.model->named_parameters()) {
+    const auto it = layout.find(name);
+    if (it != layout.end()) n += p.numel() / p.size(it->second.dim) * it->second.full;
+  }
+  return n;
+}
+
+// --memory-budget-mib (apps/trainer/memory.h): refuses on every rank alike (exit 2) a run whose
+// predicted bytes per rank exceed it, naming the ZeRO stages and TP sizes whose prediction fits.
+void check_budget(const EncoderOptions& o, Training& t) {
+  const double budget = o.memory_budget_mib * (1 << 20);
+  const double bytes = trainer::agreed_max(trainer::budgeted_bytes(t.memory.ledger()));
+  if (bytes <= budget) return;
+  const dist::LedgerOptions lo = t.step->ledger_options();
+  const int world = t.world->size;
+  const int64_t split = split_params(t), replicated = t.parameters - split;
+  auto name = [](int tp, int zero) {
+    return tp > 1 ? "--tp " + std::to_string(tp) + (zero > 0 ? " --zero " + std::to_string(zero) : "")
+                  : "--zero " + std::to_string(zero);
+  };
+  std::vector<trainer::Layout> others;
+  for (int zero = 1; zero <= 3; ++zero)
+    if (o.tp > 1 || zero != o.zero)
+      others.push_back({name(1, zero), trainer::budgeted_bytes(trainer::predict_layout(lo, zero, world, t.parameters))});
+  const int zero = std::min(o.zero, 2);  // TP composes with ZeRO-1/2
+  for (int tp = 2; tp <= world; tp *= 2) {
+    trainer::StepOptions so = step_options(o);
+    so.tp = tp;
+    if (tp == o.tp || trainer::tp_refusal(so, world, t.config.num_attention_heads, t.config.hidden_size,
+                                          t.config.intermediate_size))
+      continue;
+    const int64_t per_rank = replicated + (split + tp - 1) / tp;
+    others.push_back({name(tp, zero), trainer::budgeted_bytes(trainer::predict_layout(lo, zero, world / tp, per_rank))});
+  }
+  char budget_name[64];
+  std::snprintf(budget_name, sizeof budget_name, "--memory-budget-mib %g", o.memory_budget_mib);
+  throw trainer::UsageError(trainer::budget_refusal(bytes, t.memory.ledger(), budget,
+                                                    name(o.tp, o.zero) + " on " + std::to_string(world) + " ranks",
+                                                    budget_name, std::move(others)));
+}
+
+}  // namespace
+
+Module& model_of(Training& t) {
+  if (t.tp_model) return *t.tp_model;
+  return *t.model;
+}
+
+Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels) {
+  return t.tp_model ? t.tp_model->mlm_loss(ids, mask, types, labels) : t.model->mlm_loss(ids, mask, types, labels);
+}
+
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
                 std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder) {
   Training t;
   t.world = &w;
+  t.dp_rank = w.rank, t.dp_size = w.size;
   t.dev = w.device;
   t.corpus = std::move(corpus);
-  t.global_batch = o.batch * o.grad_accum_steps * w.size;
   t.folder = std::move(folder);
   const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;
-  t.model = std::move(model);
-  t.model->to(t.dev);
+  if (o.tp > 1) {
+    t.config = models::bert_config(o.model, t.corpus.vocab_size);
+    t.config.hidden_dropout_prob = t.config.attention_probs_dropout_prob = o.dropout;
+    make_tp_model(o, t, resume);
+  } else {
+    t.model = std::move(model);
+    t.model->to(t.dev);
+    t.config = t.model->config();
+    t.parameters = t.model->num_parameters();
+  }
+  t.global_batch = o.batch * o.grad_accum_steps * t.dp_size;  // TP ranks share their group's batch
   manual_seed(o.seed);
   // The checkpoint (or --weights: Hugging Face's names through from_hf_state_dict) goes in after
   // --amp's cast and before DDP's broadcast; the Step calls back here. A checkpoint's EMA entries
@@ -178,7 +268,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   auto restore = [&](Module& m) {
     if (!o.weights.empty()) trainer::load_start_weights(o.weights, m, o.weights_skip, from_hf_state_dict, w.rank == 0);
     if (resume.empty()) return NamedTensors{};
-    Restored r = restore_checkpoint(resume, m, o, w);
+    Restored r = restore_checkpoint(resume, m, o, t);
     ema_state = trainer::ModelEma::take_state(r.optimizer);
     t.start = r.state;
     t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator (dropout)
@@ -191,7 +281,12 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     }
     return std::move(r.optimizer);
   };
-  t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  if (t.grid) {
+    t.step = std::make_unique<trainer::Step>(t.tp_model, t.grid->dp(), step_options(o), restore,
+                                             trainer::TpParts{&t.grid->tp(), t.tp_layout});
+  } else {
+    t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  }
   t.step->set_steps_done(t.start_at.step);
   // --model-ema: from the run's starting weights, or the checkpoint's average; before the memory
   // ledger's plan(), with the file's copy freed (apps/trainer/ema.h).
@@ -205,16 +300,17 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   }
   ema_state.clear();
   make_loaders(o, t);
-  t.sched = make_schedule(o, w.size);
+  t.sched = make_schedule(o, t.dp_size);  // --lr-scaling linear: x the data-parallel ranks
   plan_steps(o, t);
   const int64_t run_steps = std::max<int64_t>(t.end_step - t.start_at.step, 0);
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : std::min<int64_t>(10, run_steps / 4);
-  t.flops_per_token = train_flops_per_token(t.model->config(), t.model->num_parameters(), o.seq_len);
+  t.flops_per_token = train_flops_per_token(t.config, t.parameters, o.seq_len);
   t.peak = peak_flops(t.dev, o.peak_tflops, w.local_size,
                       matmul_precision(o.amp, t.step->options().backend.allow_tf32));  // the matmuls' dtype
   // Token batches are not subtracted (small; as the ledger always did here).
   t.memory.plan(*t.step, t.dev, 0, trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
   if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
+  if (o.memory_budget_mib > 0) check_budget(o, t);  // before the first step allocates the optimizer state
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

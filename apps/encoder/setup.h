@@ -12,8 +12,21 @@
 // the ZeRO shard) and the checkpoint's optimizer state. Then the loaders, the run's length in
 // samples (apps/trainer/position.h: --steps counts steps of the fresh start's global batch, so a
 // resume on another world size or --batch ends, and decays the LR, where the uninterrupted run
-// would), and last the memory ledger is predicted (apps/trainer/memory.h) and printed at start-up.
+// would), and last the memory ledger is predicted (apps/trainer/memory.h) and printed at start-up;
+// --memory-budget-mib then refuses (exit 2, every rank) a run whose prediction exceeds it, before
+// the first step allocates the optimizer state, naming the --zero stages and --tp sizes that fit.
 // The checkpoint folder is opened before the corpus is read (train_encoder.cpp).
+//
+// --tp T > 1 (Megatron-style tensor parallelism, dist/tp/): set_up refuses (exit 2, every rank) a T
+// that does not divide the world size or the model's heads, hidden size or FFN width
+// (trainer::tp_refusal), builds the grid (dist/tp/grid.h: TP groups of T adjacent ranks, DP across
+// them), the model as a TpBertForMaskedLM over the TP group (each rank holds its shards; `model`
+// stays null) and the Step over the DP group with the TP group and layout (apps/trainer/step.h).
+// The loaders' rank and world are the DP ones: every rank of a TP group reads the same batch (the
+// same ids, masks and labels: a TP group computes one model), the DP groups different ones, and
+// the global batch is --batch x world / T. Every rank of a TP group computes the same loss, so the
+// trainer's means over the world are unchanged; validation gathers the masked rows' logits over
+// the TP group and only TP rank 0 adds its sums. Checkpoints stay canonical (checkpointing.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -28,6 +41,9 @@
 #include "apps/trainer/step.h"     // defines: Step
 #include "data/mlm_baseline.h"     // defines: UnigramBaseline
 #include "data/text_loader.h"      // defines: TextLoader, MlmDataset
+#include "dist/tp/bert.h"          // defines: TpBertForMaskedLM
+#include "dist/tp/grid.h"          // defines: Grid
+#include "dist/tp/shard.h"         // defines: TpLayout
 #include "dist/transport/bootstrap.h"        // defines: World
 #include "layers/checkpoint.h"     // defines: TrainState
 #include "layers/models/bert.h"    // defines: BertForMaskedLM
@@ -54,18 +70,26 @@ Corpus make_corpus(const EncoderOptions& o);
 
 struct Training {
   const dist::World* world = nullptr;
+  // --tp > 1: the TP x DP grid (declared before the model and the step, which use its groups, so it
+  // is destroyed after them); null without TP. The data-parallel rank and size: the world's without TP.
+  std::unique_ptr<dist::tp::Grid> grid;
+  int dp_rank = 0, dp_size = 1, tp_rank = 0;
+  dist::tp::TpLayout tp_layout;  // --tp > 1: which canonical parameters the model splits
   Device dev;
   Corpus corpus;
   trainer::RunFolder folder; // --checkpoint-dir, owned by this run (rank 0 writes through it)
   std::string resumed_from;  // the checkpoint this run continues ("" for a fresh start)
   TrainState start;          // the checkpoint's state (all zeros for a fresh start)
   trainer::Position start_at;  // where this invocation begins
-  std::shared_ptr<models::BertForMaskedLM> model;
+  std::shared_ptr<models::BertForMaskedLM> model;  // null under --tp > 1
+  std::shared_ptr<dist::tp::TpBertForMaskedLM> tp_model;  // --tp > 1: this rank's shards
+  BertConfig config;          // the canonical model's
+  int64_t parameters = 0;     // the canonical model's (the tied decoder counted once)
   // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step.h).
   std::unique_ptr<trainer::Step> step;
   std::unique_ptr<data::TextLoader> train, val;  // val null without a held-out set
   optim::LrScheduleOptions sched;
-  int64_t global_batch = 0;  // sequences: --batch x ranks
+  int64_t global_batch = 0;  // sequences: --batch x data-parallel ranks
   int64_t fresh_global_batch = 0;  // the fresh start's: the schedule's unit (position.h)
   trainer::RunLength length; // --steps in samples; where the schedule stands
   int64_t total_steps = 0;   // where the step count ends: start_at.step + the steps left at this batch
@@ -86,8 +110,14 @@ const dist::World& init_world(const EncoderOptions& o);
 // The model --model names for `vocab` tokens; init skipped when `resume` is non-empty.
 std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int64_t vocab, const std::string& resume);
 // Builds the step around the model (restoring folder.resume_path() into it when non-empty), then
-// the loaders, the run's length and schedule and the memory ledger.
+// the loaders, the run's length and schedule and the memory ledger. Under --tp > 1 `model` is
+// unused (pass null): the TP model is built here over the grid.
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
                 std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder);
+
+// The model the step trains, whichever it is (BertForMaskedLM or its TP shards).
+Module& model_of(Training& t);
+// The masked-LM loss of a batch (the same value on every rank of a TP group).
+Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels);
 
 }  // namespace tandem::apps::encoder

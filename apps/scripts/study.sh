@@ -3,17 +3,20 @@
 # cell run R times under mpiexec, written to one folder as study.md, study.json and plots (PNG+SVG).
 #
 #   bash apps/scripts/study.sh --quick                      # < 10 min on a 2-core CPU machine
-#   bash apps/scripts/study.sh [--models resnet_tiny,resnet18] [--strategies ddp,ddp_no_overlap,ddp_bf16,
-#        ddp_no_bucketing,ddp_b0.25,zero1,zero2,ps] [--ranks 1,2,4] [--batches 32] [--repeats 3]
+#   bash apps/scripts/study.sh [--models resnet_tiny,resnet18,bert_tiny] [--strategies ddp,ddp_no_overlap,
+#        ddp_bf16,ddp_no_bucketing,ddp_b0.25,zero1,zero2,zero3,tp2,tp4,ps] [--ranks 1,2,4] [--batches 32] [--repeats 3]
 #        [--steps 40] [--image-size 64] [--device cpu|cuda] [--hostfile hosts] [--out DIR]
 #   bash apps/scripts/study.sh whatif [apps/whatif options]  # the what-if table for N = 1..1024
 #
 # Strategies (apps/scripts/study/grid.py): ddp (overlap on), ddp_no_overlap, ddp_no_bucketing,
-# ddp_bf16 (bf16 on the wire), ddp_b<MB> (bucket size), zero1, zero2, ps. One that this build's
-# train_imagenet rejects is listed as unavailable in study.md instead of failing the study.
+# ddp_bf16 (bf16 on the wire), ddp_b<MB> (bucket size), zero1, zero2, zero3, tp2/tp4 (tensor
+# parallelism, encoder models only: bert_* workloads run train_encoder on synthetic tokens), ps. One
+# that this build rejects, TP on an image model and TP T at a rank count T does not divide are listed
+# as skipped in study.md instead of failing the study.
 # Measures per cell: per-rank and total images/s, speedup and efficiency against 1 rank (steady and
 # wall-time speedups side by side), ms/step split into data wait, compute and exposed
-# communication, overlap, init vs train time, peak memory per rank; median and min-max over repeats.
+# communication, overlap, init vs train time, peak memory per rank and the memory ledger's
+# prediction and measurement per rank; median and min-max over repeats.
 # Cells with more ranks than usable cores (oversubscribed), noisy 1-rank baselines (spread > 20 %) and
 # efficiencies above 100 % are marked next to the figures and explained in study.md.
 # The what-if model (apps/whatif) is checked against the measured cells in the same study.md: step
@@ -28,7 +31,7 @@ if [ "${1:-}" = "whatif" ]; then
   [ -x "$build/apps/whatif" ] || bash "$root/apps/scripts/setup.sh"
   exec "$build/apps/whatif" "$@"
 fi
-case " $* " in *" -h "*|*" --help "*) sed -n 2,24p "$0"; exit 0 ;; esac
+case " $* " in *" -h "*|*" --help "*) sed -n 2,25p "$0"; exit 0 ;; esac
 # The plots need matplotlib: the Debian package serves the system python (/usr/bin/python3), which
 # may not be the first python3 on PATH (pyenv, venvs).
 py=""

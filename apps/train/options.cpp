@@ -108,6 +108,12 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--zero", o.zero, "ZeRO stage: 0 (DDP), 1 (shard optimizer state, and the f32 masters under --amp), "
                  "2 (and gradients), 3 (and parameters: each block gathered around its forward and backward)")
       ->check(CLI::Range(0, 3))->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor parallelism: train_encoder's (the CNNs here have no tensor-parallel layers); "
+                               "only 1 is accepted")->capture_default_str();
+  app.add_option("--memory-budget-mib", o.memory_budget_mib,
+                 "refuse at start-up (exit 2) a run whose memory ledger predicts more than this many MiB of model "
+                 "state and transient gradient buffers per rank (0: no budget)")
+      ->check(CLI::NonNegativeNumber);
   trainer::add_run_flags(app, o,
                          {"write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>)",
                           "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)",
@@ -171,6 +177,9 @@ void validate(TrainOptions& o) {
   // Two flags that spell one library option (StepOptions::strategy): ps or a ZeRO stage, not both.
   TANDEM_CHECK(o.strategy != "ps" || o.zero == 0, "--strategy ps keeps whole partitions on its servers; ZeRO "
                "shards DDP's state instead: use one of --zero or --strategy ps");
+  TANDEM_CHECK(o.tp == 1, "--tp ", o.tp, ": tensor parallelism splits a transformer's attention and FFN matrices "
+               "(train_encoder --tp), and this trainer's CNNs have no tensor-parallel layers. To fit a model that "
+               "does not fit one rank, shard it with --zero 3 instead");
   // Every combination of the step's own options: the library's one refusal function.
   trainer::check(step_options(o));
   trainer::check_run_options(o, step_options(o));

@@ -82,6 +82,9 @@ struct TrainOptions : trainer::RunOptions {
   // precision and sharding: only the implemented values are accepted
   std::string amp = "off";
   int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients; 3: also parameters (dist/zero.h)
+  // tensor parallelism (refused: train_encoder's) and the memory budget (issue 22)
+  int tp = 1;                       // accepted only as 1: the CNNs have no tensor-parallel layers
+  double memory_budget_mib = 0;     // > 0: refuse at start-up a run whose predicted bytes per rank exceed it
   // output
   int val_every = 1;                // epochs between validations (0: only after the last step)
   int bench_warmup = -1;            // steps left out of steady-state images/s (-1: min(10, steps/4),

@@ -253,6 +253,29 @@ int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
   return held;
 }
 
+namespace {
+
+// --memory-budget-mib (apps/trainer/memory.h): refuses on every rank alike (exit 2) a run whose
+// predicted bytes per rank exceed it, naming the --zero stages whose prediction fits.
+void check_budget(const TrainOptions& o, Training& t) {
+  const double budget = o.memory_budget_mib * (1 << 20);
+  const double bytes = trainer::agreed_max(trainer::budgeted_bytes(t.memory.ledger()));
+  if (bytes <= budget) return;
+  const dist::LedgerOptions lo = t.step->ledger_options();
+  std::vector<trainer::Layout> others;
+  for (int zero = 1; zero <= 3; ++zero)
+    if (zero != o.zero)
+      others.push_back({"--zero " + std::to_string(zero),
+                        trainer::budgeted_bytes(trainer::predict_layout(lo, zero, lo.world, lo.params))});
+  char budget_name[64];
+  std::snprintf(budget_name, sizeof budget_name, "--memory-budget-mib %g", o.memory_budget_mib);
+  throw trainer::UsageError(trainer::budget_refusal(
+      bytes, t.memory.ledger(), budget, "--zero " + std::to_string(o.zero) + " on " + std::to_string(lo.world) + " ranks",
+      budget_name, std::move(others)));
+}
+
+}  // namespace
+
 Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, ModulePtr model, trainer::RunFolder folder) {
   Training t;
   t.world = &w;
@@ -291,6 +314,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   plan_steps(o, t);
   t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
   if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
+  if (o.memory_budget_mib > 0) check_budget(o, t);  // before the first step allocates the optimizer state
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);
   return t;
 }

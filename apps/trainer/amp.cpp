@@ -42,7 +42,7 @@ std::unique_ptr<ParamGroups> make_amp_groups(const AmpRun& amp, const std::strin
                                        static_cast<int64_t>(amp.master->size()), opts, no_decay);
 }
 
-bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm, double* grad_norm) {
+bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm, double* grad_norm, const ClipFn& clip) {
   // The 16-bit gradients: whole parameters' (DDP), or this rank's shard views (ZeRO).
   const bool found = amp.master->unscale_and_check(amp.zero ? amp.zero->grads() : amp.master->model_grads(),
                                                    1.0 / amp.scaler.scale());
@@ -53,7 +53,7 @@ bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm, double* grad
   // After the skip decision, so a skipped step stays skipped and a clean one clips by the true
   // (unscaled) norm, summed over the shards under ZeRO.
   if (clip_grad_norm > 0) {
-    const double norm = opt.clip_grad_norm(clip_grad_norm);
+    const double norm = clip ? clip(clip_grad_norm) : opt.clip_grad_norm(clip_grad_norm);
     if (grad_norm) *grad_norm = norm;
   }
   opt.step();

@@ -23,6 +23,7 @@
 // This is the host form. The capturable one (StepOptions::capturable, under a CUDA graph) builds the
 // scaler in tensor mode and runs optim::amp_step_device's sequence instead (step.h).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,9 +52,13 @@ void build_masters(AmpRun& amp, Module& model, dist::Zero* zero);
 std::unique_ptr<ParamGroups> make_amp_groups(const AmpRun& amp, const std::string& kind,
                                              const optim::OptimizerOptions& opts, const NoDecayRule& no_decay = {});
 // One AMP optimizer step (see the file comment); clip_grad_norm > 0 clips, and `grad_norm` (when
-// given) receives the norm before clipping. Returns false when every rank skipped it.
-// Collective: every rank calls it every step.
-bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm = 0, double* grad_norm = nullptr);
+// given) receives the norm before clipping. Returns false when every rank skipped it (the overflow
+// flag is agreed over the whole world, so the ranks of a TP group skip alike too).
+// Collective: every rank calls it every step. `clip` (when given) clips the master gradients
+// instead of opt.clip_grad_norm and returns the norm: the Step's tensor-parallel norm.
+using ClipFn = std::function<double(double max_norm)>;
+bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm = 0, double* grad_norm = nullptr,
+              const ClipFn& clip = {});
 // Checkpoint entries (see the file comment). amp_state is collective under ZeRO (the masters are
 // gathered, and only `root` gets them); use its result on `root`.
 optim::NamedTensors amp_state(const AmpRun& amp, int root = 0);

@@ -2,11 +2,14 @@
 #include "apps/trainer/memory.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <vector>
 
 #include "apps/trainer/ledger.h"  // defines: ledger_json
 #include "apps/trainer/step.h"    // defines: Step
 #include "core/out_of_memory.h"   // defines: human_bytes, available_memory
 #include "core/storage.h"         // defines: memory_stats, reset_peak_memory
+#include "dist/transport/bootstrap.h"  // defines: comm_for (the budget's agreement)
 
 namespace tandem::trainer {
 
@@ -53,5 +56,62 @@ void MemoryMeter::measure_state(int64_t data_bytes) {
 void MemoryMeter::measure_peak() { ledger_.measured_peak = memory_stats(device_).peak_bytes - other_; }
 
 nlohmann::json MemoryMeter::json() const { return ledger_json(ledger_, mixed_); }
+
+double budgeted_bytes(const dist::MemoryLedger& m) { return m.model_state() + m.transient; }
+
+double agreed_max(double bytes) {
+  // One slot per rank, each rank writing its own (the communicators sum or average, no max).
+  const dist::World& w = dist::world();
+  std::vector<double> slots(static_cast<size_t>(w.size), 0.0);
+  slots[static_cast<size_t>(w.rank)] = bytes;
+  Tensor t = Tensor::from_vector_f64(slots, {static_cast<int64_t>(w.size)}, DType::F64);
+  dist::comm_for(Device::cpu()).all_reduce(t, dist::ReduceOp::Sum, "memory budget")->wait();
+  const std::vector<double> all = t.to_vector_f64();
+  return *std::max_element(all.begin(), all.end());
+}
+
+dist::MemoryLedger predict_layout(dist::LedgerOptions lo, int stage, int world, int64_t params) {
+  // Fewer elements per rank (TP) shrink the buckets and the largest parameter alike, to first order.
+  if (lo.params > 0 && params != lo.params) {
+    const double f = static_cast<double>(params) / static_cast<double>(lo.params);
+    for (int64_t* n : {&lo.largest_bucket, &lo.next_bucket, &lo.largest_param})
+      *n = static_cast<int64_t>(static_cast<double>(*n) * f);
+  }
+  lo.stage = stage;
+  lo.world = world;
+  lo.params = params;
+  lo.shard_params = -1;  // Ψ / N: no real layout to read the padding from
+  lo.gathered = 0;
+  return dist::predict_memory(lo);
+}
+
+namespace {
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1 << 20));
+  return b;
+}
+}  // namespace
+
+std::string budget_refusal(double bytes, const dist::MemoryLedger& m, double budget, const std::string& run,
+                           const std::string& budget_name, std::vector<Layout> others) {
+  if (bytes <= budget) return "";
+  std::string s = "the memory ledger predicts " + mib(bytes) + " per rank for " + run + " (model state " +
+                  mib(m.model_state()) + " + transient gradients " + mib(m.transient) + "), over " + budget_name +
+                  " (" + mib(budget) + ")";
+  std::stable_sort(others.begin(), others.end(), [](const Layout& a, const Layout& b) { return a.bytes < b.bytes; });
+  std::vector<std::string> fit;
+  for (const Layout& l : others)
+    if (l.bytes <= budget) fit.push_back(l.name + " predicts " + mib(l.bytes));
+  if (!fit.empty()) {
+    s += ": ";
+    for (size_t i = 0; i < fit.size(); ++i) s += (i == 0 ? "" : i + 1 == fit.size() ? " or " : ", ") + fit[i];
+    s += ", which fit" + std::string(fit.size() == 1 ? "s" : "");
+  } else if (!others.empty()) {
+    s += "; the smallest other layout, " + others.front().name + ", predicts " + mib(others.front().bytes) +
+         ", which does not fit either: use more ranks, a smaller model or a larger budget";
+  }
+  return s + " (activations come on top of these figures)";
+}
 
 }  // namespace tandem::trainer

@@ -24,10 +24,23 @@
 // after the reduce-scatter, MemAvailable leaving out page cache the kernel would give back), so
 // refusing would stop runs that fit; a warning at start-up still saves the epoch a late failure
 // costs.
+//
+// The memory budget (a trainer's flag, e.g. --memory-budget-mib): a hard limit, unlike the warning.
+// The budgeted figure is the ledger's model state plus its transient gradient buffers
+// (budgeted_bytes) - what the run is bound to hold, activations left out - agreed as the largest
+// over the ranks (agreed_max: shards differ by padding, and every rank must refuse alike). The
+// trainer checks it once the Step is built, before the first step allocates the optimizer state,
+// and words the refusal; budget_refusal gives the sentence, with the figures of other layouts of the
+// same model (predict_layout: another ZeRO stage, or TP's per-rank parameters over fewer DP ranks)
+// named in the caller's words, those that fit first. Those figures are predictions from the
+// current run's inputs: the bucket-based transient terms are kept (another stage) or scaled with
+// the elements per rank (TP), and ZeRO-3's gathered units are left out (they depend on its unit
+// schedule).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/device.h"         // defines: Device
 #include "dist/measure/memory_ledger.h"  // defines: MemoryLedger
@@ -61,6 +74,24 @@ class MemoryMeter {
 // The start-up check (see the file comment): "" when `need` more bytes per rank, times `sharing`
 // ranks, fit into `available` bytes on `device` (or available < 0: unknown).
 std::string memory_warning(double need, int64_t available, int sharing, Device device);
+// The budget (see the file comment): model state + transient gradient buffers, per rank.
+double budgeted_bytes(const dist::MemoryLedger& m);
+// The largest of `bytes` over the world's ranks (collective, on the CPU communicator).
+double agreed_max(double bytes);
+// The ledger of the same model laid out otherwise: ZeRO `stage` over `world` data-parallel ranks,
+// with `params` trainable elements per rank (TP T: the replicated ones plus the split ones / T).
+dist::MemoryLedger predict_layout(dist::LedgerOptions lo, int stage, int world, int64_t params);
+// Another layout and its budgeted bytes; `name` is the caller's words for it ("--zero 3").
+struct Layout {
+  std::string name;
+  double bytes = 0;
+};
+// "" when `bytes` fits `budget` (both bytes per rank); else a sentence naming the prediction and
+// the budget (both in MiB), then the layouts of `others` that fit ("<name> predicts X MiB") or,
+// when none does, the smallest of them. `run` names this run's layout, `budget_name` the budget.
+std::string budget_refusal(double bytes, const dist::MemoryLedger& m, double budget, const std::string& run,
+                           const std::string& budget_name, std::vector<Layout> others);
+
 // The ranks of this machine that share `device`'s memory with this one: every local rank for the
 // CPU, those that map to the same GPU (local_rank % device_count) for a GPU.
 int ranks_sharing(Device device, int local_rank, int local_size);

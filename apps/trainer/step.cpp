@@ -2,6 +2,7 @@
 #include "apps/trainer/step.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "apps/trainer/ledger.h"   // defines: ledger_inputs, model_state_bytes
 #include "apps/trainer/nonfinite.h"  // defines: agree_nonfinite, act_on_nonfinite, check_state_finite
@@ -10,6 +11,7 @@
 #include "core/ops/copy/copy.h"         // defines: cast_raw (AMP inputs)
 #include "core/ops/elementwise/elementwise.h"  // defines: scale, add
 #include "core/ops/finite/finite.h"       // defines: count_nonfinite
+#include "optim/clip.h"                    // defines: grad_norm, clip_grad_norm (TP)
 
 namespace tandem::trainer {
 
@@ -37,11 +39,15 @@ optim::OptimizerOptions group_options(const StepOptions& o, const dist::Zero* ze
 
 }  // namespace
 
-Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore)
-    : options_(std::move(options)), backend_(options_.backend), comm_(comm), model_(std::move(model)),
-      device_(device_of(*model_)) {
+Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore, TpParts tp)
+    : options_(std::move(options)), backend_(options_.backend), comm_(comm), tp_(std::move(tp)),
+      model_(std::move(model)), device_(device_of(*model_)) {
   const StepOptions& o = options_;
   check(o);
+  TANDEM_CHECK((o.tp > 1) == (tp_.comm != nullptr) && (!tp_.comm || tp_.comm->size() == o.tp),
+               "Step: StepOptions::tp is ", o.tp, " but the TP group passed has ",
+               tp_.comm ? tp_.comm->size() : 0, " ranks: build the Step with TpParts{&grid.tp(), layout} of a "
+               "dist::tp::Grid of that size (or tp = 1 and no TpParts)");
   check_on(o, device_of(*model_), comm_.backend());
   if (o.precision != Precision::F32) amp_ = make_amp(low_dtype(o.precision), *model_);
   // The capturable update's loss scaler keeps scale, growth tracker, skipped count and found-inf
@@ -165,10 +171,11 @@ bool Step::update_body(StepResult& r) {
   if (amp_) {
     // Unscale, agree on the skip, [clip the f32 master gradients], step, [ZeRO: all-gather].
     // (h-optim: a capturable form keeps the flag, scale and clip coefficient on the device.)
+    if (tp_.comm) return amp_step(*amp_, *groups_, clip, &r.grad_norm, [this](double m) { return clip_tp(m); });
     return amp_step(*amp_, *groups_, clip, &r.grad_norm);
   }
   // The global norm: under ZeRO each rank sums its shard's squares and the Zero adds them up.
-  if (clip > 0) r.grad_norm = groups_->clip_grad_norm(clip);
+  if (clip > 0) r.grad_norm = tp_.comm ? clip_tp(clip) : groups_->clip_grad_norm(clip);
   groups_->step();  // under ZeRO followed by every rank's updated shard to every rank
   return true;
 }
@@ -200,6 +207,41 @@ bool Step::update_capturable(StepResult& r) {
   skips_seen_ = skipped;
   if (applied && clipper_) r.grad_norm = clipper_->norm().item();  // the host form clips applied steps only
   return applied;
+}
+
+double Step::clip_tp(double max_norm) {
+  // dist/tp/clip.h's rule over what this rank's optimizer reads: the split parameters' squares are
+  // summed over the TP group, the replicated ones (identical on every TP rank) taken once; under
+  // ZeRO both are first summed over the DP shards. Then optim's clipping with that norm.
+  std::vector<Tensor> split, replicated;
+  auto sort = [&](const std::string& name, const Tensor& g) {
+    if (g.defined()) (tp_.layout.count(name) ? split : replicated).push_back(g);
+  };
+  if (amp_) {
+    // The f32 master gradients the optimizer reads (of this rank's ZeRO shard, or whole).
+    const std::vector<optim::ParamSegment> segs = amp_->master->master_segments();
+    const std::vector<Tensor> grads = amp_->master->master_grads();
+    for (size_t i = 0; i < segs.size(); ++i) sort(segs[i].name, grads[i]);
+  } else if (zero_) {
+    const std::vector<optim::ParamSegment> segs = zero_->segments();
+    const std::vector<Tensor> grads = zero_->grads();
+    for (size_t i = 0; i < segs.size(); ++i) sort(segs[i].name, grads[i]);
+  } else {
+    for (const auto& [name, p] : model_->named_parameters())
+      if (p.requires_grad()) sort(name, p.grad());
+  }
+  const optim::SumSquaresReduce dp = zero_ ? zero_->sum_reduce() : optim::SumSquaresReduce{};
+  dist::Communicator& tp = *tp_.comm;
+  const double s = optim::grad_norm(split, [&](std::vector<double>& sums) {
+    if (dp) dp(sums);
+    Tensor t = Tensor::from_vector_f64(sums, {static_cast<int64_t>(sums.size())}, DType::F64, tp.device());
+    tp.all_reduce(t, dist::ReduceOp::Sum, "tp grad_norm")->wait();
+    sums = t.to_vector_f64();
+  });
+  const double rep = optim::grad_norm(replicated, dp);
+  const double total = std::sqrt(s * s + rep * rep);
+  optim::clip_grad_norm(groups_->grads(), max_norm, [total](std::vector<double>& sums) { sums.assign(1, total * total); });
+  return total;
 }
 
 int64_t Step::skipped_unreported() {
@@ -351,6 +393,7 @@ void Step::load_state(optim::NamedTensors state) {
 dist::LedgerOptions Step::ledger_options() {
   dist::LedgerOptions lo = ledger_inputs(*ddp_, zero_.get(), comm_.size());
   lo.mixed = amp_ != nullptr;  // 16-bit parameters and gradients, f32 masters (of the shard under ZeRO)
+  lo.tp = options_.tp;         // Ψ: the TP shards this rank holds, N: the DP ranks (comm_)
   // f32 state per parameter: Adam's two moments, SGD's momentum buffer (none without momentum).
   lo.state_bytes = options_.optimizer != "sgd" ? 8 : options_.optimizer_options.momentum != 0 ? 4 : 0;
   return lo;

@@ -63,6 +63,17 @@
 // give the same parameters, state, skips and norms bit for bit on the CPU (the same arithmetic;
 // tests/mpi_trainer_capturable.cpp); on a GPU the same is expected where the kernels are
 // deterministic (optim/'s capturable kernels are; not yet run through the Step on a GPU).
+//
+// Tensor parallelism (StepOptions::tp = T > 1). The trainer builds a dist::tp::Grid, the model over
+// grid.tp() (dist/tp/bert.h), and the Step over grid.dp() with TpParts{&grid.tp(), layout}: DDP or
+// ZeRO-1/2 then treat each TP shard as an ordinary parameter and average it over the ranks that
+// hold the same shard (one DP group per TP index), exactly as without TP. What the TP group adds
+// here: clipping takes the canonical model's norm (split squares summed over the TP group,
+// replicated ones counted once: dist/tp/clip.h's rule, after ZeRO's sum over DP); the non-finite
+// check already agrees over the whole world (nonfinite.h). state() is then this rank's TP shard of
+// the optimizer state (on DP rank 0, or gathered there under ZeRO), which the trainer assembles
+// over the TP group (dist/tp/shard.h) before it writes; the ledger's inputs are the shards, so its
+// prediction divides the split layers by T by construction.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -80,6 +91,7 @@
 #include "dist/ddp.h"                   // defines: DistributedDataParallel
 #include "dist/measure/memory_ledger.h"         // defines: LedgerOptions
 #include "dist/extras/parameter_server.h"      // defines: ParameterServer
+#include "dist/tp/shard.h"              // defines: TpLayout
 #include "dist/zero.h"                  // defines: Zero
 #include "layers/module.h"              // defines: ModulePtr
 #include "optim/clip.h"                 // defines: GradClipper
@@ -100,6 +112,13 @@ struct StepResult {
   bool captured = false;       // cuda_graph: this step was captured
 };
 
+// The tensor-parallel side of a Step (StepOptions::tp > 1, see the file comment): the TP group and
+// which canonical parameters the model splits.
+struct TpParts {
+  dist::Communicator* comm = nullptr;  // the grid's TP group; null without TP
+  dist::tp::TpLayout layout;
+};
+
 class Step {
  public:
   // Loads a checkpoint's weights into the (cast) model and returns its optimizer entries (also the
@@ -110,7 +129,8 @@ class Step {
 
   // `comm`: the ranks' communicator for the model's device. Throws the refusal when `options`
   // cannot work here (step_options.h).
-  Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore = {});
+  // Under TP (options.tp > 1) `comm` is the grid's DP group and `tp` names the TP group.
+  Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore = {}, TpParts tp = {});
   ~Step();
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
@@ -180,6 +200,7 @@ class Step {
   void backward_body(const Tensor& loss, bool last);
   bool update_body(StepResult& r);  // the update after the non-finite check; false: skipped
   bool update_capturable(StepResult& r);  // its device-side form (see "The capturable update")
+  double clip_tp(double max_norm);        // TP: clips by the canonical model's norm; returns it
   StepResult run_graphed(const ForwardLoss& forward_loss);
   // The non-finite check before the update (nonfinite.h): true when every rank skips it.
   bool skip_nonfinite(int64_t number);
@@ -191,6 +212,7 @@ class Step {
   StepOptions options_;
   BackendScope backend_;  // first in, last out: the settings outlive every part below
   dist::Communicator& comm_;
+  TpParts tp_;
   ModulePtr model_;
   std::unique_ptr<AmpRun> amp_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;

@@ -63,6 +63,28 @@ std::optional<std::string> refusal(const StepOptions& o) {
            " or use " + n("strategy", "zero1");
   if (o.grad_accum_steps < 1)
     return n("grad_accum_steps", accum) + " must be at least 1 (1: no accumulation)";
+  // Tensor parallelism (step_options.h, "tp"): what the Step composes with it, and why not the rest.
+  if (o.tp < 1) return n("tp", std::to_string(o.tp)) + " must be at least 1 (1: no tensor parallelism)";
+  if (o.tp > 1) {
+    const std::string tp = n("tp", std::to_string(o.tp));
+    if (is_ps)
+      return tp + " cannot run with " + n("strategy", ps) + ": the servers partition whole parameters over the "
+             "world, and a TP rank holds a shard of each split one. Use " + n("strategy", ddp) + " or " +
+             n("strategy", "zero1");
+    if (o.strategy == Strategy::Zero3)
+      return tp + " with " + n("strategy", "zero3") + " is not supported: stage 3 would gather each unit over the "
+             "data-parallel ranks between the TP group's per-layer all-reduces, an interleaving not built yet. Use " +
+             n("strategy", "zero2") + " with " + tp + " (the split layers are already 1/" + std::to_string(o.tp) +
+             " per rank), or " + n("strategy", "zero3") + " without it";
+    if (o.cuda_graph || o.capturable)
+      return tp + " with " + n(o.cuda_graph ? "cuda_graph" : "capturable") +
+             " is not supported: the TP gradient norm and the TP model's all-reduces are issued from the host. "
+             "Drop one of them";
+    if (o.optimizer == "lamb")
+      return tp + " with " + n("optimizer", "lamb") + " is not supported: LAMB's trust ratio is a per-parameter "
+             "norm, and a TP rank holds a shard of each split parameter (its ratio would be the shard's). Use " +
+             n("optimizer", "adamw");
+  }
   // CUDA graphs (graph_capture.h). What a captured step cannot contain: each reads a host value in
   // the middle of the step, or passes a changing one to a kernel as an argument, which the graph
   // would freeze. Models with dropout are captured (core/graph_rng.h): no model is refused here.
@@ -149,6 +171,24 @@ std::optional<std::string> refusal_on(const StepOptions& o, Device device, const
              ": its hooks act on the host in the middle of the step (a fault drill, a sync after every op), "
              "which a replayed graph cannot do. Unset " + var + " or drop " + n("cuda_graph");
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> tp_refusal(const StepOptions& o, int world, int64_t heads, int64_t hidden,
+                                      int64_t intermediate) {
+  if (o.tp <= 1) return std::nullopt;
+  const std::string tp = option_name(o.names, "tp", std::to_string(o.tp)), t = std::to_string(o.tp);
+  if (world % o.tp != 0)
+    return tp + " needs a world size divisible by " + t + " (a grid of " + t + " TP ranks by world / " + t +
+           " data-parallel ranks), and this run has " + std::to_string(world) + " ranks: launch a multiple of " +
+           t + " ranks or pick a " + option_name(o.names, "tp") + " that divides " + std::to_string(world);
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"attention heads", heads}, {"hidden size", hidden}, {"FFN width", intermediate}};
+  for (const auto& [what, size] : sizes)
+    if (size > 0 && size % o.tp != 0)
+      return tp + " splits the model's " + what + " (" + std::to_string(size) + ") into " + t +
+             " equal parts, and it does not divide: pick a " + option_name(o.names, "tp") + " that divides " +
+             std::to_string(size);
   return std::nullopt;
 }
 

@@ -33,6 +33,17 @@
 //                 or fp16, with or without clipping; no accumulation, on_nonfinite off, on a GPU
 //                 with NCCL collectives (refusal_on); never with zero3, whose gathers allocate
 //                 and free each unit's parameters between the kernels of a step
+//   tp            T > 1: the model is a tensor-parallel one (dist/tp/) over a TP group of T ranks,
+//                 and the Step runs over the DP sub-communicator of the grid (dist/tp/grid.h) with
+//                 the TP shards as its parameters: ddp, zero1 or zero2 over DP, any precision (AMP's
+//                 overflow flag is agreed over the world), SGD or AdamW, clipping (the canonical
+//                 model's norm: split squares summed over TP, replicated ones once, of the f32
+//                 master gradients under AMP), accumulation with ddp/zero1. Not ps (its servers
+//                 partition whole parameters over the world), zero3 (its units would gather across
+//                 DP only, and its gathers would run between the TP group's per-layer all-reduces),
+//                 cuda_graph or capturable (the TP norm reads the host), LAMB (its trust ratio
+//                 would be one per shard, not per parameter). The world size and the model's sizes
+//                 divisible by T are the trainer's to check (tp_refusal).
 #pragma once
 #include <optional>
 #include <string>
@@ -106,6 +117,9 @@ struct StepOptions {
   // sync_batchnorm): training-mode statistics over every rank's batch, as torch's
   // SyncBatchNorm.convert_sync_batchnorm. Any strategy and precision; a model without BN is unchanged.
   bool sync_batchnorm = false;
+  // Tensor parallelism: the TP group's size T (1: none). T > 1: the Step's communicator is the DP
+  // one of a dist::tp::Grid and the Step is given the TP group and layout (step.h, TpParts).
+  int tp = 1;
   BackendConfig backend;         // applied for the Step's lifetime (core/backend.h)
   OptionNames names;             // how messages name these options (empty: the library's names)
 };
@@ -116,6 +130,11 @@ std::optional<std::string> refusal(const StepOptions& o);
 // collectives' backend, dist::Communicator::backend(): "nccl", "mpi", ...), and the environment
 // (TANDEM_FAULT, TANDEM_SYNC_CHECK act on the host in the middle of a step).
 std::optional<std::string> refusal_on(const StepOptions& o, Device device, const std::string& comm_backend);
+// What a TP size T cannot split, in the trainer's words (o.names): a T that does not divide the
+// world size, or the model's attention heads, hidden size, FFN width (vocabulary: any, vocab_shard
+// balances it); nullopt when T = 1 or it divides them all. Pass 0 for a size the model lacks.
+std::optional<std::string> tp_refusal(const StepOptions& o, int world, int64_t heads, int64_t hidden,
+                                      int64_t intermediate);
 // Throw tandem::Error with the refusal's sentence.
 void check(const StepOptions& o);
 void check_on(const StepOptions& o, Device device, const std::string& comm_backend);

@@ -9,6 +9,8 @@
 
 #include "core/check.h"
 #include "dist/bucketing.h"
+#include "dist/tp/shard.h"
+#include "layers/models/bert.h"
 #include "layers/models/models.h"
 
 namespace tandem::whatif {
@@ -86,10 +88,37 @@ MeasuredStep read_trace(const std::string& path, int skip) {
   return m;
 }
 
-std::vector<double> param_bytes(const std::string& model, int num_classes) {
+namespace {
+// The model as the trainer builds it, without its init: train_imagenet's, or train_encoder's BERT
+// with `num_classes` as the vocabulary.
+ModulePtr build(const std::string& model, int num_classes) {
+  if (models::is_bert_name(model))
+    return std::make_shared<models::BertForMaskedLM>(models::bert_config(model, num_classes), 0, false);
   models::ModelOptions mo;
   mo.init = false;  // only the shapes are needed
-  ModulePtr m = models::create_model(model, num_classes, 0, mo);
+  return models::create_model(model, num_classes, 0, mo);
+}
+}  // namespace
+
+TpShape tp_shape(const std::string& model, int vocab, long long batch, long long seq_len) {
+  TANDEM_CHECK(models::is_bert_name(model), "what-if: tensor parallelism splits an encoder's layers, and ", model,
+               " is not one (bert_tiny .. bert_large)");
+  const BertConfig c = models::bert_config(model, vocab);
+  const dist::tp::TpLayout layout = dist::tp::bert_tp_layout(c);
+  double split = 0, all = 0;
+  for (auto& [name, p] : build(model, vocab)->named_parameters()) {
+    all += static_cast<double>(p.numel());
+    if (layout.count(name)) split += static_cast<double>(p.numel());
+  }
+  TpShape t;
+  t.split = all > 0 ? split / all : 0;
+  t.activation_bytes = 4.0 * static_cast<double>(batch) * static_cast<double>(seq_len) * static_cast<double>(c.hidden_size);
+  t.layers = static_cast<int>(c.num_hidden_layers);
+  return t;
+}
+
+std::vector<double> param_bytes(const std::string& model, int num_classes) {
+  ModulePtr m = build(model, num_classes);
   std::vector<double> out;
   for (auto& [name, p] : m->named_parameters())
     if (p.requires_grad()) out.push_back(static_cast<double>(p.nbytes()));
@@ -144,6 +173,7 @@ StepProfile make_profile(const MeasuredStep& m, const ReadyCurve& curve, const s
   StepProfile p;
   p.step_ms = m.step_ms * time_scale;
   p.backward_end_ms = m.backward_end_ms * time_scale;
+  p.backward_start_ms = m.backward_start_ms * time_scale;
   p.optimizer_ms = m.optimizer_ms * time_scale;
   p.jitter_ms = m.jitter_ms * time_scale;
   p.batch_per_rank = batch_per_rank;

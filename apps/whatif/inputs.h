@@ -31,12 +31,22 @@ struct MeasuredStep {
 MeasuredStep read_trace(const std::string& path, int skip = 2);
 
 // Gradient bytes of each trainable tensor, in registration order, for `model` as train_imagenet
-// builds it (f32): the sizes the reducer buckets and the parameter server partitions.
+// builds it (f32), or train_encoder for a BERT name (num_classes: then its vocabulary): the sizes the
+// reducer buckets and the parameter server partitions.
 std::vector<double> param_bytes(const std::string& model, int num_classes);
 
 // Gradient bytes of each bucket, in launch order, for `model` as train_imagenet builds it.
 // bucket_mb <= 0: one bucket per parameter (--no-bucketing).
 std::vector<double> bucket_bytes(const std::string& model, int num_classes, double first_bucket_mb, double bucket_mb);
+
+// Tensor parallelism's inputs for a BERT `model` (StrategyOptions::tp_*): the split layers' share of
+// the parameters (dist/tp/shard.h's layout), one activation all-reduce's bytes ([B, S, H] f32 of a
+// rank's batch) and the layer count.
+struct TpShape {
+  double split = 0, activation_bytes = 0;
+  int layers = 0;
+};
+TpShape tp_shape(const std::string& model, int vocab, long long batch, long long seq_len);
 
 // Ready time as a function of cumulative gradient bytes.
 struct ReadyCurve {

@@ -20,8 +20,10 @@ Strategy strategy_from_name(const std::string& name) {
   if (name == "ddp_no_overlap") return Strategy::DdpNoOverlap;
   if (name == "zero1") return Strategy::Zero1;
   if (name == "zero2") return Strategy::Zero2;
+  if (name == "zero3") return Strategy::Zero3;
+  if (name == "tp") return Strategy::Tp;
   if (name == "ps") return Strategy::Ps;
-  TANDEM_THROW("unknown strategy '", name, "': use ddp, ddp_no_overlap, zero1, zero2 or ps");
+  TANDEM_THROW("unknown strategy '", name, "': use ddp, ddp_no_overlap, zero1, zero2, zero3, tp or ps");
 }
 
 std::string strategy_name(Strategy s) {
@@ -30,6 +32,8 @@ std::string strategy_name(Strategy s) {
     case Strategy::DdpNoOverlap: return "ddp_no_overlap";
     case Strategy::Zero1: return "zero1";
     case Strategy::Zero2: return "zero2";
+    case Strategy::Zero3: return "zero3";
+    case Strategy::Tp: return "tp";
     case Strategy::Ps: return "ps";
   }
   return "?";
@@ -51,6 +55,10 @@ double reduce_scatter_ms(double bytes, int n, const Network& net) {
 }
 
 double all_gather_ms(double bytes, int n, const Network& net) { return reduce_scatter_ms(bytes, n, net); }
+
+double tp_activation_ms(double activation_bytes, int layers, int tp, const Network& net) {
+  return (4.0 * layers + 2.0) * ring_allreduce_ms(activation_bytes, tp, net);
+}
 
 std::vector<double> ps_server_bytes(const std::vector<double>& param_bytes, int servers, double total_bytes) {
   TANDEM_CHECK(servers >= 1, "what-if: the parameter server needs at least one server, got ", servers);
@@ -99,14 +107,35 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   TANDEM_CHECK(ranks >= 1, "what-if: ranks must be at least 1, got ", ranks);
   TANDEM_CHECK(p.step_ms > 0, "what-if: the measured step time must be positive (is the profile empty?)");
   TANDEM_CHECK(net.bandwidth_GBps > 0, "what-if: the network bandwidth must be positive");
-  // Oversubscribed cores stretch every compute time by the same factor.
-  const double scale = s.cores > 0 ? std::max(1.0, static_cast<double>(ranks) / s.cores) : 1.0;
-  const double backward_end = p.backward_end_ms * scale;
+  const bool tp = s.strategy == Strategy::Tp;
+  const int t = tp ? s.tp : 1;
+  TANDEM_CHECK(t >= 1 && ranks % t == 0, "what-if: tensor parallelism over ", t, " ranks needs a rank count divisible "
+               "by it, got ", ranks);
+  TANDEM_CHECK(!tp || (s.tp_split >= 0 && s.tp_split <= 1), "what-if: tp_split is a share, in [0, 1]: got ",
+               s.tp_split);
+  const int dp = ranks / t;  // the data-parallel ranks: the gradients' collectives span these
+  // Oversubscribed cores stretch every compute time by the same factor; TP shrinks the split
+  // layers' part of it to 1/T, and with it their gradient bytes.
+  const double shrink = tp ? 1.0 - s.tp_split + s.tp_split / t : 1.0;
+  const double scale = (s.cores > 0 ? std::max(1.0, static_cast<double>(ranks) / s.cores) : 1.0) * shrink;
+  const double grad_share = shrink;  // TP: this rank's gradient bytes (the split ones 1/T)
+  // TP's activation all-reduces sit on the critical path: everything after the forward's first
+  // layer starts later by their forward half, the step by all of them.
+  const double tp_ms = tp ? tp_activation_ms(s.tp_activation_bytes, s.tp_layers, t, net) : 0.0;
+  // ZeRO-3's forward gathers (see model.h): prefetched under the forward, the excess delays the rest.
+  double shift = tp_ms / 2, channel = 0, comm = tp_ms;  // channel: when the serial channel is free; comm: its busy time
+  if (s.strategy == Strategy::Zero3 && dp > 1) {
+    const double forward = (p.backward_start_ms > 0 ? p.backward_start_ms : p.backward_end_ms / 3) * scale;
+    const double gathers = all_gather_ms(p.total_bytes() * s.wire_factor, dp, net);
+    shift = std::max(0.0, gathers - forward);
+    channel = gathers;
+    comm += gathers;
+  }
+  const double backward_end = p.backward_end_ms * scale + shift + tp_ms / 2;
   // The parameter server pushes after backward, as dist/extras/parameter_server.h's synchronous baseline does.
   const bool overlap = s.strategy != Strategy::DdpNoOverlap && s.strategy != Strategy::Zero1 &&
                        s.strategy != Strategy::Ps;
-  double channel = 0, comm = 0;  // when the serial communication channel is free; its busy time
-  double ps_busiest = 0;          // parameter server: the busiest server's partition (f32 bytes)
+  double ps_busiest = 0;  // parameter server: the busiest server's partition (f32 bytes)
   if (s.strategy == Strategy::Ps) {
     // One push and one pull per server, all servers at once, after backward (not per bucket).
     const int k = s.ps_servers > 0 ? std::min(s.ps_servers, ranks) : ranks;
@@ -117,27 +146,37 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     channel = backward_end + comm;
   } else {
     for (const Bucket& b : p.buckets) {
-      const double bytes = b.bytes * s.wire_factor;
+      const double bytes = b.bytes * s.wire_factor * grad_share;
       const double cost = s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2
-                              ? reduce_scatter_ms(bytes, ranks, net)
-                              : ring_allreduce_ms(bytes, ranks, net);
-      const double start = std::max(overlap ? b.ready_ms * scale : backward_end, channel);
+                              ? reduce_scatter_ms(bytes, dp, net)
+                          : s.strategy == Strategy::Zero3  // its backward gather, then its reduce-scatter
+                              ? all_gather_ms(bytes, dp, net) + reduce_scatter_ms(bytes, dp, net)
+                              : ring_allreduce_ms(bytes, dp, net);
+      // A bucket's gradients are ready later by the TP forward all-reduces and the ZeRO-3 excess
+      // (shift), and by its share of the backward TP all-reduces (they run before it, in order).
+      const double ready = b.ready_ms * scale + shift +
+                           (p.backward_end_ms > 0 ? tp_ms / 2 * std::min(1.0, b.ready_ms / p.backward_end_ms) : 0.0);
+      const double start = std::max(overlap ? ready : backward_end, channel);
       channel = start + cost;
       comm += cost;
     }
   }
   Prediction r;
   r.ranks = ranks;
+  r.tp_ms = tp_ms;
   r.compute_ms = p.step_ms * scale;
-  r.exposed_ms = std::max(0.0, channel - backward_end);
-  double extra = 0;
+  // Exposed: what the channel runs past the end of backward, ZeRO-3's forward excess and all of
+  // TP's activation all-reduces (none of them overlaps compute).
+  r.exposed_ms = std::max(0.0, channel - backward_end) + (tp ? tp_ms : shift);
+  double extra = 0;  // the optimizer's saving (negative)
   if (s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2) {
     // The optimizer updates 1/N of the weights, then the updated f32 weights are all-gathered.
     const double gather = all_gather_ms(p.total_bytes(), ranks, net);
-    extra = gather - p.optimizer_ms * scale * (1.0 - 1.0 / ranks);
+    extra = -p.optimizer_ms * scale * (1.0 - 1.0 / ranks);
     comm += gather;
     r.exposed_ms += gather;
   }
+  if (s.strategy == Strategy::Zero3) extra = -p.optimizer_ms * scale * (1.0 - 1.0 / dp);  // each unit gathered when it runs
   if (s.strategy == Strategy::Ps && ranks > 1) {
     // Each server updates only its partition, between push and pull: the busiest one sets the pace.
     r.ps_busiest_bytes = ps_busiest;
@@ -146,8 +185,8 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   r.comm_ms = comm;
   r.overlap = comm > 0 ? std::max(0.0, comm - r.exposed_ms) / comm : 1.0;
   r.straggler_ms = p.jitter_ms * scale * expected_max_normal(ranks);
-  r.step_ms = r.compute_ms + std::max(0.0, channel - backward_end) + extra + r.straggler_ms;
-  r.images_per_s = 1e3 * p.batch_per_rank * ranks / r.step_ms;
+  r.step_ms = r.compute_ms + r.exposed_ms + extra + r.straggler_ms;
+  r.images_per_s = 1e3 * p.batch_per_rank * dp / r.step_ms;  // a TP group computes one batch
   r.images_per_s_per_rank = r.images_per_s / ranks;
   const double one = 1e3 * p.batch_per_rank / p.step_ms;  // the same profile at 1 rank
   r.speedup = r.images_per_s / one;

@@ -25,6 +25,23 @@
 // overlapped, the optimizer on each server's partition only - saving optimizer_ms (1 - L_max/S) -
 // then the pull, as tandem's synchronous baseline (dist/extras/parameter_server.h) runs it. It pushes with reduce-to-root, which MPI/NCCL may route as a tree, so its
 // measured push can beat the incast cost assumed here).
+// ZeRO-3 (DeepSpeed's paper, Rajbhandari et al. 2020, section 7.2.2): each unit's parameters are
+// all-gathered before its forward, all-gathered again before its backward, and its gradients are
+// reduce-scattered - three collectives of the parameter bytes per step, where ZeRO-2 has two (the
+// reduce-scatter and the all-gather after the update) and DDP's all-reduce moves the same 2(N-1)/N S:
+// 1.5x the volume. Modelled as: the forward gathers (S in all) on the channel from the step's start,
+// prefetched under the forward (StepProfile::backward_start_ms; unknown: a third of backward_end),
+// the excess delaying everything after; then per bucket, at its ready time, its backward gather plus
+// its reduce-scatter; no all-gather after the update, the optimizer on 1/N.
+// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; StrategyOptions::tp = T, N = T x D ranks):
+// the split layers' compute and parameters are 1/T per rank (StrategyOptions::tp_split: their share
+// of the gradient bytes, which also stands for their share of the compute - the matrix products),
+// and each layer adds 4 all-reduces of its activations [B, S, H] over the TP group - 2 in forward (the
+// g after attention and after the FFN), 2 in backward (the f's) - plus 2 for the embedding's g and
+// the head's f: (4 L + 2) ring all-reduces of tp_activation_bytes over T ranks, on the critical path
+// (the next layer needs their result: nothing hides them). The gradients - (1 - tp_split) + tp_split / T
+// of the bytes - are all-reduced over the D data-parallel ranks as DDP does, overlapped with backward.
+// Throughput counts the D data-parallel batches (a TP group computes one): batch x D / step.
 // Stragglers: a collective waits for the slowest rank. When one rank's step times vary with
 // standard deviation sigma (StepProfile::jitter_ms), the slowest of N independent ranks is late by
 // about sigma * E[max of N standard normals] (0.56 at N = 2, 1.03 at 4, ~sqrt(2 ln N) for large N),
@@ -47,6 +64,7 @@ struct Bucket {
 struct StepProfile {
   double step_ms = 0;          // data + forward + backward + optimizer, no communication to speak of
   double backward_end_ms = 0;  // ms after the step's start
+  double backward_start_ms = 0;  // ms after the step's start (the forward's end); 0: unknown
   double optimizer_ms = 0;     // the optimizer's part of step_ms (ZeRO runs it on 1/N of the weights)
   double jitter_ms = 0;        // standard deviation of step_ms from step to step (stragglers)
   std::vector<Bucket> buckets; // in launch order
@@ -63,8 +81,8 @@ struct Network {
   double bandwidth_GBps = 12.5;  // per-rank bus bandwidth, 1e9 bytes/s (100 Gb/s); busbw in nccl-tests terms
 };
 
-enum class Strategy { Ddp, DdpNoOverlap, Zero1, Zero2, Ps };
-Strategy strategy_from_name(const std::string& name);  // ddp ddp_no_overlap zero1 zero2 ps
+enum class Strategy { Ddp, DdpNoOverlap, Zero1, Zero2, Zero3, Tp, Ps };
+Strategy strategy_from_name(const std::string& name);  // ddp ddp_no_overlap zero1 zero2 zero3 tp ps
 std::string strategy_name(Strategy s);
 
 struct StrategyOptions {
@@ -73,12 +91,20 @@ struct StrategyOptions {
   int ps_servers = 0;      // parameter server: K servers on ranks 0..K-1, as train_imagenet --ps-servers K
                            // (capped at the rank count, as tandem requires K <= N); 0: K = N
   int cores = 0;           // 0: every rank has its own device; >0: all ranks share this many cores
+  // Tensor parallelism (Strategy::Tp; see the file comment).
+  int tp = 1;                      // T: ranks per TP group (must divide the rank count)
+  double tp_split = 0;             // the split layers' share of the gradient bytes (and of the compute)
+  double tp_activation_bytes = 0;  // one all-reduce's bytes: [B, S, H] of one rank's batch, f32
+  int tp_layers = 0;               // L: transformer layers
 };
 
 // Communication costs in ms (0 for one rank).
 double ring_allreduce_ms(double bytes, int n, const Network& net);
 double reduce_scatter_ms(double bytes, int n, const Network& net);
 double all_gather_ms(double bytes, int n, const Network& net);
+// Tensor parallelism's activation all-reduces per step over a TP group of `tp` ranks: (4 L + 2) ring
+// all-reduces of `activation_bytes` (0 for tp = 1).
+double tp_activation_ms(double activation_bytes, int layers, int tp, const Network& net);
 // The parameter server's partitions in bytes per server: `param_bytes` (registration order) placed
 // by dist::assign_partitions, the function tandem's parameter server calls, so the busiest server
 // here is the busiest one there. Empty `param_bytes`: `total_bytes` split evenly.
@@ -93,6 +119,7 @@ struct Prediction {
   double step_ms = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0, overlap = 1;
   double straggler_ms = 0;  // waiting for the slowest rank (part of step_ms, not of exposed_ms)
   double ps_busiest_bytes = 0;  // parameter server: the busiest server's partition (0 otherwise)
+  double tp_ms = 0;             // TP: the activation all-reduces (part of comm_ms and exposed_ms)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };
 

@@ -35,6 +35,8 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
   };
   m.formula = term(low, o.stage == 3) + " + " + term(low, o.stage >= 2) + " + " + term(k, o.stage > 0);
   if (o.mixed) m.formula += " (+ " + term(4, o.stage > 0) + " f32 master grads)";
+  // Tensor parallelism: the same formulas over the N data-parallel ranks, Ψ being this rank's shards.
+  if (o.tp > 1) m.formula += ", Ψ = this rank's TP shards of " + std::to_string(o.tp);
   return m;
 }
 

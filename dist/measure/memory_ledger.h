@@ -39,6 +39,8 @@
 //   kernels read 16-bit directly and none of this exists.
 // What the ledger measured on VGG-16 (DDP, ZeRO-1/2, f32 and bf16, N = 1, 2, 4), and why ZeRO-2's
 // peak stays above half of DDP's there: dist/README.md, "Memory ledger".
+// Tensor parallelism (dist/tp/): nothing new to count - the Step's parameters are this rank's TP shards,
+// so Ψ above is their count (the split layers at 1/T) and N the data-parallel ranks it averages over.
 // Measured: the allocator's current bytes with the model state live (after a step, between steps)
 // and its peak during the steps; the difference between peak and that is activations and workspace
 // (and the transient buffers), which the ZeRO formulas leave out.
@@ -62,6 +64,9 @@ struct LedgerOptions {
   int64_t largest_param = 0;     // elements of the largest parameter (the CPU widening term)
   bool cpu_widen = false;        // CPU parameters: with `mixed`, 16-bit kernels work on f32 copies (above)
   int64_t gathered = 0;          // ZeRO-3: elements gathered at once (zero3_working_set)
+  int tp = 1;                    // tensor parallelism: T. Ψ is then this rank's elements - the split
+                                 // layers' 1/T shards and the replicated rest - and N the data-parallel
+                                 // ranks (the Step's communicator); the formula says so.
 };
 
 struct MemoryLedger {

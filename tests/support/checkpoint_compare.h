@@ -14,7 +14,7 @@ namespace tandem::testing {
 // bucket by bucket, so it lists the same entries as a DDP run's in another order).
 void check_identical_checkpoints(const std::string& a, const std::string& b, bool any_order = false);
 
-// The files hold the same tensor names, shapes and dtypes, and every floating tensor's values agree
+// The files hold the same tensor names (in any order), shapes and dtypes, and every floating tensor's values agree
 // within `rel` of its largest magnitude (at least 1): max |a - b| <= rel * max(max |a|, 1). For runs
 // that compute the same sums in another order (another world size, the same global batch).
 // Tensors whose name contains one of `skip` are compared in shape only. Returns the largest

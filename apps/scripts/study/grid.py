@@ -7,14 +7,43 @@ A strategy name says how gradients travel; its flags are what train_imagenet nee
   ddp_bf16          bf16 gradients on the wire (--compress bf16)
   ddp_b<MB>         bucket size <MB> MiB, first bucket min(1, MB) (e.g. ddp_b0.25, ddp_b4)
   zero1, zero2      ZeRO stage 1/2 (--zero 1/2)
+  zero3             ZeRO stage 3 (--zero 3): parameters sharded too, each unit gathered around its use
+  tp2, tp4          tensor parallelism over groups of 2 or 4 ranks (train_encoder --tp T, data parallel
+                    over N / T): encoder workloads only - train_imagenet refuses --tp (no TP layers in
+                    its CNNs), and a rank count T does not divide has no grid; both cells are skipped
   ps                parameter server (--strategy ps --ps-servers 1: one server, on rank 0; the
                     what-if model gets the same layout: K servers on ranks 0..K-1 holding whole tensors)
 A strategy that this build of train_imagenet rejects is reported as unavailable, not as a failure,
 so the grid can name strategies before they exist. The what-if model's name for each is whatif_args.
+Workloads: an image model (train_imagenet, synthetic images) or a BERT name (bert_tiny .. bert_large:
+train_encoder on synthetic tokens, --seq-len ENCODER_SEQ_LEN and --vocab-size ENCODER_VOCAB, one
+sequence per "image" in the tables).
 """
 import os
 import subprocess
 import time
+
+ENCODER_SEQ_LEN = 64
+ENCODER_VOCAB = 8192
+
+
+def is_encoder(model):
+    return model.startswith("bert_")
+
+
+def tp_size(strategy):
+    """T of a tp<T> strategy; 1 for every other."""
+    return int(strategy[2:]) if strategy.startswith("tp") and strategy[2:].isdigit() else 1
+
+
+def skip_reason(model, strategy, ranks):
+    """Why a cell cannot run (None: it can): TP on an image model, or a rank count T does not divide."""
+    t = tp_size(strategy)
+    if t > 1 and not is_encoder(model):
+        return "train_imagenet refuses --tp: its CNNs have no tensor-parallel layers (encoder workloads only)"
+    if t > 1 and ranks % t:
+        return f"{ranks} ranks make no grid of TP {t} x DP N/{t}"
+    return None
 
 
 def flags(strategy):
@@ -29,20 +58,24 @@ def flags(strategy):
     if strategy.startswith("ddp_b"):
         mb = float(strategy[5:])
         return ["--bucket-mb", str(mb), "--first-bucket-mb", str(min(1.0, mb))]
-    if strategy in ("zero1", "zero2"):
+    if strategy in ("zero1", "zero2", "zero3"):
         return ["--zero", strategy[-1]]
+    if tp_size(strategy) > 1:
+        return ["--tp", str(tp_size(strategy))]
     if strategy == "ps":
         return ["--strategy", "ps", "--ps-servers", "1"]
     raise SystemExit(f"study: unknown strategy '{strategy}' (ddp, ddp_no_overlap, ddp_no_bucketing, ddp_bf16, "
-                     "ddp_b<MB>, zero1, zero2, ps)")
+                     "ddp_b<MB>, zero1, zero2, zero3, tp2, tp4, ps)")
 
 
 def whatif_args(strategy):
     """The same strategy in apps/whatif's terms."""
     if strategy == "ps":  # train_imagenet's one server on rank 0: it receives (N-1) pushes at once
         return ["--strategy", "ps", "--ps-servers", "1"]
-    if strategy in ("ddp", "ddp_no_overlap", "zero1", "zero2"):
+    if strategy in ("ddp", "ddp_no_overlap", "zero1", "zero2", "zero3"):
         return ["--strategy", strategy]
+    if tp_size(strategy) > 1:
+        return ["--strategy", "tp", "--tp", str(tp_size(strategy))]
     if strategy == "ddp_no_bucketing":
         return ["--strategy", "ddp", "--bucket-mb", "0", "--first-bucket-mb", "0"]
     if strategy == "ddp_bf16":
@@ -54,10 +87,11 @@ def whatif_args(strategy):
 
 
 class Runner:
-    """Runs train_imagenet under mpiexec; one call = one cell repeat."""
+    """Runs train_imagenet (train_encoder for a BERT) under mpiexec; one call = one cell repeat."""
 
     def __init__(self, build, out, steps, image_size, hostfile=None, device="cpu"):
         self.exe = os.path.join(build, "apps", "train_imagenet")
+        self.encoder = os.path.join(build, "apps", "train_encoder")
         self.out, self.steps, self.size, self.hostfile, self.device = out, steps, image_size, hostfile, device
         self.unavailable = {}
 
@@ -72,11 +106,21 @@ class Runner:
         if os.path.exists("/usr/bin/time"):  # each rank's peak resident memory, into <tag>.rss.<rank>
             rss = os.path.join(self.out, "runs", tag + ".rss")
             cmd += ["sh", "-c", 'exec /usr/bin/time -f %M -o "$0.$PMI_RANK" "$@"', rss]
-        cmd += [self.exe,
-                "--synthetic", "--synthetic-size", str(batch * ranks * self.steps), "--synthetic-val-size", "0",
-                "--num-classes", "10", "--model", model, "--image-size", str(self.size), "--batch", str(batch),
-                "--steps", str(self.steps), "--log-every", str(warm), "--bench-warmup", str(warm),
-                "--no-lr-scaling", "--device", self.device, "--metrics", os.path.join(self.out, "runs", tag + ".json")]
+        metrics = os.path.join(self.out, "runs", tag + ".json")
+        if is_encoder(model):
+            # Synthetic tokens for twice the steps' sequences; one held-out batch per rank (the
+            # validation is paused time, outside the rates).
+            tokens = 2 * batch * ranks * self.steps * ENCODER_SEQ_LEN
+            cmd += [self.encoder, "--synthetic", "--synthetic-tokens", str(max(tokens, 20000)),
+                    "--vocab-size", str(ENCODER_VOCAB), "--seq-len", str(ENCODER_SEQ_LEN), "--model", model,
+                    "--batch", str(batch), "--steps", str(self.steps), "--log-every", str(warm),
+                    "--bench-warmup", str(warm), "--val-batches", "1", "--device", self.device, "--metrics", metrics]
+        else:
+            cmd += [self.exe,
+                    "--synthetic", "--synthetic-size", str(batch * ranks * self.steps), "--synthetic-val-size", "0",
+                    "--num-classes", "10", "--model", model, "--image-size", str(self.size), "--batch", str(batch),
+                    "--steps", str(self.steps), "--log-every", str(warm), "--bench-warmup", str(warm),
+                    "--no-lr-scaling", "--device", self.device, "--metrics", metrics]
         if trace:
             cmd += ["--trace", os.path.join(self.out, "runs", tag + ".trace.json")]
         return cmd + flags(strategy)

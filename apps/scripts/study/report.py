@@ -92,7 +92,14 @@ def write(study, path):
          "- **ms/step** splits into **data** (waiting for the loader), **exposed comm** (communication that backward did "
          "not hide, including waiting for a slower rank) and **compute** (the rest). **overlap** = the fraction of "
          "communication time hidden behind backward.",
-         "- **peak tensors** is rank 0's tensor allocator peak; **peak RSS** the largest resident set of any rank.",
+         "- **peak tensors** is rank 0's tensor allocator peak; **peak RSS** the largest resident set of any rank. "
+         "**ledger MiB/rank**: the memory ledger's prediction per rank (model state + transient gradient buffers) / "
+         "the model state it measured (apps/trainer/memory.h) - what ZeRO and TP divide.",
+         "- Encoder workloads (bert_*) count sequences where image workloads count images; `tp<T>` cells run T ranks "
+         "per tensor-parallel group, so N ranks train N/T batches per step, not N. Their **exposed comm** is the "
+         "data-parallel gradient collectives only (the step's timeline); TP's per-layer activation all-reduces run "
+         "inside the model and show up as compute, while the what-if model counts them as exposed communication - "
+         "compare tp rows by their step time.",
          f"- **Marks** next to a cell, explained again under each table: **{OVER}** *oversubscribed* - more ranks than "
          f"the {cores} usable cores, so ranks time-slice and compute per step grows with N (such a cell measures "
          f"the machine, not the strategy); **{NOISY}** *noisy baseline* - the 1-rank images/s spread (max - min over "
@@ -102,15 +109,16 @@ def write(study, path):
          ("" if judged else " With --hostfile the other hosts' cores are unknown here, so no cell is marked "
           "oversubscribed."), ""]
     if study["unavailable"]:
-        L += ["Strategies this build of train_imagenet does not have yet (skipped):", ""]
+        L += ["Strategies or cells skipped (not in this build, or no such layout):", ""]
         L += [f"- `{s}`: {why}" for s, why in study["unavailable"].items()] + [""]
     keys = sorted({(c["model"], c["batch_per_rank"]) for c in study["cells"]})
     for model, batch in keys:
         cs = [c for c in study["cells"] if c["model"] == model and c["batch_per_rank"] == batch]
         L += [f"## {model}, batch {batch}/rank ({cs[0]['parameters'] / 1e6:.2f} M parameters, backend {cs[-1]['backend']})",
               "", "| strategy | ranks | images/s | per rank | speedup (steady) | speedup (wall) | efficiency | ms/step | "
-              "data | compute | exposed comm | overlap | init s | train s | peak tensors MiB | peak RSS MiB |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "data | compute | exposed comm | overlap | init s | train s | peak tensors MiB | peak RSS MiB | "
+              "ledger MiB/rank (predicted / measured) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in cs:
             over = OVER if c["oversubscribed"] else ""
             noisy_base = NOISY if c["baseline_noisy"] else ""
@@ -126,7 +134,8 @@ def write(study, path):
                      f"{fmt(c['exposed_ms'])} | "
                      f"{fmt(c['overlap'], '{:.0f}', True) if c['ranks'] > 1 else '-'} | {fmt(c['init_s'], '{:.2f}')} | "
                      f"{fmt(c['train_s'], '{:.2f}')} | {fmt(c['peak_tensor_mib'], '{:.0f}')} | "
-                     f"{fmt(c['rss_mib_max_rank'], '{:.0f}')} |")
+                     f"{fmt(c['rss_mib_max_rank'], '{:.0f}')} | "
+                     f"{fmt(c.get('ledger_predicted_mib'))} / {fmt(c.get('ledger_measured_mib'))} |")
         L.append("")
         notes = table_notes(cs, cores)
         if notes:

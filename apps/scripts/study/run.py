@@ -61,8 +61,10 @@ def load(path):
 
 def measures(m, launch):
     """One run's measures from its --metrics JSON and the launcher's clock."""
-    ips = m["images_per_s"]
+    ips = m["images_per_s"] if "images_per_s" in m else m["sequences_per_s"]  # train_encoder: sequences
     total = 1000.0 * m["global_batch"] / ips if ips else 0.0
+    ledger = m.get("memory_ledger", {})
+    mib = 1.0 / 1048576.0
     c = m.get("comm", {})
     exposed = c.get("exposed_ms_per_step", 0.0) if m["world_size"] > 1 else 0.0
     data = m.get("last_interval_ms_per_step", {}).get("data", 0.0)
@@ -73,7 +75,12 @@ def measures(m, launch):
             "init_s": m["init_s"], "train_s": m["train_s"], "wall_s": m["wall_s"], "launch_s": launch["launch_s"],
             "peak_tensor_mib": m.get("memory", {}).get("peak_bytes", 0) / 1048576.0,
             "rss_mib_per_rank": launch["rss_mib_per_rank"], "images": m["global_batch"] * m["steps_this_run"],
-            "backend": m["backend"], "parameters": m["parameters"]}
+            "backend": m["backend"], "parameters": m["parameters"],
+            # The memory ledger per rank: predicted model state + transient gradients, and the measured
+            # model state (apps/trainer/memory.h), in MiB.
+            "ledger_predicted_mib": (ledger.get("predicted_bytes", {}).get("model_state", 0) +
+                                     ledger.get("predicted_bytes", {}).get("transient", 0)) * mib if ledger else None,
+            "ledger_measured_mib": ledger.get("measured_bytes", {}).get("model_state", 0) * mib if ledger else None}
 
 
 def summarise(values):
@@ -102,6 +109,11 @@ def main():
                 for s, n in cells:
                     done += 1
                     tag = f"{model}_b{batch}_{'base' if s == '-' else s}_n{n}_r{rep}"
+                    why = None if s == "-" else grid.skip_reason(model, s, n)
+                    if why:
+                        runner.unavailable[f"{s} ({model}, {n} ranks)"] = why
+                        print(f"[{done}/{total}] {tag}: skipped, {why}", flush=True)
+                        continue
                     print(f"[{done}/{total}] {tag}", flush=True)
                     r = runner.run(model, "ddp" if s == "-" else s, n, batch, tag)
                     if r is None:
@@ -160,7 +172,8 @@ def aggregate(runs, repeats, cores):
         cell = {"model": model, "batch_per_rank": batch, "strategy": "1 rank" if s == "-" else s, "ranks": n,
                 "repeats": len(rs), "backend": rs[0]["backend"], "parameters": rs[0]["parameters"]}
         for k in ["images_per_s", "images_per_s_per_rank", "ms_per_step", "data_ms", "compute_ms", "exposed_ms",
-                  "comm_ms", "overlap", "init_s", "train_s", "wall_s", "launch_s", "peak_tensor_mib"]:
+                  "comm_ms", "overlap", "init_s", "train_s", "wall_s", "launch_s", "peak_tensor_mib",
+                  "ledger_predicted_mib", "ledger_measured_mib"]:
             cell[k] = summarise([r[k] for r in rs])
         cell["rss_mib_max_rank"] = summarise([max(r["rss_mib_per_rank"]) if r["rss_mib_per_rank"] else None for r in rs])
         cell["speedup"] = summarise(speed)

@@ -53,17 +53,25 @@ def check(study, build, out):
         batch = int(batch)
         base = next(c for c in cells if c["model"] == model and c["batch_per_rank"] == batch and c["ranks"] == 1)
         common = ["--trace", os.path.join(out, t["trace"]), "--metrics", os.path.join(out, t["metrics"]),
-                  "--num-classes", "10", "--allreduce-json", net, "--step-ms", str(base["ms_per_step"]["median"])]
+                  "--allreduce-json", net, "--step-ms", str(base["ms_per_step"]["median"])]
+        if not grid.is_encoder(model):  # an encoder's vocabulary comes from its --metrics
+            common += ["--num-classes", "10"]
         ranks = [r for r in study["grid"]["ranks"] if r > 1]
         cores = 0 if study.get("hostfile") else study["cores"]  # other hosts' cores are not known here
         for strategy in study["grid"]["strategies"]:
+            if any(grid.skip_reason(model, strategy, n) for n in ranks):
+                ranks_here = [n for n in ranks if not grid.skip_reason(model, strategy, n)]
+            else:
+                ranks_here = ranks
+            if not ranks_here:
+                continue
             measured = {c["ranks"]: c for c in cells if c["model"] == model and c["batch_per_rank"] == batch
                         and c["strategy"] == strategy and c["ranks"] > 1}
             mpath = os.path.join(out, "whatif", f"{model}_b{batch}_{strategy}.measured.json")
             with open(mpath, "w") as f:
                 json.dump([{"ranks": n, "step_ms": c["ms_per_step"]["median"], "exposed_ms": c["exposed_ms"]["median"]}
                            for n, c in sorted(measured.items())], f)
-            j = whatif(build, common + grid.whatif_args(strategy) + ["--ranks", ",".join(map(str, ranks)),
+            j = whatif(build, common + grid.whatif_args(strategy) + ["--ranks", ",".join(map(str, ranks_here)),
                                                                       "--cores", str(cores),
                                                                       "--measured", mpath],
                        os.path.join(out, "whatif", f"{model}_b{batch}_{strategy}.json"))
@@ -81,8 +89,9 @@ def check(study, build, out):
                              "within_target": v["within_target"] if v else None,
                              "oversubscribed": bool(meas and meas.get("oversubscribed")),
                              "network": j["inputs"]["network"]})
-        txt = subprocess.check_output([os.path.join(build, "apps", "whatif")] + common +
-                                      ["--strategy", "ddp,ddp_no_overlap,zero1,zero2,ps"], text=True)
+        table = "ddp,ddp_no_overlap,zero1,zero2,zero3,ps" + (",tp" if grid.is_encoder(model) else "")
+        txt = subprocess.check_output([os.path.join(build, "apps", "whatif")] + common + ["--strategy", table],
+                                      text=True)
         name = f"whatif_{model}_b{batch}.txt"
         with open(os.path.join(out, name), "w") as f:
             f.write(txt)
