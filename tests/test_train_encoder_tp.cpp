@@ -16,7 +16,8 @@
 //     ends where the uninterrupted DDP run ends (up to reduction order; the attention keys' biases,
 //     whose gradients are ~0 and which AdamW's division magnifies, in shape only, as in
 //     test_train_encoder_e2e.cpp). With dropout on, a --tp 2 run split and resumed at --tp 2 ends
-//     byte for byte where the whole run ends (both dropout streams continue).
+//     byte for byte where the whole run ends (both dropout streams continue). A --zero 3 checkpoint
+//     (parameters sharded over DP) resumes at --tp 2 --zero 1 and on 1 rank the same way.
 //   - The ledger at --tp 2 halves the split layers, and measures so; --memory-budget-mib refuses a
 //     DDP run that does not fit, naming --tp 4 and --zero 3, which then train.
 //   - --amp bf16 with --tp 2: DDP's run up to bf16 rounding, and its f32 masters resume at --tp 1.
@@ -222,6 +223,30 @@ TEST_CASE("a --tp 2 --zero 2 checkpoint resumes at --tp 1 --zero 1 on 4 ranks an
   fs::copy(ddp_half, d, fs::copy_options::recursive);
   REQUIRE(train(4, common + d + " --resume auto --batch 4 --tp 2").status == 0);
   MESSAGE("largest relative difference: ", tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
+}
+
+TEST_CASE("a --zero 3 checkpoint (parameters sharded) resumes at --tp 2 --zero 1 on 4 ranks and on 1 rank") {
+  // TP combines with ZeRO-1/2 over the data-parallel ranks, not with ZeRO-3 (refused, see below);
+  // the checkpoints of both are canonical, so a ZeRO-3 run's file resumes under TP, and the other
+  // way round (the case above). Same global batch of 8 and the same 2 data-parallel groups of 4.
+  const std::string common = "--model bert_tiny --vocab-size 512 --steps 6 --checkpoint-dir ";
+  const std::string whole = dir("whole_z3");
+  REQUIRE(train(2, common + whole + " --batch 4").status == 0);
+  const std::string end = "/checkpoint_step6.safetensors";
+  const std::string half = dir("z3_half");
+  REQUIRE(train(2, common + half + " --batch 4 --zero 3 --run-steps 3").status == 0);
+  REQUIRE(fs::exists(half + "/checkpoint_step3.safetensors"));
+  for (const auto& [ranks, args] : {std::pair<int, std::string>{4, "--batch 4 --tp 2 --zero 1"}, {1, "--batch 8"}}) {
+    CAPTURE(ranks);
+    const std::string d = dir("from_z3_np" + std::to_string(ranks));
+    fs::copy(half, d, fs::copy_options::recursive);
+    const Run r = train(ranks, common + d + " --resume auto " + args);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("resumed from") != std::string::npos);
+    REQUIRE(fs::exists(d + end));
+    MESSAGE("largest relative difference: ",
+            tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
+  }
 }
 
 TEST_CASE("with dropout, a --tp 2 run split and resumed at --tp 2 ends byte for byte where the uninterrupted one ends") {
