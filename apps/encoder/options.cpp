@@ -2,7 +2,6 @@
 #include "apps/encoder/options.h"
 
 #include <CLI/CLI.hpp>
-#include <map>
 
 #include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
 #include "apps/trainer/run_flags.h"  // defines: add_run_flags, after_parse, check_run_options
@@ -150,15 +149,8 @@ std::string flag_name(const std::string& option, const std::string& value) {
            : value == "zero3" ? "--zero 3"
            : value == "ddp"   ? "--zero 0"
                               : "--zero";
-  static const std::map<std::string, std::string> flags{
-      {"optimizer", "--optimizer"}, {"precision", "--amp"},   {"clip_grad_norm", "--clip-grad-norm"},
-      {"grad_accum_steps", "--grad-accum-steps"},
-      {"compress", "--compress"},   {"lr", "--lr"},           {"checkpoint", "--checkpoint-dir"},
-      {"bucket_mb", "--bucket-mb"}, {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"},
-      {"model_ema", "--model-ema"}, {"tp", "--tp"}};
-  const auto it = flags.find(option);
-  if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
-  return value.empty() ? it->second : it->second + " " + value;
+  const std::string shared = trainer::shared_flag_name(option, value);
+  return shared.empty() ? trainer::library_option_name(option, value) : shared;  // "": no flag for it (yet)
 }
 
 }  // namespace

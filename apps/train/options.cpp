@@ -3,7 +3,6 @@
 #include "apps/train/options.h"
 
 #include <CLI/CLI.hpp>
-#include <map>
 
 #include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
 #include "apps/trainer/run_flags.h"  // defines: add_run_flags, after_parse, check_run_options
@@ -195,15 +194,11 @@ std::string flag_name(const std::string& option, const std::string& value) {
     if (value == "zero1" || value == "zero2" || value == "zero3") return std::string("--zero ") + value.back();
     return value.empty() ? "--strategy" : "--strategy " + value;
   }
-  static const std::map<std::string, std::string> flags{
-      {"cuda_graph", "--cuda-graph"},   {"optimizer", "--optimizer"},       {"precision", "--amp"},
-      {"clip_grad_norm", "--clip-grad-norm"}, {"on_nonfinite", "--on-nonfinite"}, {"compress", "--compress"},
-      {"checkpoint", "--checkpoint-dir"}, {"lr", "--lr"},                    {"ps_servers", "--ps-servers"},
-      {"bucket_mb", "--bucket-mb"},     {"first_bucket_mb", "--first-bucket-mb"},
-      {"grad_accum_steps", "--grad-accum-steps"}, {"model_ema", "--model-ema"}};
-  const auto it = flags.find(option);
-  if (it == flags.end()) return trainer::library_option_name(option, value);  // no flag for it (yet)
-  return value.empty() ? it->second : it->second + " " + value;
+  // This trainer's own flags; the rest are both trainers' (run_flags.h), or the library's words.
+  if (option == "cuda_graph") return value.empty() ? "--cuda-graph" : "--cuda-graph " + value;
+  if (option == "ps_servers") return value.empty() ? "--ps-servers" : "--ps-servers " + value;
+  const std::string shared = trainer::shared_flag_name(option, value);
+  return shared.empty() ? trainer::library_option_name(option, value) : shared;
 }
 
 }  // namespace

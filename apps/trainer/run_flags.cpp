@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <map>
 
 #include "apps/trainer/cli.h"          // defines: write_config_file
 #include "apps/trainer/ema.h"          // defines: ema_refusal
@@ -109,6 +110,19 @@ CheckpointDirOptions folder_options(const RunOptions& o, CheckpointNaming naming
   c.naming = naming;
   c.program = program;
   return c;
+}
+
+std::string shared_flag_name(const std::string& option, const std::string& value) {
+  static const std::map<std::string, std::string> flags{
+      {"optimizer", "--optimizer"},         {"precision", "--amp"},
+      {"clip_grad_norm", "--clip-grad-norm"}, {"grad_accum_steps", "--grad-accum-steps"},
+      {"compress", "--compress"},           {"lr", "--lr"},
+      {"checkpoint", "--checkpoint-dir"},   {"bucket_mb", "--bucket-mb"},
+      {"first_bucket_mb", "--first-bucket-mb"}, {"on_nonfinite", "--on-nonfinite"},
+      {"model_ema", "--model-ema"},         {"tp", "--tp"}};
+  const auto it = flags.find(option);
+  if (it == flags.end()) return "";
+  return value.empty() ? it->second : it->second + " " + value;
 }
 
 std::string lr_rule(const std::string& scaling, double lr, int world, double base_lr) {

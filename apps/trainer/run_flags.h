@@ -91,6 +91,11 @@ void check_run_options(const RunOptions& o, const StepOptions& step);
 // The checkpoint folder's settings from the flags; dir empty: no folder.
 CheckpointDirOptions folder_options(const RunOptions& o, CheckpointNaming naming, const std::string& program);
 
+// The flag both trainers spell for a library option (option_names.h's keys: "optimizer" ->
+// "--optimizer", "precision" -> "--amp", ...), with " value" appended when `value` is not empty;
+// "" for an option the trainers name differently or not at all (the strategy, CUDA graphs).
+std::string shared_flag_name(const std::string& option, const std::string& value);
+
 // The LR rule in words, printed at start-up so that a run moved to another world size is no
 // surprise: "lr rule: --lr 0.2 as given on 2 rank(s), not scaled ..." (`scaling`: none | linear;
 // `base_lr`: the LR the schedule peaks at).
