@@ -30,6 +30,27 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 
+# cuDNN's frontend (header-only C++ graph API) for the CUDA build: Debian has no package, PyPI has
+# nvidia-cudnn-frontend, whose wheel ships include/. Debian's pip refuses system-wide installs, so the
+# wheel is downloaded and only its include/ unpacked, into .deps/ (ignored by git). CMake finds it
+# there (third_party/CMakeLists.txt); without it the build goes on with those paths off.
+fe=$root/.deps/cudnn_frontend
+if command -v nvcc >/dev/null && [ ! -f "$fe/include/cudnn_frontend.h" ] && [ -z "${CUDNN_FRONTEND_INCLUDE_DIR:-}" ]; then
+  if ! python3 -m pip --version >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+    echo "setup: installing python3-pip (to fetch the cuDNN frontend's headers)"
+    ${SUDO:-$([ "$(id -u)" -ne 0 ] && echo sudo)} apt-get install -y -qq --no-install-recommends python3-pip >/dev/null || true
+  fi
+  whl=$(mktemp -d)
+  if python3 -m pip download -q --no-deps --only-binary=:all: -d "$whl" \
+       "nvidia-cudnn-frontend${CUDNN_FRONTEND_VERSION:+==$CUDNN_FRONTEND_VERSION}" >/dev/null 2>&1 &&
+     mkdir -p "$fe" && python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' "$(ls "$whl"/*.whl | head -1)" "$fe"; then
+    echo "setup: cuDNN frontend headers in $fe/include ($(basename "$(ls "$whl"/*.whl | head -1)"))"
+  else
+    echo "setup: warning: could not fetch nvidia-cudnn-frontend from PyPI; building without cuDNN's frontend (fused attention and conv-BN graphs off)" >&2
+  fi
+  rm -rf "$whl"
+fi
+
 # ccache keeps rebuilds (and CI runs on a reused machine) fast; its cache is keyed by content.
 export CCACHE_BASEDIR=$root
 jobs=$(nproc)
