@@ -16,6 +16,8 @@
 // only on M, never on the device.
 // Register budget of the register path: at most kMaxPerLane = 32 elements of a row per lane (the
 // raw 16-byte vectors of x and dy plus 2 x 32 f32 partial sums in the backward), hence D <= 1024.
+#include <algorithm>
+
 #include "core/ops/common/cuda/block_reduce.cuh"
 #include "core/ops/common/cuda/dispatch.cuh"
 #include "core/ops/common/cuda/pack.cuh"
@@ -47,10 +49,10 @@ using Row = cuda::OwnedRow<T, cuda::kVec<T>, kSlots>;
 
 template <typename T, int kSlots>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    ln_fwd_reg_kernel(const T* x, const T* w, const T* b, long long m, int d, float eps, T* y, float* mean,
+    ln_fwd_reg_kernel(const T* x, const T* w, const T* b, long long m, long long d, float eps, T* y, float* mean,
                       float* rstd) {
   constexpr int V = cuda::kVec<T>;
-  const int lane = threadIdx.x & 31, nvec = d / V;
+  const int lane = threadIdx.x & 31, nvec = static_cast<int>(d / V);
   Row<T, kSlots> wr, br;  // weight and bias: loaded once per warp, reused for every row
   wr.load(w, nvec, lane);
   br.load(b, nvec, lane);
@@ -221,67 +223,63 @@ __global__ void ln_bwd_finish_kernel(const float* pw, const float* pb, long long
 template <typename T> const T* src(const Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
 template <typename T> T* dst(Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 
+// Calls f(S) with S = std::integral_constant<int, slots> for the register path (cuda::row_slots
+// says yes for these pointers and D), or S = 0 for the generic path.
+template <typename T, typename F>
+void by_path(long long d, std::initializer_list<const void*> ptrs, F&& f) {
+  const int slots = cuda::row_slots(d, sizeof(T), kMaxPerLane, ptrs);
+  if (slots > 0)
+    cuda::with_pow2<kMaxPerLane / cuda::kVec<T>>(slots, f);
+  else
+    f(std::integral_constant<int, 0>{});
+}
+
 }  // namespace
 
 void layer_norm_fwd_cuda(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean,
                          Tensor& rstd) {
-  long long m = x.size(0), d = x.size(1);
-  if (m == 0) return;
-  cudaStream_t s = cuda::compute_stream();
+  const long long m = x.size(0), d = x.size(1);
   TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
-    const int slots =
-        cuda::row_slots(d, sizeof(T), kMaxPerLane, {x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr()});
-    if (slots > 0) {
-      cuda::with_pow2<kMaxPerLane / cuda::kVec<T>>(slots, [&](auto S) {
-        ln_fwd_reg_kernel<T, decltype(S)::value><<<row_blocks(m), kWarpsPerBlock * 32, 0, s>>>(
-            src<T>(x), src<T>(w), src<T>(b), m, static_cast<int>(d), static_cast<float>(eps), dst<T>(y),
-            mean.data<float>(), rstd.data<float>());
-      });
-    } else {
-      ln_fwd_kernel<<<row_blocks(m), kWarpsPerBlock * 32, 0, s>>>(src<T>(x), src<T>(w), src<T>(b), m, d,
-                                                                   static_cast<float>(eps), dst<T>(y),
-                                                                   mean.data<float>(), rstd.data<float>());
-    }
+    by_path<T>(d, {x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr()}, [&](auto S) {
+      auto kernel = ln_fwd_kernel<T>;  // both paths take the same arguments
+      if constexpr (decltype(S)::value > 0) kernel = ln_fwd_reg_kernel<T, decltype(S)::value>;
+      kernel<<<row_blocks(m), kWarpsPerBlock * 32, 0, cuda::compute_stream()>>>(
+          src<T>(x), src<T>(w), src<T>(b), m, d, static_cast<float>(eps), dst<T>(y), mean.data<float>(),
+          rstd.data<float>());
+    });
     CUDA_CHECK_LAUNCH("layer_norm forward");
   });
 }
 
 void layer_norm_bwd_cuda(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                          Tensor& dx, Tensor& dw, Tensor& db) {
-  long long m = x.size(0), d = x.size(1);
+  const long long m = x.size(0), d = x.size(1);
   // At least 32 rows per chunk so each partial row amortises its write; at most kMaxChunks partials.
-  long long chunks = (m + 31) / 32;
-  if (chunks > kMaxChunks) chunks = kMaxChunks;
-  if (chunks < 1) chunks = 1;
-  long long rows_per_chunk = (m + chunks - 1) / chunks;
+  // The chunking depends on M only, so the sums' order (and bits) do not depend on the device.
+  const long long chunks = std::max(1LL, std::min<long long>(kMaxChunks, (m + 31) / 32));
+  const long long rows_per_chunk = (m + chunks - 1) / chunks;
   Tensor pw = Tensor::empty({chunks, d}, DType::F32, x.device());
   Tensor pb = Tensor::empty({chunks, d}, DType::F32, x.device());
+  float *ppw = pw.data<float>(), *ppb = pb.data<float>();
+  const float *pm = mean.data<float>(), *pr = rstd.data<float>();
   cudaStream_t s = cuda::compute_stream();
   TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] {
-    const int slots =
-        cuda::row_slots(d, sizeof(T), kMaxPerLane, {dy.data_ptr(), x.data_ptr(), w.data_ptr(), dx.data_ptr()});
-    if (slots > 0) {
-      cuda::with_pow2<kMaxPerLane / cuda::kVec<T>>(slots, [&](auto S) {
-        ln_bwd_reg_kernel<T, decltype(S)::value>
-            <<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32, 2 * d * sizeof(float), s>>>(
-                src<T>(dy), src<T>(x), src<T>(w), mean.data<float>(), rstd.data<float>(), m, static_cast<int>(d),
-                rows_per_chunk, dst<T>(dx), pw.data<float>(), pb.data<float>());
-      });
-      CUDA_CHECK_LAUNCH("layer_norm backward");
-    } else {
-      ln_bwd_dx_kernel<<<row_blocks(m), kWarpsPerBlock * 32, 0, s>>>(src<T>(dy), src<T>(x), src<T>(w),
-                                                                      mean.data<float>(), rstd.data<float>(), m, d,
-                                                                      dst<T>(dx));
-      CUDA_CHECK_LAUNCH("layer_norm backward dx");
-      dim3 grid(static_cast<unsigned>((d + 31) / 32), static_cast<unsigned>(chunks));
-      ln_bwd_partial_kernel<<<grid, dim3(32, kRowLanes), 0, s>>>(src<T>(dy), src<T>(x), mean.data<float>(),
-                                                                  rstd.data<float>(), m, d, rows_per_chunk,
-                                                                  pw.data<float>(), pb.data<float>());
-      CUDA_CHECK_LAUNCH("layer_norm backward partials");
-    }
+    const T *pdy = src<T>(dy), *px = src<T>(x), *pw_ = src<T>(w);
+    by_path<T>(d, {pdy, px, pw_, dx.data_ptr()}, [&](auto S) {
+      if constexpr (decltype(S)::value > 0) {  // dx and the partials in one pass
+        ln_bwd_reg_kernel<T, decltype(S)::value><<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32,
+                                                   2 * d * sizeof(float), s>>>(pdy, px, pw_, pm, pr, m,
+                                                                               static_cast<int>(d), rows_per_chunk,
+                                                                               dst<T>(dx), ppw, ppb);
+      } else {  // dx, then the partials in a second pass over x and dy
+        ln_bwd_dx_kernel<<<row_blocks(m), kWarpsPerBlock * 32, 0, s>>>(pdy, px, pw_, pm, pr, m, d, dst<T>(dx));
+        const dim3 grid(static_cast<unsigned>((d + 31) / 32), static_cast<unsigned>(chunks));
+        ln_bwd_partial_kernel<<<grid, dim3(32, kRowLanes), 0, s>>>(pdy, px, pm, pr, m, d, rows_per_chunk, ppw, ppb);
+      }
+    });
     ln_bwd_finish_kernel<<<static_cast<unsigned>((d + 31) / 32), dim3(32, kRowLanes), 0, s>>>(
-        pw.data<float>(), pb.data<float>(), chunks, d, dst<T>(dw), dst<T>(db));
-    CUDA_CHECK_LAUNCH("layer_norm backward dweight/dbias");
+        ppw, ppb, chunks, d, dst<T>(dw), dst<T>(db));
+    CUDA_CHECK_LAUNCH("layer_norm backward");
   });
 }
 
