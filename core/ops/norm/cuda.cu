@@ -32,9 +32,15 @@ using cuda::to_float;
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kRowLanes = 8;      // threadIdx.y of the column-sum kernels
-constexpr int kMaxChunks = 256;   // partial rows: one wave of 2 blocks per SM on an H100 (132 SMs)
+// Partial rows (blocks of the backward) at most: ~2 per SM of an H100 (132 SMs). The register
+// backward at D = 1024 needs ~200 registers per thread, so one 256-thread block is resident per SM
+// and 256 blocks run as two nearly full waves; smaller D fit two blocks per SM (one wave).
+constexpr int kMaxChunks = 256;
 constexpr int kMaxPerLane = 32;   // register path: row elements per lane
-constexpr unsigned kMaxRowBlocks = 4096;  // forward grid cap; warps loop over the remaining rows
+// Grid cap of the warp-per-row kernels: 4096 blocks x 8 warps is ~4 full waves of an H100 (132 SMs x
+// 64 resident warps); past it warps loop over rows, and the weight/bias they hold in registers is
+// reused instead of reloaded.
+constexpr unsigned kMaxRowBlocks = 4096;
 
 unsigned row_blocks(long long rows) {
   long long b = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
