@@ -14,6 +14,8 @@
 // a device-to-device copy's (apps/bench_ops_bandwidth.h).
 // GPU fused GEMM tails (bias_gelu, bias_dropout_add vs the unfused op sequences, BERT-large
 // shapes): GB/s next to a copy's, the same way (apps/bench_ops_fused.h).
+// GPU row-wise and window kernels (layer_norm and scale_mask_softmax at BERT-large shapes, max_pool2d
+// at ResNet-50's stem), forward and backward: GB/s next to a copy's (apps/bench_ops_rowwise.h).
 // --json FILE writes every row. Performance is reported, never asserted.
 #include <cblas.h>
 
@@ -32,6 +34,7 @@
 #ifdef TANDEM_WITH_CUDA
 #include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
 #include "apps/bench_ops_fused.h"      // defines: bench::fused_bias_part
+#include "apps/bench_ops_rowwise.h"    // defines: bench::rowwise_part
 #include "apps/bench_ops_gpu.h"
 #include "core/cuda/context.h"
 #endif
@@ -167,6 +170,7 @@ void gpu_part(const Options& o, json& rows) {
   attention_part(t, rows);  // before the no-grad guard below: it times backward too
   bench::bandwidth_part(t, rows);  // likewise (BN forward + backward)
   bench::fused_bias_part(t, rows);  // likewise (fused tails forward + backward)
+  bench::rowwise_part(t, rows);     // layer_norm, softmax and max-pool, forward and backward
   cudaStream_t tandem_stream = cuda::compute_stream();
   cudaStream_t direct_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));

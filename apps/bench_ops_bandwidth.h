@@ -34,6 +34,20 @@ inline double copy_gbs(cudaStream_t s, const Timing& t, size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / ms / 1e6;
 }
 
+// One row of a bandwidth part: prints the name, dtype, median ms, the achieved GB/s (minimum bytes /
+// time) and its % of the copy roofline `roof`, and records the row in `rows` under `part`.
+struct BandwidthReport {
+  double roof;
+  nlohmann::json& rows;
+  const char* part;
+  void operator()(const std::string& name, const char* dtype, double ms, double bytes) const {
+    const double gbs = bytes / ms / 1e6;
+    std::printf("  %-46s %-5s %7.3f  %7.0f  %5.1f\n", name.c_str(), dtype, ms, gbs, 100.0 * gbs / roof);
+    rows.push_back({{"part", part}, {"name", name}, {"dtype", dtype}, {"ms", ms}, {"bytes", bytes},
+                    {"gbs", gbs}, {"copy_gbs", roof}, {"fraction_of_copy", gbs / roof}});
+  }
+};
+
 inline void bandwidth_part(const Timing& t, nlohmann::json& rows) {
   using namespace tandem;
   cudaStream_t s = cuda::compute_stream();
@@ -43,12 +57,7 @@ inline void bandwidth_part(const Timing& t, nlohmann::json& rows) {
   const double roof = copy_gbs(s, t, static_cast<size_t>(n) * 4);
   std::printf("\nGPU memory-bound ops, [%lld, %lld, %lld, %lld] NHWC      dtype   ms      GB/s  %% of copy (copy: %.0f GB/s)\n",
               (long long)N, (long long)H, (long long)W, (long long)C, roof);
-  auto report = [&](const std::string& name, const char* dtype, double ms, double bytes) {
-    double gbs = bytes / ms / 1e6;
-    std::printf("  %-46s %-5s %7.3f  %7.0f  %5.1f\n", name.c_str(), dtype, ms, gbs, 100.0 * gbs / roof);
-    rows.push_back({{"part", "gpu_bandwidth"}, {"name", name}, {"dtype", dtype}, {"ms", ms}, {"bytes", bytes},
-                    {"gbs", gbs}, {"copy_gbs", roof}, {"fraction_of_copy", gbs / roof}});
-  };
+  const BandwidthReport report{roof, rows, "gpu_bandwidth"};
   for (DType dt : {DType::F32, DType::BF16}) {
     const char* label = dt == DType::BF16 ? "bf16" : "f32";
     const double es = static_cast<double>(dtype_size(dt));

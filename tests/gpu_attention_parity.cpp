@@ -140,6 +140,34 @@ TEST_CASE("scale_mask_softmax parity: no mask, padding mask, a fully padded row,
   }
 }
 
+// The CUDA register path reads N keys per access, N the widest power of two up to 16 bytes that
+// divides Sk and leaves no lane idle; Sk > 1024 takes the generic path. Sk = 1 (one key: p = 1,
+// dx = 0), 6 (N = 1), 37 (N = 1, two slots), 128 (BERT: N = 4), 256 (N = 8 in 16-bit, 4 in f32),
+// 1024 (every slot of every lane), 1025 (generic). Each with the padding mask (entry 1 padded
+// from the middle, entry 2 fully padded) and dropout, whose mask must match the CPU's bit for bit.
+TEST_CASE("scale_mask_softmax parity at every register width and past it, masked, with dropout") {
+  Generator g(3);
+  for (DType t : kDtypes) {
+    for (int64_t sk : {1, 6, 37, 128, 256, 1024, 1025}) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(sk);
+      std::vector<int64_t> keep(static_cast<size_t>(3 * sk), 1);
+      for (int64_t j = sk / 2; j < sk; ++j) keep[static_cast<size_t>(sk + j)] = 0;
+      for (int64_t j = 0; j < sk; ++j) keep[static_cast<size_t>(2 * sk + j)] = 0;
+      Tensor m = mask(keep, 3, sk);
+      auto dropped = [](const std::vector<Tensor>& in) {
+        Generator d(6);
+        return std::vector<Tensor>{ops::scale_mask_softmax(in[0], in[1], 0.3f, 0.1f, true, d)};
+      };
+      CHECK(parity_check(dropped, {randn({3, 2, 3, sk}, g), m}, t, softmax_backward(t)) == "");
+      auto plain = [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::scale_mask_softmax(in[0], in[1], 0.3f)};
+      };
+      CHECK(parity_check(plain, {randn({3, 2, 3, sk}, g), m}, t, softmax_backward(t)) == "");
+    }
+  }
+}
+
 TEST_CASE("attention (reference path) parity with a padding mask and dropout") {
   Generator g(2);
   const Tf32Scope tf32(false);  // f32 compares GEMM order, not TF32's 10-bit mantissa

@@ -157,6 +157,26 @@ TEST_CASE("max_pool2d: overlapping windows (3/2/1) and ceil_mode") {
   }
 }
 
+// The CUDA kernels move V channels per thread, V the widest power of two up to 16 bytes that
+// divides C: C = 64 (V = 8 in 16-bit, 4 in f32: ResNet's stem), 12 (V = 4), 6 (V = 2), 5 (V = 1).
+// Backward gathers each input cell's dy from the covering windows' saved argmax: the 3x3/2/1 stem
+// geometry (up to 4 covering windows), 2x2/2 (exactly one) and 3x3/1 (up to 9, every cell shared).
+TEST_CASE("max_pool2d and avg_pool2d: every channel-group width, the stem geometry, forward and backward") {
+  const ops::Pool2dParams stem{3, 3, 2, 2, 1, 1, false}, pairs{2, 2, 2, 2, 0, 0, false},
+      dense{3, 3, 1, 1, 1, 1, false};
+  for (DType dt : kDtypes) {
+    for (int64_t c : {64, 12, 6, 5}) {
+      for (ops::Pool2dParams p : {stem, pairs, dense}) {
+        INFO(dtype_name(dt), " C=", c, " kernel ", p.kernel_h, " stride ", p.stride_h);
+        auto mx = [p](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::max_pool2d(in[0], p)}; };
+        CHECK(parity_check(mx, {randn_cpu({2, 9, 10, c}, 31 + c)}, dt, rounding(dt)) == "");
+        auto av = [p](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::avg_pool2d(in[0], p)}; };
+        CHECK(parity_check(av, {randn_cpu({2, 9, 10, c}, 41 + c)}, dt, rounding(dt)) == "");
+      }
+    }
+  }
+}
+
 TEST_CASE("avg_pool2d with padding, ceil_mode, count_include_pad on and off") {
   for (DType dt : kDtypes)
     for (bool include : {true, false}) {
@@ -339,6 +359,8 @@ TEST_CASE("max_pool2d with NaN and inf: the same outputs and the same winning ce
     for (ops::Pool2dParams p : {ops::Pool2dParams{3, 3, 2, 2, 1, 1, false}, ops::Pool2dParams{2, 2, 2, 2, 0, 0, false}}) {
       auto f = [p](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::max_pool2d(in[0], p)}; };
       CHECK(parity_check(f, {planted({2, 6, 7, 5}, 23, 11)}, dt, nonfinite(rounding(dt))) == "");
+      // C = 16: the vectorised kernel (every channel of a group keeps its own winner and NaN rule).
+      CHECK(parity_check(f, {planted({2, 6, 7, 16}, 28, 13)}, dt, nonfinite(rounding(dt))) == "");
     }
   }
 }

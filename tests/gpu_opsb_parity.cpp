@@ -1,4 +1,5 @@
-// tests/gpu_opsb_parity.cpp: CPU vs CUDA parity for cross_entropy, topk_correct, layer_norm,
+// tests/gpu_opsb_parity.cpp: CPU vs CUDA parity for cross_entropy, topk_correct, layer_norm (both CUDA
+// paths: the register kernels for D <= 1024 in 16-byte vectors, the generic ones otherwise),
 // embedding, sum and mean, in f32, bf16 and f16 (forward and every input gradient).
 //
 // How the tolerances are set (see tests/support/parity.h): both backends get the same inputs,
@@ -111,6 +112,18 @@ TEST_CASE("layer_norm parity (x, weight, bias)") {
     big.atol = 1e-4;
     big.why = "dweight/dbias: 1000-row sums in f32 (GPU) vs double (CPU)";
     CHECK(parity_check(f, {randn({1000, 200}, g), randn({200}, g), randn({200}, g)}, t, big) == "");
+    // The register path (D a multiple of the 16-byte width, D <= 1024) and the generic one: BERT's
+    // 768 and 1024, D = 36 (register path in f32 only), 37 and 1030 (generic everywhere: not a
+    // multiple of any width, and past 1024), D = 8 (one vector in 16-bit). 300 rows: 10 chunks of
+    // 30 rows for the partial sums; 8193 rows: 256 chunks of 33, the last ones empty.
+    for (int64_t d : {768, 1024, 36, 37, 1030, 8}) {
+      CAPTURE(d);
+      CHECK(parity_check(f, {randn({300, d}, g), randn({d}, g), randn({d}, g)}, t, big) == "");
+    }
+    Tolerance many = tol;
+    many.atol = 1e-3;
+    many.why = "dweight/dbias: 8193-row sums (|sum| ~ 90) in f32 (GPU) vs double (CPU)";
+    CHECK(parity_check(f, {randn({8193, 64}, g), randn({64}, g), randn({64}, g)}, t, many) == "");
   }
 }
 
