@@ -1,13 +1,17 @@
-// tests/gpu_bn_cudnn.cpp: cuDNN's NHWC batch norm (plain and fused BN+add+ReLU) and cuDNN's fused
-// conv + bias, checked where tests/gpu_opsa_parity.cpp and gpu_matmul_conv_parity.cpp do not look:
+// tests/gpu_bn_cudnn.cpp: cuDNN's NHWC batch norm (plain, fused BN+ReLU and fused BN+add+ReLU),
+// cuDNN's fused conv + bias and conv backward data accumulating into autograd's pending gradient
+// (beta = 1), checked where tests/gpu_opsa_parity.cpp and gpu_matmul_conv_parity.cpp do not look:
 //  - that cuDNN actually ran (ops::batchnorm_cudnn_stats / conv_bias_fusion_stats), so a silent
 //    fallback to tandem's kernels cannot pass as a checked cuDNN path;
 //  - odd channel counts (C = 3, 6: outside the fused kernel's "C a multiple of 4");
 //  - running statistics after several steps (cuDNN's factor and unbiased variance vs ours);
 //  - dx and dz overwritten, not accumulated (allocations are poisoned with NaN first);
 //  - two runs giving the same bits (core/ops/batchnorm/batchnorm.h's determinism note);
-//  - the conv bias gradient counted once whichever forward ran.
-// Exits 77 (Skipped) without a GPU. Written without a GPU (2026-11-22): compiled, not yet run.
+//  - the conv bias gradient counted once whichever forward ran;
+//  - a ResNet block's backward with fused_grad_accumulation on and off: the same gradients within
+//    one rounding, no engine add, and the conv dgrad's beta = 1 plan actually ran.
+// Exits 77 (Skipped) without a GPU. Written without a GPU (2026-11-22): compiled, not yet run. The
+// BN+ReLU and accumulation cases were added without a GPU too (2026-11-25): compiled, never run.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,9 +19,11 @@
 #include <cstring>
 #include <functional>
 
+#include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
+#include "layers/models/resnet.h"
 #include "tests/support/conv_params.h"
 #include "tests/support/parity.h"
 
@@ -43,15 +49,18 @@ const PerDtype kBatchnorm{
 // BN parameters stay f32 whatever the activation dtype (a differentiable cast, identity on f32).
 Tensor param(const Tensor& t) { return ops::cast(t, DType::F32); }
 
-// The op under test as parity_check takes it: inputs {x, weight, bias} (plain) or {x, z, weight,
-// bias} (fused); outputs y and the running statistics (eval leaves those as they were).
-std::function<std::vector<Tensor>(const std::vector<Tensor>&)> bn_op(int64_t C, bool fused, bool training) {
+// The op under test as parity_check takes it: inputs {x, weight, bias} (plain, BN+ReLU) or {x, z,
+// weight, bias} (BN+add+ReLU); outputs y and the running statistics (eval leaves those as they were).
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> bn_op(int64_t C, ops::BatchNormTail tail,
+                                                                     bool training) {
   return [=](const std::vector<Tensor>& in) {
     Device d = in[0].device();
     Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
-    const Tensor w = param(in[fused ? 2 : 1]), b = param(in[fused ? 3 : 2]);
-    Tensor y = fused ? ops::batch_norm_add_relu(in[0], in[1], w, b, rm, rv, training, 0.1, 1e-5)
-                     : ops::batch_norm(in[0], w, b, rm, rv, training, 0.1, 1e-5);
+    const bool add = tail == ops::BatchNormTail::AddRelu;
+    const Tensor w = param(in[add ? 2 : 1]), b = param(in[add ? 3 : 2]);
+    Tensor y = add ? ops::batch_norm_add_relu(in[0], in[1], w, b, rm, rv, training, 0.1, 1e-5)
+               : tail == ops::BatchNormTail::Relu ? ops::batch_norm_relu(in[0], w, b, rm, rv, training, 0.1, 1e-5)
+                                                  : ops::batch_norm(in[0], w, b, rm, rv, training, 0.1, 1e-5);
     return std::vector<Tensor>{y, rm, rv};
   };
 }
@@ -73,6 +82,37 @@ Tensor off_kink(const Tensor& x, Tensor z, const Tensor& w, const Tensor& b, boo
   for (size_t i = 0; i < zv.size(); ++i)
     if (std::fabs(pre[i]) < 0.1f) zv[i] += pre[i] >= 0 ? 0.2f : -0.2f;
   return Tensor::from_vector(zv, z.shape());
+}
+
+// Inputs moved off ReLU's kink for batch_norm_relu, which has no residual to move: where bn(x) lands
+// within 0.1 of 0 (CPU, f32, bn_op's starting running stats in eval), x moves by 0.3 / w, which moves
+// bn(x) by about 0.3 away from 0 (the inputs are unit-variance randn, so invstd is about 1). Moving x
+// moves the batch statistics a little, so this repeats until nothing is near the kink (eval: once).
+// w must stay away from 0 (kink_free_weight).
+Tensor off_kink_relu(Tensor x, const Tensor& w, const Tensor& b, bool training = true) {
+  const int64_t C = x.size(-1);
+  for (int round = 0; round < 8; ++round) {
+    Tensor rm = Tensor::full({C}, 0.1), rv = Tensor::full({C}, 0.7);
+    std::vector<float> pre = ops::batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5).to_vector();
+    std::vector<float> xv = x.to_vector(), wv = w.to_vector();
+    bool moved = false;
+    for (size_t i = 0; i < xv.size(); ++i)
+      if (std::fabs(pre[i]) < 0.1f) {
+        xv[i] += (pre[i] >= 0 ? 0.3f : -0.3f) / wv[i % C];
+        moved = true;
+      }
+    if (!moved) return x;
+    x = Tensor::from_vector(xv, x.shape());
+  }
+  FAIL("off_kink_relu: inputs still near ReLU's kink after 8 rounds");
+  return x;
+}
+
+// Per-channel scales of magnitude 0.6 to 1.2 and both signs: off_kink_relu divides by them.
+Tensor kink_free_weight(int64_t C) {
+  std::vector<float> v(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) v[c] = (c % 2 ? -1.0f : 1.0f) * (0.6f + 0.6f * static_cast<float>(c % 11) / 10.0f);
+  return Tensor::from_vector(v, {C});
 }
 
 // Fills and frees a few blocks of `bytes` in the stream-ordered pool, so the next allocations of that
@@ -104,7 +144,7 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
         INFO(dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
         const int64_t C = shape.back();
         const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
-        CHECK(parity_check(bn_op(C, false, training), {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt,
+        CHECK(parity_check(bn_op(C, ops::BatchNormTail::None, training), {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt,
                            kBatchnorm(dt)) == "");
         const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
         const int64_t fwd = after.forward - before.forward, bwd = after.backward - before.backward;
@@ -124,33 +164,47 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
     }
 }
 
-TEST_CASE("batch_norm_add_relu through cuDNN: y, dx, dz, dweight, dbias, running stats; C = 3, 6, 8, 64; train, eval") {
+TEST_CASE("batch_norm_relu and batch_norm_add_relu through cuDNN: y, dx, (dz,) dweight, dbias, running stats; C = 3, 6, 8, 64; train, eval") {
+  // dx and dz are poisoned first (poison_pool), so a gradient accumulated into instead of overwritten
+  // shows as NaN. Both tails keep their pre-activations off ReLU's kink: BN+add+ReLU by moving the
+  // residual (off_kink), BN+ReLU, which has none, by moving x (off_kink_relu, with weights away from 0).
   BnPath cudnn(true);
-  for (DType dt : kDtypes)
-    for (Shape shape : {Shape{4, 5, 5, 3}, Shape{4, 5, 5, 6}, Shape{2, 3, 3, 8}, Shape{8, 6, 6, 64}})
-      for (bool training : {true, false}) {
-        INFO(dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
-        const int64_t C = shape.back();
-        Tensor x = randn_cpu(shape, 11), w = randn_cpu({C}, 13), b = randn_cpu({C}, 14);
-        Tensor z = off_kink(x, randn_cpu(shape, 12), w, b, training);
-        poison_pool(shape, dt);
-        const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
-        // parity_check compares y, the running stats and the gradients of x, z (dz), w and b.
-        CHECK(parity_check(bn_op(C, true, training), {x, z, w, b}, dt, kBatchnorm(dt)) == "");
-        const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
-        const int64_t fwd = after.forward_fused - before.forward_fused;
-        const int64_t bwd = after.backward_fused - before.backward_fused;
-        std::printf("  bn+add+relu %s %s %s: cuDNN fused forward %lld, backward %lld, fallbacks %lld\n",
-                    dtype_name(dt), shape_str(shape).c_str(), training ? "train" : "eval", static_cast<long long>(fwd),
-                    static_cast<long long>(bwd), static_cast<long long>(after.fallbacks - before.fallbacks));
-        CHECK(bwd == fwd);  // the fused backward follows the fused forward (or both fell back)
-        if (!training) CHECK(fwd == 0);  // eval: the composition (batchnorm_add_relu.h)
-        // The guide's conditions for the fused NHWC kernel: "NHWC-fully packed", CUDNN_DATA_HALF, C a
-        // multiple of 4, SPATIAL_PERSISTENT, a workspace. If cuDNN refuses this, ResNet's fused tail
-        // never runs in fp16 either: worth knowing, hence a failure.
-        if (training && dt == DType::F16 && shape == Shape{8, 6, 6, 64})
-          CHECK_MESSAGE(fwd == 1, "cuDNN refused BN_ADD_ACTIVATION on its documented fast path (see stderr)");
-      }
+  for (ops::BatchNormTail tail : {ops::BatchNormTail::Relu, ops::BatchNormTail::AddRelu})
+    for (DType dt : kDtypes)
+      for (Shape shape : {Shape{4, 5, 5, 3}, Shape{4, 5, 5, 6}, Shape{2, 3, 3, 8}, Shape{8, 6, 6, 64}})
+        for (bool training : {true, false}) {
+          const bool add = tail == ops::BatchNormTail::AddRelu;
+          const char* name = add ? "bn+add+relu" : "bn+relu";
+          INFO(name, " ", dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
+          const int64_t C = shape.back();
+          std::vector<Tensor> in;
+          if (add) {
+            Tensor x = randn_cpu(shape, 11), w = randn_cpu({C}, 13), b = randn_cpu({C}, 14);
+            in = {x, off_kink(x, randn_cpu(shape, 12), w, b, training), w, b};
+          } else {
+            Tensor w = kink_free_weight(C), b = ops::scale(randn_cpu({C}, 52), 0.5f);
+            in = {off_kink_relu(randn_cpu(shape, 51), w, b, training), w, b};
+          }
+          poison_pool(shape, dt);
+          const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
+          // parity_check compares y, the running stats and the gradients of x, (z,) w and b.
+          CHECK(parity_check(bn_op(C, tail, training), in, dt, kBatchnorm(dt)) == "");
+          const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
+          const int64_t fwd = add ? after.forward_fused - before.forward_fused : after.forward_relu - before.forward_relu;
+          const int64_t bwd =
+              add ? after.backward_fused - before.backward_fused : after.backward_relu - before.backward_relu;
+          std::printf("  %s %s %s %s: cuDNN fused forward %lld, backward %lld, fallbacks %lld\n", name, dtype_name(dt),
+                      shape_str(shape).c_str(), training ? "train" : "eval", static_cast<long long>(fwd),
+                      static_cast<long long>(bwd), static_cast<long long>(after.fallbacks - before.fallbacks));
+          CHECK(bwd == fwd);  // the fused backward follows the fused forward (or both fell back)
+          if (!training) CHECK(fwd == 0);  // eval: the composition (batchnorm_relu.h)
+          // The guide's conditions for the fused NHWC kernel: "NHWC-fully packed", CUDNN_DATA_HALF, C a
+          // multiple of 4 (for the add), SPATIAL_PERSISTENT, a workspace. If cuDNN refuses this, ResNet's
+          // fused BN never runs in fp16 either: worth knowing, hence a failure.
+          if (training && dt == DType::F16 && shape == Shape{8, 6, 6, 64})
+            CHECK_MESSAGE(fwd == 1, "cuDNN refused ", (add ? "BN_ADD_ACTIVATION" : "BN_ACTIVATION"),
+                          " on its documented fast path (see stderr)");
+        }
 }
 
 TEST_CASE("running statistics after several steps: cuDNN, the kernels and the CPU agree (plain and fused)") {
@@ -192,8 +246,9 @@ TEST_CASE("two runs of cuDNN batch norm give the same bits (batchnorm.h: --deter
   BnPath cudnn(true);
   const Shape shape{8, 14, 14, 64};
   for (DType dt : {DType::F32, DType::F16})
-    for (bool fused : {false, true}) {
-      INFO(dtype_name(dt), fused ? " fused" : " plain");
+    for (ops::BatchNormTail tail : {ops::BatchNormTail::None, ops::BatchNormTail::Relu, ops::BatchNormTail::AddRelu}) {
+      const bool fused = tail == ops::BatchNormTail::AddRelu;
+      INFO(dtype_name(dt), " tail ", static_cast<int>(tail));
       auto run = [&] {
         Tensor x = ops::cast_raw(randn_cpu(shape, 31), dt).to(kGpu).set_requires_grad(true);
         Tensor z = ops::cast_raw(randn_cpu(shape, 32), dt).to(kGpu).set_requires_grad(true);
@@ -201,7 +256,8 @@ TEST_CASE("two runs of cuDNN batch norm give the same bits (batchnorm.h: --deter
         Tensor b = randn_cpu({64}, 34).to(kGpu).set_requires_grad(true);
         Tensor rm = Tensor::full({64}, 0.0, DType::F32, kGpu), rv = Tensor::full({64}, 1.0, DType::F32, kGpu);
         Tensor y = fused ? ops::batch_norm_add_relu(x, z, w, b, rm, rv, true, 0.1, 1e-5)
-                         : ops::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5);
+                   : tail == ops::BatchNormTail::Relu ? ops::batch_norm_relu(x, w, b, rm, rv, true, 0.1, 1e-5)
+                                                      : ops::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5);
         Tensor up = ops::cast_raw(randn_cpu(shape, 35), dt).to(kGpu);
         ops::sum(ops::mul(y, up)).backward();
         return std::vector<Tensor>{y, rm, rv, x.grad(), w.grad(), b.grad(), fused ? z.grad() : Tensor()};
@@ -287,5 +343,99 @@ TEST_CASE("fused conv + bias equals conv then bias add, and the bias gradient is
                           "324-row f32 column sums, one rounding to the bias dtype"};
     CHECK(compare_values("db fused", ref, dbs[0], dbtol) == "");
     CHECK(compare_values("db unfused", ref, dbs[1], dbtol) == "");
+  }
+}
+
+TEST_CASE("conv backward data adds into the pending gradient (beta = 1): on vs off, f32/bf16/f16, and ResNet blocks") {
+  // BackendConfig::fused_grad_accumulation on: where a tensor's second gradient is a conv's dx, cuDNN
+  // blends it into the first (beta = 1) and the engine adds nothing. Off: a fresh dx and the
+  // engine's add. The two differ by where the sum is rounded (on: pending + f32 dgrad, rounded
+  // once; off: dgrad rounded to the dtype, then the sum rounded) and by the conv engines' summation
+  // order (the beta = 1 plan may be another engine); f32 strict (no TF32).
+  Tf32Scope strict(false);
+  const PerDtype tol{
+      .f32 = {1e-5, 1e-6, "conv engines' f32 summation order (another plan for beta = 1)"},
+      .bf16 = {1e-2, 1e-3, "one bf16 rounding of the sum fewer (2^-8 relative)"},
+      .f16 = {2e-3, 1e-4, "one f16 rounding of the sum fewer (2^-10 relative)"}};
+  struct Result {
+    std::vector<Tensor> grads;
+    uint64_t engine_sums = 0;
+    int64_t in_kernel = 0, added = 0;
+  };
+  // Runs backward of loss(on) and counts what summed the gradients.
+  auto measure = [](bool on, const std::function<std::vector<Tensor>()>& step) {
+    BackendScope acc(&BackendConfig::fused_grad_accumulation, on);
+    const uint64_t sums = autograd::gradient_sums();
+    const ops::ConvDgradAccumulateStats before = ops::conv_dgrad_accumulate_stats();
+    Result r;
+    r.grads = step();
+    const ops::ConvDgradAccumulateStats after = ops::conv_dgrad_accumulate_stats();
+    r.engine_sums = autograd::gradient_sums() - sums;
+    r.in_kernel = after.in_kernel - before.in_kernel;
+    r.added = after.added - before.added;
+    return r;
+  };
+  auto check_pair = [](const Result& on, const Result& off, int64_t meetings, const Tolerance& t) {
+    std::printf("  engine adds on %llu off %llu; dgrad accumulated in kernel %lld, added %lld\n",
+                static_cast<unsigned long long>(on.engine_sums), static_cast<unsigned long long>(off.engine_sums),
+                static_cast<long long>(on.in_kernel), static_cast<long long>(on.added));
+    CHECK(off.engine_sums == static_cast<uint64_t>(meetings));
+    CHECK(on.engine_sums == 0);
+    CHECK(off.in_kernel + off.added == 0);
+    // An engine-less beta = 1 would bring the add pass back: worth a failure, not a note.
+    CHECK_MESSAGE(on.in_kernel == meetings, "no cuDNN engine took backward data with beta = 1 (see stderr)");
+    REQUIRE(on.grads.size() == off.grads.size());
+    for (size_t i = 0; i < on.grads.size(); ++i) {
+      INFO("gradient ", i);
+      CHECK(compare_values("grad", off.grads[i].to(Device::cpu()).to_vector(), on.grads[i].to(Device::cpu()).to_vector(),
+                           t) == "");
+    }
+  };
+  for (DType dt : kDtypes) {  // h = 1.5 x feeds a 3x3 conv and a shortcut: one meeting
+    INFO(dtype_name(dt));
+    auto step = [dt] {
+      Tensor x = ops::cast_raw(randn_cpu({4, 8, 8, 16}, 61), dt).to(kGpu).set_requires_grad(true);
+      Tensor w = ops::cast_raw(randn_cpu({16, 3, 3, 16}, 62), dt).to(kGpu).set_requires_grad(true);
+      ops::Conv2dParams p;
+      p.pad_h = p.pad_w = 1;
+      Tensor h = ops::scale(x, 1.5f);
+      Tensor branch = ops::conv2d(h, w, Tensor(), p);  // recorded before the shortcut: its dx comes second
+      Tensor y = ops::add(branch, ops::scale(h, 0.5f));
+      ops::sum(ops::mul(y, ops::cast_raw(randn_cpu(y.shape(), 63), dt).to(kGpu))).backward();
+      return std::vector<Tensor>{x.grad(), w.grad()};
+    };
+    check_pair(measure(true, step), measure(false, step), 1, tol(dt));
+  }
+  for (bool bottleneck : {false, true}) {  // two blocks: a downsample shortcut, then an identity one
+    INFO((bottleneck ? "Bottleneck" : "BasicBlock"));
+    auto step = [bottleneck] {
+      auto ds = std::make_shared<Sequential>();
+      Conv2dOptions o;
+      o.stride = 2;
+      o.bias = false;
+      const int64_t out = bottleneck ? 32 : 8;
+      ds->add(std::make_shared<Conv2d>(16, out, 1, o, nullptr));
+      ds->add(std::make_shared<BatchNorm2d>(out));
+      Sequential net;
+      if (bottleneck) {
+        net.add(std::make_shared<models::Bottleneck>(16, 8, 2, ds));
+        net.add(std::make_shared<models::Bottleneck>(32, 8, 1, nullptr));
+      } else {
+        net.add(std::make_shared<models::BasicBlock>(16, 8, 2, ds));
+        net.add(std::make_shared<models::BasicBlock>(8, 8, 1, nullptr));
+      }
+      Generator g(7);
+      for (auto& [_, p] : net.named_parameters()) p.detach().copy_(ops::scale(randn(p.shape(), g), 0.3f));
+      net.to(kGpu);
+      Tensor x = randn_cpu({4, 8, 8, 16}, 21).to(kGpu).set_requires_grad(true);
+      Tensor y = net(x);
+      ops::sum(ops::mul(y, randn_cpu(y.shape(), 22).to(kGpu))).backward();
+      std::vector<Tensor> grads{x.grad()};
+      for (auto& [_, p] : net.named_parameters()) grads.push_back(p.grad());
+      return grads;
+    };
+    // BN's backward cancellation amplifies the summation-order noise: gpu_opsa_parity's f32 BN tolerance.
+    check_pair(measure(true, step), measure(false, step), 2,
+               {1e-4, 2e-5, "conv summation order through the blocks' BN backward cancellation"});
   }
 }

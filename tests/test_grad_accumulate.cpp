@@ -3,7 +3,7 @@
 //  - a conv whose input also feeds a shortcut adds its dx into the pending gradient: the engine's
 //    bits exactly, and the engine's own add (gradient_sums) does not run;
 //  - a pending gradient that someone else still holds is never offered (it would be overwritten
-//    under them), nor one that two inputs of the same node feed;
+//    under them);
 //  - leaves: grad-ready hooks fire once with the complete sum; gradient accumulation across
 //    micro-steps and mark_grad_zero give the same .grad as with the contract off;
 //  - a whole ResNet (resnet_tiny) backward sums no two gradients with a separate add, and every
@@ -11,6 +11,8 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <functional>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -43,33 +45,38 @@ ops::Conv2dParams same_padding() {
 
 struct Grads {
   Tensor dx, dw;
-  uint64_t sums = 0;  // the engine's adds during the backward
+  uint64_t sums = 0;     // the engine's adds during the backward
+  int64_t conv_adds = 0;  // dgrads added into a pending gradient (ops::conv_dgrad_accumulate_stats)
 };
 
-// h = 1.5 x, y = conv(h, w) + 0.5 h (the conv recorded first, as a block's first conv before its
-// shortcut), loss = sum(y * up). h's two gradients meet: the shortcut's arrives first, the conv's
-// dx second.
-Grads conv_with_shortcut(DType dt, bool on) {
+// h = 1.5 x feeds a 3x3 conv (recorded first, as a block's first conv before its shortcut; argument
+// order is unspecified, hence the separate statement) and other(h); y = conv(h) + other(h),
+// loss = sum(y * up). h's two gradients meet: other's arrives first, the conv's dx second.
+Grads conv_and(DType dt, bool on, const std::function<Tensor(const Tensor&)>& other) {
   Accumulate acc(on);
   Tensor x = testing::rand_f64({2, 5, 5, 3}, 1, -1, 1, false).to(dt).set_requires_grad(true);
   Tensor w = testing::rand_f64({3, 3, 3, 3}, 2, -1, 1, false).to(dt).set_requires_grad(true);
   Tensor up = testing::rand_f64({2, 5, 5, 3}, 3, -1, 1, false).to(dt);
   Tensor h = ops::scale(x, 1.5f);
-  Tensor branch = ops::conv2d(h, w, Tensor(), same_padding());  // recorded first (argument order is unspecified)
-  Tensor y = ops::add(branch, ops::scale(h, 0.5f));
+  Tensor branch = ops::conv2d(h, w, Tensor(), same_padding());
+  Tensor y = ops::add(branch, other(h));
   const uint64_t before = autograd::gradient_sums();
+  const int64_t adds = ops::conv_dgrad_accumulate_stats().added;
   ops::sum(ops::mul(y, up)).backward();
-  return {x.grad(), w.grad(), autograd::gradient_sums() - before};
+  return {x.grad(), w.grad(), autograd::gradient_sums() - before, ops::conv_dgrad_accumulate_stats().added - adds};
 }
 
 }  // namespace
 
 TEST_CASE("a conv whose input also feeds a shortcut adds into the pending gradient: the engine's bits, no engine add") {
+  auto shortcut = [](const Tensor& h) { return ops::scale(h, 0.5f); };
   for (DType dt : {DType::F64, DType::F32}) {
     INFO(dtype_name(dt));
-    const Grads on = conv_with_shortcut(dt, true), off = conv_with_shortcut(dt, false);
+    const Grads on = conv_and(dt, true, shortcut), off = conv_and(dt, false, shortcut);
     CHECK(off.sums == 1);  // the engine summed h's two gradients
-    CHECK(on.sums == 0);   // the conv's backward did, in place
+    CHECK(off.conv_adds == 0);
+    CHECK(on.sums == 0);  // the conv's backward did, in place
+    CHECK(on.conv_adds == 1);
     CHECK(same_bits(on.dx, off.dx));
     CHECK(same_bits(on.dw, off.dw));
   }
@@ -83,39 +90,29 @@ TEST_CASE("a conv whose input also feeds a shortcut adds into the pending gradie
   CHECK(testing::gradcheck(f, {testing::rand_f64({1, 4, 4, 2}, 4), testing::rand_f64({2, 3, 3, 2}, 5)}) == "");
 }
 
-TEST_CASE("a pending gradient that is also someone else's is not offered: add(conv(h), h)") {
-  // AddBackward returns its incoming gradient itself for both inputs, so the conv's dy and h's
-  // pending gradient are one tensor. Adding dx into it would change dy under the conv's own weight
-  // gradient (computed after dx): dw would be wrong. The engine must see the second holder.
-  auto run = [](bool on) {
-    Accumulate acc(on);
-    Tensor x = testing::rand_f64({2, 4, 4, 3}, 11, -1, 1, false).set_requires_grad(true);
-    Tensor w = testing::rand_f64({3, 3, 3, 3}, 12, -1, 1, false).set_requires_grad(true);
-    Tensor h = ops::scale(x, 2.0f);
-    Tensor y = ops::add(ops::conv2d(h, w, Tensor(), same_padding()), h);
-    ops::sum(ops::mul(y, y)).backward();
-    return Grads{x.grad(), w.grad()};
+TEST_CASE("a pending gradient that is someone else's too is not offered; one the engine summed itself is") {
+  // conv(h) + h: AddBackward returns its incoming gradient itself for both inputs, so the conv's dy
+  // and h's pending gradient are one tensor. Adding dx into it would change dy under the conv's own
+  // weight gradient (computed after dx): dw would be wrong. The engine must see the second holder.
+  // conv(h) + h * h: MulBackward's two edges into h are summed by the engine (a fresh tensor only the
+  // engine holds), and the conv may then add into that sum.
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&)> other;
+    int64_t conv_adds;    // with the contract on
+    uint64_t sums_off;    // the engine's adds with it off (on: one fewer per conv add)
   };
-  const Grads on = run(true), off = run(false);
-  CHECK(same_bits(on.dx, off.dx));
-  CHECK(same_bits(on.dw, off.dw));
-}
-
-TEST_CASE("two inputs of one node feeding the same tensor are never offered its pending gradient") {
-  // y = conv(h, w) + h * h: MulBackward has two edges into h; whatever it returns is summed by the
-  // engine, and the values must be the plain ones either way.
-  auto run = [](bool on) {
-    Accumulate acc(on);
-    Tensor x = testing::rand_f64({1, 4, 4, 2}, 21, -1, 1, false).set_requires_grad(true);
-    Tensor w = testing::rand_f64({2, 3, 3, 2}, 22, -1, 1, false).set_requires_grad(true);
-    Tensor h = ops::scale(x, 0.7f);
-    Tensor y = ops::add(ops::conv2d(h, w, Tensor(), same_padding()), ops::mul(h, h));
-    ops::sum(y).backward();
-    return Grads{x.grad(), w.grad()};
-  };
-  const Grads on = run(true), off = run(false);
-  CHECK(same_bits(on.dx, off.dx));
-  CHECK(same_bits(on.dw, off.dw));
+  const Case cases[] = {{"h", [](const Tensor& h) { return h; }, 0, 1},
+                        {"h * h", [](const Tensor& h) { return ops::mul(h, h); }, 1, 2}};
+  for (const Case& c : cases) {
+    INFO("conv(h) + ", c.name);
+    const Grads on = conv_and(DType::F64, true, c.other), off = conv_and(DType::F64, false, c.other);
+    CHECK(on.conv_adds == c.conv_adds);
+    CHECK(off.sums == c.sums_off);
+    CHECK(on.sums == c.sums_off - static_cast<uint64_t>(c.conv_adds));
+    CHECK(same_bits(on.dx, off.dx));
+    CHECK(same_bits(on.dw, off.dw));
+  }
 }
 
 TEST_CASE("a leaf feeding a conv and a shortcut: one grad-ready hook with the sum; micro-steps accumulate as before") {

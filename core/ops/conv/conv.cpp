@@ -24,7 +24,8 @@
 namespace tandem::ops {
 namespace {
 
-std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};  // conv_bias_fusion_stats
+std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};           // conv_bias_fusion_stats
+std::atomic<int64_t> g_dgrad_in_kernel{0}, g_dgrad_added{0};       // conv_dgrad_accumulate_stats
 
 kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   TANDEM_CHECK(x.dim() == 4, "conv2d: input must be NHWC [N, H, W, C], got ", shape_str(x.shape()));
@@ -58,11 +59,15 @@ Tensor backward_data(const kernels::ConvGeom& g, const Tensor& dy, const Tensor&
   if (pending.defined() && dy.is_cuda())
     TANDEM_BACKEND(dy, (void)0, accumulated = kernels::conv2d_backward_data_accumulate_cuda(g, dy, w, pending));
 #endif
-  if (accumulated) return pending;
+  if (accumulated) {
+    g_dgrad_in_kernel.fetch_add(1);
+    return pending;
+  }
   Tensor dx = Tensor::empty(shape, dy.dtype(), dy.device());
   TANDEM_BACKEND(dy, kernels::conv2d_backward_data_cpu(g, dy, w, dx), kernels::conv2d_backward_data_cuda(g, dy, w, dx));
   if (!pending.defined()) return dx;
   add_(pending, dx);  // pending + dx, as the engine would add them
+  g_dgrad_added.fetch_add(1);
   return pending;
 }
 
@@ -76,6 +81,7 @@ Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor
 }  // namespace
 
 ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
+ConvDgradAccumulateStats conv_dgrad_accumulate_stats() { return {g_dgrad_in_kernel.load(), g_dgrad_added.load()}; }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   check_same_device(x, w, "conv2d");

@@ -296,30 +296,26 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
   return p;
 }
 
-// One stderr line the first time a conv + bias problem gets no fused plan (later ones are only
-// counted, by ops::conv_bias_fusion_stats): the run still computes the same values, slower.
+// One stderr line the first time (per `said`) a problem gets no plan for `what`: the run still computes
+// the same values `instead`, slower; later ones are only counted (ops::conv_bias_fusion_stats,
+// conv_dgrad_accumulate_stats).
+void note_once(std::atomic<bool>& said, const char* what, const ConvGeom& g, DType dt, const char* why,
+               const char* instead) {
+  if (said.exchange(true)) return;
+  std::fprintf(stderr,
+               "tandem: cuDNN %s not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld filters (%s): "
+               "%s instead (noted once)\n",
+               what, dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h),
+               static_cast<long long>(g.w), static_cast<long long>(g.c), static_cast<long long>(g.o),
+               static_cast<long long>(g.kh), static_cast<long long>(g.kw), why, instead);
+}
 void note_no_fusion(const ConvGeom& g, DType dt, const char* why) {
   static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "tandem: cuDNN fused conv + bias not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld "
-               "filters (%s): plain conv + bias add instead (noted once)\n",
-               dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h), static_cast<long long>(g.w),
-               static_cast<long long>(g.c), static_cast<long long>(g.o), static_cast<long long>(g.kh),
-               static_cast<long long>(g.kw), why);
+  note_once(said, "fused conv + bias", g, dt, why, "plain conv + bias add");
 }
-
-// One stderr line the first time a backward data with beta = 1 gets no plan (the run computes the same
-// values with the separate add; later ones are silent).
 void note_no_accumulate(const ConvGeom& g, DType dt) {
   static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "tandem: no cuDNN engine accumulates conv2d backward data (beta = 1) for %s x [%lld, %lld, %lld, "
-               "%lld] with %lld %lldx%lld filters: dx computed fresh and added (noted once)\n",
-               dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h), static_cast<long long>(g.w),
-               static_cast<long long>(g.c), static_cast<long long>(g.o), static_cast<long long>(g.kh),
-               static_cast<long long>(g.kw));
+  note_once(said, "backward data with beta = 1", g, dt, "no engine takes it", "dx computed fresh and added");
 }
 
 // Runs op on the compute stream. bias: ForwardBias only. Returns false only for ForwardBias without a
