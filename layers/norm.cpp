@@ -78,7 +78,8 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x) {
   const std::string label = range_label();
   profile::Range range(label.c_str(), profile::Level::Layer);
   check_input(x);
-  if (!is_training()) return ops::batch_norm_relu(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+  if (!is_training())
+    return ops::batch_norm_relu(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
   count_batch();
   return normalize_training_relu(x);
 }

@@ -144,7 +144,8 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
         INFO(dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
         const int64_t C = shape.back();
         const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
-        CHECK(parity_check(bn_op(C, ops::BatchNormTail::None, training), {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt,
+        CHECK(parity_check(bn_op(C, ops::BatchNormTail::None, training),
+                           {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt,
                            kBatchnorm(dt)) == "");
         const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
         const int64_t fwd = after.forward - before.forward, bwd = after.backward - before.backward;
@@ -164,7 +165,7 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
     }
 }
 
-TEST_CASE("batch_norm_relu and batch_norm_add_relu through cuDNN: y, dx, (dz,) dweight, dbias, running stats; C = 3, 6, 8, 64; train, eval") {
+TEST_CASE("batch_norm_relu and batch_norm_add_relu through cuDNN: y, dx, (dz,) dweight, dbias, running stats") {
   // dx and dz are poisoned first (poison_pool), so a gradient accumulated into instead of overwritten
   // shows as NaN. Both tails keep their pre-activations off ReLU's kink: BN+add+ReLU by moving the
   // residual (off_kink), BN+ReLU, which has none, by moving x (off_kink_relu, with weights away from 0).
@@ -190,7 +191,8 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu through cuDNN: y, dx, (dz,) d
           // parity_check compares y, the running stats and the gradients of x, (z,) w and b.
           CHECK(parity_check(bn_op(C, tail, training), in, dt, kBatchnorm(dt)) == "");
           const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
-          const int64_t fwd = add ? after.forward_fused - before.forward_fused : after.forward_relu - before.forward_relu;
+          const int64_t fwd =
+              add ? after.forward_fused - before.forward_fused : after.forward_relu - before.forward_relu;
           const int64_t bwd =
               add ? after.backward_fused - before.backward_fused : after.backward_relu - before.backward_relu;
           std::printf("  %s %s %s %s: cuDNN fused forward %lld, backward %lld, fallbacks %lld\n", name, dtype_name(dt),
@@ -387,8 +389,8 @@ TEST_CASE("conv backward data adds into the pending gradient (beta = 1): on vs o
     REQUIRE(on.grads.size() == off.grads.size());
     for (size_t i = 0; i < on.grads.size(); ++i) {
       INFO("gradient ", i);
-      CHECK(compare_values("grad", off.grads[i].to(Device::cpu()).to_vector(), on.grads[i].to(Device::cpu()).to_vector(),
-                           t) == "");
+      CHECK(compare_values("grad", off.grads[i].to(Device::cpu()).to_vector(),
+                           on.grads[i].to(Device::cpu()).to_vector(), t) == "");
     }
   };
   for (DType dt : kDtypes) {  // h = 1.5 x feeds a 3x3 conv and a shortcut: one meeting

@@ -260,8 +260,10 @@ TEST_CASE("concat_channels, transpose12, reshape and flatten move data exactly")
 }
 
 TEST_CASE("ResNet blocks on the GPU (cuDNN BN, fused BN+add+ReLU tail) against the CPU, f32") {
-  // The whole block, as ResNet runs it: BatchNorm2d::forward_add_relu takes cuDNN's fused path on
-  // the GPU (training mode, BackendConfig::cudnn_batchnorm on) and the composition on the CPU. Strict f32
+  // The whole block, as ResNet runs it: BatchNorm2d::forward_relu (inner stages) and
+  // forward_add_relu (the tail) take cuDNN's fused paths on the GPU (training mode,
+  // BackendConfig::cudnn_batchnorm on) and the compositions on the CPU; the block input's two
+  // gradients meet in the first conv's dgrad with beta = 1 on the GPU and in an add on the CPU. Strict f32
   // (no TF32) so the convs agree to summation order; BN's backward cancellation then dominates, as
   // in the batch_norm tolerance above (f32: 1e-4 relative, 2e-5 absolute), with 10x slack for the
   // chain of three ops. ReLU masks can differ only where a pre-activation is within ~1e-6 of 0.
@@ -360,7 +362,7 @@ TEST_CASE("dropout and bias_dropout_add with NaN and inf: a dropped NaN or inf i
   }
 }
 
-TEST_CASE("batch_norm, batch_norm_relu and batch_norm_add_relu with a NaN: kernels as the CPU; cuDNN keeps the NaN visible") {
+TEST_CASE("batch_norm and its fused ReLU tails with a NaN: kernels as the CPU; cuDNN keeps the NaN visible") {
   // A NaN in channel 0 makes channel 0's batch statistics, output and running stats NaN (PyTorch
   // too); the other channels stay finite. The kernels path must match the CPU element for element.
   // cuDNN's fused BN+ReLU and BN+add+ReLU propagate NaN in their forward (CUDNN_PROPAGATE_NAN), but

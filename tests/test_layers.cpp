@@ -247,7 +247,7 @@ TEST_CASE("layer forwards: shapes, BN counter, dropout/eval, pooling") {
   CHECK_THROWS_AS(Conv2d(3, 4, 3)(Tensor::zeros({1, 3, 8, 8})), Error);  // NCHW by mistake
 }
 
-TEST_CASE("Sequential runs BatchNorm2d + ReLU as BatchNorm2d::forward_relu: the same values; every hook fires in order") {
+TEST_CASE("Sequential runs BatchNorm2d + ReLU as BatchNorm2d::forward_relu: the same values; hooks fire in order") {
   Generator gen(11);
   auto bn = std::make_shared<BatchNorm2d>(3);
   auto relu = std::make_shared<ReLU>();

@@ -149,7 +149,8 @@ void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Devi
 
 // The backward without cuDNN, after a cuDNN forward whose backward cuDNN then refuses: the ReLU's
 // gradient, dy where y > 0 or y is NaN (fused ops; fn::ReluBackward, PyTorch's rule; into dz for
-// AddRelu, whose add passes it on unchanged to both inputs), then the kernels' backward with the batch statistics recomputed from x. cuDNN's saved statistics are not reused:
+// AddRelu, whose add passes it on unchanged to both inputs), then the kernels' backward with the
+// batch statistics recomputed from x. cuDNN's saved statistics are not reused:
 // "The intermediate results stored in resultSaveMean and resultSaveInvVariance buffers should not be
 // used directly by the user. Depending on the batch normalization mode, the results stored in
 // resultSaveInvVariance may vary." (cuDNN Developer Guide, cudnnBatchNormalizationForwardTraining).
