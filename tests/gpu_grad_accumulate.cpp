@@ -24,11 +24,10 @@ using namespace tandem::testing::parity_names;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
-
-Tensor randn_cpu(const Shape& s, uint64_t seed) {
+// Standard normal values drawn on the CPU (the same on every machine), rounded to dt, on the GPU.
+Tensor gpu_randn(const Shape& s, uint64_t seed, DType dt = DType::F32) {
   Generator g(seed);
-  return randn(s, g);
+  return ops::cast_raw(randn(s, g), dt).to(Device::cuda(0));
 }
 
 }  // namespace
@@ -81,14 +80,14 @@ TEST_CASE("conv backward data adds into the pending gradient (beta = 1): on vs o
   for (DType dt : kDtypes) {  // h = 1.5 x feeds a 3x3 conv and a shortcut: one meeting
     INFO(dtype_name(dt));
     auto step = [dt] {
-      Tensor x = ops::cast_raw(randn_cpu({4, 8, 8, 16}, 61), dt).to(kGpu).set_requires_grad(true);
-      Tensor w = ops::cast_raw(randn_cpu({16, 3, 3, 16}, 62), dt).to(kGpu).set_requires_grad(true);
+      Tensor x = gpu_randn({4, 8, 8, 16}, 61, dt).set_requires_grad(true);
+      Tensor w = gpu_randn({16, 3, 3, 16}, 62, dt).set_requires_grad(true);
       ops::Conv2dParams p;
       p.pad_h = p.pad_w = 1;
       Tensor h = ops::scale(x, 1.5f);
       Tensor branch = ops::conv2d(h, w, Tensor(), p);  // recorded before the shortcut: its dx comes second
       Tensor y = ops::add(branch, ops::scale(h, 0.5f));
-      ops::sum(ops::mul(y, ops::cast_raw(randn_cpu(y.shape(), 63), dt).to(kGpu))).backward();
+      ops::sum(ops::mul(y, gpu_randn(y.shape(), 63, dt))).backward();
       return std::vector<Tensor>{x.grad(), w.grad()};
     };
     check_pair(measure(true, step), measure(false, step), 1, tol(dt));
@@ -113,10 +112,10 @@ TEST_CASE("conv backward data adds into the pending gradient (beta = 1): on vs o
       }
       Generator g(7);
       for (auto& [_, p] : net.named_parameters()) p.detach().copy_(ops::scale(randn(p.shape(), g), 0.3f));
-      net.to(kGpu);
-      Tensor x = randn_cpu({4, 8, 8, 16}, 21).to(kGpu).set_requires_grad(true);
+      net.to(Device::cuda(0));
+      Tensor x = gpu_randn({4, 8, 8, 16}, 21).set_requires_grad(true);
       Tensor y = net(x);
-      ops::sum(ops::mul(y, randn_cpu(y.shape(), 22).to(kGpu))).backward();
+      ops::sum(ops::mul(y, gpu_randn(y.shape(), 22))).backward();
       std::vector<Tensor> grads{x.grad()};
       for (auto& [_, p] : net.named_parameters()) grads.push_back(p.grad());
       return grads;
