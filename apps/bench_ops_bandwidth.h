@@ -94,6 +94,9 @@ inline void bandwidth_part(const Timing& t, nlohmann::json& rows) {
         // The ResNet block tail: cuDNN fuses it into one op; tandem composes BN, add and ReLU.
         report("bn + add + relu fwd (read x, z, write y)" + impl, label,
                median_ms(s, t, [&] { ops::batch_norm_add_relu(x, x2, w, b, rm, rv, true); }), 3 * n * es);
+        // Every other conv -> BN -> ReLU: cuDNN's BN_ACTIVATION; tandem composes BN and ReLU in place.
+        report("bn + relu fwd (read x, write y)" + impl, label,
+               median_ms(s, t, [&] { ops::batch_norm_relu(x, w, b, rm, rv, true); }), 2 * n * es);
       }
       Tensor xg = x.clone();
       xg.set_requires_grad(true);

@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/backend.h"
 #include "core/ops/copy/copy.h"
 #include "core/ops/elementwise/elementwise.h"
 #include "core/profile.h"
@@ -20,10 +21,16 @@ std::atomic<uint64_t> g_next_seq{0};
 // zero_grad_copies(): per thread, like the backward it counts, so ranks run as threads in one process
 // (dist/transport/comm_thread.h) each count their own.
 thread_local uint64_t t_zero_grad_copies = 0;
+thread_local uint64_t t_gradient_sums = 0;  // gradient_sums()
+// The running node's pending gradients it may add into (pending_gradient), one per next_edges
+// entry, undefined where none is offered; null outside a node's apply.
+thread_local const std::vector<Tensor>* t_offers = nullptr;
 
-// a += b, creating a when absent. Gradients that meet at one node are summed out of place.
+// a += b, creating a when absent. Gradients that meet at one node are summed out of place, unless
+// b is a itself: the node that produced b added into the pending a in place (pending_gradient).
 void accumulate(Tensor& slot, const Tensor& g) {
-  if (!g.defined()) return;
+  if (!g.defined() || (slot.defined() && slot.impl_ptr() == g.impl_ptr())) return;
+  if (slot.defined()) ++t_gradient_sums;
   slot = slot.defined() ? ops::add(slot, g) : g;
 }
 // The engine's handle is the only one to g's impl and its storage, and g covers all of that
@@ -32,7 +39,34 @@ bool sole_owner(const Tensor& g) {
   return g.impl_ptr().use_count() == 1 && g.storage() && g.storage().use_count() == 1 && g.storage_offset() == 0 &&
          g.nbytes() == g.storage()->bytes();
 }
+// The pending gradients `node` may add into (see pending_gradient): per next_edges entry, the
+// pending tensor where the engine is its sole owner and no other edge of the node feeds that slot.
+using PendingMap = std::unordered_map<Node*, std::vector<Tensor>>;
+std::vector<Tensor> offers_for(const Node& node, PendingMap& pending) {
+  std::vector<Tensor> offers(node.next_edges.size());
+  for (size_t i = 0; i < node.next_edges.size(); ++i) {
+    const Edge& e = node.next_edges[i];
+    if (!e.fn) continue;
+    bool shared = false;
+    for (size_t j = 0; j < node.next_edges.size(); ++j)
+      shared = shared || (j != i && node.next_edges[j].fn == e.fn && node.next_edges[j].input_nr == e.input_nr);
+    auto it = pending.find(e.fn.get());
+    if (shared || it == pending.end() || e.input_nr >= it->second.size()) continue;
+    const Tensor& p = it->second[e.input_nr];
+    if (p.defined() && sole_owner(p)) offers[i] = p;
+  }
+  return offers;
+}
 }  // namespace
+
+Tensor pending_gradient(size_t input, const Shape& shape, DType dtype, const Device& device) {
+  if (!t_offers || input >= t_offers->size()) return Tensor();
+  const Tensor& p = (*t_offers)[input];
+  if (!p.defined() || p.shape() != shape || p.dtype() != dtype || p.device() != device) return Tensor();
+  return p;
+}
+
+uint64_t gradient_sums() { return t_gradient_sums; }
 
 Node::Node() : sequence_nr(g_next_seq.fetch_add(1)) {}
 
@@ -147,7 +181,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   std::vector<std::function<void()>> callbacks;
   t_callbacks = &callbacks;
   struct Reset {
-    ~Reset() { t_in_backward = false; t_callbacks = nullptr; }
+    ~Reset() { t_in_backward = false; t_callbacks = nullptr; t_offers = nullptr; }
   } reset;
 
   // Seed gradients.
@@ -209,6 +243,13 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     if (has_grad) {  // a node that received nothing only passes the dependency count on
       node->pre_hooks.run();
       profile::Range node_range(node->name().c_str(), profile::Level::Op);
+      // Offered after the pre-hooks (they may run anything) and withdrawn right after apply.
+      const std::vector<Tensor> offers =
+          backend().fused_grad_accumulation ? offers_for(*node, inputs) : std::vector<Tensor>();
+      t_offers = &offers;
+      struct Withdraw {
+        ~Withdraw() { t_offers = nullptr; }
+      } withdraw;
       out = node->apply(grads);
     }
     node->release();  // 3. free saved tensors as soon as they are used

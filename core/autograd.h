@@ -13,6 +13,9 @@
 //      When the .grad is known to be zero (mark_grad_zero after a zero_grad), the first
 //      accumulation copies instead: one read of the incoming gradient, no read of the zeros.
 //      A leaf without .grad takes the incoming gradient itself when nothing else holds it (else a clone).
+//   5. sums the gradients that meet at one tensor (pending + new, out of place), unless the node
+//      that delivers the later one added it into the pending gradient in its own kernel
+//      (pending_gradient below: conv dgrad with cuDNN's beta = 1), which saves the add pass.
 // Backward always runs with grad mode off: tandem does not do double backward.
 // Callbacks queued with queue_callback() during a backward run after its last node: dist/ uses
 // this to wait for outstanding all-reduces. A node's pre-hooks (register_pre_backward_hook) run
@@ -183,6 +186,35 @@ Edge gradient_edge(const Tensor& t);
 void mark_grad_zero(const Tensor& leaf);
 // How many accumulations on this thread copied into a known-zero .grad instead of adding (tests).
 uint64_t zero_grad_copies();
+
+// ---- accumulating into a pending gradient ----
+// Where two gradient branches meet (a ResNet block's input feeds both its first conv and its
+// shortcut), the engine keeps the first gradient to arrive as "pending" and adds each later one
+// into it: one more pass over an activation-sized tensor (resnet50's "residual-gradient Add", 5.5 of
+// 100 ms on an H100). The node that delivers a later gradient can do that addition in the kernel
+// that produces it instead: inside its backward it calls pending_gradient(i, ...) for its input i,
+// and if it gets a tensor, it adds its gradient into that tensor in place and returns that same
+// tensor (the same TensorImpl) as its gradient for input i. The engine recognises it and adds
+// nothing. The engine hands a pending gradient out only when
+//   - BackendConfig::fused_grad_accumulation is on (core/backend.h; off reproduces the engine's add);
+//   - a gradient for that input is pending, and the engine holds the only handle to it and to its
+//     storage, which it covers whole: an in-place write can then not be seen by anyone else (not a
+//     user's grad_roots, not a tensor a node returned for two inputs, not a view of a larger block);
+//   - no other input of the same node feeds the same slot (x * x): two writers would race;
+//   - its shape, dtype and device are the ones the caller passes (what it is about to produce).
+// Otherwise it returns an undefined tensor, and the node returns a fresh gradient as before; a
+// backward that never asks stays correct, and any op may adopt the contract on its own.
+// Values: pending + new, in the engine's order. A CPU backward that finishes its gradient and then
+// adds it in (ops::add_) gives the engine's bits exactly (tests/test_grad_accumulate.cpp); a GPU
+// kernel that blends in its epilogue (beta = 1) rounds once where the engine rounds twice.
+// Leaves and hooks: the pending gradient is the engine's buffer, never a leaf's .grad; AccumulateGrad
+// still runs once per leaf with the complete sum, so grad-ready hooks (DDP's buckets) and
+// accumulation across micro-steps (.grad += g) see what they saw before.
+// Outside a node's backward it returns an undefined tensor.
+Tensor pending_gradient(size_t input, const Shape& shape, DType dtype, const Device& device);
+// How many times, on this thread, the engine summed two gradients with its own add (tests: a
+// ResNet's backward with fused_grad_accumulation on makes none).
+uint64_t gradient_sums();
 
 // ---- before a module's backward ----
 // Runs `hook` each time backward is about to run the node that produced `t` (its grad_fn): the

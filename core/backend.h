@@ -1,6 +1,7 @@
 // core/backend.h: the backend settings the ops read, as one value applied by one scope.
 //
-// What the CUDA ops choose between (the CPU path has one way for each and ignores them all):
+// What the CUDA ops choose between (the CPU path has one way for each and ignores them all, but for
+// fused_grad_accumulation, which the autograd engine reads on every backend):
 //   deterministic         conv: skip the cuDNN engines marked NONDETERMINISTIC (split reductions with
 //                         atomics, mostly backward filter), so two runs with the same inputs give the
 //                         same bits; slower. Default off, as PyTorch's cudnn.deterministic.
@@ -9,6 +10,12 @@
 //                         reference; core/ops/batchnorm/batchnorm.h says why cuDNN is the default).
 //   conv_bias_fusion      conv + bias as one cuDNN graph where an engine takes it, else the plain
 //                         conv and a broadcast add (core/ops/conv/conv.h). Default on.
+//   fused_grad_accumulation  where two gradients of one tensor meet in backward (a ResNet block's
+//                         input feeds its first conv and its shortcut), the backward that comes
+//                         second adds into the pending gradient inside its own kernel (conv dgrad
+//                         with cuDNN's beta = 1) instead of the engine's separate add pass
+//                         (core/autograd.h, pending_gradient). Default on; off: the engine's add.
+//                         The same bits on the CPU either way; on the GPU one rounding fewer.
 //   allow_tf32            f32 GEMMs and convs may use TF32 tensor cores (10-bit mantissa products,
 //                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
 //                         train fine with it (core/ops/matmul/matmul.h).
@@ -35,6 +42,7 @@ struct BackendConfig {
   bool cudnn_batchnorm = true;
   bool conv_bias_fusion = true;
   bool allow_tf32 = true;
+  bool fused_grad_accumulation = true;
   int64_t conv_workspace_limit = int64_t{1} << 30;  // bytes
   bool operator==(const BackendConfig&) const = default;
 };

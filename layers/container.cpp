@@ -1,4 +1,11 @@
 // layers/container.cpp: Sequential and Flatten, plus the Python-style float printing for reprs.
+//
+// Sequential runs a BatchNorm2d directly followed by a ReLU (VGG-BN's and small_cnn's conv -> BN ->
+// ReLU) as one op, BatchNorm2d::forward_relu (cuDNN's BN_ACTIVATION on the GPU in training: no
+// separate ReLU pass), the same values as the two children one after the other. Both children's
+// forward hooks still run, in order: the BN's around the fused op (its post-hook sees the fused
+// output, which is what flows on), then the ReLU's around nothing (pre-hook, then post-hook with
+// that output).
 #include <cstdio>
 
 #include "core/ops/shape/shape.h"
@@ -27,7 +34,17 @@ ModulePtr Sequential::add(ModulePtr m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (size_t i = 0; i < size(); ++i) h = (*child_at(i))(h);
+  for (size_t i = 0; i < size(); ++i) {
+    auto* bn = dynamic_cast<BatchNorm2d*>(child_at(i).get());
+    Module* next = i + 1 < size() ? child_at(i + 1).get() : nullptr;
+    if (bn && next && dynamic_cast<ReLU*>(next)) {
+      h = bn->call([&] { return bn->forward_relu(h); });  // forward_relu opens the BN's profiling range
+      h = next->call([&] { return h; });
+      ++i;
+      continue;
+    }
+    h = (*child_at(i))(h);
+  }
   return h;
 }
 

@@ -146,6 +146,11 @@ class BatchNorm2d : public Module {
   // neither the normalised tensor nor the sum is written). Same values and gradients as the
   // composition, which the CPU runs. Counts the batch and adds the profiling range like operator().
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
+  // relu(forward(x)): every conv -> BN -> ReLU (ResNet's stem and inner stages, VGG-BN) as one op,
+  // ops::batch_norm_relu (cuDNN's BN_ACTIVATION on the GPU in training mode: no separate ReLU pass
+  // either way). Same values and gradients as the composition; counts the batch and adds the
+  // profiling range like operator().
+  Tensor forward_relu(const Tensor& x);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;  // weight 1, bias 0, running stats reset
@@ -170,6 +175,8 @@ class BatchNorm2d : public Module {
   // The same followed by + residual and ReLU (forward_add_relu in training mode). SyncBatchNorm
   // overrides it: its statistics need a collective, so it runs its own BN, then add and ReLU.
   virtual Tensor normalize_training_add_relu(const Tensor& x, const Tensor& residual);
+  // The same followed by ReLU (forward_relu in training mode); SyncBatchNorm overrides it likewise.
+  virtual Tensor normalize_training_relu(const Tensor& x);
   Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
 
  private:
@@ -178,6 +185,7 @@ class BatchNorm2d : public Module {
   int64_t host_batches_ = -1;  // GPU only: host mirror of num_batches_tracked, read once (-1: unread)
   void check_input(const Tensor& x) const;
   void count_batch();  // training mode: num_batches_tracked += 1
+  std::string range_label() const;  // the profiling range Module::operator() would open
 };
 
 // Layer norm over the last dim (transformers). weight 1, bias 0.

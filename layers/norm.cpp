@@ -1,8 +1,8 @@
-// layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers; forward_add_relu for ResNet's block tail)
-// and LayerNorm.
+// layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers; forward_relu for conv -> BN -> ReLU and
+// forward_add_relu for ResNet's block tail) and LayerNorm.
 #include "core/graph_capture.h"
 #include "core/ops/batchnorm/batchnorm.h"
-#include "core/ops/batchnorm/batchnorm_add_relu.h"
+#include "core/ops/batchnorm/batchnorm_relu.h"
 #include "core/ops/copy/copy.h"
 #include "core/ops/elementwise/elementwise.h"
 #include "core/ops/graph_scalars/increment.h"
@@ -71,9 +71,21 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   return normalize_training(x);
 }
 
-Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+std::string BatchNorm2d::range_label() const { return name().empty() ? type_name() : type_name() + " " + name(); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x) {
   // Module::operator()'s range, so the timeline still shows this BN (the ReLU is inside it now).
-  std::string label = name().empty() ? type_name() : type_name() + " " + name();
+  const std::string label = range_label();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  check_input(x);
+  if (!is_training())
+    return ops::batch_norm_relu(x, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+  count_batch();
+  return normalize_training_relu(x);
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  const std::string label = range_label();  // as forward_relu
   profile::Range range(label.c_str(), profile::Level::Layer);
   check_input(x);
   if (residual.dtype() != x.dtype()) {  // the fused op needs one dtype: let add promote, as before
@@ -89,6 +101,10 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
 
 Tensor BatchNorm2d::normalize_training(const Tensor& x) {
   return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
+}
+
+Tensor BatchNorm2d::normalize_training_relu(const Tensor& x) {
+  return ops::batch_norm_relu(x, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
 }
 
 Tensor BatchNorm2d::normalize_training_add_relu(const Tensor& x, const Tensor& residual) {

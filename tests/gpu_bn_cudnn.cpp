@@ -1,5 +1,6 @@
-// tests/gpu_bn_cudnn.cpp: cuDNN's NHWC batch norm (plain and fused BN+add+ReLU) and cuDNN's fused
-// conv + bias, checked where tests/gpu_opsa_parity.cpp and gpu_matmul_conv_parity.cpp do not look:
+// tests/gpu_bn_cudnn.cpp: cuDNN's NHWC batch norm (plain, fused BN+ReLU and fused BN+add+ReLU) and
+// cuDNN's fused conv + bias, checked where tests/gpu_opsa_parity.cpp and gpu_matmul_conv_parity.cpp
+// do not look:
 //  - that cuDNN actually ran (ops::batchnorm_cudnn_stats / conv_bias_fusion_stats), so a silent
 //    fallback to tandem's kernels cannot pass as a checked cuDNN path;
 //  - odd channel counts (C = 3, 6: outside the fused kernel's "C a multiple of 4");
@@ -7,7 +8,8 @@
 //  - dx and dz overwritten, not accumulated (allocations are poisoned with NaN first);
 //  - two runs giving the same bits (core/ops/batchnorm/batchnorm.h's determinism note);
 //  - the conv bias gradient counted once whichever forward ran.
-// Exits 77 (Skipped) without a GPU. Written without a GPU (2026-11-22): compiled, not yet run.
+// Exits 77 (Skipped) without a GPU. Written without a GPU (2026-11-22): compiled, not yet run. The
+// BN+ReLU cases were added without a GPU too (2026-11-25): compiled, never run.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -43,15 +45,18 @@ const PerDtype kBatchnorm{
 // BN parameters stay f32 whatever the activation dtype (a differentiable cast, identity on f32).
 Tensor param(const Tensor& t) { return ops::cast(t, DType::F32); }
 
-// The op under test as parity_check takes it: inputs {x, weight, bias} (plain) or {x, z, weight,
-// bias} (fused); outputs y and the running statistics (eval leaves those as they were).
-std::function<std::vector<Tensor>(const std::vector<Tensor>&)> bn_op(int64_t C, bool fused, bool training) {
+// The op under test as parity_check takes it: inputs {x, weight, bias} (plain, BN+ReLU) or {x, z,
+// weight, bias} (BN+add+ReLU); outputs y and the running statistics (eval leaves those as they were).
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> bn_op(int64_t C, ops::BatchNormTail tail,
+                                                                     bool training) {
   return [=](const std::vector<Tensor>& in) {
     Device d = in[0].device();
     Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
-    const Tensor w = param(in[fused ? 2 : 1]), b = param(in[fused ? 3 : 2]);
-    Tensor y = fused ? ops::batch_norm_add_relu(in[0], in[1], w, b, rm, rv, training, 0.1, 1e-5)
-                     : ops::batch_norm(in[0], w, b, rm, rv, training, 0.1, 1e-5);
+    const bool add = tail == ops::BatchNormTail::AddRelu;
+    const Tensor w = param(in[add ? 2 : 1]), b = param(in[add ? 3 : 2]);
+    Tensor y = add ? ops::batch_norm_add_relu(in[0], in[1], w, b, rm, rv, training, 0.1, 1e-5)
+               : tail == ops::BatchNormTail::Relu ? ops::batch_norm_relu(in[0], w, b, rm, rv, training, 0.1, 1e-5)
+                                                  : ops::batch_norm(in[0], w, b, rm, rv, training, 0.1, 1e-5);
     return std::vector<Tensor>{y, rm, rv};
   };
 }
@@ -73,6 +78,37 @@ Tensor off_kink(const Tensor& x, Tensor z, const Tensor& w, const Tensor& b, boo
   for (size_t i = 0; i < zv.size(); ++i)
     if (std::fabs(pre[i]) < 0.1f) zv[i] += pre[i] >= 0 ? 0.2f : -0.2f;
   return Tensor::from_vector(zv, z.shape());
+}
+
+// Inputs moved off ReLU's kink for batch_norm_relu, which has no residual to move: where bn(x) lands
+// within 0.1 of 0 (CPU, f32, bn_op's starting running stats in eval), x moves by 0.3 / w, which moves
+// bn(x) by about 0.3 away from 0 (the inputs are unit-variance randn, so invstd is about 1). Moving x
+// moves the batch statistics a little, so this repeats until nothing is near the kink (eval: once).
+// w must stay away from 0 (kink_free_weight).
+Tensor off_kink_relu(Tensor x, const Tensor& w, const Tensor& b, bool training = true) {
+  const int64_t C = x.size(-1);
+  for (int round = 0; round < 8; ++round) {
+    Tensor rm = Tensor::full({C}, 0.1), rv = Tensor::full({C}, 0.7);
+    std::vector<float> pre = ops::batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5).to_vector();
+    std::vector<float> xv = x.to_vector(), wv = w.to_vector();
+    bool moved = false;
+    for (size_t i = 0; i < xv.size(); ++i)
+      if (std::fabs(pre[i]) < 0.1f) {
+        xv[i] += (pre[i] >= 0 ? 0.3f : -0.3f) / wv[i % C];
+        moved = true;
+      }
+    if (!moved) return x;
+    x = Tensor::from_vector(xv, x.shape());
+  }
+  FAIL("off_kink_relu: inputs still near ReLU's kink after 8 rounds");
+  return x;
+}
+
+// Per-channel scales of magnitude 0.6 to 1.2 and both signs: off_kink_relu divides by them.
+Tensor kink_free_weight(int64_t C) {
+  std::vector<float> v(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) v[c] = (c % 2 ? -1.0f : 1.0f) * (0.6f + 0.6f * static_cast<float>(c % 11) / 10.0f);
+  return Tensor::from_vector(v, {C});
 }
 
 // Fills and frees a few blocks of `bytes` in the stream-ordered pool, so the next allocations of that
@@ -104,7 +140,8 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
         INFO(dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
         const int64_t C = shape.back();
         const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
-        CHECK(parity_check(bn_op(C, false, training), {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt,
+        CHECK(parity_check(bn_op(C, ops::BatchNormTail::None, training),
+                           {randn_cpu(shape, 7), randn_cpu({C}, 8), randn_cpu({C}, 9)}, dt,
                            kBatchnorm(dt)) == "");
         const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
         const int64_t fwd = after.forward - before.forward, bwd = after.backward - before.backward;
@@ -124,33 +161,48 @@ TEST_CASE("cuDNN batch norm ran, and matches the CPU: f32/bf16/f16, 4-D and 2-D,
     }
 }
 
-TEST_CASE("batch_norm_add_relu through cuDNN: y, dx, dz, dweight, dbias, running stats; C = 3, 6, 8, 64; train, eval") {
+TEST_CASE("batch_norm_relu and batch_norm_add_relu through cuDNN: y, dx, (dz,) dweight, dbias, running stats") {
+  // dx and dz are poisoned first (poison_pool), so a gradient accumulated into instead of overwritten
+  // shows as NaN. Both tails keep their pre-activations off ReLU's kink: BN+add+ReLU by moving the
+  // residual (off_kink), BN+ReLU, which has none, by moving x (off_kink_relu, with weights away from 0).
   BnPath cudnn(true);
-  for (DType dt : kDtypes)
-    for (Shape shape : {Shape{4, 5, 5, 3}, Shape{4, 5, 5, 6}, Shape{2, 3, 3, 8}, Shape{8, 6, 6, 64}})
-      for (bool training : {true, false}) {
-        INFO(dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
-        const int64_t C = shape.back();
-        Tensor x = randn_cpu(shape, 11), w = randn_cpu({C}, 13), b = randn_cpu({C}, 14);
-        Tensor z = off_kink(x, randn_cpu(shape, 12), w, b, training);
-        poison_pool(shape, dt);
-        const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
-        // parity_check compares y, the running stats and the gradients of x, z (dz), w and b.
-        CHECK(parity_check(bn_op(C, true, training), {x, z, w, b}, dt, kBatchnorm(dt)) == "");
-        const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
-        const int64_t fwd = after.forward_fused - before.forward_fused;
-        const int64_t bwd = after.backward_fused - before.backward_fused;
-        std::printf("  bn+add+relu %s %s %s: cuDNN fused forward %lld, backward %lld, fallbacks %lld\n",
-                    dtype_name(dt), shape_str(shape).c_str(), training ? "train" : "eval", static_cast<long long>(fwd),
-                    static_cast<long long>(bwd), static_cast<long long>(after.fallbacks - before.fallbacks));
-        CHECK(bwd == fwd);  // the fused backward follows the fused forward (or both fell back)
-        if (!training) CHECK(fwd == 0);  // eval: the composition (batchnorm_add_relu.h)
-        // The guide's conditions for the fused NHWC kernel: "NHWC-fully packed", CUDNN_DATA_HALF, C a
-        // multiple of 4, SPATIAL_PERSISTENT, a workspace. If cuDNN refuses this, ResNet's fused tail
-        // never runs in fp16 either: worth knowing, hence a failure.
-        if (training && dt == DType::F16 && shape == Shape{8, 6, 6, 64})
-          CHECK_MESSAGE(fwd == 1, "cuDNN refused BN_ADD_ACTIVATION on its documented fast path (see stderr)");
-      }
+  for (ops::BatchNormTail tail : {ops::BatchNormTail::Relu, ops::BatchNormTail::AddRelu})
+    for (DType dt : kDtypes)
+      for (Shape shape : {Shape{4, 5, 5, 3}, Shape{4, 5, 5, 6}, Shape{2, 3, 3, 8}, Shape{8, 6, 6, 64}})
+        for (bool training : {true, false}) {
+          const bool add = tail == ops::BatchNormTail::AddRelu;
+          const char* name = add ? "bn+add+relu" : "bn+relu";
+          INFO(name, " ", dtype_name(dt), " ", shape_str(shape), training ? " training" : " eval");
+          const int64_t C = shape.back();
+          std::vector<Tensor> in;
+          if (add) {
+            Tensor x = randn_cpu(shape, 11), w = randn_cpu({C}, 13), b = randn_cpu({C}, 14);
+            in = {x, off_kink(x, randn_cpu(shape, 12), w, b, training), w, b};
+          } else {
+            Tensor w = kink_free_weight(C), b = ops::scale(randn_cpu({C}, 52), 0.5f);
+            in = {off_kink_relu(randn_cpu(shape, 51), w, b, training), w, b};
+          }
+          poison_pool(shape, dt);
+          const ops::BatchNormCudnnStats before = ops::batchnorm_cudnn_stats();
+          // parity_check compares y, the running stats and the gradients of x, (z,) w and b.
+          CHECK(parity_check(bn_op(C, tail, training), in, dt, kBatchnorm(dt)) == "");
+          const ops::BatchNormCudnnStats after = ops::batchnorm_cudnn_stats();
+          const int64_t fwd =
+              add ? after.forward_fused - before.forward_fused : after.forward_relu - before.forward_relu;
+          const int64_t bwd =
+              add ? after.backward_fused - before.backward_fused : after.backward_relu - before.backward_relu;
+          std::printf("  %s %s %s %s: cuDNN fused forward %lld, backward %lld, fallbacks %lld\n", name, dtype_name(dt),
+                      shape_str(shape).c_str(), training ? "train" : "eval", static_cast<long long>(fwd),
+                      static_cast<long long>(bwd), static_cast<long long>(after.fallbacks - before.fallbacks));
+          CHECK(bwd == fwd);  // the fused backward follows the fused forward (or both fell back)
+          if (!training) CHECK(fwd == 0);  // eval: the composition (batchnorm_relu.h)
+          // The guide's conditions for the fused NHWC kernel: "NHWC-fully packed", CUDNN_DATA_HALF, C a
+          // multiple of 4 (for the add), SPATIAL_PERSISTENT, a workspace. If cuDNN refuses this, ResNet's
+          // fused BN never runs in fp16 either: worth knowing, hence a failure.
+          if (training && dt == DType::F16 && shape == Shape{8, 6, 6, 64})
+            CHECK_MESSAGE(fwd == 1, "cuDNN refused ", (add ? "BN_ADD_ACTIVATION" : "BN_ACTIVATION"),
+                          " on its documented fast path (see stderr)");
+        }
 }
 
 TEST_CASE("running statistics after several steps: cuDNN, the kernels and the CPU agree (plain and fused)") {
@@ -192,8 +244,9 @@ TEST_CASE("two runs of cuDNN batch norm give the same bits (batchnorm.h: --deter
   BnPath cudnn(true);
   const Shape shape{8, 14, 14, 64};
   for (DType dt : {DType::F32, DType::F16})
-    for (bool fused : {false, true}) {
-      INFO(dtype_name(dt), fused ? " fused" : " plain");
+    for (ops::BatchNormTail tail : {ops::BatchNormTail::None, ops::BatchNormTail::Relu, ops::BatchNormTail::AddRelu}) {
+      const bool fused = tail == ops::BatchNormTail::AddRelu;
+      INFO(dtype_name(dt), " tail ", static_cast<int>(tail));
       auto run = [&] {
         Tensor x = ops::cast_raw(randn_cpu(shape, 31), dt).to(kGpu).set_requires_grad(true);
         Tensor z = ops::cast_raw(randn_cpu(shape, 32), dt).to(kGpu).set_requires_grad(true);
@@ -201,7 +254,8 @@ TEST_CASE("two runs of cuDNN batch norm give the same bits (batchnorm.h: --deter
         Tensor b = randn_cpu({64}, 34).to(kGpu).set_requires_grad(true);
         Tensor rm = Tensor::full({64}, 0.0, DType::F32, kGpu), rv = Tensor::full({64}, 1.0, DType::F32, kGpu);
         Tensor y = fused ? ops::batch_norm_add_relu(x, z, w, b, rm, rv, true, 0.1, 1e-5)
-                         : ops::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5);
+                   : tail == ops::BatchNormTail::Relu ? ops::batch_norm_relu(x, w, b, rm, rv, true, 0.1, 1e-5)
+                                                      : ops::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5);
         Tensor up = ops::cast_raw(randn_cpu(shape, 35), dt).to(kGpu);
         ops::sum(ops::mul(y, up)).backward();
         return std::vector<Tensor>{y, rm, rv, x.grad(), w.grad(), b.grad(), fused ? z.grad() : Tensor()};

@@ -280,8 +280,10 @@ TEST_CASE("concat_channels, transpose12, reshape and flatten move data exactly")
 }
 
 TEST_CASE("ResNet blocks on the GPU (cuDNN BN, fused BN+add+ReLU tail) against the CPU, f32") {
-  // The whole block, as ResNet runs it: BatchNorm2d::forward_add_relu takes cuDNN's fused path on
-  // the GPU (training mode, BackendConfig::cudnn_batchnorm on) and the composition on the CPU. Strict f32
+  // The whole block, as ResNet runs it: BatchNorm2d::forward_relu (inner stages) and
+  // forward_add_relu (the tail) take cuDNN's fused paths on the GPU (training mode,
+  // BackendConfig::cudnn_batchnorm on) and the compositions on the CPU; the block input's two
+  // gradients meet in the first conv's dgrad with beta = 1 on the GPU and in an add on the CPU. Strict f32
   // (no TF32) so the convs agree to summation order; BN's backward cancellation then dominates, as
   // in the batch_norm tolerance above (f32: 1e-4 relative, 2e-5 absolute), with 10x slack for the
   // chain of three ops. ReLU masks can differ only where a pre-activation is within ~1e-6 of 0.
@@ -382,24 +384,33 @@ TEST_CASE("dropout and bias_dropout_add with NaN and inf: a dropped NaN or inf i
   }
 }
 
-TEST_CASE("batch_norm and batch_norm_add_relu with a NaN: kernels as the CPU; cuDNN keeps the NaN visible") {
+TEST_CASE("batch_norm and its fused ReLU tails with a NaN: kernels as the CPU; cuDNN keeps the NaN visible") {
   // A NaN in channel 0 makes channel 0's batch statistics, output and running stats NaN (PyTorch
   // too); the other channels stay finite. The kernels path must match the CPU element for element.
-  // cuDNN's fused BN+add+ReLU propagates NaN in its forward (CUDNN_PROPAGATE_NAN), but its backward
-  // takes the ReLU mask from its reserve space, where NaN > 0 is false: it may return dz = 0 where
-  // PyTorch's threshold_backward passes dy. So on that path the test asks only what the trainers'
-  // checks need: the forward matches, and dx is non-finite exactly where the CPU's is.
+  // cuDNN's fused BN+ReLU and BN+add+ReLU propagate NaN in their forward (CUDNN_PROPAGATE_NAN), but
+  // their backward takes the ReLU mask from the reserve space, where NaN > 0 is false: it may return
+  // 0 where PyTorch's threshold_backward passes dy. So on that path the test asks only what the
+  // trainers' checks need: the forward matches, and dx is non-finite exactly where the CPU's is.
   const Shape shape{4, 3, 3, 8};
   const int64_t C = shape.back();
   std::vector<float> xv = randn_cpu(shape, 31).to_vector();
   xv[C * 5] = NAN;  // row 5, channel 0
   const Tensor x = Tensor::from_vector(xv, shape), z = randn_cpu(shape, 32), w = randn_cpu({C}, 33),
                b = randn_cpu({C}, 34);
-  auto bn_add_relu = [C](const std::vector<Tensor>& in) {
-    Device d = in[0].device();
-    Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
-    Tensor y = ops::batch_norm_add_relu(in[0], in[1], param(in[2]), param(in[3]), rm, rv, true, 0.1, 1e-5);
-    return std::vector<Tensor>{y, rm, rv};
+  // The fused op of `tail` on inputs {x, w, b} (Relu) or {x, z, w, b} (AddRelu).
+  auto fused = [C](ops::BatchNormTail tail) {
+    return [C, tail](const std::vector<Tensor>& in) {
+      Device d = in[0].device();
+      Tensor rm = Tensor::full({C}, 0.1, DType::F32, d), rv = Tensor::full({C}, 0.7, DType::F32, d);
+      const size_t p = tail == ops::BatchNormTail::AddRelu ? 2 : 1;  // where weight and bias start
+      Tensor y = tail == ops::BatchNormTail::AddRelu
+                     ? ops::batch_norm_add_relu(in[0], in[1], param(in[p]), param(in[p + 1]), rm, rv, true, 0.1, 1e-5)
+                     : ops::batch_norm_relu(in[0], param(in[p]), param(in[p + 1]), rm, rv, true, 0.1, 1e-5);
+      return std::vector<Tensor>{y, rm, rv};
+    };
+  };
+  auto inputs = [&](ops::BatchNormTail tail, const Tensor& x_) {
+    return tail == ops::BatchNormTail::AddRelu ? std::vector<Tensor>{x_, z, w, b} : std::vector<Tensor>{x_, w, b};
   };
   auto bn = [C](const std::vector<Tensor>& in) {
     Device d = in[0].device();
@@ -411,20 +422,24 @@ TEST_CASE("batch_norm and batch_norm_add_relu with a NaN: kernels as the CPU; cu
     {
       BnPath kernels(false);
       CHECK(parity_check(bn, {x, w, b}, dt, nonfinite(batchnorm(dt))) == "");
-      CHECK(parity_check(bn_add_relu, {x, z, w, b}, dt, nonfinite(batchnorm(dt))) == "");
+      for (ops::BatchNormTail tail : {ops::BatchNormTail::Relu, ops::BatchNormTail::AddRelu})
+        CHECK(parity_check(fused(tail), inputs(tail, x), dt, nonfinite(batchnorm(dt))) == "");
     }
     BnPath cudnn(true);
     CHECK(parity_check(bn, {x, w, b}, dt, nonfinite(batchnorm(dt))) == "");
     const Device gpu = Device::cuda(0);
-    Tensor xc = x.detach().set_requires_grad(true), xg = ops::cast_raw(x, dt).to(gpu).set_requires_grad(true);
-    const std::vector<Tensor> yc = bn_add_relu({xc, z, w, b});
-    const std::vector<Tensor> yg = bn_add_relu({xg, ops::cast_raw(z, dt).to(gpu), ops::cast_raw(w, dt).to(gpu),
-                                                ops::cast_raw(b, dt).to(gpu)});
-    CHECK(compare_values("fused forward", yc[0].to_vector(), yg[0].to_vector(), nonfinite(batchnorm(dt))) == "");
-    yc[0].backward(Tensor::ones(shape));
-    yg[0].backward(Tensor::ones(shape, dt, gpu));
-    REQUIRE(xg.grad().defined());
-    CHECK(ops::count_nonfinite({xg.grad()}).to_vector_i64() == ops::count_nonfinite({xc.grad()}).to_vector_i64());
-    CHECK_FALSE(ops::all_finite(xc.grad()));
+    for (ops::BatchNormTail tail : {ops::BatchNormTail::Relu, ops::BatchNormTail::AddRelu}) {
+      INFO((tail == ops::BatchNormTail::Relu ? "BN+ReLU" : "BN+add+ReLU"));
+      Tensor xc = x.detach().set_requires_grad(true), xg = ops::cast_raw(x, dt).to(gpu).set_requires_grad(true);
+      std::vector<Tensor> in_g;
+      for (const Tensor& t : inputs(tail, xg)) in_g.push_back(t.is_cuda() ? t : ops::cast_raw(t, dt).to(gpu));
+      const std::vector<Tensor> yc = fused(tail)(inputs(tail, xc)), yg = fused(tail)(in_g);
+      CHECK(compare_values("fused forward", yc[0].to_vector(), yg[0].to_vector(), nonfinite(batchnorm(dt))) == "");
+      yc[0].backward(Tensor::ones(shape));
+      yg[0].backward(Tensor::ones(shape, dt, gpu));
+      REQUIRE(xg.grad().defined());
+      CHECK(ops::count_nonfinite({xg.grad()}).to_vector_i64() == ops::count_nonfinite({xc.grad()}).to_vector_i64());
+      CHECK_FALSE(ops::all_finite(xc.grad()));
+    }
   }
 }

@@ -107,33 +107,37 @@ TEST_CASE("SyncBatchNorm on N ranks == BatchNorm2d on the concatenated batch (f3
   }
 }
 
-TEST_CASE("SyncBatchNorm::forward_add_relu (ResNet's block tail) == BatchNorm2d's on the concatenated batch") {
-  // The fused BN+add+ReLU would normalise with local statistics; SyncBatchNorm overrides it with
-  // its synchronised BN, then add and ReLU. Same checks and tolerances as above, f32.
+TEST_CASE("SyncBatchNorm::forward_relu and forward_add_relu (fused tails) == BatchNorm2d's on the concatenated batch") {
+  // The fused BN+ReLU and BN+add+ReLU would normalise with local statistics; SyncBatchNorm overrides
+  // both with its synchronised BN, then (add and) ReLU. Same checks and tolerances as above, f32.
   const double tol = 1e-5;
-  SyncBatchNorm sync(kC, dist::comm_for(Device::cpu()), 1e-5, 0.25);
-  BatchNorm2d ref_copy(kC, 1e-5, 0.25);
-  for (auto& [name, t] : ref_copy.named_parameters()) t.detach().copy_(rank_dependent({kC}, name == "weight" ? 1 : 2, DType::F32));
-  for (auto& [name, t] : sync.named_parameters()) t.detach().copy_(rank_dependent({kC}, name == "weight" ? 1 : 2, DType::F32));
-  const Shape full{world().size * kB, kH, kW, kC};
-  Tensor x = rank_dependent(full, 40, DType::F32).set_requires_grad(true);
-  Tensor z = rank_dependent(full, 41, DType::F32).set_requires_grad(true);
-  Tensor upstream = rank_dependent(full, 42, DType::F32);
-  Tensor y_ref = ref_copy.forward_add_relu(x, z);
-  ops::sum(ops::mul(y_ref, upstream)).backward();
+  for (bool add : {false, true}) {
+    INFO((add ? "forward_add_relu" : "forward_relu"));
+    SyncBatchNorm sync(kC, dist::comm_for(Device::cpu()), 1e-5, 0.25);
+    BatchNorm2d ref_copy(kC, 1e-5, 0.25);
+    for (Module* m : {static_cast<Module*>(&ref_copy), static_cast<Module*>(&sync)})
+      for (auto& [name, t] : m->named_parameters())
+        t.detach().copy_(rank_dependent({kC}, name == "weight" ? 1 : 2, DType::F32));
+    const Shape full{world().size * kB, kH, kW, kC};
+    Tensor x = rank_dependent(full, 40, DType::F32).set_requires_grad(true);
+    Tensor z = rank_dependent(full, 41, DType::F32).set_requires_grad(true);
+    Tensor upstream = rank_dependent(full, 42, DType::F32);
+    Tensor y_ref = add ? ref_copy.forward_add_relu(x, z) : ref_copy.forward_relu(x);
+    ops::sum(ops::mul(y_ref, upstream)).backward();
 
-  Tensor xs = my_rows(x).clone().set_requires_grad(true), zs = my_rows(z).clone().set_requires_grad(true);
-  Tensor y = sync.forward_add_relu(xs, zs);
-  ops::sum(ops::mul(y, my_rows(upstream))).backward();
-  // bn(x) + z cancels O(1) terms where the sum is near 0: relative to max(|y|, 0.1), as dx above.
-  CHECK(max_rel(y, my_rows(y_ref), 0.1) <= tol);
-  CHECK(max_rel(xs.grad(), my_rows(x.grad()), 0.1) <= tol);
-  CHECK(max_rel(zs.grad(), my_rows(z.grad())) <= tol);  // the residual's gradient is ReLU's mask times dy
-  auto sp = sync.named_parameters();
-  CHECK(max_rel(summed_over_ranks(sp[0].second.grad()), ref_copy.weight().grad()) <= tol);
-  CHECK(max_rel(summed_over_ranks(sp[1].second.grad()), ref_copy.bias().grad()) <= tol);
-  CHECK(max_rel(sync.running_mean(), ref_copy.running_mean()) <= tol);
-  CHECK(max_rel(sync.running_var(), ref_copy.running_var()) <= tol);
+    Tensor xs = my_rows(x).clone().set_requires_grad(true), zs = my_rows(z).clone().set_requires_grad(true);
+    Tensor y = add ? sync.forward_add_relu(xs, zs) : sync.forward_relu(xs);
+    ops::sum(ops::mul(y, my_rows(upstream))).backward();
+    // bn(x) + z cancels O(1) terms where the sum is near 0: relative to max(|y|, 0.1), as dx above.
+    CHECK(max_rel(y, my_rows(y_ref), 0.1) <= tol);
+    CHECK(max_rel(xs.grad(), my_rows(x.grad()), 0.1) <= tol);
+    if (add) CHECK(max_rel(zs.grad(), my_rows(z.grad())) <= tol);  // the residual's gradient is ReLU's mask times dy
+    auto sp = sync.named_parameters();
+    CHECK(max_rel(summed_over_ranks(sp[0].second.grad()), ref_copy.weight().grad()) <= tol);
+    CHECK(max_rel(summed_over_ranks(sp[1].second.grad()), ref_copy.bias().grad()) <= tol);
+    CHECK(max_rel(sync.running_mean(), ref_copy.running_mean()) <= tol);
+    CHECK(max_rel(sync.running_var(), ref_copy.running_var()) <= tol);
+  }
 }
 
 namespace {

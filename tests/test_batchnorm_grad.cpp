@@ -1,10 +1,14 @@
 // tests/test_batchnorm_grad.cpp: batch_norm forward values against a hand computation, running
-// statistic updates, and f64 finite-difference gradient checks in training and eval mode.
+// statistic updates, and f64 finite-difference gradient checks in training and eval mode; the
+// fused tails batch_norm_relu and batch_norm_add_relu against their compositions, and
+// BatchNorm2d::forward_relu against relu(forward(x)).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "core/ops/ops.h"
+#include "core/random.h"
+#include "layers/layers.h"
 #include "tests/support/gradcheck.h"
 
 using namespace tandem;
@@ -143,4 +147,64 @@ TEST_CASE("batch_norm_add_relu: equals relu(batch_norm(x) + z); gradients for x,
   Tensor none;
   CHECK_THROWS_WITH_AS(ops::batch_norm_add_relu(rand_f64({4, 3}, 69), rand_f64({2, 3}, 70), none, none, rm, rv, true),
                        doctest::Contains("must have the shape of x"), Error);
+}
+
+TEST_CASE("batch_norm_relu: equals relu(batch_norm(x)) bit for bit; gradients for x, weight, bias (train, eval)") {
+  // Biases in [-1, 1] put the ReLU's kink inside every channel's range, so the mask matters; values
+  // within the finite-difference step of the kink are unlikely with these seeds (gradcheck would say).
+  for (Shape shape : {Shape{2, 3, 2, 3}, Shape{5, 3}}) {
+    INFO(shape_str(shape));
+    Tensor rm = Tensor::zeros({3}, DType::F64), rv = Tensor::ones({3}, DType::F64);
+    auto f = [&](const std::vector<Tensor>& in) {
+      return ops::batch_norm_relu(in[0], in[1], in[2], rm, rv, true, 0.1, 1e-5);
+    };
+    CHECK(gradcheck(f, {rand_f64(shape, 81, -2, 2), rand_f64({3}, 82, 0.5, 1.5), rand_f64({3}, 83)}) == "");
+    Tensor x = rand_f64(shape, 84, -2, 2, false), w = rand_f64({3}, 85, 0.5, 1.5, false);
+    Tensor b = rand_f64({3}, 86, -1, 1, false);
+    Tensor rm1 = Tensor::zeros({3}, DType::F64), rv1 = Tensor::ones({3}, DType::F64);
+    Tensor rm2 = Tensor::zeros({3}, DType::F64), rv2 = Tensor::ones({3}, DType::F64);
+    Tensor fused = ops::batch_norm_relu(x, w, b, rm1, rv1, true);
+    Tensor ref = ops::relu(ops::batch_norm(x, w, b, rm2, rv2, true));
+    CHECK(fused.to_vector_f64() == ref.to_vector_f64());
+    CHECK(rm1.to_vector_f64() == rm2.to_vector_f64());  // running stats updated once, the same way
+    CHECK(rv1.to_vector_f64() == rv2.to_vector_f64());
+    size_t zeros = 0;
+    for (double v : fused.to_vector_f64()) zeros += v == 0.0;
+    CHECK(zeros > 0);  // the ReLU cut something: the mask was exercised
+  }
+  {  // eval mode (BatchNorm2d::forward_relu in a validation pass): the running statistics, unchanged
+    Tensor rm = rand_f64({3}, 87, -0.5, 0.5, false), rv = rand_f64({3}, 88, 0.5, 2.0, false);
+    const std::vector<double> rm0 = rm.to_vector_f64(), rv0 = rv.to_vector_f64();
+    auto f = [&](const std::vector<Tensor>& in) {
+      return ops::batch_norm_relu(in[0], in[1], in[2], rm, rv, false, 0.1, 1e-5);
+    };
+    CHECK(gradcheck(f, {rand_f64({2, 2, 2, 3}, 89, -2, 2), rand_f64({3}, 90, 0.5, 1.5), rand_f64({3}, 91)}) == "");
+    CHECK(rm.to_vector_f64() == rm0);
+    CHECK(rv.to_vector_f64() == rv0);
+  }
+  Tensor rm = Tensor::zeros({3}, DType::F64), rv = Tensor::ones({3}, DType::F64), none;
+  CHECK_THROWS_WITH_AS(ops::batch_norm_relu(rand_f64({1, 3}, 92), none, none, rm, rv, true),
+                       doctest::Contains("more than one value per channel"), Error);
+}
+
+TEST_CASE("BatchNorm2d::forward_relu equals relu(forward(x)) and counts the batch, in train and eval") {
+  BatchNorm2d a(3), b(3);
+  Generator g(5);
+  for (bool training : {true, false}) {
+    INFO("training ", training);
+    a.train(training), b.train(training);
+    Tensor x = ops::scale(randn({2, 3, 3, 3}, g), 2.0f);
+    Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().clone().set_requires_grad(true);
+    Tensor ya = a.forward_relu(xa), yb = ops::relu(b(xb));
+    CHECK(ya.to_vector() == yb.to_vector());
+    ops::sum(ops::mul(ya, ya)).backward();
+    ops::sum(ops::mul(yb, yb)).backward();
+    CHECK(xa.grad().to_vector() == xb.grad().to_vector());
+    CHECK(a.weight().grad().to_vector() == b.weight().grad().to_vector());
+    CHECK(a.bias().grad().to_vector() == b.bias().grad().to_vector());
+    CHECK(a.running_mean().to_vector() == b.running_mean().to_vector());
+    CHECK(a.num_batches_tracked().to_vector_i64() == b.num_batches_tracked().to_vector_i64());
+    a.zero_grad(), b.zero_grad();
+  }
+  CHECK(a.num_batches_tracked().to_vector_i64() == std::vector<int64_t>{1});
 }

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/ops/elementwise/elementwise.h"
 #include "core/ops/reduce/reduce.h"
+#include "core/random.h"
 #include "layers/init.h"
 #include "layers/layers.h"
 
@@ -243,4 +245,28 @@ TEST_CASE("layer forwards: shapes, BN counter, dropout/eval, pooling") {
   Linear lin(5, 2);
   CHECK_THROWS_AS(lin(Tensor::zeros({2, 4})), Error);
   CHECK_THROWS_AS(Conv2d(3, 4, 3)(Tensor::zeros({1, 3, 8, 8})), Error);  // NCHW by mistake
+}
+
+TEST_CASE("Sequential runs BatchNorm2d + ReLU as BatchNorm2d::forward_relu: the same values; hooks fire in order") {
+  Generator gen(11);
+  auto bn = std::make_shared<BatchNorm2d>(3);
+  auto relu = std::make_shared<ReLU>();
+  Sequential s(std::vector<ModulePtr>{bn, relu});
+  BatchNorm2d ref(3);
+  std::vector<std::string> order;
+  std::vector<float> relu_out;
+  auto h1 = bn->register_forward_pre_hook([&](Module&) { order.push_back("bn pre"); });
+  auto h2 = bn->register_forward_hook([&](Module&, const Tensor&) { order.push_back("bn post"); });
+  auto h3 = relu->register_forward_pre_hook([&](Module&) { order.push_back("relu pre"); });
+  auto h4 = relu->register_forward_hook([&](Module&, const Tensor& y) {
+    order.push_back("relu post");
+    relu_out = y.to_vector();
+  });
+  Tensor x = ops::scale(randn({2, 3, 3, 3}, gen), 2.0f);
+  Tensor y = s(x);
+  CHECK(order == std::vector<std::string>{"bn pre", "bn post", "relu pre", "relu post"});
+  const std::vector<float> expect = ops::relu(ref(x)).to_vector();
+  CHECK(y.to_vector() == expect);
+  CHECK(relu_out == expect);
+  CHECK(bn->num_batches_tracked().to_vector_i64() == std::vector<int64_t>{1});
 }

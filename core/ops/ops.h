@@ -22,7 +22,7 @@
 #pragma once
 #include "core/ops/attention/attention.h"          // defines: attention, scale_mask_softmax, split_qkv_heads, merge_heads
 #include "core/ops/batchnorm/batchnorm.h"          // defines: batch_norm (train/eval, running stats)
-#include "core/ops/batchnorm/batchnorm_add_relu.h" // defines: batch_norm_add_relu (ResNet block tail)
+#include "core/ops/batchnorm/batchnorm_relu.h"     // defines: batch_norm_relu, batch_norm_add_relu (fused BN tails)
 #include "core/ops/conv/conv.h"                    // defines: conv2d (NHWC, OHWI weights), Conv2dParams
 #include "core/ops/copy/copy.h"                    // defines: cast, to_device, cast_raw, fill_
 #include "core/ops/dropout/dropout.h"              // defines: dropout

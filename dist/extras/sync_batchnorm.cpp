@@ -71,6 +71,13 @@ Tensor SyncBatchNorm::normalize_training_add_relu(const Tensor& x, const Tensor&
   return y;
 }
 
+Tensor SyncBatchNorm::normalize_training_relu(const Tensor& x) {
+  if (comm_->size() == 1) return BatchNorm2d::normalize_training_relu(x);
+  Tensor y = sync_batch_norm(*comm_, x, weight_, bias_, running_mean_, running_var_, momentum(), eps());
+  ops::relu_(y);  // the synchronised BN's backward reads xw, not y: overwriting y is safe
+  return y;
+}
+
 ModulePtr convert_sync_batchnorm(ModulePtr m, Communicator& comm) {
   if (dynamic_cast<SyncBatchNorm*>(m.get())) return m;  // already synchronised
   if (auto* bn = dynamic_cast<BatchNorm2d*>(m.get())) return std::make_shared<SyncBatchNorm>(*bn, comm);

@@ -43,6 +43,8 @@ class SyncBatchNorm : public BatchNorm2d {
   // forward_add_relu (ResNet's block tail): the synchronised BN above, then add and ReLU as
   // separate ops; cuDNN's fused op computes local statistics, so it runs only for one rank.
   Tensor normalize_training_add_relu(const Tensor& x, const Tensor& residual) override;
+  // forward_relu (conv -> BN -> ReLU): likewise, the synchronised BN, then ReLU.
+  Tensor normalize_training_relu(const Tensor& x) override;
 
  private:
   Communicator* comm_;  // not owned

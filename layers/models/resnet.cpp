@@ -1,4 +1,10 @@
 // layers/models/resnet.cpp: torchvision's ResNet (v1.5) on NHWC tensors.
+//
+// Every BN is followed by a ReLU, alone or after the residual add, and runs with it as one op:
+// BatchNorm2d::forward_relu (the stem, every stage of a block but the last) and forward_add_relu
+// (the last stage), so a GPU training step has no separate ReLU pass either way. The "relu"
+// children stay registered for torchvision's module tree (describe(), hooks on the tree), but their
+// forward is not called.
 #include "layers/models/resnet.h"
 
 #include "layers/init.h"
@@ -32,7 +38,7 @@ ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after
 Tensor ResidualBlock::forward(const Tensor& x) {
   Tensor out = x;
   const size_t last = convs_.size() - 1;
-  for (size_t i = 0; i < last; ++i) out = relu_(bns_[i](convs_[i](out)));
+  for (size_t i = 0; i < last; ++i) out = bns_[i]->forward_relu(convs_[i](out));  // relu(bn(conv(out)))
   Tensor tail = convs_[last](out);
   Tensor identity = downsample_ ? downsample_(x) : x;
   // relu(bn(tail) + identity) as one op: cuDNN's fused BN+add+ReLU on the GPU (BatchNorm2d).
@@ -85,7 +91,7 @@ std::shared_ptr<Sequential> ResNet::make_layer(int64_t planes, int blocks, int s
 
 Tensor ResNet::forward(const Tensor& x) {
   TANDEM_CHECK(x.dim() == 4 && x.size(3) == 3, "ResNet expects NHWC images [N, H, W, 3], got ", x.str());
-  Tensor h = maxpool_(relu_(bn1_(conv1_(x))));
+  Tensor h = maxpool_(bn1_->forward_relu(conv1_(x)));  // relu(bn1(conv1(x))) as one op
   for (const auto& layer : layers_) h = layer(h);
   return fc_(flatten_(avgpool_(h)));
 }

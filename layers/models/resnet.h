@@ -32,8 +32,9 @@ struct ResNetConfig {
 
 // What BasicBlock and Bottleneck share: a chain of conv-BN stages with ReLU between them, the
 // shortcut (identity, or `downsample` when the shape changes) added to the last stage's output,
-// then ReLU. The two blocks differ only in their stages. The last BN, the add and the ReLU run as
-// one op (BatchNorm2d::forward_add_relu: fused by cuDNN on the GPU, composed elsewhere).
+// then ReLU. The two blocks differ only in their stages. Each BN runs with its ReLU as one op: the
+// inner stages' BatchNorm2d::forward_relu, and the last BN, the add and the ReLU in forward_add_relu
+// (fused by cuDNN on the GPU, composed elsewhere).
 class ResidualBlock : public Module {
  public:
   Tensor forward(const Tensor& x) override;

@@ -63,8 +63,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   Tensor reserve;  // defined when cuDNN ran the forward: its backward then runs through cuDNN too
 #ifdef TANDEM_WITH_CUDA
   if (x.is_cuda() && training && backend().cudnn_batchnorm &&
-      !kernels::batchnorm_forward_train_cudnn(x.detach(), Tensor(), weight, bias, running_mean, running_var, momentum,
-                                              eps, y, save_mean, save_invstd, reserve))
+      !kernels::batchnorm_forward_train_cudnn(BatchNormTail::None, x.detach(), Tensor(), weight, bias, running_mean,
+                                              running_var, momentum, eps, y, save_mean, save_invstd, reserve))
     reserve = Tensor();
 #endif
   if (!reserve.defined())
@@ -91,8 +91,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                      // refuses, the kernels on recomputed statistics) must run, never the kernels below.
                      if (reserve.defined()) {
                        Tensor no_y, no_dz;  // the plain BN: no fused add/ReLU
-                       kernels::batchnorm_backward_train_cudnn(g[0], x2.view(shape), no_y, w, Tensor(), save_mean,
-                                                               save_invstd, reserve, eps, dx, no_dz, dw, db);
+                       kernels::batchnorm_backward_train_cudnn(BatchNormTail::None, g[0], x2.view(shape), no_y, w,
+                                                               Tensor(), save_mean, save_invstd, reserve, eps, dx,
+                                                               no_dz, dw, db);
                        return std::vector<Tensor>{dx, dw, db};
                      }
 #endif

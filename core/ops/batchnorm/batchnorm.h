@@ -24,7 +24,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 // the first H100 session (apps/results/2026-11-22-h100) measured the kernels at 13-27 % of copy
 // bandwidth, and resnet50 at 0.76x PyTorch with them against 0.97x with cuDNN; both paths pass
 // tests/gpu_opsa_parity.cpp. The kernels stay as the fallback and as the parity reference
-// (cudnn_batchnorm off). Also gates ops::batch_norm_add_relu's fused cuDNN path.
+// (cudnn_batchnorm off). Also gates the fused cuDNN paths of ops::batch_norm_relu and
+// ops::batch_norm_add_relu (batchnorm_relu.h).
 // Determinism: the cuDNN Developer Guide's "scaled atomic integer reduction that is deterministic"
 // (cudnnBatchNormMode_t, SPATIAL_PERSISTENT) is introduced by "The rest of this section applies for
 // NCHW mode only", so it says nothing about our NHWC calls. What covers them is the guide's

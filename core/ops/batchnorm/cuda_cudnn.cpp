@@ -1,7 +1,10 @@
 // core/ops/batchnorm/cuda_cudnn.cpp: training-mode batch norm through cuDNN's NHWC batch norm
 // (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), alone
-// (CUDNN_BATCHNORM_OPS_BN) or fused with a residual add and ReLU, y = relu(bn(x) + z)
-// (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: the ResNet block tail, ops::batch_norm_add_relu).
+// (CUDNN_BATCHNORM_OPS_BN), fused with a ReLU, y = relu(bn(x)) (CUDNN_BATCHNORM_OPS_BN_ACTIVATION:
+// every conv -> BN -> ReLU, ops::batch_norm_relu), or fused with a residual add and ReLU,
+// y = relu(bn(x) + z) (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: the ResNet block tail,
+// ops::batch_norm_add_relu). The three differ only in the ops enum, the activation descriptor and
+// the z/dz descriptors, so one forward and one backward serve them (ops::BatchNormTail picks).
 //
 // Used when BackendConfig::cudnn_batchnorm is on (core/backend.h, core/ops/batchnorm/batchnorm.h); the
 // hand-written kernels in batchnorm.cu stay the fallback and the reference. Checked against
@@ -20,7 +23,8 @@
 //    does not have to remain unchanged between the forward and backward pass").
 //  - The fast semi-persistent NHWC kernel needs "NHWC-fully packed" tensors (tandem's are
 //    contiguous) "of the type CUDNN_DATA_HALF", C a multiple of 4 for BN_ADD_ACTIVATION, and a
-//    non-NULL workspace. Other problems may run other cuDNN kernels or be refused.
+//    non-NULL workspace (BN_ACTIVATION: the same, but for the add). Other problems may run other
+//    cuDNN kernels or be refused.
 // Eval mode always uses the hand-written kernels (one elementwise pass; nothing for cuDNN to win).
 // cuDNN 9 marks this legacy API CUDNN_DEPRECATED (cudnn_ops.h; a warning only when the build
 // defines CUDNN_WARN_DEPRECATED). It is still shipped and is the API with the persistent NHWC
@@ -54,13 +58,32 @@ namespace {
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 
 // What ran, for tests and bench_ops (ops::BatchNormCudnnStats).
-std::atomic<int64_t> g_forward{0}, g_forward_fused{0}, g_backward{0}, g_backward_fused{0}, g_fallbacks{0};
+std::atomic<int64_t> g_forward{0}, g_forward_fused{0}, g_backward{0}, g_backward_fused{0}, g_fallbacks{0},
+    g_forward_relu{0}, g_backward_relu{0};
+
+// Per tail (indexed by ops::BatchNormTail): cuDNN's ops enum, the names in messages and the counters.
+struct TailInfo {
+  cudnnBatchNormOps_t ops;
+  const char* forward_name;
+  const char* backward_name;
+  std::atomic<int64_t>* forward_calls;
+  std::atomic<int64_t>* backward_calls;
+};
+const TailInfo& tail_info(ops::BatchNormTail tail) {
+  static const TailInfo info[3] = {
+      {CUDNN_BATCHNORM_OPS_BN, "forward", "backward", &g_forward, &g_backward},
+      {CUDNN_BATCHNORM_OPS_BN_ACTIVATION, "forward (BN_ACTIVATION)", "backward (BN_ACTIVATION)", &g_forward_relu,
+       &g_backward_relu},
+      {CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, "forward (BN_ADD_ACTIVATION)", "backward (BN_ADD_ACTIVATION)",
+       &g_forward_fused, &g_backward_fused},
+  };
+  return info[static_cast<int>(tail)];
+}
 
 // One line on stderr the first time each kind of refusal happens (a model repeats its shapes every
-// step, so more would flood the log); every refusal is counted. kind: 0 forward, 1 fused forward,
-// 2 backward, 3 fused backward.
+// step, so more would flood the log); every refusal is counted. kind: 2 * tail + (0 forward, 1 backward).
 void note_fallback(int kind, const char* what, const Tensor& x, const char* why) {
-  static std::atomic<bool> said[4] = {};
+  static std::atomic<bool> said[6] = {};
   g_fallbacks.fetch_add(1);
   if (said[kind].exchange(true)) return;
   std::fprintf(stderr, "tandem: cuDNN batch norm %s refused %s (%s): tandem's kernels run instead (noted once)\n",
@@ -101,7 +124,7 @@ bool describe(const Tensor& x, TensorDesc& xd, TensorDesc& pd) {
   return cudnnDeriveBNTensorDescriptor(pd.d, xd.d, kMode) == CUDNN_STATUS_SUCCESS;
 }
 
-// Owns a ReLU activation descriptor (the fused op), or holds none.
+// Owns a ReLU activation descriptor (the fused ops), or holds none.
 struct Activation {
   cudnnActivationDescriptor_t d = nullptr;
   explicit Activation(bool relu) {
@@ -124,21 +147,22 @@ void* param_or(const Tensor& t, Tensor& tmp, int64_t C, double value, const Devi
   return tmp.data_ptr();
 }
 
-// The backward without cuDNN, after a cuDNN forward whose backward cuDNN then refuses: dz = dy
-// where y > 0 or y is NaN (fused op; fn::ReluBackward, PyTorch's rule), then the kernels'
-// backward with the batch statistics recomputed from x. cuDNN's saved statistics are not reused:
+// The backward without cuDNN, after a cuDNN forward whose backward cuDNN then refuses: the ReLU's
+// gradient, dy where y > 0 or y is NaN (fused ops; fn::ReluBackward, PyTorch's rule; into dz for
+// AddRelu, whose add passes it on unchanged to both inputs), then the kernels' backward with the
+// batch statistics recomputed from x. cuDNN's saved statistics are not reused:
 // "The intermediate results stored in resultSaveMean and resultSaveInvVariance buffers should not be
 // used directly by the user. Depending on the batch normalization mode, the results stored in
 // resultSaveInvVariance may vary." (cuDNN Developer Guide, cudnnBatchNormalizationForwardTraining).
 // Costs one extra statistics pass and an x-sized scratch, on a path that should never be taken.
-void backward_kernels(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight, double eps,
-                      Tensor& dx, Tensor& dz, Tensor& dweight, Tensor& dbias) {
+void backward_kernels(ops::BatchNormTail tail, const Tensor& dy, const Tensor& x, const Tensor& y,
+                      const Tensor& weight, double eps, Tensor& dx, Tensor& dz, Tensor& dweight, Tensor& dbias) {
   const int64_t C = x.size(-1), M = x.numel() / C;
   Tensor dbn = dy;
-  if (y.defined()) {
-    if (!dz.defined()) dz = Tensor::empty(x.shape(), x.dtype(), x.device());
-    binary_cuda(binary_op<fn::ReluBackward>(), dy, y, dz, 1.0f, 1.0f);
-    dbn = dz;  // the residual add passes the gradient to both of its inputs unchanged
+  if (tail != ops::BatchNormTail::None) {
+    if (tail == ops::BatchNormTail::AddRelu && !dz.defined()) dz = Tensor::empty(x.shape(), x.dtype(), x.device());
+    dbn = tail == ops::BatchNormTail::AddRelu ? dz : Tensor::empty(x.shape(), x.dtype(), x.device());
+    binary_cuda(binary_op<fn::ReluBackward>(), dy, y, dbn, 1.0f, 1.0f);
   }
   Tensor mean = Tensor::empty({C}, DType::F32, x.device()), invstd = Tensor::empty({C}, DType::F32, x.device());
   Tensor scratch = Tensor::empty({M, C}, x.dtype(), x.device()), no_rm, no_rv;
@@ -150,20 +174,22 @@ void backward_kernels(const Tensor& dy, const Tensor& x, const Tensor& y, const 
 
 }  // namespace
 
-bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
-                                   Tensor& running_mean, Tensor& running_var, double momentum, double eps, Tensor& y,
-                                   Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) {
-  const bool fused = z.defined();
-  const char* what = fused ? "forward (BN_ADD_ACTIVATION)" : "forward";
-  const int kind = fused ? 1 : 0;
+bool batchnorm_forward_train_cudnn(ops::BatchNormTail tail, const Tensor& x, const Tensor& z, const Tensor& weight,
+                                   const Tensor& bias, Tensor& running_mean, Tensor& running_var, double momentum,
+                                   double eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd, Tensor& reserve) {
+  const bool fused = tail != ops::BatchNormTail::None, add = tail == ops::BatchNormTail::AddRelu;
+  TANDEM_CHECK(add == z.defined(), "batch_norm forward (cuDNN): a residual z goes with the add tail only");
+  const TailInfo& info = tail_info(tail);
+  const char* what = info.forward_name;
+  const int kind = 2 * static_cast<int>(tail);
   TensorDesc xd, pd;
   if (eps < CUDNN_BN_MIN_EPSILON || !describe(x, xd, pd)) {
     note_fallback(kind, what, x, "a dtype, rank or size it does not describe");
     return false;
   }
-  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  const cudnnBatchNormOps_t ops = info.ops;
   Activation act(fused);
-  cudnnTensorDescriptor_t zd = fused ? xd.d : nullptr;  // z has x's shape and dtype
+  cudnnTensorDescriptor_t zd = add ? xd.d : nullptr;  // z has x's shape and dtype
   cudnnHandle_t h = cuda::dnn_handle();
   size_t ws_bytes = 0, rs_bytes = 0;
   // The size queries have no side effects: any status but success means "not this problem".
@@ -195,7 +221,7 @@ bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tenso
   rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
   const float one = 1.0f, zero = 0.0f;
   st = cudnnBatchNormalizationForwardTrainingEx(
-      h, kMode, ops, &one, &zero, xd.d, x.data_ptr(), zd, fused ? z.data_ptr() : nullptr, xd.d, y.data_ptr(), pd.d,
+      h, kMode, ops, &one, &zero, xd.d, x.data_ptr(), zd, add ? z.data_ptr() : nullptr, xd.d, y.data_ptr(), pd.d,
       scale, shift, momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
       running_var.defined() ? running_var.data_ptr() : nullptr, eps, save_mean.data_ptr(), save_invstd.data_ptr(),
       act.d, workspace.data(), ws_bytes, rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
@@ -206,31 +232,34 @@ bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tenso
   }
   CUDNN_CHECK(st, "batch_norm ", what, " (cuDNN NHWC) on ", x.str(),
               ": BackendConfig::cudnn_batchnorm = false (core/backend.h) uses tandem's kernels");
-  (fused ? g_forward_fused : g_forward).fetch_add(1);
+  info.forward_calls->fetch_add(1);
   return true;
 }
 
-void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
-                                    const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
-                                    const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
-                                    Tensor& dbias) {
+void batchnorm_backward_train_cudnn(ops::BatchNormTail tail, const Tensor& dy, const Tensor& x, const Tensor& y,
+                                    const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
+                                    const Tensor& save_invstd, const Tensor& reserve, double eps, Tensor& dx,
+                                    Tensor& dz, Tensor& dweight, Tensor& dbias) {
   // cuDNN reads dy with x's descriptor ("Dimensions or data types mismatch for any pair of xDesc,
   // dyDesc, dxDesc" is BAD_PARAM); a mismatch would be a bug upstream, not something to convert.
   TANDEM_CHECK(dy.dtype() == x.dtype() && dy.shape() == x.shape(), "batch_norm backward: the gradient ", dy.str(),
                " must have the input's shape and dtype ", x.str());
-  const bool fused = y.defined();
-  const char* what = fused ? "backward (BN_ADD_ACTIVATION)" : "backward";
-  const int kind = fused ? 3 : 2;
+  const bool fused = tail != ops::BatchNormTail::None, add = tail == ops::BatchNormTail::AddRelu;
+  TANDEM_CHECK(!fused || (y.defined() && y.shape() == x.shape()),
+               "batch_norm backward (cuDNN): a fused ReLU needs the forward's output y");
+  const TailInfo& info = tail_info(tail);
+  const char* what = info.backward_name;
+  const int kind = 2 * static_cast<int>(tail) + 1;
   const char* refused = nullptr;  // why cuDNN did not run, when it did not
   TensorDesc xd, pd;
-  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  const cudnnBatchNormOps_t ops = info.ops;
   Activation act(fused);
   cudnnTensorDescriptor_t yd = nullptr, dzd = nullptr;
   size_t ws_bytes = 0;
   if (!describe(x, xd, pd)) {  // cannot happen after a cuDNN forward on this x; kept for safety
     refused = "a dtype, rank or size it does not describe";
   } else {
-    yd = fused ? xd.d : nullptr, dzd = fused ? xd.d : nullptr;
+    yd = fused ? xd.d : nullptr, dzd = add ? xd.d : nullptr;
     cudnnStatus_t st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(cuda::dnn_handle(), kMode, ops, xd.d, yd,
                                                                          xd.d, dzd, xd.d, pd.d, act.d, &ws_bytes);
     if (st != CUDNN_STATUS_SUCCESS) refused = cudnnGetErrorString(st);
@@ -245,7 +274,7 @@ void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
     void* scale = param_or(weight, ones, C, 1.0, x.device());
     // "bnBiasData ... This parameter is used only when activation should be performed."
     void* shift = fused ? param_or(bias, zeros, C, 0.0, x.device()) : nullptr;
-    if (fused && !dz.defined()) dz = Tensor::empty(x.shape(), x.dtype(), x.device());
+    if (add && !dz.defined()) dz = Tensor::empty(x.shape(), x.dtype(), x.device());
     void* dxp = dx.defined() ? dx.data_ptr() : (dx_tmp = Tensor::empty(x.shape(), x.dtype(), x.device())).data_ptr();
     void* dwp = dweight.defined() ? dweight.data_ptr() : (dw_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
     void* dbp = dbias.defined() ? dbias.data_ptr() : (db_tmp = Tensor::empty({C}, DType::F32, x.device())).data_ptr();
@@ -254,11 +283,11 @@ void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
     const size_t rs_bytes = static_cast<size_t>(reserve.numel()) * 8;
     cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
         cuda::dnn_handle(), kMode, ops, &one, &zero, &one, &zero, xd.d, x.data_ptr(), yd,
-        fused ? y.data_ptr() : nullptr, xd.d, dy.data_ptr(), dzd, fused ? dz.data_ptr() : nullptr, xd.d, dxp, pd.d,
+        fused ? y.data_ptr() : nullptr, xd.d, dy.data_ptr(), dzd, add ? dz.data_ptr() : nullptr, xd.d, dxp, pd.d,
         scale, shift, dwp, dbp, eps, save_mean.data_ptr(), save_invstd.data_ptr(), act.d, workspace.data(), ws_bytes,
         rs_bytes ? reserve.data_ptr() : nullptr, rs_bytes);
     if (st == CUDNN_STATUS_SUCCESS) {
-      (fused ? g_backward_fused : g_backward).fetch_add(1);
+      info.backward_calls->fetch_add(1);
       return;
     }
     if (st != CUDNN_STATUS_NOT_SUPPORTED)
@@ -267,11 +296,12 @@ void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Ten
     refused = cudnnGetErrorString(st);
   }
   note_fallback(kind, what, x, refused);
-  backward_kernels(dy, x, y, weight, eps, dx, dz, dweight, dbias);
+  backward_kernels(tail, dy, x, y, weight, eps, dx, dz, dweight, dbias);
 }
 
 ops::BatchNormCudnnStats batchnorm_cudnn_stats() {
-  return {g_forward.load(), g_forward_fused.load(), g_backward.load(), g_backward_fused.load(), g_fallbacks.load()};
+  return {g_forward.load(),   g_forward_fused.load(), g_backward.load(),     g_backward_fused.load(),
+          g_fallbacks.load(), g_forward_relu.load(),  g_backward_relu.load()};
 }
 
 }  // namespace tandem::kernels

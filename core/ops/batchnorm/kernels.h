@@ -32,23 +32,25 @@ void batchnorm_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor&
 void batchnorm_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                              const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias);
 // Training mode through cuDNN's NHWC batch norm (core/ops/batchnorm/cuda_cudnn.cpp). x is the
-// unflattened [N, H, W, C] or [N, C] input; semantics as above. With z defined (x's shape and
-// dtype) the forward is the fused y = relu(bn(x) + z), and the backward, given that y, also
-// writes dz (the gradient of the residual). reserve is cuDNN's opaque reserve space, written by
-// the forward and read by the backward; save_mean/save_invstd are cuDNN's own too (opaque: only
-// this backward reads them). The forward returns false, having written nothing, when cuDNN does
-// not take the problem: the caller runs the kernels above (and add/relu) instead. The backward
-// always delivers: if cuDNN refuses it, the kernels run on statistics recomputed from x (and
-// dz = dy where y > 0 or y is NaN for the fused op: fn::ReluBackward). Undefined dx/dweight/dbias
-// are not returned; dz is allocated when undefined (fused op).
-bool batchnorm_forward_train_cudnn(const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
-                                   Tensor& running_mean, Tensor& running_var, double momentum, double eps, Tensor& y,
-                                   Tensor& save_mean, Tensor& save_invstd, Tensor& reserve);
-// y undefined: the plain BN backward (dz untouched). y defined: the fused op's backward.
-void batchnorm_backward_train_cudnn(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight,
-                                    const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
-                                    const Tensor& reserve, double eps, Tensor& dx, Tensor& dz, Tensor& dweight,
-                                    Tensor& dbias);
+// unflattened [N, H, W, C] or [N, C] input; semantics as above. `tail` picks what the same call
+// does after the normalisation (ops::BatchNormTail): None, y = relu(bn(x)) (Relu), or
+// y = relu(bn(x) + z) (AddRelu; z has x's shape and dtype, undefined otherwise). The backward, given
+// the forward's tail and its y, also applies the ReLU's gradient and, for AddRelu, writes dz (the
+// gradient of the residual). reserve is cuDNN's opaque reserve space (the ReLU mask), written by the
+// forward and read by the backward; save_mean/save_invstd are cuDNN's own too (opaque: only this
+// backward reads them). The forward returns false, having written nothing, when cuDNN does not take
+// the problem: the caller runs the kernels above (and the ReLU, the add) instead. The backward
+// always delivers: if cuDNN refuses it, the kernels run on statistics recomputed from x (and the
+// ReLU's gradient is dy where y > 0 or y is NaN: fn::ReluBackward). Undefined dx/dweight/dbias are
+// not returned; dz is allocated when undefined (AddRelu).
+bool batchnorm_forward_train_cudnn(ops::BatchNormTail tail, const Tensor& x, const Tensor& z, const Tensor& weight,
+                                   const Tensor& bias, Tensor& running_mean, Tensor& running_var, double momentum,
+                                   double eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd, Tensor& reserve);
+// y: the forward's output (read for the ReLU's gradient); ignored (may be undefined) for None.
+void batchnorm_backward_train_cudnn(ops::BatchNormTail tail, const Tensor& dy, const Tensor& x, const Tensor& y,
+                                    const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
+                                    const Tensor& save_invstd, const Tensor& reserve, double eps, Tensor& dx,
+                                    Tensor& dz, Tensor& dweight, Tensor& dbias);
 ops::BatchNormCudnnStats batchnorm_cudnn_stats();  // see core/ops/batchnorm/types.h
 #endif
 

@@ -6,6 +6,11 @@
 // conv_bias_fusion, conv.h), else in place into the conv output (ops::add_, a vectorised broadcast on CUDA) inside the
 // same op, so there is no second activation-sized tensor and no separate add node either way; its
 // gradient is the column sum of dy (sum_to_trailing: a 2-D partials + finish reduction on CUDA).
+// dx adds into the gradient already pending for x when autograd offers one (autograd::
+// pending_gradient: x also feeds another branch, as a ResNet block's input feeds its shortcut):
+// cuDNN's backward data with beta = 1 on CUDA, so the engine's separate add pass disappears. The
+// CPU computes dx and adds it in (ops::add_): the engine's order, so the engine's bits; so does a
+// CUDA problem for which no beta = 1 plan exists.
 #include "core/ops/conv/conv.h"
 
 #include <atomic>
@@ -19,7 +24,8 @@
 namespace tandem::ops {
 namespace {
 
-std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};  // conv_bias_fusion_stats
+std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};           // conv_bias_fusion_stats
+std::atomic<int64_t> g_dgrad_in_kernel{0}, g_dgrad_added{0};       // conv_dgrad_accumulate_stats
 
 kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   TANDEM_CHECK(x.dim() == 4, "conv2d: input must be NHWC [N, H, W, C], got ", shape_str(x.shape()));
@@ -46,9 +52,23 @@ kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams&
 }
 
 Tensor backward_data(const kernels::ConvGeom& g, const Tensor& dy, const Tensor& w) {
-  Tensor dx = Tensor::empty({g.n, g.h, g.w, g.c}, dy.dtype(), dy.device());
+  const Shape shape{g.n, g.h, g.w, g.c};
+  Tensor pending = autograd::pending_gradient(0, shape, dy.dtype(), dy.device());  // x is input 0
+  bool accumulated = false;
+#ifdef TANDEM_WITH_CUDA
+  if (pending.defined() && dy.is_cuda())
+    TANDEM_BACKEND(dy, (void)0, accumulated = kernels::conv2d_backward_data_accumulate_cuda(g, dy, w, pending));
+#endif
+  if (accumulated) {
+    g_dgrad_in_kernel.fetch_add(1);
+    return pending;
+  }
+  Tensor dx = Tensor::empty(shape, dy.dtype(), dy.device());
   TANDEM_BACKEND(dy, kernels::conv2d_backward_data_cpu(g, dy, w, dx), kernels::conv2d_backward_data_cuda(g, dy, w, dx));
-  return dx;
+  if (!pending.defined()) return dx;
+  add_(pending, dx);  // pending + dx, as the engine would add them
+  g_dgrad_added.fetch_add(1);
+  return pending;
 }
 
 Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor& dy) {
@@ -61,6 +81,7 @@ Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor
 }  // namespace
 
 ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
+ConvDgradAccumulateStats conv_dgrad_accumulate_stats() { return {g_dgrad_in_kernel.load(), g_dgrad_added.load()}; }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   check_same_device(x, w, "conv2d");

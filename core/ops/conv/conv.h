@@ -37,4 +37,14 @@ struct ConvBiasFusionStats {
 };
 ConvBiasFusionStats conv_bias_fusion_stats();
 
+// How many conv2d backward-data calls added dx into a gradient autograd had pending for the input
+// (autograd::pending_gradient, BackendConfig::fused_grad_accumulation): in the kernel (cuDNN's
+// beta = 1), or by computing dx and adding it (the CPU, or a CUDA problem without a beta = 1 plan).
+// The GPU tests read it, so that "no separate add" cannot pass while the add still runs.
+struct ConvDgradAccumulateStats {
+  int64_t in_kernel = 0;
+  int64_t added = 0;
+};
+ConvDgradAccumulateStats conv_dgrad_accumulate_stats();
+
 }  // namespace tandem::ops

@@ -15,6 +15,10 @@
 // runtime-fusion engines take such graphs (compiled with NVRTC when the plan is built) and not for
 // every shape and dtype: a problem without a fused engine is remembered and runs the plain forward,
 // and the caller adds the bias (core/ops/conv/conv.cpp).
+// Backward data that accumulates (conv2d_backward_data_accumulate_cuda, autograd's pending gradient:
+// dx += dgrad) is the backward-data node with beta = 1 instead of 0: cuDNN blends the existing dx
+// in the epilogue, in f32 before the one rounding. A problem for which no engine finalizes such a
+// plan is remembered and answered with false; the caller computes dx fresh and adds it.
 //
 // Layout: cuDNN dimensions are always in N, C, H, W order; NHWC is said with strides
 // ([H W C, 1, W C, C]) and the OHWI filter likewise ([KH KW Cg, 1, KW Cg, Cg]). Groups are implied
@@ -53,11 +57,11 @@
 namespace tandem::kernels {
 namespace {
 
-enum class ConvOp : int64_t { Forward, BackwardData, BackwardFilter, ForwardBias };
+enum class ConvOp : int64_t { Forward, BackwardData, BackwardFilter, ForwardBias, BackwardDataAccumulate };
 
 // What differs between the three operations is only which descriptor type and attribute names
 // they use; the roles (x-shaped, w-shaped, y-shaped tensor, conv descriptor, alpha, beta) are the
-// same. Indexed by ConvOp (ForwardBias uses Forward's).
+// same. Indexed by ConvOp (ForwardBias uses Forward's, BackwardDataAccumulate BackwardData's).
 struct OpAttrs {
   const char* name;  // for error messages
   cudnnBackendDescriptorType_t type;
@@ -212,12 +216,13 @@ bool pick_plan(cudnnHandle_t handle, const DescPtr& graph, cudnnBackendHeurMode_
   return false;
 }
 
-// Builds the plan; for ForwardBias, a plan whose `plan` is null when no engine takes the graph.
+// Builds the plan; for ForwardBias and BackwardDataAccumulate, a plan whose `plan` is null when no
+// engine takes the graph.
 Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, const int64_t align[4]) {
   cudnnHandle_t handle = cuda::dnn_handle();
   cudnnDataType_t t = dnn_type(dt);
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // f32 accumulation for every dtype
-  const bool fused = op == ConvOp::ForwardBias;
+  const bool fused = op == ConvOp::ForwardBias, accumulate = op == ConvOp::BackwardDataAccumulate;
   const int64_t cg = g.c / g.p.groups;
   DescPtr x = tensor(1, t, g.n, g.h, g.w, g.c, align[0]);
   DescPtr w = tensor(2, t, g.o, g.kh, g.kw, cg, align[1]);  // OHWI is NHWC-shaped: (O, KH, KW, Cg)
@@ -238,8 +243,10 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
   set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
   CUDNN_CHECK(cudnnBackendFinalize(conv->d));
 
-  const float alpha = 1.0f, beta = 0.0f;  // outputs are overwritten, never accumulated into
-  const OpAttrs& a = kOpAttrs[static_cast<int>(fused ? ConvOp::Forward : op)];
+  // Outputs are overwritten (beta = 0), except where dx accumulates (beta = 1: dx = dgrad + dx).
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const ConvOp base = fused ? ConvOp::Forward : accumulate ? ConvOp::BackwardData : op;
+  const OpAttrs& a = kOpAttrs[static_cast<int>(base)];
   auto node = std::make_shared<Desc>(a.type);
   set_desc(node, a.x, x);
   set_desc(node, a.w, w);
@@ -280,7 +287,7 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
 
   bool ok = pick_plan(handle, graph, CUDNN_HEUR_MODE_A, filter, p) ||
             pick_plan(handle, graph, CUDNN_HEUR_MODE_FALLBACK, filter, p);
-  if (fused && !ok) return Plan{};
+  if ((fused || accumulate) && !ok) return Plan{};
   TANDEM_CHECK(ok, "cuDNN has no engine for conv2d ", a.name, " (", dtype_name(dt), ", x [",
                g.n, ", ", g.h, ", ", g.w, ", ", g.c, "], w [", g.o, ", ", g.kh, ", ", g.kw, ", ", cg, "], groups ",
                g.p.groups, filter.f32_strict ? ", TF32 disabled" : "", filter.deterministic ? ", deterministic" : "",
@@ -289,26 +296,36 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
   return p;
 }
 
-// One stderr line the first time a conv + bias problem gets no fused plan (later ones are only
-// counted, by ops::conv_bias_fusion_stats): the run still computes the same values, slower.
-void note_no_fusion(const ConvGeom& g, DType dt, const char* why) {
-  static std::atomic<bool> said{false};
+// One stderr line the first time (per `said`) a problem gets no plan for `what`: the run still computes
+// the same values `instead`, slower; later ones are only counted (ops::conv_bias_fusion_stats,
+// conv_dgrad_accumulate_stats).
+void note_once(std::atomic<bool>& said, const char* what, const ConvGeom& g, DType dt, const char* why,
+               const char* instead) {
   if (said.exchange(true)) return;
   std::fprintf(stderr,
-               "tandem: cuDNN fused conv + bias not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld "
-               "filters (%s): plain conv + bias add instead (noted once)\n",
-               dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h), static_cast<long long>(g.w),
-               static_cast<long long>(g.c), static_cast<long long>(g.o), static_cast<long long>(g.kh),
-               static_cast<long long>(g.kw), why);
+               "tandem: cuDNN %s not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld filters (%s): "
+               "%s instead (noted once)\n",
+               what, dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h),
+               static_cast<long long>(g.w), static_cast<long long>(g.c), static_cast<long long>(g.o),
+               static_cast<long long>(g.kh), static_cast<long long>(g.kw), why, instead);
+}
+void note_no_fusion(const ConvGeom& g, DType dt, const char* why) {
+  static std::atomic<bool> said{false};
+  note_once(said, "fused conv + bias", g, dt, why, "plain conv + bias add");
+}
+void note_no_accumulate(const ConvGeom& g, DType dt) {
+  static std::atomic<bool> said{false};
+  note_once(said, "backward data with beta = 1", g, dt, "no engine takes it", "dx computed fresh and added");
 }
 
 // Runs op on the compute stream. bias: ForwardBias only. Returns false only for ForwardBias without a
-// working fused plan (y is then garbage or untouched: the caller's plain forward overwrites it);
-// every other failure throws.
+// working fused plan (y is then garbage or untouched: the caller's plain forward overwrites it) and
+// for BackwardDataAccumulate without a plan (nothing written); every other failure throws, an
+// accumulating run that fails to execute too (dx may be half-written: no recovery from that).
 bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const Tensor& ys,
          const Tensor& bias = Tensor()) {
   if (g.n == 0) return true;  // nothing to compute, and an empty y has no bias to add
-  const bool fused = op == ConvOp::ForwardBias;
+  const bool fused = op == ConvOp::ForwardBias, optional = fused || op == ConvOp::BackwardDataAccumulate;
   const DType dt = xs.dtype();
   const BackendConfig be = backend();
   const EngineFilter filter{dt == DType::F32 && !be.allow_tf32, be.deterministic, be.conv_workspace_limit};
@@ -324,8 +341,15 @@ bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
   auto it = plans().find(key);
   if (it == plans().end()) {
     Plan built;
-    if (!fused) {
+    if (!optional) {
       built = build(g, op, dt, filter, align);
+    } else if (!fused) {  // accumulate: an engine-less problem is answered with false, the caller adds
+      try {
+        built = build(g, op, dt, filter, align);
+      } catch (const Error&) {
+        built = Plan{};
+      }
+      if (!built.plan) note_no_accumulate(g, dt);
     } else {
       try {  // an attribute this cuDNN rejects means no fused plan, not a failed conv
         built = build(g, op, dt, filter, align);
@@ -373,6 +397,9 @@ bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& 
 }
 void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
   run(ConvOp::BackwardData, g, dx, w, dy);
+}
+bool conv2d_backward_data_accumulate_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  return run(ConvOp::BackwardDataAccumulate, g, dx, w, dy);
 }
 void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw) {
   run(ConvOp::BackwardFilter, g, x, dw, dy);

@@ -4,7 +4,10 @@
 // correlation (no kernel flip), as in every DL framework. Group g reads input channels
 // [g C/groups, (g+1) C/groups) and writes output channels [g O/groups, (g+1) O/groups).
 // The op layer (core/ops/conv/conv.cpp) validates shapes and fills ConvGeom; these functions only
-// compute. Every output is overwritten (=), never accumulated into: dx and dw are fresh tensors.
+// compute. Every output is overwritten (=), never accumulated into, except by
+// conv2d_backward_data_accumulate_cuda: dx += dgrad (cuDNN's beta = 1), for autograd's pending
+// gradient (core/ops/conv/conv.cpp); it returns false, having written nothing, where no engine takes
+// beta = 1 for the problem (the caller then computes dx fresh and adds it).
 // Bias: conv2d_forward_bias_cuda fuses it into cuDNN's graph where an engine takes it and returns
 // false where none does (y must then be recomputed: conv.cpp runs the plain forward and the
 // broadcast add, as it does everywhere else).
@@ -30,6 +33,7 @@ void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor
 void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y);
 bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
+bool conv2d_backward_data_accumulate_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
 #endif
 
