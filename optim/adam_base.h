@@ -8,7 +8,8 @@
 // and the device-side LR, from device memory (capturable, optim/kernels/adamw.h). Segments are
 // grouped by (dtype, device) only: each block computes its own segment's bias corrections, so
 // segments at different step counts share one launch and the chunk table never changes between
-// steps - a model on one GPU in one dtype is one group.
+// steps - a model on one GPU in one dtype is one group (under AMP also by the 16-bit copy's dtype:
+// the masters of 16-bit parameters, and BatchNorm's f32 parameters without a copy).
 #pragma once
 #include <memory>
 #include <string>

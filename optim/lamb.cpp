@@ -5,6 +5,7 @@
 
 #include "core/ops/common/dispatch.h"
 #include "optim/kernels/lamb.h"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim {
 
@@ -84,7 +85,11 @@ void LAMB::update_cpu(std::vector<std::vector<Slot*>>& groups) {
         T* p = s->seg.param.data<T>();
         const T* m = s->bufs[0].data<T>();
         const T* v = s->bufs[1].data<T>();
-        for (int64_t i = 0; i < s->seg.param.numel(); ++i) p[i] -= step * k.direction(m[i], v[i], p[i]);
+        const kernels::LowWriter low(s->seg.low);
+        for (int64_t i = 0; i < s->seg.param.numel(); ++i) {
+          p[i] -= step * k.direction(m[i], v[i], p[i]);
+          low.put(i, p[i]);
+        }
       });
 }
 
@@ -99,7 +104,7 @@ void LAMB::update_cuda(std::vector<std::vector<Slot*>>& groups, const Tensor& fo
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     ts.push_back(device_tensors(groups[gi]));
     kernels::lamb_phase1_cuda(group_state(gi), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi], k, lr(), flag,
-                              sums.data<float>());
+                              sums.data<float>());  // phase 1 changes no weight: no low copy
   }
   if (opt_.norm_reduce) {
     const std::vector<float> local = sums.to_vector();  // the one host round trip, only with a host hook
@@ -114,7 +119,7 @@ void LAMB::update_cuda(std::vector<std::vector<Slot*>>& groups, const Tensor& fo
   }
   for (size_t gi = 0; gi < groups.size(); ++gi)
     kernels::lamb_phase2_cuda(group_state(gi), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi], k, lr(), flag,
-                              sums.data<float>());
+                              sums.data<float>(), kernels::low_kind(groups[gi][0]->seg.low));
 #else
   (void)groups;
   (void)found_inf;

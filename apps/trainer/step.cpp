@@ -9,6 +9,7 @@
 #include "core/autograd.h"         // defines: NoGradGuard
 #include "core/check.h"            // defines: TANDEM_CHECK
 #include "core/ops/copy/copy.h"         // defines: cast_raw (AMP inputs)
+#include "core/ops/copy/launch_count.h"  // defines: cast_launches, gemm_launches
 #include "core/ops/elementwise/elementwise.h"  // defines: scale, add
 #include "core/ops/finite/finite.h"       // defines: count_nonfinite
 #include "optim/clip.h"                    // defines: grad_norm, clip_grad_norm (TP)
@@ -198,8 +199,7 @@ bool Step::update_capturable(StepResult& r) {
   comm_.all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
   groups_->set_grads(amp_->master->master_grads());
   if (clipper_) clipper_->clip(groups_->grads());  // a non-finite norm leaves the gradients alone
-  groups_->step(flag);
-  amp_->master->copy_to_model(flag);
+  groups_->step(flag);  // writes the 16-bit parameters too, skipped alike (optim/amp.h)
   scaler.update_on_device();
   if (!read_back) return true;
   const int64_t skipped = scaler.skipped_steps();
@@ -334,14 +334,26 @@ void Step::check_state_finite(const optim::NamedTensors& state) {
   trainer::check_state_finite(bad, steps_done_, "write to a checkpoint", options_.names);
 }
 
+namespace {
+// What the step between two snapshots of the launch counters launched.
+LaunchCounts launches_between(const ops::LaunchCounter::Counts& casts0, const ops::LaunchCounter::Counts& gemms0) {
+  using C = ops::LaunchCounter;
+  const C::Counts casts = C::minus(ops::cast_launches().snapshot(), casts0);
+  const C::Counts gemms = C::minus(ops::gemm_launches().snapshot(), gemms0);
+  return {C::total(casts), C::count(gemms, DType::F32, DType::F32), C::total(gemms), C::summary(casts)};
+}
+}  // namespace
+
 StepResult Step::run(const ForwardLoss& forward_loss) {
   if (graph_) return run_graphed(forward_loss);
+  const ops::LaunchCounter::Counts casts0 = ops::cast_launches().snapshot(), gemms0 = ops::gemm_launches().snapshot();
   const Clock::time_point start = Clock::now();
   zero_grad();
   for (int m = 0; m < options_.grad_accum_steps; ++m) backward(forward_loss(m));
   const double issue_ms = ms_since(start);
   StepResult r = update();
   r.host_ms += issue_ms;
+  r.launches = last_launches_ = launches_between(casts0, gemms0);
   return r;
 }
 

@@ -20,13 +20,14 @@
 
 namespace tandem::optim::kernels {
 
-// One chunk of one segment. 56 bytes, no padding (DeviceTable compares bytes).
+// One chunk of one segment. 64 bytes, no padding (DeviceTable compares bytes).
 struct AdamChunk {
   void* param;
   const void* grad;
   void* exp_avg;
   void* exp_avg_sq;
   const float* step;  // the segment's update count
+  void* low;          // the segment's 16-bit copy (not offset); null: none
   int64_t start;
   int32_t len;
   int32_t param_index;

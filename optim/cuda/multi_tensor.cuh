@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/ops/common/cuda/dispatch.cuh"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim::kernels {
 
@@ -84,6 +85,20 @@ void advance_counts(DeviceTable& table, int device, const std::vector<float*>& c
 // True when the step is skipped: every thread of every block reads the same flag (it does not
 // change during the launch), so an early return is uniform over a block.
 __device__ __forceinline__ bool skip_step(const float* found_inf) { return found_inf && *found_inf != 0.f; }
+
+// The 16-bit working copy's store (optim/kernels/low_copy.h): element i of `low` (already offset to
+// the chunk; null: no copy) = v rounded to nearest even, as core's cast kernel rounds. `kind` is a
+// launch argument, the same for every thread: the branch is uniform.
+__device__ __forceinline__ void store_low(void* low, int i, float v, LowKind kind) {
+  if (!low) return;
+  if (kind == LowKind::BF16) static_cast<__nv_bfloat16*>(low)[i] = cuda::from_float<__nv_bfloat16>(v);
+  else if (kind == LowKind::F16) static_cast<__half*>(low)[i] = cuda::from_float<__half>(v);
+}
+
+// The chunk's part of a segment's low copy (2-byte elements either kind; null stays null).
+__device__ __forceinline__ void* low_at(void* low, int64_t start) {
+  return low ? static_cast<uint16_t*>(low) + start : nullptr;
+}
 
 // Calls f(start, len) for each chunk of a tensor of n elements, in order.
 template <typename F>

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim::kernels {
 
@@ -27,6 +28,7 @@ struct AdamTensor {
   float* step;          // the segment's update count (0-d f32): this step is t = *step + 1
   int64_t numel;
   int64_t param_index;  // LAMB only: which entry of the per-parameter norm sums this segment adds to
+  void* low;            // the 16-bit working copy written with the update (f32 param); null: none
 };
 
 // The hyper-parameters that stay fixed for a run: kernel arguments. f32 copies for the element
@@ -52,8 +54,9 @@ struct AdamHyper {
 // Updates every segment in `ts` (one dtype, one device) with ONE launch on the compute stream, then
 // advances their counts (a second, tiny launch). Skipped on the device where found_inf (null: never)
 // is nonzero. `group` caches the device state between steps; `lr` is written to it when it changed.
+// `low`: the kind of every segment's 16-bit copy (optim/kernels/low_copy.h), one per launch.
 void adamw_step_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int device, const std::vector<AdamTensor>& ts,
-                     const AdamConst& k, double lr, const float* found_inf);
+                     const AdamConst& k, double lr, const float* found_inf, LowKind low);
 // Writes a new LR to the group's device copy now (outside any graph capture), so that a replayed
 // step reads it; a no-op before the group's first step (that step writes it).
 void adam_set_lr_cuda(const std::shared_ptr<AdamCudaGroup>& group, double lr);

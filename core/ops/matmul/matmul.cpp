@@ -13,6 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/ops/common/dispatch.h"
+#include "core/ops/copy/launch_count.h"
 #include "core/ops/elementwise/elementwise.h"
 #include "core/ops/elementwise/kernels.h"
 #include "core/ops/matmul/kernels.h"
@@ -22,6 +23,7 @@ namespace {
 
 bool run_gemm(const kernels::GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const Tensor& aux) {
   bool fused = false;
+  gemm_launches().add(a.dtype(), c.dtype());  // both backends: the CPU counts what the GPU runs
   TANDEM_BACKEND(a, fused = kernels::gemm_cpu(g, a, b, c, aux), fused = kernels::gemm_cuda(g, a, b, c, aux));
   return fused;
 }
