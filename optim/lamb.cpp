@@ -78,7 +78,9 @@ void LAMB::update_cpu(std::vector<std::vector<Slot*>>& groups) {
   for (auto& group : groups)
     for (Slot* s : group)
       TANDEM_CPU_FLOAT_TYPES(s->seg.param.dtype(), T, [&] {
-        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, count_of(*s));
+        // The count phase 1 advanced, read in place (count_of's item() would be a cast the GPU never runs).
+        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay,
+                               static_cast<int64_t>(*s->step.data<float>()));
         const double wn = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index)]);
         const double un = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index + 1)]);
         const T step = static_cast<T>(lr() * (wn > 0 && un > 0 ? wn / un : 1.0));
