@@ -167,9 +167,10 @@ TEST_CASE("LaunchCounter: snapshots subtract per dtype pair, the summary names n
   CHECK(c.total() == 0);
 }
 
-TEST_CASE("an AMP bf16 step of a BERT encoder launches no weight cast and no f32 GEMM") {
+namespace {
+BertConfig tiny_bert(int64_t vocab) {
   BertConfig c;
-  c.vocab_size = 48;  // a multiple of 8: every 16-bit GEMM keeps tensor-core alignment on the GPU
+  c.vocab_size = vocab;
   c.hidden_size = 32;
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
@@ -177,7 +178,20 @@ TEST_CASE("an AMP bf16 step of a BERT encoder launches no weight cast and no f32
   c.max_position_embeddings = 16;
   c.hidden_dropout_prob = 0.1;
   c.attention_probs_dropout_prob = 0.1;
-  models::BertForMaskedLM m(c, 7);
+  return c;
+}
+
+Tensor tokens() { return Tensor::from_vector_i64({5, 1, 7, 9, 1, 3, 1, 6, 8, 1, 2, 4, 1, 11, 12, 13}, {2, 8}); }
+Tensor attention_mask() { return Tensor::from_vector_i64({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, {2, 8}); }
+Tensor mlm_labels() {
+  return Tensor::from_vector_i64({-100, 20, -100, -100, 21, -100, 22, -100, -100, 23, -100, -100, 24, -100, -100, -100},
+                                 {2, 8});
+}
+}  // namespace
+
+TEST_CASE("an AMP bf16 step of a BERT encoder launches no weight cast and no f32 GEMM") {
+  // vocab 48, a multiple of 8: every 16-bit GEMM keeps tensor-core alignment on the GPU.
+  models::BertForMaskedLM m(tiny_bert(48), 7);
   m.train();
   cast_for_amp(m, DType::BF16);
   optim::MasterWeights mw(optim::segments_from_parameters(m.named_parameters()));
@@ -189,12 +203,10 @@ TEST_CASE("an AMP bf16 step of a BERT encoder launches no weight cast and no f32
     optim::LossScalerOptions so;
     so.enabled = false;  // bf16
     optim::LossScaler scaler(so);
-    Tensor x = Tensor::from_vector_i64({5, 1, 7, 9, 1, 3, 1, 6, 8, 1, 2, 4, 1, 11, 12, 13}, {2, 8});
-    Tensor mask = Tensor::from_vector_i64({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, {2, 8});
-    Tensor labels = Tensor::from_vector_i64(
-        {-100, 20, -100, -100, 21, -100, 22, -100, -100, 23, -100, -100, 24, -100, -100, -100}, {2, 8});
+    const Tensor x = tokens(), mask = attention_mask(), labels = mlm_labels();
     for (int step = 0; step < 2; ++step) {
       const auto casts0 = ops::cast_launches().snapshot(), gemms0 = ops::gemm_launches().snapshot();
+      const auto misaligned0 = ops::misaligned_gemm_launches().snapshot();
       opt->zero_grad();
       for (auto& [name, p] : m.named_parameters())
         if (p.grad().defined()) p.grad().fill_(0.0);
@@ -210,10 +222,27 @@ TEST_CASE("an AMP bf16 step of a BERT encoder launches no weight cast and no f32
       // Every matmul in bf16 (core/autocast.h: linear/matmul Low), none in f32.
       CHECK(ops::LaunchCounter::count(gemms, DType::F32, DType::F32) == 0);
       CHECK(ops::LaunchCounter::count(gemms, DType::BF16, DType::BF16) > 0);
+      CHECK(ops::LaunchCounter::total(ops::LaunchCounter::minus(ops::misaligned_gemm_launches().snapshot(),
+                                                                 misaligned0)) == 0);
       // The model's 16-bit weights are the rounded masters, bit for bit.
       const auto ms = mw.master_segments();
       for (const auto& s : ms)
         if (s.low.defined()) REQUIRE(same_bits(s.low, ops::cast_raw(s.param, DType::BF16)));
     }
+  }
+}
+
+TEST_CASE("a vocabulary that is not a multiple of 8 makes the MLM decoder's bf16 GEMMs misaligned for tensor cores") {
+  // issue 17.4: bert's 30522-token decoder (30522 % 8 = 2). Vocab 42 here: the decoder's forward,
+  // its input gradient and its weight gradient each have a 42-element row; the encoder's do not.
+  for (int64_t vocab : {int64_t{42}, int64_t{48}}) {
+    CAPTURE(vocab);
+    models::BertForMaskedLM m(tiny_bert(vocab), 7);
+    cast_for_amp(m, DType::BF16);
+    const auto before = ops::misaligned_gemm_launches().snapshot();
+    m.mlm_loss(tokens(), attention_mask(), Tensor(), mlm_labels()).backward();
+    const int64_t n =
+        ops::LaunchCounter::total(ops::LaunchCounter::minus(ops::misaligned_gemm_launches().snapshot(), before));
+    CHECK(n == (vocab % 8 == 0 ? 0 : 3));
   }
 }

@@ -336,24 +336,36 @@ void Step::check_state_finite(const optim::NamedTensors& state) {
 
 namespace {
 // What the step between two snapshots of the launch counters launched.
-LaunchCounts launches_between(const ops::LaunchCounter::Counts& casts0, const ops::LaunchCounter::Counts& gemms0) {
+struct LaunchSnapshot {
+  ops::LaunchCounter::Counts casts = ops::cast_launches().snapshot();
+  ops::LaunchCounter::Counts gemms = ops::gemm_launches().snapshot();
+  ops::LaunchCounter::Counts misaligned = ops::misaligned_gemm_launches().snapshot();
+};
+
+LaunchCounts launches_since(const LaunchSnapshot& before) {
   using C = ops::LaunchCounter;
-  const C::Counts casts = C::minus(ops::cast_launches().snapshot(), casts0);
-  const C::Counts gemms = C::minus(ops::gemm_launches().snapshot(), gemms0);
-  return {C::total(casts), C::count(gemms, DType::F32, DType::F32), C::total(gemms), C::summary(casts)};
+  const LaunchSnapshot now;
+  const C::Counts casts = C::minus(now.casts, before.casts), gemms = C::minus(now.gemms, before.gemms);
+  LaunchCounts n;
+  n.casts = C::total(casts);
+  n.cast_pairs = C::summary(casts);
+  n.gemms = C::total(gemms);
+  n.f32_gemms = C::count(gemms, DType::F32, DType::F32);
+  n.misaligned_gemms = C::total(C::minus(now.misaligned, before.misaligned));
+  return n;
 }
 }  // namespace
 
 StepResult Step::run(const ForwardLoss& forward_loss) {
   if (graph_) return run_graphed(forward_loss);
-  const ops::LaunchCounter::Counts casts0 = ops::cast_launches().snapshot(), gemms0 = ops::gemm_launches().snapshot();
+  const LaunchSnapshot before;
   const Clock::time_point start = Clock::now();
   zero_grad();
   for (int m = 0; m < options_.grad_accum_steps; ++m) backward(forward_loss(m));
   const double issue_ms = ms_since(start);
   StepResult r = update();
   r.host_ms += issue_ms;
-  r.launches = last_launches_ = launches_between(casts0, gemms0);
+  r.launches = last_launches_ = launches_since(before);
   return r;
 }
 

@@ -106,6 +106,8 @@ struct LaunchCounts {
   int64_t casts = 0;         // cast kernels (any dtype pair)
   int64_t f32_gemms = 0;     // GEMMs on f32 operands
   int64_t gemms = 0;         // all GEMMs
+  int64_t misaligned_gemms = 0;  // 16-bit GEMMs with a row not a multiple of 8 elements (no full-speed
+                                 // tensor cores on the GPU: pad that dimension, e.g. the vocabulary)
   std::string cast_pairs;    // "f32->bf16: 3, ..." or "none"
 };
 

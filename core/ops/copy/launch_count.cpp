@@ -49,4 +49,9 @@ LaunchCounter& gemm_launches() {
   return c;
 }
 
+LaunchCounter& misaligned_gemm_launches() {
+  static LaunchCounter c;
+  return c;
+}
+
 }  // namespace tandem::ops

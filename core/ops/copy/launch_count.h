@@ -7,7 +7,12 @@
 // launch. Not counted: the CPU backend's internal widening of 16-bit inputs to f32
 // (core/ops/common/cpu/widen.h), which has no GPU counterpart.
 //   cast_launches(): key (source dtype, destination dtype), one per cast kernel launch;
-//   gemm_launches(): key (operand dtype, output dtype), one per GEMM (a batched GEMM is one).
+//   gemm_launches(): key (operand dtype, output dtype), one per GEMM (a batched GEMM is one);
+//   misaligned_gemm_launches(): the same, for the 16-bit GEMMs that cannot run on tensor cores at
+//     full speed because a stored row (leading dimension) is not a multiple of 8 elements = 16
+//     bytes (cuBLAS's "Tensor Core Usage" rules): cuBLASLt then picks align-2/4 or SIMT kernels.
+//     bert's MLM decoder over vocab 30522 (30522 % 8 = 2) is the known case: its GEMMs are the
+//     `magma_sgemmEx` (bf16 in, f32 compute on CUDA cores) that issue 17.4 took for an f32 GEMM.
 // The counts are relaxed atomics (any thread may launch); read them between steps. The trainers
 // take the difference over a step for the metrics (apps/trainer/step.h, StepReport::casts).
 #pragma once
@@ -46,5 +51,6 @@ class LaunchCounter {
 
 LaunchCounter& cast_launches();
 LaunchCounter& gemm_launches();
+LaunchCounter& misaligned_gemm_launches();
 
 }  // namespace tandem::ops

@@ -21,9 +21,20 @@
 namespace tandem::ops {
 namespace {
 
+// Whether a 16-bit GEMM has every stored row a multiple of 8 elements (16 bytes) long: cuBLAS's
+// condition for its full-speed tensor-core kernels (launch_count.h, misaligned_gemm_launches).
+bool tensor_core_aligned(const kernels::GemmArgs& g) {
+  const int64_t rows[3] = {g.trans_a ? g.m : g.k, g.trans_b ? g.k : g.n, g.n};  // A, B, C as stored
+  for (int64_t r : rows)
+    if (r % 8 != 0) return false;
+  return true;
+}
+
 bool run_gemm(const kernels::GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const Tensor& aux) {
   bool fused = false;
   gemm_launches().add(a.dtype(), c.dtype());  // both backends: the CPU counts what the GPU runs
+  if ((a.dtype() == DType::BF16 || a.dtype() == DType::F16) && !tensor_core_aligned(g))
+    misaligned_gemm_launches().add(a.dtype(), c.dtype());
   TANDEM_BACKEND(a, fused = kernels::gemm_cpu(g, a, b, c, aux), fused = kernels::gemm_cuda(g, a, b, c, aux));
   return fused;
 }
