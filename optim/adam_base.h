@@ -13,6 +13,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optim/kernels/adamw.h"
@@ -57,6 +58,18 @@ class AdamBase : public Optimizer {
 
  private:
   std::vector<std::shared_ptr<kernels::AdamCudaGroup>> groups_;
+};
+
+// What AdamW and LAMB declare alike: the two public constructors (named parameters, or segments)
+// and name(), all from Derived::kDefaults, the optimizer's reference defaults.
+template <class Derived>
+class AdamFamily : public AdamBase {
+ public:
+  AdamFamily(NamedTensors named_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(named_params), opt, Derived::kDefaults) {}
+  AdamFamily(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(segments), num_params, opt, Derived::kDefaults) {}
+  const char* name() const override { return Derived::kDefaults.name; }
 };
 
 }  // namespace tandem::optim

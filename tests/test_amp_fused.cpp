@@ -169,15 +169,8 @@ TEST_CASE("LaunchCounter: snapshots subtract per dtype pair, the summary names n
 
 namespace {
 BertConfig tiny_bert(int64_t vocab) {
-  BertConfig c;
-  c.vocab_size = vocab;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.intermediate_size = 64;
+  BertConfig c = models::bert_config("bert_tiny", vocab);  // 2 layers, hidden 128: small enough for a CPU test
   c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = 0.1;
-  c.attention_probs_dropout_prob = 0.1;
   return c;
 }
 

@@ -52,12 +52,7 @@ __device__ __forceinline__ AdamHyper adam_hyper(const AdamConst& k, double lr, f
   const double bc1 = __dsub_rn(1.0, pow(k.beta1_f64, t));
   const double bc2 = __dsub_rn(1.0, pow(k.beta2_f64, t));
   AdamHyper h;
-  h.beta1 = k.beta1;
-  h.beta2 = k.beta2;
-  h.eps = k.eps;
-  h.weight_decay = k.weight_decay;
-  h.one_minus_beta1 = k.one_minus_beta1;
-  h.one_minus_beta2 = k.one_minus_beta2;
+  static_cast<AdamElementConst&>(h) = k;  // the run constants as they are
   h.lr = __double2float_rn(lr);
   h.bias_correction1 = __double2float_rn(bc1);
   h.bias_correction2_sqrt = __double2float_rn(__dsqrt_rn(bc2));

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/ops/common/cuda/dispatch.cuh"
@@ -28,11 +29,15 @@ namespace tandem::optim::kernels {
 constexpr int64_t kChunk = 32768;  // elements per block: 128 per thread at 256 threads
 constexpr int kThreads = 256;
 
-class DeviceTable {
+// Device memory owned by one object: copying it would free the memory twice.
+struct DeviceOwner {
+  DeviceOwner() = default;
+  DeviceOwner(const DeviceOwner&) = delete;
+  DeviceOwner& operator=(const DeviceOwner&) = delete;
+};
+
+class DeviceTable : DeviceOwner {
  public:
-  DeviceTable() = default;
-  DeviceTable(const DeviceTable&) = delete;
-  DeviceTable& operator=(const DeviceTable&) = delete;
   ~DeviceTable();
   // A device copy of the n bytes at `bytes`, uploaded on `device`'s compute stream when they differ
   // from the previous call's; refused inside a graph capture (`who` names the optimizer in the
@@ -57,11 +62,8 @@ class DeviceTable {
 // (cuda_runtime_api.h, memcpy behaviour), which would stall the host behind the previous step every
 // step - the launch overhead that graphs remove; a kernel argument is copied at launch. Stored in
 // f64, the host's own precision, so each kernel rounds it exactly as the host code did.
-class DeviceValue {
+class DeviceValue : DeviceOwner {
  public:
-  DeviceValue() = default;
-  DeviceValue(const DeviceValue&) = delete;
-  DeviceValue& operator=(const DeviceValue&) = delete;
   ~DeviceValue();
   // The device copy on `device`, written (stream-ordered) when `value` differs from the last write.
   // Inside a capture a write would be frozen into the graph, so a changed value is refused there.
@@ -108,5 +110,14 @@ void for_each_chunk(int64_t n, F&& f) {
 
 // Grid size check shared by the launchers: one block per chunk.
 void check_grid(int64_t n_chunks, const char* what);
+
+// A chunk table kept across steps (the capturable launchers'): checks the grid, creates `table` at
+// the first call, and returns the device copy of `host` (uploaded only when it changed).
+template <typename E>
+const E* cached_chunks(std::shared_ptr<DeviceTable>& table, int device, const std::vector<E>& host, const char* who) {
+  check_grid(static_cast<int64_t>(host.size()), who);
+  if (!table) table = std::make_shared<DeviceTable>();
+  return table->get(device, host, who);
+}
 
 }  // namespace tandem::optim::kernels

@@ -31,18 +31,20 @@ struct AdamTensor {
   void* low;            // the 16-bit working copy written with the update (f32 param); null: none
 };
 
-// The hyper-parameters that stay fixed for a run: kernel arguments. f32 copies for the element
-// math (rounded once on the host), and the f64 originals the per-step scalars are computed from.
-struct AdamConst {
+// The element math's run-constant f32 scalars (rounded once on the host): part of both structs below.
+struct AdamElementConst {
   float beta1, beta2, eps, weight_decay;
   float one_minus_beta1, one_minus_beta2;
+};
+
+// The hyper-parameters that stay fixed for a run: kernel arguments. The f32 copies for the element
+// math, and the f64 originals the per-step scalars are computed from.
+struct AdamConst : AdamElementConst {
   double beta1_f64, beta2_f64, weight_decay_f64;
 };
 
 // The scalars of one step t, f64 rounded once to f32 (the same values as the CPU loops' scalars).
-struct AdamHyper {
-  float beta1, beta2, eps, weight_decay;
-  float one_minus_beta1, one_minus_beta2;
+struct AdamHyper : AdamElementConst {
   float lr;
   float bias_correction1;       // 1 - beta1^t
   float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
