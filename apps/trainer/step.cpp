@@ -374,6 +374,7 @@ StepResult Step::run(const ForwardLoss& forward_loss) {
 // host-side bookkeeping stays outside the body, which replays do not run.
 StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   const Clock::time_point start = Clock::now();
+  const LaunchSnapshot before;
   StepResult r;
   const GraphCapture::Ran ran = graph_->run([&] {
     zero_grad_body();
@@ -385,6 +386,9 @@ StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   });
   r.replayed = ran != GraphCapture::Ran::Eager;
   r.captured = ran == GraphCapture::Ran::Captured;
+  // A replay launches what the capture recorded: the captured (or eager) step's counts stand for it.
+  if (!r.replayed || r.captured) last_launches_ = launches_since(before);
+  r.launches = last_launches_;
   r.host_ms = ms_since(start) - (r.captured ? graph_->capture_ms() : 0.0);
   r.loss = static_loss_;
   ++steps_done_;

@@ -123,7 +123,7 @@ struct StepResult {
                                // device (the non-finite check's read) and without a graph capture
   bool replayed = false;       // cuda_graph: ran as a replay (the capturing step included)
   bool captured = false;       // cuda_graph: this step was captured
-  LaunchCounts launches;       // cast and GEMM launches this step issued (eager steps; a replay: 0)
+  LaunchCounts launches;       // cast and GEMM launches this step issued (a replay: its capture's)
 };
 
 // The tensor-parallel side of a Step (StepOptions::tp > 1, see the file comment): the TP group and
