@@ -28,6 +28,11 @@
 // (*) the CPU computes every 16-bit op in f32 and rounds its output once (core/ops/common/cpu/widen.h).
 // (**) the layer_norm op takes weight and bias in x's dtype (core/ops/norm/norm.cpp); their f32 master
 //      copies live in optim/amp.h like every other 16-bit parameter.
+// No weight casts per step (issue 17.2): a Low parameter is stored in 16 bits and the optimizer's
+// update writes it from its f32 master in the same pass (optim/amp.h), so forward and backward read
+// it as it is; an F32 parameter (batch_norm's) is read in f32 by the op itself (cuDNN's and the CPU
+// BN take f32 scale and bias with 16-bit x). So a step casts no weight: the launch counters
+// (core/ops/copy/launch_count.h) hold the CPU to it, and the trainers' metrics report it.
 // The encoder under AMP (apps/train_encoder --amp): LayerNorm, the attention softmax, the masked-LM
 // cross-entropy and the embedding gradients' reductions run in f32 by the rows above; its
 // parameters are all 16-bit with f32 masters (the tied decoder weight is the word embedding's).

@@ -90,10 +90,11 @@ BertResidualOutput::BertResidualOutput(const BertConfig& cfg, int64_t in_feature
 }
 
 Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  // dense's GEMM without its bias, then bias + dropout + residual in one pass (ops::bias_dropout_add,
-  // the same masks as the Dropout module would draw). The modules keep HF's names and parameters.
-  Tensor y = ops::bias_dropout_add(ops::linear(h, dense_->weight()), dense_->bias(), residual,
-                                   static_cast<float>(dropout_->p()), is_training(), dropout_->generator());
+  // dense's GEMM without its bias, then bias + dropout + residual in one pass, and in backward the
+  // bias gradient from the weight-gradient GEMM's epilogue (ops::linear_bias_dropout_add; the same
+  // masks as the Dropout module would draw). The modules keep HF's names and parameters.
+  Tensor y = ops::linear_bias_dropout_add(h, dense_->weight(), dense_->bias(), residual,
+                                          static_cast<float>(dropout_->p()), is_training(), dropout_->generator());
   return pre_ln_ ? y : (*norm_)(y);
 }
 
@@ -130,10 +131,11 @@ BertLayer::BertLayer(const BertConfig& cfg) : pre_ln_(cfg.pre_layer_norm) {
 Tensor BertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
   const std::string label = "BertLayer " + name();  // the layer index, so a trace tells layers apart
   profile::Range range(label.c_str(), profile::Level::Layer);
-  // intermediate.dense's GEMM without its bias, then bias + erf GELU in one pass (ops::bias_gelu;
-  // core/ops/fused_bias/fused_bias.h says why not a cuBLASLt GELU epilogue).
+  // intermediate.dense's GEMM without its bias, then bias + erf GELU in one pass, the bias gradient
+  // from the weight-gradient GEMM (ops::linear_bias_gelu; core/ops/fused_bias/fused_bias.h says why
+  // not a cuBLASLt GELU epilogue).
   auto feed_forward = [&](const Tensor& in) {
-    return ops::bias_gelu(ops::linear(in, intermediate_->weight()), intermediate_->bias());
+    return ops::linear_bias_gelu(in, intermediate_->weight(), intermediate_->bias());
   };
   if (pre_ln_) {
     Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim {
 
@@ -59,7 +60,8 @@ std::vector<std::vector<Optimizer::Slot*>> AdamBase::launch_groups(const std::ve
     bool placed = false;
     for (auto& g : groups) {
       const Tensor& q = g[0]->seg.param;
-      if (q.dtype() == p.dtype() && q.device() == p.device()) {
+      if (q.dtype() == p.dtype() && q.device() == p.device() &&
+          kernels::low_kind(g[0]->seg.low) == kernels::low_kind(s->seg.low)) {
         g.push_back(s);
         placed = true;
         break;
@@ -88,7 +90,8 @@ std::vector<kernels::AdamTensor> AdamBase::device_tensors(const std::vector<Slot
   std::vector<kernels::AdamTensor> ts;
   for (Slot* s : group)
     ts.push_back({s->seg.param.data_ptr(), s->grad.data_ptr(), s->bufs[0].data_ptr(), s->bufs[1].data_ptr(),
-                  s->step.data<float>(), s->seg.param.numel(), s->seg.param_index});
+                  s->step.data<float>(), s->seg.param.numel(), s->seg.param_index,
+                  s->seg.low.defined() ? s->seg.low.data_ptr() : nullptr});
   return ts;
 }
 

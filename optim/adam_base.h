@@ -8,10 +8,12 @@
 // and the device-side LR, from device memory (capturable, optim/kernels/adamw.h). Segments are
 // grouped by (dtype, device) only: each block computes its own segment's bias corrections, so
 // segments at different step counts share one launch and the chunk table never changes between
-// steps - a model on one GPU in one dtype is one group.
+// steps - a model on one GPU in one dtype is one group (under AMP also by the 16-bit copy's dtype:
+// the masters of 16-bit parameters, and BatchNorm's f32 parameters without a copy).
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optim/kernels/adamw.h"
@@ -56,6 +58,18 @@ class AdamBase : public Optimizer {
 
  private:
   std::vector<std::shared_ptr<kernels::AdamCudaGroup>> groups_;
+};
+
+// What AdamW and LAMB declare alike: the two public constructors (named parameters, or segments)
+// and name(), all from Derived::kDefaults, the optimizer's reference defaults.
+template <class Derived>
+class AdamFamily : public AdamBase {
+ public:
+  AdamFamily(NamedTensors named_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(named_params), opt, Derived::kDefaults) {}
+  AdamFamily(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
+      : AdamBase(std::move(segments), num_params, opt, Derived::kDefaults) {}
+  const char* name() const override { return Derived::kDefaults.name; }
 };
 
 }  // namespace tandem::optim

@@ -5,13 +5,14 @@
 
 #include "core/ops/common/dispatch.h"
 #include "optim/kernels/adamw.h"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim {
 
 namespace {
 template <typename T>
 void adamw_cpu(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, double b1, double b2, double eps,
-               int64_t t) {
+               int64_t t, const kernels::LowWriter& low) {
   const T beta1 = static_cast<T>(b1), beta2 = static_cast<T>(b2);
   const T keep1 = static_cast<T>(1.0 - b1), keep2 = static_cast<T>(1.0 - b2), e = static_cast<T>(eps);
   const T decay = static_cast<T>(1.0 - lr * wd);
@@ -24,6 +25,7 @@ void adamw_cpu(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, do
     m[i] = mv;
     v[i] = vv;
     p[i] = pv - step_size * (mv / (std::sqrt(vv) / bc2_sqrt + e));
+    low.put(i, p[i]);
   }
 }
 }  // namespace
@@ -40,14 +42,15 @@ void AdamW::update(std::vector<Slot*>& active, const Tensor& found_inf) {
         const int64_t t = advance_cpu(*s);
         TANDEM_CPU_FLOAT_TYPES(p0.dtype(), T, [&] {
           adamw_cpu<T>(s->seg.param.data<T>(), s->grad.data<T>(), s->bufs[0].data<T>(), s->bufs[1].data<T>(),
-                       s->seg.param.numel(), lr(), h_.weight_decay, h_.beta1, h_.beta2, h_.eps, t);
+                       s->seg.param.numel(), lr(), h_.weight_decay, h_.beta1, h_.beta2, h_.eps, t,
+                       kernels::LowWriter(s->seg.low));
         });
       }
       continue;
     }
 #ifdef TANDEM_WITH_CUDA
     kernels::adamw_step_cuda(group_state(gi), p0.dtype(), p0.device().index, device_tensors(group), device_const(),
-                             lr(), flag_ptr(found_inf));
+                             lr(), flag_ptr(found_inf), kernels::low_kind(group[0]->seg.low));
 #else
     TANDEM_THROW("AdamW: CUDA parameters in a CPU-only build");
 #endif

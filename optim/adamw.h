@@ -20,17 +20,13 @@
 
 namespace tandem::optim {
 
-class AdamW : public AdamBase {
+class AdamW : public AdamFamily<AdamW> {
  public:
-  AdamW(NamedTensors named_params, const OptimizerOptions& opt = {})
-      : AdamBase(std::move(named_params), opt, kDefaults) {}
-  AdamW(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
-      : AdamBase(std::move(segments), num_params, opt, kDefaults) {}
-  const char* name() const override { return "AdamW"; }
+  using AdamFamily::AdamFamily;
+  static constexpr AdamDefaults kDefaults{"AdamW", 1e-2, 1e-8};  // torch.optim.AdamW's defaults
   bool capturable() const override { return true; }
 
  private:
-  static constexpr AdamDefaults kDefaults{"AdamW", 1e-2, 1e-8};  // torch.optim.AdamW's defaults
   void update(std::vector<Slot*>& active, const Tensor& found_inf) override;
 };
 

@@ -6,6 +6,7 @@
 #include "core/autocast.h"
 #include "core/check.h"
 #include "core/ops/copy/kernels.h"
+#include "core/ops/copy/launch_count.h"
 #include "optim/clip.h"
 #include "optim/kernels/amp.h"
 
@@ -14,6 +15,7 @@ namespace {
 
 // dst = src rounded to dst's dtype, in place (both on one device, same numel).
 void cast_into(const Tensor& src, Tensor& dst) {
+  if (src.numel() > 0) ops::cast_launches().add(src.dtype(), dst.dtype());
 #ifdef TANDEM_WITH_CUDA
   if (dst.is_cuda()) return ::tandem::kernels::cast_cuda(src, dst);
 #endif
@@ -59,6 +61,8 @@ std::vector<ParamSegment> MasterWeights::master_segments() const {
     ParamSegment p = segs_[i].model;
     p.param = segs_[i].master;
     p.grad = segs_[i].master_grad;
+    // The update writes the 16-bit parameter itself (optim/optimizer.h "Mixed precision").
+    if (!segs_[i].master.shares_storage(segs_[i].model.param)) p.low = segs_[i].model.param;
     if (p.param_index < 0) p.param_index = static_cast<int64_t>(i);
     out.push_back(std::move(p));
   }
@@ -224,8 +228,7 @@ bool amp_step(MasterWeights& master, LossScaler& scaler, Optimizer& optimizer, c
   if (!scaler.update(found)) return false;
   optimizer.set_grads(master.master_grads());
   if (options.clip_grad_norm > 0) clip_grad_norm(optimizer, options.clip_grad_norm, options.norm_reduce);
-  optimizer.step();
-  master.copy_to_model();
+  optimizer.step();  // writes the 16-bit parameters too: no copy_to_model pass
   return true;
 }
 
@@ -249,8 +252,7 @@ void amp_step_device(MasterWeights& master, LossScaler& scaler, Optimizer& optim
   }
   optimizer.set_grads(master.master_grads());
   if (options.clip) options.clip->clip(optimizer);
-  optimizer.step(flag);
-  master.copy_to_model(flag);
+  optimizer.step(flag);  // and the 16-bit parameters, skipped alike: no copy_to_model pass
   scaler.update_on_device();
 }
 

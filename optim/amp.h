@@ -8,8 +8,15 @@
 //   1. unscale_and_check(model grads, 1 / loss_scale): master_grad = float(grad) / scale, and whether
 //      any value was inf/NaN - one fused pass per dtype (CPU loop, one CUDA multi-tensor launch);
 //   2. the caller makes the skip decision the same on every rank (all-reduce of the flag; see
-//      apps/train), feeds it to LossScaler::update, and on a clean step runs optimizer.step();
-//   3. copy_to_model(): rounds the masters into the 16-bit parameters (to nearest even).
+//      apps/train), feeds it to LossScaler::update, and on a clean step runs optimizer.step(),
+//      which also rounds each updated master into its 16-bit parameter (to nearest even) in the
+//      same pass: master_segments() names the 16-bit tensor as ParamSegment::low, and every update
+//      kernel (SGD, AdamW, LAMB; CPU loops and CUDA multi-tensor launches) stores both. So a step
+//      runs no cast kernel for the weights (issue 17.2: a separate copy-back was one cast launch
+//      per parameter, ~300 per bert_large step) and reads each master once.
+//   copy_to_model() still rounds every master into the model as a separate pass: for what changes
+//   the masters outside the optimizer (load_state) and for optimizers not built from
+//   master_segments(); the steps below do not call it.
 // f32 parameters (BatchNorm) are their own masters: the optimizer updates them in place, and only
 // their gradients are unscaled (into master gradient buffers, so every segment looks alike).
 //
@@ -18,8 +25,8 @@
 // Zero::segments() - this rank's shard, 1-D views into the 16-bit parameters - and, each step, the
 // gradient views of the same segments (16-bit slices of the all-reduced buckets at stage 1, of the
 // reduce-scattered shards at stage 2). So each rank keeps f32 masters, master gradients and
-// optimizer state for its shard only; copy_to_model() writes the rounded masters into the shard's
-// 16-bit parameter views, and Zero::gather_parameters() then all-gathers the 16-bit parameters as
+// optimizer state for its shard only; the optimizer's update writes the rounded masters into the
+// shard's 16-bit parameter views (ParamSegment::low), and Zero::gather_parameters() then all-gathers the 16-bit parameters as
 // for f32. Master segments carry the model segments' name, offset, param_numel and param_index, so
 // optimizer state stays canonical across world sizes. With ZeRO every rank sees only its shard's
 // gradients, so the found-inf flag must be reduced across ranks (an all-reduce of the flag: apps/train/amp.h any_rank_found_inf), and a
@@ -45,9 +52,9 @@
 //          joined back through events - NCCL inside the graph; null where every rank already
 //          sees the same gradients (one process, DDP after its average)
 //       3. clipper.clip(master grads): norm and coefficient on the device
-//       4. optimizer.step(scaler.found_inf()): skipped on the device where it is nonzero
-//       5. master.copy_to_model(scaler.found_inf()): skipped likewise
-//       6. scaler.update_on_device(): backoff or growth of the scale tensor, skipped-step count
+//       4. optimizer.step(scaler.found_inf()): skipped on the device where it is nonzero; it writes
+//          the 16-bit parameters with the masters (step 2 of the host form), skipped alike
+//       5. scaler.update_on_device(): backoff or growth of the scale tensor, skipped-step count
 //     [ZeRO: gather the parameters - on a skipped step they are unchanged, so it is harmless]
 //   reporting, outside the graph: scaler.scale(), scaler.skipped_steps(), clipper.norm().item():
 //     each a device sync, so read them at log intervals, not every step.
@@ -81,7 +88,8 @@ class MasterWeights {
   explicit MasterWeights(std::vector<ParamSegment> model);
 
   // f32 segments to build the optimizer from: param is the master (the model's own tensor for f32
-  // segments), grad the master gradient buffer that unscale_and_check writes.
+  // segments), grad the master gradient buffer that unscale_and_check writes, low the 16-bit model
+  // tensor the update writes too (undefined for f32 segments).
   std::vector<ParamSegment> master_segments() const;
   // This step's gradients of the model segments (segment order): param.grad() of whole segments.
   // ZeRO passes its own shard views to unscale_and_check instead.
@@ -93,7 +101,8 @@ class MasterWeights {
   // The master gradients after the last unscale_and_check (undefined where there was no gradient):
   // Optimizer::set_grads takes them.
   std::vector<Tensor> master_grads() const;
-  // Step 3 above: rounds the f32 masters into the 16-bit model parameters.
+  // Rounds the f32 masters into the 16-bit model parameters, as a separate pass (see the file
+  // comment: the steps leave it to the optimizer's update).
   void copy_to_model();
 
   // A captured step's step 1 (see the file comment): zeroes found_inf (f32 [1]), then unscales as
@@ -101,7 +110,7 @@ class MasterWeights {
   // on the device, and sets found_inf to 1 where a value was inf or NaN. No host read; the
   // gradients must all be on found_inf's device. master_grads() then holds the results.
   void unscale_and_flag(const std::vector<Tensor>& grads, const Tensor& scale, const Tensor& found_inf);
-  // A captured step's step 5: copy_to_model(), skipped on the device where found_inf is nonzero.
+  // copy_to_model(), skipped on the device where found_inf is nonzero (capturable).
   void copy_to_model(const Tensor& found_inf);
   // Re-reads the masters from the model (after loading 16-bit weights without saved masters).
   void copy_from_model();

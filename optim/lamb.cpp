@@ -5,6 +5,7 @@
 
 #include "core/ops/common/dispatch.h"
 #include "optim/kernels/lamb.h"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim {
 
@@ -77,14 +78,20 @@ void LAMB::update_cpu(std::vector<std::vector<Slot*>>& groups) {
   for (auto& group : groups)
     for (Slot* s : group)
       TANDEM_CPU_FLOAT_TYPES(s->seg.param.dtype(), T, [&] {
-        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay, count_of(*s));
+        // The count phase 1 advanced, read in place (count_of's item() would be a cast the GPU never runs).
+        const LambScalars<T> k(h_.beta1, h_.beta2, h_.eps, h_.weight_decay,
+                               static_cast<int64_t>(*s->step.data<float>()));
         const double wn = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index)]);
         const double un = std::sqrt(sums[static_cast<size_t>(2 * s->seg.param_index + 1)]);
         const T step = static_cast<T>(lr() * (wn > 0 && un > 0 ? wn / un : 1.0));
         T* p = s->seg.param.data<T>();
         const T* m = s->bufs[0].data<T>();
         const T* v = s->bufs[1].data<T>();
-        for (int64_t i = 0; i < s->seg.param.numel(); ++i) p[i] -= step * k.direction(m[i], v[i], p[i]);
+        const kernels::LowWriter low(s->seg.low);
+        for (int64_t i = 0; i < s->seg.param.numel(); ++i) {
+          p[i] -= step * k.direction(m[i], v[i], p[i]);
+          low.put(i, p[i]);
+        }
       });
 }
 
@@ -99,7 +106,7 @@ void LAMB::update_cuda(std::vector<std::vector<Slot*>>& groups, const Tensor& fo
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     ts.push_back(device_tensors(groups[gi]));
     kernels::lamb_phase1_cuda(group_state(gi), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi], k, lr(), flag,
-                              sums.data<float>());
+                              sums.data<float>());  // phase 1 changes no weight: no low copy
   }
   if (opt_.norm_reduce) {
     const std::vector<float> local = sums.to_vector();  // the one host round trip, only with a host hook
@@ -114,7 +121,7 @@ void LAMB::update_cuda(std::vector<std::vector<Slot*>>& groups, const Tensor& fo
   }
   for (size_t gi = 0; gi < groups.size(); ++gi)
     kernels::lamb_phase2_cuda(group_state(gi), groups[gi][0]->seg.param.dtype(), dev.index, ts[gi], k, lr(), flag,
-                              sums.data<float>());
+                              sums.data<float>(), kernels::low_kind(groups[gi][0]->seg.low));
 #else
   (void)groups;
   (void)found_inf;

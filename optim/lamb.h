@@ -32,17 +32,13 @@
 
 namespace tandem::optim {
 
-class LAMB : public AdamBase {
+class LAMB : public AdamFamily<LAMB> {
  public:
-  LAMB(NamedTensors named_params, const OptimizerOptions& opt = {})
-      : AdamBase(std::move(named_params), opt, kDefaults) {}
-  LAMB(std::vector<ParamSegment> segments, int64_t num_params, const OptimizerOptions& opt = {})
-      : AdamBase(std::move(segments), num_params, opt, kDefaults) {}
-  const char* name() const override { return "LAMB"; }
+  using AdamFamily::AdamFamily;
+  static constexpr AdamDefaults kDefaults{"LAMB", 1e-2, 1e-6};  // apex FusedLAMB's defaults
   bool capturable() const override;
 
  private:
-  static constexpr AdamDefaults kDefaults{"LAMB", 1e-2, 1e-6};  // apex FusedLAMB's defaults
   void update(std::vector<Slot*>& active, const Tensor& found_inf) override;
   void update_cpu(std::vector<std::vector<Slot*>>& groups);
   void update_cuda(std::vector<std::vector<Slot*>>& groups, const Tensor& found_inf);

@@ -30,6 +30,12 @@ void Optimizer::add_slot(ParamSegment seg, Tensor whole, size_t position) {
   const Tensor& p = seg.param;
   TANDEM_CHECK(p.defined() && is_floating(p.dtype()), "optimizer: parameter \"", seg.name,
                "\" is not a floating tensor");
+  if (seg.low.defined())
+    TANDEM_CHECK(p.dtype() == DType::F32 && (seg.low.dtype() == DType::BF16 || seg.low.dtype() == DType::F16) &&
+                     seg.low.numel() == p.numel() && seg.low.device() == p.device(),
+                 "optimizer: the 16-bit copy of \"", seg.name, "\" must be a contiguous f16/bf16 tensor of the f32 "
+                 "parameter's size on its device, got ", seg.low.str(), " for ", p.str(),
+                 " (build the optimizer from optim::MasterWeights::master_segments())");
   if (seg.param_numel < 0) seg.param_numel = p.numel();
   if (seg.param_index < 0) seg.param_index = static_cast<int64_t>(position);
   TANDEM_CHECK(seg.offset >= 0 && seg.offset + p.numel() <= seg.param_numel, "optimizer: segment of \"", seg.name,

@@ -68,32 +68,35 @@ void SGD::step_cpu(Slot& s) {
     first = count == 0.0f;
     count += 1.0f;
   }
-  kernels::sgd_step_cpu(param, s.grad, buf, first, options());
+  kernels::sgd_step_cpu(param, s.grad, buf, first, options(), s.seg.low);
 }
 
 void SGD::step_cuda(std::vector<Slot*>& slots, const Tensor& found_inf) {
 #ifdef TANDEM_WITH_CUDA
-  // One launch per (device, dtype) group: a model on one GPU in one dtype is exactly one launch.
+  // One launch per (device, dtype, low copy's dtype) group: a model on one GPU in one dtype is
+  // exactly one launch (under AMP two: the 16-bit parameters' masters, and BatchNorm's f32).
   std::vector<bool> done(slots.size(), false);
   size_t group = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     if (done[i]) continue;
     const DType dt = slots[i]->seg.param.dtype();
     const Device dev = slots[i]->seg.param.device();
+    const kernels::LowKind low = kernels::low_kind(slots[i]->seg.low);
     std::vector<kernels::SgdTensor> tensors;
     for (size_t j = i; j < slots.size(); ++j) {
       Slot& s = *slots[j];
       const Tensor& p = s.seg.param;
-      if (done[j] || p.dtype() != dt || p.device() != dev) continue;
+      if (done[j] || p.dtype() != dt || p.device() != dev || kernels::low_kind(s.seg.low) != low) continue;
       done[j] = true;
       const bool mom = opt_.momentum != 0;
       // Uninitialised: the kernel writes it whole at the buffer's first update (count 0).
       if (mom && (s.bufs.empty() || !s.bufs[0].defined())) s.bufs = {Tensor::empty_like(p)};
       tensors.push_back({p.data_ptr(), s.grad.data_ptr(), mom ? s.bufs[0].data_ptr() : nullptr,
-                         mom ? s.step.data<float>() : nullptr, p.numel()});
+                         mom ? s.step.data<float>() : nullptr, p.numel(),
+                         s.seg.low.defined() ? s.seg.low.data_ptr() : nullptr});
     }
     if (cuda_tables_.size() <= group) cuda_tables_.resize(group + 1);
-    kernels::sgd_step_cuda(cuda_tables_[group++], dt, dev.index, tensors, options(), flag_ptr(found_inf));
+    kernels::sgd_step_cuda(cuda_tables_[group++], dt, dev.index, tensors, options(), flag_ptr(found_inf), low);
   }
 #else
   (void)slots;

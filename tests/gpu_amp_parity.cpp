@@ -196,4 +196,72 @@ TEST_CASE("the captured step's AMP on CUDA: amp_step_device equals amp_step, and
     }
   }
 }
+
+// issue 17.2: the CUDA update kernels write the 16-bit copy (ParamSegment::low) in the same pass as
+// the f32 master. Whole segments and a ZeRO-like range view, sizes across the 32768-element chunk
+// boundary; the copy must be the GPU cast of the updated master, bit for bit, the master must equal
+// the same update without a copy, and a device-skipped step must write neither.
+TEST_CASE("CUDA fused update: the 16-bit copy is the cast of the updated master, bit for bit") {
+  const Device gpu = Device::cuda(0);
+  const std::vector<int64_t> sizes{15, 70001, 32768};
+  for (const std::string name : {"sgd", "adamw", "lamb"})
+    for (DType low : {DType::BF16, DType::F16}) {
+      CAPTURE(name);
+      CAPTURE(dtype_name(low));
+      Generator gen(11);
+      std::vector<Tensor> init;
+      for (int64_t n : sizes) init.push_back(randn({n}, gen));
+      auto build = [&](bool with_low, std::vector<Tensor>& masters, std::vector<Tensor>& lows) {
+        std::vector<optim::ParamSegment> segs;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          masters.push_back(init[i].to(gpu));
+          lows.push_back(ops::cast_raw(masters[i], low));
+          optim::ParamSegment sg;
+          sg.name = "p" + std::to_string(i);
+          sg.param_index = static_cast<int64_t>(i);
+          const bool sliced = i == 1;  // elements [5, 70000) of the 70001: a shard cutting two chunks
+          sg.param = sliced ? masters[i].slice(5, sizes[i] - 1) : masters[i];
+          if (sliced) sg.offset = 5, sg.param_numel = sizes[i];
+          if (with_low) sg.low = sliced ? lows[i].slice(5, sizes[i] - 1) : lows[i];
+          sg.grad = Tensor::zeros(sg.param.shape(), DType::F32, gpu);
+          segs.push_back(sg);
+        }
+        optim::OptimizerOptions oo;
+        oo.lr = 1e-2;
+        if (name == "sgd") oo.momentum = 0.9;
+        return optim::make_optimizer(name, segs, static_cast<int64_t>(sizes.size()), oo);
+      };
+      std::vector<Tensor> fm, fl, pm, pl;
+      auto fused = build(true, fm, fl), plain = build(false, pm, pl);
+      Tensor clean = Tensor::zeros({1}, DType::F32, gpu), skip = Tensor::from_vector({1.0f}, {1}).to(gpu);
+      for (int step = 0; step < 4; ++step) {
+        std::vector<Tensor> g;
+        for (const Tensor& cur : fused->grads()) g.push_back(randn({cur.numel()}, gen).to(gpu));
+        fused->set_grads(g);
+        plain->set_grads(g);
+        const Tensor& flag = step == 2 ? skip : clean;
+        std::vector<Tensor> lows_before;
+        for (const Tensor& l : fl) lows_before.push_back(l.to(Device::cpu()));
+        fused->step(flag);
+        plain->step(flag);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          CAPTURE(step);
+          CAPTURE(i);
+          CHECK(fm[i].to(Device::cpu()).to_vector() == pm[i].to(Device::cpu()).to_vector());
+          const Tensor got = fl[i].to(Device::cpu());
+          if (step == 2) {
+            CHECK(ops::cast_raw(got, DType::F32).to_vector() == ops::cast_raw(lows_before[i], DType::F32).to_vector());
+            continue;
+          }
+          Tensor want = ops::cast_raw(fm[i], low).to(Device::cpu());
+          if (i == 1) {  // outside the shard: untouched
+            want = want.clone();
+            want.slice(0, 5).copy_(lows_before[i].slice(0, 5));
+            want.slice(sizes[i] - 1, sizes[i]).copy_(lows_before[i].slice(sizes[i] - 1, sizes[i]));
+          }
+          CHECK(ops::cast_raw(got, DType::F32).to_vector() == ops::cast_raw(want, DType::F32).to_vector());
+        }
+      }
+    }
+}
 #endif  // TANDEM_WITH_CUDA

@@ -76,6 +76,29 @@ TEST_CASE("linear parity with and without bias (cuBLASLt BIAS / BGRADB epilogues
   });
 }
 
+// issue 17.3: the GEMM with its erf-GELU or dropout+residual tail as one op, the bias gradient from
+// the weight-gradient GEMM's BGRADB epilogue (or its fallback) - against the CPU reference. Dropout
+// p = 0 here: the same generator draws differ in nothing then, and the mask rule has its own tests.
+// Shapes: aligned (BERT-like, the epilogue fuses) and odd (13-wide rows: cuBLASLt may refuse the
+// epilogue for unaligned operands, and the column-sum fallback must agree).
+TEST_CASE("linear_bias_gelu and linear_bias_dropout_add parity (bias gradient from the dw GEMM)") {
+  for_each_precision([](const Precision& p) {
+    auto gelu = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{ops::linear_bias_gelu(in[0], in[1], in[2])};
+    };
+    auto dropout_add = [](const std::vector<Tensor>& in) {
+      Generator gen(1);
+      return std::vector<Tensor>{ops::linear_bias_dropout_add(in[0], in[1], in[2], in[3], 0.0f, true, gen)};
+    };
+    CHECK(parity_check(gelu, {rnd({4, 16, 64}, 11), rnd({128, 64}, 12), rnd({128}, 13)}, p.dtype, p.tol) == "");
+    CHECK(parity_check(gelu, {rnd({5, 13}, 14), rnd({7, 13}, 15), rnd({7}, 16)}, p.dtype, p.tol) == "");
+    CHECK(parity_check(dropout_add, {rnd({4, 16, 64}, 17), rnd({64, 64}, 18), rnd({64}, 19), rnd({4, 16, 64}, 20)},
+                       p.dtype, p.tol) == "");
+    CHECK(parity_check(dropout_add, {rnd({5, 13}, 21), rnd({7, 13}, 22), rnd({7}, 23), rnd({5, 7}, 24)}, p.dtype,
+                       p.tol) == "");
+  });
+}
+
 TEST_CASE("batched matmul parity, every transpose combination") {
   for_each_precision([](const Precision& p) {
     for (int ta = 0; ta < 2; ++ta)

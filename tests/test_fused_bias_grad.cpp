@@ -128,3 +128,49 @@ TEST_CASE("an empty batch: dx is empty and the bias gradient is zeros (the refer
     CHECK(b.grad().to_vector_f64() == std::vector<double>(6, 0.0));
   }
 }
+
+// linear_bias_gelu / linear_bias_dropout_add (issue 17.3): the GEMM and its tail as one op, the bias
+// gradient taken from the weight-gradient GEMM (a column sum of dz on the CPU) instead of the tail's
+// column-reduction kernel. Against the pair of ops they replace, forward and backward, in f64.
+TEST_CASE("linear_bias_gelu equals bias_gelu(linear(h, w), b), forward and backward") {
+  Tensor h = rand_f64({3, 4, 5}, 21, -2, 2), w = rand_f64({6, 5}, 22), b = rand_f64({6}, 23);
+  Tensor g = rand_f64({3, 4, 6}, 24, -1, 1, false);
+  Tensor y = ops::linear_bias_gelu(h, w, b);
+  y.backward(g);
+  Tensor h2 = rand_f64({3, 4, 5}, 21, -2, 2), w2 = rand_f64({6, 5}, 22), b2 = rand_f64({6}, 23);
+  Tensor y2 = ops::bias_gelu(ops::linear(h2, w2), b2);
+  y2.backward(g);
+  CHECK(max_abs_diff(y.to_vector_f64(), y2.to_vector_f64()) == 0.0);  // the same kernels
+  CHECK(max_abs_diff(h.grad().to_vector_f64(), h2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(w.grad().to_vector_f64(), w2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(b.grad().to_vector_f64(), b2.grad().to_vector_f64()) < 1e-14);  // summation order
+}
+
+TEST_CASE("linear_bias_dropout_add equals bias_dropout_add(linear(h, w), b, r), masks and gradients") {
+  const float p = 0.25f;
+  Tensor h = rand_f64({4, 7}, 31), w = rand_f64({8, 7}, 32), b = rand_f64({8}, 33), r = rand_f64({4, 8}, 34);
+  Tensor g = rand_f64({4, 8}, 35, -1, 1, false);
+  Generator g1(7), g2(7);
+  Tensor y = ops::linear_bias_dropout_add(h, w, b, r, p, true, g1);
+  y.backward(g);
+  Tensor h2 = rand_f64({4, 7}, 31), w2 = rand_f64({8, 7}, 32), b2 = rand_f64({8}, 33), r2 = rand_f64({4, 8}, 34);
+  Tensor y2 = ops::bias_dropout_add(ops::linear(h2, w2), b2, r2, p, true, g2);
+  y2.backward(g);
+  CHECK(g1.offset() == g2.offset());
+  CHECK(max_abs_diff(y.to_vector_f64(), y2.to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(h.grad().to_vector_f64(), h2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(w.grad().to_vector_f64(), w2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(r.grad().to_vector_f64(), r2.grad().to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(b.grad().to_vector_f64(), b2.grad().to_vector_f64()) < 1e-14);
+}
+
+TEST_CASE("linear_bias_gelu and linear_bias_dropout_add gradcheck (h, w, bias[, residual])") {
+  CHECK(gradcheck([](auto& in) { return ops::linear_bias_gelu(in[0], in[1], in[2]); },
+                  {rand_f64({2, 3, 4}, 41, -2, 2), rand_f64({5, 4}, 42), rand_f64({5}, 43)}) == "");
+  CHECK(gradcheck(
+            [](auto& in) {
+              Generator gen(3);  // the same mask at every evaluation
+              return ops::linear_bias_dropout_add(in[0], in[1], in[2], in[3], 0.3f, true, gen);
+            },
+            {rand_f64({3, 4}, 44), rand_f64({5, 4}, 45), rand_f64({5}, 46), rand_f64({3, 5}, 47)}) == "");
+}

@@ -198,6 +198,10 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"zero", o.zero},
       {"skipped_steps", last.skipped_steps},
       {"loss_scale", t.step->loss_scale()},  // after the last step; 1 for bf16, 0 without AMP
+      // The last eager step's cast and GEMM launches (apps/trainer/step.h LaunchCounts; AMP goal: 0 casts, 0 f32 GEMMs)
+      {"launches_per_step", {{"casts", t.step->last_launches().casts}, {"cast_pairs", t.step->last_launches().cast_pairs},
+                             {"gemms", t.step->last_launches().gemms}, {"f32_gemms", t.step->last_launches().f32_gemms},
+                             {"misaligned_16bit_gemms", t.step->last_launches().misaligned_gemms}}},
       {"steps", step},
       {"steps_this_run", run_steps},
       {"resumed_from", t.resumed_from},

@@ -162,6 +162,10 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
                             {"fused_calls", fusion.fused},
                             {"unfused_calls", fusion.unfused}}},
       {"loss_scale", t.step->loss_scale()},  // after the last step; 1 for bf16, 0 without AMP
+      // The last eager step's cast and GEMM launches (apps/trainer/step.h LaunchCounts; AMP goal: 0 casts, 0 f32 GEMMs)
+      {"launches_per_step", {{"casts", t.step->last_launches().casts}, {"cast_pairs", t.step->last_launches().cast_pairs},
+                             {"gemms", t.step->last_launches().gemms}, {"f32_gemms", t.step->last_launches().f32_gemms},
+                             {"misaligned_16bit_gemms", t.step->last_launches().misaligned_gemms}}},
       {"on_nonfinite", o.on_nonfinite},
       {"cuda_graph", o.cuda_graph},
       {"cuda_graph_capture", graph_json(t)},

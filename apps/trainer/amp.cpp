@@ -56,8 +56,7 @@ bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm, double* grad
     const double norm = clip ? clip(clip_grad_norm) : opt.clip_grad_norm(clip_grad_norm);
     if (grad_norm) *grad_norm = norm;
   }
-  opt.step();
-  amp.master->copy_to_model();
+  opt.step();  // the update writes the 16-bit parameters too (optim/amp.h): no copy-back pass
   if (amp.zero) amp.zero->gather_parameters();  // every rank's updated 16-bit shard to every rank
   return true;
 }

@@ -11,7 +11,8 @@
 //   all-reduce of the flag over the CPU communicator, so every rank makes the same skip decision
 //   also when gradients differ across ranks (ZeRO shards) -> LossScaler::update -> on a clean step
 //   [clipping: the global norm of the unscaled f32 master gradients, summed across shards under
-//   ZeRO] the optimizer's step on the masters, copy back to 16-bit, and under ZeRO the all-gather.
+//   ZeRO] the optimizer's step on the masters, which writes the 16-bit parameters in the same pass
+//   (no separate copy-back: optim/amp.h), and under ZeRO the all-gather.
 // bf16 keeps the scale at 1 and still skips steps with non-finite gradients.
 // Checkpoints hold the masters ("amp.master.<param>", unsharded f32, gathered from the shards under
 // ZeRO) and the scaler ("amp.scaler.<entry>") next to the optimizer state; take_amp_state removes

@@ -6,6 +6,8 @@
 // at set-up (parameters, gradient buckets and shards, AMP's f32 masters), which the measurement
 // subtracts from the allocator's total to leave what is not model state (data, loaders). The
 // optimizer's state bytes and mixed precision the Step fills in (Step::ledger_options).
+// Library workspaces (cuBLASLt's 32 MiB per GPU) are neither predicted nor measured as model state:
+// memory.h says how they once made the GPU's measurement 24 % high and how measure_state leaves them out.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

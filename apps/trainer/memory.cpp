@@ -10,6 +10,9 @@
 #include "core/out_of_memory.h"   // defines: human_bytes, available_memory
 #include "core/storage.h"         // defines: memory_stats, reset_peak_memory
 #include "dist/transport/bootstrap.h"  // defines: comm_for (the budget's agreement)
+#ifdef TANDEM_WITH_CUDA
+#include "core/ops/common/cuda/blas_handle.h"  // defines: blas_workspace, kBlasWorkspaceBytes
+#endif
 
 namespace tandem::trainer {
 
@@ -48,9 +51,25 @@ void MemoryMeter::plan(Step& step, Device device, int64_t data_bytes, int sharin
   reset_peak_memory(device_);  // the measured peak is the steps' (memory_ledger.h), not the set-up's
 }
 
+int64_t library_workspace_bytes(Device device) {
+#ifdef TANDEM_WITH_CUDA
+  if (device.is_cuda()) {
+    cuda::blas_workspace();  // the current device's (the trainers' GPU); exists after any GEMM
+    return static_cast<int64_t>(cuda::kBlasWorkspaceBytes);
+  }
+#endif
+  (void)device;
+  return 0;
+}
+
+int64_t measured_model_state(int64_t current, int64_t other, int64_t data_bytes, int64_t workspace) {
+  return current - other - data_bytes - workspace;
+}
+
 void MemoryMeter::measure_state(int64_t data_bytes) {
   if (ledger_.measured_state >= 0) return;
-  ledger_.measured_state = memory_stats(device_).current_bytes - other_ - data_bytes;
+  const int64_t workspace = library_workspace_bytes(device_);  // first: it may allocate
+  ledger_.measured_state = measured_model_state(memory_stats(device_).current_bytes, other_, data_bytes, workspace);
 }
 
 void MemoryMeter::measure_peak() { ledger_.measured_peak = memory_stats(device_).peak_bytes - other_; }

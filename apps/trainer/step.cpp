@@ -9,6 +9,7 @@
 #include "core/autograd.h"         // defines: NoGradGuard
 #include "core/check.h"            // defines: TANDEM_CHECK
 #include "core/ops/copy/copy.h"         // defines: cast_raw (AMP inputs)
+#include "core/ops/copy/launch_count.h"  // defines: cast_launches, gemm_launches
 #include "core/ops/elementwise/elementwise.h"  // defines: scale, add
 #include "core/ops/finite/finite.h"       // defines: count_nonfinite
 #include "optim/clip.h"                    // defines: grad_norm, clip_grad_norm (TP)
@@ -198,8 +199,7 @@ bool Step::update_capturable(StepResult& r) {
   comm_.all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
   groups_->set_grads(amp_->master->master_grads());
   if (clipper_) clipper_->clip(groups_->grads());  // a non-finite norm leaves the gradients alone
-  groups_->step(flag);
-  amp_->master->copy_to_model(flag);
+  groups_->step(flag);  // writes the 16-bit parameters too, skipped alike (optim/amp.h)
   scaler.update_on_device();
   if (!read_back) return true;
   const int64_t skipped = scaler.skipped_steps();
@@ -334,14 +334,38 @@ void Step::check_state_finite(const optim::NamedTensors& state) {
   trainer::check_state_finite(bad, steps_done_, "write to a checkpoint", options_.names);
 }
 
+namespace {
+// What the step between two snapshots of the launch counters launched.
+struct LaunchSnapshot {
+  ops::LaunchCounter::Counts casts = ops::cast_launches().snapshot();
+  ops::LaunchCounter::Counts gemms = ops::gemm_launches().snapshot();
+  ops::LaunchCounter::Counts misaligned = ops::misaligned_gemm_launches().snapshot();
+};
+
+LaunchCounts launches_since(const LaunchSnapshot& before) {
+  using C = ops::LaunchCounter;
+  const LaunchSnapshot now;
+  const C::Counts casts = C::minus(now.casts, before.casts), gemms = C::minus(now.gemms, before.gemms);
+  LaunchCounts n;
+  n.casts = C::total(casts);
+  n.cast_pairs = C::summary(casts);
+  n.gemms = C::total(gemms);
+  n.f32_gemms = C::count(gemms, DType::F32, DType::F32);
+  n.misaligned_gemms = C::total(C::minus(now.misaligned, before.misaligned));
+  return n;
+}
+}  // namespace
+
 StepResult Step::run(const ForwardLoss& forward_loss) {
   if (graph_) return run_graphed(forward_loss);
+  const LaunchSnapshot before;
   const Clock::time_point start = Clock::now();
   zero_grad();
   for (int m = 0; m < options_.grad_accum_steps; ++m) backward(forward_loss(m));
   const double issue_ms = ms_since(start);
   StepResult r = update();
   r.host_ms += issue_ms;
+  r.launches = last_launches_ = launches_since(before);
   return r;
 }
 
@@ -350,6 +374,7 @@ StepResult Step::run(const ForwardLoss& forward_loss) {
 // host-side bookkeeping stays outside the body, which replays do not run.
 StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   const Clock::time_point start = Clock::now();
+  const LaunchSnapshot before;
   StepResult r;
   const GraphCapture::Ran ran = graph_->run([&] {
     zero_grad_body();
@@ -361,6 +386,9 @@ StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   });
   r.replayed = ran != GraphCapture::Ran::Eager;
   r.captured = ran == GraphCapture::Ran::Captured;
+  // A replay launches what the capture recorded: the captured (or eager) step's counts stand for it.
+  if (!r.replayed || r.captured) last_launches_ = launches_since(before);
+  r.launches = last_launches_;
   r.host_ms = ms_since(start) - (r.captured ? graph_->capture_ms() : 0.0);
   r.loss = static_loss_;
   ++steps_done_;

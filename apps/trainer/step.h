@@ -98,6 +98,19 @@
 
 namespace tandem::trainer {
 
+// The cast and GEMM launches of one step, by dtype pair (core/ops/copy/launch_count.h), counted on
+// every backend at the op layer: a CPU step counts what the GPU step launches. Under AMP the goal
+// is casts == 0 (the optimizer writes the 16-bit weights, optim/amp.h) and f32_gemms == 0 (every
+// matmul in the AMP dtype, core/autocast.h).
+struct LaunchCounts {
+  int64_t casts = 0;         // cast kernels (any dtype pair)
+  int64_t f32_gemms = 0;     // GEMMs on f32 operands
+  int64_t gemms = 0;         // all GEMMs
+  int64_t misaligned_gemms = 0;  // 16-bit GEMMs with a row not a multiple of 8 elements (no full-speed
+                                 // tensor cores on the GPU: pad that dimension, e.g. the vocabulary)
+  std::string cast_pairs;    // "f32->bf16: 3, ..." or "none"
+};
+
 // What one step did.
 struct StepResult {
   bool applied = true;         // false: every rank skipped this update (weights and state unchanged)
@@ -110,6 +123,7 @@ struct StepResult {
                                // device (the non-finite check's read) and without a graph capture
   bool replayed = false;       // cuda_graph: ran as a replay (the capturing step included)
   bool captured = false;       // cuda_graph: this step was captured
+  LaunchCounts launches;       // cast and GEMM launches this step issued (a replay: its capture's)
 };
 
 // The tensor-parallel side of a Step (StepOptions::tp > 1, see the file comment): the TP group and
@@ -194,6 +208,8 @@ class Step {
   // the optimizer state that exists already: a resumed run loads it before its first step).
   dist::LedgerOptions ledger_options();
   int64_t model_state_bytes();
+  // The launches of the last eager step (StepResult::launches): what the metrics JSON reports.
+  const LaunchCounts& last_launches() const { return last_launches_; }
 
  private:
   void zero_grad_body();
@@ -224,6 +240,7 @@ class Step {
   std::unique_ptr<optim::GradClipper> clipper_; // capturable with clipping
   int64_t skips_seen_ = 0;                      // capturable AMP: the scaler's skipped count last read
   int64_t steps_done_ = 0;
+  LaunchCounts last_launches_;
   int micro_ = 0;          // micro-batches backward has run since zero_grad
   Tensor step_loss_;       // their loss (the step's, reported)
   Tensor static_loss_;     // cuda_graph: the captured step's loss output

@@ -4,7 +4,9 @@
 
 namespace tandem::optim::kernels {
 
-void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf_t, bool first, const SGDOptions& opt) {
+void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf_t, bool first, const SGDOptions& opt,
+                  const Tensor& low_t) {
+  const LowWriter low(low_t);
   TANDEM_CPU_FLOAT_TYPES(param.dtype(), T, [&] {
     T* p = param.data<T>();
     const T* gr = grad.data<T>();
@@ -20,6 +22,7 @@ void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf_t, bool first, 
         d = opt.nesterov ? d + mom * b : b;
       }
       p[i] -= lr * d;
+      low.put(i, p[i]);
     }
   });
 }

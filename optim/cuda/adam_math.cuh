@@ -20,13 +20,14 @@
 
 namespace tandem::optim::kernels {
 
-// One chunk of one segment. 56 bytes, no padding (DeviceTable compares bytes).
+// One chunk of one segment. 64 bytes, no padding (DeviceTable compares bytes).
 struct AdamChunk {
   void* param;
   const void* grad;
   void* exp_avg;
   void* exp_avg_sq;
   const float* step;  // the segment's update count
+  void* low;          // the segment's 16-bit copy (not offset); null: none
   int64_t start;
   int32_t len;
   int32_t param_index;
@@ -51,12 +52,7 @@ __device__ __forceinline__ AdamHyper adam_hyper(const AdamConst& k, double lr, f
   const double bc1 = __dsub_rn(1.0, pow(k.beta1_f64, t));
   const double bc2 = __dsub_rn(1.0, pow(k.beta2_f64, t));
   AdamHyper h;
-  h.beta1 = k.beta1;
-  h.beta2 = k.beta2;
-  h.eps = k.eps;
-  h.weight_decay = k.weight_decay;
-  h.one_minus_beta1 = k.one_minus_beta1;
-  h.one_minus_beta2 = k.one_minus_beta2;
+  static_cast<AdamElementConst&>(h) = k;  // the run constants as they are
   h.lr = __double2float_rn(lr);
   h.bias_correction1 = __double2float_rn(bc1);
   h.bias_correction2_sqrt = __double2float_rn(__dsqrt_rn(bc2));

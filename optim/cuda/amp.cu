@@ -85,9 +85,7 @@ void unscale_flag_cuda(std::shared_ptr<DeviceTable>& table, DType src_dtype, int
                        const std::vector<UnscalePair>& ts, const float* scale, float* found_inf) {
   const std::vector<UnscaleChunk> host = unscale_chunks(ts);
   if (host.empty()) return;
-  check_grid(static_cast<int64_t>(host.size()), "AMP unscale");
-  if (!table) table = std::make_shared<DeviceTable>();
-  const UnscaleChunk* chunks = table->get(device, host, "AMP unscale");
+  const UnscaleChunk* chunks = cached_chunks(table, device, host, "AMP unscale");
   cudaStream_t stream = cuda::compute_stream(device);
   TANDEM_CUDA_FLOAT_TYPES(src_dtype, T, [&] {
     unscale_check_kernel<T, float><<<static_cast<unsigned>(host.size()), kThreads, 0, stream>>>(chunks, 0.f, scale,
@@ -102,9 +100,7 @@ void copy_back_cuda(std::shared_ptr<DeviceTable>& table, DType dst_dtype, int de
   for (const auto& t : ts)
     for_each_chunk(t.numel, [&](int64_t s, int32_t len) { host.push_back({t.src, t.dst, s, len}); });
   if (host.empty()) return;
-  check_grid(static_cast<int64_t>(host.size()), "AMP copy-back");
-  if (!table) table = std::make_shared<DeviceTable>();
-  const CopyChunk* chunks = table->get(device, host, "AMP copy-back");
+  const CopyChunk* chunks = cached_chunks(table, device, host, "AMP copy-back");
   cudaStream_t stream = cuda::compute_stream(device);
   TANDEM_CUDA_FLOAT_TYPES(dst_dtype, T, [&] {
     copy_back_kernel<T><<<static_cast<unsigned>(host.size()), kThreads, 0, stream>>>(chunks, found_inf);

@@ -5,7 +5,7 @@
 // block per parameter) adds each parameter's chunk partials, in chunk order, to param_sums. No
 // atomics anywhere, so the norms - and the whole step - are deterministic for given shapes.
 // Phase 2 (lamb_phase2_kernel) recomputes u from the stored moments instead of keeping it in a
-// buffer the size of the model, and applies w -= lr * trust * u; a tiny launch then advances the
+// buffer the size of the model, and applies w -= lr * trust * u (under AMP also into the 16-bit copy); a tiny launch then advances the
 // counts. Every block computes its step's scalars from the device LR and its segment's count
 // (optim/cuda/adam_math.cuh), so segments with different step counts share the launches.
 // Skipped (found-inf): phase 1 writes zero partials and returns, the sums kernel adds those zeros,
@@ -83,7 +83,8 @@ __global__ void lamb_param_sums_kernel(const SegEntry* __restrict__ segs, int n_
 
 template <typename T>
 __global__ void lamb_phase2_kernel(const AdamChunk* __restrict__ chunks, AdamConst k, const double* __restrict__ lr,
-                                   const float* __restrict__ found_inf, const float* __restrict__ param_sums) {
+                                   const float* __restrict__ found_inf, const float* __restrict__ param_sums,
+                                   LowKind low_kind) {
   if (skip_step(found_inf)) return;
   __shared__ AdamHyper h;
   const AdamChunk c = chunks[blockIdx.x];
@@ -94,10 +95,13 @@ __global__ void lamb_phase2_kernel(const AdamChunk* __restrict__ chunks, AdamCon
   T* p = static_cast<T*>(c.param) + c.start;
   const T* m = static_cast<const T*>(c.exp_avg) + c.start;
   const T* v = static_cast<const T*>(c.exp_avg_sq) + c.start;
+  void* low = low_at(c.low, c.start);
   for (int i = threadIdx.x; i < c.len; i += blockDim.x) {
     const float pv = cuda::to_float(p[i]);
     const float u = lamb_direction(cuda::to_float(m[i]), cuda::to_float(v[i]), pv, h);
-    p[i] = cuda::from_float<T>(pv - step * u);
+    const float nv = pv - step * u;
+    p[i] = cuda::from_float<T>(nv);
+    store_low(low, i, nv, low_kind);  // T is f32 wherever there is a copy
   }
 }
 
@@ -147,7 +151,8 @@ void lamb_phase1_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int de
 }
 
 void lamb_phase2_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int device, const std::vector<AdamTensor>& ts,
-                      const AdamConst& k, double lr, const float* found_inf, const float* param_sums) {
+                      const AdamConst& k, double lr, const float* found_inf, const float* param_sums,
+                      LowKind low) {
   if (!group) group = std::make_shared<AdamCudaGroup>();
   const double* lr_dev = group->lr.get(device, lr, "LAMB");  // unchanged since phase 1: no write
   const std::vector<AdamChunk> host = adam_chunks(ts);
@@ -156,7 +161,7 @@ void lamb_phase2_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int de
     cudaStream_t stream = cuda::compute_stream(device);
     TANDEM_CUDA_FLOAT_TYPES(dtype, T, [&] {
       lamb_phase2_kernel<T><<<static_cast<unsigned>(host.size()), kThreads, 0, stream>>>(dchunks, k, lr_dev,
-                                                                                         found_inf, param_sums);
+                                                                                         found_inf, param_sums, low);
       CUDA_CHECK_LAUNCH("fused LAMB phase 2 (trust ratio and update)");
     });
   }

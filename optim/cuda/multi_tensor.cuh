@@ -18,20 +18,26 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/ops/common/cuda/dispatch.cuh"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim::kernels {
 
 constexpr int64_t kChunk = 32768;  // elements per block: 128 per thread at 256 threads
 constexpr int kThreads = 256;
 
-class DeviceTable {
+// Device memory owned by one object: copying it would free the memory twice.
+struct DeviceOwner {
+  DeviceOwner() = default;
+  DeviceOwner(const DeviceOwner&) = delete;
+  DeviceOwner& operator=(const DeviceOwner&) = delete;
+};
+
+class DeviceTable : DeviceOwner {
  public:
-  DeviceTable() = default;
-  DeviceTable(const DeviceTable&) = delete;
-  DeviceTable& operator=(const DeviceTable&) = delete;
   ~DeviceTable();
   // A device copy of the n bytes at `bytes`, uploaded on `device`'s compute stream when they differ
   // from the previous call's; refused inside a graph capture (`who` names the optimizer in the
@@ -56,11 +62,8 @@ class DeviceTable {
 // (cuda_runtime_api.h, memcpy behaviour), which would stall the host behind the previous step every
 // step - the launch overhead that graphs remove; a kernel argument is copied at launch. Stored in
 // f64, the host's own precision, so each kernel rounds it exactly as the host code did.
-class DeviceValue {
+class DeviceValue : DeviceOwner {
  public:
-  DeviceValue() = default;
-  DeviceValue(const DeviceValue&) = delete;
-  DeviceValue& operator=(const DeviceValue&) = delete;
   ~DeviceValue();
   // The device copy on `device`, written (stream-ordered) when `value` differs from the last write.
   // Inside a capture a write would be frozen into the graph, so a changed value is refused there.
@@ -85,6 +88,20 @@ void advance_counts(DeviceTable& table, int device, const std::vector<float*>& c
 // change during the launch), so an early return is uniform over a block.
 __device__ __forceinline__ bool skip_step(const float* found_inf) { return found_inf && *found_inf != 0.f; }
 
+// The 16-bit working copy's store (optim/kernels/low_copy.h): element i of `low` (already offset to
+// the chunk; null: no copy) = v rounded to nearest even, as core's cast kernel rounds. `kind` is a
+// launch argument, the same for every thread: the branch is uniform.
+__device__ __forceinline__ void store_low(void* low, int i, float v, LowKind kind) {
+  if (!low) return;
+  if (kind == LowKind::BF16) static_cast<__nv_bfloat16*>(low)[i] = cuda::from_float<__nv_bfloat16>(v);
+  else if (kind == LowKind::F16) static_cast<__half*>(low)[i] = cuda::from_float<__half>(v);
+}
+
+// The chunk's part of a segment's low copy (2-byte elements either kind; null stays null).
+__device__ __forceinline__ void* low_at(void* low, int64_t start) {
+  return low ? static_cast<uint16_t*>(low) + start : nullptr;
+}
+
 // Calls f(start, len) for each chunk of a tensor of n elements, in order.
 template <typename F>
 void for_each_chunk(int64_t n, F&& f) {
@@ -93,5 +110,14 @@ void for_each_chunk(int64_t n, F&& f) {
 
 // Grid size check shared by the launchers: one block per chunk.
 void check_grid(int64_t n_chunks, const char* what);
+
+// A chunk table kept across steps (the capturable launchers'): checks the grid, creates `table` at
+// the first call, and returns the device copy of `host` (uploaded only when it changed).
+template <typename E>
+const E* cached_chunks(std::shared_ptr<DeviceTable>& table, int device, const std::vector<E>& host, const char* who) {
+  check_grid(static_cast<int64_t>(host.size()), who);
+  if (!table) table = std::make_shared<DeviceTable>();
+  return table->get(device, host, who);
+}
 
 }  // namespace tandem::optim::kernels

@@ -10,7 +10,8 @@
 // DeviceValue, advance_counts) are optim/cuda/multi_tensor.cuh.
 // The table lives on the device and is uploaded again only when the tensor list changes (new
 // pointers: normally once per run, at the first step, when the momentum buffers appear). Math in
-// f32 whatever the storage dtype; order of operations as optim/cpu/sgd.cpp's loop.
+// f32 whatever the storage dtype; order of operations as optim/cpu/sgd.cpp's loop. Under AMP the
+// loop also stores each updated f32 master into its 16-bit copy (optim/kernels/low_copy.h).
 // What changes from step to step is read from device memory, never passed as a kernel argument
 // (which a CUDA graph capture would freeze, core/cuda/graph.h):
 //   - the LR: a DeviceValue that SGD::lr_changed writes outside any capture, so a replayed step
@@ -28,11 +29,12 @@
 namespace tandem::optim::kernels {
 namespace {
 
-struct Chunk {  // 48 bytes, no padding (DeviceTable compares bytes)
+struct Chunk {  // 56 bytes, no padding (DeviceTable compares bytes)
   void* param;
   const void* grad;
   void* buf;
   const float* count;
+  void* low;  // the segment's 16-bit copy (not offset); null: none
   int64_t start;
   int32_t len;
   int32_t unused = 0;
@@ -41,7 +43,7 @@ struct Chunk {  // 48 bytes, no padding (DeviceTable compares bytes)
 template <typename T>
 __global__ void sgd_kernel(const Chunk* __restrict__ chunks, const double* __restrict__ lr_dev,
                            const float* __restrict__ found_inf, float momentum, float damp_keep, float wd,
-                           bool nesterov) {
+                           bool nesterov, LowKind low_kind) {
   if (skip_step(found_inf)) return;
   const Chunk c = chunks[blockIdx.x];
   const float lr = static_cast<float>(*lr_dev);  // as the host's static_cast<float>(opt.lr)
@@ -49,6 +51,7 @@ __global__ void sgd_kernel(const Chunk* __restrict__ chunks, const double* __res
   const T* g = static_cast<const T*>(c.grad) + c.start;
   T* buf = c.buf ? static_cast<T*>(c.buf) + c.start : nullptr;
   const bool first = c.count && *c.count == 0.f;
+  void* low = low_at(c.low, c.start);
   for (int i = threadIdx.x; i < c.len; i += blockDim.x) {
     float pv = cuda::to_float(p[i]);
     float d = cuda::to_float(g[i]) + wd * pv;
@@ -57,7 +60,9 @@ __global__ void sgd_kernel(const Chunk* __restrict__ chunks, const double* __res
       buf[i] = cuda::from_float<T>(b);
       d = nesterov ? d + momentum * b : b;
     }
-    p[i] = cuda::from_float<T>(pv - lr * d);
+    const float nv = pv - lr * d;
+    p[i] = cuda::from_float<T>(nv);
+    store_low(low, i, nv, low_kind);  // T is f32 wherever there is a copy: nv is the stored master
   }
 }
 
@@ -71,13 +76,13 @@ class SgdCudaTable {
 };
 
 void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device, const std::vector<SgdTensor>& ts,
-                   const SGDOptions& opt, const float* found_inf) {
+                   const SGDOptions& opt, const float* found_inf, LowKind low) {
   if (ts.empty()) return;
   if (!table) table = std::make_shared<SgdCudaTable>();
   std::vector<Chunk> host;
   std::vector<float*> counts;
   for (const auto& t : ts) {
-    for_each_chunk(t.numel, [&](int64_t s, int32_t len) { host.push_back({t.param, t.grad, t.buf, t.count, s, len}); });
+    for_each_chunk(t.numel, [&](int64_t s, int32_t len) { host.push_back({t.param, t.grad, t.buf, t.count, t.low, s, len}); });
     if (t.count) counts.push_back(t.count);
   }
   // The LR first: it is written on the first step even when every tensor is empty.
@@ -91,7 +96,7 @@ void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device
     const float dampening = static_cast<float>(opt.dampening), wd = static_cast<float>(opt.weight_decay);
     TANDEM_CUDA_FLOAT_TYPES(dtype, T, [&] {
       sgd_kernel<T><<<static_cast<unsigned>(host.size()), kThreads, 0, stream>>>(chunks, lr, found_inf, momentum,
-                                                                                 1.0f - dampening, wd, opt.nesterov);
+                                                                                 1.0f - dampening, wd, opt.nesterov, low);
       CUDA_CHECK_LAUNCH("fused SGD step");
     });
   }

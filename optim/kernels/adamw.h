@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "optim/kernels/low_copy.h"
 
 namespace tandem::optim::kernels {
 
@@ -27,20 +28,23 @@ struct AdamTensor {
   float* step;          // the segment's update count (0-d f32): this step is t = *step + 1
   int64_t numel;
   int64_t param_index;  // LAMB only: which entry of the per-parameter norm sums this segment adds to
+  void* low;            // the 16-bit working copy written with the update (f32 param); null: none
 };
 
-// The hyper-parameters that stay fixed for a run: kernel arguments. f32 copies for the element
-// math (rounded once on the host), and the f64 originals the per-step scalars are computed from.
-struct AdamConst {
+// The element math's run-constant f32 scalars (rounded once on the host): part of both structs below.
+struct AdamElementConst {
   float beta1, beta2, eps, weight_decay;
   float one_minus_beta1, one_minus_beta2;
+};
+
+// The hyper-parameters that stay fixed for a run: kernel arguments. The f32 copies for the element
+// math, and the f64 originals the per-step scalars are computed from.
+struct AdamConst : AdamElementConst {
   double beta1_f64, beta2_f64, weight_decay_f64;
 };
 
 // The scalars of one step t, f64 rounded once to f32 (the same values as the CPU loops' scalars).
-struct AdamHyper {
-  float beta1, beta2, eps, weight_decay;
-  float one_minus_beta1, one_minus_beta2;
+struct AdamHyper : AdamElementConst {
   float lr;
   float bias_correction1;       // 1 - beta1^t
   float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
@@ -52,8 +56,9 @@ struct AdamHyper {
 // Updates every segment in `ts` (one dtype, one device) with ONE launch on the compute stream, then
 // advances their counts (a second, tiny launch). Skipped on the device where found_inf (null: never)
 // is nonzero. `group` caches the device state between steps; `lr` is written to it when it changed.
+// `low`: the kind of every segment's 16-bit copy (optim/kernels/low_copy.h), one per launch.
 void adamw_step_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int device, const std::vector<AdamTensor>& ts,
-                     const AdamConst& k, double lr, const float* found_inf);
+                     const AdamConst& k, double lr, const float* found_inf, LowKind low);
 // Writes a new LR to the group's device copy now (outside any graph capture), so that a replayed
 // step reads it; a no-op before the group's first step (that step writes it).
 void adam_set_lr_cuda(const std::shared_ptr<AdamCudaGroup>& group, double lr);

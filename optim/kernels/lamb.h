@@ -20,8 +20,9 @@ namespace tandem::optim::kernels {
 // get the same group and tensor list as phase 1 of the same step.
 void lamb_phase1_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int device, const std::vector<AdamTensor>& ts,
                       const AdamConst& k, double lr, const float* found_inf, float* param_sums);
+// Phase 2 also writes each segment's 16-bit copy (`low`: their kind, one per launch).
 void lamb_phase2_cuda(std::shared_ptr<AdamCudaGroup>& group, DType dtype, int device, const std::vector<AdamTensor>& ts,
-                      const AdamConst& k, double lr, const float* found_inf, const float* param_sums);
+                      const AdamConst& k, double lr, const float* found_inf, const float* param_sums, LowKind low);
 #endif
 
 }  // namespace tandem::optim::kernels

@@ -11,13 +11,16 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "optim/kernels/low_copy.h"
 #include "optim/sgd.h"
 
 namespace tandem::optim::kernels {
 
 // One parameter, on the CPU. buf is written only when opt.momentum != 0 (it must then be defined);
-// `first`: buf has no history yet, so buf = d_p instead of the momentum update.
-void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf, bool first, const SGDOptions& opt);
+// `first`: buf has no history yet, so buf = d_p instead of the momentum update. `low` (undefined:
+// none) gets the updated values rounded to 16 bits in the same loop (optim/kernels/low_copy.h).
+void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf, bool first, const SGDOptions& opt,
+                  const Tensor& low = Tensor());
 
 // One parameter's update: all pointers are on the same GPU; param, grad and buf of the same dtype.
 struct SgdTensor {
@@ -27,6 +30,7 @@ struct SgdTensor {
   float* count;   // the slot's update count (0-d f32): 0 means buf has no history yet, so the kernel
                   // writes buf = d_p instead of the momentum update; null when momentum == 0
   int64_t numel;
+  void* low;      // the 16-bit working copy written in the same pass (f32 param); null: none
 };
 
 #ifdef TANDEM_WITH_CUDA
@@ -34,8 +38,9 @@ struct SgdTensor {
 // counts (a second, tiny launch; only with momentum). Skipped on the device where found_inf (null:
 // never) is nonzero. `table` caches the device-side chunk table and LR between steps (the table is
 // uploaded again only when the tensors change).
+// `low`: the kind of every tensor's low copy (one per launch; None: no copies).
 void sgd_step_cuda(std::shared_ptr<SgdCudaTable>& table, DType dtype, int device, const std::vector<SgdTensor>& ts,
-                   const SGDOptions& opt, const float* found_inf);
+                   const SGDOptions& opt, const float* found_inf, LowKind low);
 // Writes a new LR to the table's device copy now (outside any graph capture), so that a replayed
 // step reads it; a no-op before the first step (that step writes it).
 void sgd_set_lr_cuda(const std::shared_ptr<SgdCudaTable>& table, double lr);

@@ -4,12 +4,14 @@
 #include "core/autograd.h"
 #include "core/ops/common/dispatch.h"
 #include "core/ops/copy/kernels.h"
+#include "core/ops/copy/launch_count.h"
 
 namespace tandem::ops {
 
 Tensor cast_raw(const Tensor& x, DType to) {
   if (x.dtype() == to) return x.clone();
   Tensor y = Tensor::empty(x.shape(), to, x.device());
+  if (x.numel() > 0) cast_launches().add(x.dtype(), to);  // cast_cuda launches nothing for 0 elements
   TANDEM_BACKEND(x, kernels::cast_cpu(x, y), kernels::cast_cuda(x, y));
   return y;
 }

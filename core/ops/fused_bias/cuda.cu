@@ -136,6 +136,14 @@ __global__ void map_column_sum_kernel(T* dx, long long m, long long C, long long
   if (threadIdx.y == 0 && c < C) out[blockIdx.y * C + c] = from_float<O>(acc);
 }
 
+// dx only (no bias gradient: the composite GEMM tails take it from the dw GEMM's BGRADB epilogue,
+// fused_bias.h): a plain grid-stride map, coalesced along the flat index, no column layout.
+template <typename T, typename G>
+__global__ void map_kernel(T* dx, long long n, long long C, G g0) {
+  const G g = g0.bound();
+  for (long long i = cuda::thread_index(); i < n; i += cuda::grid_stride()) dx[i] = from_float<T>(g(i, i % C));
+}
+
 template <typename T, typename G>
 void map_column_sum(Tensor& dx, Tensor& dbias, long long C, G g) {
   const long long n = dx.numel();
@@ -144,12 +152,17 @@ void map_column_sum(Tensor& dx, Tensor& dbias, long long C, G g) {
   if (C == 0 || (n == 0 && !dbias.defined())) return;
   const long long m = n / C;
   cudaStream_t s = cuda::compute_stream();
+  if (!dbias.defined()) {
+    map_kernel<T><<<cuda::grid_for(n), 256, 0, s>>>(static_cast<T*>(dx.data_ptr()), n, C, g);
+    CUDA_CHECK_LAUNCH("fused bias backward (map, no bias gradient)");
+    return;
+  }
   const cuda::ColumnChunks ch = cuda::plan_column_chunks(m, C);
   const dim3 grid(static_cast<unsigned>((C + cuda::kColTx - 1) / cuda::kColTx), static_cast<unsigned>(ch.count));
   const dim3 block(cuda::kColTx, cuda::kColTy);
   T* dxp = static_cast<T*>(dx.data_ptr());
-  if (!dbias.defined() || ch.count == 1) {  // no bias gradient, or one chunk whose partial is the answer
-    T* dbp = dbias.defined() ? static_cast<T*>(dbias.data_ptr()) : nullptr;
+  if (ch.count == 1) {  // one chunk, whose partial is the answer
+    T* dbp = static_cast<T*>(dbias.data_ptr());
     map_column_sum_kernel<T, T><<<grid, block, 0, s>>>(dxp, m, C, ch.rows_per_chunk, dbp, g);
     CUDA_CHECK_LAUNCH("fused bias backward");
     return;

@@ -35,6 +35,20 @@
 // unfused path rounds x + bias and the dropout output to the dtype in between.
 // Eval mode or p == 0: y = residual + x + bias and the generator does not advance (as dropout).
 // f64 runs on the CPU only (gradient checks); 16-bit tensors compute in f32 and round once.
+//
+// The GEMM and its tail as one op (issue 17.3: no separate column-sum pass for a Linear's bias):
+//   linear_bias_gelu(h, w, b)                       = bias_gelu(linear(h, w), b)
+//   linear_bias_dropout_add(h, w, b, r, p, ...)     = bias_dropout_add(linear(h, w), b, r, p, ...)
+// Forward: the same two launches as the pair (bias-free GEMM, then the tail's map). Backward: the
+// tail's map only (dz = dy * gelu'(z + b), or the dropout mask's dz) - no column reduction - then
+// linear_grads (core/ops/matmul/matmul.h): dh = dz w, and dw = dz^T h with the bias gradient
+// db = column sums of dz from the same GEMM's BGRADB epilogue. Where cuBLASLt refuses the epilogue
+// (matmul/cuda.cpp falls back) and on the CPU, db is a separate column sum of dz, which is the same
+// value. What differs from the pair: db sums dz as stored (rounded to its dtype), where the pair's
+// fused kernel summed the f32 values before that rounding - for f32/f64 identical up to summation
+// order, for bf16/f16 within the 16-bit rounding of each addend (PyTorch's bias gradient is the
+// sum of the stored dz too). The erf GELU stays in tandem's map: cuBLASLt's DGELU_BGRAD epilogue
+// is the tanh form. Saved: h, w, z (pre-bias) and b, as the pair saves.
 #pragma once
 #include "core/random.h"
 #include "core/tensor.h"
@@ -44,5 +58,9 @@ namespace tandem::ops {
 Tensor bias_gelu(const Tensor& x, const Tensor& bias);
 Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, float p, bool training,
                         Generator& gen = default_generator());
+// h [..., in], w [out, in], bias [out]; residual [..., out] (see the comment above).
+Tensor linear_bias_gelu(const Tensor& h, const Tensor& w, const Tensor& bias);
+Tensor linear_bias_dropout_add(const Tensor& h, const Tensor& w, const Tensor& bias, const Tensor& residual, float p,
+                               bool training, Generator& gen = default_generator());
 
 }  // namespace tandem::ops

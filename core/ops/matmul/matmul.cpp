@@ -13,6 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/ops/common/dispatch.h"
+#include "core/ops/copy/launch_count.h"
 #include "core/ops/elementwise/elementwise.h"
 #include "core/ops/elementwise/kernels.h"
 #include "core/ops/matmul/kernels.h"
@@ -20,8 +21,20 @@
 namespace tandem::ops {
 namespace {
 
+// Whether a 16-bit GEMM has every stored row a multiple of 8 elements (16 bytes) long: cuBLAS's
+// condition for its full-speed tensor-core kernels (launch_count.h, misaligned_gemm_launches).
+bool tensor_core_aligned(const kernels::GemmArgs& g) {
+  const int64_t rows[3] = {g.trans_a ? g.m : g.k, g.trans_b ? g.k : g.n, g.n};  // A, B, C as stored
+  for (int64_t r : rows)
+    if (r % 8 != 0) return false;
+  return true;
+}
+
 bool run_gemm(const kernels::GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const Tensor& aux) {
   bool fused = false;
+  gemm_launches().add(a.dtype(), c.dtype());  // both backends: the CPU counts what the GPU runs
+  if ((a.dtype() == DType::BF16 || a.dtype() == DType::F16) && !tensor_core_aligned(g))
+    misaligned_gemm_launches().add(a.dtype(), c.dtype());
   TANDEM_BACKEND(a, fused = kernels::gemm_cpu(g, a, b, c, aux), fused = kernels::gemm_cuda(g, a, b, c, aux));
   return fused;
 }
@@ -79,6 +92,28 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return c;
 }
 
+LinearGrads linear_grads(const Tensor& dy, const Tensor& x, const Tensor& w, bool want_dx, bool want_dw,
+                         bool want_db) {
+  const int64_t M = dy.size(0), out = dy.size(1);
+  LinearGrads d;
+  if (want_dx) d.dx = gemm(dy, w, false, false);
+  if (want_db) d.db = Tensor::empty({out}, dy.dtype(), dy.device());
+  bool db_done = false;
+  if (want_dw) {
+    const int64_t in = x.size(1);
+    kernels::GemmArgs g;  // dw [out, in] = dy^T [out, M] @ x [M, in]; db = row sums of dy^T
+    g.trans_a = true;
+    g.m = out;
+    g.n = in;
+    g.k = M;
+    g.epilogue = want_db ? kernels::GemmEpilogue::BiasGradA : kernels::GemmEpilogue::None;
+    d.dw = Tensor::empty({out, in}, dy.dtype(), dy.device());
+    db_done = run_gemm(g, dy, x, d.dw, d.db) && want_db;
+  }
+  if (want_db && !db_done) d.db = sum_to_trailing(dy, {out});
+  return d;
+}
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_operands(x, w, "linear");
   TANDEM_CHECK(w.dim() == 2, "linear: weight must be [out_features, in_features], got ", shape_str(w.shape()));
@@ -112,23 +147,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   autograd::record("LinearBackward", inputs, y,
                    [x = gw ? x.detach() : Tensor(), w = gx ? w.detach() : Tensor(), gx, gw, gbias, has_b = b.defined(),
                     x_shape = x.shape(), M, in, out](std::vector<Tensor>& gr) {
-                     Tensor dy = gr[0].view({M, out});
-                     std::vector<Tensor> res(has_b ? 3 : 2);
-                     if (gx) res[0] = gemm(dy, w, false, false).view(x_shape);
-                     Tensor db = gbias ? Tensor::empty({out}, dy.dtype(), dy.device()) : Tensor();
-                     bool db_done = false;
-                     if (gw) {
-                       kernels::GemmArgs g;  // dw [out, in] = dy^T [out, M] @ x [M, in]; db = row sums of dy^T
-                       g.trans_a = true;
-                       g.m = out;
-                       g.n = in;
-                       g.k = M;
-                       g.epilogue = gbias ? kernels::GemmEpilogue::BiasGradA : kernels::GemmEpilogue::None;
-                       Tensor dw = Tensor::empty({out, in}, dy.dtype(), dy.device());
-                       db_done = run_gemm(g, dy, x.view({M, in}), dw, db) && gbias;
-                       res[1] = dw;
-                     }
-                     if (gbias) res[2] = db_done ? db : sum_to_trailing(dy, {out});
+                     LinearGrads d = linear_grads(gr[0].view({M, out}), gw ? x.view({M, in}) : Tensor(), w, gx, gw,
+                                                  gbias);
+                     std::vector<Tensor> res{gx ? d.dx.view(x_shape) : Tensor(), d.dw};
+                     if (has_b) res.push_back(d.db);
                      return res;
                    });
   return y;
