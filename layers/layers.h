@@ -95,6 +95,10 @@ class Conv2d : public Module {
   Conv2d(int64_t in_channels, int64_t out_channels, int kernel_size, Conv2dOptions opt = {},
          Generator* gen = &default_generator());
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one op, ops::conv2d_bias_relu (one cuDNN graph forward on the GPU, the
+  // ReLU mask and the bias gradient in one backward pass). Same values and gradients as the
+  // composition. Runs this module's forward hooks and profiling range, as operator() does.
+  Tensor forward_relu(const Tensor& x);
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;
@@ -108,6 +112,7 @@ class Conv2d : public Module {
   int64_t fan_out() const { return out_ / opt_.groups * k_ * k_; }
 
  private:
+  ops::Conv2dParams params(const Tensor& x) const;  // checks x's shape; opt_ as the op's parameters
   int64_t in_, out_;
   int k_;
   Conv2dOptions opt_;

@@ -29,6 +29,11 @@ void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor
 #ifdef TANDEM_WITH_CUDA
 void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y);
 bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+// relu(conv(x, w) + b) as one cuDNN frontend graph (core/ops/conv/cuda_graph.cpp; b may be undefined).
+// False, with y untouched or garbage, when the frontend is not built in or no engine takes the graph:
+// the caller then computes y its other way (conv.cpp).
+bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                                         Tensor& y);
 void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
 #endif
