@@ -67,7 +67,13 @@ Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor
 }  // namespace
 
 ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
-ConvBiasReluStats conv_bias_relu_stats() { return {g_relu_fused.load(), g_relu_unfused.load()}; }
+ConvBiasReluStats conv_bias_relu_stats() {
+  ConvBiasReluStats s{g_relu_fused.load(), g_relu_unfused.load(), false};
+#ifdef TANDEM_WITH_CUDA
+  s.frontend = kernels::conv_graphs_built();
+#endif
+  return s;
+}
 
 namespace {
 

@@ -62,6 +62,7 @@ Tensor conv2d_bias_relu(const Tensor& x, const Tensor& w, const Tensor& b, const
 struct ConvBiasReluStats {
   int64_t fused = 0;
   int64_t unfused = 0;
+  bool frontend = false;  // this build has cuDNN's frontend (TANDEM_HAVE_CUDNN_FRONTEND 1, CUDA on)
 };
 ConvBiasReluStats conv_bias_relu_stats();
 

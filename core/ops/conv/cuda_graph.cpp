@@ -127,7 +127,7 @@ Entry build(const ConvGeom& g, DType dt, bool has_bias, const BackendConfig& be,
   Y->set_output(true);
 
   cudnnHandle_t handle = cuda::dnn_handle();
-  auto fail = [&](const fe::error_t& e) {
+  auto fail = [&](fe::error_t e) {
     why = e.get_message();
     return Entry{};
   };
@@ -150,6 +150,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 #endif  // TANDEM_CONV_GRAPH
+
+bool conv_graphs_built() { return TANDEM_CONV_GRAPH != 0; }
 
 bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b,
                                          Tensor& y) {
@@ -190,7 +192,7 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
   Storage workspace(static_cast<size_t>(e.workspace), Device::cuda(device));
   std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()}, {kW, w.data_ptr()}, {kY, y.data_ptr()}};
   if (has_bias) pack.emplace(kB, b.data_ptr());
-  const fe::error_t st = e.graph->execute(cuda::dnn_handle(), pack, workspace.data());
+  fe::error_t st = e.graph->execute(cuda::dnn_handle(), pack, workspace.data());
   if (st.is_bad()) {  // e.g. a runtime-compiled kernel that cannot launch: never again for this problem
     (void)cudaGetLastError();  // do not let the next launch check report cuDNN's failure as its own
     note_refused(g, dt, st.get_message());

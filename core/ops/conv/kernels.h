@@ -34,6 +34,7 @@ bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& 
 // the caller then computes y its other way (conv.cpp).
 bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b,
                                          Tensor& y);
+bool conv_graphs_built();  // whether cuda_graph.cpp was compiled with the frontend
 void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
 #endif
