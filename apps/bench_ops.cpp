@@ -32,6 +32,7 @@
 #ifdef TANDEM_WITH_CUDA
 #include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
 #include "apps/bench_ops_fused.h"      // defines: bench::fused_bias_part
+#include "apps/bench_ops_conv_fusion.h"  // defines: bench::conv_bias_relu_part
 #include "apps/bench_ops_gpu.h"
 #include "core/cuda/context.h"
 #endif
@@ -167,6 +168,7 @@ void gpu_part(const Options& o, json& rows) {
   attention_part(t, rows);  // before the no-grad guard below: it times backward too
   bench::bandwidth_part(t, rows);  // likewise (BN forward + backward)
   bench::fused_bias_part(t, rows);  // likewise (fused tails forward + backward)
+  bench::conv_bias_relu_part(t, rows, o.conv_batch);  // VGG/AlexNet conv + bias + ReLU, fused vs not
   cudaStream_t tandem_stream = cuda::compute_stream();
   cudaStream_t direct_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));

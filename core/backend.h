@@ -9,6 +9,9 @@
 //                         reference; core/ops/batchnorm/batchnorm.h says why cuDNN is the default).
 //   conv_bias_fusion      conv + bias as one cuDNN graph where an engine takes it, else the plain
 //                         conv and a broadcast add (core/ops/conv/conv.h). Default on.
+//   conv_bn_fusion        ResNet-style conv-BN fusion through cuDNN's graph API (core/ops/conv_bn/
+//                         conv_bn.h): the BN batch statistics generated in the conv's epilogue, and
+//                         bn_finalize as one graph. Default off: never run on a GPU, unmeasured.
 //   allow_tf32            f32 GEMMs and convs may use TF32 tensor cores (10-bit mantissa products,
 //                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
 //                         train fine with it (core/ops/matmul/matmul.h).
@@ -34,6 +37,7 @@ struct BackendConfig {
   bool deterministic = false;
   bool cudnn_batchnorm = true;
   bool conv_bias_fusion = true;
+  bool conv_bn_fusion = false;
   bool allow_tf32 = true;
   int64_t conv_workspace_limit = int64_t{1} << 30;  // bytes
   bool operator==(const BackendConfig&) const = default;

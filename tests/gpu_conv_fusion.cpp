@@ -29,40 +29,58 @@ using testing::Tolerance;
 
 namespace {
 
-struct Precision {
-  const char* name;
+// The runs: strict f32, f32 with TF32, bf16 (what the trainers use), each with its tolerance.
+struct Run {
   DType dtype;
   bool tf32;
-  Tolerance tol;
+  const char* name() const { return dtype == DType::BF16 ? "bf16" : tf32 ? "f32 tf32" : "f32 strict"; }
+  Tolerance tol() const {
+    if (dtype == DType::BF16) return {2e-2, 2e-2, "bf16 rounding of y, dx, dw, db (2^-9)"};
+    if (tf32) return {2e-2, 5e-2, "TF32 keeps 10 mantissa bits of each input"};
+    return {1e-4, 1e-3, "f32 accumulation order"};
+  }
 };
-const Precision kPrecisions[] = {
-    {"f32 strict", DType::F32, false, {1e-4, 1e-3, "f32 accumulation order"}},
-    {"f32 tf32", DType::F32, true, {2e-2, 5e-2, "TF32 keeps 10 mantissa bits of each input"}},
-    {"bf16", DType::BF16, false, {2e-2, 2e-2, "bf16 rounding of y, dx, dw, db (2^-9)"}},
-};
+constexpr Run kRuns[] = {{DType::F32, false}, {DType::F32, true}, {DType::BF16, false}};
 
+// A square conv layer at batch 2 (the CPU computes the reference), spatial size cut where the
+// full ImageNet size would make the CPU slow: hw x hw x c in, o filters k x k.
 struct Layer {
   const char* name;
-  Shape x, w;  // NHWC input (batch 2, spatial size cut for the CPU reference), OHWI weight
-  ops::Conv2dParams p;
+  int64_t hw, c, o, k;
+  int stride, pad;
+  Shape x() const { return {2, hw, hw, c}; }
+  Shape w() const { return {o, k, k, c}; }
+  ops::Conv2dParams p() const { return conv_params(stride, pad, 1, 1); }
 };
-// AlexNet's five convs and VGG16's distinct (C_in, C_out) pairs, at reduced spatial size.
+// AlexNet's convs and VGG16's distinct (C_in, C_out) pairs.
 const Layer kLayers[] = {
-    {"alexnet conv1 11x11/4", {2, 63, 63, 3}, {64, 11, 11, 3}, conv_params(4, 2, 1, 1)},
-    {"alexnet conv2 5x5", {2, 13, 13, 64}, {192, 5, 5, 64}, conv_params(1, 2, 1, 1)},
-    {"alexnet conv3 3x3", {2, 6, 6, 192}, {384, 3, 3, 192}, conv_params(1, 1, 1, 1)},
-    {"alexnet conv4 3x3", {2, 6, 6, 384}, {256, 3, 3, 384}, conv_params(1, 1, 1, 1)},
-    {"vgg16 conv1_1 (C = 3)", {2, 32, 32, 3}, {64, 3, 3, 3}, conv_params(1, 1, 1, 1)},
-    {"vgg16 conv1_2", {2, 32, 32, 64}, {64, 3, 3, 64}, conv_params(1, 1, 1, 1)},
-    {"vgg16 conv2_1", {2, 16, 16, 64}, {128, 3, 3, 64}, conv_params(1, 1, 1, 1)},
-    {"vgg16 conv3_2", {2, 8, 8, 256}, {256, 3, 3, 256}, conv_params(1, 1, 1, 1)},
-    {"vgg16 conv4_1", {2, 4, 4, 256}, {512, 3, 3, 256}, conv_params(1, 1, 1, 1)},
+    {"alexnet conv1 11x11/4", 63, 3, 64, 11, 4, 2},   {"alexnet conv2 5x5", 13, 64, 192, 5, 1, 2},
+    {"alexnet conv3 3x3", 6, 192, 384, 3, 1, 1},      {"alexnet conv4 3x3", 6, 384, 256, 3, 1, 1},
+    {"vgg16 conv1_1 (C = 3)", 32, 3, 64, 3, 1, 1},    {"vgg16 conv1_2", 32, 64, 64, 3, 1, 1},
+    {"vgg16 conv2_1", 16, 64, 128, 3, 1, 1},          {"vgg16 conv3_2", 8, 256, 256, 3, 1, 1},
+    {"vgg16 conv4_1", 4, 256, 512, 3, 1, 1},
 };
 
 Tensor weights(const Shape& s, uint64_t seed) {
   Generator g(seed);
   const double fan_in = static_cast<double>(s[1] * s[2] * s[3]);
   return ops::scale(randn(s, g), static_cast<float>(0.3 / std::sqrt(fan_in)));
+}
+// Without a bias the margin comes from signs: inputs in [0.5, 1.5) and each filter's weights all of
+// one sign (+ for even, - for odd output channels), so every pre-activation is a sum of same-signed
+// terms, far from 0.
+Tensor positive(const Shape& s, uint64_t seed) {
+  Generator g(seed);
+  std::vector<float> v = rand(s, g).to_vector();
+  for (float& e : v) e += 0.5f;
+  return Tensor::from_vector(v, s);
+}
+Tensor signed_weights(const Shape& s, uint64_t seed) {
+  std::vector<float> v = positive(s, seed).to_vector();
+  const size_t per_filter = v.size() / static_cast<size_t>(s[0]);
+  const float scale = 0.3f / static_cast<float>(per_filter);  // |conv| ~ 0.3
+  for (size_t i = 0; i < v.size(); ++i) v[i] *= (i / per_filter) % 2 ? -scale : scale;
+  return Tensor::from_vector(v, s);
 }
 Tensor signed_bias(int64_t o) {  // +3, -3, +3, ...: half the channels pass, half are clipped
   std::vector<float> v(static_cast<size_t>(o));
@@ -75,8 +93,8 @@ Tensor signed_bias(int64_t o) {  // +3, -3, +3, ...: half the channels pass, hal
 TEST_CASE("conv2d_bias_relu: the cuDNN graph matches relu(conv2d) on the CPU, forward and backward, and did not fall back") {
   REQUIRE_MESSAGE(ops::conv_bias_relu_stats().frontend, "this build has no cuDNN frontend: run apps/scripts/setup.sh (or pass "
                                    "-DCUDNN_FRONTEND_INCLUDE_DIR) so conv2d_bias_relu can build its graph");
-  for (const Precision& pr : kPrecisions) {
-    CAPTURE(pr.name);
+  for (const Run& pr : kRuns) {
+    CAPTURE(pr.name());
     BackendConfig c = backend();
     c.allow_tf32 = pr.tf32;
     c.conv_bias_fusion = true;
@@ -86,15 +104,14 @@ TEST_CASE("conv2d_bias_relu: the cuDNN graph matches relu(conv2d) on the CPU, fo
       CAPTURE(l.name);
       Generator gx(1);
       auto fused = [&](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{ops::conv2d_bias_relu(in[0], in[1], in[2], l.p)};
+        return std::vector<Tensor>{ops::conv2d_bias_relu(in[0], in[1], in[2], l.p())};
       };
-      CHECK(parity_check(fused, {randn(l.x, gx), weights(l.w, 2), signed_bias(l.w[0])}, pr.dtype, pr.tol) == "");
+      CHECK(parity_check(fused, {randn(l.x(), gx), weights(l.w(), 2), signed_bias(l.o)}, pr.dtype, pr.tol()) == "");
       auto no_bias = [&](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{ops::conv2d_bias_relu(in[0], in[1], Tensor(), l.p)};
+        return std::vector<Tensor>{ops::conv2d_bias_relu(in[0], in[1], Tensor(), l.p())};
       };
-      if (l.x[3] == 64)  // one no-bias graph per precision is enough; its mask is random, so f32 strict only
-        if (pr.dtype == DType::F32 && !pr.tf32)
-          CHECK(parity_check(no_bias, {randn(l.x, gx), weights(l.w, 3)}, pr.dtype, pr.tol) == "");
+      if (l.c == 64)  // the no-bias graph (no ADD node), on the 64-channel layers
+        CHECK(parity_check(no_bias, {positive(l.x(), 3), signed_weights(l.w(), 4)}, pr.dtype, pr.tol()) == "");
     }
     const ops::ConvBiasReluStats after = ops::conv_bias_relu_stats();
     CHECK(after.fused - before.fused > 0);
@@ -132,8 +149,8 @@ TEST_CASE("conv2d_bias_relu with the fusion switched off takes the conv + one bi
   const ops::ConvBiasReluStats before = ops::conv_bias_relu_stats();
   const Layer& l = kLayers[5];
   Generator gx(9);
-  auto f = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::conv2d_bias_relu(in[0], in[1], in[2], l.p)}; };
-  CHECK(parity_check(f, {randn(l.x, gx), weights(l.w, 10), signed_bias(l.w[0])}, DType::BF16, kPrecisions[2].tol) == "");
+  auto f = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::conv2d_bias_relu(in[0], in[1], in[2], l.p())}; };
+  CHECK(parity_check(f, {randn(l.x(), gx), weights(l.w(), 10), signed_bias(l.o)}, DType::BF16, kRuns[2].tol()) == "");
   const ops::ConvBiasReluStats after = ops::conv_bias_relu_stats();
   CHECK(after.fused == before.fused);  // the switch is honoured: no graph
   CHECK(after.unfused == before.unfused);
@@ -152,5 +169,85 @@ TEST_CASE("conv2d_bias_relu on the GPU keeps a NaN a NaN (ReLU's rule), as the C
   for (size_t i = 0; i < y.size(); ++i) {
     CAPTURE(i);
     CHECK(std::isnan(y[i]) == (i % 64 == 7));
+  }
+}
+
+// ---- conv-BN fusion pieces (core/ops/conv_bn/conv_bn.h), BackendConfig::conv_bn_fusion on ----
+
+namespace {
+// ResNet-50's conv shapes (batch 2, spatial size cut for the CPU reference).
+const Layer kResnetLayers[] = {
+    {"resnet50 1x1 64->64", 14, 64, 64, 1, 1, 0},     {"resnet50 3x3 64->64", 14, 64, 64, 3, 1, 1},
+    {"resnet50 1x1 64->256", 14, 64, 256, 1, 1, 0},   {"resnet50 3x3/2 128->128", 14, 128, 128, 3, 2, 1},
+    {"resnet50 1x1 1024->256", 7, 1024, 256, 1, 1, 0}, {"resnet50 stem 7x7/2 3->64", 32, 3, 64, 7, 2, 3},
+};
+
+std::string compare(const char* what, const Tensor& ref, const Tensor& got, Tolerance tol) {
+  return testing::compare_values(what, ref.to(Device::cpu()).to(DType::F32).to_vector(),
+                                 got.to(Device::cpu()).to(DType::F32).to_vector(), tol);
+}
+}  // namespace
+
+TEST_CASE("conv2d_genstats: the conv + genstats graph's y, gradients and statistics match the CPU; no fallback") {
+  REQUIRE(ops::conv_bn_fusion_stats().frontend);
+  const Device gpu = Device::cuda(0);
+  for (const Run& pr : kRuns) {
+    CAPTURE(pr.name());
+    BackendConfig c = backend();
+    c.allow_tf32 = pr.tf32;
+    c.conv_bn_fusion = true;
+    BackendScope scope(c);
+    const ops::ConvBnFusionStats before = ops::conv_bn_fusion_stats();
+    for (const Layer& l : kResnetLayers) {
+      CAPTURE(l.name);
+      Generator gx(20);
+      auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::conv2d_genstats(in[0], in[1], l.p()).y}; };
+      CHECK(parity_check(y_only, {randn(l.x(), gx), weights(l.w(), 21)}, pr.dtype, pr.tol()) == "");
+      // The statistics: against the sums of the GPU's own y (so only the sums' arithmetic is
+      // compared), in f32: 2e-3 relative + 1e-2 absolute for sums of ~400-1600 terms of size ~0.3
+      // whose order differs (and, for bf16, which the epilogue may take before y's rounding).
+      Tensor x = randn(l.x(), gx).to(pr.dtype).to(gpu), w = weights(l.w(), 22).to(pr.dtype).to(gpu);
+      ops::ConvGenstats out = ops::conv2d_genstats(x, w, l.p());
+      Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
+      const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
+      CHECK(compare("sum", ops::sum_to_trailing(yc, {l.o}), out.stats.sum, stol) == "");
+      CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {l.o}), out.stats.sq_sum, stol) == "");
+    }
+    const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
+    CHECK(after.fused - before.fused > 0);
+    if (pr.dtype == DType::BF16 || pr.tf32) CHECK(after.unfused - before.unfused == 0);
+  }
+}
+
+TEST_CASE("bn_finalize: the graph's scale, bias, mean, inv_std and running statistics match the CPU reference") {
+  REQUIRE(ops::conv_bn_fusion_stats().frontend);
+  BackendScope scope(&BackendConfig::conv_bn_fusion, true);
+  const Device gpu = Device::cuda(0);
+  for (int64_t c : {64, 256, 2048}) {
+    CAPTURE(c);
+    Generator g(30);
+    const int64_t n = 2 * 56 * 56;
+    // Sums of n values with mean ~U(-1, 1) and variance ~U(0.5, 1.5) per channel.
+    Tensor mean = ops::add_scalar(ops::scale(rand({c}, g), 2.f), -1.f), var = ops::add_scalar(rand({c}, g), 0.5f);
+    ops::ChannelStats st;
+    st.count = n;
+    st.sum = ops::scale(mean, static_cast<float>(n));
+    st.sq_sum = ops::scale(ops::add(var, ops::mul(mean, mean)), static_cast<float>(n));
+    Tensor weight = ops::add_scalar(rand({c}, g), 0.5f), bias = randn({c}, g);
+    Tensor rm = randn({c}, g), rv = ops::add_scalar(rand({c}, g), 0.5f);
+    Tensor rm_gpu = rm.to(gpu), rv_gpu = rv.to(gpu);
+    ops::BnFinalized ref = ops::bn_finalize(st, weight, bias, rm, rv, 0.1, 1e-5);
+    ops::ChannelStats sg{st.sum.to(gpu), st.sq_sum.to(gpu), n};
+    const ops::ConvBnFusionStats before = ops::conv_bn_fusion_stats();
+    ops::BnFinalized got = ops::bn_finalize(sg, weight.to(gpu), bias.to(gpu), rm_gpu, rv_gpu, 0.1, 1e-5);
+    const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
+    CHECK(after.fused - before.fused == 1);
+    const Tolerance tol{1e-4, 1e-5, "f32 arithmetic in another order (sq_sum / n - mean^2 cancels ~1 digit)"};
+    CHECK(compare("scale", ref.scale, got.scale, tol) == "");
+    CHECK(compare("bias", ref.bias, got.bias, tol) == "");
+    CHECK(compare("mean", ref.mean, got.mean, tol) == "");
+    CHECK(compare("inv_std", ref.inv_std, got.inv_std, tol) == "");
+    CHECK(compare("running_mean", rm, rm_gpu, tol) == "");
+    CHECK(compare("running_var (unbiased, momentum 0.1)", rv, rv_gpu, tol) == "");
   }
 }

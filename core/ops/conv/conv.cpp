@@ -11,6 +11,7 @@
 // in-place bias+ReLU pass; its node masks dy and sums the bias gradient in one pass before the
 // same dgrad and wgrad.
 #include "core/ops/conv/conv.h"
+#include "core/ops/conv/conv_with.h"
 
 #include <atomic>
 
@@ -78,7 +79,8 @@ ConvBiasReluStats conv_bias_relu_stats() {
 namespace {
 
 // conv2d and conv2d_bias_relu: y = conv(x, w) [+ b] [then ReLU], one node either way.
-Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p, bool relu) {
+Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p, bool relu,
+                    const ConvFusedForward* fused = nullptr) {
   const char* op = relu ? "conv2d_bias_relu" : "conv2d";
   check_same_device(x, w, op);
   check_same_dtype(x, w, op);
@@ -93,9 +95,9 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
     check_shape(b, {g.o}, op, "bias");
   }
   const bool fuse = x.is_cuda() && backend().conv_bias_fusion;
-  bool done = false;  // y holds the whole result (bias and ReLU included)
+  bool done = fused && (*fused)(g, y);  // y holds the whole result (bias and ReLU included)
 #ifdef TANDEM_WITH_CUDA
-  if (fuse && relu) {  // one cuDNN graph: conv -> + b -> ReLU (core/ops/conv/cuda_graph.cpp)
+  if (!done && fuse && relu) {  // one cuDNN graph: conv -> + b -> ReLU (core/ops/conv/cuda_graph.cpp)
     TANDEM_BACKEND(x, (void)0, done = kernels::conv2d_forward_bias_relu_graph_cuda(g, x, w, b, y));
     (done ? g_relu_fused : g_relu_unfused).fetch_add(1);
   }
@@ -154,6 +156,10 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
 
 Tensor conv2d_bias_relu(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   return conv_forward(x, w, b, p, /*relu=*/true);
+}
+
+Tensor conv2d_with(const Tensor& x, const Tensor& w, const Conv2dParams& p, const ConvFusedForward& fused) {
+  return conv_forward(x, w, Tensor(), p, /*relu=*/false, &fused);
 }
 
 }  // namespace tandem::ops

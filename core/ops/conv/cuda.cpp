@@ -293,13 +293,7 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
 // counted, by ops::conv_bias_fusion_stats): the run still computes the same values, slower.
 void note_no_fusion(const ConvGeom& g, DType dt, const char* why) {
   static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "tandem: cuDNN fused conv + bias not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld "
-               "filters (%s): plain conv + bias add instead (noted once)\n",
-               dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h), static_cast<long long>(g.w),
-               static_cast<long long>(g.c), static_cast<long long>(g.o), static_cast<long long>(g.kh),
-               static_cast<long long>(g.kw), why);
+  if (!said.exchange(true)) note_conv_fallback(g, dt, "fused conv + bias", "plain conv + bias add", why);
 }
 
 // Runs op on the compute stream. bias: ForwardBias only. Returns false only for ForwardBias without a
@@ -364,6 +358,15 @@ bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
 }
 
 }  // namespace
+
+void note_conv_fallback(const ConvGeom& g, DType dt, const char* graph, const char* instead, const char* why) {
+  std::fprintf(stderr,
+               "tandem: cuDNN %s not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld filters (%s): "
+               "%s instead (noted once)\n",
+               graph, dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h),
+               static_cast<long long>(g.w), static_cast<long long>(g.c), static_cast<long long>(g.o),
+               static_cast<long long>(g.kh), static_cast<long long>(g.kw), why, instead);
+}
 
 void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y) {
   run(ConvOp::Forward, g, x, w, y);

@@ -29,17 +29,21 @@ void map_with_column_sum(int64_t n, int64_t C, T* dx, Tensor& dbias, G g) {
   }
 }
 
-}  // namespace
-
-void bias_gelu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) {
-  TANDEM_CPU_WIDEN_16BIT(bias_gelu_cpu, x, bias, y);
+// y[i] = F(x[i], bias[column]) (bias_gelu, bias_relu); y may be x.
+template <class F>
+void bias_map_cpu(const Tensor& x, const Tensor& bias, Tensor& y) {
+  TANDEM_CPU_WIDEN_16BIT(bias_map_cpu<F>, x, bias, y);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const T *xp = x.data<T>(), *bp = bias.data<T>();
     T* yp = y.data<T>();
     const int64_t n = x.numel(), C = bias.numel();
-    for (int64_t i = 0; i < n; ++i) yp[i] = fn::BiasGelu{}(xp[i], bp[i % C]);
+    for (int64_t i = 0; i < n; ++i) yp[i] = F{}(xp[i], bp[i % C]);
   });
 }
+
+}  // namespace
+
+void bias_gelu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) { bias_map_cpu<fn::BiasGelu>(x, bias, y); }
 
 void bias_gelu_backward_cpu(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Tensor& dbias) {
   TANDEM_CPU_WIDEN_16BIT(bias_gelu_backward_cpu, dy, x, bias, dx, dbias);
@@ -71,15 +75,7 @@ void dropout_bias_backward_cpu(const Tensor& dy, Tensor& dx, Tensor& dbias, Drop
   });
 }
 
-void bias_relu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) {
-  TANDEM_CPU_WIDEN_16BIT(bias_relu_cpu, x, bias, y);
-  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
-    const T *xp = x.data<T>(), *bp = bias.data<T>();
-    T* yp = y.data<T>();
-    const int64_t n = x.numel(), C = bias.numel();
-    for (int64_t i = 0; i < n; ++i) yp[i] = fn::BiasRelu{}(xp[i], bp[i % C]);
-  });
-}
+void bias_relu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) { bias_map_cpu<fn::BiasRelu>(x, bias, y); }
 
 void relu_bias_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, Tensor& dbias) {
   TANDEM_CPU_WIDEN_16BIT(relu_bias_backward_cpu, dy, y, dx, dbias);

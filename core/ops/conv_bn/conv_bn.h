@@ -1,0 +1,71 @@
+// core/ops/conv_bn/conv_bn.h: the first two pieces of NVIDIA's MLPerf-style conv-BN fusion for
+// ResNet (issue 18 item 3), as ops with a CPU reference that pins their meaning:
+//
+//   conv2d_genstats(x, w, p)   y = conv2d(x, w) (no bias: a BN follows) AND y's per-channel batch
+//                              statistics sum(y) and sum(y^2) over N, H, W, which on the GPU come
+//                              out of the conv's epilogue (the frontend's genstats node), so BN's
+//                              statistics pass over y (one full read) disappears.
+//   bn_finalize(stats, ...)    from those sums, BN's training-mode per-channel terms: mean, inv_std
+//                              = 1 / sqrt(var + eps), and the affine equivalent scale = weight *
+//                              inv_std, bias = bias - mean * scale (bn(y) = y * scale + bias), and
+//                              the running statistics updated in place exactly as ops::batch_norm
+//                              does (core/ops/batchnorm/batchnorm.h): running = (1 - momentum)
+//                              running + momentum * batch, with the unbiased variance n / (n - 1)
+//                              in running_var. On the GPU, the frontend's bn_finalize node.
+//
+// Semantics: var = sum(y^2) / n - mean^2, the biased batch variance from the two sums (what genstats
+// gives; ops::batch_norm's two-pass variance agrees to rounding; with |mean| >> std the one-pass
+// form loses digits, as it does in NVIDIA's fused kernels; the GPU sums in f32). Statistics and the
+// BN terms are f32 for f32/f16/bf16 activations and f64 for f64 (CPU gradient checks), as
+// batch_norm's. The statistics are NOT differentiable outputs: they are y's sums, handed to the BN
+// that follows; that BN's backward (d/dy through mean and var) accounts for them via y, so y's only
+// gradient path is the conv node's (dgrad, wgrad).
+//
+// Switch: BackendConfig::conv_bn_fusion (core/backend.h), default off. Off, or on the CPU, or when
+// cuDNN refuses a graph (counted by conv_bn_fusion_stats; the first refusal noted once on stderr):
+// the plain conv and the sums by tensor ops, which is also the CPU reference.
+// Not built yet (the rest of item 3; see the session report): the next conv's prologue applying
+// scale/bias and ReLU (scale-bias-relu-conv with genstats), the matching backward graphs (dgrad +
+// drelu + dbn_weight, wgrad with the prologue), and resnet.cpp's wiring with the trainers' flag.
+// Never run on a GPU yet: tests/gpu_conv_fusion.cpp pins the graph paths to this reference.
+#pragma once
+#include <cstdint>
+
+#include "core/ops/conv/types.h"
+#include "core/tensor.h"
+
+namespace tandem::ops {
+
+// Per-channel sums of a [N, H, W, C] tensor over N, H and W: the input of bn_finalize.
+struct ChannelStats {
+  Tensor sum;     // [C]
+  Tensor sq_sum;  // [C], sum of squares
+  int64_t count = 0;  // N * H * W, the number of values per channel
+};
+
+struct ConvGenstats {
+  Tensor y;  // [N, OH, OW, O], differentiable (a Conv2dBackward node)
+  ChannelStats stats;
+};
+ConvGenstats conv2d_genstats(const Tensor& x, const Tensor& w, const Conv2dParams& p);
+
+// bn(y) = y * scale + bias per channel, from y's statistics (all [C]).
+struct BnFinalized {
+  Tensor scale, bias, mean, inv_std;
+};
+// weight/bias may be undefined (no affine: 1 and 0); running_mean/var may be undefined (not
+// tracked). Needs count > 1 (the unbiased variance), as batch_norm's training mode. Not recorded
+// by autograd (its inputs are statistics, not activations).
+BnFinalized bn_finalize(const ChannelStats& stats, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                        Tensor& running_var, double momentum = 0.1, double eps = 1e-5);
+
+// CUDA calls with BackendConfig::conv_bn_fusion on that ran a graph (fused) or fell back (unfused),
+// and whether this build has cuDNN's frontend at all. The GPU tests require no fallback on an H100.
+struct ConvBnFusionStats {
+  int64_t fused = 0;
+  int64_t unfused = 0;
+  bool frontend = false;
+};
+ConvBnFusionStats conv_bn_fusion_stats();
+
+}  // namespace tandem::ops

@@ -1,0 +1,121 @@
+// tests/test_conv_bn.cpp: the conv-BN fusion pieces on the CPU (core/ops/conv_bn/conv_bn.h), against
+// the ops they stand for:
+//   - conv2d_genstats: y is conv2d(x, w) bit for bit with conv2d's gradient (f64 finite
+//     differences), and the statistics are y's per-channel sums and sums of squares;
+//   - bn_finalize: y * scale + bias equals ops::batch_norm(y) in training mode, and the running
+//     statistics come out as batch_norm leaves them (momentum, unbiased variance), in f64 and f32,
+//     with and without the affine parameters; the conv -> BN -> ReLU chain built from the pieces
+//     equals the composition of today's ops.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/ops/ops.h"
+#include "tests/support/conv_params.h"
+#include "tests/support/gradcheck.h"
+
+using namespace tandem;
+using testing::conv_params;
+using testing::gradcheck;
+using testing::max_abs_diff;
+using testing::rand_f64;
+
+namespace {
+
+// Per-channel sums of an NHWC tensor, straight from the definition (f64).
+void channel_sums(const Tensor& y, std::vector<double>& sum, std::vector<double>& sq) {
+  const int64_t c = y.size(-1);
+  sum.assign(c, 0.0);
+  sq.assign(c, 0.0);
+  std::vector<double> v = y.to_vector_f64();
+  for (size_t i = 0; i < v.size(); ++i) {
+    sum[i % c] += v[i];
+    sq[i % c] += v[i] * v[i];
+  }
+}
+
+// y * scale + bias per channel (broadcast over the leading dims).
+Tensor affine(const Tensor& y, const ops::BnFinalized& f) { return ops::add(ops::mul(y, f.scale), f.bias); }
+
+}  // namespace
+
+TEST_CASE("conv2d_genstats: y is conv2d's, the statistics are y's per-channel sums") {
+  const ops::Conv2dParams p = conv_params(2, 1, 1, 1);
+  Tensor x = rand_f64({2, 7, 6, 3}, 1, -1, 1, false), w = rand_f64({5, 3, 3, 3}, 2, -1, 1, false);
+  for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+    CAPTURE(dtype_name(dt));
+    ops::ConvGenstats out = ops::conv2d_genstats(x.to(dt), w.to(dt), p);
+    Tensor ref = ops::conv2d(x.to(dt), w.to(dt), Tensor(), p);
+    CHECK(max_abs_diff(out.y.to_vector_f64(), ref.to_vector_f64()) == 0);
+    CHECK(out.stats.count == 2 * 4 * 3);
+    CHECK(out.stats.sum.dtype() == (dt == DType::F64 ? DType::F64 : DType::F32));
+    std::vector<double> sum, sq;
+    channel_sums(out.y, sum, sq);
+    const double tol = dt == DType::F64 ? 1e-12 : 1e-4;  // f32 sums of 24 values of size ~2
+    CHECK(max_abs_diff(out.stats.sum.to_vector_f64(), sum) <= tol);
+    CHECK(max_abs_diff(out.stats.sq_sum.to_vector_f64(), sq) <= tol);
+  }
+  auto f = [&](const std::vector<Tensor>& in) { return ops::conv2d_genstats(in[0], in[1], p).y; };
+  CHECK(gradcheck(f, {rand_f64({2, 7, 6, 3}, 3), rand_f64({5, 3, 3, 3}, 4)}) == "");
+}
+
+TEST_CASE("bn_finalize equals batch_norm's training mode: output and running statistics") {
+  const double momentum = 0.1, eps = 1e-5;
+  Tensor y = rand_f64({3, 4, 5, 6}, 5, -2, 3, false);  // mean != 0: the one-pass variance is exercised
+  for (DType dt : {DType::F64, DType::F32}) {
+    CAPTURE(dtype_name(dt));
+    const double tol = dt == DType::F64 ? 1e-12 : 2e-5;
+    for (bool affine_params : {true, false}) {
+      CAPTURE(affine_params);
+      Tensor yd = y.to(dt);
+      Tensor weight = affine_params ? rand_f64({6}, 6, 0.5, 1.5, false).to(dt) : Tensor();
+      Tensor bias = affine_params ? rand_f64({6}, 7, -1, 1, false).to(dt) : Tensor();
+      Tensor rm1 = rand_f64({6}, 8, -1, 1, false).to(dt), rv1 = rand_f64({6}, 9, 0.5, 2, false).to(dt);
+      Tensor rm2 = rm1.clone(), rv2 = rv1.clone();
+      Tensor ref = ops::batch_norm(yd, weight, bias, rm1, rv1, true, momentum, eps);
+
+      ops::ChannelStats st;
+      st.sum = ops::sum_to_trailing(yd, {6});
+      st.sq_sum = ops::sum_to_trailing(ops::mul(yd, yd), {6});
+      st.count = 3 * 4 * 5;
+      ops::BnFinalized fin = ops::bn_finalize(st, weight, bias, rm2, rv2, momentum, eps);
+      CHECK(max_abs_diff(affine(yd, fin).to_vector_f64(), ref.to_vector_f64()) <= tol * 10);
+      CHECK(max_abs_diff(rm2.to_vector_f64(), rm1.to_vector_f64()) <= tol);
+      CHECK(max_abs_diff(rv2.to_vector_f64(), rv1.to_vector_f64()) <= tol);
+      // mean and inv_std as defined
+      std::vector<double> sum, sq;
+      channel_sums(yd, sum, sq);
+      std::vector<double> mean = fin.mean.to_vector_f64(), inv_std = fin.inv_std.to_vector_f64();
+      for (size_t c = 0; c < 6; ++c) {
+        CHECK(std::fabs(mean[c] - sum[c] / 60) <= tol);
+        CHECK(std::fabs(inv_std[c] - 1 / std::sqrt(sq[c] / 60 - (sum[c] / 60) * (sum[c] / 60) + eps)) <= tol * 10);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv -> BN -> ReLU from conv2d_genstats and bn_finalize equals the composition of today's ops") {
+  const ops::Conv2dParams p = conv_params(1, 1, 1, 1);
+  Tensor x = rand_f64({2, 5, 5, 4}, 10, -1, 1, false), w = rand_f64({6, 3, 3, 4}, 11, -1, 1, false);
+  Tensor weight = rand_f64({6}, 12, 0.5, 1.5, false), bias = rand_f64({6}, 13, -0.5, 0.5, false);
+  Tensor rm1 = Tensor::zeros({6}, DType::F64), rv1 = Tensor::ones({6}, DType::F64);
+  Tensor rm2 = rm1.clone(), rv2 = rv1.clone();
+  Tensor ref = ops::relu(ops::batch_norm(ops::conv2d(x, w, Tensor(), p), weight, bias, rm1, rv1, true));
+  ops::ConvGenstats cs = ops::conv2d_genstats(x, w, p);
+  ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, rm2, rv2);
+  Tensor got = ops::relu(affine(cs.y, fin));
+  CHECK(max_abs_diff(got.to_vector_f64(), ref.to_vector_f64()) <= 1e-11);
+  CHECK(max_abs_diff(rm2.to_vector_f64(), rm1.to_vector_f64()) <= 1e-12);
+  CHECK(max_abs_diff(rv2.to_vector_f64(), rv1.to_vector_f64()) <= 1e-12);
+}
+
+TEST_CASE("bn_finalize refuses what batch_norm refuses") {
+  ops::ChannelStats st{Tensor::ones({3}), Tensor::ones({3}), 1};
+  Tensor none;
+  CHECK_THROWS_WITH_AS(ops::bn_finalize(st, none, none, none, none), doctest::Contains("more than one value"),
+                       Error);
+  st.count = 4;
+  Tensor wrong = Tensor::ones({4});
+  CHECK_THROWS_WITH_AS(ops::bn_finalize(st, wrong, none, none, none), doctest::Contains("must match"), Error);
+}
