@@ -251,3 +251,33 @@ TEST_CASE("bn_finalize: the graph's scale, bias, mean, inv_std and running stati
     CHECK(compare("running_var (unbiased, momentum 0.1)", rv, rv_gpu, tol) == "");
   }
 }
+
+TEST_CASE("conv2d_genstats -> bn_finalize -> batch_norm_apply on the GPU matches the CPU chain, forward and backward") {
+  REQUIRE(ops::conv_bn_fusion_stats().frontend);
+  // BN bias +-3 and weight 0.5: |xhat * 0.5| < 3 always (xhat is a normalised value), so the ReLU
+  // mask has the bias's sign on both backends, as in the conv + bias + ReLU test above.
+  for (const Run& pr : kRuns) {
+    CAPTURE(pr.name());
+    BackendConfig c = backend();
+    c.allow_tf32 = pr.tf32;
+    c.conv_bn_fusion = true;
+    BackendScope scope(c);
+    const ops::ConvBnFusionStats before = ops::conv_bn_fusion_stats();
+    for (const Layer& l : {kResnetLayers[1], kResnetLayers[2]}) {
+      CAPTURE(l.name);
+      auto chain = [&](const std::vector<Tensor>& in) {
+        // The BN parameters stay f32 for every activation dtype, as BatchNorm2d keeps them.
+        Tensor weight = ops::cast(in[2], DType::F32), bias = ops::cast(in[3], DType::F32), none;
+        ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], l.p());
+        ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, none, none);
+        return std::vector<Tensor>{ops::batch_norm_apply(cs.y, fin, weight, bias, true)};
+      };
+      Generator gx(40);
+      CHECK(parity_check(chain, {randn(l.x(), gx), weights(l.w(), 41), Tensor::full({l.o}, 0.5), signed_bias(l.o)},
+                         pr.dtype, pr.tol()) == "");
+    }
+    const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
+    // genstats for every conv; bn_finalize takes the graph only with running stats (not tracked here).
+    if (pr.dtype == DType::BF16 || pr.tf32) CHECK(after.unfused - before.unfused == 0);
+  }
+}

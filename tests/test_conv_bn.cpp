@@ -119,3 +119,63 @@ TEST_CASE("bn_finalize refuses what batch_norm refuses") {
   Tensor wrong = Tensor::ones({4});
   CHECK_THROWS_WITH_AS(ops::bn_finalize(st, wrong, none, none, none), doctest::Contains("must match"), Error);
 }
+
+TEST_CASE("conv2d_genstats -> bn_finalize -> batch_norm_apply trains as conv2d -> batch_norm -> relu") {
+  const ops::Conv2dParams p = conv_params(1, 1, 1, 1);
+  // The fused chain as one function of (x, w, weight, bias); running stats not tracked here.
+  auto chain = [&](const std::vector<Tensor>& in, bool relu) {
+    ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], p);
+    Tensor none;
+    ops::BnFinalized fin = ops::bn_finalize(cs.stats, in[2], in[3], none, none);
+    return ops::batch_norm_apply(cs.y, fin, in[2], in[3], relu);
+  };
+  auto composition = [&](const std::vector<Tensor>& in, bool relu) {
+    Tensor none;
+    Tensor b = ops::batch_norm(ops::conv2d(in[0], in[1], Tensor(), p), in[2], in[3], none, none, true);
+    return relu ? ops::relu(b) : b;
+  };
+  for (bool relu : {true, false}) {
+    CAPTURE(relu);
+    // Finite differences through the statistics: the backward's d/dy via mean and variance.
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return chain(in, relu); },
+                    {rand_f64({2, 4, 4, 3}, 31), rand_f64({4, 3, 3, 3}, 32), rand_f64({4}, 33, 0.5, 1.5),
+                     rand_f64({4}, 34)}) == "");
+    // And every gradient equal to the composition's.
+    std::vector<Tensor> in = {rand_f64({2, 5, 5, 3}, 35), rand_f64({6, 3, 3, 3}, 36), rand_f64({6}, 37, 0.5, 1.5),
+                              rand_f64({6}, 38)};
+    Tensor g = rand_f64({2, 5, 5, 6}, 39, -1, 1, false);
+    auto grads = [&](bool fused) {
+      for (Tensor& t : in) t.set_grad(Tensor());
+      Tensor out = fused ? chain(in, relu) : composition(in, relu);
+      out.backward(g);
+      std::vector<double> all = out.to_vector_f64();
+      for (Tensor& t : in) {
+        std::vector<double> v = t.grad().to_vector_f64();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return all;
+    };
+    CHECK(max_abs_diff(grads(true), grads(false)) <= 1e-10);
+  }
+  // Without the affine parameters (weight 1, bias 0).
+  auto plain = [&](const std::vector<Tensor>& in) {
+    ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], p);
+    Tensor none;
+    ops::BnFinalized fin = ops::bn_finalize(cs.stats, none, none, none, none);
+    return ops::batch_norm_apply(cs.y, fin, none, none, true);
+  };
+  CHECK(gradcheck(plain, {rand_f64({2, 4, 4, 3}, 40), rand_f64({4, 3, 3, 3}, 41)}) == "");
+}
+
+TEST_CASE("batch_norm_apply keeps a bf16 activation bf16 and matches the f32 composition to bf16 rounding") {
+  Tensor y = rand_f64({4, 3, 3, 8}, 50, -2, 2, false).to(DType::BF16);
+  Tensor weight = rand_f64({8}, 51, 0.5, 1.5, false).to(DType::F32), bias = rand_f64({8}, 52, -1, 1, false).to(DType::F32);
+  ops::ChannelStats st{ops::sum_to_trailing(y.to(DType::F32), {8}), ops::sum_to_trailing(ops::square(y.to(DType::F32)), {8}),
+                       4 * 3 * 3};
+  Tensor none;
+  ops::BnFinalized fin = ops::bn_finalize(st, weight, bias, none, none);
+  Tensor a = ops::batch_norm_apply(y, fin, weight, bias, true);
+  CHECK(a.dtype() == DType::BF16);
+  Tensor ref = ops::relu(ops::batch_norm(y, weight, bias, none, none, true));
+  CHECK(max_abs_diff(a.to_vector_f64(), ref.to_vector_f64()) <= 3e-2);  // both round to bf16 (2^-8 of values ~3)
+}

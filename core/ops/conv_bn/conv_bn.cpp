@@ -14,6 +14,7 @@
 #include "core/ops/conv/kernels.h"
 #include "core/ops/copy/copy.h"
 #include "core/ops/elementwise/elementwise.h"
+#include "core/ops/fused_bias/kernels.h"
 
 namespace tandem::ops {
 namespace {
@@ -82,10 +83,13 @@ BnFinalized bn_finalize(const ChannelStats& st, const Tensor& weight, const Tens
                    t->str());
   autograd::NoGradGuard no_grad;
   BnFinalized out;
-  const bool fuse = fusion_on(st.sum);
+  out.count = st.count;
+  // The graph takes the ResNet case (affine, running stats tracked); the rest is the reference's.
+  const bool fuse = fusion_on(st.sum) && weight.defined() && bias.defined() && running_mean.defined() &&
+                    running_var.defined();
   bool graph = false;
 #ifdef TANDEM_WITH_CUDA
-  if (fuse && weight.defined() && bias.defined() && running_mean.defined() && running_var.defined()) {
+  if (fuse) {
     for (Tensor* t : {&out.scale, &out.bias, &out.mean, &out.inv_std})
       *t = Tensor::empty(st.sum.shape(), st.sum.dtype(), st.sum.device());
     Tensor next_mean = Tensor::empty(st.sum.shape(), st.sum.dtype(), st.sum.device());
@@ -117,6 +121,55 @@ BnFinalized bn_finalize(const ChannelStats& st, const Tensor& weight, const Tens
     running_var.copy_(add(mul(running_var, filled(running_var, 1.0 - momentum)),
                           mul(var, filled(var, momentum * n / (n - 1.0)))));
   return out;
+}
+
+Tensor batch_norm_apply(const Tensor& y, const BnFinalized& fin, const Tensor& weight, const Tensor& bias, bool relu) {
+  TANDEM_CHECK(y.dim() >= 2 && fin.scale.defined() && y.size(-1) == fin.scale.numel() && fin.count > 1,
+               "batch_norm_apply: y ", y.str(), " needs bn_finalize's per-channel terms for its last dim");
+  TANDEM_CHECK(y.device() == fin.scale.device(), "batch_norm_apply: y and the BN terms must share a device");
+  const DType sd = fin.scale.dtype();
+  const int64_t c = y.size(-1);
+  Tensor a;
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor s = mul(cast(y.detach(), sd), fin.scale);
+    if (relu)  // + bias and ReLU in one pass, in place
+      TANDEM_BACKEND(s, kernels::bias_relu_cpu(s, fin.bias, s), kernels::bias_relu_cuda(s, fin.bias, s));
+    else
+      add_(s, fin.bias);
+    a = cast(s, y.dtype());
+  }
+  const bool gy = y.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+             gb = bias.defined() && bias.requires_grad();
+  autograd::record("BatchNormApplyBackward", {y, weight, bias}, a,
+                   [y = y.detach(), a = a.detach(), fin, weight = weight.defined() ? weight.detach() : Tensor(), sd, c,
+                    relu, gy, gw, gb](std::vector<Tensor>& g) {
+                     autograd::NoGradGuard no_grad;
+                     Tensor da = cast(g[0], sd);
+                     Tensor dz = da, dbias;
+                     if (relu) {  // the mask and d bias in one pass (fused_bias's column reduction)
+                       dz = Tensor::empty(da.shape(), sd, da.device());
+                       dbias = Tensor::empty({c}, sd, da.device());
+                       Tensor av = cast(a, sd);
+                       TANDEM_BACKEND(da, kernels::relu_bias_backward_cpu(da, av, dz, dbias),
+                                      kernels::relu_bias_backward_cuda(da, av, dz, dbias));
+                     } else {
+                       dbias = sum_to_trailing(da, {c});
+                     }
+                     Tensor xhat = mul(sub(cast(y, sd), fin.mean), fin.inv_std);
+                     Tensor dweight = sum_to_trailing(mul(dz, xhat), {c});
+                     Tensor dy;
+                     if (gy) {
+                       const double n = static_cast<double>(fin.count);
+                       Tensor k = mul(weight.defined() ? weight : filled(fin.inv_std, 1.0), fin.inv_std);
+                       k = mul(k, filled(k, 1.0 / n));
+                       Tensor inner = sub(sub(mul(dz, filled(dbias, n)), dbias),  // [C] operands broadcast over rows
+                                          mul(xhat, dweight));
+                       dy = cast(mul(inner, k), y.dtype());
+                     }
+                     return std::vector<Tensor>{dy, gw ? dweight : Tensor(), gb ? dbias : Tensor()};
+                   });
+  return a;
 }
 
 }  // namespace tandem::ops

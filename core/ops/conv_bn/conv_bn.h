@@ -12,6 +12,9 @@
 //                              does (core/ops/batchnorm/batchnorm.h): running = (1 - momentum)
 //                              running + momentum * batch, with the unbiased variance n / (n - 1)
 //                              in running_var. On the GPU, the frontend's bn_finalize node.
+//   batch_norm_apply(y, ...)   relu(y * scale + bias) with batch_norm's gradients (below), so that
+//                              conv2d_genstats -> bn_finalize -> batch_norm_apply trains exactly as
+//                              conv2d -> batch_norm -> relu does (tests/test_conv_bn.cpp).
 //
 // Semantics: var = sum(y^2) / n - mean^2, the biased batch variance from the two sums (what genstats
 // gives; ops::batch_norm's two-pass variance agrees to rounding; with |mean| >> std the one-pass
@@ -52,12 +55,24 @@ ConvGenstats conv2d_genstats(const Tensor& x, const Tensor& w, const Conv2dParam
 // bn(y) = y * scale + bias per channel, from y's statistics (all [C]).
 struct BnFinalized {
   Tensor scale, bias, mean, inv_std;
+  int64_t count = 0;  // the statistics' count, for batch_norm_apply's backward
 };
 // weight/bias may be undefined (no affine: 1 and 0); running_mean/var may be undefined (not
 // tracked). Needs count > 1 (the unbiased variance), as batch_norm's training mode. Not recorded
 // by autograd (its inputs are statistics, not activations).
 BnFinalized bn_finalize(const ChannelStats& stats, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                         Tensor& running_var, double momentum = 0.1, double eps = 1e-5);
+
+// a = y * fin.scale + fin.bias per channel, then ReLU when `relu`: BN's training-mode output from
+// statistics computed elsewhere (conv2d_genstats -> bn_finalize), with batch_norm's gradients, i.e.
+// d/dy through the batch mean and variance as if they had been computed from y here:
+//   xhat = (y - mean) inv_std,  dz = da (* [a > 0] with relu: fn::ReluBackward's rule)
+//   d bias = sum dz,  d weight = sum dz xhat,  dy = weight inv_std / n (n dz - d bias - xhat d weight)
+// (weight 1 without affine). weight/bias are the BN's parameters (autograd inputs); `fin` must come
+// from bn_finalize with them. Output in y's dtype; arithmetic in the statistics' dtype. This is the
+// reference path (tensor ops, a few passes over y each way); on the GPU it is the pass the next
+// conv's prologue is meant to absorb (scale-bias-relu-conv, not built yet).
+Tensor batch_norm_apply(const Tensor& y, const BnFinalized& fin, const Tensor& weight, const Tensor& bias, bool relu);
 
 // CUDA calls with BackendConfig::conv_bn_fusion on that ran a graph (fused) or fell back (unfused),
 // and whether this build has cuDNN's frontend at all. The GPU tests require no fallback on an H100.
