@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/ops/conv/conv.h"
+#include "core/ops/conv_bn/conv_bn.h"
 #include "core/ops/pool/pool.h"
 #include "core/random.h"
 #include "layers/module.h"
@@ -99,6 +100,9 @@ class Conv2d : public Module {
   // ReLU mask and the bias gradient in one backward pass). Same values and gradients as the
   // composition. Runs this module's forward hooks and profiling range, as operator() does.
   Tensor forward_relu(const Tensor& x);
+  // forward(x) with its per-channel batch statistics for the BatchNorm2d that follows
+  // (ops::conv2d_genstats; BatchNorm2d::forward_relu_from_stats), hooks and range as operator().
+  ops::ConvGenstats forward_genstats(const Tensor& x);
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;
@@ -151,6 +155,12 @@ class BatchNorm2d : public Module {
   // neither the normalised tensor nor the sum is written). Same values and gradients as the
   // composition, which the CPU runs. Counts the batch and adds the profiling range like operator().
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
+  // relu(forward(cs.y)) from the statistics the conv produced with cs.y (Conv2d::forward_genstats;
+  // conv-BN fusion, BackendConfig::conv_bn_fusion): in training mode ops::bn_finalize (running
+  // stats updated as batch_norm does) then ops::batch_norm_apply, with batch_norm's values and
+  // gradients. Eval mode and subclasses (SyncBatchNorm: its statistics need a collective) run
+  // relu(forward(cs.y)) instead. Counts the batch; hooks and range as operator().
+  Tensor forward_relu_from_stats(const ops::ConvGenstats& cs);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;  // weight 1, bias 0, running stats reset

@@ -1,6 +1,7 @@
 // layers/models/resnet.cpp: torchvision's ResNet (v1.5) on NHWC tensors.
 #include "layers/models/resnet.h"
 
+#include "core/backend.h"
 #include "layers/init.h"
 
 namespace tandem::models {
@@ -13,6 +14,9 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int k, int stride) {
   o.bias = false;
   return std::make_shared<Conv2d>(in, out, k, o, nullptr);
 }
+// Conv -> BN -> ReLU with the BN statistics from the conv's epilogue (BackendConfig::conv_bn_fusion,
+// core/ops/conv_bn/conv_bn.h), in training mode; block tails keep forward_add_relu.
+bool conv_bn_fusion(const Module& m) { return m.is_training() && backend().conv_bn_fusion; }
 }  // namespace
 
 ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after,
@@ -32,7 +36,9 @@ ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after
 Tensor ResidualBlock::forward(const Tensor& x) {
   Tensor out = x;
   const size_t last = convs_.size() - 1;
-  for (size_t i = 0; i < last; ++i) out = relu_(bns_[i](convs_[i](out)));
+  for (size_t i = 0; i < last; ++i)
+    out = conv_bn_fusion(*this) ? bns_[i]->forward_relu_from_stats(convs_[i]->forward_genstats(out))
+                                : relu_(bns_[i](convs_[i](out)));
   Tensor tail = convs_[last](out);
   Tensor identity = downsample_ ? downsample_(x) : x;
   // relu(bn(tail) + identity) as one op: cuDNN's fused BN+add+ReLU on the GPU (BatchNorm2d).
@@ -85,7 +91,8 @@ std::shared_ptr<Sequential> ResNet::make_layer(int64_t planes, int blocks, int s
 
 Tensor ResNet::forward(const Tensor& x) {
   TANDEM_CHECK(x.dim() == 4 && x.size(3) == 3, "ResNet expects NHWC images [N, H, W, 3], got ", x.str());
-  Tensor h = maxpool_(relu_(bn1_(conv1_(x))));
+  Tensor h = maxpool_(conv_bn_fusion(*this) ? bn1_->forward_relu_from_stats(conv1_->forward_genstats(x))
+                                            : relu_(bn1_(conv1_(x))));
   for (const auto& layer : layers_) h = layer(h);
   return fc_(flatten_(avgpool_(h)));
 }

@@ -17,8 +17,10 @@
 //                              conv2d -> batch_norm -> relu does (tests/test_conv_bn.cpp).
 //
 // Semantics: var = sum(y^2) / n - mean^2, the biased batch variance from the two sums (what genstats
-// gives; ops::batch_norm's two-pass variance agrees to rounding; with |mean| >> std the one-pass
-// form loses digits, as it does in NVIDIA's fused kernels; the GPU sums in f32). Statistics and the
+// gives). ops::batch_norm's two-pass variance agrees to rounding, but the one-pass form cancels where
+// |mean| >> std: in f32 a ResNet step's largest gradients then differ from batch_norm's by up to ~1 %
+// (CPU resnet18, 4 x 64 x 64, measured), and with count 2 (1x1 maps, batch 2) even f64 loses digits.
+// NVIDIA's fused kernels share the property. Statistics and the
 // BN terms are f32 for f32/f16/bf16 activations and f64 for f64 (CPU gradient checks), as
 // batch_norm's. The statistics are NOT differentiable outputs: they are y's sums, handed to the BN
 // that follows; that BN's backward (d/dy through mean and var) accounts for them via y, so y's only
@@ -27,9 +29,13 @@
 // Switch: BackendConfig::conv_bn_fusion (core/backend.h), default off. Off, or on the CPU, or when
 // cuDNN refuses a graph (counted by conv_bn_fusion_stats; the first refusal noted once on stderr):
 // the plain conv and the sums by tensor ops, which is also the CPU reference.
-// Not built yet (the rest of item 3; see the session report): the next conv's prologue applying
-// scale/bias and ReLU (scale-bias-relu-conv with genstats), the matching backward graphs (dgrad +
-// drelu + dbn_weight, wgrad with the prologue), and resnet.cpp's wiring with the trainers' flag.
+// Wiring: ResNet's conv -> BN -> ReLU pairs (not the block tails) run conv2d_genstats -> bn_finalize
+// -> batch_norm_apply in training mode when the switch is on (layers/models/resnet.cpp,
+// Conv2d::forward_genstats, BatchNorm2d::forward_relu_from_stats; train_imagenet --conv-bn-fusion).
+// Not built yet (the rest of item 3): the next conv's prologue applying scale/bias and ReLU
+// (scale-bias-relu-conv with genstats, so batch_norm_apply's pass disappears) and the matching
+// backward graphs (dgrad + drelu + dbn_weight, wgrad with the prologue). Until then the switch saves
+// BN's statistics pass and costs batch_norm_apply's tensor-op passes: measure before turning it on.
 // Never run on a GPU yet: tests/gpu_conv_fusion.cpp pins the graph paths to this reference.
 #pragma once
 #include <cstdint>
