@@ -42,6 +42,26 @@ struct Run {
 };
 constexpr Run kRuns[] = {{DType::F32, false}, {DType::F32, true}, {DType::BF16, false}};
 
+// Runs body(run) once per run with TF32 as the run wants and `fusion` (the switch under test) on,
+// then checks the op's counters: some calls ran the graph, and none fell back in bf16 or TF32
+// (what the trainers run: an H100 has a runtime-fusion engine for every shape here); strict f32
+// may lack one without tensor cores, so its fallback is allowed.
+template <class F>
+void for_each_run(bool BackendConfig::*fusion, ops::GraphFusionStats (*stats)(), F body) {
+  for (const Run& pr : kRuns) {
+    CAPTURE(pr.name());
+    BackendConfig c = backend();
+    c.allow_tf32 = pr.tf32;
+    c.*fusion = true;
+    BackendScope scope(c);
+    const ops::GraphFusionStats before = stats();
+    body(pr);
+    const ops::GraphFusionStats after = stats();
+    CHECK(after.fused - before.fused > 0);
+    if (pr.dtype == DType::BF16 || pr.tf32) CHECK(after.unfused - before.unfused == 0);
+  }
+}
+
 // A square conv layer at batch 2 (the CPU computes the reference), spatial size cut where the
 // full ImageNet size would make the CPU slow: hw x hw x c in, o filters k x k.
 struct Layer {
@@ -93,13 +113,7 @@ Tensor signed_bias(int64_t o) {  // +3, -3, +3, ...: half the channels pass, hal
 TEST_CASE("conv2d_bias_relu: the cuDNN graph matches relu(conv2d) on the CPU, forward and backward, and did not fall back") {
   REQUIRE_MESSAGE(ops::conv_bias_relu_stats().frontend, "this build has no cuDNN frontend: run apps/scripts/setup.sh (or pass "
                                    "-DCUDNN_FRONTEND_INCLUDE_DIR) so conv2d_bias_relu can build its graph");
-  for (const Run& pr : kRuns) {
-    CAPTURE(pr.name());
-    BackendConfig c = backend();
-    c.allow_tf32 = pr.tf32;
-    c.conv_bias_fusion = true;
-    BackendScope scope(c);
-    const ops::ConvBiasReluStats before = ops::conv_bias_relu_stats();
+  for_each_run(&BackendConfig::conv_bias_fusion, ops::conv_bias_relu_stats, [](const Run& pr) {
     for (const Layer& l : kLayers) {
       CAPTURE(l.name);
       Generator gx(1);
@@ -113,12 +127,7 @@ TEST_CASE("conv2d_bias_relu: the cuDNN graph matches relu(conv2d) on the CPU, fo
       if (l.c == 64)  // the no-bias graph (no ADD node), on the 64-channel layers
         CHECK(parity_check(no_bias, {positive(l.x(), 3), signed_weights(l.w(), 4)}, pr.dtype, pr.tol()) == "");
     }
-    const ops::ConvBiasReluStats after = ops::conv_bias_relu_stats();
-    CHECK(after.fused - before.fused > 0);
-    // bf16 and TF32 (what the trainers run): an H100 takes every AlexNet/VGG shape in one graph.
-    // Strict f32 may lack a runtime-fusion engine without tensor cores; its fallback is allowed.
-    if (pr.dtype == DType::BF16 || pr.tf32) CHECK(after.unfused - before.unfused == 0);
-  }
+  });
 }
 
 TEST_CASE("conv2d_bias_relu at full ImageNet size (VGG16 conv1_2, AlexNet conv1) builds its graph, bf16") {
@@ -191,13 +200,7 @@ std::string compare(const char* what, const Tensor& ref, const Tensor& got, Tole
 TEST_CASE("conv2d_genstats: the conv + genstats graph's y, gradients and statistics match the CPU; no fallback") {
   REQUIRE(ops::conv_bn_fusion_stats().frontend);
   const Device gpu = Device::cuda(0);
-  for (const Run& pr : kRuns) {
-    CAPTURE(pr.name());
-    BackendConfig c = backend();
-    c.allow_tf32 = pr.tf32;
-    c.conv_bn_fusion = true;
-    BackendScope scope(c);
-    const ops::ConvBnFusionStats before = ops::conv_bn_fusion_stats();
+  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [&](const Run& pr) {
     for (const Layer& l : kResnetLayers) {
       CAPTURE(l.name);
       Generator gx(20);
@@ -213,10 +216,7 @@ TEST_CASE("conv2d_genstats: the conv + genstats graph's y, gradients and statist
       CHECK(compare("sum", ops::sum_to_trailing(yc, {l.o}), out.stats.sum, stol) == "");
       CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {l.o}), out.stats.sq_sum, stol) == "");
     }
-    const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
-    CHECK(after.fused - before.fused > 0);
-    if (pr.dtype == DType::BF16 || pr.tf32) CHECK(after.unfused - before.unfused == 0);
-  }
+  });
 }
 
 TEST_CASE("bn_finalize: the graph's scale, bias, mean, inv_std and running statistics match the CPU reference") {
@@ -255,14 +255,9 @@ TEST_CASE("bn_finalize: the graph's scale, bias, mean, inv_std and running stati
 TEST_CASE("conv2d_genstats -> bn_finalize -> batch_norm_apply on the GPU matches the CPU chain, forward and backward") {
   REQUIRE(ops::conv_bn_fusion_stats().frontend);
   // BN bias +-3 and weight 0.5: |xhat * 0.5| < 3 always (xhat is a normalised value), so the ReLU
-  // mask has the bias's sign on both backends, as in the conv + bias + ReLU test above.
-  for (const Run& pr : kRuns) {
-    CAPTURE(pr.name());
-    BackendConfig c = backend();
-    c.allow_tf32 = pr.tf32;
-    c.conv_bn_fusion = true;
-    BackendScope scope(c);
-    const ops::ConvBnFusionStats before = ops::conv_bn_fusion_stats();
+  // mask has the bias's sign on both backends, as in the conv + bias + ReLU test above. The running
+  // stats are not tracked here, so bn_finalize takes its tensor ops: the counters see genstats only.
+  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [](const Run& pr) {
     for (const Layer& l : {kResnetLayers[1], kResnetLayers[2]}) {
       CAPTURE(l.name);
       auto chain = [&](const std::vector<Tensor>& in) {
@@ -276,8 +271,5 @@ TEST_CASE("conv2d_genstats -> bn_finalize -> batch_norm_apply on the GPU matches
       CHECK(parity_check(chain, {randn(l.x(), gx), weights(l.w(), 41), Tensor::full({l.o}, 0.5), signed_bias(l.o)},
                          pr.dtype, pr.tol()) == "");
     }
-    const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
-    // genstats for every conv; bn_finalize takes the graph only with running stats (not tracked here).
-    if (pr.dtype == DType::BF16 || pr.tf32) CHECK(after.unfused - before.unfused == 0);
-  }
+  });
 }

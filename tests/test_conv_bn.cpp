@@ -20,10 +20,7 @@
 #include "tests/support/gradcheck.h"
 
 using namespace tandem;
-using testing::conv_params;
-using testing::gradcheck;
-using testing::max_abs_diff;
-using testing::rand_f64;
+using testing::conv_params, testing::gradcheck, testing::max_abs_diff, testing::rand_f64;
 
 namespace {
 

@@ -68,13 +68,14 @@ Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor
 }  // namespace
 
 ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
-ConvBiasReluStats conv_bias_relu_stats() {
-  ConvBiasReluStats s{g_relu_fused.load(), g_relu_unfused.load(), false};
+GraphFusionStats graph_fusion_stats(int64_t fused, int64_t unfused) {
+  GraphFusionStats s{fused, unfused, false};
 #ifdef TANDEM_WITH_CUDA
   s.frontend = kernels::conv_graphs_built();
 #endif
   return s;
 }
+ConvBiasReluStats conv_bias_relu_stats() { return graph_fusion_stats(g_relu_fused.load(), g_relu_unfused.load()); }
 
 namespace {
 

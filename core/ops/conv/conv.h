@@ -59,11 +59,7 @@ Tensor conv2d_bias_relu(const Tensor& x, const Tensor& w, const Tensor& b, const
 // CUDA conv2d_bias_relu calls (fusion on) that ran the one-graph forward, and those that fell back
 // (frontend absent, graph refused, or its execution failed; the first is noted once on stderr). The
 // GPU tests require fallback 0 on an H100 for VGG's and AlexNet's shapes.
-struct ConvBiasReluStats {
-  int64_t fused = 0;
-  int64_t unfused = 0;
-  bool frontend = false;  // this build has cuDNN's frontend (TANDEM_HAVE_CUDNN_FRONTEND 1, CUDA on)
-};
+using ConvBiasReluStats = GraphFusionStats;
 ConvBiasReluStats conv_bias_relu_stats();
 
 }  // namespace tandem::ops

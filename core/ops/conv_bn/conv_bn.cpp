@@ -31,13 +31,7 @@ Tensor filled(const Tensor& like, double value) { return Tensor::full(like.shape
 
 }  // namespace
 
-ConvBnFusionStats conv_bn_fusion_stats() {
-  ConvBnFusionStats s{g_fused.load(), g_unfused.load(), false};
-#ifdef TANDEM_WITH_CUDA
-  s.frontend = kernels::conv_graphs_built();
-#endif
-  return s;
-}
+ConvBnFusionStats conv_bn_fusion_stats() { return graph_fusion_stats(g_fused.load(), g_unfused.load()); }
 
 ConvGenstats conv2d_genstats(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   ConvGenstats out;

@@ -82,11 +82,7 @@ Tensor batch_norm_apply(const Tensor& y, const BnFinalized& fin, const Tensor& w
 
 // CUDA calls with BackendConfig::conv_bn_fusion on that ran a graph (fused) or fell back (unfused),
 // and whether this build has cuDNN's frontend at all. The GPU tests require no fallback on an H100.
-struct ConvBnFusionStats {
-  int64_t fused = 0;
-  int64_t unfused = 0;
-  bool frontend = false;
-};
+using ConvBnFusionStats = GraphFusionStats;
 ConvBnFusionStats conv_bn_fusion_stats();
 
 }  // namespace tandem::ops
