@@ -35,6 +35,7 @@
 #include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
 #include "apps/bench_ops_fused.h"      // defines: bench::fused_bias_part
 #include "apps/bench_ops_rowwise.h"    // defines: bench::rowwise_part
+#include "apps/bench_ops_conv_fusion.h"  // defines: bench::conv_bias_relu_part, bench::conv_bn_relu_part
 #include "apps/bench_ops_gpu.h"
 #include "core/cuda/context.h"
 #endif
@@ -171,6 +172,8 @@ void gpu_part(const Options& o, json& rows) {
   bench::bandwidth_part(t, rows);  // likewise (BN forward + backward)
   bench::fused_bias_part(t, rows);  // likewise (fused tails forward + backward)
   bench::rowwise_part(t, rows);     // layer_norm, softmax and max-pool, forward and backward
+  bench::conv_bias_relu_part(t, rows, o.conv_batch);  // VGG/AlexNet conv + bias + ReLU, fused vs not
+  bench::conv_bn_relu_part(t, rows, o.conv_batch);    // ResNet-50 conv -> BN -> ReLU, fused vs not
   cudaStream_t tandem_stream = cuda::compute_stream();
   cudaStream_t direct_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking));

@@ -13,6 +13,7 @@ struct Settings {
   std::atomic<bool> deterministic{BackendConfig{}.deterministic};
   std::atomic<bool> cudnn_batchnorm{BackendConfig{}.cudnn_batchnorm};
   std::atomic<bool> conv_bias_fusion{BackendConfig{}.conv_bias_fusion};
+  std::atomic<bool> conv_bn_fusion{BackendConfig{}.conv_bn_fusion};
   std::atomic<bool> allow_tf32{BackendConfig{}.allow_tf32};
   std::atomic<bool> fused_grad_accumulation{BackendConfig{}.fused_grad_accumulation};
   std::atomic<int64_t> conv_workspace_limit{BackendConfig{}.conv_workspace_limit};
@@ -28,6 +29,7 @@ void apply(const BackendConfig& c) {
   s.deterministic.store(c.deterministic);
   s.cudnn_batchnorm.store(c.cudnn_batchnorm);
   s.conv_bias_fusion.store(c.conv_bias_fusion);
+  s.conv_bn_fusion.store(c.conv_bn_fusion);
   s.allow_tf32.store(c.allow_tf32);
   s.fused_grad_accumulation.store(c.fused_grad_accumulation);
   s.conv_workspace_limit.store(c.conv_workspace_limit);
@@ -41,6 +43,7 @@ BackendConfig backend() {
   c.deterministic = s.deterministic.load();
   c.cudnn_batchnorm = s.cudnn_batchnorm.load();
   c.conv_bias_fusion = s.conv_bias_fusion.load();
+  c.conv_bn_fusion = s.conv_bn_fusion.load();
   c.allow_tf32 = s.allow_tf32.load();
   c.fused_grad_accumulation = s.fused_grad_accumulation.load();
   c.conv_workspace_limit = s.conv_workspace_limit.load();

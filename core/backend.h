@@ -16,6 +16,9 @@
 //                         with cuDNN's beta = 1) instead of the engine's separate add pass
 //                         (core/autograd.h, pending_gradient). Default on; off: the engine's add.
 //                         The same bits on the CPU either way; on the GPU one rounding fewer.
+//   conv_bn_fusion        ResNet-style conv-BN fusion through cuDNN's graph API (core/ops/conv_bn/
+//                         conv_bn.h): the BN batch statistics generated in the conv's epilogue, and
+//                         bn_finalize as one graph. Default off: never run on a GPU, unmeasured.
 //   allow_tf32            f32 GEMMs and convs may use TF32 tensor cores (10-bit mantissa products,
 //                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
 //                         train fine with it (core/ops/matmul/matmul.h).
@@ -41,6 +44,7 @@ struct BackendConfig {
   bool deterministic = false;
   bool cudnn_batchnorm = true;
   bool conv_bias_fusion = true;
+  bool conv_bn_fusion = false;
   bool allow_tf32 = true;
   bool fused_grad_accumulation = true;
   int64_t conv_workspace_limit = int64_t{1} << 30;  // bytes

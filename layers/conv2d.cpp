@@ -1,6 +1,7 @@
 // layers/conv2d.cpp: Conv2d over NHWC with OHWI weights (see layers.h for the checkpoint note).
 #include <cmath>
 
+#include "core/profile.h"
 #include "layers/init.h"
 #include "layers/layers.h"
 
@@ -23,7 +24,7 @@ void Conv2d::reset_parameters(Generator& gen) {
   if (bias_.defined()) init::default_bias_(bias_, fan_in(), gen);
 }
 
-Tensor Conv2d::forward(const Tensor& x) {
+ops::Conv2dParams Conv2d::params(const Tensor& x) const {
   TANDEM_CHECK(x.dim() == 4 && x.size(3) == in_, "Conv2d(", in_, ", ", out_, "): expects NHWC input [N, H, W, ",
                in_, "], got ", x.str());
   ops::Conv2dParams p;
@@ -31,7 +32,24 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.pad_h = p.pad_w = opt_.padding;
   p.dilation_h = p.dilation_w = opt_.dilation;
   p.groups = opt_.groups;
-  return ops::conv2d(x, weight_, bias_, p);
+  return p;
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return ops::conv2d(x, weight_, bias_, params(x)); }
+
+Tensor Conv2d::forward_relu(const Tensor& x) {
+  // Module::operator()'s range and hooks (ZeRO-3 gathers the weight in a pre-hook): the timeline
+  // shows this conv, with the ReLU inside it now.
+  std::string label = name().empty() ? type_name() : type_name() + " " + name();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  return call([&] { return ops::conv2d_bias_relu(x, weight_, bias_, params(x)); });
+}
+
+ops::ConvGenstats Conv2d::forward_genstats(const Tensor& x) {
+  TANDEM_CHECK(!bias_.defined(), "Conv2d::forward_genstats: a conv followed by BatchNorm has no bias (bias=False)");
+  std::string label = name().empty() ? type_name() : type_name() + " " + name();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  return call([&] { return ops::conv2d_genstats(x, weight_, params(x)); });
 }
 
 std::string Conv2d::extra_repr() const {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/ops/conv/conv.h"
+#include "core/ops/conv_bn/conv_bn.h"
 #include "core/ops/pool/pool.h"
 #include "core/random.h"
 #include "layers/module.h"
@@ -95,6 +96,13 @@ class Conv2d : public Module {
   Conv2d(int64_t in_channels, int64_t out_channels, int kernel_size, Conv2dOptions opt = {},
          Generator* gen = &default_generator());
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one op, ops::conv2d_bias_relu (one cuDNN graph forward on the GPU, the
+  // ReLU mask and the bias gradient in one backward pass). Same values and gradients as the
+  // composition. Runs this module's forward hooks and profiling range, as operator() does.
+  Tensor forward_relu(const Tensor& x);
+  // forward(x) with its per-channel batch statistics for the BatchNorm2d that follows
+  // (ops::conv2d_genstats; BatchNorm2d::forward_relu_from_stats), hooks and range as operator().
+  ops::ConvGenstats forward_genstats(const Tensor& x);
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;
@@ -108,6 +116,7 @@ class Conv2d : public Module {
   int64_t fan_out() const { return out_ / opt_.groups * k_ * k_; }
 
  private:
+  ops::Conv2dParams params(const Tensor& x) const;  // checks x's shape; opt_ as the op's parameters
   int64_t in_, out_;
   int k_;
   Conv2dOptions opt_;
@@ -151,6 +160,12 @@ class BatchNorm2d : public Module {
   // either way). Same values and gradients as the composition; counts the batch and adds the
   // profiling range like operator().
   Tensor forward_relu(const Tensor& x);
+  // relu(forward(cs.y)) from the statistics the conv produced with cs.y (Conv2d::forward_genstats;
+  // conv-BN fusion, BackendConfig::conv_bn_fusion): in training mode ops::bn_finalize (running
+  // stats updated as batch_norm does) then ops::batch_norm_apply, with batch_norm's values and
+  // gradients. Eval mode and subclasses (SyncBatchNorm: its statistics need a collective) run
+  // relu(forward(cs.y)) instead. Counts the batch; hooks and range as operator().
+  Tensor forward_relu_from_stats(const ops::ConvGenstats& cs);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;  // weight 1, bias 0, running stats reset

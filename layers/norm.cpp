@@ -1,5 +1,8 @@
-// layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers; forward_relu for conv -> BN -> ReLU and
-// forward_add_relu for ResNet's block tail) and LayerNorm.
+// layers/norm.cpp: BatchNorm2d (NHWC, PyTorch's buffers; forward_relu for conv -> BN -> ReLU,
+// forward_relu_from_stats for the conv-BN fusion, and forward_add_relu for ResNet's block tail) and
+// LayerNorm.
+#include <typeinfo>
+
 #include "core/graph_capture.h"
 #include "core/ops/batchnorm/batchnorm.h"
 #include "core/ops/batchnorm/batchnorm_relu.h"
@@ -97,6 +100,20 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
     return ops::batch_norm_add_relu(x, residual, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
   count_batch();
   return normalize_training_add_relu(x, residual);
+}
+
+Tensor BatchNorm2d::forward_relu_from_stats(const ops::ConvGenstats& cs) {
+  const std::string label = range_label();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  return call([&] {
+    check_input(cs.y);
+    if (!is_training())
+      return ops::batch_norm_relu(cs.y, weight_, bias_, running_mean_, running_var_, false, momentum_, eps_);
+    count_batch();
+    if (typeid(*this) != typeid(BatchNorm2d)) return normalize_training_relu(cs.y);  // SyncBatchNorm's collective
+    ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight_, bias_, running_mean_, running_var_, momentum_, eps_);
+    return ops::batch_norm_apply(cs.y, fin, weight_, bias_, /*relu=*/true);
+  });
 }
 
 Tensor BatchNorm2d::normalize_training(const Tensor& x) {

@@ -70,6 +70,16 @@ TEST_CASE("--conv-bias-fusion: on by default, off selectable, anything else refu
   check_refused(app("train_imagenet") + " --describe --conv-bias-fusion yes", "--conv-bias-fusion");
 }
 
+TEST_CASE("--conv-bn-fusion: off by default, on selectable, anything else refused") {
+  AppRun h = run(0, app("train_imagenet") + " --help");
+  INFO(h.output);
+  CHECK(h.has("--conv-bn-fusion TEXT:{on,off}=off"));
+  AppRun d = run(0, app("train_imagenet") + " --describe --model resnet18 --conv-bn-fusion on");
+  INFO(d.output);
+  CHECK(d.status == 0);
+  check_refused(app("train_imagenet") + " --describe --conv-bn-fusion yes", "--conv-bn-fusion");
+}
+
 TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
   check_refused(app("train_imagenet") + " --synthetic --epochs 0", "--epochs: must be at least 1, got 0");
   check_refused(app("train_imagenet") + " --synthetic --steps 0", "--steps: must be at least 1, got 0");

@@ -140,6 +140,10 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                  "GPU conv with a bias (VGG, AlexNet): on (conv + bias add as one cuDNN graph where an engine takes "
                  "it, else the plain conv + add) or off (always the plain conv + add)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--conv-bn-fusion", o.conv_bn_fusion,
+                 "ResNet conv -> BN -> ReLU: on (BN statistics from the conv's cuDNN epilogue, bn_finalize as a "
+                 "graph; same values and gradients) or off (separate BN, the default until measured)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_flag("--deterministic", o.deterministic,
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
   app.add_flag("--cuda-graph", o.cuda_graph,
@@ -237,6 +241,7 @@ trainer::StepOptions step_options(const TrainOptions& o) {
   s.backend.deterministic = o.deterministic;            // before the first conv builds its cuDNN plans
   s.backend.cudnn_batchnorm = o.bn_impl == "cudnn";    // --bn-impl: on the CPU neither path exists
   s.backend.conv_bias_fusion = o.conv_bias_fusion == "on";
+  s.backend.conv_bn_fusion = o.conv_bn_fusion == "on";
   s.sync_batchnorm = o.sync_bn;
   s.names = flag_name;
   return s;

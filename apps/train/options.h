@@ -97,6 +97,9 @@ struct TrainOptions : trainer::RunOptions {
   std::string conv_bias_fusion = "on";  // GPU conv + bias as one cuDNN graph (on) or conv then a broadcast
                                         // add (off); BackendConfig::conv_bias_fusion. VGG/AlexNet only (ResNet's
                                         // convs have no bias). A switch because it is not yet timed on a GPU
+  std::string conv_bn_fusion = "off";  // ResNet conv -> BN -> ReLU with the BN statistics from the conv's
+                                       // cuDNN epilogue and bn_finalize as a graph (on) or as today (off);
+                                       // BackendConfig::conv_bn_fusion. Off: never run on a GPU, unmeasured
   // CUDA graphs (apps/trainer/graph_capture.h): 3 eager steps, then the step is captured once and
   // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /
   // host-staged collectives cannot be captured), --on-nonfinite off (its per-step loss read is a

@@ -10,7 +10,8 @@
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
 #include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
-#include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats
+#include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats, conv_bias_relu_stats
+#include "core/ops/conv_bn/conv_bn.h" // defines: conv_bn_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
 #include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
@@ -106,6 +107,7 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
   const Interval& last = rec.last;
   const EvalResult& ev = rec.last_eval;
   const ops::ConvBiasFusionStats fusion = ops::conv_bias_fusion_stats();
+  const ops::GraphFusionStats relu_graph = ops::conv_bias_relu_stats(), conv_bn = ops::conv_bn_fusion_stats();
   return json{
       {"app", "train_imagenet"},
       {"tandem_version", kTandemVersion},
@@ -158,9 +160,16 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"amp", o.amp},
       {"bn_impl", t.dev.is_cuda() ? o.bn_impl : "cpu"},  // --bn-impl (the CPU has one BatchNorm)
       // --conv-bias-fusion, and how many biased GPU convs ran fused or fell back (core/ops/conv/conv.h)
+      // (VGG/AlexNet's conv -> ReLU pairs run conv2d_bias_relu: its one-graph calls and fallbacks)
       {"conv_bias_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bias_fusion : "cpu"},
                             {"fused_calls", fusion.fused},
-                            {"unfused_calls", fusion.unfused}}},
+                            {"unfused_calls", fusion.unfused},
+                            {"relu_graph_calls", relu_graph.fused},
+                            {"relu_graph_fallbacks", relu_graph.unfused}}},
+      // --conv-bn-fusion: ResNet's conv -> BN -> ReLU graph calls and fallbacks (core/ops/conv_bn/conv_bn.h)
+      {"conv_bn_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bn_fusion : "cpu"},
+                          {"graph_calls", conv_bn.fused},
+                          {"fallbacks", conv_bn.unfused}}},
       {"loss_scale", t.step->loss_scale()},  // after the last step; 1 for bf16, 0 without AMP
       // The last eager step's cast and GEMM launches (apps/trainer/step.h LaunchCounts; AMP goal: 0 casts, 0 f32 GEMMs)
       {"launches_per_step", {{"casts", t.step->last_launches().casts}, {"cast_pairs", t.step->last_launches().cast_pairs},

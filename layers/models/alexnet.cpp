@@ -12,8 +12,9 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int k, int stride, int pad
   return std::make_shared<Conv2d>(in, out, k, o, nullptr);
 }
 
+// Each Conv2d -> ReLU pair runs as one fused op (ConvReluSequential, features_classifier.h).
 std::shared_ptr<Sequential> features() {
-  return std::make_shared<Sequential>(std::vector<ModulePtr>{
+  return std::make_shared<ConvReluSequential>(std::vector<ModulePtr>{
       conv(3, 64, 11, 4, 2), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(3, 2),
       conv(64, 192, 5, 1, 2), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(3, 2),
       conv(192, 384, 3, 1, 1), std::make_shared<ReLU>(),

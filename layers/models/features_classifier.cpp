@@ -15,6 +15,20 @@ Tensor FeaturesClassifier::forward(const Tensor& x) {
   return classifier_(flatten_(avgpool_(features_(x))));
 }
 
+Tensor ConvReluSequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (size_t i = 0; i < size(); ++i) {
+    auto* conv = dynamic_cast<Conv2d*>((*this)[i].get());
+    if (conv && i + 1 < size() && dynamic_cast<ReLU*>((*this)[i + 1].get())) {
+      h = conv->forward_relu(h);
+      ++i;  // the ReLU ran inside the conv
+    } else {
+      h = (*(*this)[i])(h);
+    }
+  }
+  return h;
+}
+
 std::shared_ptr<Sequential> fc_head(int64_t in_features, int num_classes, double dropout, DropoutAt where) {
   constexpr int64_t kHidden = 4096;  // both papers' fully connected width
   auto head = std::make_shared<Sequential>();

@@ -6,6 +6,7 @@
 // order). The flatten is not a child: torchvision calls torch.flatten in forward. It emits
 // PyTorch's (C, H, W) order, so classifier weights have torchvision's layout (layers/layers.h).
 //
+// ConvReluSequential holds their features.
 // fc_head builds both classifiers: two hidden Linear(.., 4096) + ReLU layers with dropout, then
 // Linear(4096, num_classes). The models differ only in where the dropout sits.
 // Linears are built uninitialised (gen = nullptr): the model runs its init scheme afterwards.
@@ -31,6 +32,17 @@ class FeaturesClassifier : public Module {
   Child<AdaptiveAvgPool2d> avgpool_;
   Child<Sequential> classifier_;
   Flatten flatten_;
+};
+
+// The conv stack of AlexNet and VGG: a Sequential (same children, names and printout) whose forward
+// runs each Conv2d directly followed by a ReLU as one fused op (Conv2d::forward_relu: one cuDNN graph
+// forward, the mask and bias gradient in one backward pass), with the same values and gradients.
+// The ReLU child stays, so state-dict indices are torchvision's, but it is not called: hooks on it
+// do not run (the conv's do). Other children (pools, BatchNorm2d in the _bn variants) run as usual.
+class ConvReluSequential : public Sequential {
+ public:
+  using Sequential::Sequential;
+  Tensor forward(const Tensor& x) override;
 };
 
 enum class DropoutAt {

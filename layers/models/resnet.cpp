@@ -7,6 +7,7 @@
 // forward is not called.
 #include "layers/models/resnet.h"
 
+#include "core/backend.h"
 #include "layers/init.h"
 
 namespace tandem::models {
@@ -19,6 +20,9 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int k, int stride) {
   o.bias = false;
   return std::make_shared<Conv2d>(in, out, k, o, nullptr);
 }
+// Conv -> BN -> ReLU with the BN statistics from the conv's epilogue (BackendConfig::conv_bn_fusion,
+// core/ops/conv_bn/conv_bn.h), in training mode; block tails keep forward_add_relu.
+bool conv_bn_fusion(const Module& m) { return m.is_training() && backend().conv_bn_fusion; }
 }  // namespace
 
 ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after,
@@ -38,7 +42,9 @@ ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after
 Tensor ResidualBlock::forward(const Tensor& x) {
   Tensor out = x;
   const size_t last = convs_.size() - 1;
-  for (size_t i = 0; i < last; ++i) out = bns_[i]->forward_relu(convs_[i](out));  // relu(bn(conv(out)))
+  for (size_t i = 0; i < last; ++i)  // relu(bn(conv(out))) as one op, or the conv-BN fusion's pieces
+    out = conv_bn_fusion(*this) ? bns_[i]->forward_relu_from_stats(convs_[i]->forward_genstats(out))
+                                : bns_[i]->forward_relu(convs_[i](out));
   Tensor tail = convs_[last](out);
   Tensor identity = downsample_ ? downsample_(x) : x;
   // relu(bn(tail) + identity) as one op: cuDNN's fused BN+add+ReLU on the GPU (BatchNorm2d).
@@ -91,7 +97,8 @@ std::shared_ptr<Sequential> ResNet::make_layer(int64_t planes, int blocks, int s
 
 Tensor ResNet::forward(const Tensor& x) {
   TANDEM_CHECK(x.dim() == 4 && x.size(3) == 3, "ResNet expects NHWC images [N, H, W, 3], got ", x.str());
-  Tensor h = maxpool_(bn1_->forward_relu(conv1_(x)));  // relu(bn1(conv1(x))) as one op
+  Tensor h = maxpool_(conv_bn_fusion(*this) ? bn1_->forward_relu_from_stats(conv1_->forward_genstats(x))
+                                            : bn1_->forward_relu(conv1_(x)));  // relu(bn1(conv1(x))) as one op
   for (const auto& layer : layers_) h = layer(h);
   return fc_(flatten_(avgpool_(h)));
 }

@@ -21,9 +21,10 @@ std::vector<int> vgg_cfg(int depth) {
   }
 }
 
-// features.N as torchvision's make_layers numbers them.
+// features.N as torchvision's make_layers numbers them; each Conv2d -> ReLU pair (no BN) runs as one
+// fused op (ConvReluSequential, features_classifier.h).
 std::shared_ptr<Sequential> features(const VGGConfig& cfg) {
-  auto f = std::make_shared<Sequential>();
+  auto f = std::make_shared<ConvReluSequential>();
   int64_t in = 3;
   for (int v : vgg_cfg(cfg.depth)) {
     if (v == M) {

@@ -11,7 +11,12 @@
 // cuDNN's backward data with beta = 1 on CUDA, so the engine's separate add pass disappears. The
 // CPU computes dx and adds it in (ops::add_): the engine's order, so the engine's bits; so does a
 // CUDA problem for which no beta = 1 plan exists.
+// conv2d_bias_relu (conv.h) is the same op with ReLU as its tail: one cuDNN graph forward where
+// the frontend takes it (kernels::conv2d_forward_bias_relu_graph_cuda), else the conv and one
+// in-place bias+ReLU pass; its node masks dy and sums the bias gradient in one pass before the
+// same dgrad and wgrad.
 #include "core/ops/conv/conv.h"
+#include "core/ops/conv/conv_with.h"
 
 #include <atomic>
 
@@ -20,12 +25,14 @@
 #include "core/ops/common/dispatch.h"
 #include "core/ops/elementwise/elementwise.h"
 #include "core/ops/conv/kernels.h"
+#include "core/ops/fused_bias/kernels.h"
 
 namespace tandem::ops {
 namespace {
 
 std::atomic<int64_t> g_bias_fused{0}, g_bias_unfused{0};           // conv_bias_fusion_stats
 std::atomic<int64_t> g_dgrad_in_kernel{0}, g_dgrad_added{0};       // conv_dgrad_accumulate_stats
+std::atomic<int64_t> g_relu_fused{0}, g_relu_unfused{0};           // conv_bias_relu_stats
 
 kernels::ConvGeom geometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   TANDEM_CHECK(x.dim() == 4, "conv2d: input must be NHWC [N, H, W, C], got ", shape_str(x.shape()));
@@ -82,41 +89,99 @@ Tensor backward_filter(const kernels::ConvGeom& g, const Tensor& x, const Tensor
 
 ConvBiasFusionStats conv_bias_fusion_stats() { return {g_bias_fused.load(), g_bias_unfused.load()}; }
 ConvDgradAccumulateStats conv_dgrad_accumulate_stats() { return {g_dgrad_in_kernel.load(), g_dgrad_added.load()}; }
+GraphFusionStats graph_fusion_stats(int64_t fused, int64_t unfused) {
+  GraphFusionStats s{fused, unfused, false};
+#ifdef TANDEM_WITH_CUDA
+  s.frontend = kernels::conv_graphs_built();
+#endif
+  return s;
+}
+ConvBiasReluStats conv_bias_relu_stats() { return graph_fusion_stats(g_relu_fused.load(), g_relu_unfused.load()); }
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
-  check_same_device(x, w, "conv2d");
-  check_same_dtype(x, w, "conv2d");
-  TANDEM_CHECK(is_floating(x.dtype()), "conv2d: input must be floating point, got ", dtype_name(x.dtype()));
-  TANDEM_CHECK(!(x.is_cuda() && x.dtype() == DType::F64),
-               "conv2d: f64 exists for CPU gradient checks only; cast to f32/bf16/f16 for CUDA");
+namespace {
+
+// conv2d and conv2d_bias_relu: y = conv(x, w) [+ b] [then ReLU], one node either way.
+Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p, bool relu,
+                    const ConvFusedForward* fused = nullptr) {
+  const char* op = relu ? "conv2d_bias_relu" : "conv2d";
+  check_same_device(x, w, op);
+  check_same_dtype(x, w, op);
+  TANDEM_CHECK(is_floating(x.dtype()), op, ": input must be floating point, got ", dtype_name(x.dtype()));
+  TANDEM_CHECK(!(x.is_cuda() && x.dtype() == DType::F64), op,
+               ": f64 exists for CPU gradient checks only; cast to f32/bf16/f16 for CUDA");
   kernels::ConvGeom g = geometry(x, w, p);
   Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.o}, x.dtype(), x.device());
   if (b.defined()) {
-    check_same_device(x, b, "conv2d");
-    check_same_dtype(x, b, "conv2d");
-    check_shape(b, {g.o}, "conv2d", "bias");
+    check_same_device(x, b, op);
+    check_same_dtype(x, b, op);
+    check_shape(b, {g.o}, op, "bias");
   }
-  bool bias_done = false;
-  const bool fuse = b.defined() && x.is_cuda() && backend().conv_bias_fusion;
+  const bool fuse = x.is_cuda() && backend().conv_bias_fusion;
+  bool done = fused && (*fused)(g, y);  // y holds the whole result (bias and ReLU included)
 #ifdef TANDEM_WITH_CUDA
-  if (fuse)  // TANDEM_BACKEND: for TANDEM_SYNC_CHECK
-    TANDEM_BACKEND(x, (void)0, bias_done = kernels::conv2d_forward_bias_cuda(g, x, w, b, y));
+  if (!done && fuse && relu) {  // one cuDNN graph: conv -> + b -> ReLU (core/ops/conv/cuda_graph.cpp)
+    TANDEM_BACKEND(x, (void)0, done = kernels::conv2d_forward_bias_relu_graph_cuda(g, x, w, b, y));
+    (done ? g_relu_fused : g_relu_unfused).fetch_add(1);
+  }
 #endif
-  if (fuse) (bias_done ? g_bias_fused : g_bias_unfused).fetch_add(1);
-  if (!bias_done) {
-    TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
-    if (b.defined()) add_(y, b);  // y is ours and not yet in any graph: adding in place is safe
+  if (!done) {
+    bool bias_done = false;
+#ifdef TANDEM_WITH_CUDA
+    if (fuse && b.defined())  // TANDEM_BACKEND: for TANDEM_SYNC_CHECK
+      TANDEM_BACKEND(x, (void)0, bias_done = kernels::conv2d_forward_bias_cuda(g, x, w, b, y));
+#endif
+    if (fuse && b.defined()) (bias_done ? g_bias_fused : g_bias_unfused).fetch_add(1);
+    if (!bias_done)
+      TANDEM_BACKEND(x, kernels::conv2d_forward_cpu(g, x, w, y), kernels::conv2d_forward_cuda(g, x, w, y));
+    // y is ours and not yet in any graph: the tails run in place, one pass each at most.
+    if (relu) {
+      // The bias still to add, or (added by cuDNN, or none) a zero bias: the ReLU alone, still one pass.
+      const Tensor tail_bias = b.defined() && !bias_done ? b : Tensor::zeros({g.o}, x.dtype(), x.device());
+      TANDEM_BACKEND(x, kernels::bias_relu_cpu(y, tail_bias, y), kernels::bias_relu_cuda(y, tail_bias, y));
+    } else if (b.defined() && !bias_done) {
+      add_(y, b);
+    }
   }
 
-  bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
-  autograd::record("Conv2dBackward", {x, w, b}, y,
-                   [g, x = gw ? x.detach() : Tensor(), w = gx ? w.detach() : Tensor(), gx, gw,
+  const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
+  if (!relu) {
+    autograd::record("Conv2dBackward", {x, w, b}, y,
+                     [g, x = gw ? x.detach() : Tensor(), w = gx ? w.detach() : Tensor(), gx, gw,
+                      gb](std::vector<Tensor>& gr) {
+                       return std::vector<Tensor>{gx ? backward_data(g, gr[0], w) : Tensor(),
+                                                  gw ? backward_filter(g, x, gr[0]) : Tensor(),
+                                                  gb ? sum_to_trailing(gr[0], {g.o}) : Tensor()};
+                     });
+    return y;
+  }
+  // y.detach(): the node keeps the output's data for the mask without owning y's handle (which
+  // holds the node: no cycle). Nothing overwrites y later (relu_'s contract is the same).
+  autograd::record("Conv2dBiasReluBackward", {x, w, b}, y,
+                   [g, x = gw ? x.detach() : Tensor(), w = gx ? w.detach() : Tensor(), y = y.detach(), gx, gw,
                     gb](std::vector<Tensor>& gr) {
-                     return std::vector<Tensor>{gx ? backward_data(g, gr[0], w) : Tensor(),
-                                                gw ? backward_filter(g, x, gr[0]) : Tensor(),
-                                                gb ? sum_to_trailing(gr[0], {g.o}) : Tensor()};
+                     const Tensor& dy = gr[0];
+                     Tensor dz = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+                     Tensor db = gb ? Tensor::empty({g.o}, dy.dtype(), dy.device()) : Tensor();
+                     TANDEM_BACKEND(dy, kernels::relu_bias_backward_cpu(dy, y, dz, db),
+                                    kernels::relu_bias_backward_cuda(dy, y, dz, db));
+                     return std::vector<Tensor>{gx ? backward_data(g, dz, w) : Tensor(),
+                                                gw ? backward_filter(g, x, dz) : Tensor(), db};
                    });
   return y;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  return conv_forward(x, w, b, p, /*relu=*/false);
+}
+
+Tensor conv2d_bias_relu(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  return conv_forward(x, w, b, p, /*relu=*/true);
+}
+
+Tensor conv2d_with(const Tensor& x, const Tensor& w, const Conv2dParams& p, const ConvFusedForward& fused) {
+  return conv_forward(x, w, Tensor(), p, /*relu=*/false, &fused);
 }
 
 }  // namespace tandem::ops

@@ -46,5 +46,29 @@ struct ConvDgradAccumulateStats {
   int64_t added = 0;
 };
 ConvDgradAccumulateStats conv_dgrad_accumulate_stats();
+// relu(conv2d(x, w, b, p)) as one op: VGG's and AlexNet's Conv2d -> ReLU pairs (layers/conv2d.cpp,
+// Conv2d::forward_relu). b may be undefined (then relu(conv2d(x, w))). Same values and gradients as
+// the composition, which the CPU runs as the reference: ReLU is fn::Relu (NaN stays NaN, relu(0) =
+// +0) and its gradient fn::ReluBackward (0 where y <= 0, the subgradient 0 at 0, as PyTorch).
+// Forward on CUDA (BackendConfig::conv_bias_fusion on and cuDNN's frontend built in): ONE cuDNN
+// graph, conv_fprop -> pointwise ADD (bias broadcast per channel) -> pointwise RELU_FWD, so y is
+// written once; the conv, the bias add and the ReLU would otherwise be 1 + 2 + 2 passes over y (for
+// VGG16 at batch 128 the first conv's y alone is 822 MB in bf16). Where the frontend is absent, the
+// graph is refused, or the switch is off: the conv (with the fused bias where conv2d would fuse it)
+// and then one in-place bias+ReLU pass (kernels::bias_relu_*), never a separate ReLU tensor.
+// Backward: dz = dy where y > 0 and the bias gradient db = column sums of dz come out of ONE pass
+// (kernels::relu_bias_backward_*, fused_bias's column reduction: no separate column-sum pass over dz,
+// which the unfused relu -> conv2d backward makes), then cuDNN's dgrad and wgrad read dz.
+// Not fused (left for a cross-layer pass): cuDNN's dgrad + drelu epilogue applies the *previous*
+// layer's ReLU mask to this layer's dx (the frontend's "Dgrad Drelu" sample); it pays only when the
+// previous layer's node then skips its own mask, which autograd's per-op nodes cannot arrange.
+// Saved for backward: x and w (as conv2d) and y (for the mask; y is the op's output, so no extra memory).
+Tensor conv2d_bias_relu(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+
+// CUDA conv2d_bias_relu calls (fusion on) that ran the one-graph forward, and those that fell back
+// (frontend absent, graph refused, or its execution failed; the first is noted once on stderr). The
+// GPU tests require fallback 0 on an H100 for VGG's and AlexNet's shapes.
+using ConvBiasReluStats = GraphFusionStats;
+ConvBiasReluStats conv_bias_relu_stats();
 
 }  // namespace tandem::ops

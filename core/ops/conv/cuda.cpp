@@ -298,16 +298,10 @@ Plan build(const ConvGeom& g, ConvOp op, DType dt, const EngineFilter& filter, c
 
 // One stderr line the first time (per `said`) a problem gets no plan for `what`: the run still computes
 // the same values `instead`, slower; later ones are only counted (ops::conv_bias_fusion_stats,
-// conv_dgrad_accumulate_stats).
+// conv_dgrad_accumulate_stats). The graphs of cuda_graph.cpp say theirs through note_conv_fallback.
 void note_once(std::atomic<bool>& said, const char* what, const ConvGeom& g, DType dt, const char* why,
                const char* instead) {
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "tandem: cuDNN %s not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld filters (%s): "
-               "%s instead (noted once)\n",
-               what, dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h),
-               static_cast<long long>(g.w), static_cast<long long>(g.c), static_cast<long long>(g.o),
-               static_cast<long long>(g.kh), static_cast<long long>(g.kw), why, instead);
+  if (!said.exchange(true)) note_conv_fallback(g, dt, what, instead, why);
 }
 void note_no_fusion(const ConvGeom& g, DType dt, const char* why) {
   static std::atomic<bool> said{false};
@@ -388,6 +382,15 @@ bool run(ConvOp op, const ConvGeom& g, const Tensor& xs, const Tensor& ws, const
 }
 
 }  // namespace
+
+void note_conv_fallback(const ConvGeom& g, DType dt, const char* graph, const char* instead, const char* why) {
+  std::fprintf(stderr,
+               "tandem: cuDNN %s not available for %s x [%lld, %lld, %lld, %lld] with %lld %lldx%lld filters (%s): "
+               "%s instead (noted once)\n",
+               graph, dtype_name(dt), static_cast<long long>(g.n), static_cast<long long>(g.h),
+               static_cast<long long>(g.w), static_cast<long long>(g.c), static_cast<long long>(g.o),
+               static_cast<long long>(g.kh), static_cast<long long>(g.kw), why, instead);
+}
 
 void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y) {
   run(ConvOp::Forward, g, x, w, y);

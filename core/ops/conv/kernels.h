@@ -32,6 +32,30 @@ void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor
 #ifdef TANDEM_WITH_CUDA
 void conv2d_forward_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y);
 bool conv2d_forward_bias_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+// relu(conv(x, w) + b) as one cuDNN frontend graph (core/ops/conv/cuda_graph.cpp; b may be undefined).
+// False, with y untouched or garbage, when the frontend is not built in or no engine takes the graph:
+// the caller then computes y its other way (conv.cpp).
+bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                                         Tensor& y);
+// Conv-BN fusion (core/ops/conv_bn/conv_bn.h), also in cuda_graph.cpp. False: refused, outputs
+// untouched or garbage, the caller computes them its other way.
+// y = conv(x, w) with y's per-channel sum and sum of squares (f32 [O]) from the conv's epilogue.
+bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
+                                        Tensor& sq_sum);
+// BN's training-mode terms from the sums (all f32 [C]); the next running stats go to fresh tensors.
+struct BnFinalizeIn {
+  const Tensor &sum, &sq_sum, &weight, &bias, &running_mean, &running_var;
+  int64_t count;
+  double momentum, eps;
+};
+struct BnFinalizeOut {
+  Tensor &scale, &bias, &mean, &inv_std, &next_running_mean, &next_running_var;
+};
+bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out);
+bool conv_graphs_built();  // whether cuda_graph.cpp was compiled with the frontend
+// The stderr note a fused conv graph's first fallback prints (callers keep their own once-flag):
+// "cuDNN <graph> not available for <problem> (<why>): <instead> instead".
+void note_conv_fallback(const ConvGeom& g, DType dt, const char* graph, const char* instead, const char* why);
 void conv2d_backward_data_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
 bool conv2d_backward_data_accumulate_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_filter_cuda(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);

@@ -1,4 +1,4 @@
-// core/ops/fused_bias/cpu.cpp: CPU reference for bias_gelu and bias_dropout_add over the shared
+// core/ops/fused_bias/cpu.cpp: CPU reference for bias_gelu, bias_dropout_add and the bias + ReLU tails over the shared
 // functors (core/ops/fused_bias/functors.h). Rows of [M, C], bias indexed by column. The bias
 // gradient accumulates in double, as the CPU's other column sums (sum_leading_cpu) do.
 #include <vector>
@@ -29,17 +29,21 @@ void map_with_column_sum(int64_t n, int64_t C, T* dx, Tensor& dbias, G g) {
   }
 }
 
-}  // namespace
-
-void bias_gelu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) {
-  TANDEM_CPU_WIDEN_16BIT(bias_gelu_cpu, x, bias, y);
+// y[i] = F(x[i], bias[column]) (bias_gelu, bias_relu); y may be x.
+template <class F>
+void bias_map_cpu(const Tensor& x, const Tensor& bias, Tensor& y) {
+  TANDEM_CPU_WIDEN_16BIT(bias_map_cpu<F>, x, bias, y);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const T *xp = x.data<T>(), *bp = bias.data<T>();
     T* yp = y.data<T>();
     const int64_t n = x.numel(), C = bias.numel();
-    for (int64_t i = 0; i < n; ++i) yp[i] = fn::BiasGelu{}(xp[i], bp[i % C]);
+    for (int64_t i = 0; i < n; ++i) yp[i] = F{}(xp[i], bp[i % C]);
   });
 }
+
+}  // namespace
+
+void bias_gelu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) { bias_map_cpu<fn::BiasGelu>(x, bias, y); }
 
 void bias_gelu_backward_cpu(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Tensor& dbias) {
   TANDEM_CPU_WIDEN_16BIT(bias_gelu_backward_cpu, dy, x, bias, dx, dbias);
@@ -68,6 +72,17 @@ void dropout_bias_backward_cpu(const Tensor& dy, Tensor& dx, Tensor& dbias, Drop
     const T* gp = dy.data<T>();
     map_with_column_sum<T>(dy.numel(), dbias.defined() ? dbias.numel() : 1, dx.data<T>(), dbias,
                            [&](int64_t i, int64_t) { return f(gp[i], static_cast<uint64_t>(i)); });
+  });
+}
+
+void bias_relu_cpu(const Tensor& x, const Tensor& bias, Tensor& y) { bias_map_cpu<fn::BiasRelu>(x, bias, y); }
+
+void relu_bias_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, Tensor& dbias) {
+  TANDEM_CPU_WIDEN_16BIT(relu_bias_backward_cpu, dy, y, dx, dbias);
+  TANDEM_CPU_FLOAT_TYPES(dy.dtype(), T, [&] {
+    const T *gp = dy.data<T>(), *yp = y.data<T>();
+    map_with_column_sum<T>(dy.numel(), dy.size(-1), dx.data<T>(), dbias,
+                           [&](int64_t i, int64_t) { return fn::ReluBackward{}(gp[i], yp[i]); });
   });
 }
 

@@ -1,4 +1,4 @@
-// core/ops/fused_bias/cuda.cu: CUDA bias_gelu and bias_dropout_add over the shared functors
+// core/ops/fused_bias/cuda.cu: CUDA bias_gelu, bias_dropout_add and the bias + ReLU tails over the shared functors
 // (core/ops/fused_bias/functors.h). Loads widen to float, the math runs in float, stores narrow.
 //
 // Forward: a grid-stride map that moves 16 bytes per access (4 f32 or 8 f16/bf16 elements) when
@@ -37,6 +37,11 @@ struct DropoutAddMap {
   const uint64_t* slot;  // null outside a graph capture
   __device__ DropoutAddMap bound() const { return {{fn::with_slot(f.drop, slot)}, nullptr}; }
   __device__ float operator()(float x, float b, float r, uint64_t i) const { return f(x, b, r, i); }
+};
+
+struct ReluMap {
+  __device__ ReluMap bound() const { return *this; }
+  __device__ float operator()(float x, float b, float, uint64_t) const { return fn::BiasRelu{}(x, b); }
 };
 
 template <typename T>
@@ -114,6 +119,13 @@ struct DropoutGrad {
   const uint64_t* slot;  // null outside a graph capture
   __device__ DropoutGrad bound() const { return {dy, fn::with_slot(drop, slot), nullptr}; }
   __device__ float operator()(long long i, long long) const { return drop(to_float(dy[i]), static_cast<uint64_t>(i)); }
+};
+
+template <typename T>
+struct ReluGrad {
+  const T *dy, *y;
+  __device__ ReluGrad bound() const { return *this; }
+  __device__ float operator()(long long i, long long) const { return fn::ReluBackward{}(to_float(dy[i]), to_float(y[i])); }
 };
 
 // dx over the rows of chunk blockIdx.y; when `out` is set, the column sums of this chunk go to
@@ -199,6 +211,17 @@ void dropout_bias_backward_cuda(const Tensor& dy, Tensor& dx, Tensor& dbias, Dro
   TANDEM_CUDA_FLOAT_TYPES(dy.dtype(), T, [&] {
     DropoutGrad<T> g{static_cast<const T*>(dy.data_ptr()), {m.p, m.seed, m.offset}, m.slot};
     map_column_sum<T>(dx, dbias, dbias.defined() ? dbias.numel() : dy.size(-1), g);
+  });
+}
+
+void bias_relu_cuda(const Tensor& x, const Tensor& bias, Tensor& y) {
+  TANDEM_CUDA_FLOAT_TYPES(x.dtype(), T, [&] { bias_map<T>(x, bias, nullptr, y, ReluMap{}); });
+}
+
+void relu_bias_backward_cuda(const Tensor& dy, const Tensor& y, Tensor& dx, Tensor& dbias) {
+  TANDEM_CUDA_FLOAT_TYPES(dy.dtype(), T, [&] {
+    ReluGrad<T> g{static_cast<const T*>(dy.data_ptr()), static_cast<const T*>(y.data_ptr())};
+    map_column_sum<T>(dx, dbias, dy.size(-1), g);
   });
 }
 

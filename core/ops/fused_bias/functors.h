@@ -1,8 +1,9 @@
-// core/ops/fused_bias/functors.h: the math of bias_gelu and bias_dropout_add, shared by the CPU
+// core/ops/fused_bias/functors.h: the math of bias_gelu, bias_dropout_add and conv's bias + ReLU, shared by the CPU
 // loops (core/ops/fused_bias/cpu.cpp) and the CUDA kernels (core/ops/fused_bias/cuda.cu).
 //
 // Built from the existing functors, so the fused ops cannot drift from the unfused ones: GELU and
-// its derivative are fn::Gelu / fn::GeluBackward (erf form), the dropout rule is fn::Dropout.
+// its derivative are fn::Gelu / fn::GeluBackward (erf form), ReLU is fn::Relu / fn::ReluBackward,
+// the dropout rule is fn::Dropout.
 // T is float (16-bit tensors are widened first) or double (CPU gradient checks).
 #pragma once
 #include <cstdint>
@@ -22,6 +23,10 @@ struct MaybeDropout {
   }
 };
 
+// relu(x + b): conv2d_bias_relu's epilogue when cuDNN's graph does not take it (core/ops/conv/conv.h).
+struct BiasRelu {
+  template <typename T> TANDEM_HD T operator()(T x, T b) const { return Relu{}(x + b); }
+};
 struct BiasGelu {
   template <typename T> TANDEM_HD T operator()(T x, T b) const { return Gelu{}(x + b); }
 };

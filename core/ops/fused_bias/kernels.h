@@ -1,4 +1,5 @@
-// core/ops/fused_bias/kernels.h: backend entry points for bias_gelu and bias_dropout_add (internal).
+// core/ops/fused_bias/kernels.h: backend entry points for bias_gelu, bias_dropout_add and conv2d_bias_relu's
+// bias + ReLU tails (internal).
 //
 // x, residual, y, dy, dx are [M, C] (any leading shape, contiguous), bias and dbias [C]. The op
 // layer (core/ops/fused_bias/fused_bias.cpp) checks shapes, dtypes and devices. A `p` of 0 means no dropout
@@ -33,6 +34,15 @@ void bias_gelu_cuda(const Tensor& x, const Tensor& bias, Tensor& y);
 void bias_gelu_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& bias, Tensor& dx, Tensor& dbias);
 void bias_dropout_add_cuda(const Tensor& x, const Tensor& bias, const Tensor& residual, Tensor& y, DropoutMask m);
 void dropout_bias_backward_cuda(const Tensor& dy, Tensor& dx, Tensor& dbias, DropoutMask m);
+#endif
+
+// conv2d_bias_relu's tails (core/ops/conv/conv.h): y = relu(x + bias) (y may be x: in place), and
+// dx = dy where y > 0 (fn::ReluBackward, y the forward's output); dbias = column sums of dx.
+void bias_relu_cpu(const Tensor& x, const Tensor& bias, Tensor& y);
+void relu_bias_backward_cpu(const Tensor& dy, const Tensor& y, Tensor& dx, Tensor& dbias);
+#ifdef TANDEM_WITH_CUDA
+void bias_relu_cuda(const Tensor& x, const Tensor& bias, Tensor& y);
+void relu_bias_backward_cuda(const Tensor& dy, const Tensor& y, Tensor& dx, Tensor& dbias);
 #endif
 
 }  // namespace tandem::kernels

@@ -1,0 +1,318 @@
+// core/ops/conv/cuda_graph.cpp: the conv family's cuDNN frontend graphs (CUDA builds):
+// (1) conv2d_bias_relu's forward as ONE graph:
+//   X [n, c, h, w] (NHWC strides), W [o, c, kh, kw] (OHWI strides)
+//   -> conv_fprop (f32 accumulation, virtual f32 output)
+//   -> pointwise ADD with B [1, o, 1, 1] (the bias, broadcast per channel; skipped without a bias)
+//   -> pointwise RELU_FWD (lower clip 0) -> Y [n, o, oh, ow] in x's dtype, written once.
+// (2) conv2d_genstats (core/ops/conv_bn/conv_bn.h): conv_fprop -> Y (written), and genstats(Y) ->
+//     per-channel SUM and SQ_SUM (f32 [1, o, 1, 1]) from the same kernel's epilogue.
+// (3) bn_finalize: the frontend's bn_finalize node, from SUM, SQ_SUM, the BN weight and bias and the
+//     running stats (f32 [1, c, 1, 1]; eps, momentum and the count as graph constants) to the
+//     equivalent scale and bias, mean, inverse std and the next running stats.
+// This is the only file of core/ that includes <cudnn_frontend.h> (about 40 s to compile): the
+// header stays out of everything else. Built without the frontend (TANDEM_HAVE_CUDNN_FRONTEND 0)
+// every entry point returns false and the callers take their other paths.
+//
+// Engines: the frontend's heuristics (mode A, then FALLBACK) under the same filters as the plain
+// conv plans (core/ops/conv/cuda.cpp, core/backend.h): f32 data without TF32 deselects engines with
+// the TENSOR_CORE / DOWN_CONVERT_INPUTS notes, deterministic deselects NONDETERMINISTIC ones, and
+// plans above conv_workspace_limit are deselected. A problem no engine takes is remembered as
+// refused (a null graph in the cache), counted by the op's stats (conv_bias_relu_stats,
+// conv_bn_fusion_stats), and noted once per graph kind on stderr.
+// Caching: one built graph per (graph kind, device, dtype, filters, shapes, params, constants); building
+// compiles runtime-fusion kernels (NVRTC, tens of ms: init time, once per layer shape).
+// Alignment: the frontend describes every tensor as 16-byte aligned, so a call whose pointers are
+// not (a view at an odd offset) takes the other path rather than a wrong plan; tandem's allocator
+// hands out 256-byte aligned blocks, so whole activations and parameters always qualify.
+// Groups: only groups == 1 (VGG, AlexNet, ResNet); grouped convs take the other path.
+// Never run on a GPU yet (written in a session without one): tests/gpu_conv_fusion.cpp pins them.
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/cuda/context.h"
+#include "core/ops/common/cuda/dnn_handle.h"
+#include "core/ops/conv/kernels.h"
+#include "core/storage.h"
+
+#if defined(TANDEM_HAVE_CUDNN_FRONTEND) && TANDEM_HAVE_CUDNN_FRONTEND
+#include <cudnn_frontend.h>
+#define TANDEM_CONV_GRAPH 1
+#else
+#define TANDEM_CONV_GRAPH 0
+#endif
+
+namespace tandem::kernels {
+
+#if TANDEM_CONV_GRAPH
+namespace {
+namespace fe = cudnn_frontend;
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// Tensor uids of the variant packs (one numbering for all three graphs).
+enum Uid : int64_t {
+  kX = 1, kW, kB, kY, kSum, kSqSum,                          // conv graphs
+  kWeight, kBias, kRunMean, kRunVar,                           // bn_finalize inputs (and kSum, kSqSum)
+  kEqScale, kEqBias, kMean, kInvStd, kNextMean, kNextVar,      // bn_finalize outputs
+};
+enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize };
+
+struct Entry {
+  std::shared_ptr<fe::graph::Graph> graph;  // null: refused for this problem
+  int64_t workspace = 0;
+};
+using Key = std::vector<int64_t>;
+// Built graphs, leaked on purpose as conv/cuda.cpp's plan cache is: destroying plans after the CUDA
+// runtime's own teardown is reported to crash cuDNN 9.10+ (pytorch/pytorch#169153).
+auto* const g_cache = new std::map<Key, Entry>;
+std::mutex g_mutex;
+
+// The frontend's name for an io dtype; the ops have already refused f64 on CUDA.
+fe::DataType_t fe_type(DType t) {
+  if (t == DType::BF16) return fe::DataType_t::BFLOAT16;
+  if (t == DType::F16) return fe::DataType_t::HALF;
+  TANDEM_CHECK(t == DType::F32, "the cuDNN conv graphs take f32, f16 or bf16, got ", dtype_name(t), ": cast first");
+  return fe::DataType_t::FLOAT;
+}
+
+// A 4-D NHWC tensor [n, h, w, c] as the frontend's (n, c, h, w) dims with NHWC strides.
+fe::graph::Tensor_attributes nhwc(const char* name, int64_t uid, int64_t n, int64_t h, int64_t w, int64_t c) {
+  return fe::graph::Tensor_attributes()
+      .set_name(name)
+      .set_uid(uid)
+      .set_dim({n, c, h, w})
+      .set_stride({h * w * c, 1, w * c, c});
+}
+// Marks a node's output as written to memory under `uid`, as a per-channel [1, c, 1, 1] f32 tensor.
+void per_channel_output(const TensorPtr& t, int64_t uid, int64_t c) {
+  t->set_uid(uid).set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}).set_data_type(fe::DataType_t::FLOAT);
+  t->set_output(true);
+}
+
+// X, W -> conv_fprop with the problem's padding, stride and dilation; the output is virtual f32.
+TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g) {
+  auto X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+  auto W = graph.tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));  // OHWI is NHWC-shaped
+  auto conv = graph.conv_fprop(X, W,
+                               fe::graph::Conv_fprop_attributes()
+                                   .set_name("conv")
+                                   .set_pre_padding({g.p.pad_h, g.p.pad_w})
+                                   .set_post_padding({g.p.pad_h, g.p.pad_w})
+                                   .set_stride({g.p.stride_h, g.p.stride_w})
+                                   .set_dilation({g.p.dilation_h, g.p.dilation_w}));
+  conv->set_data_type(fe::DataType_t::FLOAT);
+  return conv;
+}
+// Marks t as the conv family's output Y [n, oh, ow, o] in the io dtype.
+void conv_output(const TensorPtr& t, const ConvGeom& g, DType dt) {
+  const int64_t o = g.o, oh = g.oh, ow = g.ow;
+  t->set_uid(kY).set_dim({g.n, o, oh, ow}).set_stride({oh * ow * o, 1, ow * o, o}).set_data_type(fe_type(dt));
+  t->set_output(true);
+}
+
+// Lowers a described graph to a plan under BackendConfig's engine filters (the plain conv plans'
+// filters, core/ops/conv/cuda.cpp), or returns a null graph with the reason in `why`.
+Entry finish(std::shared_ptr<fe::graph::Graph> graph, DType dt, const BackendConfig& be, std::string& why) {
+  cudnnHandle_t handle = cuda::dnn_handle();
+  auto fail = [&](fe::error_t e) {
+    why = e.get_message();
+    return Entry{};
+  };
+  if (auto e = graph->validate(); e.is_bad()) return fail(e);
+  if (auto e = graph->build_operation_graph(handle); e.is_bad()) return fail(e);
+  if (auto e = graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad()) return fail(e);
+  if (dt == DType::F32 && !be.allow_tf32)
+    graph->deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+  if (be.deterministic) graph->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+  graph->deselect_workspace_greater_than(be.conv_workspace_limit);
+  if (auto e = graph->check_support(); e.is_bad()) return fail(e);
+  if (auto e = graph->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); e.is_bad()) return fail(e);
+  Entry out;
+  if (auto e = graph->get_workspace_size(out.workspace); e.is_bad()) return fail(e);
+  out.graph = std::move(graph);
+  return out;
+}
+
+std::shared_ptr<fe::graph::Graph> new_graph(DType io) {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(fe_type(io))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return graph;
+}
+
+bool aligned16(const std::unordered_map<int64_t, void*>& pack) {
+  for (const auto& [uid, p] : pack)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// The graph for `key` (built by `describe` + finish on first use, cached, refusals included) run
+// on the compute stream with `pack`. False when refused or when its execution fails (then never
+// again for this key); `refused(why)` is told the first time.
+bool run(Key key, DType dt, const std::function<std::shared_ptr<fe::graph::Graph>()>& describe,
+         std::unordered_map<int64_t, void*> pack, const std::function<void(const std::string&)>& refused) {
+  if (!aligned16(pack)) return false;  // the frontend describes every tensor as 16-byte aligned
+  const BackendConfig be = backend();
+  const int device = cuda::current_device();
+  key.insert(key.end(), {device, static_cast<int64_t>(dt), dt == DType::F32 && !be.allow_tf32, be.deterministic,
+                         be.conv_workspace_limit});
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_cache->find(key);
+  if (it == g_cache->end()) {
+    std::string why;
+    Entry e;
+    try {  // an attribute this cuDNN rejects means no fused graph, not a failed op
+      e = finish(describe(), dt, be, why);
+    } catch (const std::exception& ex) {
+      e = Entry{};
+      why = ex.what();
+    }
+    if (!e.graph) refused(why.empty() ? "no engine takes the graph" : why);
+    it = g_cache->emplace(key, std::move(e)).first;
+  }
+  Entry& e = it->second;
+  if (!e.graph) return false;
+  Storage workspace(static_cast<size_t>(e.workspace), Device::cuda(device));
+  fe::error_t st = e.graph->execute(cuda::dnn_handle(), pack, workspace.data());
+  if (st.is_bad()) {  // e.g. a runtime-compiled kernel that cannot launch
+    (void)cudaGetLastError();  // do not let the next launch check report cuDNN's failure as its own
+    refused(st.get_message());
+    e = Entry{};
+    return false;
+  }
+  return true;
+}
+
+Key conv_key(Kind kind, const ConvGeom& g, int64_t extra) {
+  return {static_cast<int64_t>(kind), extra, g.n, g.h, g.w, g.c, g.o, g.kh, g.kw, g.oh, g.ow,
+          g.p.stride_h, g.p.stride_w, g.p.pad_h, g.p.pad_w, g.p.dilation_h, g.p.dilation_w, g.p.groups};
+}
+
+}  // namespace
+#endif  // TANDEM_CONV_GRAPH
+
+bool conv_graphs_built() { return TANDEM_CONV_GRAPH != 0; }
+
+bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                                         Tensor& y) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)w, (void)b, (void)y;
+  return false;
+#else
+  if (g.n == 0) return true;  // nothing to write
+  if (g.p.groups != 1) return false;
+  const bool has_bias = b.defined();
+  auto describe = [&] {
+    auto graph = new_graph(x.dtype());
+    auto pre = add_conv(*graph, g);
+    if (has_bias) {
+      auto B = graph->tensor(nhwc("b", kB, 1, 1, 1, g.o));
+      pre = graph->pointwise(pre, B, fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
+      pre->set_data_type(fe::DataType_t::FLOAT);
+    }
+    auto Y = graph->pointwise(pre, fe::graph::Pointwise_attributes()
+                                       .set_name("relu")
+                                       .set_mode(fe::PointwiseMode_t::RELU_FWD)
+                                       .set_relu_lower_clip(0.f));
+    conv_output(Y, g, x.dtype());
+    return graph;
+  };
+  std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()}, {kW, w.data_ptr()}, {kY, y.data_ptr()}};
+  if (has_bias) pack.emplace(kB, b.data_ptr());
+  return run(conv_key(Kind::BiasRelu, g, has_bias), x.dtype(), describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      note_conv_fallback(g, x.dtype(), "conv + bias + ReLU graph", "conv, then one bias+ReLU pass,", why.c_str());
+  });
+#endif
+}
+
+bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
+                                        Tensor& sq_sum) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)w, (void)y, (void)sum, (void)sq_sum;
+  return false;
+#else
+  if (g.n == 0 || g.p.groups != 1) return false;  // (no rows: the reference writes the zero sums)
+  auto describe = [&] {
+    auto graph = new_graph(x.dtype());
+    auto Y = add_conv(*graph, g);
+    conv_output(Y, g, x.dtype());
+    auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
+    per_channel_output(SUM, kSum, g.o);
+    per_channel_output(SQ_SUM, kSqSum, g.o);
+    return graph;
+  };
+  std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()},     {kW, w.data_ptr()},          {kY, y.data_ptr()},
+                                          {kSum, sum.data_ptr()}, {kSqSum, sq_sum.data_ptr()}};
+  return run(conv_key(Kind::Genstats, g, 0), x.dtype(), describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      note_conv_fallback(g, x.dtype(), "conv + genstats graph", "conv, then the statistics by tensor ops,", why.c_str());
+  });
+#endif
+}
+
+bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out) {
+#if !TANDEM_CONV_GRAPH
+  (void)in, (void)out;
+  return false;
+#else
+  if (in.sum.dtype() != DType::F32) return false;
+  const int64_t c = in.sum.numel();
+  auto describe = [&] {
+    auto graph = new_graph(DType::F32);
+    auto channel = [&](const char* name, int64_t uid) {
+      return graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name(name)
+                               .set_uid(uid)
+                               .set_dim({1, c, 1, 1})
+                               .set_stride({c, 1, c, c})
+                               .set_data_type(fe::DataType_t::FLOAT));
+    };
+    auto SUM = channel("sum", kSum), SQ_SUM = channel("sq_sum", kSqSum);
+    auto WEIGHT = channel("weight", kWeight), BIAS = channel("bias", kBias);
+    auto RUN_MEAN = channel("running_mean", kRunMean), RUN_VAR = channel("running_var", kRunVar);
+    // Graph constants (part of the cache key): eps, momentum and the count n (the unbiased factor n / (n - 1)).
+    auto EPS = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(in.eps)));
+    auto MOMENTUM = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(in.momentum)));
+    auto COUNT = graph->tensor(fe::graph::Tensor_attributes(in.count));
+    auto [EQ_SCALE, EQ_BIAS, MEAN, INV_STD, NEXT_MEAN, NEXT_VAR] = graph->bn_finalize(
+        SUM, SQ_SUM, WEIGHT, BIAS, EPS, COUNT,
+        fe::graph::BN_finalize_attributes().set_name("bn_finalize").set_previous_running_stats(RUN_MEAN, RUN_VAR, MOMENTUM));
+    const std::pair<TensorPtr, int64_t> outs[] = {{EQ_SCALE, kEqScale}, {EQ_BIAS, kEqBias}, {MEAN, kMean},
+                                                  {INV_STD, kInvStd},   {NEXT_MEAN, kNextMean}, {NEXT_VAR, kNextVar}};
+    for (const auto& [t, uid] : outs) per_channel_output(t, uid, c);
+    return graph;
+  };
+  std::unordered_map<int64_t, void*> pack{
+      {kSum, in.sum.data_ptr()},         {kSqSum, in.sq_sum.data_ptr()},       {kWeight, in.weight.data_ptr()},
+      {kBias, in.bias.data_ptr()},       {kRunMean, in.running_mean.data_ptr()}, {kRunVar, in.running_var.data_ptr()},
+      {kEqScale, out.scale.data_ptr()},  {kEqBias, out.bias.data_ptr()},        {kMean, out.mean.data_ptr()},
+      {kInvStd, out.inv_std.data_ptr()}, {kNextMean, out.next_running_mean.data_ptr()},
+      {kNextVar, out.next_running_var.data_ptr()}};
+  // Constants are doubles in the key: their bits, so two momenta never share a graph.
+  Key key{static_cast<int64_t>(Kind::BnFinalize), c, in.count, std::bit_cast<int64_t>(in.eps),
+          std::bit_cast<int64_t>(in.momentum)};
+  return run(key, DType::F32, describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      std::fprintf(stderr, "tandem: cuDNN bn_finalize graph not available for %lld channels (%s): tensor ops instead "
+                   "(noted once)\n", static_cast<long long>(c), why.c_str());
+  });
+#endif
+}
+
+}  // namespace tandem::kernels

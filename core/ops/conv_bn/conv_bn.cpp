@@ -1,0 +1,169 @@
+// core/ops/conv_bn/conv_bn.cpp: conv2d_genstats and bn_finalize (see conv_bn.h): the cuDNN graphs
+// when BackendConfig::conv_bn_fusion is on (core/ops/conv/cuda_graph.cpp, the conv family's one
+// frontend file), else the reference below, written with tensor ops so that it runs unchanged on
+// both backends. Scalars (1/n, eps, momentum) enter as full tensors of the statistics' dtype, not
+// as the f32 `alpha` of the scalar ops, so the f64 reference is exact to f64 rounding.
+#include "core/ops/conv_bn/conv_bn.h"
+
+#include <atomic>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops/common/dispatch.h"
+#include "core/ops/conv/conv_with.h"
+#include "core/ops/conv/kernels.h"
+#include "core/ops/copy/copy.h"
+#include "core/ops/elementwise/elementwise.h"
+#include "core/ops/fused_bias/kernels.h"
+
+namespace tandem::ops {
+namespace {
+
+std::atomic<int64_t> g_fused{0}, g_unfused{0};  // conv_bn_fusion_stats
+
+bool fusion_on(const Tensor& t) { return t.is_cuda() && backend().conv_bn_fusion; }
+void count(bool fused) { (fused ? g_fused : g_unfused).fetch_add(1); }
+
+DType stats_dtype(DType activation) { return activation == DType::F64 ? DType::F64 : DType::F32; }
+
+// A [C] tensor of `value`, the dtype and device of `like`.
+Tensor filled(const Tensor& like, double value) { return Tensor::full(like.shape(), value, like.dtype(), like.device()); }
+
+}  // namespace
+
+ConvBnFusionStats conv_bn_fusion_stats() { return graph_fusion_stats(g_fused.load(), g_unfused.load()); }
+
+ConvGenstats conv2d_genstats(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  ConvGenstats out;
+  bool graph = false;
+  const bool fuse = fusion_on(x);
+  ConvFusedForward fused = [&](const kernels::ConvGeom& g, Tensor& y) {
+#ifdef TANDEM_WITH_CUDA
+    if (!fuse) return false;
+    out.stats.sum = Tensor::empty({g.o}, DType::F32, y.device());
+    out.stats.sq_sum = Tensor::empty({g.o}, DType::F32, y.device());
+    TANDEM_BACKEND(x, (void)0,
+                   graph = kernels::conv2d_forward_genstats_graph_cuda(g, x, w, y, out.stats.sum, out.stats.sq_sum));
+#else
+    (void)g, (void)y;
+#endif
+    return graph;
+  };
+  out.y = conv2d_with(x, w, p, fused);
+  if (fuse) count(graph);
+  const Shape& s = out.y.shape();
+  out.stats.count = s[0] * s[1] * s[2];
+  if (!graph) {  // the reference: the sums of y as stored (rounded to its dtype), in the stats dtype
+    autograd::NoGradGuard no_grad;
+    Tensor yv = cast(out.y.detach(), stats_dtype(x.dtype()));
+    out.stats.sum = sum_to_trailing(yv, {s[3]});
+    out.stats.sq_sum = sum_to_trailing(mul(yv, yv), {s[3]});
+  }
+  return out;
+}
+
+BnFinalized bn_finalize(const ChannelStats& st, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                        Tensor& running_var, double momentum, double eps) {
+  TANDEM_CHECK(st.sum.defined() && st.sq_sum.defined() && st.sum.dim() == 1 && st.sq_sum.shape() == st.sum.shape(),
+               "bn_finalize: sum and sq_sum must be [C] tensors (conv2d_genstats's statistics)");
+  TANDEM_CHECK(st.count > 1, "bn_finalize: training-mode batch norm needs more than one value per channel, got ",
+               st.count, " (use a larger batch or eval mode)");
+  TANDEM_CHECK(momentum >= 0 && momentum <= 1 && eps > 0, "bn_finalize: momentum must be in [0, 1] and eps > 0, got ",
+               momentum, " and ", eps);
+  for (const Tensor* t : {&weight, &bias, static_cast<const Tensor*>(&running_mean), static_cast<const Tensor*>(&running_var)})
+    if (t->defined())
+      TANDEM_CHECK(t->shape() == st.sum.shape() && t->dtype() == st.sum.dtype() && t->device() == st.sum.device(),
+                   "bn_finalize: weight, bias and running stats must match the statistics (", st.sum.str(), "), got ",
+                   t->str());
+  autograd::NoGradGuard no_grad;
+  BnFinalized out;
+  out.count = st.count;
+  // The graph takes the ResNet case (affine, running stats tracked); the rest is the reference's.
+  const bool fuse = fusion_on(st.sum) && weight.defined() && bias.defined() && running_mean.defined() &&
+                    running_var.defined();
+  bool graph = false;
+#ifdef TANDEM_WITH_CUDA
+  if (fuse) {
+    for (Tensor* t : {&out.scale, &out.bias, &out.mean, &out.inv_std})
+      *t = Tensor::empty(st.sum.shape(), st.sum.dtype(), st.sum.device());
+    Tensor next_mean = Tensor::empty(st.sum.shape(), st.sum.dtype(), st.sum.device());
+    Tensor next_var = Tensor::empty(st.sum.shape(), st.sum.dtype(), st.sum.device());
+    TANDEM_BACKEND(st.sum, (void)0,
+                   graph = kernels::bn_finalize_graph_cuda({st.sum, st.sq_sum, weight, bias, running_mean, running_var,
+                                                            st.count, momentum, eps},
+                                                           {out.scale, out.bias, out.mean, out.inv_std, next_mean,
+                                                            next_var}));
+    if (graph) {  // the graph writes new running stats; the module's buffers keep their storage
+      running_mean.copy_(next_mean);
+      running_var.copy_(next_var);
+    }
+  }
+#endif
+  if (fuse) count(graph);
+  if (graph) return out;
+
+  const double n = static_cast<double>(st.count);
+  out.mean = mul(st.sum, filled(st.sum, 1.0 / n));
+  Tensor var = sub(mul(st.sq_sum, filled(st.sum, 1.0 / n)), mul(out.mean, out.mean));  // biased
+  out.inv_std = pow(add(var, filled(var, eps)), -0.5f);
+  out.scale = weight.defined() ? mul(weight, out.inv_std) : out.inv_std;
+  Tensor shift = mul(out.mean, out.scale);
+  out.bias = bias.defined() ? sub(bias, shift) : mul(shift, filled(shift, -1.0));
+  if (running_mean.defined())
+    running_mean.copy_(add(mul(running_mean, filled(running_mean, 1.0 - momentum)), mul(out.mean, filled(var, momentum))));
+  if (running_var.defined())
+    running_var.copy_(add(mul(running_var, filled(running_var, 1.0 - momentum)),
+                          mul(var, filled(var, momentum * n / (n - 1.0)))));
+  return out;
+}
+
+Tensor batch_norm_apply(const Tensor& y, const BnFinalized& fin, const Tensor& weight, const Tensor& bias, bool relu) {
+  TANDEM_CHECK(y.dim() >= 2 && fin.scale.defined() && y.size(-1) == fin.scale.numel() && fin.count > 1,
+               "batch_norm_apply: y ", y.str(), " needs bn_finalize's per-channel terms for its last dim");
+  TANDEM_CHECK(y.device() == fin.scale.device(), "batch_norm_apply: y and the BN terms must share a device");
+  const DType sd = fin.scale.dtype();
+  const int64_t c = y.size(-1);
+  Tensor a;
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor s = mul(cast(y.detach(), sd), fin.scale);
+    if (relu)  // + bias and ReLU in one pass, in place
+      TANDEM_BACKEND(s, kernels::bias_relu_cpu(s, fin.bias, s), kernels::bias_relu_cuda(s, fin.bias, s));
+    else
+      add_(s, fin.bias);
+    a = cast(s, y.dtype());
+  }
+  const bool gy = y.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+             gb = bias.defined() && bias.requires_grad();
+  autograd::record("BatchNormApplyBackward", {y, weight, bias}, a,
+                   [y = y.detach(), a = a.detach(), fin, weight = weight.defined() ? weight.detach() : Tensor(), sd, c,
+                    relu, gy, gw, gb](std::vector<Tensor>& g) {
+                     autograd::NoGradGuard no_grad;
+                     Tensor da = cast(g[0], sd);
+                     Tensor dz = da, dbias;
+                     if (relu) {  // the mask and d bias in one pass (fused_bias's column reduction)
+                       dz = Tensor::empty(da.shape(), sd, da.device());
+                       dbias = Tensor::empty({c}, sd, da.device());
+                       Tensor av = cast(a, sd);
+                       TANDEM_BACKEND(da, kernels::relu_bias_backward_cpu(da, av, dz, dbias),
+                                      kernels::relu_bias_backward_cuda(da, av, dz, dbias));
+                     } else {
+                       dbias = sum_to_trailing(da, {c});
+                     }
+                     Tensor xhat = mul(sub(cast(y, sd), fin.mean), fin.inv_std);
+                     Tensor dweight = sum_to_trailing(mul(dz, xhat), {c});
+                     Tensor dy;
+                     if (gy) {
+                       const double n = static_cast<double>(fin.count);
+                       Tensor k = mul(weight.defined() ? weight : filled(fin.inv_std, 1.0), fin.inv_std);
+                       k = mul(k, filled(k, 1.0 / n));
+                       Tensor inner = sub(sub(mul(dz, filled(dbias, n)), dbias),  // [C] operands broadcast over rows
+                                          mul(xhat, dweight));
+                       dy = cast(mul(inner, k), y.dtype());
+                     }
+                     return std::vector<Tensor>{dy, gw ? dweight : Tensor(), gb ? dbias : Tensor()};
+                   });
+  return a;
+}
+
+}  // namespace tandem::ops
