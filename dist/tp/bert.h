@@ -67,12 +67,11 @@ struct TpBertOptions {
   static constexpr uint64_t kAttentionSeedOffset = 2718;
 };
 
-class TpBertEmbeddings : public Module {
+class TpBertEmbeddings : public OptionalInputModule {
  public:
   TpBertEmbeddings(const BertConfig& cfg, Communicator& comm, Generator& dropout);
-  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids);
-  Tensor forward(const Tensor& input_ids) override { return forward(input_ids, Tensor()); }
-  std::string type_name() const override { return "BertEmbeddings"; }
+  using OptionalInputModule::forward;
+  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids) override;
   VocabParallelEmbedding& word() { return *word_; }
 
  private:
@@ -84,47 +83,39 @@ class TpBertEmbeddings : public Module {
   Tensor pos_ids_;
 };
 
-class TpBertSelfAttention : public Module {
+class TpBertSelfAttention : public OptionalInputModule {
  public:
   TpBertSelfAttention(const BertConfig& cfg, Communicator& comm, Generator& attention_dropout);
+  using OptionalInputModule::forward;
   // x [B, S, H] replicated -> this rank's heads' context [B, S, H/T].
-  Tensor forward(const Tensor& x, const Tensor& attention_mask);
-  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
-  std::string type_name() const override { return "BertSelfAttention"; }
+  Tensor forward(const Tensor& x, const Tensor& attention_mask) override;
 
  private:
   Child<ColumnParallelLinear> query_, key_, value_;
   Communicator* comm_;
   Generator* gen_;
   int64_t local_heads_;
-  float attn_dropout_;
-  ops::AttentionBackend backend_;
+  BertConfig cfg_;
 };
 
-// Row-parallel dense, g, then bias + dropout + residual (one op) and the post-LN LayerNorm.
-class TpBertResidualOutput : public Module {
+// Row-parallel dense, g, then bias + dropout + residual (one op) and the post-LN LayerNorm: BERT's
+// ResidualOutput (layers/transformer.h) on a RowParallelLinear; h is this rank's slice [..., in/T].
+inline Tensor without_bias(RowParallelLinear& dense, const Tensor& h) { return dense.reduced_without_bias(h); }
+class TpBertResidualOutput : public ResidualOutput<RowParallelLinear> {
  public:
   TpBertResidualOutput(const BertConfig& cfg, int64_t in_features, Communicator& comm, Generator& dropout,
-                       std::string type);
-  Tensor forward(const Tensor& h, const Tensor& residual);  // h: this rank's slice [..., in/T]
-  Tensor forward(const Tensor& x) override;                 // an error: needs the residual
-  std::string type_name() const override { return type_; }
-  LayerNorm& norm() { return *norm_; }
-
- private:
-  Child<RowParallelLinear> dense_;
-  Child<LayerNorm> norm_;
-  Child<Dropout> dropout_;
-  bool pre_ln_;
-  std::string type_;
+                       std::string type)
+      : ResidualOutput(cfg,
+                       std::make_shared<RowParallelLinear>(in_features, cfg.hidden_size, comm, RowParallelOptions{},
+                                                           nullptr),
+                       dropout, std::move(type)) {}
 };
 
-class TpBertLayer : public Module {
+class TpBertLayer : public OptionalInputModule {
  public:
   TpBertLayer(const BertConfig& cfg, Communicator& comm, Generator& dropout, Generator& attention_dropout);
-  Tensor forward(const Tensor& x, const Tensor& attention_mask);
-  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
-  std::string type_name() const override { return "BertLayer"; }
+  using OptionalInputModule::forward;
+  Tensor forward(const Tensor& x, const Tensor& attention_mask) override;
 
  private:
   Child<TpBertSelfAttention> self_;
