@@ -42,7 +42,7 @@ Tensor BertEmbeddings::position_ids(int64_t seq, Device d) {
   return pos_ids_;
 }
 
-Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+Tensor BertEmbeddings::forward_impl(const Tensor& input_ids, const Tensor& token_type_ids) {
   TANDEM_CHECK(input_ids.dim() == 2, "BertEmbeddings: input_ids must be [batch, seq], got ", input_ids.str());
   const int64_t S = input_ids.size(1);
   TANDEM_CHECK(S <= max_pos_, "BertEmbeddings: sequence length ", S, " exceeds max_position_embeddings = ",
@@ -69,9 +69,8 @@ Tensor fused_qkv_attention(const Tensor& x, const std::array<Tensor, 3>& w, cons
   TANDEM_CHECK(x.dim() == 3, "BertSelfAttention: expects [batch, seq, hidden], got ", x.str());
   const int64_t rows = w[0].size(0), in = w[0].size(1);
   // One [3 rows, in] GEMM: the weights are concatenated as flat rows (see transformer.h for the cost).
-  Tensor wqkv = ops::reshape(ops::concat_channels({ops::reshape(w[0], {1, rows * in}), ops::reshape(w[1], {1, rows * in}),
-                                                   ops::reshape(w[2], {1, rows * in})}),
-                             {3 * rows, in});
+  auto flat = [&](const Tensor& t) { return ops::reshape(t, {1, rows * in}); };
+  Tensor wqkv = ops::reshape(ops::concat_channels({flat(w[0]), flat(w[1]), flat(w[2])}), {3 * rows, in});
   Tensor bqkv = ops::concat_channels({b[0], b[1], b[2]});
   return ops::attention_qkv(ops::linear(x, wqkv, bqkv), heads, attention_mask, opt, gen);
 }
@@ -86,7 +85,7 @@ BertSelfAttention::BertSelfAttention(const BertConfig& cfg)
   value_ = register_module("value", std::make_shared<Linear>(H, H, true, nullptr));
 }
 
-Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& attention_mask) {
+Tensor BertSelfAttention::forward_impl(const Tensor& x, const Tensor& attention_mask) {
   return fused_qkv_attention(x, {query_->weight(), key_->weight(), value_->weight()},
                              {query_->bias(), key_->bias(), value_->bias()}, heads_, attention_mask,
                              attention_options(cfg_, is_training()));
@@ -94,34 +93,11 @@ Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& attention_mask)
 
 // ---- layer, encoder, model ----
 
-// HF's BertAttention ("attention") holds "self" and "output"; BertIntermediate ("intermediate")
-// holds "dense": containers with no computation of their own (BertLayer runs their children).
-BertLayer::BertLayer(const BertConfig& cfg) : OptionalInputModule("BertLayer"), pre_ln_(cfg.pre_layer_norm) {
-  auto attention = register_module("attention", std::make_shared<ModuleHolder>("BertAttention"));
-  self_ = attention->register_module("self", std::make_shared<BertSelfAttention>(cfg));
-  attn_out_ = attention->register_module(
-      "output", std::make_shared<BertResidualOutput>(cfg, cfg.hidden_size, "BertSelfOutput"));
-  auto intermediate = register_module("intermediate", std::make_shared<ModuleHolder>("BertIntermediate"));
-  intermediate_ = intermediate->register_module(
-      "dense", std::make_shared<Linear>(cfg.hidden_size, cfg.intermediate_size, true, nullptr));
-  out_ = register_module("output", std::make_shared<BertResidualOutput>(cfg, cfg.intermediate_size, "BertOutput"));
-}
-
-Tensor BertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
-  const std::string label = "BertLayer " + name();  // the layer index, so a trace tells layers apart
-  profile::Range range(label.c_str(), profile::Level::Layer);
-  // intermediate.dense's GEMM without its bias, then bias + erf GELU in one pass (ops::bias_gelu;
-  // core/ops/fused_bias/fused_bias.h says why not a cuBLASLt GELU epilogue).
-  auto feed_forward = [&](const Tensor& in) {
-    return ops::bias_gelu(ops::linear(in, intermediate_->weight()), intermediate_->bias());
-  };
-  if (pre_ln_) {
-    Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
-    return out_->forward(feed_forward(out_->norm()(a)), a);
-  }
-  Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
-  return out_->forward(feed_forward(a), a);
-}
+BertLayer::BertLayer(const BertConfig& cfg)
+    : EncoderLayer(cfg, std::make_shared<BertSelfAttention>(cfg),
+                   std::make_shared<BertResidualOutput>(cfg, cfg.hidden_size, "BertSelfOutput"),
+                   std::make_shared<Linear>(cfg.hidden_size, cfg.intermediate_size, true, nullptr),
+                   std::make_shared<BertResidualOutput>(cfg, cfg.intermediate_size, "BertOutput")) {}
 
 BertEncoder::BertEncoder(const BertConfig& cfg) : OptionalInputModule("BertEncoder") {
   TANDEM_CHECK(cfg.num_hidden_layers > 0, "BertEncoder: num_hidden_layers must be positive, got ",
@@ -132,7 +108,7 @@ BertEncoder::BertEncoder(const BertConfig& cfg) : OptionalInputModule("BertEncod
     final_ln_ = register_module("ln", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
 }
 
-Tensor BertEncoder::forward(const Tensor& x, const Tensor& attention_mask) {
+Tensor BertEncoder::forward_impl(const Tensor& x, const Tensor& attention_mask) {
   Tensor h = x;
   // Through call(): each layer's forward hooks see it (ZeRO-3 gathers a layer's weights there, dist/zero3.h).
   for (auto& layer : layers_) h = layer->call([&] { return layer->forward(h, attention_mask); });

@@ -38,6 +38,7 @@
 #include "core/ops/attention/attention.h"
 #include "core/ops/fused_bias/fused_bias.h"
 #include "core/ops/matmul/matmul.h"
+#include "core/profile.h"
 #include "layers/layers.h"
 
 namespace tandem {
@@ -82,15 +83,16 @@ class ModuleHolder : public Module {
 };
 
 // A module whose forward takes a second, optional input (the attention mask, or the token types):
-// forward(x) for the Module interface passes none.
+// forward(x) for the Module interface passes none. Subclasses implement forward_impl.
 class OptionalInputModule : public Module {
  public:
-  virtual Tensor forward(const Tensor& x, const Tensor& extra) = 0;
-  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  Tensor forward(const Tensor& x, const Tensor& extra) { return forward_impl(x, extra); }
+  Tensor forward(const Tensor& x) override { return forward_impl(x, Tensor()); }
   std::string type_name() const override { return type_; }
 
  protected:
   explicit OptionalInputModule(std::string type) : type_(std::move(type)) {}
+  virtual Tensor forward_impl(const Tensor& x, const Tensor& extra) = 0;
 
  private:
   std::string type_;
@@ -119,9 +121,6 @@ class ModuleList : public ModuleHolder {
 class BertEmbeddings : public OptionalInputModule {
  public:
   explicit BertEmbeddings(const BertConfig& cfg);
-  using OptionalInputModule::forward;
-  // input_ids [B, S] (i32/i64), token_type_ids [B, S] or undefined (all segment 0) -> [B, S, H].
-  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids) override;
   const Tensor& word_weight() const { return word_->weight(); }
 
  private:
@@ -131,16 +130,17 @@ class BertEmbeddings : public OptionalInputModule {
   Child<Dropout> dropout_;
   int64_t max_pos_;
   Tensor pos_ids_;  // [S] cached 0..S-1 on the last device used, so a step does no host copy
+  // input_ids [B, S] (i32/i64), token_type_ids [B, S] or undefined (all segment 0) -> [B, S, H].
+  Tensor forward_impl(const Tensor& input_ids, const Tensor& token_type_ids) override;
 };
 
 class BertSelfAttention : public OptionalInputModule {
  public:
   explicit BertSelfAttention(const BertConfig& cfg);
-  using OptionalInputModule::forward;
-  // x [B, S, H] -> context [B, S, H] (before the output projection).
-  Tensor forward(const Tensor& x, const Tensor& attention_mask) override;
 
  private:
+  // x [B, S, H] -> context [B, S, H] (before the output projection).
+  Tensor forward_impl(const Tensor& x, const Tensor& attention_mask) override;
   Child<Linear> query_, key_, value_;
   int64_t heads_;
   BertConfig cfg_;
@@ -173,7 +173,9 @@ class ResidualOutput : public Module {
                                      static_cast<float>(dropout_->p()), is_training(), dropout_->generator());
     return pre_ln_ ? y : (*norm_)(y);
   }
-  Tensor forward(const Tensor&) override { TANDEM_THROW(type_, " needs the residual input: call forward(hidden, residual)"); }
+  Tensor forward(const Tensor&) override {
+    TANDEM_THROW(type_, " needs the residual input: call forward(hidden, residual)");
+  }
   std::string type_name() const override { return type_; }
   LayerNorm& norm() { return *norm_; }
 
@@ -192,26 +194,60 @@ class BertResidualOutput : public ResidualOutput<Linear> {
                        std::move(type)) {}
 };
 
-class BertLayer : public OptionalInputModule {
- public:
-  explicit BertLayer(const BertConfig& cfg);
-  using OptionalInputModule::forward;
-  Tensor forward(const Tensor& x, const Tensor& attention_mask) override;
+// BertLayer's wiring and forward, shared with the tensor-parallel twin (dist/tp/bert.h), which
+// gives other child types and overrides ffn_input(). HF's BertAttention ("attention": "self" and
+// "output") and BertIntermediate ("intermediate": "dense") are containers with no computation of
+// their own, so this layer runs their children.
+template <class SelfAttention, class Output, class Intermediate>
+class EncoderLayer : public OptionalInputModule {
+ protected:
+  Tensor forward_impl(const Tensor& x, const Tensor& attention_mask) override {
+    const std::string label = "BertLayer " + name();  // the layer index, so a trace tells layers apart
+    profile::Range range(label.c_str(), profile::Level::Layer);
+    // intermediate.dense's GEMM without its bias, then bias + erf GELU in one pass (ops::bias_gelu;
+    // core/ops/fused_bias/fused_bias.h says why not a cuBLASLt GELU epilogue).
+    auto feed_forward = [&](const Tensor& in) {
+      return ops::bias_gelu(ops::linear(ffn_input(in), intermediate_->weight()), intermediate_->bias());
+    };
+    if (pre_ln_) {
+      Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
+      return out_->forward(feed_forward(out_->norm()(a)), a);
+    }
+    Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
+    return out_->forward(feed_forward(a), a);
+  }
+  // Registers the children in HF's order: attention.self, attention.output, intermediate.dense, output.
+  EncoderLayer(const BertConfig& cfg, std::shared_ptr<SelfAttention> self, std::shared_ptr<Output> attn_out,
+               std::shared_ptr<Intermediate> intermediate, std::shared_ptr<Output> out)
+      : OptionalInputModule("BertLayer"), pre_ln_(cfg.pre_layer_norm) {
+    auto attention = register_module("attention", std::make_shared<ModuleHolder>("BertAttention"));
+    self_ = attention->register_module("self", std::move(self));
+    attn_out_ = attention->register_module("output", std::move(attn_out));
+    auto holder = register_module("intermediate", std::make_shared<ModuleHolder>("BertIntermediate"));
+    intermediate_ = holder->register_module("dense", std::move(intermediate));
+    out_ = register_module("output", std::move(out));
+  }
+  // What the feed-forward's first GEMM reads: the input itself here.
+  virtual Tensor ffn_input(const Tensor& in) { return in; }
 
  private:
-  Child<BertSelfAttention> self_;
-  Child<BertResidualOutput> attn_out_, out_;
-  Child<Linear> intermediate_;
+  Child<SelfAttention> self_;
+  Child<Output> attn_out_, out_;
+  Child<Intermediate> intermediate_;
   bool pre_ln_;
+};
+
+class BertLayer : public EncoderLayer<BertSelfAttention, BertResidualOutput, Linear> {
+ public:
+  explicit BertLayer(const BertConfig& cfg);
 };
 
 class BertEncoder : public OptionalInputModule {
  public:
   explicit BertEncoder(const BertConfig& cfg);
-  using OptionalInputModule::forward;
-  Tensor forward(const Tensor& x, const Tensor& attention_mask) override;
 
  private:
+  Tensor forward_impl(const Tensor& x, const Tensor& attention_mask) override;
   std::vector<Child<BertLayer>> layers_;  // handles into "layer" (a ModuleList)
   Child<LayerNorm> final_ln_;  // pre-LN only
 };

@@ -61,7 +61,7 @@ TpBertEmbeddings::TpBertEmbeddings(const BertConfig& cfg, Communicator& comm, Ge
   dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob, &dropout));
 }
 
-Tensor TpBertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+Tensor TpBertEmbeddings::forward_impl(const Tensor& input_ids, const Tensor& token_type_ids) {
   TANDEM_CHECK(input_ids.dim() == 2, "BertEmbeddings: input_ids must be [batch, seq], got ", input_ids.str());
   const int64_t S = input_ids.size(1);
   TANDEM_CHECK(S <= max_pos_, "BertEmbeddings: sequence length ", S, " exceeds max_position_embeddings = ", max_pos_);
@@ -98,7 +98,7 @@ TpBertSelfAttention::TpBertSelfAttention(const BertConfig& cfg, Communicator& co
   value_ = register_module("value", std::make_shared<ColumnParallelLinear>(H, H, comm, o, nullptr));
 }
 
-Tensor TpBertSelfAttention::forward(const Tensor& x, const Tensor& attention_mask) {
+Tensor TpBertSelfAttention::forward_impl(const Tensor& x, const Tensor& attention_mask) {
   // One f for the three projections, then one [3H/T, H] GEMM over this rank's rows of each, and
   // attention on this rank's heads, drawing dropout from this rank's stream.
   return fused_qkv_attention(copy_to_tp_region(x, *comm_), {query_->weight(), key_->weight(), value_->weight()},
@@ -109,32 +109,14 @@ Tensor TpBertSelfAttention::forward(const Tensor& x, const Tensor& attention_mas
 // ---- layer ----
 
 TpBertLayer::TpBertLayer(const BertConfig& cfg, Communicator& comm, Generator& dropout, Generator& attention_dropout)
-    : OptionalInputModule("BertLayer"), comm_(&comm), pre_ln_(cfg.pre_layer_norm) {
-  auto attention = register_module("attention", std::make_shared<ModuleHolder>("BertAttention"));
-  self_ = attention->register_module("self", std::make_shared<TpBertSelfAttention>(cfg, comm, attention_dropout));
-  attn_out_ = attention->register_module(
-      "output", std::make_shared<TpBertResidualOutput>(cfg, cfg.hidden_size, comm, dropout, "BertSelfOutput"));
-  auto intermediate = register_module("intermediate", std::make_shared<ModuleHolder>("BertIntermediate"));
-  intermediate_ = intermediate->register_module(
-      "dense", std::make_shared<ColumnParallelLinear>(cfg.hidden_size, cfg.intermediate_size, comm,
-                                                      ColumnParallelOptions{}, nullptr));
-  out_ = register_module("output",
-                         std::make_shared<TpBertResidualOutput>(cfg, cfg.intermediate_size, comm, dropout, "BertOutput"));
-}
+    : EncoderLayer(cfg, std::make_shared<TpBertSelfAttention>(cfg, comm, attention_dropout),
+                   std::make_shared<TpBertResidualOutput>(cfg, cfg.hidden_size, comm, dropout, "BertSelfOutput"),
+                   std::make_shared<ColumnParallelLinear>(cfg.hidden_size, cfg.intermediate_size, comm,
+                                                          ColumnParallelOptions{}, nullptr),
+                   std::make_shared<TpBertResidualOutput>(cfg, cfg.intermediate_size, comm, dropout, "BertOutput")),
+      comm_(&comm) {}
 
-Tensor TpBertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
-  const std::string label = "BertLayer " + name();
-  profile::Range range(label.c_str(), profile::Level::Layer);
-  auto feed_forward = [&](const Tensor& in) {  // f, then this rank's slice of the FFN width
-    return ops::bias_gelu(ops::linear(copy_to_tp_region(in, *comm_), intermediate_->weight()), intermediate_->bias());
-  };
-  if (pre_ln_) {
-    Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
-    return out_->forward(feed_forward(out_->norm()(a)), a);
-  }
-  Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
-  return out_->forward(feed_forward(a), a);
-}
+Tensor TpBertLayer::ffn_input(const Tensor& in) { return copy_to_tp_region(in, *comm_); }
 
 // ---- the model ----
 

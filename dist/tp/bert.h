@@ -70,8 +70,6 @@ struct TpBertOptions {
 class TpBertEmbeddings : public OptionalInputModule {
  public:
   TpBertEmbeddings(const BertConfig& cfg, Communicator& comm, Generator& dropout);
-  using OptionalInputModule::forward;
-  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids) override;
   VocabParallelEmbedding& word() { return *word_; }
 
  private:
@@ -81,16 +79,16 @@ class TpBertEmbeddings : public OptionalInputModule {
   Child<Dropout> dropout_;
   int64_t max_pos_;
   Tensor pos_ids_;
+  Tensor forward_impl(const Tensor& input_ids, const Tensor& token_type_ids) override;
 };
 
 class TpBertSelfAttention : public OptionalInputModule {
  public:
   TpBertSelfAttention(const BertConfig& cfg, Communicator& comm, Generator& attention_dropout);
-  using OptionalInputModule::forward;
-  // x [B, S, H] replicated -> this rank's heads' context [B, S, H/T].
-  Tensor forward(const Tensor& x, const Tensor& attention_mask) override;
 
  private:
+  // x [B, S, H] replicated -> this rank's heads' context [B, S, H/T].
+  Tensor forward_impl(const Tensor& x, const Tensor& attention_mask) override;
   Child<ColumnParallelLinear> query_, key_, value_;
   Communicator* comm_;
   Generator* gen_;
@@ -111,18 +109,14 @@ class TpBertResidualOutput : public ResidualOutput<RowParallelLinear> {
                        dropout, std::move(type)) {}
 };
 
-class TpBertLayer : public OptionalInputModule {
+// BERT's EncoderLayer (layers/transformer.h) on the parallel modules.
+class TpBertLayer : public EncoderLayer<TpBertSelfAttention, TpBertResidualOutput, ColumnParallelLinear> {
  public:
   TpBertLayer(const BertConfig& cfg, Communicator& comm, Generator& dropout, Generator& attention_dropout);
-  using OptionalInputModule::forward;
-  Tensor forward(const Tensor& x, const Tensor& attention_mask) override;
 
  private:
-  Child<TpBertSelfAttention> self_;
-  Child<TpBertResidualOutput> attn_out_, out_;
-  Child<ColumnParallelLinear> intermediate_;
+  Tensor ffn_input(const Tensor& in) override;  // f, then this rank's slice of the FFN width
   Communicator* comm_;
-  bool pre_ln_;
 };
 
 class TpBertForMaskedLM : public Module {

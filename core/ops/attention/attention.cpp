@@ -81,7 +81,8 @@ struct At {
   int64_t offset;
 };
 template <typename P> P at_ptr(const std::vector<Tensor>& ts, At at) {
-  return reinterpret_cast<P>(static_cast<char*>(ts[at.input].data_ptr()) + at.offset * dtype_size(ts[at.input].dtype()));
+  const Tensor& t = ts[at.input];
+  return reinterpret_cast<P>(static_cast<char*>(t.data_ptr()) + at.offset * dtype_size(t.dtype()));
 }
 const int32_t* i32_ptr(const Tensor& t) { return t.defined() ? static_cast<const int32_t*>(t.data_ptr()) : nullptr; }
 const int64_t* i64_ptr(const Tensor& t) { return t.defined() ? static_cast<const int64_t*>(t.data_ptr()) : nullptr; }
@@ -133,7 +134,9 @@ kernels::SdpaArgs sdpa_args(int64_t B, int64_t H, int64_t Sq, int64_t Sk, int64_
   a.padded = mask.defined();
   return a;
 }
-void set_strides(int64_t (&dst)[3], int64_t batch, int64_t head, int64_t pos) { dst[0] = batch, dst[1] = head, dst[2] = pos; }
+void set_strides(int64_t (&dst)[3], int64_t batch, int64_t head, int64_t pos) {
+  dst[0] = batch, dst[1] = head, dst[2] = pos;
+}
 #endif
 
 // The fused path where the policy says so (run(why) performs it), else an undefined tensor: the
@@ -250,7 +253,9 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, const Tensor& mask, const
     // [B, S, H, D] is [B, S, H * D]: position stride H D, what the output projection reads.
     const int64_t HD = heads * D;
     kernels::SdpaArgs a = sdpa_args(B, heads, S, S, D, qkv.dtype(), default_scale(opt, D), m, opt);
-    for (int64_t* st : {a.q_stride, a.k_stride, a.v_stride}) st[0] = S * 3 * HD, st[1] = D, st[2] = 3 * HD;
+    set_strides(a.q_stride, S * 3 * HD, D, 3 * HD);
+    set_strides(a.k_stride, S * 3 * HD, D, 3 * HD);
+    set_strides(a.v_stride, S * 3 * HD, D, 3 * HD);
     set_strides(a.o_stride, S * HD, D, HD);
     return fused_sdpa(a, {qkv}, {At{0, 0}, At{0, HD}, At{0, 2 * HD}}, {B, S, HD}, m, gen, why);
 #else

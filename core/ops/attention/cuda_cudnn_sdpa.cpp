@@ -130,8 +130,11 @@ std::shared_ptr<Graphs> build(const SdpaArgs& a) {
     auto [O, Stats] = g->sdpa(Q, K, V, opt);
     O->set_output(true).set_uid(kO).set_dim({a.b, a.h, a.sq, a.d}).set_stride(
         {a.o_stride[0], a.o_stride[1], a.o_stride[2], 1});
-    Stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({a.b, a.h, a.sq, 1}).set_stride(
-        {a.h * a.sq, a.sq, 1, 1});
+    Stats->set_output(true)
+        .set_uid(kStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({a.b, a.h, a.sq, 1})
+        .set_stride({a.h * a.sq, a.sq, 1, 1});
     if (!finish(*g, out->fwd_ws, "forward")) return out;
     out->fwd = g;
   }
@@ -180,8 +183,10 @@ void run(const fe::graph::Graph& g, int64_t ws_bytes, std::unordered_map<int64_t
          const int32_t* lengths, const int64_t* rng, const char* what) {
   if (a.padded) pack[kSeqQ] = mut(lengths), pack[kSeqKv] = mut(lengths + a.b);
   if (a.dropout_p > 0.0f) pack[kSeed] = mut(rng), pack[kOffset] = mut(rng + 1);
-  Storage workspace(static_cast<size_t>(ws_bytes), Device::cuda(cuda::current_device()));
-  fe::error_t st = g.execute(cuda::dnn_handle(), pack, ws_bytes ? workspace.data() : nullptr);
+  std::unique_ptr<Storage> workspace;
+  if (ws_bytes > 0)
+    workspace = std::make_unique<Storage>(static_cast<size_t>(ws_bytes), Device::cuda(cuda::current_device()));
+  fe::error_t st = g.execute(cuda::dnn_handle(), pack, workspace ? workspace->data() : nullptr);
   TANDEM_CHECK(st.is_good(), "cuDNN SDPA ", what, " failed to run: ", st.get_message(),
                "; run with AttentionBackend::Reference (BertConfig::attention_backend) and report the shapes");
 }
@@ -193,7 +198,8 @@ std::string sdpa_cudnn_unsupported(DType dtype, int64_t d) {
 #if !TANDEM_SDPA_FRONTEND
   return "this build has no cuDNN frontend headers (apps/scripts/setup.sh fetches them)";
 #else
-  if (dtype != DType::F16 && dtype != DType::BF16) return std::string("cuDNN's SDPA takes f16/bf16, not ") + dtype_name(dtype);
+  if (dtype != DType::F16 && dtype != DType::BF16)
+    return std::string("cuDNN's SDPA takes f16/bf16, not ") + dtype_name(dtype);
   if (d % 8 != 0 || d > 128) return "the head dim must be a multiple of 8 and at most 128, got " + std::to_string(d);
   if (cudnnGetVersion() < 90000) return "cuDNN " + std::to_string(cudnnGetVersion()) + " is older than 9.0";
   int major = 0;
