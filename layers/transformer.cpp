@@ -6,13 +6,23 @@
 
 namespace tandem {
 
-Tensor ModuleList::forward(const Tensor&) {
-  TANDEM_THROW("ModuleList has no forward of its own: iterate over its modules instead");
+ops::AttentionOptions attention_options(const BertConfig& cfg, bool training) {
+  ops::AttentionOptions opt;
+  opt.dropout_p = static_cast<float>(cfg.attention_probs_dropout_prob);
+  opt.training = training;
+  opt.backend = cfg.attention_backend;
+  opt.mask_right_padded = cfg.attention_mask_right_padded;
+  return opt;
+}
+
+Tensor ModuleHolder::forward(const Tensor&) {
+  TANDEM_THROW(type_, " has no forward of its own: its owner runs its modules (iterate over a ModuleList)");
 }
 
 // ---- embeddings ----
 
-BertEmbeddings::BertEmbeddings(const BertConfig& cfg) : max_pos_(cfg.max_position_embeddings) {
+BertEmbeddings::BertEmbeddings(const BertConfig& cfg)
+    : OptionalInputModule("BertEmbeddings"), max_pos_(cfg.max_position_embeddings) {
   // Weights are drawn by the model's init (layers/models/bert.cpp), not here: gen = nullptr.
   word_ = register_module("word_embeddings", std::make_shared<Embedding>(cfg.vocab_size, cfg.hidden_size, nullptr));
   position_ = register_module("position_embeddings",
@@ -32,7 +42,7 @@ Tensor BertEmbeddings::position_ids(int64_t seq, Device d) {
   return pos_ids_;
 }
 
-Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+Tensor BertEmbeddings::forward_impl(const Tensor& input_ids, const Tensor& token_type_ids) {
   TANDEM_CHECK(input_ids.dim() == 2, "BertEmbeddings: input_ids must be [batch, seq], got ", input_ids.str());
   const int64_t S = input_ids.size(1);
   TANDEM_CHECK(S <= max_pos_, "BertEmbeddings: sequence length ", S, " exceeds max_position_embeddings = ",
@@ -53,10 +63,20 @@ Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type
 
 // ---- attention ----
 
+Tensor fused_qkv_attention(const Tensor& x, const std::array<Tensor, 3>& w, const std::array<Tensor, 3>& b,
+                           int64_t heads, const Tensor& attention_mask, const ops::AttentionOptions& opt,
+                           Generator& gen) {
+  TANDEM_CHECK(x.dim() == 3, "BertSelfAttention: expects [batch, seq, hidden], got ", x.str());
+  const int64_t rows = w[0].size(0), in = w[0].size(1);
+  // One [3 rows, in] GEMM: the weights are concatenated as flat rows (see transformer.h for the cost).
+  auto flat = [&](const Tensor& t) { return ops::reshape(t, {1, rows * in}); };
+  Tensor wqkv = ops::reshape(ops::concat_channels({flat(w[0]), flat(w[1]), flat(w[2])}), {3 * rows, in});
+  Tensor bqkv = ops::concat_channels({b[0], b[1], b[2]});
+  return ops::attention_qkv(ops::linear(x, wqkv, bqkv), heads, attention_mask, opt, gen);
+}
+
 BertSelfAttention::BertSelfAttention(const BertConfig& cfg)
-    : heads_(cfg.num_attention_heads),
-      attn_dropout_(static_cast<float>(cfg.attention_probs_dropout_prob)),
-      backend_(cfg.attention_backend) {
+    : OptionalInputModule("BertSelfAttention"), heads_(cfg.num_attention_heads), cfg_(cfg) {
   TANDEM_CHECK(heads_ > 0 && cfg.hidden_size % heads_ == 0, "BertSelfAttention: hidden_size ", cfg.hidden_size,
                " must be a multiple of num_attention_heads ", heads_);
   const int64_t H = cfg.hidden_size;
@@ -65,87 +85,21 @@ BertSelfAttention::BertSelfAttention(const BertConfig& cfg)
   value_ = register_module("value", std::make_shared<Linear>(H, H, true, nullptr));
 }
 
-Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& attention_mask) {
-  TANDEM_CHECK(x.dim() == 3, "BertSelfAttention: expects [batch, seq, hidden], got ", x.str());
-  const int64_t H = query_->in_features();
-  // One [3H, H] GEMM: the weights are concatenated as flat rows (see transformer.h for the cost).
-  Tensor w = ops::reshape(ops::concat_channels({ops::reshape(query_->weight(), {1, H * H}),
-                                                ops::reshape(key_->weight(), {1, H * H}),
-                                                ops::reshape(value_->weight(), {1, H * H})}),
-                          {3 * H, H});
-  Tensor b = ops::concat_channels({query_->bias(), key_->bias(), value_->bias()});
-  auto [q, k, v] = ops::split_qkv_heads(ops::linear(x, w, b), heads_);
-  ops::AttentionOptions opt;
-  opt.dropout_p = attn_dropout_;
-  opt.training = is_training();
-  opt.backend = backend_;
-  return ops::merge_heads(ops::attention(q, k, v, attention_mask, opt));
-}
-
-BertResidualOutput::BertResidualOutput(const BertConfig& cfg, int64_t in_features, std::string type)
-    : pre_ln_(cfg.pre_layer_norm), type_(std::move(type)) {
-  dense_ = register_module("dense", std::make_shared<Linear>(in_features, cfg.hidden_size, true, nullptr));
-  norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
-  dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob));
-}
-
-Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  // dense's GEMM without its bias, then bias + dropout + residual in one pass, and in backward the
-  // bias gradient from the weight-gradient GEMM's epilogue (ops::linear_bias_dropout_add; the same
-  // masks as the Dropout module would draw). The modules keep HF's names and parameters.
-  Tensor y = ops::linear_bias_dropout_add(h, dense_->weight(), dense_->bias(), residual,
-                                          static_cast<float>(dropout_->p()), is_training(), dropout_->generator());
-  return pre_ln_ ? y : (*norm_)(y);
-}
-
-Tensor BertResidualOutput::forward(const Tensor&) {
-  TANDEM_THROW(type_, " needs the residual input: call forward(hidden, residual)");
+Tensor BertSelfAttention::forward_impl(const Tensor& x, const Tensor& attention_mask) {
+  return fused_qkv_attention(x, {query_->weight(), key_->weight(), value_->weight()},
+                             {query_->bias(), key_->bias(), value_->bias()}, heads_, attention_mask,
+                             attention_options(cfg_, is_training()));
 }
 
 // ---- layer, encoder, model ----
 
-namespace {
-// HF's BertAttention ("attention") holds "self" and "output"; BertIntermediate ("intermediate")
-// holds "dense". Those containers carry no computation of their own (BertLayer runs their
-// children), so here they are plain Modules that only give the names their prefix.
-struct Holder : Module {
-  explicit Holder(std::string t) : type(std::move(t)) {}
-  Tensor forward(const Tensor&) override { TANDEM_THROW(type, " is called through BertLayer"); }
-  std::string type_name() const override { return type; }
-  using Module::register_module;
-  std::string type;
-};
-}  // namespace
+BertLayer::BertLayer(const BertConfig& cfg)
+    : EncoderLayer(cfg, std::make_shared<BertSelfAttention>(cfg),
+                   std::make_shared<BertResidualOutput>(cfg, cfg.hidden_size, "BertSelfOutput"),
+                   std::make_shared<Linear>(cfg.hidden_size, cfg.intermediate_size, true, nullptr),
+                   std::make_shared<BertResidualOutput>(cfg, cfg.intermediate_size, "BertOutput")) {}
 
-BertLayer::BertLayer(const BertConfig& cfg) : pre_ln_(cfg.pre_layer_norm) {
-  auto attention = register_module("attention", std::make_shared<Holder>("BertAttention"));
-  self_ = attention->register_module("self", std::make_shared<BertSelfAttention>(cfg));
-  attn_out_ = attention->register_module(
-      "output", std::make_shared<BertResidualOutput>(cfg, cfg.hidden_size, "BertSelfOutput"));
-  auto intermediate = register_module("intermediate", std::make_shared<Holder>("BertIntermediate"));
-  intermediate_ = intermediate->register_module(
-      "dense", std::make_shared<Linear>(cfg.hidden_size, cfg.intermediate_size, true, nullptr));
-  out_ = register_module("output", std::make_shared<BertResidualOutput>(cfg, cfg.intermediate_size, "BertOutput"));
-}
-
-Tensor BertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
-  const std::string label = "BertLayer " + name();  // the layer index, so a trace tells layers apart
-  profile::Range range(label.c_str(), profile::Level::Layer);
-  // intermediate.dense's GEMM without its bias, then bias + erf GELU in one pass, the bias gradient
-  // from the weight-gradient GEMM (ops::linear_bias_gelu; core/ops/fused_bias/fused_bias.h says why
-  // not a cuBLASLt GELU epilogue).
-  auto feed_forward = [&](const Tensor& in) {
-    return ops::linear_bias_gelu(in, intermediate_->weight(), intermediate_->bias());
-  };
-  if (pre_ln_) {
-    Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
-    return out_->forward(feed_forward(out_->norm()(a)), a);
-  }
-  Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
-  return out_->forward(feed_forward(a), a);
-}
-
-BertEncoder::BertEncoder(const BertConfig& cfg) {
+BertEncoder::BertEncoder(const BertConfig& cfg) : OptionalInputModule("BertEncoder") {
   TANDEM_CHECK(cfg.num_hidden_layers > 0, "BertEncoder: num_hidden_layers must be positive, got ",
                cfg.num_hidden_layers);
   auto list = register_module("layer", std::make_shared<ModuleList>());
@@ -154,7 +108,7 @@ BertEncoder::BertEncoder(const BertConfig& cfg) {
     final_ln_ = register_module("ln", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
 }
 
-Tensor BertEncoder::forward(const Tensor& x, const Tensor& attention_mask) {
+Tensor BertEncoder::forward_impl(const Tensor& x, const Tensor& attention_mask) {
   Tensor h = x;
   // Through call(): each layer's forward hooks see it (ZeRO-3 gathers a layer's weights there, dist/zero3.h).
   for (auto& layer : layers_) h = layer->call([&] { return layer->forward(h, attention_mask); });

@@ -1,7 +1,9 @@
 // tests/gpu_attention_parity.cpp: CPU vs CUDA parity for scale_mask_softmax (with mask, with
-// dropout), both attention paths (reference; flash vs reference on CPU and GPU and vs its CPU twin;
-// which one Auto takes at the size rule), split_qkv_heads/merge_heads and cross_entropy with
-// ignore_index, in f32, bf16 and f16 (forward and every input gradient).
+// dropout), the reference attention path, cuDNN's fused SDPA (AttentionBackend::Fused, through
+// attention_qkv and attention) against the CPU reference at BERT's shapes, its dropout by
+// statistics, Auto's choice, the encoder's graph (no head split or transpose on CUDA bf16),
+// split_qkv_heads/merge_heads and cross_entropy with ignore_index, in f32, bf16 and f16 (forward
+// and every input gradient).
 //
 // Tolerances (tests/support/parity.h): inputs are rounded to the dtype first, so only arithmetic
 // differs.
@@ -13,20 +15,23 @@
 //     so bf16 gets 3 ulp = 3 * 2^-8 and f16 3 * 2^-11 relative; atol 1e-3 / 2e-4 covers outputs
 //     that are sums of +- terms cancelling to near zero (an output is a convex mix of v rows).
 //   - the head split/merge only move values: exact (rtol 0).
-//   - flash path (AttentionBackend::Fused) on the GPU vs the reference path on the CPU: the kernel
-//     computes in f32 from the rounded inputs and rounds each result once, so rounded_once's rtol,
-//     but a wider atol: backward's d_row = dot(dO, O) reads the output rounded to the dtype, and
-//     that error reaches dq/dk absolutely (through p * (dp - d_row)) where dp - d_row cancels.
-//   - flash vs reference, both on the GPU in bf16/f16: the sum of both error budgets.
-//   - flash kernel vs its CPU twin in f32: the same algorithm, other summation order.
+//   - cuDNN's SDPA on the GPU vs the reference path on the CPU (which rounds scores, p and the
+//     output): cuDNN rounds p to the dtype before its P V product and the output once, so the
+//     reference's budget plus one more rounding; the backward's dQ, dK are differences
+//     (p * (dp - rowsum(dO * O))) where an ulp of the largest term counts (max_rel). These numbers
+//     are first estimates (no GPU ran this file's cuDNN cases when it was written): a GPU session
+//     that finds them too tight or loose should measure and say so here.
 // Exits 77 (Skipped) without a GPU.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "core/autograd.h"
 #include "core/ops/ops.h"
 #include "core/random.h"
+#include "layers/transformer.h"
+#include "tests/support/autograd_graph.h"
 #include "tests/support/parity.h"
 
 using namespace tandem;
@@ -54,68 +59,46 @@ Tensor mask(const std::vector<int64_t>& v, int64_t b, int64_t s) { return Tensor
 // attention(q, k, v, mask) with training dropout p on the backend chosen per device; a fresh
 // generator per call, so the CPU and the GPU draw the same dropout mask.
 std::function<std::vector<Tensor>(const std::vector<Tensor>&)> attention_fn(float p, ops::AttentionBackend on_cpu,
-                                                                          ops::AttentionBackend on_gpu,
-                                                                          bool masked = true) {
+                                                                          ops::AttentionBackend on_gpu) {
   return [=](const std::vector<Tensor>& in) {
     Generator d(9);
     ops::AttentionOptions o;
     o.dropout_p = p;
     o.training = true;
     o.backend = in[0].is_cuda() ? on_gpu : on_cpu;
-    return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], masked ? in[3] : Tensor(), o, d)};
+    return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], in[3], o, d)};
   };
 }
 
-const PerDtype flash_vs_cpu{
-    .f32 = {1e-4, 1e-5, "f32: tile/butterfly summation order, expf vs double softmax statistics"},
-    .bf16 = {1.5e-2, 5e-4, "bf16: f32 math, one rounding (2^-8); d_row reads the rounded O", 4 * 0x1p-8},
-    .f16 = {3e-3, 1e-4, "f16: f32 math, one rounding (2^-11); d_row reads the rounded O", 4 * 0x1p-11}};
-const PerDtype flash_vs_reference_gpu{
-    .f32 = {1e-4, 1e-5, "f32 (TF32 off): summation order only"},
-    .bf16 = {4e-2, 2e-3, "bf16: reference's three roundings plus flash's one", 12 * 0x1p-8},
-    .f16 = {1e-2, 5e-4, "f16: reference's three roundings plus flash's one", 12 * 0x1p-11}};
+// cuDNN vs the CPU reference: the reference's three roundings plus cuDNN's rounding of p before P V.
+const PerDtype sdpa_vs_cpu{
+    .f32 = {1e-4, 1e-5, "f32: not run (cuDNN's SDPA takes f16/bf16)"},
+    .bf16 = {4e-2, 2e-3, "bf16: reference's three roundings plus cuDNN's p and output roundings", 12 * 0x1p-8},
+    .f16 = {1e-2, 5e-4, "f16: reference's three roundings plus cuDNN's p and output roundings", 12 * 0x1p-11}};
 
-// [B, Sk] padding: entry 0 keeps a prefix, 1 has holes, 2 is fully padded (uniform rows).
-Tensor flash_mask(int64_t B, int64_t Sk) {
-  std::vector<int64_t> m(static_cast<size_t>(B * Sk), 1);
-  for (int64_t j = Sk * 2 / 3; j < Sk; ++j) m[j] = 0;
-  for (int64_t j = 0; B > 1 && j < Sk; j += 3) m[Sk + j] = 0;
-  for (int64_t j = 0; B > 2 && j < Sk; ++j) m[2 * Sk + j] = 0;
-  return Tensor::from_vector_i64(m, {B, Sk});
+// BERT's shapes: heads 12 (base) and 16 (large), head dim 64, sequence 128 and 512.
+struct BertShape {
+  int64_t B, H, S;
+};
+constexpr BertShape kBertShapes[] = {{2, 12, 128}, {2, 16, 128}, {1, 12, 512}, {1, 16, 512}};
+constexpr int64_t kHeadDim = 64;
+
+// Right-padded [B, S]: entry b keeps S - b * S / 3 tokens (the first sequence is full).
+Tensor right_padded(int64_t B, int64_t S) {
+  std::vector<int64_t> m(static_cast<size_t>(B * S), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < S - b * S / 3; ++j) m[b * S + j] = 1;
+  return Tensor::from_vector_i64(m, {B, S});
 }
 
-// Shapes crossing every tile boundary (Sq = 37: 16+16+5 and 32+5; Sk = 45: 32+13 and 16+16+13),
-// every register width NC = ceil(D / 32) with a partial last chunk (D = 40), and D = 128, whose
-// backward needs the > 48 KiB shared-memory opt-in.
-struct FlashShape {
-  int64_t B, H, Sq, Sk, D;
-};
-constexpr FlashShape kFlashShapes[] = {{3, 2, 37, 45, 64}, {3, 1, 37, 45, 40}, {3, 2, 16, 32, 8}, {2, 2, 20, 70, 128},
-                                       {3, 1, 33, 17, 96}};
-
-// Random q, k, v (CPU f32) and the padding mask for one shape.
-std::vector<Tensor> flash_inputs(const FlashShape& s, Generator& g) {
-  return {randn({s.B, s.H, s.Sq, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g), randn({s.B, s.H, s.Sk, s.D}, g),
-          flash_mask(s.B, s.Sk)};
-}
-
-struct GpuRun {
-  std::vector<float> out, dq, dk, dv;
-};
-GpuRun run_gpu(ops::AttentionBackend backend, const std::vector<Tensor>& qkvw, const Tensor& m, float p) {
-  std::vector<Tensor> in;
-  for (int i = 0; i < 3; ++i) {
-    in.push_back(qkvw[i].detach());
-    in.back().set_requires_grad(true);
-  }
+// Options for one attention call that states its mask right-padded.
+ops::AttentionOptions padded_options(ops::AttentionBackend backend, float p) {
   ops::AttentionOptions o;
   o.backend = backend;
   o.dropout_p = p;
-  o.training = true;
-  Generator d(9);
-  Tensor out = ops::attention(in[0], in[1], in[2], m, o, d);
-  autograd::backward({out}, {qkvw[3]});
-  return {out.to_vector(), in[0].grad().to_vector(), in[1].grad().to_vector(), in[2].grad().to_vector()};
+  o.training = p > 0.0f;
+  o.mask_right_padded = true;
+  return o;
 }
 }  // namespace
 
@@ -209,89 +192,143 @@ TEST_CASE("cross_entropy with ignore_index parity") {
   }
 }
 
-TEST_CASE("flash attention (GPU) vs the reference path (CPU): forward and q/k/v gradients, padding, dropout") {
+TEST_CASE("cuDNN SDPA (attention_qkv, Fused) vs the CPU reference at BERT shapes: bf16/f16, padding, dropout 0") {
   Generator g(20);
-  const Tf32Scope tf32(false);
-  for (const FlashShape& s : kFlashShapes) {
-    CAPTURE(s.Sq);
-    CAPTURE(s.Sk);
-    CAPTURE(s.D);
-    for (DType t : kDtypes) {
-      CAPTURE(dtype_name(t));
-      for (bool masked : {false, true})
-        for (float p : {0.0f, 0.1f}) {
-          CAPTURE(masked);
-          CAPTURE(p);
-          auto f = attention_fn(p, ops::AttentionBackend::Reference, ops::AttentionBackend::Fused, masked);
-          CHECK(parity_check(f, flash_inputs(s, g), t, flash_vs_cpu(t)) == "");
-        }
-    }
-  }
-}
-
-TEST_CASE("flash kernel vs its CPU twin in f32 (the algorithm the CPU tests validate)") {
-  Generator g(21);
-  for (const FlashShape& s : kFlashShapes) {
-    CAPTURE(s.D);
-    auto f = attention_fn(0.1f, ops::AttentionBackend::Fused, ops::AttentionBackend::Fused);
-    CHECK(parity_check(f, flash_inputs(s, g), DType::F32, flash_vs_cpu(DType::F32)) == "");
-  }
-}
-
-TEST_CASE("flash vs reference on the GPU in bf16/f16; Auto is the reference at these sizes; flash is deterministic") {
-  Generator g(22);
-  const Tf32Scope tf32(false);
-  for (const FlashShape& s : kFlashShapes) {
-    CAPTURE(s.D);
+  for (const BertShape& s : kBertShapes) {
+    CAPTURE(s.H);
+    CAPTURE(s.S);
     for (DType t : {DType::BF16, DType::F16}) {
       CAPTURE(dtype_name(t));
-      auto gpu = [&](const Shape& shape) { return ops::cast_raw(randn(shape, g), t).to(Device::cuda(0)); };
-      std::vector<Tensor> in{gpu({s.B, s.H, s.Sq, s.D}), gpu({s.B, s.H, s.Sk, s.D}), gpu({s.B, s.H, s.Sk, s.D}),
-                             gpu({s.B, s.H, s.Sq, s.D})};
-      Tensor m = flash_mask(s.B, s.Sk).to(Device::cuda(0));
-      for (float p : {0.0f, 0.1f}) {
-        CAPTURE(p);
-        const GpuRun ref = run_gpu(ops::AttentionBackend::Reference, in, m, p);
-        const GpuRun fused = run_gpu(ops::AttentionBackend::Fused, in, m, p);
-        const Tolerance tol = flash_vs_reference_gpu(t);
-        CHECK(testing::compare_values("out", ref.out, fused.out, tol) == "");
-        CHECK(testing::compare_values("dq", ref.dq, fused.dq, tol) == "");
-        CHECK(testing::compare_values("dk", ref.dk, fused.dk, tol) == "");
-        CHECK(testing::compare_values("dv", ref.dv, fused.dv, tol) == "");
-        // Flash has no atomics: the same bits twice.
-        const GpuRun again = run_gpu(ops::AttentionBackend::Fused, in, m, p);
-        CHECK(again.out == fused.out);
-        CHECK(again.dq == fused.dq);
-        CHECK(again.dk == fused.dk);
-        CHECK(again.dv == fused.dv);
-        // Auto at these small sizes is the reference path (attention.h's size rule): its bits.
-        const GpuRun autob = run_gpu(ops::AttentionBackend::Auto, in, m, p);
-        CHECK(autob.out == ref.out);
-        CHECK(autob.dv == ref.dv);
+      for (bool masked : {false, true}) {
+        CAPTURE(masked);
+        auto f = [&](const std::vector<Tensor>& in) {
+          const auto backend = in[0].is_cuda() ? ops::AttentionBackend::Fused : ops::AttentionBackend::Reference;
+          return std::vector<Tensor>{
+              ops::attention_qkv(in[0], s.H, masked ? in[1] : Tensor(), padded_options(backend, 0.0f))};
+        };
+        CHECK(parity_check(f, {randn({s.B, s.S, 3 * s.H * kHeadDim}, g), right_padded(s.B, s.S)}, t, sdpa_vs_cpu(t)) ==
+              "");
       }
     }
   }
 }
 
-TEST_CASE("Auto takes flash exactly where attention.h's size rule says (512 MiB of 16-bit probabilities)") {
-  // Batch 8, 16 heads, Sq = Sk: 1448 is just under kAutoFusedMinBytes, 1449 crosses it
-  // (test_flash_attention checks the rule; this checks that attention() applies it to q's shape
-  // and dtype). Forward only, no mask, head dim 8 to keep it cheap. Flash and the reference path
-  // round differently, so equal bits tell which path Auto ran.
-  Generator g(23);
-  for (int64_t s : {int64_t{1448}, int64_t{1449}}) {
-    CAPTURE(s);
-    auto gpu = [&] { return ops::cast_raw(randn({8, 16, s, 8}, g), DType::BF16).to(Device::cuda(0)); };
-    const Tensor q = gpu(), k = gpu(), v = gpu();
-    auto run = [&](ops::AttentionBackend b) {
-      ops::AttentionOptions o;
-      o.backend = b;
-      Generator d(9);
-      return ops::attention(q, k, v, Tensor(), o, d).to_vector();
+TEST_CASE("cuDNN SDPA through attention() ([B, H, S, D] strides) vs the CPU reference") {
+  Generator g(21);
+  for (DType t : {DType::BF16, DType::F16}) {
+    CAPTURE(dtype_name(t));
+    auto f = [](const std::vector<Tensor>& in) {
+      const auto backend = in[0].is_cuda() ? ops::AttentionBackend::Fused : ops::AttentionBackend::Reference;
+      return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], in[3], padded_options(backend, 0.0f))};
     };
-    const std::vector<float> automatic = run(ops::AttentionBackend::Auto);
-    const std::vector<float> ref = run(ops::AttentionBackend::Reference), fused = run(ops::AttentionBackend::Fused);
-    REQUIRE(ref != fused);  // else equal bits could not tell the paths apart
-    CHECK(automatic == (s == 1449 ? fused : ref));
+    CHECK(parity_check(f, {randn({3, 4, 96, 64}, g), randn({3, 4, 96, 64}, g), randn({3, 4, 96, 64}, g),
+                           right_padded(3, 96)},
+                       t, sdpa_vs_cpu(t)) == "");
   }
+}
+
+TEST_CASE("cuDNN SDPA dropout: keep rate 1 - p, scaling 1 / (1 - p), the same mask in forward and backward") {
+  // q = k = 0: every kept key gets probability 1 / L (L = the sequence's length); v of key j is the
+  // unit vector e_j (S = D), so out[i, j] is key j's dropped probability: 0 or 1 / (L (1 - p)).
+  // With dO = 1 the backward's dV[j, d] = sum_i out[i, j] for every d: the backward used the mask
+  // the forward drew.
+  const int64_t B = 2, H = 4, S = kHeadDim, D = kHeadDim, HD = H * D;
+  const float p = 0.2f;
+  std::vector<float> x(static_cast<size_t>(B * S * 3 * HD), 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t h = 0; h < H; ++h) x[(b * S + j) * 3 * HD + 2 * HD + h * D + j] = 1.0f;
+  const Tensor mask = right_padded(B, S).to(Device::cuda(0));
+  for (DType t : {DType::BF16, DType::F16}) {
+    CAPTURE(dtype_name(t));
+    Tensor qkv = ops::cast_raw(Tensor::from_vector(x, {B, S, 3 * HD}), t).to(Device::cuda(0)).detach();
+    qkv.set_requires_grad(true);
+    Generator gen(5);
+    Tensor out = ops::attention_qkv(qkv, H, mask, padded_options(ops::AttentionBackend::Fused, p), gen);
+    CHECK(gen.offset() == static_cast<uint64_t>(B * H * S * S));  // the reference's reservation
+    autograd::backward({out}, {ops::cast_raw(Tensor::ones({B, S, HD}), t).to(Device::cuda(0))});
+    const std::vector<float> o = out.to_vector(), dqkv = qkv.grad().to_vector();
+    int64_t kept = 0, total = 0, bad = 0, bad_dv = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t L = S - b * S / 3;
+      const double scaled = 1.0 / (static_cast<double>(L) * (1.0 - p));
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < S; ++j) {
+          double column = 0;  // sum over queries of out[i, j]
+          for (int64_t i = 0; i < S; ++i) {
+            const double y = o[(b * S + i) * HD + h * D + j];
+            column += y;
+            if (j >= L) {
+              bad += y != 0.0;  // a padded key is never attended
+              continue;
+            }
+            ++total;
+            if (y != 0.0) ++kept;
+            bad += y != 0.0 && std::fabs(y - scaled) > 1e-2 * scaled;
+          }
+          for (int64_t d = 0; d < D; ++d) {
+            const double dv = dqkv[(b * S + j) * 3 * HD + 2 * HD + h * D + d];
+            bad_dv += std::fabs(dv - column) > 2e-2 * std::max(1.0, std::fabs(column));
+          }
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(bad_dv == 0);
+    const double rate = static_cast<double>(kept) / static_cast<double>(total);  // ~45,000 draws: std 0.002
+    CHECK(std::fabs(rate - (1.0 - p)) < 0.015);
+    // The same generator state draws the same mask; the next draw another one.
+    Generator again(5);
+    CHECK(ops::attention_qkv(qkv, H, mask, padded_options(ops::AttentionBackend::Fused, p), again).to_vector() == o);
+    CHECK(ops::attention_qkv(qkv, H, mask, padded_options(ops::AttentionBackend::Fused, p), again).to_vector() != o);
+  }
+}
+
+TEST_CASE("Auto takes cuDNN exactly where attention.h says") {
+  Generator g(22);
+  const int64_t B = 2, H = 4, S = 64, D = 64;
+  const Tensor qkv32 = randn({B, S, 3 * H * D}, g).to(Device::cuda(0));
+  const Tensor mask = right_padded(B, S).to(Device::cuda(0));
+  auto run = [&](const Tensor& x, ops::AttentionBackend b, bool promise) {
+    ops::AttentionOptions o = padded_options(b, 0.0f);
+    o.mask_right_padded = promise;
+    return ops::attention_qkv(x, H, mask, o).to_vector();
+  };
+  for (DType t : {DType::BF16, DType::F16}) {
+    CAPTURE(dtype_name(t));
+    const Tensor x = ops::cast_raw(qkv32, t);
+    auto [q, k, v] = ops::split_qkv_heads(x, H);
+    CHECK(ops::fused_attention_unsupported(q, k, v, mask, padded_options(ops::AttentionBackend::Auto, 0.0f)) == "");
+    const std::vector<float> fused = run(x, ops::AttentionBackend::Fused, true);
+    const std::vector<float> ref = run(x, ops::AttentionBackend::Reference, true);
+    REQUIRE(fused != ref);  // else equal bits could not tell the paths apart
+    CHECK(run(x, ops::AttentionBackend::Auto, true) == fused);
+    CHECK(run(x, ops::AttentionBackend::Auto, false) == ref);  // no promise: the mask stays on the reference
+    CHECK_THROWS_WITH(run(x, ops::AttentionBackend::Fused, false), doctest::Contains("mask_right_padded"));
+  }
+  // f32 (TF32 GEMMs) and an unsupported head dim stay on the reference path under Auto.
+  CHECK(run(qkv32, ops::AttentionBackend::Auto, true) == run(qkv32, ops::AttentionBackend::Reference, true));
+  const Tensor odd = ops::cast_raw(randn({B, S, 3 * H * 12}, g), DType::BF16).to(Device::cuda(0));
+  CHECK(run(odd, ops::AttentionBackend::Auto, true) == run(odd, ops::AttentionBackend::Reference, true));
+  CHECK_THROWS_WITH(run(odd, ops::AttentionBackend::Fused, true), doctest::Contains("head dim"));
+}
+
+TEST_CASE("The encoder on CUDA bf16 records cuDNN's SDPA and no head split, merge or transpose") {
+  BertConfig cfg;
+  cfg.vocab_size = 64, cfg.hidden_size = 128, cfg.num_hidden_layers = 2, cfg.num_attention_heads = 2;
+  cfg.intermediate_size = 256, cfg.max_position_embeddings = 64;
+  BertModel m(cfg);
+  m.to(Device::cuda(0));
+  m.to(DType::BF16);
+  m.train();
+  std::vector<int64_t> ids(2 * 32);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(5 + i % 50);
+  Tensor input = Tensor::from_vector_i64(ids, {2, 32}).to(Device::cuda(0));
+  Tensor y = m.forward(input, right_padded(2, 32).to(Device::cuda(0)), Tensor());
+  const auto counts = testing::graph_op_counts(y);
+  CHECK(counts.count("SdpaBackward") == 1);
+  CHECK(counts.at("SdpaBackward") == cfg.num_hidden_layers);
+  CHECK(counts.count("SplitQkvHeadsBackward") == 0);
+  CHECK(counts.count("Transpose12Backward") == 0);
+  ops::sum(ops::cast_raw(y, DType::F32)).backward();  // the backward runs too (cuDNN's sdpa_backward)
+  for (auto& [name, w] : m.named_parameters()) CHECK(w.grad().defined());
 }

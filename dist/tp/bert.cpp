@@ -14,18 +14,6 @@
 namespace tandem::dist::tp {
 namespace {
 
-// A container that only names its children (HF's BertAttention, BertIntermediate, BertModel,
-// BertEncoder, BertOnlyMLMHead and BertLMPredictionHead as seen from here): the model's own
-// forward runs them.
-struct Holder : Module {
-  explicit Holder(std::string t) : type(std::move(t)) {}
-  Tensor forward(const Tensor&) override { TANDEM_THROW(type, " is called through TpBertForMaskedLM"); }
-  std::string type_name() const override { return type; }
-  using Module::register_module;
-  using Module::register_parameter;
-  std::string type;
-};
-
 // HF's _init_weights (layers/models/bert.cpp's hf_init), in the same module order, each shard
 // drawn at the canonical draw's counters: the result is the canonical model's init, sliced.
 void hf_init_shards(Module& model, const BertConfig& cfg, Generator& gen) {
@@ -62,7 +50,7 @@ void hf_init_shards(Module& model, const BertConfig& cfg, Generator& gen) {
 // ---- embeddings ----
 
 TpBertEmbeddings::TpBertEmbeddings(const BertConfig& cfg, Communicator& comm, Generator& dropout)
-    : max_pos_(cfg.max_position_embeddings) {
+    : OptionalInputModule("BertEmbeddings"), max_pos_(cfg.max_position_embeddings) {
   word_ = register_module("word_embeddings",
                           std::make_shared<VocabParallelEmbedding>(cfg.vocab_size, cfg.hidden_size, comm, nullptr));
   position_ = register_module("position_embeddings",
@@ -73,7 +61,7 @@ TpBertEmbeddings::TpBertEmbeddings(const BertConfig& cfg, Communicator& comm, Ge
   dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob, &dropout));
 }
 
-Tensor TpBertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids) {
+Tensor TpBertEmbeddings::forward_impl(const Tensor& input_ids, const Tensor& token_type_ids) {
   TANDEM_CHECK(input_ids.dim() == 2, "BertEmbeddings: input_ids must be [batch, seq], got ", input_ids.str());
   const int64_t S = input_ids.size(1);
   TANDEM_CHECK(S <= max_pos_, "BertEmbeddings: sequence length ", S, " exceeds max_position_embeddings = ", max_pos_);
@@ -97,10 +85,7 @@ Tensor TpBertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_ty
 // ---- attention ----
 
 TpBertSelfAttention::TpBertSelfAttention(const BertConfig& cfg, Communicator& comm, Generator& attention_dropout)
-    : comm_(&comm),
-      gen_(&attention_dropout),
-      attn_dropout_(static_cast<float>(cfg.attention_probs_dropout_prob)),
-      backend_(cfg.attention_backend) {
+    : OptionalInputModule("BertSelfAttention"), comm_(&comm), gen_(&attention_dropout), cfg_(cfg) {
   const int64_t H = cfg.hidden_size, A = cfg.num_attention_heads;
   TANDEM_CHECK(A > 0 && H % A == 0, "BertSelfAttention: hidden_size ", H, " must be a multiple of num_attention_heads ",
                A);
@@ -113,71 +98,25 @@ TpBertSelfAttention::TpBertSelfAttention(const BertConfig& cfg, Communicator& co
   value_ = register_module("value", std::make_shared<ColumnParallelLinear>(H, H, comm, o, nullptr));
 }
 
-Tensor TpBertSelfAttention::forward(const Tensor& x, const Tensor& attention_mask) {
-  TANDEM_CHECK(x.dim() == 3, "BertSelfAttention: expects [batch, seq, hidden], got ", x.str());
-  const int64_t rows = query_->rows().size, H = query_->in_features();
-  // One f for the three projections, then one [3H/T, H] GEMM over this rank's rows of each.
-  Tensor w = ops::reshape(ops::concat_channels({ops::reshape(query_->weight(), {1, rows * H}),
-                                                ops::reshape(key_->weight(), {1, rows * H}),
-                                                ops::reshape(value_->weight(), {1, rows * H})}),
-                          {3 * rows, H});
-  Tensor b = ops::concat_channels({query_->bias(), key_->bias(), value_->bias()});
-  auto [q, k, v] = ops::split_qkv_heads(ops::linear(copy_to_tp_region(x, *comm_), w, b), local_heads_);
-  ops::AttentionOptions opt;
-  opt.dropout_p = attn_dropout_;
-  opt.training = is_training();
-  opt.backend = backend_;
-  return ops::merge_heads(ops::attention(q, k, v, attention_mask, opt, *gen_));  // this rank's heads' stream
-}
-
-TpBertResidualOutput::TpBertResidualOutput(const BertConfig& cfg, int64_t in_features, Communicator& comm,
-                                           Generator& dropout, std::string type)
-    : pre_ln_(cfg.pre_layer_norm), type_(std::move(type)) {
-  dense_ = register_module("dense", std::make_shared<RowParallelLinear>(in_features, cfg.hidden_size, comm,
-                                                                        RowParallelOptions{}, nullptr));
-  norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
-  dropout_ = register_module("dropout", std::make_shared<Dropout>(cfg.hidden_dropout_prob, &dropout));
-}
-
-Tensor TpBertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  Tensor y = ops::bias_dropout_add(dense_->reduced_without_bias(h), dense_->bias(), residual,
-                                   static_cast<float>(dropout_->p()), is_training(), dropout_->generator());
-  return pre_ln_ ? y : (*norm_)(y);
-}
-
-Tensor TpBertResidualOutput::forward(const Tensor&) {
-  TANDEM_THROW(type_, " needs the residual input: call forward(hidden, residual)");
+Tensor TpBertSelfAttention::forward_impl(const Tensor& x, const Tensor& attention_mask) {
+  // One f for the three projections, then one [3H/T, H] GEMM over this rank's rows of each, and
+  // attention on this rank's heads, drawing dropout from this rank's stream.
+  return fused_qkv_attention(copy_to_tp_region(x, *comm_), {query_->weight(), key_->weight(), value_->weight()},
+                             {query_->bias(), key_->bias(), value_->bias()}, local_heads_, attention_mask,
+                             attention_options(cfg_, is_training()), *gen_);
 }
 
 // ---- layer ----
 
 TpBertLayer::TpBertLayer(const BertConfig& cfg, Communicator& comm, Generator& dropout, Generator& attention_dropout)
-    : comm_(&comm), pre_ln_(cfg.pre_layer_norm) {
-  auto attention = register_module("attention", std::make_shared<Holder>("BertAttention"));
-  self_ = attention->register_module("self", std::make_shared<TpBertSelfAttention>(cfg, comm, attention_dropout));
-  attn_out_ = attention->register_module(
-      "output", std::make_shared<TpBertResidualOutput>(cfg, cfg.hidden_size, comm, dropout, "BertSelfOutput"));
-  auto intermediate = register_module("intermediate", std::make_shared<Holder>("BertIntermediate"));
-  intermediate_ = intermediate->register_module(
-      "dense", std::make_shared<ColumnParallelLinear>(cfg.hidden_size, cfg.intermediate_size, comm,
-                                                      ColumnParallelOptions{}, nullptr));
-  out_ = register_module("output",
-                         std::make_shared<TpBertResidualOutput>(cfg, cfg.intermediate_size, comm, dropout, "BertOutput"));
-}
+    : EncoderLayer(cfg, std::make_shared<TpBertSelfAttention>(cfg, comm, attention_dropout),
+                   std::make_shared<TpBertResidualOutput>(cfg, cfg.hidden_size, comm, dropout, "BertSelfOutput"),
+                   std::make_shared<ColumnParallelLinear>(cfg.hidden_size, cfg.intermediate_size, comm,
+                                                          ColumnParallelOptions{}, nullptr),
+                   std::make_shared<TpBertResidualOutput>(cfg, cfg.intermediate_size, comm, dropout, "BertOutput")),
+      comm_(&comm) {}
 
-Tensor TpBertLayer::forward(const Tensor& x, const Tensor& attention_mask) {
-  const std::string label = "BertLayer " + name();
-  profile::Range range(label.c_str(), profile::Level::Layer);
-  auto feed_forward = [&](const Tensor& in) {  // f, then this rank's slice of the FFN width
-    return ops::bias_gelu(ops::linear(copy_to_tp_region(in, *comm_), intermediate_->weight()), intermediate_->bias());
-  };
-  if (pre_ln_) {
-    Tensor a = attn_out_->forward(self_->forward(attn_out_->norm()(x), attention_mask), x);
-    return out_->forward(feed_forward(out_->norm()(a)), a);
-  }
-  Tensor a = attn_out_->forward(self_->forward(x, attention_mask), x);
-  return out_->forward(feed_forward(a), a);
-}
+Tensor TpBertLayer::ffn_input(const Tensor& in) { return copy_to_tp_region(in, *comm_); }
 
 // ---- the model ----
 
@@ -189,16 +128,16 @@ TpBertForMaskedLM::TpBertForMaskedLM(const BertConfig& cfg, Communicator& comm, 
   vocab_ = vocab_shard(cfg.vocab_size, comm.rank(), comm.size());
   attention_gen_ = std::make_unique<Generator>(seed + TpBertOptions::kAttentionSeedOffset + comm.rank());
   Generator& dropout = options.replicated_dropout ? *options.replicated_dropout : default_generator();
-  auto bert = register_module("bert", std::make_shared<Holder>("BertModel"));
+  auto bert = register_module("bert", std::make_shared<ModuleHolder>("BertModel"));
   embeddings_ = bert->register_module("embeddings", std::make_shared<TpBertEmbeddings>(cfg, comm, dropout));
-  auto encoder = bert->register_module("encoder", std::make_shared<Holder>("BertEncoder"));
+  auto encoder = bert->register_module("encoder", std::make_shared<ModuleHolder>("BertEncoder"));
   auto list = encoder->register_module("layer", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i)
     layers_.push_back(list->add(std::make_shared<TpBertLayer>(cfg, comm, dropout, *attention_gen_)));
   if (cfg.pre_layer_norm)
     final_ln_ = encoder->register_module("ln", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps));
-  auto cls = register_module("cls", std::make_shared<Holder>("BertOnlyMLMHead"));
-  auto predictions = cls->register_module("predictions", std::make_shared<Holder>("BertLMPredictionHead"));
+  auto cls = register_module("cls", std::make_shared<ModuleHolder>("BertOnlyMLMHead"));
+  auto predictions = cls->register_module("predictions", std::make_shared<ModuleHolder>("BertLMPredictionHead"));
   head_bias_ = predictions->register_parameter("bias", Tensor::zeros({vocab_.size}));
   transform_ = predictions->register_module("transform", std::make_shared<BertPredictionHeadTransform>(cfg));
   if (init) {

@@ -67,12 +67,9 @@ struct TpBertOptions {
   static constexpr uint64_t kAttentionSeedOffset = 2718;
 };
 
-class TpBertEmbeddings : public Module {
+class TpBertEmbeddings : public OptionalInputModule {
  public:
   TpBertEmbeddings(const BertConfig& cfg, Communicator& comm, Generator& dropout);
-  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids);
-  Tensor forward(const Tensor& input_ids) override { return forward(input_ids, Tensor()); }
-  std::string type_name() const override { return "BertEmbeddings"; }
   VocabParallelEmbedding& word() { return *word_; }
 
  private:
@@ -82,56 +79,47 @@ class TpBertEmbeddings : public Module {
   Child<Dropout> dropout_;
   int64_t max_pos_;
   Tensor pos_ids_;
+  Tensor forward_impl(const Tensor& input_ids, const Tensor& token_type_ids) override;
 };
 
-class TpBertSelfAttention : public Module {
+class TpBertSelfAttention : public OptionalInputModule {
  public:
   TpBertSelfAttention(const BertConfig& cfg, Communicator& comm, Generator& attention_dropout);
-  // x [B, S, H] replicated -> this rank's heads' context [B, S, H/T].
-  Tensor forward(const Tensor& x, const Tensor& attention_mask);
-  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
-  std::string type_name() const override { return "BertSelfAttention"; }
 
  private:
+  // x [B, S, H] replicated -> this rank's heads' context [B, S, H/T].
+  Tensor forward_impl(const Tensor& x, const Tensor& attention_mask) override;
   Child<ColumnParallelLinear> query_, key_, value_;
   Communicator* comm_;
   Generator* gen_;
   int64_t local_heads_;
-  float attn_dropout_;
-  ops::AttentionBackend backend_;
+  BertConfig cfg_;
 };
 
-// Row-parallel dense, g, then bias + dropout + residual (one op) and the post-LN LayerNorm.
-class TpBertResidualOutput : public Module {
+// Row-parallel dense, g, then bias + dropout + residual (one op) and the post-LN LayerNorm: BERT's
+// ResidualOutput (layers/transformer.h) on a RowParallelLinear; h is this rank's slice [..., in/T].
+inline Tensor dense_bias_dropout_add(RowParallelLinear& dense, const Tensor& h, const Tensor& residual, float p,
+                                     bool training, Generator& gen) {
+  return ops::bias_dropout_add(dense.reduced_without_bias(h), dense.bias(), residual, p, training, gen);
+}
+class TpBertResidualOutput : public ResidualOutput<RowParallelLinear> {
  public:
   TpBertResidualOutput(const BertConfig& cfg, int64_t in_features, Communicator& comm, Generator& dropout,
-                       std::string type);
-  Tensor forward(const Tensor& h, const Tensor& residual);  // h: this rank's slice [..., in/T]
-  Tensor forward(const Tensor& x) override;                 // an error: needs the residual
-  std::string type_name() const override { return type_; }
-  LayerNorm& norm() { return *norm_; }
-
- private:
-  Child<RowParallelLinear> dense_;
-  Child<LayerNorm> norm_;
-  Child<Dropout> dropout_;
-  bool pre_ln_;
-  std::string type_;
+                       std::string type)
+      : ResidualOutput(cfg,
+                       std::make_shared<RowParallelLinear>(in_features, cfg.hidden_size, comm, RowParallelOptions{},
+                                                           nullptr),
+                       dropout, std::move(type)) {}
 };
 
-class TpBertLayer : public Module {
+// BERT's EncoderLayer (layers/transformer.h) on the parallel modules.
+class TpBertLayer : public EncoderLayer<TpBertSelfAttention, TpBertResidualOutput, ColumnParallelLinear> {
  public:
   TpBertLayer(const BertConfig& cfg, Communicator& comm, Generator& dropout, Generator& attention_dropout);
-  Tensor forward(const Tensor& x, const Tensor& attention_mask);
-  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
-  std::string type_name() const override { return "BertLayer"; }
 
  private:
-  Child<TpBertSelfAttention> self_;
-  Child<TpBertResidualOutput> attn_out_, out_;
-  Child<ColumnParallelLinear> intermediate_;
+  Tensor ffn_input(const Tensor& in) override;  // f, then this rank's slice of the FFN width
   Communicator* comm_;
-  bool pre_ln_;
 };
 
 class TpBertForMaskedLM : public Module {

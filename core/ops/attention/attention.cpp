@@ -1,11 +1,12 @@
 // core/ops/attention/attention.cpp: checks, dispatch and autograd for scale_mask_softmax, the two attention
-// paths (reference and flash) with Auto's choice between them, and the head split/merge (see
-// attention.h for the semantics and the policy).
+// paths (reference and cuDNN's fused SDPA) with Auto's choice between them, attention_qkv, and the
+// head split/merge (see attention.h for the semantics and the policy).
 //
 // The mask is converted once per call to i32 on the scores' device (cast_raw is asynchronous on
 // CUDA), so the kernels read one mask format whatever dtype the data pipeline produced.
 #include "core/ops/attention/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -37,61 +38,126 @@ Tensor transpose12_raw(const Tensor& x) {
   return y;
 }
 
-// "" when the flash path (both backends) can run these inputs, else the reason.
-std::string fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const int64_t D = q.size(3);
-  if (v.size(3) != D) return "v's head dim differs from q's";
-  if (D % 8 != 0 || D > kernels::flash::kMaxHeadDim)
-    return "the head dim must be a multiple of 8 and at most 128, got " + std::to_string(D);
-  if (k.size(2) == 0) return "there are no keys";
-  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) return "q, k and v must share one dtype";
-  const DType t = q.dtype();
-  if (q.is_cuda() ? !(t == DType::F32 || t == DType::F16 || t == DType::BF16) : !(t == DType::F32 || t == DType::F64))
-    return std::string("dtype ") + dtype_name(t) + " is not supported on this device";
-  return "";
-}
-
-}  // namespace
-
-bool auto_prefers_fused(bool cuda, DType dtype, int64_t prob_bytes) {
-  return cuda && (dtype == DType::F16 || dtype == DType::BF16) && prob_bytes >= kAutoFusedMinBytes;
-}
-
-namespace {
-
-// The flash path: one op with its own backward (kernels in core/ops/{cpu,cuda}/flash_attention.*).
-// Saves q, k, v, the output and per-row {m, 1/l}: O(B H S D) memory, never the [Sq, Sk] probabilities.
-Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float scale,
-                       const AttentionOptions& opt, Generator& gen) {
-  check_same_device(q, k, "attention (k)");
-  check_same_device(q, v, "attention (v)");
-  Tensor m = mask_i32(mask, q.size(0), k.size(2), q);
-  kernels::FlashArgs a;
-  a.bh = q.size(0) * q.size(1);
-  a.heads = q.size(1);
-  a.sq = q.size(2);
-  a.sk = k.size(2);
-  a.d = q.size(3);
-  a.scale = scale;
-  a.dropout = opt.training && opt.dropout_p > 0.0f;
-  a.dropout_p = opt.dropout_p;
-  if (a.dropout) {  // the reference path reserves the same B * H * Sq * Sk counters
-    a.seed = gen.seed();
-    a.offset = gen.advance(static_cast<uint64_t>(a.bh * a.sq * a.sk));
+// On the CPU, where reading the mask costs no sync, the right-padding promise is checked (attention.h):
+// a pipeline that pads otherwise fails in the CPU tests instead of differing silently on the GPU.
+void check_right_padded(const Tensor& m, const AttentionOptions& opt) {
+  if (!m.defined() || !opt.mask_right_padded || m.is_cuda()) return;
+  const int32_t* p = m.data<int32_t>();
+  const int64_t B = m.size(0), S = m.size(1);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* row = p + b * S;
+    int64_t n = 0;
+    while (n < S && row[n] != 0) ++n;
+    bool tail_zero = true;
+    for (int64_t j = n; j < S; ++j) tail_zero = tail_zero && row[j] == 0;
+    TANDEM_CHECK(n > 0 && tail_zero, "attention: AttentionOptions::mask_right_padded is set but row ", b,
+                 " of the attention mask is ", n == 0 ? "all padding" : "not of the form 1...1 0...0",
+                 "; pad on the right with at least one token per row, or clear mask_right_padded",
+                 " (BertConfig::attention_mask_right_padded)");
   }
-  Tensor out = Tensor::empty_like(q);
-  Tensor stats = Tensor::empty({a.bh * a.sq, 2}, q.dtype() == DType::F64 ? DType::F64 : DType::F32, q.device());
-  TANDEM_BACKEND(q, kernels::flash_attention_fwd_cpu(q, k, v, m, a, out, stats),
-                 kernels::flash_attention_fwd_cuda(q, k, v, m, a, out, stats));
-  autograd::record("FlashAttentionBackward", {q, k, v}, out,
-                   [q = q.detach(), k = k.detach(), v = v.detach(), o = out.detach(), stats, m,
-                    a](std::vector<Tensor>& g) {
-                     Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
-                     TANDEM_BACKEND(q, kernels::flash_attention_bwd_cpu(q, k, v, o, g[0], stats, m, a, dq, dk, dv),
-                                    kernels::flash_attention_bwd_cuda(q, k, v, o, g[0], stats, m, a, dq, dk, dv));
-                     return std::vector<Tensor>{dq, dk, dv};
+}
+
+// Why the fused path cannot run a problem (attention.h's policy), "" when it can (cuDNN may still
+// refuse the graph: sdpa_cudnn_prepare).
+std::string why_not_fused(const Tensor& x, DType dtype, int64_t d, int64_t dv, int64_t sk, bool same_dtype,
+                          const Tensor& mask, const AttentionOptions& opt) {
+  if (!x.is_cuda()) return "it runs on CUDA only (cuDNN)";
+  if (!same_dtype) return "q, k and v must share one dtype";
+  if (dv != d) return "v's head dim differs from q's";
+  if (sk == 0) return "there are no keys";
+  if (mask.defined() && !opt.mask_right_padded)
+    return "a mask is given without AttentionOptions::mask_right_padded (cuDNN takes padding as key lengths)";
+#ifdef TANDEM_WITH_CUDA
+  return kernels::sdpa_cudnn_unsupported(dtype, d);
+#else
+  return "this build has no CUDA";
+#endif
+}
+
+#ifdef TANDEM_WITH_CUDA
+// Where q, k or v lies: in inputs[input], `offset` elements from its start.
+struct At {
+  int input;
+  int64_t offset;
+};
+template <typename P> P at_ptr(const std::vector<Tensor>& ts, At at) {
+  const Tensor& t = ts[at.input];
+  return reinterpret_cast<P>(static_cast<char*>(t.data_ptr()) + at.offset * dtype_size(t.dtype()));
+}
+const int32_t* i32_ptr(const Tensor& t) { return t.defined() ? static_cast<const int32_t*>(t.data_ptr()) : nullptr; }
+const int64_t* i64_ptr(const Tensor& t) { return t.defined() ? static_cast<const int64_t*>(t.data_ptr()) : nullptr; }
+
+// The fused path on one problem whose q, k, v lie at `at` in `inputs` (one qkv buffer, or q, k, v)
+// with the strides in `a`; the output is a new tensor of `out_shape` that a's o strides describe,
+// and the backward writes d(inputs) through the same strides. Returns an undefined tensor, with
+// `why` set, when cuDNN refuses the problem (nothing has run then).
+Tensor fused_sdpa(const kernels::SdpaArgs& a, const std::vector<Tensor>& inputs, std::array<At, 3> at,
+                  const Shape& out_shape, const Tensor& mask, Generator& gen, std::string& why) {
+  if (!kernels::sdpa_cudnn_prepare(a, why)) return Tensor();
+  const Tensor& x = inputs[0];
+  Tensor lengths, rng;
+  if (a.padded) {
+    lengths = Tensor::empty({2 * a.b}, DType::I32, x.device());
+    kernels::sdpa_lengths_cuda(mask, a.sq, lengths);
+  }
+  if (a.dropout_p > 0.0f) {  // the reference's reservation: B * H * Sq * Sk counters
+    rng = Tensor::empty({2}, DType::I64, x.device());
+    kernels::sdpa_rng_cuda(gen.draw(static_cast<uint64_t>(a.b * a.h * a.sq * a.sk), x.device()), rng);
+  }
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor stats = Tensor::empty({a.b, a.h, a.sq}, DType::F32, x.device());
+  kernels::sdpa_cudnn_fwd(a, at_ptr<const void*>(inputs, at[0]), at_ptr<const void*>(inputs, at[1]),
+                          at_ptr<const void*>(inputs, at[2]), i32_ptr(lengths), i64_ptr(rng), out.data_ptr(),
+                          static_cast<float*>(stats.data_ptr()));
+  std::vector<Tensor> saved;
+  for (const Tensor& t : inputs) saved.push_back(t.detach());
+  autograd::record("SdpaBackward", inputs, out,
+                   [a, at, saved, o = out.detach(), stats, lengths, rng](std::vector<Tensor>& g) {
+                     std::vector<Tensor> grads;
+                     for (const Tensor& t : saved) grads.push_back(Tensor::empty_like(t));
+                     kernels::sdpa_cudnn_bwd(a, at_ptr<const void*>(saved, at[0]), at_ptr<const void*>(saved, at[1]),
+                                             at_ptr<const void*>(saved, at[2]), o.data_ptr(), g[0].data_ptr(),
+                                             static_cast<const float*>(stats.data_ptr()), i32_ptr(lengths),
+                                             i64_ptr(rng), at_ptr<void*>(grads, at[0]), at_ptr<void*>(grads, at[1]),
+                                             at_ptr<void*>(grads, at[2]));
+                     return grads;
                    });
   return out;
+}
+
+// The problem's sizes and options for the fused path (the caller sets the strides).
+kernels::SdpaArgs sdpa_args(int64_t B, int64_t H, int64_t Sq, int64_t Sk, int64_t D, DType t, float scale,
+                            const Tensor& mask, const AttentionOptions& opt) {
+  kernels::SdpaArgs a;
+  a.b = B, a.h = H, a.sq = Sq, a.sk = Sk, a.d = D, a.dtype = t, a.scale = scale;
+  a.dropout_p = opt.training ? opt.dropout_p : 0.0f;
+  a.padded = mask.defined();
+  return a;
+}
+void set_strides(int64_t (&dst)[3], int64_t batch, int64_t head, int64_t pos) {
+  dst[0] = batch, dst[1] = head, dst[2] = pos;
+}
+#endif
+
+// The fused path where the policy says so (run(why) performs it), else an undefined tensor: the
+// caller then runs the reference path. Fused where it cannot run is an error that says why.
+template <typename Run>
+Tensor try_fused(const AttentionOptions& opt, const std::string& why_not, const char* op, Run run) {
+  if (opt.backend == AttentionBackend::Reference) return Tensor();
+  TANDEM_CHECK(why_not.empty() || opt.backend == AttentionBackend::Auto, op,
+               ": AttentionBackend::Fused cannot run these inputs: ", why_not,
+               "; use AttentionBackend::Auto (which falls back to Reference) or Reference");
+  if (!why_not.empty()) return Tensor();
+  std::string refused;
+  Tensor out = run(refused);
+  TANDEM_CHECK(out.defined() || opt.backend == AttentionBackend::Auto, op,
+               ": AttentionBackend::Fused: cuDNN refused the problem: ", refused,
+               "; use AttentionBackend::Auto (which falls back to Reference) or Reference");
+  return out;
+}
+
+float default_scale(const AttentionOptions& opt, int64_t D) {
+  return opt.scale != 0.0f ? opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 }
 
 void copy_cols(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col, int64_t width) {
@@ -100,6 +166,12 @@ void copy_cols(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
 }
 
 }  // namespace
+
+std::string fused_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                        const AttentionOptions& opt) {
+  return why_not_fused(q, q.dtype(), q.size(3), v.size(3), k.size(2),
+                       q.dtype() == k.dtype() && q.dtype() == v.dtype(), mask, opt);
+}
 
 Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, float scale, float dropout_p, bool training,
                           Generator& gen) {
@@ -141,20 +213,62 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   TANDEM_CHECK(k.size(0) == B && k.size(1) == H && k.size(3) == D && v.size(0) == B && v.size(1) == H &&
                    v.size(2) == Sk,
                "attention: k and v must be [B, H, Sk, D] matching q ", q.str(), ", got ", k.str(), " and ", v.str());
-  const float scale = opt.scale != 0.0f ? opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const std::string why_not = fused_unsupported(q, k, v);
-  if (opt.backend == AttentionBackend::Fused)
-    TANDEM_CHECK(why_not.empty(), "attention: AttentionBackend::Fused cannot run these inputs: ", why_not,
-                 "; use AttentionBackend::Auto (which falls back to Reference) or Reference");
-  const int64_t prob_bytes = B * H * Sq * Sk * static_cast<int64_t>(dtype_size(q.dtype()));
-  const bool auto_fused = opt.backend == AttentionBackend::Auto && why_not.empty() &&
-                          auto_prefers_fused(q.is_cuda(), q.dtype(), prob_bytes);
-  if (opt.backend == AttentionBackend::Fused || auto_fused)
-    return flash_attention(q, k, v, mask, scale, opt, gen);
+  check_same_device(q, k, "attention (k)");
+  check_same_device(q, v, "attention (v)");
+  const float scale = default_scale(opt, D);
+  Tensor m = mask_i32(mask, B, Sk, q);
+  check_right_padded(m, opt);
+  Tensor fused = try_fused(opt, fused_attention_unsupported(q, k, v, m, opt), "attention", [&](std::string& why) {
+#ifdef TANDEM_WITH_CUDA
+    kernels::SdpaArgs a = sdpa_args(B, H, Sq, Sk, D, q.dtype(), scale, m, opt);
+    set_strides(a.q_stride, H * Sq * D, Sq * D, D);  // [B, H, S, D] contiguous
+    set_strides(a.o_stride, H * Sq * D, Sq * D, D);
+    set_strides(a.k_stride, H * Sk * D, Sk * D, D);
+    set_strides(a.v_stride, H * Sk * D, Sk * D, D);
+    return fused_sdpa(a, {q, k, v}, {At{0, 0}, At{1, 0}, At{2, 0}}, q.shape(), m, gen, why);
+#else
+    why = "this build has no CUDA";
+    return Tensor();
+#endif
+  });
+  if (fused.defined()) return fused;
   Tensor q3 = reshape(q, {B * H, Sq, D}), k3 = reshape(k, {B * H, Sk, D}), v3 = reshape(v, {B * H, Sk, v.size(3)});
   Tensor scores = reshape(matmul(q3, k3, false, true), {B, H, Sq, Sk});
-  Tensor p = scale_mask_softmax(scores, mask, scale, opt.dropout_p, opt.training, gen);
+  Tensor p = scale_mask_softmax(scores, m, scale, opt.dropout_p, opt.training, gen);
   return reshape(matmul(reshape(p, {B * H, Sq, Sk}), v3), {B, H, Sq, v.size(3)});
+}
+
+Tensor attention_qkv(const Tensor& qkv, int64_t heads, const Tensor& mask, const AttentionOptions& opt,
+                     Generator& gen) {
+  TANDEM_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0,
+               "attention_qkv: expects the fused projection [B, S, 3 * heads * head_dim] with heads = ", heads,
+               ", got ", qkv.str());
+  const int64_t B = qkv.size(0), S = qkv.size(1), D = qkv.size(2) / (3 * heads);
+  Tensor m = mask_i32(mask, B, S, qkv);
+  check_right_padded(m, opt);
+  const std::string why_not = why_not_fused(qkv, qkv.dtype(), D, D, S, true, m, opt);
+  Tensor fused = try_fused(opt, why_not, "attention_qkv", [&](std::string& why) {
+#ifdef TANDEM_WITH_CUDA
+    // q, k, v in place at columns 0, H D, 2 H D: position stride 3 H D, head stride D. The output
+    // [B, S, H, D] is [B, S, H * D]: position stride H D, what the output projection reads.
+    const int64_t HD = heads * D;
+    kernels::SdpaArgs a = sdpa_args(B, heads, S, S, D, qkv.dtype(), default_scale(opt, D), m, opt);
+    set_strides(a.q_stride, S * 3 * HD, D, 3 * HD);
+    set_strides(a.k_stride, S * 3 * HD, D, 3 * HD);
+    set_strides(a.v_stride, S * 3 * HD, D, 3 * HD);
+    set_strides(a.o_stride, S * HD, D, HD);
+    return fused_sdpa(a, {qkv}, {At{0, 0}, At{0, HD}, At{0, 2 * HD}}, {B, S, HD}, m, gen, why);
+#else
+    why = "this build has no CUDA";
+    return Tensor();
+#endif
+  });
+  if (fused.defined()) return fused;
+  // The reference: split, attention, merge - the same ops, counters and bits as calling them.
+  AttentionOptions ref = opt;
+  ref.backend = AttentionBackend::Reference;
+  auto [q, k, v] = split_qkv_heads(qkv, heads);
+  return merge_heads(attention(q, k, v, m, ref, gen));
 }
 
 std::array<Tensor, 3> split_qkv_heads(const Tensor& qkv, int64_t heads) {

@@ -1,5 +1,5 @@
 // core/ops/attention/kernels.h: backend entry points for attention (internal): the fused
-// scale-mask-softmax(-dropout) of the reference path, and the flash (tiled, online-softmax) path.
+// scale-mask-softmax(-dropout) of the reference path, and the fused path (cuDNN SDPA).
 //
 // ---- Reference path ----
 // Scores are viewed as rows of `cols` keys: x [rows, cols] with rows = B * H * Sq. Row r belongs to
@@ -19,8 +19,10 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "core/ops/common/hd.h"
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels {
@@ -51,58 +53,41 @@ void scale_mask_softmax_bwd_cuda(const Tensor& probs, const Tensor& dy, const Te
                                  Tensor& dx);
 #endif
 
-// ---- Flash path (AttentionBackend::Fused) ----
-// q [BH, Sq, D], k and v [BH, Sk, D] (BH = B * H, contiguous), mask [B, Sk] i32 or undefined;
-// query row `row` = bh * Sq + i. Same semantics as the reference path: z = logit(q.k, ...) below,
-// p = softmax_j(z), out = sum_j y_j v_j with y_j = p_j, or keep_j * p_j / (1 - dropout_p) where
-// keep_j = fn::Dropout{dropout_p, seed, offset}.keep(row * Sk + j): the reference's counter for the
-// same (b, h, i, j), so both paths drop the same probabilities. The forward saves, per query row,
-// stats[row] = {m, 1 / l}: the row max of z and the inverse of sum_j exp(z_j - m). Backward
-// recomputes p_j = exp(z_j - m) / l from them. Two numbers, not FlashAttention's single logsumexp
-// m + log l: a row whose keys are all padded has m = kMaskedScore = -3.4e38, where m + log l
-// rounds back to m and would lose l (p would come out 1 instead of 1 / Sk).
-// Accumulation is f32 (f64 for f64 CPU tensors, for gradient checks); stats are in that type.
-struct FlashArgs {
-  int64_t bh = 0, heads = 1, sq = 0, sk = 0, d = 0;  // heads: to find a row's batch entry b = bh / heads
+// ---- Fused path (AttentionBackend::Fused): cuDNN's SDPA, CUDA builds only ----
+// One problem: q [B, H, Sq, D], k and v [B, H, Sk, D], o [B, H, Sq, D], each addressed through
+// element strides {batch, head, position, dim} (dim stride 1); the backward writes dq, dk, dv with
+// the strides of q, k, v and reads dO with o's. stats [B, H, Sq] f32 contiguous: cuDNN's per-row
+// log-sum-exp, written by the forward for the backward.
+// Padding (padded = true): lengths [2 * B] i32 on the device, lengths[0, B) = Sq (every query),
+// lengths[B, 2B) = keys of each sequence (sdpa_lengths_cuda). Dropout (dropout_p > 0): rng [2]
+// i64 on the device = {seed, first counter} (sdpa_rng_cuda). Semantics: attention.h.
+struct SdpaArgs {
+  int64_t b = 0, h = 0, sq = 0, sk = 0, d = 0;
+  int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0}, o_stride[3] = {0, 0, 0};
+  DType dtype = DType::BF16;
   float scale = 1.0f;
-  bool dropout = false;
-  float dropout_p = 0.0f;
-  uint64_t seed = 0, offset = 0;
+  float dropout_p = 0.0f;  // 0: no dropout node in the graph
+  bool padded = false;
 };
 
-namespace flash {
-// Blocking shared by the CUDA kernels and their CPU twin (core/ops/attention/cpu_flash.cpp).
-inline constexpr int kTile = 32;         // keys per tile (forward, dQ), queries per tile (dK/dV): one per lane
-inline constexpr int kWarps = 4;         // warps per block (128 threads)
-inline constexpr int kRowsPerWarp = 4;   // forward and dQ: query rows each warp owns
-inline constexpr int kKeysPerWarp = 4;   // dK/dV: keys each warp owns
-inline constexpr int kBlockRows = kWarps * kRowsPerWarp;  // 16 query rows per forward/dQ block
-inline constexpr int kBlockKeys = kWarps * kKeysPerWarp;  // 16 keys per dK/dV block
-inline constexpr int kMaxHeadDim = 128;  // registers per lane hold ceil(D / 32) <= 4 columns
-
-// The logit of a kept key, or kMaskedScore for a padded one (replaced, not added: see above).
-template <typename A> TANDEM_HD A logit(A dot, A scale, bool masked) {
-  return masked ? static_cast<A>(kMaskedScore) : scale * dot;
-}
-// d(loss)/d(q.k) for one (query, key): the softmax backward times the scale; exactly 0 for a
-// padded key (the forward does not depend on its score). dp is the gradient reaching p (after
-// undoing dropout), d_row = sum_j p_j dp_j = dot(dO_row, O_row).
-template <typename A> TANDEM_HD A dscore(A p, A dp, A d_row, A scale, bool masked) {
-  return masked ? A(0) : scale * p * (dp - d_row);
-}
-}  // namespace flash
-
-void flash_attention_fwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                             const FlashArgs& a, Tensor& out, Tensor& stats);
-void flash_attention_bwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
-                             const Tensor& stats, const Tensor& mask, const FlashArgs& a, Tensor& dq, Tensor& dk,
-                             Tensor& dv);
 #ifdef TANDEM_WITH_CUDA
-void flash_attention_fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                              const FlashArgs& a, Tensor& out, Tensor& stats);
-void flash_attention_bwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& dout, const Tensor& stats, const Tensor& mask, const FlashArgs& a,
-                              Tensor& dq, Tensor& dk, Tensor& dv);
+// "" when this build and the current GPU can run cuDNN's SDPA for a problem of this dtype and head
+// dim (frontend compiled in, cuDNN >= 9.0, sm80+, f16/bf16, D % 8 == 0, D <= 128), else why not.
+std::string sdpa_cudnn_unsupported(DType dtype, int64_t d);
+// Builds (or finds in the cache) the forward and backward graphs; false with `why` set when cuDNN
+// refuses the problem (nothing is written then). Both graphs are built here so that a problem the
+// forward accepted never fails in the backward.
+bool sdpa_cudnn_prepare(const SdpaArgs& a, std::string& why);
+// Enqueue on the compute stream; sdpa_cudnn_prepare(a) must have returned true.
+void sdpa_cudnn_fwd(const SdpaArgs& a, const void* q, const void* k, const void* v, const int32_t* lengths,
+                    const int64_t* rng, void* o, float* stats);
+void sdpa_cudnn_bwd(const SdpaArgs& a, const void* q, const void* k, const void* v, const void* o, const void* dout,
+                    const float* stats, const int32_t* lengths, const int64_t* rng, void* dq, void* dk, void* dv);
+// lengths [2 * B] (see above) from the i32 mask [B, Sk]: Sq, then the count of nonzero entries per row.
+void sdpa_lengths_cuda(const Tensor& mask, int64_t sq, Tensor& lengths);
+// rng [2] i64 = {seed, first counter} of `draw` (core/random.h), read from its device slot inside a
+// captured CUDA graph: one eager-launch kernel, no host sync.
+void sdpa_rng_cuda(const RngDraw& draw, Tensor& rng);
 #endif
 
 }  // namespace tandem::kernels
