@@ -1,6 +1,7 @@
 // dist/tp/bert.cpp: the TP BERT's modules, its shard-wise HF init and its masked-LM loss (see bert.h).
 // The forward passes mirror layers/transformer.cpp line for line, with f and g where bert.h draws
-// them; the fused tails (ops::bias_gelu, ops::bias_dropout_add) are the same ops.
+// them; the fused tails are the same ops (ops::linear_bias_gelu in the shared EncoderLayer;
+// ops::bias_dropout_add after the row-parallel all-reduce, bert.h's dense_bias_dropout_add).
 #include "dist/tp/bert.h"
 
 #include <utility>
