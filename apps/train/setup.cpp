@@ -20,12 +20,6 @@
 
 namespace tandem::apps {
 
-bool env_rank0() {
-  for (const char* v : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
-    if (const char* r = std::getenv(v)) return std::string(r) == "0";
-  return true;
-}
-
 const dist::World& init_world(const TrainOptions& o) {
   dist::InitOptions io;
   io.use_gpu = o.device != "cpu";
@@ -73,7 +67,7 @@ Datasets make_datasets(const TrainOptions& o) {
   // val/ is labelled with train/'s list: a class val/ lacks leaves every other label where it was.
   if (fs::is_directory(fs::path(o.data) / "val"))
     d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), val_folder_options(o, d.classes));
-  else if (env_rank0())
+  else if (trainer::env_rank0())
     std::printf("note: %s has no val/ folder, so there will be no validation\n", o.data.c_str());
   return d;
 }

@@ -3,6 +3,7 @@
 #include "apps/trainer/run_flags.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <map>
@@ -10,7 +11,9 @@
 #include "apps/trainer/cli.h"          // defines: write_config_file
 #include "apps/trainer/ema.h"          // defines: ema_refusal
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
+#include "apps/trainer/preemption.h"   // defines: install_stop_signals
 #include "apps/trainer/run_folder.h"   // defines: UsageError
+#include "apps/trainer/step.h"         // defines: Step
 #include "core/check.h"                // defines: TANDEM_CHECK
 #include "core/out_of_memory.h"        // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
@@ -173,6 +176,32 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
   }
   if (dist::initialized()) dist::finalize();
   return rc;
+}
+
+bool env_rank0() {
+  for (const char* v : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
+    if (const char* r = std::getenv(v)) return std::string(r) == "0";
+  return true;
+}
+
+int trainer_main(const std::string& program, const std::function<int(bool print)>& parse,
+                 const std::function<void()>& validate, const int64_t& batch_per_rank, const std::function<int()>& run) {
+  install_stop_signals(program);
+  if (int rc = parse(env_rank0()); rc >= 0) return rc;
+  try {
+    validate();
+  } catch (const Error& e) {
+    if (env_rank0()) std::cerr << program << ": " << e.what() << "\nRun with --help for the options.\n";
+    return 2;
+  }
+  return run_main(program, batch_per_rank, run);
+}
+
+int finish_run(Step& step, RunClock& clock, Device dev, const std::function<void()>& report) {
+  step.finish();
+  clock.stop(dev);
+  report();
+  return 0;
 }
 
 }  // namespace tandem::trainer
