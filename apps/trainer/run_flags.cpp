@@ -80,6 +80,17 @@ void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help) {
       ->check(CLI::Range(0.0, 1.0))->needs(ema);
 }
 
+void add_batch_flags(CLI::App& app, int64_t& batch, int& grad_accum_steps, const std::string& items,
+                     const std::string& accum_note) {
+  app.add_option("--batch-size,--batch,-b", batch,
+                 items + " per rank per micro-batch (the global batch is this x --grad-accum-steps x ranks)")
+      ->capture_default_str();
+  app.add_option("--grad-accum-steps,--gradient-accumulation-steps", grad_accum_steps,
+                 "micro-batches per optimizer step, their gradients summed before one update (all but the last "
+                 "backward without communication" + accum_note + ")")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+}
+
 void after_parse(const CLI::App& app, RunOptions& o) { o.model_ema = app.count("--model-ema") > 0; }
 
 void check_run_options(const RunOptions& o, const StepOptions& step) {

@@ -85,6 +85,12 @@ struct RunFlagHelp {
 // Registers the shared flags on `app`, bound to `o`'s fields.
 void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help);
 
+// --batch-size (aliases --batch and -b) and --grad-accum-steps, bound to the trainer's own fields
+// (their defaults differ): `items` says what a batch holds ("images", "sequences"), `accum_note`
+// adds the trainer's words to --grad-accum-steps' help ("" for none).
+void add_batch_flags(CLI::App& app, int64_t& batch, int& grad_accum_steps, const std::string& items,
+                     const std::string& accum_note);
+
 // After a successful parse: the fields a flag's presence sets (--model-ema without a value).
 void after_parse(const CLI::App& app, RunOptions& o);
 
