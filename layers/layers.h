@@ -247,28 +247,31 @@ class Dropout : public Module {
 
 // ---- pooling (NHWC) ----
 
-// stride defaults to kernel_size (PyTorch's stride=None).
-class MaxPool2d : public Module {
+// MaxPool2d and AvgPool2d: a square window over core/ops/pool's parameters, checked as PyTorch
+// checks them. stride defaults to kernel_size (PyTorch's stride=None).
+class Pool2d : public Module {
+ protected:
+  Pool2d(int kernel_size, int stride, int padding, bool ceil_mode, bool count_include_pad);
+  // "kernel_size=K, stride=S, padding=P": how both reprs start.
+  std::string window_repr() const;
+  ops::Pool2dParams p_;
+};
+
+class MaxPool2d : public Pool2d {
  public:
   explicit MaxPool2d(int kernel_size, int stride = 0, int padding = 0, bool ceil_mode = false);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "MaxPool2d"; }
   std::string extra_repr() const override;
-
- private:
-  ops::Pool2dParams p_;
 };
 
-class AvgPool2d : public Module {
+class AvgPool2d : public Pool2d {
  public:
   explicit AvgPool2d(int kernel_size, int stride = 0, int padding = 0, bool ceil_mode = false,
                      bool count_include_pad = true);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "AvgPool2d"; }
   std::string extra_repr() const override;
-
- private:
-  ops::Pool2dParams p_;
 };
 
 // [N, H, W, C] -> [N, out_h, out_w, C]. (1, 1) takes the global-average fast path.

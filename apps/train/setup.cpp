@@ -123,18 +123,17 @@ optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, const t
 namespace {
 // The training loader's settings; the validation loader starts from them.
 data::LoaderOptions train_loader_options(const TrainOptions& o, const dist::World& w) {
-  data::LoaderOptions lo;
   // A loader batch holds a whole optimizer step (--grad-accum-steps micro-batches, sliced in the
   // loop): the data order, epochs and positions in samples are those of one batch of that size.
-  lo.batch_size = o.batch * o.grad_accum_steps;
-  lo.num_workers = o.workers;
-  lo.seed = o.seed;
-  lo.rank = w.rank;
-  lo.world_size = w.size;
-  lo.device = w.device;
-  lo.resident = o.synthetic;
-  lo.strict = o.strict;
-  return lo;
+  // The rest keep LoaderOptions' defaults.
+  return {.batch_size = o.batch * o.grad_accum_steps,
+          .num_workers = o.workers,
+          .seed = o.seed,
+          .rank = w.rank,
+          .world_size = w.size,
+          .device = w.device,
+          .strict = o.strict,
+          .resident = o.synthetic};
 }
 }  // namespace
 

@@ -115,15 +115,13 @@ void check_run_options(const RunOptions& o, const StepOptions& step) {
 }
 
 CheckpointDirOptions folder_options(const RunOptions& o, CheckpointNaming naming, const std::string& program) {
-  CheckpointDirOptions c;
-  c.dir = o.checkpoint_dir;
-  c.resume = o.resume;
-  c.run_id = o.run_id;
-  c.overwrite = o.overwrite_checkpoints;
-  c.keep = o.keep_checkpoints;
-  c.naming = naming;
-  c.program = program;
-  return c;
+  return {.dir = o.checkpoint_dir,
+          .resume = o.resume,
+          .run_id = o.run_id,
+          .overwrite = o.overwrite_checkpoints,
+          .keep = o.keep_checkpoints,
+          .naming = naming,
+          .program = program};  // use_flock: the default
 }
 
 std::string shared_flag_name(const std::string& option, const std::string& value) {
