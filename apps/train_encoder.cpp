@@ -57,11 +57,11 @@
 #include "apps/encoder/loop.h"           // defines: LoopState, start_loop, train_until
 #include "apps/encoder/options.h"        // defines: EncoderOptions, parse_options, validate
 #include "apps/encoder/report.h"         // defines: RunRecord, print_start, validation_line, report
-#include "apps/encoder/setup.h"          // defines: env_rank0, init_world, make_corpus, make_model, set_up
+#include "apps/encoder/setup.h"          // defines: init_world, make_corpus, make_model, set_up
 #include "apps/encoder/validation.h"     // defines: evaluate
 #include "apps/trainer/clock.h"          // defines: Clock, RunClock
-#include "apps/trainer/preemption.h"     // defines: RunControl, install_stop_signals, kPreemptedExit
-#include "apps/trainer/run_flags.h"      // defines: run_main
+#include "apps/trainer/preemption.h"     // defines: RunControl, kPreemptedExit
+#include "apps/trainer/run_flags.h"      // defines: trainer_main
 #include "apps/trainer/run_folder.h"     // defines: RunFolder
 #include "core/check.h"                  // defines: Error
 #include "data/wordpiece.h"              // defines: Vocab (--describe's vocabulary size)
@@ -119,7 +119,7 @@ int run(enc::EncoderOptions& o) {
     loop.decision = {};
     enc::train_until(t, o, loop, next_stop(o, loop.pos.step, t.end_step), clock, rec.last);
     // Validation and checkpoints are paused time: left out of the training rates.
-    const trainer::Clock::time_point paused_at = clock.pause();
+    const trainer::RunClock::Paused paused(clock);
     const bool last = loop.pos.step == t.end_step;
     // A stop before the run's end is preempted: no validation (a scheduler's grace period is short),
     // the checkpoint at once, then exit 75. One at the run's end changes nothing.
@@ -136,30 +136,14 @@ int run(enc::EncoderOptions& o) {
       }
     }
     // last = true also means "write at this position" (checkpointing.h): the control asked for it.
-    if (control.save([&] { return enc::checkpoint_if_due(t, o, loop.pos, last || loop.decision.save); }))
-      ++rec.checkpoints_written;
-    clock.resume(paused_at);
-    if (preempted) {
-      if (w.rank == 0) std::cout << control.stop_line(loop.pos.step, !o.checkpoint_dir.empty()) << std::endl;
-      return trainer::kPreemptedExit;
-    }
+    control.save([&] { return enc::checkpoint_if_due(t, o, loop.pos, last || loop.decision.save); });
+    if (preempted) return control.exit_preempted(loop.pos.step, !o.checkpoint_dir.empty(), w.rank == 0);
   }
-  t.step->finish();  // the last update's weights: a non-finite one stops here (exit 3), not as "done"
-  clock.stop(t.dev);
-  enc::report(o, t, clock, rec, loop.pos.step);
-  return 0;
+  return trainer::finish_run(*t.step, clock, t.dev, control, rec,
+                             [&] { enc::report(o, t, clock, rec, loop.pos.step); });
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-  trainer::install_stop_signals("train_encoder");  // first: a signal during start-up is acted on at the first step
-  enc::EncoderOptions o;
-  if (int rc = enc::parse_options(argc, argv, o, enc::env_rank0()); rc >= 0) return rc;
-  try {
-    enc::validate(o);
-  } catch (const Error& e) {
-    if (enc::env_rank0()) std::cerr << "train_encoder: " << e.what() << "\nRun with --help for the options.\n";
-    return 2;
-  }
-  return trainer::run_main("train_encoder", o.batch, [&] { return run(o); });
+  return trainer::trainer_main<enc::EncoderOptions>("train_encoder", argc, argv, enc::parse_options, enc::validate, run);
 }

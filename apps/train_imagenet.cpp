@@ -59,12 +59,12 @@
 #include "apps/train/loop.h"           // defines: LoopState, train_epoch
 #include "apps/train/options.h"        // defines: TrainOptions, parse_options, validate
 #include "apps/train/report.h"         // defines: RunRecord, EpochRecord, print_start, report
-#include "apps/train/setup.h"          // defines: env_rank0, init_world, make_datasets, make_model, set_up
+#include "apps/train/setup.h"          // defines: init_world, make_datasets, make_model, set_up
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
 #include "apps/trainer/bn_stats.h"     // defines: sync_bn_statistics
 #include "apps/trainer/clock.h"        // defines: Clock, RunClock
-#include "apps/trainer/preemption.h"   // defines: RunControl, install_stop_signals, kPreemptedExit
-#include "apps/trainer/run_flags.h"    // defines: run_main
+#include "apps/trainer/preemption.h"   // defines: RunControl, kPreemptedExit
+#include "apps/trainer/run_flags.h"    // defines: trainer_main
 #include "apps/trainer/run_folder.h"   // defines: RunFolder, resolve_resume_read_only
 #include "core/check.h"                // defines: Error
 #include "dist/transport/bootstrap.h"  // defines: comm_for
@@ -75,6 +75,12 @@ using namespace tandem;
 namespace {
 // Taken during static initialisation, before main: "init time" includes MPI, NCCL and model setup.
 const trainer::Clock::time_point kProcessStart = trainer::Clock::now();
+
+// apps::validate, then TANDEM_FAULT's syntax: a malformed one stops here, before MPI starts.
+void validate(apps::TrainOptions& o) {
+  apps::validate(o);
+  if (const char* f = std::getenv("TANDEM_FAULT"); f && *f) apps::parse_fault(f);
+}
 
 int run(apps::TrainOptions& o) {
   trainer::RunClock clock(kProcessStart);
@@ -117,7 +123,7 @@ int run(apps::TrainOptions& o) {
   while (apps::steps_left(t, loop)) {
     const apps::EpochEnd end = apps::train_epoch(t, o, loop, clock, rec);
     // Validation and checkpoints are paused time: left out of the training rates.
-    const trainer::Clock::time_point paused_at = clock.pause();
+    const trainer::RunClock::Paused paused(clock);
     const bool last = !apps::steps_left(t, loop);  // this invocation's last epoch
     // A stop before this invocation's end is preempted: no validation (a scheduler's grace period is
     // short), the checkpoint at once (inside an epoch train_epoch wrote it), then exit 75. One that
@@ -133,32 +139,14 @@ int run(apps::TrainOptions& o) {
     if (!preempted) h.val = apps::validate_if_due(t, o, end.epoch, last);
     if (h.val) rec.last_eval = *h.val, apps::log_validation(t, h, loop.pos.samples);
     rec.history.push_back(h);
-    if ((end.done || last) && control.save([&] { return apps::save_checkpoint_now(t, o, loop.pos); }))
-      ++rec.checkpoints_written;
-    clock.resume(paused_at);
-    if (preempted) {
-      if (w.rank == 0) std::printf("%s\n", control.stop_line(loop.pos.step, !o.checkpoint_dir.empty()).c_str());
-      std::fflush(stdout);
-      return trainer::kPreemptedExit;
-    }
+    if (end.done || last) control.save([&] { return apps::save_checkpoint_now(t, o, loop.pos); });
+    if (preempted) return control.exit_preempted(loop.pos.step, !o.checkpoint_dir.empty(), w.rank == 0);
   }
-  t.step->finish();  // the last update's weights: a non-finite one stops here (exit 3), not as "done"
-  clock.stop(t.dev);
-  apps::report(o, t, clock, rec, loop.pos.step);
-  return 0;
+  return trainer::finish_run(*t.step, clock, t.dev, control, rec,
+                             [&] { apps::report(o, t, clock, rec, loop.pos.step); });
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-  trainer::install_stop_signals("train_imagenet");  // first: a signal during start-up is acted on at the first step
-  apps::TrainOptions o;
-  if (int rc = apps::parse_options(argc, argv, o, apps::env_rank0()); rc >= 0) return rc;
-  try {
-    apps::validate(o);
-    if (const char* f = std::getenv("TANDEM_FAULT"); f && *f) apps::parse_fault(f);  // malformed: stop here
-  } catch (const Error& e) {
-    if (apps::env_rank0()) std::cerr << "train_imagenet: " << e.what() << "\nRun with --help for the options.\n";
-    return 2;
-  }
-  return trainer::run_main("train_imagenet", o.batch, [&] { return run(o); });
+  return trainer::trainer_main<apps::TrainOptions>("train_imagenet", argc, argv, apps::parse_options, validate, run);
 }

@@ -73,32 +73,22 @@ void sync_check_after(const char* file, int line);
     if (::tandem::sync_check_enabled()) ::tandem::sync_check_after(__FILE__, __LINE__);      \
   } while (0)
 
-#define CUBLAS_CHECK(expr, ...)                                                                     \
-  do {                                                                                              \
-    cublasStatus_t _s = (expr);                                                                     \
-    if (_s != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                                   \
-      ::tandem::throw_error(__FILE__, __LINE__,                                                     \
-                            ::tandem::detail::cat(#expr " failed: ", cublasGetStatusName(_s), ". " \
-                                                  __VA_OPT__(, ) __VA_ARGS__));                     \
+// A CUDA library call's status: anything but `ok` throws "<text> failed: <describe(status)>. <advice>".
+// The callers pass #expr as `text`, so the message shows the call as written.
+#define TANDEM_STATUS_CHECK(expr, text, ok, describe, ...)                                        \
+  do {                                                                                            \
+    const auto _s = (expr);                                                                       \
+    if (_s != (ok)) [[unlikely]]                                                                  \
+      ::tandem::throw_error(__FILE__, __LINE__,                                                   \
+                            ::tandem::detail::cat(text " failed: ", describe(_s), ". "            \
+                                                  __VA_OPT__(, ) __VA_ARGS__));                   \
   } while (0)
 
-#define CUDNN_CHECK(expr, ...)                                                                      \
-  do {                                                                                              \
-    cudnnStatus_t _s = (expr);                                                                      \
-    if (_s != CUDNN_STATUS_SUCCESS) [[unlikely]]                                                    \
-      ::tandem::throw_error(__FILE__, __LINE__,                                                     \
-                            ::tandem::detail::cat(#expr " failed: ", cudnnGetErrorString(_s), ". " \
-                                                  __VA_OPT__(, ) __VA_ARGS__));                     \
-  } while (0)
-
-#define NCCL_CHECK(expr, ...)                                                                       \
-  do {                                                                                              \
-    ncclResult_t _r = (expr);                                                                       \
-    if (_r != ncclSuccess) [[unlikely]]                                                             \
-      ::tandem::throw_error(__FILE__, __LINE__,                                                     \
-                            ::tandem::detail::cat(#expr " failed: ", ncclGetErrorString(_r), ". "  \
-                                                  __VA_OPT__(, ) __VA_ARGS__));                     \
-  } while (0)
+#define CUBLAS_CHECK(expr, ...) \
+  TANDEM_STATUS_CHECK(expr, #expr, CUBLAS_STATUS_SUCCESS, cublasGetStatusName __VA_OPT__(, ) __VA_ARGS__)
+#define CUDNN_CHECK(expr, ...) \
+  TANDEM_STATUS_CHECK(expr, #expr, CUDNN_STATUS_SUCCESS, cudnnGetErrorString __VA_OPT__(, ) __VA_ARGS__)
+#define NCCL_CHECK(expr, ...) TANDEM_STATUS_CHECK(expr, #expr, ncclSuccess, ncclGetErrorString __VA_OPT__(, ) __VA_ARGS__)
 
 #define MPI_CHECK(expr, ...)                                                                      \
   do {                                                                                            \

@@ -70,16 +70,14 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
 Loader::~Loader() { stop_workers(); }
 
 int64_t Loader::batches_per_epoch(int64_t start_offset) const {
-  const int64_t n = sampler_.num_samples(start_offset), b = opt_.batch_size;
-  return opt_.drop_last ? n / b : (n + b - 1) / b;
+  return sampler_.num_batches(start_offset, opt_.batch_size, opt_.drop_last);
 }
 
 int64_t Loader::batches_left() const { return started_ ? num_batches_ - consumed_ : batches_per_epoch(0); }
 
 int64_t Loader::samples_consumed() const {
   if (!started_) return 0;
-  const int64_t rows = std::min(consumed_ * opt_.batch_size, rank_samples_);
-  return std::min(dataset_->size(), start_offset_ + rows * opt_.world_size);
+  return sampler_.position_after(start_offset_, std::min(consumed_ * opt_.batch_size, rank_samples_));
 }
 
 int64_t Loader::batch_rows(int64_t b) const { return std::min(opt_.batch_size, rank_samples_ - b * opt_.batch_size); }

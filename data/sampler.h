@@ -23,6 +23,7 @@
 // The permutation is a Fisher-Yates shuffle over a counter-based stream: it is identical on every
 // rank and machine, but not the same permutation as torch.randperm.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -45,6 +46,17 @@ class DistributedSampler {
   int64_t num_samples(int64_t start = 0) const;
   // num_samples(start) * world_size: the global positions such an epoch reads.
   int64_t total_size(int64_t start = 0) const { return num_samples(start) * opt_.world_size; }
+  // The loaders' batches of `batch` rows per rank in such an epoch: a last partial batch is kept,
+  // or dropped with `drop_last` (the loader's option, not the sampler's).
+  int64_t num_batches(int64_t start, int64_t batch, bool drop_last) const {
+    const int64_t n = num_samples(start);
+    return drop_last ? n / batch : (n + batch - 1) / batch;
+  }
+  // The global position reached from `start` once every rank has read `rows` of its samples (at
+  // most dataset_size: the wrapped-around padding counts as no further position).
+  int64_t position_after(int64_t start, int64_t rows) const {
+    return std::min(opt_.dataset_size, start + rows * opt_.world_size);
+  }
   // This rank's dataset indices for `epoch` read from global position `start` on, in reading order.
   std::vector<int64_t> indices(int64_t epoch, int64_t start = 0) const;
   // The epoch's order: a permutation of [0, dataset_size), a function of (seed, epoch) only.

@@ -29,16 +29,14 @@ TextLoader::TextLoader(std::shared_ptr<const MlmDataset> dataset, TextLoaderOpti
 }
 
 int64_t TextLoader::batches_per_epoch(int64_t start_offset) const {
-  const int64_t n = sampler_.num_samples(start_offset), b = opt_.batch_size;
-  return opt_.drop_last ? n / b : (n + b - 1) / b;
+  return sampler_.num_batches(start_offset, opt_.batch_size, opt_.drop_last);
 }
 
 int64_t TextLoader::batches_left() const { return started_ ? num_batches_ - next_batch_ : batches_per_epoch(0); }
 
 int64_t TextLoader::samples_consumed() const {
   if (!started_) return 0;
-  const int64_t rows = std::min(next_batch_ * opt_.batch_size, static_cast<int64_t>(order_.size()));
-  return std::min(dataset_->size(), start_offset_ + rows * opt_.world_size);
+  return sampler_.position_after(start_offset_, std::min(next_batch_ * opt_.batch_size, static_cast<int64_t>(order_.size())));
 }
 
 void TextLoader::start_epoch(int64_t epoch, int64_t start_offset) {

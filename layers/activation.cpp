@@ -5,9 +5,9 @@
 
 namespace tandem {
 
-Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
+ReLU::ReLU() : StatelessModule([](const Tensor& x) { return ops::relu(x); }, "ReLU") {}
 
-Tensor GELU::forward(const Tensor& x) { return ops::gelu(x); }
+GELU::GELU() : StatelessModule([](const Tensor& x) { return ops::gelu(x); }, "GELU", "approximate='none'") {}
 
 Dropout::Dropout(double p, Generator* gen) : p_(p), gen_(gen) {
   TANDEM_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got ", p);

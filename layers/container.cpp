@@ -48,7 +48,8 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
-Tensor Flatten::forward(const Tensor& x) {
+namespace {
+Tensor flatten_nhwc(const Tensor& x) {
   TANDEM_CHECK(x.dim() >= 2, "Flatten expects [N, ...] with at least 2 dims, got ", x.str());
   if (x.dim() == 4 && x.size(1) * x.size(2) > 1 && x.size(3) > 1) {
     // NHWC -> (C, H*W) per sample: view as [N, HW, C, 1] and swap dims 1 and 2.
@@ -58,5 +59,8 @@ Tensor Flatten::forward(const Tensor& x) {
   }
   return ops::flatten(x);  // 1x1 spatial or a single channel: both orders agree, no copy
 }
+}  // namespace
+
+Flatten::Flatten() : StatelessModule(flatten_nhwc, "Flatten", "start_dim=1, end_dim=-1") {}
 
 }  // namespace tandem

@@ -23,6 +23,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops/conv/conv.h"
@@ -49,13 +50,29 @@ class Sequential : public Module {
   std::string type_name() const override { return "Sequential"; }
 };
 
+// A module without parameters or state whose forward is one function of its input (Flatten,
+// ReLU, GELU): the subclass names the function, its type name and what PyTorch's repr shows.
+class StatelessModule : public Module {
+ public:
+  using Fn = Tensor (*)(const Tensor&);
+  Tensor forward(const Tensor& x) override { return fn_(x); }
+  std::string type_name() const override { return name_; }
+  std::string extra_repr() const override { return repr_; }
+
+ protected:
+  StatelessModule(Fn fn, std::string name, std::string repr = "")
+      : fn_(fn), name_(std::move(name)), repr_(std::move(repr)) {}
+
+ private:
+  Fn fn_;
+  std::string name_, repr_;
+};
+
 // [N, d1, d2, ...] -> [N, d1*d2*...] (torch.nn.Flatten(start_dim=1)). A 4-D input is taken as NHWC
 // and flattened in (C, H, W) order to match PyTorch's NCHW flatten (see the header comment).
-class Flatten : public Module {
+class Flatten : public StatelessModule {
  public:
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Flatten"; }
-  std::string extra_repr() const override { return "start_dim=1, end_dim=-1"; }
+  Flatten();
 };
 
 // ---- linear maps ----
@@ -222,18 +239,15 @@ class LayerNorm : public Module {
 
 // ---- activations and regularisation ----
 
-class ReLU : public Module {
+class ReLU : public StatelessModule {
  public:
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "ReLU"; }
+  ReLU();
 };
 
 // Exact (erf) GELU, PyTorch's default approximate='none'.
-class GELU : public Module {
+class GELU : public StatelessModule {
  public:
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "GELU"; }
-  std::string extra_repr() const override { return "approximate='none'"; }
+  GELU();
 };
 
 // Inverted dropout in training mode, identity in eval. Masks come from `gen` (default: the
@@ -256,28 +270,31 @@ class Dropout : public Module {
 
 // ---- pooling (NHWC) ----
 
-// stride defaults to kernel_size (PyTorch's stride=None).
-class MaxPool2d : public Module {
+// MaxPool2d and AvgPool2d: a square window over core/ops/pool's parameters, checked as PyTorch
+// checks them. stride defaults to kernel_size (PyTorch's stride=None).
+class Pool2d : public Module {
+ protected:
+  Pool2d(int kernel_size, int stride, int padding, bool ceil_mode, bool count_include_pad);
+  // "kernel_size=K, stride=S, padding=P": how both reprs start.
+  std::string window_repr() const;
+  ops::Pool2dParams p_;
+};
+
+class MaxPool2d : public Pool2d {
  public:
   explicit MaxPool2d(int kernel_size, int stride = 0, int padding = 0, bool ceil_mode = false);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "MaxPool2d"; }
   std::string extra_repr() const override;
-
- private:
-  ops::Pool2dParams p_;
 };
 
-class AvgPool2d : public Module {
+class AvgPool2d : public Pool2d {
  public:
   explicit AvgPool2d(int kernel_size, int stride = 0, int padding = 0, bool ceil_mode = false,
                      bool count_include_pad = true);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "AvgPool2d"; }
   std::string extra_repr() const override;
-
- private:
-  ops::Pool2dParams p_;
 };
 
 // [N, H, W, C] -> [N, out_h, out_w, C]. (1, 1) takes the global-average fast path.

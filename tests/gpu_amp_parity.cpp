@@ -24,12 +24,15 @@
 #include "layers/amp_cast.h"
 #include "layers/models/models.h"
 #include "optim/amp.h"
+#include "tests/support/amp_sgd.h"
 #include "tests/support/parity.h"
 #ifdef TANDEM_WITH_CUDA
 #include "core/cuda/graph.h"
 #endif
 
 using namespace tandem;
+using tandem::testing::amp_sgd;
+using tandem::testing::AmpSgd;
 
 namespace {
 
@@ -59,25 +62,17 @@ std::vector<std::vector<float>> train(Device dev, DType t) {
   ModulePtr model = models::create_model("small_cnn", 4, 3);
   model->to(dev);
   cast_for_amp(*model, t);
-  auto named = model->named_parameters();
-  optim::MasterWeights mw(optim::segments_from_parameters(named));
-  optim::OptimizerOptions oo;
-  oo.lr = 0.05;
-  oo.momentum = 0.9;
-  auto opt = optim::make_optimizer("sgd", mw.master_segments(), static_cast<int64_t>(named.size()), oo);
-  optim::LossScalerOptions so;
-  so.enabled = t == DType::F16;
-  optim::LossScaler scaler(so);
+  AmpSgd sgd = amp_sgd(*model, t, 0.05, 0.9);
   Generator g(11);
   Tensor x = randn({8, 16, 16, 3}, g), y = Tensor::from_vector_i64({0, 1, 2, 3, 0, 1, 2, 3}, {8});
   for (int s = 0; s < 3; ++s) {
     model->zero_grad();
     Tensor loss = ops::cross_entropy((*model)(ops::cast_raw(x, t).to(dev)), y.to(dev));
-    ops::scale(loss, static_cast<float>(scaler.scale())).backward();
-    CHECK(optim::amp_step(mw, scaler, *opt, mw.model_grads()));
+    ops::scale(loss, static_cast<float>(sgd.scaler.scale())).backward();
+    CHECK(optim::amp_step(*sgd.master, sgd.scaler, *sgd.opt, sgd.master->model_grads()));
   }
   std::vector<std::vector<float>> out;
-  for (const auto& [_, p] : named) out.push_back(p.to(Device::cpu()).to_vector());
+  for (const auto& [_, p] : model->named_parameters()) out.push_back(p.to(Device::cpu()).to_vector());
   return out;
 }
 

@@ -163,14 +163,7 @@ TEST_CASE("broadcast_buffers: every training forward starts from rank 0's BatchN
   Tensor xs = rank_rows(d.x, w.rank), ys = rank_rows(d.y, w.rank);
   for (bool broadcast : {true, false}) {
     CAPTURE(broadcast);
-    Generator g(9);
-    auto net = std::make_shared<Sequential>();
-    net->add(std::make_shared<Conv2d>(3, 4, 3, Conv2dOptions{1, 1, 1, 1, true}, &g));
-    net->add(std::make_shared<BatchNorm2d>(4));
-    net->add(std::make_shared<ReLU>());
-    net->add(std::make_shared<Flatten>());
-    net->add(std::make_shared<Linear>(256, 10, true, &g));
-    auto probe = std::make_shared<BufferProbe>(net);
+    auto probe = std::make_shared<BufferProbe>(std::make_shared<LayersNet>(9, /*batchnorm=*/true));
     DdpOptions o;
     o.broadcast_buffers = broadcast;
     DistributedDataParallel ddp(probe, mpi(), o);

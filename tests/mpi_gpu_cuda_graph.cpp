@@ -73,12 +73,8 @@ std::vector<std::vector<float>> train(bool graphed, const Data& data) {
 
 TEST_CASE("a captured DDP step (NCCL all-reduces inside the graph) equals the eager steps bitwise") {
   const dist::World& w = dist::world();
-  const std::string backend = dist::comm_for(w.device).backend();
-  if (backend != "nccl") {
-    MESSAGE("collectives go over ", backend, " here (ranks share a GPU): no CUDA graph to test");
-    return;
-  }
-  BackendConfig deterministic = tandem::backend();  // (`backend` above is the communicator's name)
+  if (!collectives_capturable(dist::comm_for(w.device))) return;
+  BackendConfig deterministic = tandem::backend();
   deterministic.deterministic = true;
   BackendScope scope(deterministic);  // the same cuDNN engines in both runs
   const Data data = make_data(kBatch * w.size, w.device);

@@ -90,6 +90,28 @@ long long stopped_at(const std::string& output) {
   return std::regex_search(output, m, re) ? std::stoll(m[1].str()) : -1;
 }
 
+// train_imagenet for `epochs` epochs of 30 steps with `env`'s fault (a slow rank or disk, so the
+// run is still going), stopped by SIGTERM to `ranks` once the log shows step 40 (again after again_s
+// when > 0): every such run exits 75 after a step in (40, 30 x epochs) and leaves that step's
+// checkpoint in dir/ck. Returns the run and that step.
+struct Stopped {
+  AppRun run;
+  long long step = -1;
+};
+Stopped stop_imagenet(const fs::path& dir, const std::string& env, int epochs, const std::string& ranks,
+                      double again_s = 0) {
+  Stopped s{run_and_signal(dir, env, "train_imagenet",
+                           imagenet_args() + "--epochs " + std::to_string(epochs) + " --checkpoint-dir ck", "step 40/",
+                           ranks, again_s)};
+  INFO(s.run.output);
+  CHECK(s.run.status == trainer::kPreemptedExit);
+  s.step = stopped_at(s.run.output);
+  REQUIRE(s.step > 40);
+  REQUIRE(s.step < 30 * epochs);
+  CHECK(read_checkpoint((dir / "ck" / imagenet_checkpoint(s.step)).string()).state.step == s.step);
+  return s;
+}
+
 // The folder's checkpoint files: not the hidden ones (the folder's lock, .lock, layers/
 // checkpoint_lock.h) nor the run's config_<id>.toml and log_<id>.jsonl (apps/trainer/cli.h, run_log.h).
 std::set<std::string> files_in(const fs::path& dir) {
@@ -175,22 +197,16 @@ TEST_CASE("RunControl: a stop signal makes every rank stop at the same boundary,
 TEST_CASE("SIGTERM to every rank mid-epoch: one step, a checkpoint there, exit 75; the resume ends bit-identical") {
   const fs::path dir = scratch() / "term_all";
   // Rank 1 sleeps 20 ms a step, so the signal lands mid-run (epoch 2 of 4) with time to spare.
-  AppRun r = run_and_signal(dir, "TANDEM_FAULT=1:1:slow:20ms", "train_imagenet",
-                            imagenet_args() + "--epochs 4 --checkpoint-dir ck", "step 40/", "0 1");
+  const auto [r, step] = stop_imagenet(dir, "TANDEM_FAULT=1:1:slow:20ms", 4, "0 1");
   INFO(r.output);
-  CHECK(r.status == trainer::kPreemptedExit);
   CHECK(r.has("[rank 0] train_imagenet: SIGTERM received"));
   CHECK(r.has("[rank 1] train_imagenet: SIGTERM received"));
   // The two kills are two system calls: a step boundary may fall between them, and the rank signalled
   // first is then counted alone - the stop is the same step on both ranks either way.
   CHECK(std::regex_search(r.output, std::regex(R"(preempted: SIGTERM on [12] of 2 rank\(s\); stopped after step)")));
   CHECK(!r.has("done:"));
-  const long long step = stopped_at(r.output);
-  REQUIRE(step > 40);
-  REQUIRE(step < 120);
   // Mostly inside the second epoch (steps 31-60): what an epoch-end-only trainer would have lost.
   CHECK(r.has("checkpoint: ck/" + imagenet_checkpoint(step)));
-  CHECK(read_checkpoint((dir / "ck" / imagenet_checkpoint(step)).string()).state.step == step);
 
   AppRun resumed = run(dir, "", "train_imagenet", imagenet_args() + "--epochs 4 --checkpoint-dir ck --resume auto");
   INFO(resumed.output);
@@ -207,30 +223,19 @@ TEST_CASE("SIGTERM to every rank mid-epoch: one step, a checkpoint there, exit 7
 
 TEST_CASE("SIGTERM to one rank alone: every rank stops at the same step and exits 75") {
   const fs::path dir = scratch() / "term_one";
-  AppRun r = run_and_signal(dir, "TANDEM_FAULT=1:1:slow:20ms", "train_imagenet",
-                            imagenet_args() + "--epochs 4 --checkpoint-dir ck", "step 40/", "1");
+  const AppRun r = stop_imagenet(dir, "TANDEM_FAULT=1:1:slow:20ms", 4, "1").run;
   INFO(r.output);
-  CHECK(r.status == trainer::kPreemptedExit);
   CHECK(r.has("[rank 1] train_imagenet: SIGTERM received"));
   CHECK(!r.has("[rank 0] train_imagenet: SIGTERM received"));
   CHECK(r.has("preempted: SIGTERM on 1 of 2 rank(s); stopped after step"));
-  const long long step = stopped_at(r.output);
-  REQUIRE(step > 40);
-  REQUIRE(step < 120);
-  CHECK(read_checkpoint((dir / "ck" / imagenet_checkpoint(step)).string()).state.step == step);
 }
 
 TEST_CASE("a stop inside the run's last epoch is a preemption too (exit 75), not the run's end") {
   const fs::path dir = scratch() / "term_last_epoch";
   // 2 epochs of 30 steps; rank 1 sleeps 50 ms a step, so the stop (about step 42) comes well before 60.
-  AppRun r = run_and_signal(dir, "TANDEM_FAULT=1:1:slow:50ms", "train_imagenet",
-                            imagenet_args() + "--epochs 2 --checkpoint-dir ck", "step 40/", "0 1");
+  const auto [r, step] = stop_imagenet(dir, "TANDEM_FAULT=1:1:slow:50ms", 2, "0 1");
   INFO(r.output);
-  CHECK(r.status == trainer::kPreemptedExit);
   CHECK(!r.has("done:"));
-  const long long step = stopped_at(r.output);
-  REQUIRE(step > 40);
-  REQUIRE(step < 60);
   CHECK(r.has("checkpoint: ck/" + imagenet_checkpoint(step)));
   CHECK(!r.has("checkpoint: ck/checkpoint_epoch2.safetensors"));  // no epoch-end file for an epoch that did not end
 }
@@ -242,15 +247,10 @@ TEST_CASE("a second SIGTERM during a slow save is ignored: the save completes an
   // tighter: the final fsync reports no progress, and on a loaded CI disk it can take seconds.
   // The slow disk from step 31 on: epoch 1's checkpoint is written at full speed. 40 epochs: the
   // steps are fast here, and the run must still be going when the signal comes.
-  AppRun r = run_and_signal(dir, "TANDEM_COMM_TIMEOUT_S=4 TANDEM_FAULT=0:31:slow-checkpoint:25KB/s", "train_imagenet",
-                            imagenet_args() + "--epochs 40 --checkpoint-dir ck", "step 40/", "0 1", 1.5);
+  const AppRun r = stop_imagenet(dir, "TANDEM_COMM_TIMEOUT_S=4 TANDEM_FAULT=0:31:slow-checkpoint:25KB/s", 40, "0 1", 1.5).run;
   INFO(r.output);
-  CHECK(r.status == trainer::kPreemptedExit);
   CHECK(r.has("another stop signal while stopping: ignored"));
   CHECK(r.has("is waiting for rank 0 (busy writing checkpoint"));
-  const long long step = stopped_at(r.output);
-  REQUIRE(step > 40);
-  CHECK(read_checkpoint((dir / "ck" / imagenet_checkpoint(step)).string()).state.step == step);
   for (const std::string& f : files_in(dir / "ck")) CHECK_MESSAGE(f.find(".tmp") == std::string::npos, f);
 }
 

@@ -125,23 +125,34 @@ TEST_CASE("the issue's case: --run-epochs 2 on 2 ranks, resumed on 4 ranks and o
   CHECK(r5.has("the checkpoint's run was 4 epochs long, this one is 5 epochs"));
 }
 
-TEST_CASE("the same global batch on 1 and 4 ranks, resumed at an epoch end: the uninterrupted run, up to reduction order") {
-  const std::string a = uninterrupted();
-  const std::string half = dir("end");
-  REQUIRE(train(2, kExact + "--batch 4 --run-epochs 2 --checkpoint-dir " + half, "end.log").status == 0);
+namespace {
+// The run in `half` (2 ranks x 4) resumed from copies of its folder on 1 rank x 8 and on 4 ranks x 2,
+// the same global batch of 8 (copies and logs named <name>_np<ranks>): each run's output holds every
+// one of `says`, and its last checkpoint (step 12, 96 samples) is `a`'s up to reduction order.
+void resume_on_1_and_4_ranks(const std::string& a, const std::string& half, const std::string& name,
+                             std::initializer_list<std::string> says) {
   for (const auto& [ranks, batch] : {std::pair{1, 8}, std::pair{4, 2}}) {
     CAPTURE(ranks);
-    const std::string d = copy_of(half, dir("end_np" + std::to_string(ranks)));
-    const AppRun r = train(ranks, kExact + "--batch " + std::to_string(batch) + " --resume auto --checkpoint-dir " + d,
-                           "end_np" + std::to_string(ranks) + ".log");
+    const std::string copy = name + "_np" + std::to_string(ranks);
+    const std::string d = copy_of(half, dir(copy));
+    const AppRun r =
+        train(ranks, kExact + "--batch " + std::to_string(batch) + " --resume auto --checkpoint-dir " + d, copy + ".log");
     REQUIRE(r.status == 0);
-    CHECK(r.has("done: 6 steps"));
+    for (const std::string& text : says) CHECK(r.has(text));
     const std::string b = d + "/checkpoint_epoch4.safetensors";
     REQUIRE(fs::exists(b));
     CHECK(meta(b, "step") == "12");
     CHECK(meta(b, "data.samples") == "96");
     tandem::testing::check_close_checkpoints(a, b, 1e-4);
   }
+}
+}  // namespace
+
+TEST_CASE("the same global batch on 1 and 4 ranks, resumed at an epoch end: the uninterrupted run, up to reduction order") {
+  const std::string a = uninterrupted();
+  const std::string half = dir("end");
+  REQUIRE(train(2, kExact + "--batch 4 --run-epochs 2 --checkpoint-dir " + half, "end.log").status == 0);
+  resume_on_1_and_4_ranks(a, half, "end", {"done: 6 steps"});
 }
 
 TEST_CASE("the same global batch on 1 and 4 ranks, resumed mid-epoch: the uninterrupted run, up to reduction order") {
@@ -153,19 +164,7 @@ TEST_CASE("the same global batch on 1 and 4 ranks, resumed mid-epoch: the uninte
   REQUIRE(fs::exists(saved));
   CHECK(fs::exists(half + "/checkpoint_epoch1.safetensors"));
   CHECK(meta(saved, "data.epoch_offset") == "8");
-  for (const auto& [ranks, batch] : {std::pair{1, 8}, std::pair{4, 2}}) {
-    CAPTURE(ranks);
-    const std::string d = copy_of(half, dir("mid_np" + std::to_string(ranks)));
-    const AppRun r = train(ranks, kExact + "--batch " + std::to_string(batch) + " --resume auto --checkpoint-dir " + d,
-                           "mid_np" + std::to_string(ranks) + ".log");
-    REQUIRE(r.status == 0);
-    CHECK(r.has("8 samples into the epoch"));
-    CHECK(r.has("done: 8 steps"));
-    const std::string b = d + "/checkpoint_epoch4.safetensors";
-    REQUIRE(fs::exists(b));
-    CHECK(meta(b, "data.samples") == "96");
-    tandem::testing::check_close_checkpoints(a, b, 1e-4);
-  }
+  resume_on_1_and_4_ranks(a, half, "mid", {"8 samples into the epoch", "done: 8 steps"});
 }
 
 TEST_CASE("another --batch, at an epoch end and mid-epoch: the schedule continues in samples and ends at epoch 4 near 0") {

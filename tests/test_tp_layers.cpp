@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,35 @@ Tensor shard(const Tensor& full, int dim, ShardRange r) {
 }
 
 Tensor f64(Tensor t) { return t.to(DType::F64); }
+
+// What a TP linear layer is compared with: Linear(in, out) in f64, its output yref for
+// xr = rand_f64({3, in}, x_seed) and its gradients of sum(yref * G), G = rand_f64({3, out}, x_seed + 1).
+struct LinearReference {
+  Linear& lin;
+  Tensor xr, G, yref;
+};
+
+// For 1, 2 and 4 ranks and both values of the layer's option `flag`: the reference drawn from `seed`,
+// and `body` given a generator of the same seed to draw the TP layer from (its init must then be the
+// shard of Linear's).
+void against_linear(int64_t in, int64_t out, uint64_t seed, uint64_t x_seed,
+                    const std::function<void(Communicator&, bool flag, Generator& g, const LinearReference&)>& body) {
+  for (int n : {1, 2, 4}) {
+    for (bool flag : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(flag);
+      run_ranks(n, [&](Communicator& c) {
+        Generator g_ref(seed), g(seed);
+        Linear ref(in, out, true, &g_ref);
+        ref.to(DType::F64);
+        Tensor xr = rand_f64({3, in}, x_seed), G = rand_f64({3, out}, x_seed + 1, -1, 1, false);
+        Tensor yref = ref.forward(xr);
+        ops::sum(ops::mul(yref, G)).backward();
+        body(c, flag, g, LinearReference{ref, xr, G, yref});
+      });
+    }
+  }
+}
 
 }  // namespace
 
@@ -128,68 +158,43 @@ TEST_CASE("f, g, gather and scatter: forward and backward in closed form") {
 }
 
 TEST_CASE("ColumnParallelLinear == Linear: output, input gradient, weight and bias gradient shards") {
-  for (int n : {1, 2, 4}) {
-    for (bool gather : {false, true}) {
-      CAPTURE(n);
-      CAPTURE(gather);
-      run_ranks(n, [=](Communicator& c) {
-        Generator g1(5), g2(5);
-        Linear ref(5, 8, true, &g1);
-        ColumnParallelLinear tp(5, 8, c, {true, gather}, &g2);
-        // Its own init is the shard of Linear's, drawn from the same seed.
-        CHECK(max_abs(vals(f64(tp.weight())), vals(shard(f64(ref.weight()), 0, tp.rows()))) == 0);
-        CHECK(max_abs(vals(f64(tp.bias())), vals(shard(f64(ref.bias()), 0, tp.rows()))) == 0);
-        ref.to(DType::F64);
-        tp.to(DType::F64);
-        Tensor x = rand_f64({3, 5}, 41), xr = rand_f64({3, 5}, 41);
-        Tensor G = rand_f64({3, 8}, 42, -1, 1, false);
-        Tensor yref = ref.forward(xr);
-        ops::sum(ops::mul(yref, G)).backward();
-        Tensor y = tp.forward(x);
-        if (gather) {
-          CHECK(max_abs(vals(y), vals(yref)) < 1e-12);
-          ops::sum(ops::mul(y, G)).backward();
-        } else {
-          CHECK(max_abs(vals(y), vals(shard(yref, 1, tp.rows()))) < 1e-12);
-          ops::sum(ops::mul(y, shard(G, 1, tp.rows()))).backward();
-        }
-        CHECK(max_abs(vals(x.grad()), vals(xr.grad())) < 1e-12);  // f summed the slices' contributions
-        CHECK(max_abs(vals(tp.weight().grad()), vals(shard(ref.weight().grad(), 0, tp.rows()))) < 1e-12);
-        CHECK(max_abs(vals(tp.bias().grad()), vals(shard(ref.bias().grad(), 0, tp.rows()))) < 1e-12);
-      });
+  against_linear(5, 8, 5, 41, [](Communicator& c, bool gather, Generator& g, const LinearReference& ref) {
+    ColumnParallelLinear tp(5, 8, c, {true, gather}, &g);
+    // Its own init is the shard of Linear's, drawn from the same seed.
+    CHECK(max_abs(vals(f64(tp.weight())), vals(shard(ref.lin.weight(), 0, tp.rows()))) == 0);
+    CHECK(max_abs(vals(f64(tp.bias())), vals(shard(ref.lin.bias(), 0, tp.rows()))) == 0);
+    tp.to(DType::F64);
+    Tensor x = rand_f64({3, 5}, 41);
+    Tensor y = tp.forward(x);
+    if (gather) {
+      CHECK(max_abs(vals(y), vals(ref.yref)) < 1e-12);
+      ops::sum(ops::mul(y, ref.G)).backward();
+    } else {
+      CHECK(max_abs(vals(y), vals(shard(ref.yref, 1, tp.rows()))) < 1e-12);
+      ops::sum(ops::mul(y, shard(ref.G, 1, tp.rows()))).backward();
     }
-  }
+    CHECK(max_abs(vals(x.grad()), vals(ref.xr.grad())) < 1e-12);  // f summed the slices' contributions
+    CHECK(max_abs(vals(tp.weight().grad()), vals(shard(ref.lin.weight().grad(), 0, tp.rows()))) < 1e-12);
+    CHECK(max_abs(vals(tp.bias().grad()), vals(shard(ref.lin.bias().grad(), 0, tp.rows()))) < 1e-12);
+  });
 }
 
 TEST_CASE("RowParallelLinear == Linear: the partial sums all-reduced, the bias added once") {
-  for (int n : {1, 2, 4}) {
-    for (bool parallel_in : {true, false}) {
-      CAPTURE(n);
-      CAPTURE(parallel_in);
-      run_ranks(n, [=](Communicator& c) {
-        Generator g1(6), g2(6);
-        Linear ref(8, 5, true, &g1);
-        RowParallelLinear tp(8, 5, c, {true, parallel_in}, &g2);
-        CHECK(max_abs(vals(f64(tp.weight())), vals(shard(f64(ref.weight()), 1, tp.columns()))) == 0);
-        CHECK(max_abs(vals(f64(tp.bias())), vals(f64(ref.bias()))) == 0);
-        ref.to(DType::F64);
-        tp.to(DType::F64);
-        Tensor xr = rand_f64({3, 8}, 51);
-        Tensor G = rand_f64({3, 5}, 52, -1, 1, false);
-        Tensor yref = ref.forward(xr);
-        ops::sum(ops::mul(yref, G)).backward();
-        Tensor x = parallel_in ? shard(rand_f64({3, 8}, 51, -1, 1, false), 1, tp.columns()).set_requires_grad(true)
-                               : rand_f64({3, 8}, 51);
-        Tensor y = tp.forward(x);
-        CHECK(max_abs(vals(y), vals(yref)) < 1e-12);
-        ops::sum(ops::mul(y, G)).backward();
-        const std::vector<double> want_dx = parallel_in ? vals(shard(xr.grad(), 1, tp.columns())) : vals(xr.grad());
-        CHECK(max_abs(vals(x.grad()), want_dx) < 1e-12);
-        CHECK(max_abs(vals(tp.weight().grad()), vals(shard(ref.weight().grad(), 1, tp.columns()))) < 1e-12);
-        CHECK(max_abs(vals(tp.bias().grad()), vals(ref.bias().grad())) < 1e-12);  // whole, on every rank
-      });
-    }
-  }
+  against_linear(8, 5, 6, 51, [](Communicator& c, bool parallel_in, Generator& g, const LinearReference& ref) {
+    RowParallelLinear tp(8, 5, c, {true, parallel_in}, &g);
+    CHECK(max_abs(vals(f64(tp.weight())), vals(shard(ref.lin.weight(), 1, tp.columns()))) == 0);
+    CHECK(max_abs(vals(f64(tp.bias())), vals(ref.lin.bias())) == 0);
+    tp.to(DType::F64);
+    Tensor x = parallel_in ? shard(rand_f64({3, 8}, 51, -1, 1, false), 1, tp.columns()).set_requires_grad(true)
+                           : rand_f64({3, 8}, 51);
+    Tensor y = tp.forward(x);
+    CHECK(max_abs(vals(y), vals(ref.yref)) < 1e-12);
+    ops::sum(ops::mul(y, ref.G)).backward();
+    const std::vector<double> want_dx = parallel_in ? vals(shard(ref.xr.grad(), 1, tp.columns())) : vals(ref.xr.grad());
+    CHECK(max_abs(vals(x.grad()), want_dx) < 1e-12);
+    CHECK(max_abs(vals(tp.weight().grad()), vals(shard(ref.lin.weight().grad(), 1, tp.columns()))) < 1e-12);
+    CHECK(max_abs(vals(tp.bias().grad()), vals(ref.lin.bias().grad())) < 1e-12);  // whole, on every rank
+  });
 }
 
 TEST_CASE("VocabParallelEmbedding == Embedding, with an uneven vocabulary split") {

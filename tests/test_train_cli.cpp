@@ -24,34 +24,29 @@ using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, .
 namespace {
 tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_cli"); }
 
-// `ranks` 0: the binary alone (MPI singleton); else under mpiexec -n ranks.
-AppRun run(int ranks, const std::string& binary_and_args) {
-  return tandem::testing::run_app(ranks == 0 ? binary_and_args
-                                             : "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + binary_and_args);
-}
 const std::string kTiny = " --device cpu --model small_cnn --image-size 16 --batch 4 --workers 1 --lr 0.05 ";
 }  // namespace
 
 TEST_CASE("--describe needs no data") {
-  AppRun o = run(0, app("train_imagenet") + " --describe --model resnet50");
+  AppRun o = run_app_on(0, app("train_imagenet") + " --describe --model resnet50");
   INFO(o.output);
   CHECK(o.status == 0);
   CHECK(o.has("Bottleneck"));
   CHECK(o.has("out_features=1000"));
-  AppRun c = run(0, app("train_imagenet") + " --describe --model small_cnn --num-classes 7");
+  AppRun c = run_app_on(0, app("train_imagenet") + " --describe --model small_cnn --num-classes 7");
   INFO(c.output);
   CHECK(c.status == 0);
   CHECK(c.has("out_features=7"));
 }
 
 TEST_CASE("--bn-impl: cudnn by default, tandem selectable, --cudnn-bn kept as an alias") {
-  AppRun h = run(0, app("train_imagenet") + " --help");
+  AppRun h = run_app_on(0, app("train_imagenet") + " --help");
   INFO(h.output);
   CHECK(h.status == 0);
   CHECK(h.has("--bn-impl"));
   CHECK(h.has("{cudnn,tandem}=cudnn"));  // CLI11 prints the choices and the captured default
   for (const char* ok : {" --bn-impl tandem", " --bn-impl cudnn", " --cudnn-bn"}) {
-    AppRun d = run(0, app("train_imagenet") + " --describe --model small_cnn" + ok);
+    AppRun d = run_app_on(0, app("train_imagenet") + " --describe --model small_cnn" + ok);
     INFO(ok, "\n", d.output);
     CHECK(d.status == 0);
   }
@@ -59,25 +54,24 @@ TEST_CASE("--bn-impl: cudnn by default, tandem selectable, --cudnn-bn kept as an
   check_refused(app("train_imagenet") + " --describe --cudnn-bn --bn-impl tandem", "excludes");
 }
 
-TEST_CASE("--conv-bias-fusion: on by default, off selectable, anything else refused") {
-  AppRun h = run(0, app("train_imagenet") + " --help");
+TEST_CASE("--conv-bias-fusion (on by default) and --conv-bn-fusion (off): both values selectable, anything else refused") {
+  struct Switch {
+    const char* flag;
+    const char* help;   // the flag's help line names its values and default
+    const char* model;  // a model the switch applies to
+    const char* other;  // the value that is not the default
+  };
+  AppRun h = run_app_on(0, app("train_imagenet") + " --help");
   INFO(h.output);
-  CHECK(h.has("--conv-bias-fusion"));
-  CHECK(h.has("{on,off}=on"));
-  AppRun d = run(0, app("train_imagenet") + " --describe --model vgg11 --conv-bias-fusion off");
-  INFO(d.output);
-  CHECK(d.status == 0);
-  check_refused(app("train_imagenet") + " --describe --conv-bias-fusion yes", "--conv-bias-fusion");
-}
-
-TEST_CASE("--conv-bn-fusion: off by default, on selectable, anything else refused") {
-  AppRun h = run(0, app("train_imagenet") + " --help");
-  INFO(h.output);
-  CHECK(h.has("--conv-bn-fusion TEXT:{on,off}=off"));
-  AppRun d = run(0, app("train_imagenet") + " --describe --model resnet18 --conv-bn-fusion on");
-  INFO(d.output);
-  CHECK(d.status == 0);
-  check_refused(app("train_imagenet") + " --describe --conv-bn-fusion yes", "--conv-bn-fusion");
+  for (const Switch& s : {Switch{"--conv-bias-fusion", "--conv-bias-fusion TEXT:{on,off}=on", "vgg11", "off"},
+                          Switch{"--conv-bn-fusion", "--conv-bn-fusion TEXT:{on,off}=off", "resnet18", "on"}}) {
+    CAPTURE(s.flag);
+    CHECK(h.has(s.help));
+    AppRun d = run_app_on(0, app("train_imagenet") + " --describe --model " + s.model + " " + s.flag + " " + s.other);
+    INFO(d.output);
+    CHECK(d.status == 0);
+    check_refused(app("train_imagenet") + " --describe " + s.flag + " yes", s.flag);
+  }
 }
 
 TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
@@ -87,7 +81,7 @@ TEST_CASE("--epochs 0 and --steps 0 are refused instead of meaning one epoch") {
 
 TEST_CASE("--device cuda without a usable GPU fails with CUDA's reason instead of training on the CPU") {
   if (tandem::probe_cuda().usable()) return;  // a working GPU: nothing to refuse
-  AppRun o = run(0, app("train_imagenet") + " --device cuda --synthetic --steps 1 --model small_cnn --image-size 16");
+  AppRun o = run_app_on(0, app("train_imagenet") + " --device cuda --synthetic --steps 1 --model small_cnn --image-size 16");
   INFO(o.output);
   CHECK(o.status != 0);
   CHECK(o.has("train_imagenet --device cuda needs a GPU"));
@@ -105,7 +99,7 @@ TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured")
       {"--strategy ps", "--cuda-graph cannot capture --strategy ps"},
   };
   for (const auto& [flag, message] : conflicts) {
-    AppRun r = run(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off " + flag);
+    AppRun r = run_app_on(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off " + flag);
     INFO(std::string(flag), r.output);
     CHECK(r.status == 2);
     CHECK(r.has(message));
@@ -113,14 +107,14 @@ TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured")
   // The update's capturable form (apps/trainer/step.h) takes AdamW, LAMB, AMP and clipping into the
   // graph: validate() lets them through, to a GPU run, or to the no-GPU refusal on this machine.
   for (const char* flag : {"--optimizer adamw", "--optimizer lamb", "--amp bf16", "--amp fp16", "--clip-grad-norm 1"}) {
-    AppRun r = run(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off " + flag);
+    AppRun r = run_app_on(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off " + flag);
     INFO(std::string(flag), r.output);
     CHECK(r.status != 2);
     if (!tandem::probe_cuda().usable()) CHECK(r.has("--cuda-graph needs a GPU"));
   }
   // Models with dropout are captured too (core/graph_rng.h): validate() lets vgg11 through, and it
   // trains with replays on a GPU, or meets the no-GPU refusal below on a machine without one.
-  AppRun vgg = run(0, app("train_imagenet") + " --synthetic --steps 5 --log-every 5 --model vgg11 --image-size 32 "
+  AppRun vgg = run_app_on(0, app("train_imagenet") + " --synthetic --steps 5 --log-every 5 --model vgg11 --image-size 32 "
                                               "--batch 2 --synthetic-val-size 0 --cuda-graph --on-nonfinite off");
   INFO(vgg.output);
   CHECK(vgg.status != 2);
@@ -133,14 +127,14 @@ TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured")
     CHECK(vgg.has("cuda graph: captured step 4"));
     CHECK(vgg.has("cuda graph 2/5 steps replayed"));
   }
-  AppRun autodev = run(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off");
+  AppRun autodev = run_app_on(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off");
   INFO(autodev.output);
   if (!tandem::probe_cuda().usable()) {
     CHECK(autodev.status != 0);
     CHECK(autodev.has("--cuda-graph needs a GPU, and this run is on the CPU"));
     CHECK_FALSE(autodev.has("step 1/1"));
   } else {  // a GPU with one rank (NCCL): the step is captured after 3 eager ones and replayed
-    AppRun g = run(0, app("train_imagenet") +
+    AppRun g = run_app_on(0, app("train_imagenet") +
                           " --synthetic --steps 8 --log-every 4 --model small_cnn --image-size 16 --batch 2 "
                           "--cuda-graph --on-nonfinite off");
     INFO(g.output);
@@ -156,7 +150,7 @@ TEST_CASE("--num-classes beside --data must match the class folders") {
   auto& s = scratch();
   check_refused(app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 10 --epochs 1",
                 "--num-classes 10 does not match the 3 class folders");
-  AppRun ok = run(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 3 --describe");
+  AppRun ok = run_app_on(0, app("train_imagenet") + kTiny + "--data " + s.data + " --num-classes 3 --describe");
   INFO(ok.output);
   CHECK(ok.status == 0);
   CHECK(ok.has("out_features=3"));
@@ -168,12 +162,12 @@ TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as
   const std::string metrics = (s.root / "train.json").string();
   // One training rank: with more, each rank validates with its own BatchNorm running statistics
   // (DDP broadcasts rank 0's only at the next forward) while the checkpoint holds rank 0's.
-  AppRun t = run(1, app("train_imagenet") + kTiny + "--data " + s.data + " --epochs 1 --checkpoint-dir " + dir.string() +
+  AppRun t = run_app_on(1, app("train_imagenet") + kTiny + "--data " + s.data + " --epochs 1 --checkpoint-dir " + dir.string() +
                      " --metrics " + metrics);
   INFO(t.output);
   REQUIRE(t.status == 0);
   const std::string ckpt = (dir / "checkpoint_epoch1.safetensors").string();
-  AppRun e = run(2, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate --resume " + ckpt);
+  AppRun e = run_app_on(2, app("train_imagenet") + kTiny + "--data " + s.data + " --evaluate --resume " + ckpt);
   INFO(e.output);
   REQUIRE(e.status == 0);
   // Validation after the last epoch and the checkpoint hold the same weights: the same numbers
@@ -197,7 +191,7 @@ TEST_CASE("--evaluate reports a checkpoint's validation top-1/top-5 and loss, as
   SUBCASE("forward_check takes the model weights from a training checkpoint") {
     const fs::path x = s.root / "x.safetensors", y = s.root / "y.safetensors";
     tandem::safetensors::save(x.string(), {{"input", tandem::Tensor::ones({2, 3, 16, 16})}});
-    AppRun f = run(0, app("forward_check") + " --model small_cnn --num-classes 3 --weights " + ckpt + " --input " +
+    AppRun f = run_app_on(0, app("forward_check") + " --model small_cnn --num-classes 3 --weights " + ckpt + " --input " +
                        x.string() + " --output " + y.string());
     INFO(f.output);
     REQUIRE(f.status == 0);
@@ -218,7 +212,7 @@ TEST_CASE("unreadable train and val files are counted in the done line and the m
       }
   }
   const std::string metrics = (scratch().root / "corrupt.json").string();
-  AppRun o = run(2, app("train_imagenet") + kTiny + "--data " + data.string() + " --epochs 1 --metrics " + metrics);
+  AppRun o = run_app_on(2, app("train_imagenet") + kTiny + "--data " + data.string() + " --epochs 1 --metrics " + metrics);
   INFO(o.output);
   REQUIRE(o.status == 0);
   CHECK(o.has("skipped files: 1 train, 1 val"));
@@ -231,24 +225,17 @@ TEST_CASE("unreadable train and val files are counted in the done line and the m
 TEST_CASE("a batch the host cannot allocate names the bytes, the device and --batch; a wrong precision names what to change") {
   // 2 x 10^6 images of 224^2 per rank: 1.1 TiB, beyond any machine's memory and swap, so the
   // allocation fails at once (no out-of-memory killer involved).
-  const AppRun oom = run(2, app("train_imagenet") + " --device cpu --model small_cnn --synthetic --synthetic-size "
-                                                    "4000000 --batch 2000000 --image-size 224 --num-classes 4 --steps 1");
-  INFO(oom.output);
-  CHECK(oom.status != 0);
-  CHECK(oom.has("could not allocate 1.1 TiB on cpu ("));
-  CHECK(oom.has("in use by tandem"));
-  CHECK(oom.has("(the batch size is --batch-size, now 2000000 per rank)"));
-  CHECK_FALSE(oom.has("done:"));
+  const AppRun oom = run_app_on(2, app("train_imagenet") + " --device cpu --model small_cnn --synthetic --synthetic-size "
+                                                           "4000000 --batch 2000000 --image-size 224 --num-classes 4 --steps 1");
+  check_failed(oom, {"could not allocate 1.1 TiB on cpu (", "in use by tandem",
+                     "(the batch size is --batch-size, now 2000000 per rank)"},
+               {"done:"});
 
   const std::string d = (scratch().root / "precision").string();
   const std::string tiny = " --device cpu --model small_cnn --synthetic --synthetic-size 24 --num-classes 4 "
                            "--image-size 16 --batch 4 --workers 1 ";
-  REQUIRE(run(1, app("train_imagenet") + tiny + "--epochs 1 --checkpoint-dir " + d).status == 0);
-  const AppRun amp = run(1, app("train_imagenet") + tiny + "--epochs 2 --amp bf16 --resume auto --checkpoint-dir " + d);
-  INFO(amp.output);
-  CHECK(amp.status != 0);
-  CHECK(amp.has("dtype f32 but the model holds bf16"));
-  CHECK(amp.has("the same model, number of classes (or vocabulary) and precision"));
-  CHECK_FALSE(amp.has("LoadOptions"));
-  CHECK_FALSE(amp.has("non-strictly"));
+  REQUIRE(run_app_on(1, app("train_imagenet") + tiny + "--epochs 1 --checkpoint-dir " + d).status == 0);
+  const AppRun amp = run_app_on(1, app("train_imagenet") + tiny + "--epochs 2 --amp bf16 --resume auto --checkpoint-dir " + d);
+  check_failed(amp, {"dtype f32 but the model holds bf16", "the same model, number of classes (or vocabulary) and precision"},
+               {"LoadOptions", "non-strictly"});
 }

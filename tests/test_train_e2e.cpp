@@ -22,10 +22,13 @@
 #include "layers/amp_cast.h"
 #include "layers/models/models.h"
 #include "optim/amp.h"
+#include "tests/support/amp_sgd.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
 
 using namespace tandem;
+using tandem::testing::amp_sgd;
+using tandem::testing::AmpSgd;
 
 namespace {
 constexpr int kSize = 16, kClasses = 4, kTrain = 768;
@@ -111,19 +114,11 @@ TEST_CASE("small_cnn + SGD under AMP (bf16, fp16) reaches the same >= 95% bar") 
     CAPTURE(dtype_name(low));
     ModulePtr model = models::create_model("small_cnn", kClasses, 7);
     cast_for_amp(*model, low);
-    auto named = model->named_parameters();
-    optim::MasterWeights master(optim::segments_from_parameters(named));
-    optim::OptimizerOptions oo;
-    oo.lr = 0.05;
-    oo.momentum = 0.9;
-    oo.weight_decay = 5e-4;
-    auto sgd = optim::make_optimizer("sgd", master.master_segments(), static_cast<int64_t>(named.size()), oo);
-    optim::LossScalerOptions so;
-    so.enabled = low == DType::F16;  // bf16 has f32's range: no scaling
-    optim::LossScaler scaler(so);
+    AmpSgd amp = amp_sgd(*model, low, 0.05, 0.9, 5e-4);  // the loss scale for fp16 only
+    optim::LossScaler& scaler = amp.scaler;
     const int batch = 32, epochs = 4, steps_per_epoch = kTrain / batch;
     optim::LrScheduleOptions lo;
-    lo.base_lr = *oo.lr;
+    lo.base_lr = 0.05;
     lo.warmup_steps = steps_per_epoch / 2;
     lo.decay = optim::LrDecay::Cosine;
     lo.total_steps = epochs * steps_per_epoch;
@@ -135,12 +130,12 @@ TEST_CASE("small_cnn + SGD under AMP (bf16, fp16) reaches the same >= 95% bar") 
       for (int b = 0; b < steps_per_epoch; ++b, ++step) {
         Tensor x = images.slice(b * batch, (b + 1) * batch);
         Tensor y = train.labels.slice(b * batch, (b + 1) * batch);
-        sgd->set_lr(optim::lr_at(lo, step));
+        amp.opt->set_lr(optim::lr_at(lo, step));
         model->zero_grad();
         Tensor loss = ops::cross_entropy((*model)(x), y);  // f32 loss from 16-bit logits (the policy)
         CHECK(loss.dtype() == DType::F32);
         ops::scale(loss, static_cast<float>(scaler.scale())).backward();
-        optim::amp_step(master, scaler, *sgd, master.model_grads());
+        optim::amp_step(*amp.master, scaler, *amp.opt, amp.master->model_grads());
       }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double acc = accuracy(*model, test, low);

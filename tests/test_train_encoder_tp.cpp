@@ -97,6 +97,45 @@ std::string dir(const std::string& name) {
 
 const std::vector<std::string> kTiny{"attention.self.key.bias"};  // see the file comment
 
+// The resume tests' runs: bert_tiny for 6 steps, a global batch of 8, in a checkpoint folder.
+const std::string kSixSteps = "--model bert_tiny --vocab-size 512 --steps 6 --checkpoint-dir ";
+
+// The uninterrupted run they compare with, DDP on 2 ranks x 4: its folder (trained at the first call).
+const std::string& uninterrupted() {
+  static const std::string whole = [] {
+    const std::string d = dir("whole");
+    REQUIRE(train(2, kSixSteps + d + " --batch 4").status == 0);
+    return d;
+  }();
+  return whole;
+}
+
+// The 6-step run stopped after step 3 in dir(name) on `ranks` ranks with `args` (a global batch of 8).
+std::string stopped_at_step3(const std::string& name, int ranks, const std::string& args) {
+  const std::string half = dir(name);
+  REQUIRE(train(ranks, kSixSteps + half + args + " --run-steps 3").status == 0);
+  REQUIRE(fs::exists(half + "/checkpoint_step3.safetensors"));
+  return half;
+}
+
+// `half` resumed from a copy of it, dir(<name>_np<ranks>), at each of `at`'s ranks and flags (the
+// same global batch of 8): it resumes and ends within 1e-4 of the uninterrupted run.
+void resume_from_copies(const std::string& half, const std::string& name,
+                        std::initializer_list<std::pair<int, std::string>> at) {
+  const std::string end = "/checkpoint_step6.safetensors";
+  for (const auto& [ranks, args] : at) {
+    CAPTURE(ranks);
+    const std::string d = dir(name + "_np" + std::to_string(ranks));
+    fs::copy(half, d, fs::copy_options::recursive);
+    const Run r = train(ranks, kSixSteps + d + " --resume auto " + args);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("resumed from") != std::string::npos);
+    REQUIRE(fs::exists(d + end));
+    MESSAGE("largest relative difference: ",
+            tandem::testing::check_close_checkpoints(d + end, uninterrupted() + end, 1e-4, kTiny));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("--tp 2 (TP 2 x DP 2, 4 ranks) equals DDP on 2 ranks: the loss per step and the checkpoint, --zero 0, 1 and 2") {
@@ -191,62 +230,20 @@ TEST_CASE("--tp 4 on 4 ranks equals 1 rank with the same batch (bert_mini, a voc
 }
 
 TEST_CASE("a --tp 2 --zero 2 checkpoint resumes at --tp 1 --zero 1 on 4 ranks and on 1 rank; a DDP one at --tp 2") {
-  const std::string common = "--model bert_tiny --vocab-size 512 --steps 6 --checkpoint-dir ";
-  // The uninterrupted run: DDP on 2 ranks x 4 (a global batch of 8).
-  const std::string whole = dir("whole");
-  REQUIRE(train(2, common + whole + " --batch 4").status == 0);
-  const std::string end = "/checkpoint_step6.safetensors";
   // Split at step 3 under TP 2 x DP 2 with ZeRO-2 over DP (4 ranks x 4, 2 DP groups: the same global
   // batch of 8); the optimizer state is gathered over DP, then assembled over TP.
-  const std::string half = dir("tp_half");
-  REQUIRE(train(4, common + half + " --batch 4 --tp 2 --zero 2 --run-steps 3").status == 0);
-  REQUIRE(fs::exists(half + "/checkpoint_step3.safetensors"));
-  struct Resume {
-    int ranks;
-    std::string args;
-  };
-  for (const Resume& at : {Resume{4, "--batch 2 --tp 1 --zero 1"}, Resume{1, "--batch 8"}}) {
-    CAPTURE(at.ranks);
-    const std::string d = dir("from_tp_np" + std::to_string(at.ranks));
-    fs::copy(half, d, fs::copy_options::recursive);
-    const Run r = train(at.ranks, common + d + " --resume auto " + at.args);
-    REQUIRE(r.status == 0);
-    CHECK(r.output.find("resumed from") != std::string::npos);
-    REQUIRE(fs::exists(d + end));
-    MESSAGE("largest relative difference: ",
-            tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
-  }
+  resume_from_copies(stopped_at_step3("tp_half", 4, " --batch 4 --tp 2 --zero 2"), "from_tp",
+                     {{4, "--batch 2 --tp 1 --zero 1"}, {1, "--batch 8"}});
   // The reverse: a DDP checkpoint (2 ranks, step 3) resumed at --tp 2 on 4 ranks.
-  const std::string ddp_half = dir("ddp_half");
-  REQUIRE(train(2, common + ddp_half + " --batch 4 --run-steps 3").status == 0);
-  const std::string d = dir("from_ddp_tp2");
-  fs::copy(ddp_half, d, fs::copy_options::recursive);
-  REQUIRE(train(4, common + d + " --resume auto --batch 4 --tp 2").status == 0);
-  MESSAGE("largest relative difference: ", tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
+  resume_from_copies(stopped_at_step3("ddp_half", 2, " --batch 4"), "from_ddp", {{4, "--batch 4 --tp 2"}});
 }
 
 TEST_CASE("a --zero 3 checkpoint (parameters sharded) resumes at --tp 2 --zero 1 on 4 ranks and on 1 rank") {
   // TP combines with ZeRO-1/2 over the data-parallel ranks, not with ZeRO-3 (refused, see below);
   // the checkpoints of both are canonical, so a ZeRO-3 run's file resumes under TP, and the other
   // way round (the case above). Same global batch of 8 and the same 2 data-parallel groups of 4.
-  const std::string common = "--model bert_tiny --vocab-size 512 --steps 6 --checkpoint-dir ";
-  const std::string whole = dir("whole_z3");
-  REQUIRE(train(2, common + whole + " --batch 4").status == 0);
-  const std::string end = "/checkpoint_step6.safetensors";
-  const std::string half = dir("z3_half");
-  REQUIRE(train(2, common + half + " --batch 4 --zero 3 --run-steps 3").status == 0);
-  REQUIRE(fs::exists(half + "/checkpoint_step3.safetensors"));
-  for (const auto& [ranks, args] : {std::pair<int, std::string>{4, "--batch 4 --tp 2 --zero 1"}, {1, "--batch 8"}}) {
-    CAPTURE(ranks);
-    const std::string d = dir("from_z3_np" + std::to_string(ranks));
-    fs::copy(half, d, fs::copy_options::recursive);
-    const Run r = train(ranks, common + d + " --resume auto " + args);
-    REQUIRE(r.status == 0);
-    CHECK(r.output.find("resumed from") != std::string::npos);
-    REQUIRE(fs::exists(d + end));
-    MESSAGE("largest relative difference: ",
-            tandem::testing::check_close_checkpoints(d + end, whole + end, 1e-4, kTiny));
-  }
+  resume_from_copies(stopped_at_step3("z3_half", 2, " --batch 4 --zero 3"), "from_z3",
+                     {{4, "--batch 4 --tp 2 --zero 1"}, {1, "--batch 8"}});
 }
 
 TEST_CASE("with dropout, a --tp 2 run split and resumed at --tp 2 ends byte for byte where the uninterrupted one ends") {

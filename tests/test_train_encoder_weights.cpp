@@ -10,7 +10,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
 #include "layers/checkpoint.h"
@@ -18,7 +17,6 @@
 #include "tests/support/checkpoint_compare.h"
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
@@ -89,11 +87,5 @@ TEST_CASE("train_encoder --model-ema resumes exactly, and a resumed run measures
   CHECK(whole.has("(ema) validation step 20: masked-token accuracy "));
   REQUIRE(run(2, flags + "--run-steps 10 --checkpoint-dir " + b, "ema_b1.log").status == 0);
   const AppRun resumed = run(2, flags + "--resume auto --checkpoint-dir " + b + " --metrics " + b + "/m.json", "ema_b2.log");
-  INFO(resumed.output);
-  REQUIRE(resumed.status == 0);
-  tandem::testing::check_identical_checkpoints(a + "/checkpoint_step20.safetensors", b + "/checkpoint_step20.safetensors");
-  const double straight = json::parse(slurp(a + "/m.json"))["memory_ledger"]["measured_bytes"]["model_state"];
-  const double after_resume = json::parse(slurp(b + "/m.json"))["memory_ledger"]["measured_bytes"]["model_state"];
-  MESSAGE("model state measured: straight ", straight, " B, resumed ", after_resume, " B");
-  CHECK(after_resume == doctest::Approx(straight).epsilon(0.02));
+  tandem::testing::check_resumed_run(resumed, a, b, "checkpoint_step20.safetensors");
 }

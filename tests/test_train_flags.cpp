@@ -25,10 +25,6 @@ using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, .
 
 namespace {
 tandem::testing::TinyImageDataset& scratch() { return tandem::testing::tiny_dataset("tandem_flags"); }
-AppRun run(int ranks, const std::string& binary_and_args) {
-  return tandem::testing::run_app(ranks == 0 ? binary_and_args
-                                             : "HYDRA_LAUNCHER=fork " + tandem::testing::mpiexec(ranks) + binary_and_args);
-}
 // small_cnn_nobn on the tiny set: 3 classes x 8 images, 16-pixel crops.
 std::string tiny() {
   return " --device cpu --model small_cnn_nobn --image-size 16 --workers 1 --log-every 1 --data " + scratch().data + " ";
@@ -80,14 +76,14 @@ TEST_CASE("duration_text and eta: minutes and seconds, the mean rate times the s
 
 TEST_CASE("a mistyped flag gets the closest known one, in both trainers; --help has text for every flag the issue named") {
   for (const char* program : {"train_imagenet", "train_encoder"}) {
-    const AppRun r = run(0, app(program) + " --synthetic --batch-szie 4");
+    const AppRun r = run_app_on(0, app(program) + " --synthetic --batch-szie 4");
     INFO(r.output);
     CHECK(r.status != 0);
     CHECK(r.has("--batch-szie: did you mean --batch-size?"));
-    const AppRun g = run(0, app(program) + " --synthetic --gradient-acumulation-steps 2");
+    const AppRun g = run_app_on(0, app(program) + " --synthetic --gradient-acumulation-steps 2");
     CHECK(g.has("did you mean --gradient-accumulation-steps?"));
   }
-  const AppRun h = run(0, app("train_imagenet") + " --help");
+  const AppRun h = run_app_on(0, app("train_imagenet") + " --help");
   INFO(h.output);
   for (const char* text : {"SGD momentum", "Nesterov momentum", "the LR factor at each milestone",
                            "LR decay after the warmup", "label smoothing", "--lr-scaling", "--grad-accum-steps",
@@ -96,14 +92,14 @@ TEST_CASE("a mistyped flag gets the closest known one, in both trainers; --help 
 }
 
 TEST_CASE("the old spellings keep working and --dump-config shows them under the new names") {
-  const AppRun e = run(0, app("train_encoder") + " --synthetic --batch 8 --wd 0.1 --clip 0.5 --beta2 0.98 "
+  const AppRun e = run_app_on(0, app("train_encoder") + " --synthetic --batch 8 --wd 0.1 --clip 0.5 --beta2 0.98 "
                                                   "--lr-schedule cosine --warmup-steps 3 --dump-config");
   INFO(e.output);
   REQUIRE(e.status == 0);
   for (const char* line : {"batch-size=8", "weight-decay=0.1", "clip-grad-norm=0.5", "beta2=0.98",
                            "lr-scheduler=\"cosine\"", "lr-warmup-steps=3", "# lr-scaling = \"none\""})
     CHECK(e.has(line));
-  const AppRun i = run(0, app("train_imagenet") + " --synthetic -b 8 --wd 0.01 --clip 2 --lr-schedule step "
+  const AppRun i = run_app_on(0, app("train_imagenet") + " --synthetic -b 8 --wd 0.01 --clip 2 --lr-schedule step "
                                                    "--warmup-epochs 2 --no-lr-scaling --dump-config");
   INFO(i.output);
   REQUIRE(i.status == 0);
@@ -123,7 +119,7 @@ TEST_CASE("--config: the file's values, a flag overriding one; --dump-config's o
   std::ofstream(cfg) << "# a hand-written config\nbatch-size = 4\nlr = 0.05\nsteps = 3\nseed = 7\n";
   const std::string a = (s.root / "cfg_a").string(), b = (s.root / "cfg_b").string();
   const std::string cmd = app("train_imagenet") + tiny() + "--config " + cfg.string() + " --lr 0.07";
-  const AppRun dump = run(0, cmd + " --checkpoint-dir " + a + " --run-id cfg-a --dump-config");
+  const AppRun dump = run_app_on(0, cmd + " --checkpoint-dir " + a + " --run-id cfg-a --dump-config");
   INFO(dump.output);
   REQUIRE(dump.status == 0);
   CHECK(dump.has("lr=0.07"));       // the command line wins
@@ -133,7 +129,7 @@ TEST_CASE("--config: the file's values, a flag overriding one; --dump-config's o
   CHECK(!fs::exists(a));            // --dump-config only prints
   const fs::path dumped = s.root / "dumped.toml";
   std::ofstream(dumped) << dump.output;
-  const AppRun ra = run(0, cmd + " --checkpoint-dir " + a + " --run-id cfg-a");
+  const AppRun ra = run_app_on(0, cmd + " --checkpoint-dir " + a + " --run-id cfg-a");
   INFO(ra.output);
   REQUIRE(ra.status == 0);
   CHECK(ra.has("lr 0.07"));
@@ -142,7 +138,7 @@ TEST_CASE("--config: the file's values, a flag overriding one; --dump-config's o
   CHECK(written.find("lr=0.07") != std::string::npos);
   CHECK(written.find("batch-size=4") != std::string::npos);
   // From the dumped file alone (another folder and run id): the same weights, bit for bit.
-  const AppRun rb = run(0, app("train_imagenet") + " --config " + dumped.string() + " --checkpoint-dir " + b +
+  const AppRun rb = run_app_on(0, app("train_imagenet") + " --config " + dumped.string() + " --checkpoint-dir " + b +
                                " --run-id cfg-b");
   INFO(rb.output);
   REQUIRE(rb.status == 0);
@@ -156,10 +152,10 @@ TEST_CASE("--grad-accum-steps 2 with batch B equals batch 2B on a BN-free model,
     const std::string r = std::to_string(ranks);
     const std::string one = (s.root / ("acc1_" + r)).string(), two = (s.root / ("acc2_" + r)).string();
     const std::string common = app("train_imagenet") + tiny() + "--steps 3 --lr 0.05 --momentum 0.9 ";
-    const AppRun a = run(ranks, common + "--batch-size " + std::to_string(big) + " --checkpoint-dir " + one);
+    const AppRun a = run_app_on(ranks, common + "--batch-size " + std::to_string(big) + " --checkpoint-dir " + one);
     INFO(a.output);
     REQUIRE(a.status == 0);
-    const AppRun b = run(ranks, common + "--batch-size " + std::to_string(big / 2) +
+    const AppRun b = run_app_on(ranks, common + "--batch-size " + std::to_string(big / 2) +
                                     " --grad-accum-steps 2 --checkpoint-dir " + two + " --metrics " + two + "/m.json");
     INFO(b.output);
     REQUIRE(b.status == 0);
@@ -176,7 +172,7 @@ TEST_CASE("--grad-accum-steps 2 with batch B equals batch 2B on a BN-free model,
 TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end with elapsed and ETA") {
   auto& s = scratch();
   const std::string dir = (s.root / "log").string();
-  const AppRun r = run(2, app("train_imagenet") + tiny() + "--batch-size 4 --epochs 2 --lr 0.1 --run-id logged "
+  const AppRun r = run_app_on(2, app("train_imagenet") + tiny() + "--batch-size 4 --epochs 2 --lr 0.1 --run-id logged "
                                                             "--checkpoint-dir " + dir);
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -217,7 +213,7 @@ TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end wi
   CHECK(steps == 6);
   CHECK(vals == 2);
   // --lr-scaling linear: Goyal et al.'s rule, opted into.
-  const AppRun g = run(2, app("train_imagenet") + tiny() + "--batch-size 4 --steps 1 --lr 0.1 --lr-scaling linear "
+  const AppRun g = run_app_on(2, app("train_imagenet") + tiny() + "--batch-size 4 --steps 1 --lr 0.1 --lr-scaling linear "
                                                             "--metrics " + (s.root / "g.json").string());
   INFO(g.output);
   REQUIRE(g.status == 0);
@@ -240,7 +236,7 @@ TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end wi
 TEST_CASE("train_encoder: --log-file with masked-token accuracy; --describe needs no data") {
   auto& s = scratch();
   const std::string log = (s.root / "enc.jsonl").string();
-  const AppRun r = run(0, app("train_encoder") + " --device cpu --synthetic --synthetic-tokens 20000 --model bert_tiny "
+  const AppRun r = run_app_on(0, app("train_encoder") + " --device cpu --synthetic --synthetic-tokens 20000 --model bert_tiny "
                                                  "--seq-len 32 -b 4 --steps 6 --log-every 2 --val-batches 2 "
                                                  "--lr-scheduler cosine --log-file " + log);
   INFO(r.output);
@@ -254,7 +250,7 @@ TEST_CASE("train_encoder: --log-file with masked-token accuracy; --describe need
   CHECK(recs[1]["tokens_per_s"].get<double>() == doctest::Approx(recs[1]["items_per_s"].get<double>() * 32));
   CHECK(recs[4]["event"] == "val");
   CHECK(recs[4]["masked_acc"].is_number());
-  const AppRun d = run(0, app("train_encoder") + " --describe --model bert_base");
+  const AppRun d = run_app_on(0, app("train_encoder") + " --describe --model bert_base");
   INFO(d.output);
   CHECK(d.status == 0);
   CHECK(d.has("# train_encoder configuration"));  // the settings after the model

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
@@ -220,14 +222,23 @@ TEST_CASE("bad flags fail with a message that says what to do") {
     tandem::testing::check_refused(app("train_imagenet") + " " + args, text);
   };
   fails_with("--synthetic --amp fp8", "--amp");
-  fails_with("--synthetic --zero 4", "--zero");
-  fails_with("--synthetic --zero 3 --compress bf16", "--zero 3 with --compress");
   fails_with("--synthetic --zero 3 --strategy ps", "use one of --zero or --strategy ps");
   fails_with("--synthetic --betas 0.9,0.99", "--optimizer adamw");
   fails_with("--synthetic --compress int8", "--compress");
   fails_with("--epochs 1", "no data");
   fails_with("--synthetic --epochs 1 --steps 3", "excludes");
   fails_with("--data /nonexistent/dir", "--data");
+}
+
+TEST_CASE("both trainers refuse the Step's impossible combinations in the same words") {
+  const std::pair<std::string, std::string> refused[] = {
+      {"--zero 4", "--zero"},
+      {"--zero 3 --compress bf16", "--zero 3 with --compress"},
+      {"--zero 3 --compress fp16", "--zero 3 with --compress"},
+      {"--zero 2 --compress bf16", "--zero 2 with --compress"},
+  };
+  for (const std::string program : {"train_imagenet", "train_encoder"})
+    for (const auto& [args, text] : refused) tandem::testing::check_refused(app(program) + " --synthetic " + args, text);
 }
 
 TEST_CASE("a corrupt image is skipped with a warning and counted; --strict makes it fatal") {

@@ -13,7 +13,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "core/safetensors.h"
@@ -22,7 +21,6 @@
 #include "tests/support/checkpoint_compare.h"
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
 
 namespace {
@@ -191,15 +189,9 @@ TEST_CASE("--model-ema: validated and saved beside the raw weights, --evaluate s
   // 1 epoch, then the second from its checkpoint: the same bytes, the EMA included.
   REQUIRE(run(2, flags + "--run-epochs 1 --checkpoint-dir " + b, "ema_b1.log").status == 0);
   const AppRun resumed = run(2, flags + "--resume auto --checkpoint-dir " + b + " --metrics " + b + "/m.json", "ema_b2.log");
-  INFO(resumed.output);
-  REQUIRE(resumed.status == 0);
-  tandem::testing::check_identical_checkpoints(a + "/checkpoint_epoch2.safetensors", b + "/checkpoint_epoch2.safetensors");
   // The memory ledger after the resume measures what the straight run measures (the checkpoint's
   // EMA copy, freed after set-up, is not counted as held memory).
-  const double straight = json::parse(slurp(a + "/m.json"))["memory_ledger"]["measured_bytes"]["model_state"];
-  const double after_resume = json::parse(slurp(b + "/m.json"))["memory_ledger"]["measured_bytes"]["model_state"];
-  MESSAGE("model state measured: straight ", straight, " B, resumed ", after_resume, " B");
-  CHECK(after_resume == doctest::Approx(straight).epsilon(0.02));
+  tandem::testing::check_resumed_run(resumed, a, b, "checkpoint_epoch2.safetensors");
   tandem::testing::check_refused(app("train_imagenet") + " --synthetic --zero 3 --model-ema", "--zero 3");
   tandem::testing::check_refused(app("train_imagenet") + " --synthetic --strategy ps --model-ema", "--strategy ps");
   tandem::testing::check_refused(app("train_imagenet") + " --synthetic --model-ema-decay 0.9", "--model-ema");

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -36,6 +37,18 @@ PeerAnswer busy(double stalled_s, uint64_t progress = 100) {
   return a;
 }
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// `body` on two thread ranks with a 0.3 s collective timeout: the error that ended it, "" for none.
+std::string error_with_timeout(const std::function<void(Communicator&)>& body) {
+  ThreadOptions o;
+  o.timeout_s = 0.3;
+  try {
+    run_ranks(2, body, o);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 TEST_CASE("verdict: every rank reached the collective - the network or a GPU is stuck") {
@@ -132,34 +145,25 @@ TEST_CASE("Busy: unmeasured work counts as advancing for unmeasured_s, then as s
 }
 
 TEST_CASE("thread communicator: a rank busy and advancing past the timeout is waited for") {
-  ThreadOptions o;
-  o.timeout_s = 0.3;
   // Rank 0 works alone for 1.2 s (4 timeouts), reporting progress every 50 ms, then joins rank 1.
-  run_ranks(2, [](Communicator& c) {
-    if (c.rank() == 0) {
-      Busy b("writing checkpoint", {.unit = "bytes"});
-      for (int i = 1; i <= 24; ++i) sleep_ms(50), b.progress(i * 1000);
-    }
-    c.barrier("after the write")->wait();
-  }, o);
+  CHECK(error_with_timeout([](Communicator& c) {
+          if (c.rank() == 0) {
+            Busy b("writing checkpoint", {.unit = "bytes"});
+            for (int i = 1; i <= 24; ++i) sleep_ms(50), b.progress(i * 1000);
+          }
+          c.barrier("after the write")->wait();
+        }) == "");
 }
 
 TEST_CASE("thread communicator: a busy rank whose progress stops is named, with its work") {
-  ThreadOptions o;
-  o.timeout_s = 0.3;
-  std::string msg;
-  try {
-    run_ranks(2, [](Communicator& c) {
-      if (c.rank() == 0) {
-        Busy b("writing checkpoint", {.unit = "bytes"});
-        b.progress(1000);
-        sleep_ms(1500);  // the disk stopped
-      }
-      c.barrier("after the write")->wait();
-    }, o);
-  } catch (const std::exception& e) {
-    msg = e.what();
-  }
+  const std::string msg = error_with_timeout([](Communicator& c) {
+    if (c.rank() == 0) {
+      Busy b("writing checkpoint", {.unit = "bytes"});
+      b.progress(1000);
+      sleep_ms(1500);  // the disk stopped
+    }
+    c.barrier("after the write")->wait();
+  });
   INFO(msg);
   CHECK(msg.find("rank(s) 0 did not reach collective #1") != std::string::npos);
   CHECK(msg.find("rank 0 was busy writing checkpoint") != std::string::npos);
@@ -167,17 +171,10 @@ TEST_CASE("thread communicator: a busy rank whose progress stops is named, with 
 }
 
 TEST_CASE("thread communicator: a rank late without announcing anything is still missing") {
-  ThreadOptions o;
-  o.timeout_s = 0.3;
-  std::string msg;
-  try {
-    run_ranks(2, [](Communicator& c) {
-      if (c.rank() == 0) sleep_ms(1000);
-      c.barrier("after the work")->wait();
-    }, o);
-  } catch (const std::exception& e) {
-    msg = e.what();
-  }
+  const std::string msg = error_with_timeout([](Communicator& c) {
+    if (c.rank() == 0) sleep_ms(1000);
+    c.barrier("after the work")->wait();
+  });
   CHECK(msg.find("rank(s) 0 did not reach collective #1") != std::string::npos);
 }
 

@@ -45,37 +45,44 @@ namespace {
 // dense ones, half of those). f32: the CUDA cores (SIMT FMA); tf32 and bf16/fp16: the tensor cores,
 // f32 accumulation (what cuBLASLt and cuDNN use for bf16 training; GeForce cards run fp16
 // accumulation twice as fast, which training does not use). 0: no such tensor cores.
+struct Tflops {
+  double f32, tf32, bf16, fp16;
+};
 struct GpuPeak {
   const char* key;     // matched against the device name as a whole word ("A10" is not "A100")
   const char* part;    // what the row describes
-  double f32, tf32, bf16, fp16;
-  const char* source;
+  Tflops tflops;
+  const char* source;  // nullptr: "NVIDIA <key> data sheet"
 };
+// Parts with one die and clocks share their figures, written once: GH200 and H200 SXM run H100
+// SXM5's tensor cores; the two NVL parts are alike (their sparse figures halved).
+constexpr Tflops kHopperSxm{66.9, 494.7, 989.4, 989.4};
+constexpr Tflops kHopperNvl{60.0, 417.5, 835.5, 835.5};
+constexpr const char* kH100Paper = "NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 1";
 // Order matters where one key is a word of another part's name: the NVL and PCIe H100/H200 rows
 // come before the SXM ones, which match on "H100"/"H200" alone (cudaGetDeviceProperties names the
 // SXM5 part "NVIDIA H100 80GB HBM3").
 constexpr GpuPeak kGpuPeaks[] = {
-    {"GH200", "GH200 (an H100 SXM5-class GPU)", 66.9, 494.7, 989.4, 989.4,
-     "NVIDIA GH200 data sheet; H100 whitepaper table 1"},
-    {"H100 NVL", "H100 NVL", 60.0, 417.5, 835.5, 835.5, "NVIDIA H100 NVL data sheet (sparse figures halved)"},
-    {"H100 PCIe", "H100 PCIe", 51.2, 378.0, 756.0, 756.0, "NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 1"},
-    {"H200 NVL", "H200 NVL", 60.0, 417.5, 835.5, 835.5, "NVIDIA H200 NVL data sheet (sparse figures halved)"},
-    {"H100", "H100 SXM5", 66.9, 494.7, 989.4, 989.4, "NVIDIA H100 Tensor Core GPU Architecture whitepaper, table 1"},
-    {"H200", "H200 SXM (H100 SXM5's tensor cores and clocks)", 66.9, 494.7, 989.4, 989.4,
+    {"GH200", "GH200 (an H100 SXM5-class GPU)", kHopperSxm, "NVIDIA GH200 data sheet; H100 whitepaper table 1"},
+    {"H100 NVL", "H100 NVL", kHopperNvl, "NVIDIA H100 NVL data sheet (sparse figures halved)"},
+    {"H100 PCIe", "H100 PCIe", {51.2, 378.0, 756.0, 756.0}, kH100Paper},
+    {"H200 NVL", "H200 NVL", kHopperNvl, "NVIDIA H200 NVL data sheet (sparse figures halved)"},
+    {"H100", "H100 SXM5", kHopperSxm, kH100Paper},
+    {"H200", "H200 SXM (H100 SXM5's tensor cores and clocks)", kHopperSxm,
      "NVIDIA H200 data sheet; H100 whitepaper table 1"},
-    {"A100", "A100 (SXM4 and PCIe, 40 and 80 GB)", 19.5, 156.0, 312.0, 312.0, "NVIDIA A100 data sheet"},
-    {"A30", "A30", 10.3, 82.0, 165.0, 165.0, "NVIDIA A30 data sheet"},
-    {"A10", "A10", 31.2, 62.5, 125.0, 125.0, "NVIDIA A10 data sheet"},
-    {"L40S", "L40S", 91.6, 183.0, 362.05, 362.05, "NVIDIA L40S data sheet"},
-    {"L40", "L40", 90.5, 90.5, 181.05, 181.05, "NVIDIA L40 data sheet"},
-    {"L4", "L4", 30.3, 60.0, 121.0, 121.0, "NVIDIA L4 data sheet"},
-    {"RTX 4090", "GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2,
+    {"A100", "A100 (SXM4 and PCIe, 40 and 80 GB)", {19.5, 156.0, 312.0, 312.0}, nullptr},
+    {"A30", "A30", {10.3, 82.0, 165.0, 165.0}, nullptr},
+    {"A10", "A10", {31.2, 62.5, 125.0, 125.0}, nullptr},
+    {"L40S", "L40S", {91.6, 183.0, 362.05, 362.05}, nullptr},
+    {"L40", "L40", {90.5, 90.5, 181.05, 181.05}, nullptr},
+    {"L4", "L4", {30.3, 60.0, 121.0, 121.0}, nullptr},
+    {"RTX 4090", "GeForce RTX 4090", {82.6, 82.6, 165.2, 165.2},
      "NVIDIA Ada Lovelace architecture whitepaper, appendix A (f32 accumulation)"},
-    {"RTX 3090", "GeForce RTX 3090", 35.6, 35.6, 71.0, 71.0,
+    {"RTX 3090", "GeForce RTX 3090", {35.6, 35.6, 71.0, 71.0},
      "NVIDIA Ampere GA102 architecture whitepaper, appendix A (f32 accumulation)"},
     // Volta: fp16 tensor cores only; TF32 requests run as f32 there.
-    {"V100-SXM2", "V100 SXM2", 15.7, 15.7, 0.0, 125.0, "NVIDIA V100 data sheet"},
-    {"V100-PCIE", "V100 PCIe", 14.0, 14.0, 0.0, 112.0, "NVIDIA V100 data sheet"},
+    {"V100-SXM2", "V100 SXM2", {15.7, 15.7, 0.0, 125.0}, "NVIDIA V100 data sheet"},
+    {"V100-PCIE", "V100 PCIe", {14.0, 14.0, 0.0, 112.0}, "NVIDIA V100 data sheet"},
 };
 
 // `key` occurs in `name` followed by the end, a space or a '-' (so "A10" does not match "A100" or
@@ -94,10 +101,10 @@ PeakFlops gpu_peak(const std::string& name, MatmulPrecision p) {
   PeakFlops out;
   for (const GpuPeak& g : kGpuPeaks) {
     if (!names_part(name, g.key)) continue;
-    const double tflops = p == MatmulPrecision::F32    ? g.f32
-                          : p == MatmulPrecision::TF32 ? g.tf32
-                          : p == MatmulPrecision::BF16 ? g.bf16
-                                                       : g.fp16;
+    const double tflops = p == MatmulPrecision::F32    ? g.tflops.f32
+                          : p == MatmulPrecision::TF32 ? g.tflops.tf32
+                          : p == MatmulPrecision::BF16 ? g.tflops.bf16
+                                                       : g.tflops.fp16;
     const std::string what = p == MatmulPrecision::F32 ? "f32 (no tensor cores)"
                                                        : std::string(matmul_precision_name(p)) + " tensor cores";
     if (tflops <= 0) {
@@ -107,7 +114,8 @@ PeakFlops gpu_peak(const std::string& name, MatmulPrecision p) {
     out.flops = tflops * 1e12;
     char b[64];
     std::snprintf(b, sizeof b, "%g", tflops);
-    out.source = name + ": " + g.part + " dense " + what + " " + b + " TFLOP/s, " + g.source;
+    out.source = name + ": " + g.part + " dense " + what + " " + b + " TFLOP/s, " +
+                 (g.source ? std::string(g.source) : "NVIDIA " + std::string(g.key) + " data sheet");
     return out;
   }
   out.source = name + ": not in the peak table (apps/encoder/flops.cpp): pass --peak-tflops";

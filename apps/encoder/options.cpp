@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
-#include "apps/trainer/run_flags.h"  // defines: add_run_flags, after_parse, check_run_options
+#include "apps/trainer/run_flags.h"  // defines: add_batch_flags, add_run_flags, after_parse, check_run_options
 #include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps::encoder {
@@ -34,12 +34,8 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--steps", o.steps, "optimizer steps in total (across resumes)")->capture_default_str();
   app.add_option("--run-steps", o.run_steps, "stop after this many steps in this run (the schedule still spans "
                                              "--steps); resume later")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch-size,--batch,-b", o.batch, "sequences per rank per micro-batch (the global batch is this x "
-                 "--grad-accum-steps x ranks)")->capture_default_str();
-  app.add_option("--grad-accum-steps,--gradient-accumulation-steps", o.grad_accum_steps,
-                 "micro-batches per optimizer step, their gradients summed before one update (all but the last "
-                 "backward without communication; each micro-batch's loss is its own masked-token mean, as in HF)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  trainer::add_batch_flags(app, o.batch, o.grad_accum_steps, "sequences",
+                           "; each micro-batch's loss is its own masked-token mean, as in HF");
   app.add_option("--optimizer", o.optimizer, "adamw or lamb")->check(CLI::IsMember({"adamw", "lamb"}))
       ->capture_default_str();
   app.add_option("--lr", o.lr, "peak learning rate, used as given on any number of ranks (see --lr-scaling)")

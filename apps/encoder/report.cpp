@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/encoder/setup.h"  // defines: Training
+#include "apps/trainer/report_json.h"  // defines: mib, step_record_times, comm_and_memory_metrics, write_json_file
 #include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
 #include "core/storage.h"        // defines: memory_stats
 #include "dist/transport/bootstrap.h"      // defines: comm_for (its backend name)
@@ -19,11 +20,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string mib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.0f MiB", bytes / 1048576.0);
-  return b;
-}
+using trainer::mib;
 
 json eval_json(const EvalResult& e) {
   // A pass that met non-finite logits has no accuracy: null, with the count beside it.
@@ -112,27 +109,21 @@ void print_start(const EncoderOptions& o, const Training& t) {
 void start_records(const EncoderOptions& o, Training& t) {
   t.log = trainer::start_run_records(o, t.folder, t.world->rank == 0);
   if (!t.log.enabled()) return;
-  t.log.write({{"event", "start"}, {"program", "train_encoder"}, {"run_id", t.folder.run_id()},
-               {"world_size", t.world->size}, {"model", o.model}, {"unit", "tokens"}, {"start_step", t.start_at.step},
-               {"steps", t.total_steps}, {"global_batch", t.global_batch}, {"device", t.dev.str()},
-               {"config", {{"batch", o.batch}, {"grad_accum_steps", o.grad_accum_steps}, {"seq_len", o.seq_len},
-                           {"lr", t.sched.base_lr}, {"amp", o.amp}, {"optimizer", o.optimizer},
-                           {"lr_scheduler", o.lr_schedule}, {"zero", o.zero}, {"text", o.effective_config}}}});
+  t.log.write(trainer::start_record(o, t, "train_encoder", "tokens", {{"seq_len", o.seq_len}}));
 }
 
 void log_step(Training& t, const trainer::Position& pos, const Interval& iv, const trainer::Eta& eta) {
   if (!t.log.enabled()) return;
   const MemoryStats m = memory_stats(t.dev);
   const auto opt = [](double v) { return v > 0 ? json(v) : json(nullptr); };
-  t.log.write({{"event", "step"}, {"step", pos.step}, {"epoch", pos.epoch}, {"samples", pos.samples}, {"loss", iv.loss},
-               {"lr", t.step->lr()}, {"items_per_s", iv.sequences_per_s}, {"tokens_per_s", iv.tokens_per_s},
-               {"mfu", opt(iv.mfu)},
-               {"ms", {{"step", iv.step_ms()}, {"data", iv.data_ms / std::max<int64_t>(iv.steps, 1)},
-                       {"compute", iv.compute_ms()}, {"exposed_comm", iv.exposed_ms}, {"host", nullptr}}},
-               {"overlap", iv.overlap}, {"mem_mib", m.current_bytes / 1048576.0}, {"peak_mib", m.peak_bytes / 1048576.0},
-               {"loss_scale", opt(iv.loss_scale)}, {"grad_norm", iv.grad_norm > 0 ? json(iv.grad_norm) : json(nullptr)},
-               {"skipped_steps", iv.skipped_steps}, {"elapsed_s", eta.elapsed_s},
-               {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}});
+  json r{{"event", "step"}, {"step", pos.step}, {"epoch", pos.epoch}, {"samples", pos.samples}, {"loss", iv.loss},
+         {"lr", t.step->lr()}, {"items_per_s", iv.sequences_per_s}, {"tokens_per_s", iv.tokens_per_s},
+         {"mfu", opt(iv.mfu)}, {"loss_scale", opt(iv.loss_scale)},
+         {"grad_norm", iv.grad_norm > 0 ? json(iv.grad_norm) : json(nullptr)}, {"skipped_steps", iv.skipped_steps},
+         {"elapsed_s", eta.elapsed_s}, {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}};
+  const double data_ms = iv.data_ms / std::max<int64_t>(iv.steps, 1);
+  r.update(trainer::step_record_times({iv.step_ms(), data_ms, iv.compute_ms(), iv.exposed_ms, nullptr}, iv.overlap, m));
+  t.log.write(r);
 }
 
 void log_validation(Training& t, const EvalResult& e, int64_t samples, int64_t epoch) {
@@ -175,44 +166,22 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
   for (const EvalResult& e : rec.evals) evals.push_back(eval_json(e));
   json j{
       {"app", "train_encoder"},
-      {"tandem_version", kTandemVersion},
-      {"model", o.model},
       {"parameters", t.parameters},
       {"tp", o.tp},
       {"vocab_size", t.corpus.vocab_size},
-      {"world_size", world},
-      {"device", t.dev.str()},
-      {"backend", dist::comm_for(t.dev).backend()},
       {"data", o.synthetic ? json("synthetic") : json(o.data)},
       {"vocab", o.vocab},
       {"seq_len", o.seq_len},
-      {"batch_per_rank", o.batch},
-      {"global_batch", t.global_batch},
       {"optimizer", o.optimizer},
       {"lr", t.sched.base_lr},
       {"grad_accum_steps", o.grad_accum_steps},
       {"warmup_steps", o.warmup_steps},
       {"weight_decay", o.wd},
       {"clip", o.clip},
-      {"amp", o.amp},
       {"zero", o.zero},
       {"skipped_steps", last.skipped_steps},
-      {"loss_scale", t.step->loss_scale()},  // after the last step; 1 for bf16, 0 without AMP
-      // The last eager step's cast and GEMM launches (apps/trainer/step.h LaunchCounts; AMP goal: 0 casts, 0 f32 GEMMs)
-      {"launches_per_step", {{"casts", t.step->last_launches().casts}, {"cast_pairs", t.step->last_launches().cast_pairs},
-                             {"gemms", t.step->last_launches().gemms}, {"f32_gemms", t.step->last_launches().f32_gemms},
-                             {"misaligned_16bit_gemms", t.step->last_launches().misaligned_gemms}}},
-      {"steps", step},
-      {"steps_this_run", run_steps},
-      {"resumed_from", t.resumed_from},
-      {"run_id", t.folder.run_id()},
-      {"on_nonfinite", o.on_nonfinite},
       {"dropout", o.dropout},
       {"train_sequences", t.corpus.train->size()},
-      {"init_s", clock.init_or_zero_s()},
-      {"train_s", train_s},
-      {"paused_s", clock.paused_s},
-      {"wall_s", clock.wall_s()},
       {"sequences_per_s", seq_s},
       {"sequences_per_s_per_rank", seq_s / world},
       {"tokens_per_s", tok_s},
@@ -221,22 +190,17 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"peak_flops_per_rank", t.peak.flops},
       {"peak_source", t.peak.source},
       {"mfu", mfu},
-      {"bench_warmup_steps", t.bench_warmup},
       {"last_interval_ms_per_step",
        {{"total", last.step_ms()}, {"data", last.data_ms / std::max<int64_t>(last.steps, 1)},
         {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}, {"overlap", last.overlap}}},
-      {"comm", {{"comm_ms_per_step", comm.comm_ms}, {"exposed_ms_per_step", comm.exposed_ms},
-                {"overlap", comm.overlap}, {"steps", comm.steps}}},
-      {"memory", {{"current_bytes", mem.current_bytes}, {"peak_bytes", mem.peak_bytes}}},
-      {"memory_ledger", t.memory.json()},
       {"baseline", {{"token", u.token}, {"token_text", t.corpus.baseline_text}, {"masked_token_accuracy", u.accuracy}, {"loss", u.loss}, {"masked", u.masked}}},
       {"final", {{"train_loss", last.loss}, {"grad_norm", last.grad_norm}}},  // grad_norm: before clipping, -1 without
-      {"validations", evals},
-      {"checkpoints_written", rec.checkpoints_written}};
+      {"validations", evals}};
+  j.update(trainer::shared_metrics(o, t, clock, rec, {step, run_steps, clock.init_or_zero_s(), train_s, clock.wall_s()},
+                                   dist::comm_for(t.dev).backend(), kTandemVersion));
+  j.update(trainer::comm_and_memory_metrics(comm, mem));
   if (!rec.evals.empty()) j["final"]["val"] = eval_json(rec.evals.back());
-  std::filesystem::path mp(o.metrics);
-  if (mp.has_parent_path()) std::filesystem::create_directories(mp.parent_path());
-  std::ofstream(o.metrics) << j.dump(2) << "\n";
+  trainer::write_json_file(o.metrics, j);
 }
 
 }  // namespace tandem::apps::encoder

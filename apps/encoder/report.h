@@ -66,7 +66,7 @@ void log_validation(Training& t, const EvalResult& e, int64_t samples, int64_t e
 struct RunRecord {
   Interval last;                    // the latest progress interval
   std::vector<EvalResult> evals;    // every validation, in order
-  int64_t checkpoints_written = 0;
+  int64_t checkpoints_written = 0;  // RunControl::saves() at the end
 };
 
 // After the last step (clock stopped): writes the --trace (all ranks take part), then on rank 0

@@ -18,12 +18,6 @@
 
 namespace tandem::apps::encoder {
 
-bool env_rank0() {
-  for (const char* v : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
-    if (const char* r = std::getenv(v)) return std::string(r) == "0";
-  return true;
-}
-
 const dist::World& init_world(const EncoderOptions& o) {
   dist::InitOptions io;
   io.use_gpu = o.device != "cpu";

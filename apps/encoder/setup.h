@@ -103,8 +103,6 @@ struct Training {
   std::unique_ptr<trainer::ModelEma> ema;
 };
 
-// Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK).
-bool env_rank0();
 // Starts MPI (and NCCL on GPUs) and checks that --device can be honoured.
 const dist::World& init_world(const EncoderOptions& o);
 // The model --model names for `vocab` tokens; init skipped when `resume` is non-empty.

@@ -170,9 +170,8 @@ EpochEnd train_epoch(Training& t, const TrainOptions& o, LoopState& s, RunClock&
     // The epoch's last step, or the invocation's, is saved by the caller's checkpoint: one file, not two.
     const bool epoch_ends = t.train->batches_left() == 0 || !steps_left(t, s);
     if (d.save && !epoch_ends) {
-      const Clock::time_point paused_at = clock.pause();  // paused time, as at epoch ends
-      if (s.control->save([&] { return save_checkpoint_now(t, o, s.pos); })) ++rec.checkpoints_written;
-      clock.resume(paused_at);
+      const trainer::RunClock::Paused paused(clock);  // paused time, as at epoch ends
+      s.control->save([&] { return save_checkpoint_now(t, o, s.pos); });
     }
     if (d.stop) {
       e.stopped = true;

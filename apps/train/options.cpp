@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
-#include "apps/trainer/run_flags.h"  // defines: add_run_flags, after_parse, check_run_options
+#include "apps/trainer/run_flags.h"  // defines: add_batch_flags, add_run_flags, after_parse, check_run_options
 #include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps {
@@ -45,12 +45,7 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)")->check(at_least_one);
   auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total")->check(at_least_one);
   ep->excludes(st);
-  app.add_option("--batch-size,--batch,-b", o.batch, "images per rank per micro-batch (the global batch is this x "
-                 "--grad-accum-steps x ranks)")->capture_default_str();
-  app.add_option("--grad-accum-steps,--gradient-accumulation-steps", o.grad_accum_steps,
-                 "micro-batches per optimizer step, their gradients summed before one update (all but the last "
-                 "backward without communication)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  trainer::add_batch_flags(app, o.batch, o.grad_accum_steps, "images", "");
   app.add_option("--run-epochs", o.run_epochs,
                  "stop after this many epochs in this run (the LR schedule still spans --epochs); resume later")
       ->check(CLI::NonNegativeNumber);

@@ -9,6 +9,7 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
+#include "apps/trainer/report_json.h"  // defines: mib, step_record_times, comm_and_memory_metrics, write_json_file
 #include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
 #include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats, conv_bias_relu_stats
 #include "core/ops/conv_bn/conv_bn.h" // defines: conv_bn_fusion_stats
@@ -22,11 +23,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string mib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.0f MiB", bytes / 1048576.0);
-  return b;
-}
+using trainer::mib;
 
 // The run's totals, shared by the done line and the summary.
 struct Totals {
@@ -110,40 +107,20 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
   const ops::GraphFusionStats relu_graph = ops::conv_bias_relu_stats(), conv_bn = ops::conv_bn_fusion_stats();
   return json{
       {"app", "train_imagenet"},
-      {"tandem_version", kTandemVersion},
-      {"model", o.model},
       {"parameters", t.model->num_parameters()},
-      {"world_size", world},
-      {"device", t.dev.str()},
-      {"backend", dist::comm_for(t.dev).backend()},
       {"data", o.synthetic ? "synthetic" : o.data},
       {"image_size", o.image_size},
-      {"batch_per_rank", o.batch},
-      {"global_batch", t.global_batch},
       {"base_lr", t.sched.base_lr},
       {"steps_per_epoch", t.steps_per_epoch},
-      {"steps", step},
-      {"steps_this_run", x.steps_this_run},
-      {"resumed_from", t.resumed_from},
-      {"run_id", t.folder.run_id()},
       {"epochs", t.epochs},
-      {"init_s", x.init_s},
-      {"train_s", x.train_s},
-      {"paused_s", clock.paused_s},
-      {"wall_s", x.wall_s},
       {"images_per_s", x.steady_ips},
       {"images_per_s_per_rank", x.steady_ips / world},
       {"images_per_s_whole_run", x.whole_run_ips},
-      {"bench_warmup_steps", t.bench_warmup},
       {"last_interval_ms_per_step",
        {{"total", last.step_ms()}, {"data", last.data_ms / std::max<int64_t>(last.steps, 1)},
         {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}, {"host", last.host_step_ms()}}},
-      {"comm", {{"comm_ms_per_step", x.comm.comm_ms}, {"exposed_ms_per_step", x.comm.exposed_ms},
-                {"overlap", x.comm.overlap}, {"steps", x.comm.steps}}},
       {"ddp", {{"bucket_mb", o.bucket_mb}, {"first_bucket_mb", o.first_bucket_mb}, {"overlap", !o.no_overlap},
                {"bucketing", !o.no_bucketing}, {"compress", o.compress}}},
-      {"memory", {{"current_bytes", x.mem.current_bytes}, {"peak_bytes", x.mem.peak_bytes}}},
-      {"memory_ledger", t.memory.json()},
       {"optimizer", {{"name", o.optimizer}, {"zero", o.zero}, {"clip_grad_norm", o.clip_grad_norm}}},
       // A validation that met non-finite logits has no accuracy: null, with the count beside it.
       {"final", {{"train_loss", last.loss}, {"train_top1", last.top1},
@@ -151,13 +128,11 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
                  {"val_top5", ev.failed() ? json(nullptr) : json(ev.top5)},
                  {"val_loss", ev.failed() ? json(nullptr) : json(ev.loss)}, {"val_images", ev.samples},
                  {"val_nonfinite_logits", ev.nonfinite}}},
-      {"checkpoints_written", rec.checkpoints_written},
       {"skipped_files", x.skipped_train + x.skipped_val},
       {"skipped_files_train", x.skipped_train},
       {"skipped_files_val", x.skipped_val},
       {"skipped_steps", rec.skipped_steps},
       {"bad_labels", rec.bad_labels},
-      {"amp", o.amp},
       {"bn_impl", t.dev.is_cuda() ? o.bn_impl : "cpu"},  // --bn-impl (the CPU has one BatchNorm)
       // --conv-bias-fusion, and how many biased GPU convs ran fused or fell back (core/ops/conv/conv.h)
       // (VGG/AlexNet's conv -> ReLU pairs run conv2d_bias_relu: its one-graph calls and fallbacks)
@@ -170,12 +145,6 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"conv_bn_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bn_fusion : "cpu"},
                           {"graph_calls", conv_bn.fused},
                           {"fallbacks", conv_bn.unfused}}},
-      {"loss_scale", t.step->loss_scale()},  // after the last step; 1 for bf16, 0 without AMP
-      // The last eager step's cast and GEMM launches (apps/trainer/step.h LaunchCounts; AMP goal: 0 casts, 0 f32 GEMMs)
-      {"launches_per_step", {{"casts", t.step->last_launches().casts}, {"cast_pairs", t.step->last_launches().cast_pairs},
-                             {"gemms", t.step->last_launches().gemms}, {"f32_gemms", t.step->last_launches().f32_gemms},
-                             {"misaligned_16bit_gemms", t.step->last_launches().misaligned_gemms}}},
-      {"on_nonfinite", o.on_nonfinite},
       {"cuda_graph", o.cuda_graph},
       {"cuda_graph_capture", graph_json(t)},
       {"compute_s_per_rank", x.stragglers.compute_s},
@@ -189,11 +158,6 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"buckets", x.buckets}};
 }
 
-void write_json(const std::string& file, const json& j) {
-  std::filesystem::path mp(file);
-  if (mp.has_parent_path()) std::filesystem::create_directories(mp.parent_path());
-  std::ofstream(file) << j.dump(2) << "\n";
-}
 
 }  // namespace
 
@@ -250,25 +214,21 @@ void print_start(const TrainOptions& o, const Training& t) {
 void start_records(const TrainOptions& o, Training& t) {
   t.log = trainer::start_run_records(o, t.folder, t.world->rank == 0);
   if (!t.log.enabled()) return;
-  t.log.write({{"event", "start"}, {"program", "train_imagenet"}, {"run_id", t.folder.run_id()},
-               {"world_size", t.world->size}, {"model", o.model}, {"unit", "images"}, {"start_step", t.start_at.step},
-               {"steps", t.total_steps}, {"global_batch", t.global_batch}, {"device", t.dev.str()},
-               {"config", {{"batch", o.batch}, {"grad_accum_steps", o.grad_accum_steps}, {"lr", t.sched.base_lr},
-                           {"epochs", t.epochs}, {"amp", o.amp}, {"optimizer", o.optimizer},
-                           {"lr_scheduler", o.lr_schedule}, {"zero", o.zero}, {"text", o.effective_config}}}});
+  t.log.write(trainer::start_record(o, t, "train_imagenet", "images", {{"epochs", t.epochs}}));
 }
 
 void log_step(Training& t, int64_t epoch, const trainer::Position& pos, const Interval& iv, const trainer::Eta& eta) {
   if (!t.log.enabled()) return;
   const MemoryStats m = memory_stats(t.dev);
   const auto opt = [](double v) { return v > 0 ? json(v) : json(nullptr); };
-  t.log.write({{"event", "step"}, {"step", pos.step}, {"epoch", epoch}, {"samples", pos.samples}, {"loss", iv.loss},
-               {"top1", iv.top1}, {"lr", t.step->lr()}, {"items_per_s", iv.images_per_s}, {"tokens_per_s", nullptr},
-               {"ms", {{"step", iv.step_ms()}, {"data", iv.data_ms / std::max<int64_t>(iv.steps, 1)},
-                       {"compute", iv.compute_ms()}, {"exposed_comm", iv.exposed_ms}, {"host", iv.host_step_ms()}}},
-               {"overlap", iv.overlap}, {"mem_mib", m.current_bytes / 1048576.0}, {"peak_mib", m.peak_bytes / 1048576.0},
-               {"loss_scale", opt(iv.loss_scale)}, {"grad_norm", nullptr}, {"skipped_steps", iv.skipped_steps},
-               {"elapsed_s", eta.elapsed_s}, {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}});
+  json r{{"event", "step"}, {"step", pos.step}, {"epoch", epoch}, {"samples", pos.samples}, {"loss", iv.loss},
+         {"top1", iv.top1}, {"lr", t.step->lr()}, {"items_per_s", iv.images_per_s}, {"tokens_per_s", nullptr},
+         {"loss_scale", opt(iv.loss_scale)}, {"grad_norm", nullptr}, {"skipped_steps", iv.skipped_steps},
+         {"elapsed_s", eta.elapsed_s}, {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}};
+  const trainer::StepTimes times{iv.step_ms(), iv.data_ms / std::max<int64_t>(iv.steps, 1), iv.compute_ms(),
+                                 iv.exposed_ms, iv.host_step_ms()};
+  r.update(trainer::step_record_times(times, iv.overlap, m));
+  t.log.write(r);
 }
 
 void log_validation(Training& t, const EpochRecord& e, int64_t samples) {
@@ -309,7 +269,12 @@ void report(const TrainOptions& o, Training& t, const trainer::RunClock& clock, 
                             {"val_top1", rec.last_eval.failed() || rec.last_eval.samples == 0 ? json(nullptr)
                                                                                               : json(rec.last_eval.top1)},
                             {"skipped_steps", rec.skipped_steps}}}});
-  if (!o.metrics.empty()) write_json(o.metrics, summary_json(o, t, clock, rec, step, x));
+  if (o.metrics.empty()) return;
+  json j = summary_json(o, t, clock, rec, step, x);
+  j.update(trainer::comm_and_memory_metrics(x.comm, x.mem));
+  j.update(trainer::shared_metrics(o, t, clock, rec, {step, x.steps_this_run, x.init_s, x.train_s, x.wall_s},
+                                   dist::comm_for(t.dev).backend(), kTandemVersion));
+  trainer::write_json_file(o.metrics, j);
 }
 
 }  // namespace tandem::apps

@@ -62,7 +62,7 @@ struct RunRecord {
   Interval last;          // the latest progress interval
   EvalResult last_eval;   // the latest validation (zeros when none ran)
   std::vector<EpochRecord> history;
-  int64_t checkpoints_written = 0;
+  int64_t checkpoints_written = 0;  // RunControl::saves() at the end
   int64_t skipped_steps = 0;  // steps whose update every rank skipped (non-finite loss or AMP gradient)
   int64_t bad_labels = 0;     // labels outside [0, classes) the CUDA loss clamped, all ranks (loop.cpp)
   double compute_s = 0;       // this rank's own compute time (apps/train/stragglers.h)

@@ -20,12 +20,6 @@
 
 namespace tandem::apps {
 
-bool env_rank0() {
-  for (const char* v : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
-    if (const char* r = std::getenv(v)) return std::string(r) == "0";
-  return true;
-}
-
 const dist::World& init_world(const TrainOptions& o) {
   dist::InitOptions io;
   io.use_gpu = o.device != "cpu";
@@ -73,7 +67,7 @@ Datasets make_datasets(const TrainOptions& o) {
   // val/ is labelled with train/'s list: a class val/ lacks leaves every other label where it was.
   if (fs::is_directory(fs::path(o.data) / "val"))
     d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), val_folder_options(o, d.classes));
-  else if (env_rank0())
+  else if (trainer::env_rank0())
     std::printf("note: %s has no val/ folder, so there will be no validation\n", o.data.c_str());
   return d;
 }
@@ -129,18 +123,17 @@ optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, const t
 namespace {
 // The training loader's settings; the validation loader starts from them.
 data::LoaderOptions train_loader_options(const TrainOptions& o, const dist::World& w) {
-  data::LoaderOptions lo;
   // A loader batch holds a whole optimizer step (--grad-accum-steps micro-batches, sliced in the
   // loop): the data order, epochs and positions in samples are those of one batch of that size.
-  lo.batch_size = o.batch * o.grad_accum_steps;
-  lo.num_workers = o.workers;
-  lo.seed = o.seed;
-  lo.rank = w.rank;
-  lo.world_size = w.size;
-  lo.device = w.device;
-  lo.resident = o.synthetic;
-  lo.strict = o.strict;
-  return lo;
+  // The rest keep LoaderOptions' defaults.
+  return {.batch_size = o.batch * o.grad_accum_steps,
+          .num_workers = o.workers,
+          .seed = o.seed,
+          .rank = w.rank,
+          .world_size = w.size,
+          .device = w.device,
+          .strict = o.strict,
+          .resident = o.synthetic};
 }
 }  // namespace
 

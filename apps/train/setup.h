@@ -35,8 +35,6 @@
 
 namespace tandem::apps {
 
-// Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK).
-bool env_rank0();
 
 struct Datasets {
   std::shared_ptr<const data::Dataset> train, val;  // val may be null (no validation); train null for --evaluate

@@ -61,6 +61,18 @@ struct RunClock {
   // interval running across them is shifted so its rate does not include them either.
   Clock::time_point pause() const { return Clock::now(); }
   void resume(Clock::time_point paused_at);
+  // pause() now, resume() at the end of the scope (however it is left: a preemption's return too).
+  class Paused {
+   public:
+    explicit Paused(RunClock& c) : clock_(c), at_(c.pause()) {}
+    ~Paused() { clock_.resume(at_); }
+    Paused(const Paused&) = delete;
+    Paused& operator=(const Paused&) = delete;
+
+   private:
+    RunClock& clock_;
+    Clock::time_point at_;
+  };
 
   void stop(Device dev);                 // the run's last step is done (syncs the device)
   double init_or_zero_s() const { return init_s < 0 ? 0.0 : init_s; }

@@ -150,6 +150,12 @@ bool RunControl::save(const std::function<bool()>& write) {
   return true;
 }
 
+int RunControl::exit_preempted(int64_t steps_done, bool saved, bool rank0) const {
+  if (rank0) std::printf("%s\n", stop_line(steps_done, saved).c_str());
+  std::fflush(stdout);
+  return kPreemptedExit;
+}
+
 std::string RunControl::stop_line(int64_t steps_done, bool saved) const {
   return "preempted: " + stop_why_ + "; stopped after step " + std::to_string(steps_done) +
          (saved ? " with the checkpoint above" : " without a checkpoint (no --checkpoint-dir: nothing to resume from)") +

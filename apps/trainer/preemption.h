@@ -95,12 +95,17 @@ class RunControl {
   // is then paused time on every rank), and the wall-time interval restarts. Returns what `write`
   // returned (the same on every rank).
   bool save(const std::function<bool()>& write);
+  // The checkpoints written through save() so far (the run's report counts them).
+  long long saves() const { return saves_; }
 
   // A stop was decided (true on every rank from that boundary on).
   bool stopping() const { return stopping_; }
   // The line rank 0 prints when it stops: "preempted: SIGTERM on 2 of 2 ranks after step 57; ..."
   // (`saved`: whether a checkpoint was written for it).
   std::string stop_line(int64_t steps_done, bool saved) const;
+  // After a stop's checkpoint: rank 0 prints stop_line (flushed, before the launcher ends the job);
+  // returns kPreemptedExit for main.
+  int exit_preempted(int64_t steps_done, bool saved, bool rank0) const;
 
  private:
   dist::Communicator& comm_;

@@ -3,6 +3,7 @@
 #include "apps/trainer/run_flags.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <map>
@@ -10,7 +11,9 @@
 #include "apps/trainer/cli.h"          // defines: write_config_file
 #include "apps/trainer/ema.h"          // defines: ema_refusal
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
+#include "apps/trainer/preemption.h"   // defines: install_stop_signals
 #include "apps/trainer/run_folder.h"   // defines: UsageError
+#include "apps/trainer/step.h"         // defines: Step
 #include "core/check.h"                // defines: TANDEM_CHECK
 #include "core/out_of_memory.h"        // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
@@ -77,6 +80,17 @@ void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help) {
       ->check(CLI::Range(0.0, 1.0))->needs(ema);
 }
 
+void add_batch_flags(CLI::App& app, int64_t& batch, int& grad_accum_steps, const std::string& items,
+                     const std::string& accum_note) {
+  app.add_option("--batch-size,--batch,-b", batch,
+                 items + " per rank per micro-batch (the global batch is this x --grad-accum-steps x ranks)")
+      ->capture_default_str();
+  app.add_option("--grad-accum-steps,--gradient-accumulation-steps", grad_accum_steps,
+                 "micro-batches per optimizer step, their gradients summed before one update (all but the last "
+                 "backward without communication" + accum_note + ")")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+}
+
 void after_parse(const CLI::App& app, RunOptions& o) { o.model_ema = app.count("--model-ema") > 0; }
 
 void check_run_options(const RunOptions& o, const StepOptions& step) {
@@ -101,15 +115,13 @@ void check_run_options(const RunOptions& o, const StepOptions& step) {
 }
 
 CheckpointDirOptions folder_options(const RunOptions& o, CheckpointNaming naming, const std::string& program) {
-  CheckpointDirOptions c;
-  c.dir = o.checkpoint_dir;
-  c.resume = o.resume;
-  c.run_id = o.run_id;
-  c.overwrite = o.overwrite_checkpoints;
-  c.keep = o.keep_checkpoints;
-  c.naming = naming;
-  c.program = program;
-  return c;
+  return {.dir = o.checkpoint_dir,
+          .resume = o.resume,
+          .run_id = o.run_id,
+          .overwrite = o.overwrite_checkpoints,
+          .keep = o.keep_checkpoints,
+          .naming = naming,
+          .program = program};  // use_flock: the default
 }
 
 std::string shared_flag_name(const std::string& option, const std::string& value) {
@@ -173,6 +185,32 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
   }
   if (dist::initialized()) dist::finalize();
   return rc;
+}
+
+bool env_rank0() {
+  for (const char* v : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
+    if (const char* r = std::getenv(v)) return std::string(r) == "0";
+  return true;
+}
+
+int trainer_main(const std::string& program, const std::function<int(bool print)>& parse,
+                 const std::function<void()>& validate, const int64_t& batch_per_rank, const std::function<int()>& run) {
+  install_stop_signals(program);
+  if (int rc = parse(env_rank0()); rc >= 0) return rc;
+  try {
+    validate();
+  } catch (const Error& e) {
+    if (env_rank0()) std::cerr << program << ": " << e.what() << "\nRun with --help for the options.\n";
+    return 2;
+  }
+  return run_main(program, batch_per_rank, run);
+}
+
+int finish_run(Step& step, RunClock& clock, Device dev, const std::function<void()>& report) {
+  step.finish();
+  clock.stop(dev);
+  report();
+  return 0;
 }
 
 }  // namespace tandem::trainer

@@ -19,12 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "apps/trainer/clock.h"         // defines: RunClock
+#include "apps/trainer/preemption.h"    // defines: RunControl
 #include "apps/trainer/run_folder.h"    // defines: RunFolder
 #include "apps/trainer/run_log.h"       // defines: RunLog
 #include "apps/trainer/step_options.h"  // defines: StepOptions
 #include "layers/checkpoint_dir.h"      // defines: CheckpointDirOptions, CheckpointNaming
 
 namespace tandem::trainer {
+
+class Step;  // apps/trainer/step.h (finish_run only calls it)
 
 struct RunOptions {
   // communication (PyTorch DDP's bucket_cap_mb and first bucket)
@@ -81,6 +85,12 @@ struct RunFlagHelp {
 // Registers the shared flags on `app`, bound to `o`'s fields.
 void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help);
 
+// --batch-size (aliases --batch and -b) and --grad-accum-steps, bound to the trainer's own fields
+// (their defaults differ): `items` says what a batch holds ("images", "sequences"), `accum_note`
+// adds the trainer's words to --grad-accum-steps' help ("" for none).
+void add_batch_flags(CLI::App& app, int64_t& batch, int& grad_accum_steps, const std::string& items,
+                     const std::string& accum_note);
+
 // After a successful parse: the fields a flag's presence sets (--model-ema without a value).
 void after_parse(const CLI::App& app, RunOptions& o);
 
@@ -112,5 +122,43 @@ RunLog start_run_records(const RunOptions& o, const RunFolder& folder, bool rank
 // the others may wait in a collective it will never join). An allocation failure gets the trainer's
 // batch flag named beside the library's advice. Finalizes the world on the agreed exits.
 int run_main(const std::string& program, int64_t batch_per_rank, const std::function<int()>& run);
+
+// Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK, Open MPI:
+// OMPI_COMM_WORLD_RANK); true when neither is set (a process started alone).
+bool env_rank0();
+
+// A trainer's whole main(), in this order: install_stop_signals(program) first, so that a signal
+// during start-up is acted on at the first step; `parse(print)` (rank 0 prints) ends the process
+// with its code when that is >= 0; `validate` refuses a combination by throwing an Error, which
+// rank 0 prints with a pointer to --help (exit 2); then run_main with the parsed batch
+// (`batch_per_rank` is read after the parse).
+int trainer_main(const std::string& program, const std::function<int(bool print)>& parse,
+                 const std::function<void()>& validate, const int64_t& batch_per_rank, const std::function<int()>& run);
+
+// The same for a trainer's Options (a RunOptions with its own `batch`) and its three functions:
+// parse_options(argc, argv, o, print), validate(o) and run(o).
+template <class Options, class Parse, class Validate, class Run>
+int trainer_main(const std::string& program, int argc, char** argv, Parse parse, Validate validate, Run run) {
+  Options o;
+  return trainer_main(
+      program, [&](bool print) { return parse(argc, argv, o, print); }, [&] { validate(o); }, o.batch,
+      [&] { return run(o); });
+}
+
+// The run's end after its last step: the last update's weights checked (a non-finite one stops
+// here, exit 3, not as "done"), the clock stopped (a device sync), then `report`. Returns 0, main's
+// status for a finished run.
+int finish_run(Step& step, RunClock& clock, Device dev, const std::function<void()>& report);
+
+// The same, with the trainer's run record (its checkpoints_written) counting the checkpoints
+// `control` wrote before `report` reads it.
+template <class Record>
+int finish_run(Step& step, RunClock& clock, Device dev, const RunControl& control, Record& rec,
+               const std::function<void()>& report) {
+  return finish_run(step, clock, dev, [&] {
+    rec.checkpoints_written = control.saves();
+    report();
+  });
+}
 
 }  // namespace tandem::trainer

@@ -4,45 +4,34 @@
 
 #include <cstdlib>
 
-#include "core/check.h"  // defines: TANDEM_CHECK, TANDEM_THROW
+#include "apps/trainer/name_table.h"  // defines: NameTable, from_name, name_of
+#include "core/check.h"               // defines: TANDEM_CHECK, TANDEM_THROW
 
 namespace tandem::trainer {
 
+namespace {
+constexpr NameTable<Strategy> kStrategies[] = {{Strategy::Ddp, "ddp"}, {Strategy::Zero1, "zero1"}, {Strategy::Zero2, "zero2"},
+                                               {Strategy::Zero3, "zero3"}, {Strategy::ParameterServer, "ps"}};
+// "off" is the flags' word (--amp off), "f32" the dtype's.
+constexpr NameTable<Precision> kPrecisions[] = {
+    {Precision::F32, "off"}, {Precision::F32, "f32"}, {Precision::BF16, "bf16"}, {Precision::F16, "fp16"}};
+}  // namespace
+
 Strategy strategy_from_name(const std::string& name) {
-  if (name == "ddp") return Strategy::Ddp;
-  if (name == "zero1") return Strategy::Zero1;
-  if (name == "zero2") return Strategy::Zero2;
-  if (name == "zero3") return Strategy::Zero3;
-  if (name == "ps") return Strategy::ParameterServer;
-  TANDEM_THROW("StepOptions::strategy '", name, "': use ddp, zero1, zero2, zero3 or ps");
+  const std::optional<Strategy> s = from_name(kStrategies, name);
+  TANDEM_CHECK(s, "StepOptions::strategy '", name, "': use ddp, zero1, zero2, zero3 or ps");
+  return *s;
 }
 
-const char* strategy_name(Strategy s) {
-  switch (s) {
-    case Strategy::Ddp: return "ddp";
-    case Strategy::Zero1: return "zero1";
-    case Strategy::Zero2: return "zero2";
-    case Strategy::Zero3: return "zero3";
-    case Strategy::ParameterServer: return "ps";
-  }
-  return "?";
-}
+const char* strategy_name(Strategy s) { return name_of(kStrategies, s); }
 
 Precision precision_from_name(const std::string& name) {
-  if (name == "off" || name == "f32") return Precision::F32;
-  if (name == "bf16") return Precision::BF16;
-  if (name == "fp16") return Precision::F16;
-  TANDEM_THROW("StepOptions::precision '", name, "': use off, bf16 or fp16");
+  const std::optional<Precision> p = from_name(kPrecisions, name);
+  TANDEM_CHECK(p, "StepOptions::precision '", name, "': use off, bf16 or fp16");
+  return *p;
 }
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::F32: return "off";
-    case Precision::BF16: return "bf16";
-    case Precision::F16: return "fp16";
-  }
-  return "?";
-}
+const char* precision_name(Precision p) { return name_of(kPrecisions, p); }
 
 namespace {
 const char* nonfinite_name(OnNonfinite p) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "apps/trainer/name_table.h"  // defines: NameTable, from_name, name_of
 #include "core/check.h"
 #include "dist/extras/parameter_server.h"  // assign_partitions: the servers' whole-tensor partitions
 
@@ -15,29 +16,19 @@ double StepProfile::total_bytes() const {
   return s;
 }
 
+namespace {
+constexpr trainer::NameTable<Strategy> kStrategies[] = {
+    {Strategy::Ddp, "ddp"},     {Strategy::DdpNoOverlap, "ddp_no_overlap"}, {Strategy::Zero1, "zero1"},
+    {Strategy::Zero2, "zero2"}, {Strategy::Zero3, "zero3"}, {Strategy::Tp, "tp"}, {Strategy::Ps, "ps"}};
+}  // namespace
+
 Strategy strategy_from_name(const std::string& name) {
-  if (name == "ddp") return Strategy::Ddp;
-  if (name == "ddp_no_overlap") return Strategy::DdpNoOverlap;
-  if (name == "zero1") return Strategy::Zero1;
-  if (name == "zero2") return Strategy::Zero2;
-  if (name == "zero3") return Strategy::Zero3;
-  if (name == "tp") return Strategy::Tp;
-  if (name == "ps") return Strategy::Ps;
-  TANDEM_THROW("unknown strategy '", name, "': use ddp, ddp_no_overlap, zero1, zero2, zero3, tp or ps");
+  const std::optional<Strategy> s = trainer::from_name(kStrategies, name);
+  TANDEM_CHECK(s, "unknown strategy '", name, "': use ddp, ddp_no_overlap, zero1, zero2, zero3, tp or ps");
+  return *s;
 }
 
-std::string strategy_name(Strategy s) {
-  switch (s) {
-    case Strategy::Ddp: return "ddp";
-    case Strategy::DdpNoOverlap: return "ddp_no_overlap";
-    case Strategy::Zero1: return "zero1";
-    case Strategy::Zero2: return "zero2";
-    case Strategy::Zero3: return "zero3";
-    case Strategy::Tp: return "tp";
-    case Strategy::Ps: return "ps";
-  }
-  return "?";
-}
+std::string strategy_name(Strategy s) { return trainer::name_of(kStrategies, s); }
 
 namespace {
 double transfer_ms(double bytes, const Network& net) { return bytes / (net.bandwidth_GBps * 1e9) * 1e3; }

@@ -15,10 +15,7 @@
 
 namespace tandem::models {
 
-struct AlexNetConfig {
-  int num_classes = 1000;
-  double dropout = 0.5;  // torchvision's default
-};
+using AlexNetConfig = ClassifierConfig;  // the head's settings are AlexNet's only ones
 
 class AlexNet : public FeaturesClassifier {
  public:

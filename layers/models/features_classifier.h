@@ -18,6 +18,12 @@
 
 namespace tandem::models {
 
+// The head's settings every such model takes (AlexNetConfig is this; VGGConfig adds its own).
+struct ClassifierConfig {
+  int num_classes = 1000;
+  double dropout = 0.5;  // torchvision's default
+};
+
 class FeaturesClassifier : public Module {
  public:
   // Checks for NHWC images [N, H, W, 3] and names the model (type_name()) when they are not.

@@ -29,7 +29,7 @@ const std::vector<std::pair<std::string, Builder>>& registry() {
       for (bool bn : {false, true}) {
         v.emplace_back("vgg" + std::to_string(depth) + (bn ? "_bn" : ""),
                        [depth, bn](int nc, uint64_t seed, const ModelOptions& o) {
-                         VGGConfig c{depth, bn, nc, o.dropout};
+                         VGGConfig c{{nc, o.dropout}, depth, bn};
                          return std::make_shared<VGG>(c, seed, o.init);
                        });
       }

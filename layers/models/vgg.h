@@ -15,11 +15,9 @@
 
 namespace tandem::models {
 
-struct VGGConfig {
-  int depth = 16;            // 11, 13, 16 or 19 (configurations A, B, D, E of the paper)
+struct VGGConfig : ClassifierConfig {
+  int depth = 16;  // 11, 13, 16 or 19 (configurations A, B, D, E of the paper)
   bool batch_norm = false;
-  int num_classes = 1000;
-  double dropout = 0.5;      // torchvision's default
 };
 
 class VGG : public FeaturesClassifier {

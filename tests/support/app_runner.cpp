@@ -42,6 +42,10 @@ AppRun run_app(const std::string& cmd) {
   return r;
 }
 
+AppRun run_app_on(int ranks, const std::string& binary_and_args) {
+  return run_app(ranks == 0 ? binary_and_args : "HYDRA_LAUNCHER=fork " + mpiexec(ranks) + binary_and_args);
+}
+
 std::string mpiexec(int ranks, const std::string& flags) {
   return "mpiexec " + flags + " -n " + std::to_string(ranks) + " -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 ";
 }
@@ -49,8 +53,13 @@ std::string mpiexec(int ranks, const std::string& flags) {
 void check_failed(const AppRun& r, double limit_s, std::initializer_list<std::string> says,
                   std::initializer_list<std::string> never) {
   INFO(r.output);
-  CHECK(r.status != 0);
   CHECK(r.seconds < limit_s);
+  check_failed(r, says, never);
+}
+
+void check_failed(const AppRun& r, std::initializer_list<std::string> says, std::initializer_list<std::string> never) {
+  INFO(r.output);
+  CHECK(r.status != 0);
   for (const std::string& s : says) CHECK(r.has(s));
   for (const std::string& s : never) CHECK(!r.has(s));
 }

@@ -30,6 +30,9 @@ struct AppRun {
 // Runs `cmd` through /bin/sh with stderr folded into stdout and waits for it.
 AppRun run_app(const std::string& cmd);
 
+// `ranks` 0: `binary_and_args` alone (an MPI singleton); else under HYDRA_LAUNCHER=fork mpiexec -n ranks.
+AppRun run_app_on(int ranks, const std::string& binary_and_args);
+
 // "mpiexec <flags> -n <ranks> -env OPENBLAS_NUM_THREADS 1 -env OMP_NUM_THREADS 1 ": one thread per
 // rank, so a multi-rank test does not oversubscribe the machine. The caller sets HYDRA_LAUNCHER.
 std::string mpiexec(int ranks, const std::string& flags = "");
@@ -38,6 +41,8 @@ std::string mpiexec(int ranks, const std::string& flags = "");
 // and none of `never`. On failure the output is shown.
 void check_failed(const AppRun& r, double limit_s, std::initializer_list<std::string> says,
                   std::initializer_list<std::string> never = {});
+// The same with no time limit: for a failure whose speed is not what the test is about.
+void check_failed(const AppRun& r, std::initializer_list<std::string> says, std::initializer_list<std::string> never = {});
 
 // `cmd` (a program and its flags) exits non-zero and prints `text`: how a bad flag must be refused.
 void check_refused(const std::string& cmd, const std::string& text);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/safetensors.h"
 
 namespace tandem::testing {
@@ -68,6 +70,18 @@ double check_close_checkpoints(const std::string& a, const std::string& b, doubl
   }
   MESSAGE("largest relative difference ", worst, " (", worst_name, ")");
   return worst;
+}
+
+void check_resumed_run(const AppRun& resumed, const std::string& a, const std::string& b, const std::string& checkpoint) {
+  INFO(resumed.output);
+  REQUIRE(resumed.status == 0);
+  check_identical_checkpoints(a + "/" + checkpoint, b + "/" + checkpoint);
+  const auto model_state = [](const std::string& dir) -> double {
+    return nlohmann::json::parse(slurp(dir + "/m.json"))["memory_ledger"]["measured_bytes"]["model_state"];
+  };
+  const double straight = model_state(a), after_resume = model_state(b);
+  MESSAGE("model state measured: straight ", straight, " B, resumed ", after_resume, " B");
+  CHECK(after_resume == doctest::Approx(straight).epsilon(0.02));
 }
 
 }  // namespace tandem::testing

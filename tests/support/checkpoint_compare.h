@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/app_runner.h"
+
 namespace tandem::testing {
 
 // The files at `a` and `b` hold the same tensors in the same order, with identical bytes, and the
@@ -21,5 +23,11 @@ void check_identical_checkpoints(const std::string& a, const std::string& b, boo
 // relative difference seen, and names the worst tensor in a MESSAGE.
 double check_close_checkpoints(const std::string& a, const std::string& b, double rel,
                                const std::vector<std::string>& skip = {});
+
+// A run resumed in folder `b` against the straight run in folder `a` (each ran with --metrics
+// <folder>/m.json): `resumed` succeeded, the two end in identical `checkpoint` files, and the memory
+// ledger after the resume measures the straight run's model state within 2% (a checkpoint's copies
+// freed after set-up, such as an EMA's, are not counted as held memory).
+void check_resumed_run(const AppRun& resumed, const std::string& a, const std::string& b, const std::string& checkpoint);
 
 }  // namespace tandem::testing

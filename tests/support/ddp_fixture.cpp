@@ -203,6 +203,13 @@ Tensor LayersNet::forward(const Tensor& x) {
   return (*fc)(ops::flatten(ops::relu(h)));
 }
 
+bool collectives_capturable(dist::Communicator& comm) {
+  const std::string backend = comm.backend();
+  if (backend == "nccl") return true;
+  MESSAGE("collectives go over ", backend, " here (ranks share a GPU): no CUDA graph to test");
+  return false;
+}
+
 bool same_bits(Module& a, Module& b) {
   std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
   if (pa.size() != pb.size()) return false;

@@ -95,6 +95,10 @@ bool same_state(const std::vector<std::pair<std::string, Tensor>>& a,
 // Every rank's parameters (or their gradients), bit for bit, equal rank 0's. Collective.
 bool bit_identical(dist::Communicator& comm, Module& m, bool grads = false);
 
+// Whether `comm`'s collectives can be captured in a CUDA graph: NCCL's can; when ranks share a GPU
+// they go over another backend, and this says so in a MESSAGE (the graph tests then have nothing to test).
+bool collectives_capturable(dist::Communicator& comm);
+
 struct Trained {
   std::shared_ptr<SmallCnn> model;  // the DDP replica (rank r started from seed 7 + 100 r)
   std::shared_ptr<SmallCnn> ref;    // one process, full batch, seed 7

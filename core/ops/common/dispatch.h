@@ -7,7 +7,11 @@
 // branch synchronises and checks for a fault after the call (core/check.h).
 // with_index_ptr(idx, f) calls f with a typed pointer to an i32/i64 index tensor (embedding indices,
 // class labels) on either backend.
+// with_element_type<F16, BF16, kHasF64>(dtype, f) calls f(T{}) with the element type of any dtype,
+// the backend naming its 16-bit types (the casts and fills of core/ops/copy on both backends).
 #pragma once
+#include <cstdint>
+
 #include "core/check.h"
 #include "core/tensor.h"
 
@@ -31,6 +35,23 @@ void with_index_ptr(const Tensor& idx, F&& f) {
     f(static_cast<const int64_t*>(idx.data_ptr()));
   else
     f(static_cast<const int32_t*>(idx.data_ptr()));
+}
+
+// f(T{}) with T the element type of `t`: F16 and BF16 are the backend's 16-bit types (Half and
+// BFloat16 on the CPU, __half and __nv_bfloat16 on CUDA). kHasF64 false: f64 is refused (CUDA has
+// no f64 kernels; f64 exists for the CPU gradient checks).
+template <typename F16, typename BF16, bool kHasF64, typename F>
+void with_element_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::F16: return f(F16{});
+    case DType::BF16: return f(BF16{});
+    case DType::I32: return f(int32_t{});
+    case DType::I64: return f(int64_t{});
+    case DType::F64:
+      if constexpr (kHasF64) return f(double{});
+      TANDEM_THROW("f64 is not supported on CUDA (it exists for CPU gradient checks)");
+  }
 }
 }  // namespace tandem::kernels
 

@@ -1,6 +1,8 @@
 // core/ops/copy/cpu.cpp: casts between every pair of dtypes, and fills, on the CPU.
 #include <cstdint>
+#include <utility>
 
+#include "core/ops/common/dispatch.h"
 #include "core/ops/copy/kernels.h"
 
 namespace tandem::kernels {
@@ -16,14 +18,7 @@ template <> BFloat16 narrow<BFloat16>(double v) { return BFloat16(static_cast<fl
 
 template <typename F>
 void by_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::F32: return f(float{});
-    case DType::F64: return f(double{});
-    case DType::F16: return f(Half{});
-    case DType::BF16: return f(BFloat16{});
-    case DType::I32: return f(int32_t{});
-    case DType::I64: return f(int64_t{});
-  }
+  with_element_type<Half, BFloat16, /*kHasF64=*/true>(t, std::forward<F>(f));
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // core/ops/copy/cuda.cu: casts between CUDA dtypes (f32, f16, bf16, i32, i64) and fills.
 #include <cstdint>
+#include <utility>
 
 #include "core/ops/common/cuda/dispatch.cuh"
+#include "core/ops/common/dispatch.h"
 #include "core/ops/copy/kernels.h"
 
 namespace tandem::kernels {
@@ -32,14 +34,7 @@ __global__ void fill_kernel(D* d, D v, long long n) {
 
 template <typename F>
 void by_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::F32: return f(float{});
-    case DType::F16: return f(__half{});
-    case DType::BF16: return f(__nv_bfloat16{});
-    case DType::I32: return f(int32_t{});
-    case DType::I64: return f(int64_t{});
-    case DType::F64: TANDEM_THROW("f64 is not supported on CUDA (it exists for CPU gradient checks)");
-  }
+  with_element_type<__half, __nv_bfloat16, /*kHasF64=*/false>(t, std::forward<F>(f));
 }
 
 }  // namespace

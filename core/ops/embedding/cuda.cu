@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "core/ops/common/cuda/dispatch.cuh"
+#include "core/ops/common/cuda/vector_access.cuh"
 #include "core/ops/common/dispatch.h"
 #include "core/ops/copy/kernels.h"
 #include "core/ops/embedding/kernels.h"
@@ -26,24 +27,29 @@ namespace {
 using cuda::from_float;
 using cuda::to_float;
 
-template <typename T, typename I>
-__global__ void gather_kernel(const I* ix, const T* table, long long k, long long d, T* out) {
-  long long n = k * d;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    long long row = i / d;
-    const long long r = (long long)ix[row];
-    out[i] = r < 0 ? from_float<T>(0.f) : table[r * d + (i - row * d)];  // < 0: another shard's row
+// Calls f(i, r, j) for every element i of the k x d looked-up rows (grid-stride): i's row holds
+// table row r = ix[i / d] (< 0: another shard's row), and i is its column j.
+template <typename I, typename F>
+__device__ void for_each_looked_up(const I* ix, long long k, long long d, F f) {
+  const long long n = k * d;
+  for (long long i = cuda::thread_index(); i < n; i += cuda::grid_stride()) {
+    const long long row = i / d;
+    f(i, (long long)ix[row], i - row * d);
   }
 }
 
 template <typename T, typename I>
+__global__ void gather_kernel(const I* ix, const T* table, long long k, long long d, T* out) {
+  for_each_looked_up(ix, k, d, [&](long long i, long long r, long long j) {
+    out[i] = r < 0 ? from_float<T>(0.f) : table[r * d + j];
+  });
+}
+
+template <typename T, typename I>
 __global__ void scatter_add_kernel(const I* ix, const T* dout, long long k, long long d, float* acc) {
-  long long n = k * d;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    long long row = i / d;
-    const long long r = (long long)ix[row];
-    if (r >= 0) atomicAdd(acc + r * d + (i - row * d), to_float(dout[i]));
-  }
+  for_each_looked_up(ix, k, d, [&](long long i, long long r, long long j) {
+    if (r >= 0) atomicAdd(acc + r * d + j, to_float(dout[i]));
+  });
 }
 
 }  // namespace
