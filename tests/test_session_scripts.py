@@ -202,6 +202,8 @@ class SessionSummary(unittest.TestCase):
                                                    "amp": "bf16", "final": {"train_loss": 6.9}})
             put("torch_resnet50_b256_bf16.json", {"images_per_s": 3979, "parameters": 25557032, "amp": "bf16"})
             put("torch_resnet50_b256_bf16_compile.json", {"images_per_s": 5605, "parameters": 25557032})
+            put("convbn_resnet50_b256_bf16_on.json", {"images_per_s": 5100, "batch_per_rank": 256,
+                                                      "conv_bn_fusion": {"setting": "on", "graph_calls": 106, "fallbacks": 0}})
             put("tandem_vgg16_b128_tf32.json", {"images_per_s": 1500, "batch_per_rank": 128, "parameters": 138357544,
                                                 "amp": "off", "final": {"train_loss": float("nan")}})
             os.makedirs(os.path.join(raw, "kernel_profile_bert_large_b64_s128"))
@@ -216,6 +218,8 @@ class SessionSummary(unittest.TestCase):
         self.assertIn("- MFU's peak: 989.4 TFLOP/s per rank (NVIDIA H100 80GB HBM3: H100 SXM5 dense bf16", md)
         self.assertIn("| resnet50_b256_bf16 | 4846.0 | 3979.0 | 5605.0 | 1.22 | 0.86 |", md)
         self.assertIn("warning (vgg16_b128_tf32): tandem's final loss is not finite", md)
+        # --conv-bn-fusion on beside the same run off (tandem_<tag>.json, whose metrics have no counts)
+        self.assertIn("| resnet50_b256_bf16 | off | 4846.0 | - | - |\n| resnet50_b256_bf16 | on | 5100.0 | 106 | 0 |", md)
         self.assertIn("## Kernel profile: encoder bert_large batch 64", md)
         enc = {e["config"]: e for e in s["encoder"]}
         self.assertAlmostEqual(enc["bert_large_b128_s128"]["tandem_mfu"], 121171 * fpt / 989.4e12)

@@ -332,6 +332,22 @@ if want train; then
     done
     [ "$smoke" = 1 ] && break  # one config is enough to rehearse the pipeline
   done
+  # --conv-bn-fusion (issue 18 item 3; off by default because no GPU has measured it): the first
+  # resnet50 config in each precision with the switch on, beside tandem_<tag> (the same run, off).
+  # The metrics JSON's conv_bn_fusion says how many graphs ran and how many fell back.
+  for c in "${cfgs[@]}"; do
+    [ "${c%%:*}" = resnet50 ] || continue
+    m=${c%%:*} b=${c##*:}
+    for amp in "${amps[@]}"; do
+      tag=${m}_b${b}_$([ "$amp" = off ] && echo tf32 || echo "$amp")
+      if ! have_gpu; then skip_step "convbn_${tag}_on" "no GPU: the conv-BN graphs are cuDNN's"; continue; fi
+      need "$bin/apps/train_imagenet" "convbn_${tag}_on" && \
+        run_step "convbn_${tag}_on" 240 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
+          "${dev_args[@]}" --model "$m" --batch "$b" --steps "$steps" --bench-warmup "$warm" --image-size "$image" \
+          --amp "$amp" --lr "$(lr_for "$m")" --log-every 20 --conv-bn-fusion on --metrics "$raw/convbn_${tag}_on.json"
+    done
+    break
+  done
   # What cuDNN autotuning would add on top of heuristics (tandem does not autotune): one config, f32.
   m=${cfgs[0]%%:*} b=${cfgs[0]##*:}
   peer_step "torch_${m}_b${b}_tf32_cudnnbench" 240 --device "$peer_dev" --model "$m" --batch "$b" --lr "$(lr_for "$m")" \

@@ -83,6 +83,20 @@ def cuda_graphs(raw):
     return rows
 
 
+def conv_bn_fusion(raw):
+    """train_imagenet --conv-bn-fusion on (convbn_<tag>_on.json) beside the same run off (tandem_<tag>.json)."""
+    rows = []
+    for f in sorted(glob.glob(os.path.join(raw, "convbn_*_on.json"))):
+        tag = os.path.basename(f)[len("convbn_"):-len("_on.json")]
+        for mode, t in (("off", load(os.path.join(raw, f"tandem_{tag}.json"))), ("on", load(f))):
+            if not t:
+                continue
+            cb = t.get("conv_bn_fusion") or {}
+            rows.append({"config": tag, "fusion": mode, "ips": t.get("images_per_s") or None,
+                         "graphs": cb.get("graph_calls"), "fallbacks": cb.get("fallbacks")})
+    return rows
+
+
 def ctest_counts(log):
     tests = {}
     for m in CTEST_LINE.finditer(read(log)):
@@ -253,6 +267,7 @@ def main():
          "ctest": {k: ctest_counts(os.path.join(a.raw, f"ctest_{k}.log")) for k in ("gpu", "rest")},
          "training": training(a.raw), "encoder": encoder(a.raw), "bench_ops": bench_ops(a.raw), "allreduce": allreduce(a.raw),
          "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json")), "cuda_graphs": cuda_graphs(a.raw),
+         "conv_bn_fusion": conv_bn_fusion(a.raw),
          "kernel_profiles": kernel_profiles(a.raw)}
     out = ["# tandem GPU session", ""]
     for k, v in s["machine"].items():
@@ -291,6 +306,11 @@ def main():
                 "| config | cuda graph | img/s | ms/step | host ms/step | graph nodes | capture ms |", "|---|---|---|---|---|---|---|"]
         out += [f"| {r['config']} | {r['graph']} | {fmt(r['ips'])} | {fmt(r['ms'], '.2f')} | {fmt(r['host_ms'], '.2f')} "
                 f"| {r['nodes'] if r['nodes'] is not None else '-'} | {fmt(r['capture_ms'], '.0f')} |" for r in s["cuda_graphs"]]
+    if s["conv_bn_fusion"]:
+        out += ["", "## Conv-BN fusion (train_imagenet --conv-bn-fusion on vs off; make it the default where it is faster)", "",
+                "| config | conv-BN fusion | img/s | graph calls | fallbacks |", "|---|---|---|---|---|"]
+        out += [f"| {r['config']} | {r['fusion']} | {fmt(r['ips'])} | {r['graphs'] if r['graphs'] is not None else '-'} "
+                f"| {r['fallbacks'] if r['fallbacks'] is not None else '-'} |" for r in s["conv_bn_fusion"]]
     t2 = s["train_np2_staged"]
     if t2:
         out.append(f"- 2 ranks, host-staged ({t2.get('backend')}, {t2.get('model')}): {fmt(t2.get('images_per_s'))} img/s, "
