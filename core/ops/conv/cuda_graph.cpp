@@ -5,7 +5,10 @@
 //   -> pointwise ADD with B [1, o, 1, 1] (the bias, broadcast per channel; skipped without a bias)
 //   -> pointwise RELU_FWD (lower clip 0) -> Y [n, o, oh, ow] in x's dtype, written once.
 // (2) conv2d_genstats (core/ops/conv_bn/conv_bn.h): conv_fprop -> Y (written), and genstats(Y) ->
-//     per-channel SUM and SQ_SUM (f32 [1, o, 1, 1]) from the same kernel's epilogue.
+//     per-channel SUM and SQ_SUM (f32 [1, o, 1, 1]) from the same kernel's epilogue; and
+//     conv2d_bn_relu_genstats, the same graph with the previous BN's prologue in front of the conv:
+//     X -> MUL SCALE -> ADD BIAS -> RELU_FWD (SCALE, BIAS f32 [1, c, 1, 1], virtual f32 results)
+//     -> conv_fprop, NVIDIA's scale-bias-relu-conv-genstats, so relu(bn(X)) is never written.
 // (3) bn_finalize: the frontend's bn_finalize node, from SUM, SQ_SUM, the BN weight and bias and the
 //     running stats (f32 [1, c, 1, 1]; eps, momentum and the count as graph constants) to the
 //     equivalent scale and bias, mean, inverse std and the next running stats.
@@ -65,8 +68,9 @@ enum Uid : int64_t {
   kX = 1, kW, kB, kY, kSum, kSqSum,                          // conv graphs
   kWeight, kBias, kRunMean, kRunVar,                           // bn_finalize inputs (and kSum, kSqSum)
   kEqScale, kEqBias, kMean, kInvStd, kNextMean, kNextVar,      // bn_finalize outputs
+  kPrologueScale, kPrologueBias,                               // the bn+ReLU prologue of conv + genstats
 };
-enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize };
+enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize, BnReluGenstats };
 
 struct Entry {
   std::shared_ptr<fe::graph::Graph> graph;  // null: refused for this problem
@@ -100,9 +104,32 @@ void per_channel_output(const TensorPtr& t, int64_t uid, int64_t c) {
   t->set_output(true);
 }
 
+// A per-channel [1, c, 1, 1] f32 input under `uid`.
+TensorPtr per_channel_input(fe::graph::Graph& graph, const char* name, int64_t uid, int64_t c) {
+  return graph.tensor(fe::graph::Tensor_attributes()
+                          .set_name(name)
+                          .set_uid(uid)
+                          .set_dim({1, c, 1, 1})
+                          .set_stride({c, 1, c, c})
+                          .set_data_type(fe::DataType_t::FLOAT));
+}
+
 // X, W -> conv_fprop with the problem's padding, stride and dilation; the output is virtual f32.
-TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g) {
-  auto X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+// With `prologue`, the conv reads relu(X * SCALE + BIAS) (SCALE, BIAS f32 per channel): three
+// pointwise nodes in front of the conv, which cuDNN's runtime fusion applies as it loads X.
+TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, bool prologue = false) {
+  TensorPtr X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+  if (prologue) {
+    auto pointwise = [&](TensorPtr a, TensorPtr b, const char* name, fe::PointwiseMode_t mode) {
+      auto attrs = fe::graph::Pointwise_attributes().set_name(name).set_mode(mode);
+      TensorPtr t = b ? graph.pointwise(a, b, attrs) : graph.pointwise(a, attrs.set_relu_lower_clip(0.f));
+      t->set_data_type(fe::DataType_t::FLOAT);
+      return t;
+    };
+    X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, g.c), "scale", fe::PointwiseMode_t::MUL);
+    X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, g.c), "bias", fe::PointwiseMode_t::ADD);
+    X = pointwise(X, nullptr, "relu", fe::PointwiseMode_t::RELU_FWD);
+  }
   auto W = graph.tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));  // OHWI is NHWC-shaped
   auto conv = graph.conv_fprop(X, W,
                                fe::graph::Conv_fprop_attributes()
@@ -239,16 +266,16 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
 #endif
 }
 
-bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
-                                        Tensor& sq_sum) {
-#if !TANDEM_CONV_GRAPH
-  (void)g, (void)x, (void)w, (void)y, (void)sum, (void)sq_sum;
-  return false;
-#else
+#if TANDEM_CONV_GRAPH
+namespace {
+// conv2d_genstats's graph, with the BN + ReLU prologue when scale is defined.
+bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, const Tensor* bias, const Tensor& w,
+                    Tensor& y, Tensor& sum, Tensor& sq_sum) {
   if (g.n == 0 || g.p.groups != 1) return false;  // (no rows: the reference writes the zero sums)
+  const bool prologue = scale != nullptr;
   auto describe = [&] {
     auto graph = new_graph(x.dtype());
-    auto Y = add_conv(*graph, g);
+    auto Y = add_conv(*graph, g, prologue);
     conv_output(Y, g, x.dtype());
     auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
     per_channel_output(SUM, kSum, g.o);
@@ -257,11 +284,42 @@ bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, cons
   };
   std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()},     {kW, w.data_ptr()},          {kY, y.data_ptr()},
                                           {kSum, sum.data_ptr()}, {kSqSum, sq_sum.data_ptr()}};
-  return run(conv_key(Kind::Genstats, g, 0), x.dtype(), describe, pack, [&](const std::string& why) {
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true))
+  if (prologue) pack.insert({{kPrologueScale, scale->data_ptr()}, {kPrologueBias, bias->data_ptr()}});
+  const Kind kind = prologue ? Kind::BnReluGenstats : Kind::Genstats;
+  return run(conv_key(kind, g, 0), x.dtype(), describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said[2] = {false, false};  // once per graph kind
+    if (said[prologue].exchange(true)) return;
+    if (prologue)
+      note_conv_fallback(g, x.dtype(), "BN + ReLU prologue + conv + genstats graph",
+                         "the BN + ReLU pass, the conv, then the statistics by tensor ops,", why.c_str());
+    else
       note_conv_fallback(g, x.dtype(), "conv + genstats graph", "conv, then the statistics by tensor ops,", why.c_str());
   });
+}
+}  // namespace
+#endif
+
+bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
+                                        Tensor& sq_sum) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)w, (void)y, (void)sum, (void)sq_sum;
+  return false;
+#else
+  return genstats_graph(g, x, nullptr, nullptr, w, y, sum, sq_sum);
+#endif
+}
+
+bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                                const Tensor& bias, const Tensor& w, Tensor& y, Tensor& sum,
+                                                Tensor& sq_sum) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)scale, (void)bias, (void)w, (void)y, (void)sum, (void)sq_sum;
+  return false;
+#else
+  // The graph describes SCALE and BIAS as f32 [C]: bn_finalize's terms for f32/f16/bf16 activations.
+  if (scale.dtype() != DType::F32 || bias.dtype() != DType::F32 || scale.numel() != g.c || bias.numel() != g.c)
+    return false;
+  return genstats_graph(g, x, &scale, &bias, w, y, sum, sq_sum);
 #endif
 }
 
@@ -274,14 +332,7 @@ bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out) {
   const int64_t c = in.sum.numel();
   auto describe = [&] {
     auto graph = new_graph(DType::F32);
-    auto channel = [&](const char* name, int64_t uid) {
-      return graph->tensor(fe::graph::Tensor_attributes()
-                               .set_name(name)
-                               .set_uid(uid)
-                               .set_dim({1, c, 1, 1})
-                               .set_stride({c, 1, c, c})
-                               .set_data_type(fe::DataType_t::FLOAT));
-    };
+    auto channel = [&](const char* name, int64_t uid) { return per_channel_input(*graph, name, uid, c); };
     auto SUM = channel("sum", kSum), SQ_SUM = channel("sq_sum", kSqSum);
     auto WEIGHT = channel("weight", kWeight), BIAS = channel("bias", kBias);
     auto RUN_MEAN = channel("running_mean", kRunMean), RUN_VAR = channel("running_var", kRunVar);

@@ -42,6 +42,11 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
 // y = conv(x, w) with y's per-channel sum and sum of squares (f32 [O]) from the conv's epilogue.
 bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
                                         Tensor& sq_sum);
+// The same with a prologue: y = conv(relu(x * scale + bias), w), scale and bias f32 [C] (the
+// previous BN's bn_finalize terms) applied as the conv loads x, which is all that is read of it.
+bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                                const Tensor& bias, const Tensor& w, Tensor& y, Tensor& sum,
+                                                Tensor& sq_sum);
 // BN's training-mode terms from the sums (all f32 [C]); the next running stats go to fresh tensors.
 struct BnFinalizeIn {
   const Tensor &sum, &sq_sum, &weight, &bias, &running_mean, &running_var;
