@@ -1,6 +1,8 @@
 // tests/gpu_conv_fusion.cpp: conv2d_bias_relu's cuDNN frontend graph (core/ops/conv/cuda_graph.cpp)
 // against the CPU reference relu(conv2d(x, w, b)), forward and backward, f32 (strict and TF32) and
-// bf16, at AlexNet's and VGG16's layer shapes; and that the graph, not the fallback, ran.
+// bf16, at AlexNet's and VGG16's layer shapes; and that the graph, not the fallback, ran. Likewise
+// the conv-BN fusion's graphs (conv2d_genstats, bn_finalize, and conv2d_bn_relu_genstats, the next
+// conv's BN + ReLU prologue) at ResNet-50's shapes.
 // Exits 77 (Skipped) without a GPU. Written in a session without a GPU: never run yet.
 //
 // The ReLU mask must not depend on rounding, or one flipped element would move dx and dw by a whole
@@ -14,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "core/backend.h"
@@ -272,4 +275,87 @@ TEST_CASE("conv2d_genstats -> bn_finalize -> batch_norm_apply on the GPU matches
                          pr.dtype, pr.tol()) == "");
     }
   });
+}
+
+namespace {
+// Two consecutive convs of a ResNet-50 bottleneck: the second's prologue applies the BN + ReLU of
+// the first's output (conv2d_bn_relu_genstats). Batch 2, spatial size cut for the CPU reference.
+struct ConvPair {
+  const char* name;
+  Layer first, second;  // second.c == first.o, second.hw == first's output size
+};
+const ConvPair kResnetPairs[] = {
+    {"1x1 -> 3x3 (64)", {"", 14, 64, 64, 1, 1, 0}, {"", 14, 64, 64, 3, 1, 1}},
+    {"3x3 -> 1x1 (64 -> 256)", {"", 14, 64, 64, 3, 1, 1}, {"", 14, 64, 256, 1, 1, 0}},
+    {"1x1 -> 3x3/2 (256 -> 128)", {"", 14, 256, 128, 1, 1, 0}, {"", 14, 128, 128, 3, 2, 1}},
+    {"3x3 -> 1x1 (512 -> 2048) at 7x7", {"", 7, 512, 512, 3, 1, 1}, {"", 7, 512, 2048, 1, 1, 0}},
+};
+// conv -> BN (statistics from the conv) -> ReLU in the next conv's prologue -> y2 and its sums.
+// Inputs: x, w1, BN weight, BN bias (f32 for every activation dtype, as BatchNorm2d keeps them), w2.
+ops::ConvGenstats prologue_chain(const ConvPair& pair, const std::vector<Tensor>& in) {
+  Tensor weight = ops::cast(in[2], DType::F32), bias = ops::cast(in[3], DType::F32), none;
+  ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], pair.first.p());
+  ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, none, none);
+  return ops::conv2d_bn_relu_genstats({cs.y, fin, weight, bias}, in[4], pair.second.p());
+}
+}  // namespace
+
+TEST_CASE("conv2d_bn_relu_genstats: the prologue graph matches the CPU reference, forward, backward, statistics; no fallback") {
+  REQUIRE(ops::conv_bn_fusion_stats().frontend);
+  const Device gpu = Device::cuda(0);
+  // BN weight 0.5 and bias +-3, as above: the prologue's ReLU mask has the bias's sign on both backends.
+  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [&](const Run& pr) {
+    for (const ConvPair& pair : kResnetPairs) {
+      CAPTURE(pair.name);
+      auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{prologue_chain(pair, in).y}; };
+      Generator gx(50);
+      std::vector<Tensor> in = {randn(pair.first.x(), gx), weights(pair.first.w(), 51), Tensor::full({pair.first.o}, 0.5),
+                                signed_bias(pair.first.o), weights(pair.second.w(), 52)};
+      CHECK(parity_check(y_only, in, pr.dtype, pr.tol()) == "");
+      // The statistics against the sums of the GPU's own y2, as in the genstats test.
+      std::vector<Tensor> on_gpu;
+      for (const Tensor& t : in) on_gpu.push_back((t.dim() == 1 ? t : t.to(pr.dtype)).to(gpu));
+      ops::ConvGenstats out = prologue_chain(pair, on_gpu);
+      Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
+      const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
+      CHECK(compare("sum", ops::sum_to_trailing(yc, {pair.second.o}), out.stats.sum, stol) == "");
+      CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {pair.second.o}), out.stats.sq_sum, stol) == "");
+    }
+  });
+}
+
+TEST_CASE("conv2d_bn_relu_genstats at ResNet-50's full ImageNet shapes builds its graphs, bf16, batch 8: no fallback") {
+  REQUIRE(ops::conv_bn_fusion_stats().frontend);
+  BackendScope scope(&BackendConfig::conv_bn_fusion, true);
+  const Device gpu = Device::cuda(0);
+  // Every (input size, channels, kernel, stride) of a prologue conv in ResNet-50 (conv2 and conv3
+  // of each stage; conv2 of the first block of stages 2-4 has stride 2).
+  struct Full {
+    int64_t hw, c, o, k;
+    int stride;
+  };
+  const Full kFull[] = {{56, 64, 64, 3, 1},   {56, 64, 256, 1, 1},   {56, 128, 128, 3, 2}, {28, 128, 128, 3, 1},
+                        {28, 128, 512, 1, 1}, {28, 256, 256, 3, 2},  {14, 256, 256, 3, 1}, {14, 256, 1024, 1, 1},
+                        {14, 512, 512, 3, 2}, {7, 512, 512, 3, 1},   {7, 512, 2048, 1, 1}};
+  const ops::ConvBnFusionStats before = ops::conv_bn_fusion_stats();
+  Generator g(60);
+  for (const Full& f : kFull) {
+    CAPTURE(f.hw);
+    CAPTURE(f.c);
+    CAPTURE(f.o);
+    CAPTURE(f.k);
+    CAPTURE(f.stride);
+    Tensor x = randn({8, f.hw, f.hw, f.c}, g).to(DType::BF16).to(gpu);
+    Tensor w = weights({f.o, f.k, f.k, f.c}, 61).to(DType::BF16).to(gpu);
+    ops::ChannelStats st = ops::conv2d_genstats(x, weights({f.c, 1, 1, f.c}, 62).to(DType::BF16).to(gpu),
+                                                conv_params(1, 0, 1, 1)).stats;
+    Tensor weight = Tensor::full({f.c}, 0.5).to(gpu), bias = signed_bias(f.c).to(gpu), none;
+    ops::BnFinalized fin = ops::bn_finalize(st, weight, bias, none, none);
+    ops::ConvGenstats out = ops::conv2d_bn_relu_genstats({x, fin, weight, bias}, w, conv_params(f.stride, f.k / 2, 1, 1));
+    const int64_t oh = (f.hw + 2 * (f.k / 2) - f.k) / f.stride + 1;
+    CHECK(out.y.shape() == Shape{8, oh, oh, f.o});
+  }
+  const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
+  CHECK(after.unfused - before.unfused == 0);
+  CHECK(after.fused - before.fused == 2 * static_cast<int64_t>(std::size(kFull)));  // genstats + prologue each
 }
