@@ -9,6 +9,10 @@
 //     conv2d_bn_relu_genstats, the same graph with the previous BN's prologue in front of the conv:
 //     X -> MUL SCALE -> ADD BIAS -> RELU_FWD (SCALE, BIAS f32 [1, c, 1, 1], virtual f32 results)
 //     -> conv_fprop, NVIDIA's scale-bias-relu-conv-genstats, so relu(bn(X)) is never written.
+// (4) that prologue's backward: conv_wgrad(DY, relu(X * SCALE + BIAS)) -> DW (the prologue in front
+//     of the wgrad), and conv_dgrad(DY, W) -> RELU_BWD against the recomputed pre-activation
+//     X * SCALE + BIAS -> DZ (the ReLU-masked gradient at the BN's affine output, in the io dtype),
+//     so the backward reads X twice and never makes relu(bn(X)).
 // (3) bn_finalize: the frontend's bn_finalize node, from SUM, SQ_SUM, the BN weight and bias and the
 //     running stats (f32 [1, c, 1, 1]; eps, momentum and the count as graph constants) to the
 //     equivalent scale and bias, mean, inverse std and the next running stats.
@@ -68,9 +72,10 @@ enum Uid : int64_t {
   kX = 1, kW, kB, kY, kSum, kSqSum,                          // conv graphs
   kWeight, kBias, kRunMean, kRunVar,                           // bn_finalize inputs (and kSum, kSqSum)
   kEqScale, kEqBias, kMean, kInvStd, kNextMean, kNextVar,      // bn_finalize outputs
-  kPrologueScale, kPrologueBias,                               // the bn+ReLU prologue of conv + genstats
+  kPrologueScale, kPrologueBias,                               // the BN + ReLU prologue (forward and backward)
+  kDy, kDw, kDz,                                               // the prologue's backward graphs
 };
-enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize, BnReluGenstats };
+enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize, BnReluGenstats, BnReluWgrad, BnReluDgradDrelu };
 
 struct Entry {
   std::shared_ptr<fe::graph::Graph> graph;  // null: refused for this problem
@@ -114,30 +119,38 @@ TensorPtr per_channel_input(fe::graph::Graph& graph, const char* name, int64_t u
                           .set_data_type(fe::DataType_t::FLOAT));
 }
 
+// X * SCALE + BIAS, then RELU_FWD when `relu` (SCALE, BIAS f32 [1, c, 1, 1]; virtual f32 results):
+// the previous BN's output (or, without the ReLU, its pre-activation) from its input X.
+TensorPtr add_bn_prologue(fe::graph::Graph& graph, TensorPtr X, int64_t c, bool relu) {
+  auto pointwise = [&](TensorPtr a, TensorPtr b, const char* name, fe::PointwiseMode_t mode) {
+    auto attrs = fe::graph::Pointwise_attributes().set_name(name).set_mode(mode);
+    TensorPtr t = b ? graph.pointwise(a, b, attrs) : graph.pointwise(a, attrs.set_relu_lower_clip(0.f));
+    t->set_data_type(fe::DataType_t::FLOAT);
+    return t;
+  };
+  X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, c), "scale", fe::PointwiseMode_t::MUL);
+  X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, c), "bias", fe::PointwiseMode_t::ADD);
+  return relu ? pointwise(X, nullptr, "relu", fe::PointwiseMode_t::RELU_FWD) : X;
+}
+
+// Sets a conv-family attribute set's padding, stride and dilation from the problem.
+template <class Attrs>
+Attrs conv_attrs(Attrs a, const char* name, const ConvGeom& g) {
+  return a.set_name(name)
+      .set_pre_padding({g.p.pad_h, g.p.pad_w})
+      .set_post_padding({g.p.pad_h, g.p.pad_w})
+      .set_stride({g.p.stride_h, g.p.stride_w})
+      .set_dilation({g.p.dilation_h, g.p.dilation_w});
+}
+
 // X, W -> conv_fprop with the problem's padding, stride and dilation; the output is virtual f32.
-// With `prologue`, the conv reads relu(X * SCALE + BIAS) (SCALE, BIAS f32 per channel): three
-// pointwise nodes in front of the conv, which cuDNN's runtime fusion applies as it loads X.
+// With `prologue`, the conv reads relu(X * SCALE + BIAS) (add_bn_prologue), which cuDNN's runtime
+// fusion applies as it loads X.
 TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, bool prologue = false) {
   TensorPtr X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
-  if (prologue) {
-    auto pointwise = [&](TensorPtr a, TensorPtr b, const char* name, fe::PointwiseMode_t mode) {
-      auto attrs = fe::graph::Pointwise_attributes().set_name(name).set_mode(mode);
-      TensorPtr t = b ? graph.pointwise(a, b, attrs) : graph.pointwise(a, attrs.set_relu_lower_clip(0.f));
-      t->set_data_type(fe::DataType_t::FLOAT);
-      return t;
-    };
-    X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, g.c), "scale", fe::PointwiseMode_t::MUL);
-    X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, g.c), "bias", fe::PointwiseMode_t::ADD);
-    X = pointwise(X, nullptr, "relu", fe::PointwiseMode_t::RELU_FWD);
-  }
+  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true);
   auto W = graph.tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));  // OHWI is NHWC-shaped
-  auto conv = graph.conv_fprop(X, W,
-                               fe::graph::Conv_fprop_attributes()
-                                   .set_name("conv")
-                                   .set_pre_padding({g.p.pad_h, g.p.pad_w})
-                                   .set_post_padding({g.p.pad_h, g.p.pad_w})
-                                   .set_stride({g.p.stride_h, g.p.stride_w})
-                                   .set_dilation({g.p.dilation_h, g.p.dilation_w}));
+  auto conv = graph.conv_fprop(X, W, conv_attrs(fe::graph::Conv_fprop_attributes(), "conv", g));
   conv->set_data_type(fe::DataType_t::FLOAT);
   return conv;
 }
@@ -320,6 +333,73 @@ bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor&
   if (scale.dtype() != DType::F32 || bias.dtype() != DType::F32 || scale.numel() != g.c || bias.numel() != g.c)
     return false;
   return genstats_graph(g, x, &scale, &bias, w, y, sum, sq_sum);
+#endif
+}
+
+bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                               const Tensor& bias, const Tensor& dy, Tensor& dw) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)scale, (void)bias, (void)dy, (void)dw;
+  return false;
+#else
+  if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
+  auto describe = [&] {
+    auto graph = new_graph(x.dtype());
+    TensorPtr A = add_bn_prologue(*graph, graph->tensor(nhwc("x", kX, g.n, g.h, g.w, g.c)), g.c, /*relu=*/true);
+    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+    auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
+    DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
+    DW->set_data_type(fe_type(x.dtype())).set_output(true);
+    return graph;
+  };
+  std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()},
+                                          {kPrologueScale, scale.data_ptr()},
+                                          {kPrologueBias, bias.data_ptr()},
+                                          {kDy, dy.data_ptr()},
+                                          {kDw, dw.data_ptr()}};
+  return run(conv_key(Kind::BnReluWgrad, g, 0), x.dtype(), describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      note_conv_fallback(g, x.dtype(), "BN + ReLU prologue + wgrad graph", "the BN + ReLU pass, then wgrad,", why.c_str());
+  });
+#endif
+}
+
+bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
+                                           const Tensor& scale, const Tensor& bias, Tensor& dz) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)dy, (void)w, (void)x, (void)scale, (void)bias, (void)dz;
+  return false;
+#else
+  if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
+  auto describe = [&] {
+    auto graph = new_graph(dy.dtype());
+    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+    auto W = graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));
+    auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+    DA->set_data_type(fe::DataType_t::FLOAT);
+    // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
+    TensorPtr P = add_bn_prologue(*graph, graph->tensor(nhwc("x", kX, g.n, g.h, g.w, g.c)), g.c, /*relu=*/false);
+    auto DZ = graph->pointwise(DA, P, fe::graph::Pointwise_attributes()
+                                          .set_name("drelu")
+                                          .set_mode(fe::PointwiseMode_t::RELU_BWD)
+                                          .set_relu_lower_clip(0.f));
+    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
+    return graph;
+  };
+  std::unordered_map<int64_t, void*> pack{{kDy, dy.data_ptr()},
+                                          {kW, w.data_ptr()},
+                                          {kX, x.data_ptr()},
+                                          {kPrologueScale, scale.data_ptr()},
+                                          {kPrologueBias, bias.data_ptr()},
+                                          {kDz, dz.data_ptr()}};
+  return run(conv_key(Kind::BnReluDgradDrelu, g, 0), dy.dtype(), describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      note_conv_fallback(g, dy.dtype(), "dgrad + ReLU-mask graph", "dgrad, the BN + ReLU pass, then the mask,",
+                         why.c_str());
+  });
 #endif
 }
 

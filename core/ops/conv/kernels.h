@@ -47,6 +47,12 @@ bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, cons
 bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
                                                 const Tensor& bias, const Tensor& w, Tensor& y, Tensor& sum,
                                                 Tensor& sq_sum);
+// Its backward: dw = wgrad(relu(x * scale + bias), dy), the prologue applied as the wgrad loads x;
+// and dz = dgrad(dy, w) masked where x * scale + bias <= 0 (the ReLU's backward), in dy's dtype.
+bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                               const Tensor& bias, const Tensor& dy, Tensor& dw);
+bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
+                                           const Tensor& scale, const Tensor& bias, Tensor& dz);
 // BN's training-mode terms from the sums (all f32 [C]); the next running stats go to fresh tensors.
 struct BnFinalizeIn {
   const Tensor &sum, &sq_sum, &weight, &bias, &running_mean, &running_var;

@@ -142,16 +142,17 @@ struct ApplyGrads {
   Tensor dy, dweight, dbias;
 };
 // batch_norm_apply's backward (the formulas in conv_bn.h) from da, the gradient at its output a
-// (kept or recomputed: the ReLU mask reads it). dy only when `gy`.
+// (kept or recomputed: the ReLU mask reads it), or, with `masked`, from dz = da * [a > 0] already
+// (a is then not read). dy only when `gy`.
 ApplyGrads apply_backward(const Tensor& da_in, const Tensor& y, const Tensor& a, const BnFinalized& fin,
-                          const Tensor& weight, bool relu, bool gy) {
+                          const Tensor& weight, bool relu, bool gy, bool masked = false) {
   autograd::NoGradGuard no_grad;
   const DType sd = fin.scale.dtype();
   const int64_t c = y.size(-1);
   Tensor da = cast(da_in, sd);
   ApplyGrads r;
   Tensor dz = da;
-  if (relu) {  // the mask and d bias in one pass (fused_bias's column reduction)
+  if (relu && !masked) {  // the mask and d bias in one pass (fused_bias's column reduction)
     dz = Tensor::empty(da.shape(), sd, da.device());
     r.dbias = Tensor::empty({c}, sd, da.device());
     Tensor av = cast(a, sd);
@@ -240,18 +241,44 @@ ConvGenstats conv2d_bn_relu_genstats(const BnReluInput& in, const Tensor& w, con
                     gw](std::vector<Tensor>& g) {
                      autograd::NoGradGuard no_grad;
                      const Tensor& dy = g[0];
-                     Tensor a = apply_affine(x, fin, /*relu=*/true);  // the prologue again
+                     Tensor a;  // the prologue's output, recomputed only where a graph below is refused
+                     auto prologue = [&]() -> const Tensor& {
+                       if (!a.defined()) a = apply_affine(x, fin, /*relu=*/true);
+                       return a;
+                     };
+                     [[maybe_unused]] const bool graphs = dy.is_cuda();  // (this node exists only when on)
                      Tensor dw;
                      if (gw) {
                        dw = Tensor::empty(w.shape(), dy.dtype(), dy.device());
-                       TANDEM_BACKEND(dy, kernels::conv2d_backward_filter_cpu(geom, a, dy, dw),
-                                      kernels::conv2d_backward_filter_cuda(geom, a, dy, dw));
+                       bool done = false;
+#ifdef TANDEM_WITH_CUDA
+                       if (graphs) {
+                         TANDEM_BACKEND(dy, (void)0,
+                                        done = kernels::conv2d_backward_filter_bn_relu_graph_cuda(geom, x, fin.scale,
+                                                                                                  fin.bias, dy, dw));
+                         count(done);
+                       }
+#endif
+                       if (!done)
+                         TANDEM_BACKEND(dy, kernels::conv2d_backward_filter_cpu(geom, prologue(), dy, dw),
+                                        kernels::conv2d_backward_filter_cuda(geom, prologue(), dy, dw));
                      }
                      if (!gx && !gwt && !gb) return std::vector<Tensor>{Tensor(), Tensor(), Tensor(), dw};
-                     Tensor da = Tensor::empty(a.shape(), dy.dtype(), dy.device());
-                     TANDEM_BACKEND(dy, kernels::conv2d_backward_data_cpu(geom, dy, w, da),
-                                    kernels::conv2d_backward_data_cuda(geom, dy, w, da));
-                     ApplyGrads r = apply_backward(da, x, a, fin, weight, /*relu=*/true, gx);
+                     Tensor dz = Tensor::empty(x.shape(), dy.dtype(), dy.device());
+                     bool masked = false;  // dz = dgrad * [x * scale + bias > 0] from one graph
+#ifdef TANDEM_WITH_CUDA
+                     if (graphs) {
+                       TANDEM_BACKEND(dy, (void)0,
+                                      masked = kernels::conv2d_backward_data_drelu_graph_cuda(geom, dy, w, x, fin.scale,
+                                                                                              fin.bias, dz));
+                       count(masked);
+                     }
+#endif
+                     if (!masked)
+                       TANDEM_BACKEND(dy, kernels::conv2d_backward_data_cpu(geom, dy, w, dz),
+                                      kernels::conv2d_backward_data_cuda(geom, dy, w, dz));
+                     ApplyGrads r = apply_backward(dz, x, masked ? Tensor() : prologue(), fin, weight, /*relu=*/true,
+                                                   gx, masked);
                      return std::vector<Tensor>{r.dy, gwt ? r.dweight : Tensor(), gb ? r.dbias : Tensor(), dw};
                    });
   return out;

@@ -38,20 +38,25 @@
 // the plain conv and the sums by tensor ops, which is also the CPU reference.
 // conv2d_bn_relu_genstats: off, it IS the composition (two nodes; batch_norm_apply keeps its input
 // and its output for the backward). On, on either device, it is one autograd node that keeps only
-// in.x: its forward is the graph on the GPU (the reference's prologue as a temporary, then the
-// plain conv, where refused or on the CPU), and its backward recomputes a = relu(x * scale + bias)
-// (one pass over x), then the conv's wgrad(a, dy) and dgrad(dy, w), then batch_norm_apply's
-// backward from that dgrad: the composition's kernels in the composition's order, so on the CPU
-// its values and gradients equal the composition's bit for bit (tests/test_conv_bn.cpp), and the
-// CPU with the switch on runs the very node the GPU runs.
+// in.x. Forward: the graph on the GPU; where refused, or on the CPU, the reference's prologue as a
+// temporary, then the plain conv. Backward: dw = wgrad(a, dy) with a = relu(x * scale + bias), and
+// dz = dgrad(dy, w) * [x * scale + bias > 0], then batch_norm_apply's backward from dz. On the GPU
+// each of the two is one graph (the prologue in front of the wgrad; dgrad -> RELU_BWD against the
+// recomputed pre-activation), so a is never made; where one is refused, or on the CPU, a is
+// recomputed (one pass over x) and the plain wgrad / dgrad and the mask pass run: the composition's
+// kernels in the composition's order, so on the CPU the node's values and gradients equal the
+// composition's bit for bit (tests/test_conv_bn.cpp), and the CPU with the switch on runs the very
+// node (and the same fallbacks) the GPU runs. conv_bn_fusion_stats counts the backward graphs too.
 // Wiring: ResNet's blocks in training mode with the switch on (layers/models/resnet.cpp):
 // conv1 -> conv2d_genstats; every later conv of the block (the tail's included) -> bn_finalize of
 // the previous BN (BatchNorm2d::relu_prologue) -> conv2d_bn_relu_genstats; the tail BN keeps
 // forward_add_relu (its consumer is the shortcut add, not a conv; the tail conv's statistics go
 // unused). The stem keeps conv2d_genstats -> bn_finalize -> batch_norm_apply (a maxpool follows).
-// Not built yet (the rest of item 3): the backward graphs (dgrad + drelu + the BN backward's
-// reductions, i.e. cuDNN's dgrad_drelu_bnbwd_weight / dbn patterns, and wgrad with the prologue):
-// today the backward recomputes the prologue with tensor ops and runs the plain dgrad and wgrad.
+// Not built yet (the rest of item 3): the BN backward's reductions inside the dgrad graph (cuDNN's
+// dbn_weight node: d weight = sum dz xhat, d bias = sum dz and the coefficients of dx = c1 dz + c2 x
+// + c3, MLPerf's dgrad_drelu_bnbwd_weight), and dx's pass folded into the previous conv's dgrad:
+// today those are tensor ops over dz and x (batch_norm_apply's backward, a few passes). The stem
+// (maxpool after the BN) and the block tails (BN + add + ReLU from statistics) keep their passes.
 // Measure before turning the switch on.
 // Never run on a GPU yet: tests/gpu_conv_fusion.cpp pins the graph paths to this reference.
 #pragma once
