@@ -146,15 +146,17 @@ inline void conv_bn_relu_part(const Timing& t, nlohmann::json& rows, int64_t bat
       }
       auto fused = [&] {
         ops::ConvGenstats cs = ops::conv2d_genstats(x, w[0], p[0]);
-        for (int i = 0; i < 2; ++i)
-          cs = ops::conv2d_bn_relu_genstats(
-              {cs.y, ops::bn_finalize(cs.stats, gamma[i], beta[i], rm[i], rv[i]), gamma[i], beta[i]}, w[i + 1], p[i + 1]);
+        for (int i = 0; i < 2; ++i) {
+          ops::BnFinalized fin = ops::bn_finalize(cs.stats, gamma[i], beta[i], rm[i], rv[i]);
+          cs = ops::conv2d_bn_relu_genstats({cs.y, fin, gamma[i], beta[i]}, w[i + 1], p[i + 1]);
+        }
         return cs.y;
       };
       auto unfused = [&] {
         Tensor h = x;
         for (int i = 0; i < 2; ++i)
-          h = ops::batch_norm_relu(ops::conv2d(h, w[i], Tensor(), p[i]), gamma[i], beta[i], rm[i], rv[i], true, 0.1, 1e-5);
+          h = ops::batch_norm_relu(ops::conv2d(h, w[i], Tensor(), p[i]), gamma[i], beta[i], rm[i], rv[i], true, 0.1,
+                                   1e-5);
         return ops::conv2d(h, w[2], Tensor(), p[2]);
       };
       fused_vs_unfused(t, rows, "gpu_conv_bn_prologue", st.name, dt, batch,

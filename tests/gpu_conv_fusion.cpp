@@ -198,27 +198,37 @@ std::string compare(const char* what, const Tensor& ref, const Tensor& got, Tole
   return testing::compare_values(what, ref.to(Device::cpu()).to(DType::F32).to_vector(),
                                  got.to(Device::cpu()).to(DType::F32).to_vector(), tol);
 }
+
+// body(run, item) for every run (for_each_run: the conv-BN switch on, its counters checked) and
+// every item of `items` (CAPTURE'd by its name).
+template <class Items, class F>
+void for_each_conv_bn_case(const Items& items, F body) {
+  REQUIRE_MESSAGE(ops::conv_bn_fusion_stats().frontend, "this build has no cuDNN frontend: pass "
+                                                       "-DCUDNN_FRONTEND_INCLUDE_DIR so the conv-BN graphs exist");
+  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [&](const Run& pr) {
+    for (const auto& item : items) {
+      CAPTURE(item.name);
+      body(pr, item);
+    }
+  });
+}
 }  // namespace
 
 TEST_CASE("conv2d_genstats: the conv + genstats graph's y, gradients and statistics match the CPU; no fallback") {
-  REQUIRE(ops::conv_bn_fusion_stats().frontend);
   const Device gpu = Device::cuda(0);
-  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [&](const Run& pr) {
-    for (const Layer& l : kResnetLayers) {
-      CAPTURE(l.name);
-      Generator gx(20);
-      auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::conv2d_genstats(in[0], in[1], l.p()).y}; };
-      CHECK(parity_check(y_only, {randn(l.x(), gx), weights(l.w(), 21)}, pr.dtype, pr.tol()) == "");
-      // The statistics: against the sums of the GPU's own y (so only the sums' arithmetic is
-      // compared), in f32: 2e-3 relative + 1e-2 absolute for sums of ~400-1600 terms of size ~0.3
-      // whose order differs (and, for bf16, which the epilogue may take before y's rounding).
-      Tensor x = randn(l.x(), gx).to(pr.dtype).to(gpu), w = weights(l.w(), 22).to(pr.dtype).to(gpu);
-      ops::ConvGenstats out = ops::conv2d_genstats(x, w, l.p());
-      Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
-      const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
-      CHECK(compare("sum", ops::sum_to_trailing(yc, {l.o}), out.stats.sum, stol) == "");
-      CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {l.o}), out.stats.sq_sum, stol) == "");
-    }
+  for_each_conv_bn_case(kResnetLayers, [&](const Run& pr, const Layer& l) {
+    Generator gx(20);
+    auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::conv2d_genstats(in[0], in[1], l.p()).y}; };
+    CHECK(parity_check(y_only, {randn(l.x(), gx), weights(l.w(), 21)}, pr.dtype, pr.tol()) == "");
+    // The statistics: against the sums of the GPU's own y (so only the sums' arithmetic is
+    // compared), in f32: 2e-3 relative + 1e-2 absolute for sums of ~400-1600 terms of size ~0.3
+    // whose order differs (and, for bf16, which the epilogue may take before y's rounding).
+    Tensor x = randn(l.x(), gx).to(pr.dtype).to(gpu), w = weights(l.w(), 22).to(pr.dtype).to(gpu);
+    ops::ConvGenstats out = ops::conv2d_genstats(x, w, l.p());
+    Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
+    const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
+    CHECK(compare("sum", ops::sum_to_trailing(yc, {l.o}), out.stats.sum, stol) == "");
+    CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {l.o}), out.stats.sq_sum, stol) == "");
   });
 }
 
@@ -256,24 +266,21 @@ TEST_CASE("bn_finalize: the graph's scale, bias, mean, inv_std and running stati
 }
 
 TEST_CASE("conv2d_genstats -> bn_finalize -> batch_norm_apply on the GPU matches the CPU chain, forward and backward") {
-  REQUIRE(ops::conv_bn_fusion_stats().frontend);
   // BN bias +-3 and weight 0.5: |xhat * 0.5| < 3 always (xhat is a normalised value), so the ReLU
   // mask has the bias's sign on both backends, as in the conv + bias + ReLU test above. The running
   // stats are not tracked here, so bn_finalize takes its tensor ops: the counters see genstats only.
-  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [](const Run& pr) {
-    for (const Layer& l : {kResnetLayers[1], kResnetLayers[2]}) {
-      CAPTURE(l.name);
-      auto chain = [&](const std::vector<Tensor>& in) {
-        // The BN parameters stay f32 for every activation dtype, as BatchNorm2d keeps them.
-        Tensor weight = ops::cast(in[2], DType::F32), bias = ops::cast(in[3], DType::F32), none;
-        ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], l.p());
-        ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, none, none);
-        return std::vector<Tensor>{ops::batch_norm_apply(cs.y, fin, weight, bias, true)};
-      };
-      Generator gx(40);
-      CHECK(parity_check(chain, {randn(l.x(), gx), weights(l.w(), 41), Tensor::full({l.o}, 0.5), signed_bias(l.o)},
-                         pr.dtype, pr.tol()) == "");
-    }
+  const Layer layers[] = {kResnetLayers[1], kResnetLayers[2]};
+  for_each_conv_bn_case(layers, [](const Run& pr, const Layer& l) {
+    auto chain = [&](const std::vector<Tensor>& in) {
+      // The BN parameters stay f32 for every activation dtype, as BatchNorm2d keeps them.
+      Tensor weight = ops::cast(in[2], DType::F32), bias = ops::cast(in[3], DType::F32), none;
+      ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], l.p());
+      ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, none, none);
+      return std::vector<Tensor>{ops::batch_norm_apply(cs.y, fin, weight, bias, true)};
+    };
+    Generator gx(40);
+    CHECK(parity_check(chain, {randn(l.x(), gx), weights(l.w(), 41), Tensor::full({l.o}, 0.5), signed_bias(l.o)},
+                       pr.dtype, pr.tol()) == "");
   });
 }
 
@@ -300,27 +307,25 @@ ops::ConvGenstats prologue_chain(const ConvPair& pair, const std::vector<Tensor>
 }
 }  // namespace
 
-TEST_CASE("conv2d_bn_relu_genstats: the prologue graph matches the CPU reference, forward, backward, statistics; no fallback") {
-  REQUIRE(ops::conv_bn_fusion_stats().frontend);
+TEST_CASE("conv2d_bn_relu_genstats: the prologue graphs match the CPU, forward, backward, statistics; no fallback") {
+  // Forward (the prologue + conv + genstats graph) and backward (the wgrad and dgrad + ReLU-mask
+  // graphs): parity_check's gradients. BN weight 0.5 and bias +-3, as above: the prologue's ReLU
+  // mask has the bias's sign on both backends.
   const Device gpu = Device::cuda(0);
-  // BN weight 0.5 and bias +-3, as above: the prologue's ReLU mask has the bias's sign on both backends.
-  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [&](const Run& pr) {
-    for (const ConvPair& pair : kResnetPairs) {
-      CAPTURE(pair.name);
-      auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{prologue_chain(pair, in).y}; };
-      Generator gx(50);
-      std::vector<Tensor> in = {randn(pair.first.x(), gx), weights(pair.first.w(), 51), Tensor::full({pair.first.o}, 0.5),
-                                signed_bias(pair.first.o), weights(pair.second.w(), 52)};
-      CHECK(parity_check(y_only, in, pr.dtype, pr.tol()) == "");
-      // The statistics against the sums of the GPU's own y2, as in the genstats test.
-      std::vector<Tensor> on_gpu;
-      for (const Tensor& t : in) on_gpu.push_back((t.dim() == 1 ? t : t.to(pr.dtype)).to(gpu));
-      ops::ConvGenstats out = prologue_chain(pair, on_gpu);
-      Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
-      const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
-      CHECK(compare("sum", ops::sum_to_trailing(yc, {pair.second.o}), out.stats.sum, stol) == "");
-      CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {pair.second.o}), out.stats.sq_sum, stol) == "");
-    }
+  for_each_conv_bn_case(kResnetPairs, [&](const Run& pr, const ConvPair& pair) {
+    auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{prologue_chain(pair, in).y}; };
+    Generator gx(50);
+    std::vector<Tensor> in = {randn(pair.first.x(), gx), weights(pair.first.w(), 51), Tensor::full({pair.first.o}, 0.5),
+                              signed_bias(pair.first.o), weights(pair.second.w(), 52)};
+    CHECK(parity_check(y_only, in, pr.dtype, pr.tol()) == "");
+    // The statistics against the sums of the GPU's own y2, as in the genstats test.
+    std::vector<Tensor> on_gpu;
+    for (const Tensor& t : in) on_gpu.push_back((t.dim() == 1 ? t : t.to(pr.dtype)).to(gpu));
+    ops::ConvGenstats out = prologue_chain(pair, on_gpu);
+    Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
+    const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
+    CHECK(compare("sum", ops::sum_to_trailing(yc, {pair.second.o}), out.stats.sum, stol) == "");
+    CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {pair.second.o}), out.stats.sq_sum, stol) == "");
   });
 }
 
@@ -351,7 +356,8 @@ TEST_CASE("conv2d_bn_relu_genstats at ResNet-50's full ImageNet shapes builds it
                                                 conv_params(1, 0, 1, 1)).stats;
     Tensor weight = Tensor::full({f.c}, 0.5).to(gpu), bias = signed_bias(f.c).to(gpu), none;
     ops::BnFinalized fin = ops::bn_finalize(st, weight, bias, none, none);
-    ops::ConvGenstats out = ops::conv2d_bn_relu_genstats({x, fin, weight, bias}, w, conv_params(f.stride, f.k / 2, 1, 1));
+    const ops::Conv2dParams p = conv_params(f.stride, static_cast<int>(f.k / 2), 1, 1);
+    ops::ConvGenstats out = ops::conv2d_bn_relu_genstats({x, fin, weight, bias}, w, p);
     const int64_t oh = (f.hw + 2 * (f.k / 2) - f.k) / f.stride + 1;
     CHECK(out.y.shape() == Shape{8, oh, oh, f.o});
   }

@@ -148,7 +148,7 @@ Attrs conv_attrs(Attrs a, const char* name, const ConvGeom& g) {
 // fusion applies as it loads X.
 TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, bool prologue = false) {
   TensorPtr X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
-  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true);
+  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true);  // (X, the BN's input, is all that is read)
   auto W = graph.tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));  // OHWI is NHWC-shaped
   auto conv = graph.conv_fprop(X, W, conv_attrs(fe::graph::Conv_fprop_attributes(), "conv", g));
   conv->set_data_type(fe::DataType_t::FLOAT);
@@ -306,7 +306,8 @@ bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, con
       note_conv_fallback(g, x.dtype(), "BN + ReLU prologue + conv + genstats graph",
                          "the BN + ReLU pass, the conv, then the statistics by tensor ops,", why.c_str());
     else
-      note_conv_fallback(g, x.dtype(), "conv + genstats graph", "conv, then the statistics by tensor ops,", why.c_str());
+      note_conv_fallback(g, x.dtype(), "conv + genstats graph", "conv, then the statistics by tensor ops,",
+                         why.c_str());
   });
 }
 }  // namespace
@@ -336,32 +337,47 @@ bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor&
 #endif
 }
 
+#if TANDEM_CONV_GRAPH
+namespace {
+// Runs one of the prologue's backward graphs: `pack` holds its own tensors, this adds X, SCALE,
+// BIAS and DY; the first refusal of each kind is noted once.
+bool prologue_backward(Kind kind, const ConvGeom& g, const Tensor& x, const Tensor& scale, const Tensor& bias,
+                       const Tensor& dy, std::unordered_map<int64_t, void*> pack,
+                       const std::function<std::shared_ptr<fe::graph::Graph>()>& describe, const char* graph,
+                       const char* instead) {
+  if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
+  pack.insert({{kX, x.data_ptr()}, {kPrologueScale, scale.data_ptr()}, {kPrologueBias, bias.data_ptr()},
+               {kDy, dy.data_ptr()}});
+  static std::atomic<bool> said[2] = {false, false};
+  std::atomic<bool>& once = said[kind == Kind::BnReluWgrad ? 0 : 1];
+  return run(conv_key(kind, g, 0), dy.dtype(), describe, std::move(pack), [&](const std::string& why) {
+    if (!once.exchange(true)) note_conv_fallback(g, dy.dtype(), graph, instead, why.c_str());
+  });
+}
+// X as the graph's input, [n, h, w, c].
+TensorPtr input_x(fe::graph::Graph& graph, const ConvGeom& g) {
+  return graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+}
+}  // namespace
+#endif
+
 bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
                                                const Tensor& bias, const Tensor& dy, Tensor& dw) {
 #if !TANDEM_CONV_GRAPH
   (void)g, (void)x, (void)scale, (void)bias, (void)dy, (void)dw;
   return false;
 #else
-  if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
   auto describe = [&] {
     auto graph = new_graph(x.dtype());
-    TensorPtr A = add_bn_prologue(*graph, graph->tensor(nhwc("x", kX, g.n, g.h, g.w, g.c)), g.c, /*relu=*/true);
+    TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true);
     auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
     auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
     DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
     DW->set_data_type(fe_type(x.dtype())).set_output(true);
     return graph;
   };
-  std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()},
-                                          {kPrologueScale, scale.data_ptr()},
-                                          {kPrologueBias, bias.data_ptr()},
-                                          {kDy, dy.data_ptr()},
-                                          {kDw, dw.data_ptr()}};
-  return run(conv_key(Kind::BnReluWgrad, g, 0), x.dtype(), describe, pack, [&](const std::string& why) {
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true))
-      note_conv_fallback(g, x.dtype(), "BN + ReLU prologue + wgrad graph", "the BN + ReLU pass, then wgrad,", why.c_str());
-  });
+  return prologue_backward(Kind::BnReluWgrad, g, x, scale, bias, dy, {{kDw, dw.data_ptr()}}, describe,
+                           "BN + ReLU prologue + wgrad graph", "the BN + ReLU pass, then wgrad,");
 #endif
 }
 
@@ -371,7 +387,6 @@ bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, 
   (void)g, (void)dy, (void)w, (void)x, (void)scale, (void)bias, (void)dz;
   return false;
 #else
-  if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
   auto describe = [&] {
     auto graph = new_graph(dy.dtype());
     auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
@@ -379,27 +394,15 @@ bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, 
     auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
     DA->set_data_type(fe::DataType_t::FLOAT);
     // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
-    TensorPtr P = add_bn_prologue(*graph, graph->tensor(nhwc("x", kX, g.n, g.h, g.w, g.c)), g.c, /*relu=*/false);
-    auto DZ = graph->pointwise(DA, P, fe::graph::Pointwise_attributes()
-                                          .set_name("drelu")
-                                          .set_mode(fe::PointwiseMode_t::RELU_BWD)
-                                          .set_relu_lower_clip(0.f));
+    TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false);
+    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
     DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
     DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
     return graph;
   };
-  std::unordered_map<int64_t, void*> pack{{kDy, dy.data_ptr()},
-                                          {kW, w.data_ptr()},
-                                          {kX, x.data_ptr()},
-                                          {kPrologueScale, scale.data_ptr()},
-                                          {kPrologueBias, bias.data_ptr()},
-                                          {kDz, dz.data_ptr()}};
-  return run(conv_key(Kind::BnReluDgradDrelu, g, 0), dy.dtype(), describe, pack, [&](const std::string& why) {
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true))
-      note_conv_fallback(g, dy.dtype(), "dgrad + ReLU-mask graph", "dgrad, the BN + ReLU pass, then the mask,",
-                         why.c_str());
-  });
+  return prologue_backward(Kind::BnReluDgradDrelu, g, x, scale, bias, dy, {{kW, w.data_ptr()}, {kDz, dz.data_ptr()}},
+                           describe, "dgrad + ReLU-mask graph", "dgrad, the BN + ReLU pass, then the mask,");
 #endif
 }
 

@@ -203,7 +203,8 @@ ConvGenstats conv2d_bn_relu_genstats(const BnReluInput& in, const Tensor& w, con
     return conv2d_genstats(batch_norm_apply(x, in.fin, in.weight, in.bias, /*relu=*/true), w, p);
 
   // One node: the prologue's output a = relu(x * scale + bias) is never kept (on the GPU never
-  // written); the backward recomputes it for the mask and the filter gradient.
+  // written); the backward's graphs apply the prologue again as they load x, or, where refused and
+  // on the CPU, the backward recomputes a for the mask and the filter gradient.
   ConvGenstats out;
   kernels::ConvGeom geom;
   bool graph = false;
