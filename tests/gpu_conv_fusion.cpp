@@ -308,8 +308,9 @@ ops::ConvGenstats prologue_chain(const ConvPair& pair, const std::vector<Tensor>
 }  // namespace
 
 TEST_CASE("conv2d_bn_relu_genstats: the prologue graphs match the CPU, forward, backward, statistics; no fallback") {
-  // Forward (the prologue + conv + genstats graph) and backward (the wgrad and dgrad + ReLU-mask
-  // graphs): parity_check's gradients. BN weight 0.5 and bias +-3, as above: the prologue's ReLU
+  // Forward (the prologue + conv + genstats graph) and backward (the wgrad graph, and the dgrad +
+  // ReLU-mask graph, with dbn_weight's BN-backward reductions in bf16): parity_check's gradients;
+  // for_each_run's counters require that none of them fell back in bf16 or TF32. BN weight 0.5 and bias +-3, as above: the prologue's ReLU
   // mask has the bias's sign on both backends.
   const Device gpu = Device::cuda(0);
   for_each_conv_bn_case(kResnetPairs, [&](const Run& pr, const ConvPair& pair) {

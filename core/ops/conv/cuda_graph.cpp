@@ -12,7 +12,10 @@
 // (4) that prologue's backward: conv_wgrad(DY, relu(X * SCALE + BIAS)) -> DW (the prologue in front
 //     of the wgrad), and conv_dgrad(DY, W) -> RELU_BWD against the recomputed pre-activation
 //     X * SCALE + BIAS -> DZ (the ReLU-masked gradient at the BN's affine output, in the io dtype),
-//     so the backward reads X twice and never makes relu(bn(X)).
+//     so the backward reads X twice and never makes relu(bn(X)). For 16-bit data, first the same
+//     dgrad + RELU_BWD graph in BN's form followed by dbn_weight (MLPerf's dgrad_drelu_bnbwd_weight):
+//     the BN weight and bias gradients and the coefficients of dx = EQ_SCALE_DY dz + EQ_SCALE_X x +
+//     EQ_BIAS from the dgrad's epilogue.
 // (3) bn_finalize: the frontend's bn_finalize node, from SUM, SQ_SUM, the BN weight and bias and the
 //     running stats (f32 [1, c, 1, 1]; eps, momentum and the count as graph constants) to the
 //     equivalent scale and bias, mean, inverse std and the next running stats.
@@ -74,8 +77,10 @@ enum Uid : int64_t {
   kEqScale, kEqBias, kMean, kInvStd, kNextMean, kNextVar,      // bn_finalize outputs
   kPrologueScale, kPrologueBias,                               // the BN + ReLU prologue (forward and backward)
   kDy, kDw, kDz,                                               // the prologue's backward graphs
-};
-enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize, BnReluGenstats, BnReluWgrad, BnReluDgradDrelu };
+  kDweight, kDbias, kEqScaleDy, kEqScaleX, kEqShift,           // dbn_weight's outputs (and kMean, kInvStd,
+};                                                             // kWeight, kBias as its inputs)
+enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize, BnReluGenstats, BnReluWgrad, BnReluDgradDrelu,
+                            BnReluDgradDreluDbn };
 
 struct Entry {
   std::shared_ptr<fe::graph::Graph> graph;  // null: refused for this problem
@@ -403,6 +408,63 @@ bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, 
   };
   return prologue_backward(Kind::BnReluDgradDrelu, g, x, scale, bias, dy, {{kW, w.data_ptr()}, {kDz, dz.data_ptr()}},
                            describe, "dgrad + ReLU-mask graph", "dgrad, the BN + ReLU pass, then the mask,");
+#endif
+}
+
+bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
+                                               const BnBackwardIn& bn, Tensor& dz, const BnBackwardOut& out) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)dy, (void)w, (void)x, (void)bn, (void)dz, (void)out;
+  return false;
+#else
+  if (g.n == 0 || g.p.groups != 1 || dy.dtype() == DType::F32) return false;  // (16-bit engines only)
+  for (const Tensor* t : {&bn.mean, &bn.inv_std, &bn.weight, &bn.bias})
+    if (t->dtype() != DType::F32) return false;
+  auto describe = [&] {
+    auto graph = new_graph(dy.dtype());
+    auto DA = graph->conv_dgrad(graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o)),
+                                graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c)),
+                                conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+    DA->set_data_type(fe::DataType_t::FLOAT);
+    // The pre-activation in BN's own form, ((X - MEAN) * INV_STD) * WEIGHT + BIAS: the pattern
+    // cuDNN's DgradDreluBNBwdWeight engines match (NVIDIA's sample builds it so, cuDNN >= 9.8,
+    // Ampere/Hopper); equal to X * scale + bias up to rounding.
+    TensorPtr X = input_x(*graph, g), MEAN = per_channel_input(*graph, "mean", kMean, g.c);
+    TensorPtr INV_STD = per_channel_input(*graph, "inv_std", kInvStd, g.c);
+    TensorPtr WEIGHT = per_channel_input(*graph, "weight", kWeight, g.c);
+    TensorPtr P = X;
+    const std::pair<TensorPtr, fe::PointwiseMode_t> chain[] = {{MEAN, fe::PointwiseMode_t::SUB},
+                                                               {INV_STD, fe::PointwiseMode_t::MUL},
+                                                               {WEIGHT, fe::PointwiseMode_t::MUL},
+                                                               {per_channel_input(*graph, "bias", kBias, g.c),
+                                                                fe::PointwiseMode_t::ADD}};
+    for (const auto& [operand, mode] : chain) {
+      P = graph->pointwise(P, operand, fe::graph::Pointwise_attributes().set_mode(mode));
+      P->set_data_type(fe::DataType_t::FLOAT);
+    }
+    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
+    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
+    auto [DWEIGHT, DBIAS, EQ_DY, EQ_X, EQ_BIAS] =
+        graph->dbn_weight(DZ, X, MEAN, INV_STD, WEIGHT, fe::graph::DBN_weight_attributes().set_name("dbn_weight"));
+    const std::pair<TensorPtr, int64_t> outs[] = {
+        {DWEIGHT, kDweight}, {DBIAS, kDbias}, {EQ_DY, kEqScaleDy}, {EQ_X, kEqScaleX}, {EQ_BIAS, kEqShift}};
+    for (const auto& [t, uid] : outs) per_channel_output(t, uid, g.c);
+    return graph;
+  };
+  std::unordered_map<int64_t, void*> pack{
+      {kDy, dy.data_ptr()},          {kW, w.data_ptr()},           {kX, x.data_ptr()},
+      {kMean, bn.mean.data_ptr()},   {kInvStd, bn.inv_std.data_ptr()}, {kWeight, bn.weight.data_ptr()},
+      {kBias, bn.bias.data_ptr()},   {kDz, dz.data_ptr()},         {kDweight, out.dweight.data_ptr()},
+      {kDbias, out.dbias.data_ptr()}, {kEqScaleDy, out.eq_scale_dy.data_ptr()},
+      {kEqScaleX, out.eq_scale_x.data_ptr()}, {kEqShift, out.eq_bias.data_ptr()}};
+  return run(conv_key(Kind::BnReluDgradDreluDbn, g, 0), dy.dtype(), describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      note_conv_fallback(g, dy.dtype(), "dgrad + ReLU-mask + BN-backward-weight graph",
+                         "the dgrad + ReLU-mask graph, then BN's backward reductions by tensor ops,", why.c_str());
+  });
 #endif
 }
 

@@ -238,8 +238,8 @@ ConvGenstats conv2d_bn_relu_genstats(const BnReluInput& in, const Tensor& w, con
              gb = in.bias.defined() && in.bias.requires_grad(), gw = w.requires_grad();
   autograd::record("BnReluConv2dGenstatsBackward", {x, in.weight, in.bias, w}, out.y,
                    [geom, x = x.detach(), w = w.detach(), fin = in.fin,
-                    weight = in.weight.defined() ? in.weight.detach() : Tensor(), gx, gwt, gb,
-                    gw](std::vector<Tensor>& g) {
+                    weight = in.weight.defined() ? in.weight.detach() : Tensor(),
+                    bias = in.bias.defined() ? in.bias.detach() : Tensor(), gx, gwt, gb, gw](std::vector<Tensor>& g) {
                      autograd::NoGradGuard no_grad;
                      const Tensor& dy = g[0];
                      Tensor a;  // the prologue's output, recomputed only where a graph below is refused
@@ -268,6 +268,26 @@ ConvGenstats conv2d_bn_relu_genstats(const BnReluInput& in, const Tensor& w, con
                      Tensor dz = Tensor::empty(x.shape(), dy.dtype(), dy.device());
                      bool masked = false;  // dz = dgrad * [x * scale + bias > 0] from one graph
 #ifdef TANDEM_WITH_CUDA
+                     if (graphs && dy.dtype() != DType::F32 && weight.defined() && bias.defined()) {
+                       // 16-bit: dz and the BN backward's reductions from one graph; dx in one pass.
+                       auto channel = [&] { return Tensor::empty(fin.mean.shape(), DType::F32, dy.device()); };
+                       Tensor dweight = channel(), dbias = channel(), eq_dy = channel(), eq_x = channel(),
+                              eq_bias = channel();
+                       bool reduced = false;
+                       TANDEM_BACKEND(dy, (void)0,
+                                      reduced = kernels::conv2d_backward_data_drelu_dbn_graph_cuda(
+                                          geom, dy, w, x, {fin.mean, fin.inv_std, weight, bias}, dz,
+                                          {dweight, dbias, eq_dy, eq_x, eq_bias}));
+                       count(reduced);
+                       if (reduced) {
+                         Tensor dx;  // eq_dy dz + eq_x x + eq_bias, per channel
+                         if (gx) {
+                           Tensor t = add(mul(cast(dz, DType::F32), eq_dy), mul(cast(x, DType::F32), eq_x));
+                           dx = cast(add(t, eq_bias), x.dtype());
+                         }
+                         return std::vector<Tensor>{dx, gwt ? dweight : Tensor(), gb ? dbias : Tensor(), dw};
+                       }
+                     }
                      if (graphs) {
                        TANDEM_BACKEND(dy, (void)0,
                                       masked = kernels::conv2d_backward_data_drelu_graph_cuda(geom, dy, w, x, fin.scale,

@@ -46,18 +46,20 @@
 // recomputed (one pass over x) and the plain wgrad / dgrad and the mask pass run: the composition's
 // kernels in the composition's order, so on the CPU the node's values and gradients equal the
 // composition's bit for bit (tests/test_conv_bn.cpp), and the CPU with the switch on runs the very
-// node (and the same fallbacks) the GPU runs. conv_bn_fusion_stats counts the backward graphs too.
+// node (and the same fallbacks) the GPU runs. For f16/bf16 the dgrad graph first tries cuDNN's
+// dbn_weight node too (MLPerf's dgrad_drelu_bnbwd_weight): d weight, d bias and the coefficients
+// of dx = c1 dz + c2 x + c3 come out of the dgrad's epilogue, and dx is one pass; where refused,
+// the dgrad + ReLU-mask graph and batch_norm_apply's backward reductions by tensor ops.
+// conv_bn_fusion_stats counts the backward graphs too (a refused dbn_weight graph as a fallback).
 // Wiring: ResNet's blocks in training mode with the switch on (layers/models/resnet.cpp):
 // conv1 -> conv2d_genstats; every later conv of the block (the tail's included) -> bn_finalize of
 // the previous BN (BatchNorm2d::relu_prologue) -> conv2d_bn_relu_genstats; the tail BN keeps
 // forward_add_relu (its consumer is the shortcut add, not a conv; the tail conv's statistics go
 // unused). The stem keeps conv2d_genstats -> bn_finalize -> batch_norm_apply (a maxpool follows).
-// Not built yet (the rest of item 3): the BN backward's reductions inside the dgrad graph (cuDNN's
-// dbn_weight node: d weight = sum dz xhat, d bias = sum dz and the coefficients of dx = c1 dz + c2 x
-// + c3, MLPerf's dgrad_drelu_bnbwd_weight), and dx's pass folded into the previous conv's dgrad:
-// today those are tensor ops over dz and x (batch_norm_apply's backward, a few passes). The stem
-// (maxpool after the BN) and the block tails (BN + add + ReLU from statistics) keep their passes.
-// Measure before turning the switch on.
+// Not built yet (the rest of item 3): dx's pass (c1 dz + c2 x + c3) folded into the previous
+// conv's wgrad/dgrad (MLPerf's dconv with a pointwise prologue on dy), and the dbn_weight graph for
+// f32 (its engines are for 16-bit data); the stem (maxpool after the BN) and the block tails (BN +
+// add + ReLU from statistics) keep their passes. Measure before turning the switch on.
 // Never run on a GPU yet: tests/gpu_conv_fusion.cpp pins the graph paths to this reference.
 #pragma once
 #include <cstdint>
