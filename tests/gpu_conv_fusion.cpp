@@ -310,8 +310,8 @@ ops::ConvGenstats prologue_chain(const ConvPair& pair, const std::vector<Tensor>
 TEST_CASE("conv2d_bn_relu_genstats: the prologue graphs match the CPU, forward, backward, statistics; no fallback") {
   // Forward (the prologue + conv + genstats graph) and backward (the wgrad graph, and the dgrad +
   // ReLU-mask graph, with dbn_weight's BN-backward reductions in bf16): parity_check's gradients;
-  // for_each_run's counters require that none of them fell back in bf16 or TF32. BN weight 0.5 and bias +-3, as above: the prologue's ReLU
-  // mask has the bias's sign on both backends.
+  // for_each_run's counters require that none of them fell back in bf16 or TF32. BN weight 0.5 and
+  // bias +-3, as above: the prologue's ReLU mask has the bias's sign on both backends.
   const Device gpu = Device::cuda(0);
   for_each_conv_bn_case(kResnetPairs, [&](const Run& pr, const ConvPair& pair) {
     auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{prologue_chain(pair, in).y}; };
@@ -330,7 +330,7 @@ TEST_CASE("conv2d_bn_relu_genstats: the prologue graphs match the CPU, forward, 
   });
 }
 
-TEST_CASE("conv2d_bn_relu_genstats at ResNet-50's full ImageNet shapes builds its graphs, bf16, batch 8: no fallback") {
+TEST_CASE("conv2d_bn_relu_genstats at ResNet-50's full ImageNet shapes: every graph each way, bf16, no fallback") {
   REQUIRE(ops::conv_bn_fusion_stats().frontend);
   BackendScope scope(&BackendConfig::conv_bn_fusion, true);
   const Device gpu = Device::cuda(0);
@@ -356,13 +356,17 @@ TEST_CASE("conv2d_bn_relu_genstats at ResNet-50's full ImageNet shapes builds it
     ops::ChannelStats st = ops::conv2d_genstats(x, weights({f.c, 1, 1, f.c}, 62).to(DType::BF16).to(gpu),
                                                 conv_params(1, 0, 1, 1)).stats;
     Tensor weight = Tensor::full({f.c}, 0.5).to(gpu), bias = signed_bias(f.c).to(gpu), none;
+    for (Tensor* t : {&x, &w, &weight, &bias}) t->set_requires_grad(true);
     ops::BnFinalized fin = ops::bn_finalize(st, weight, bias, none, none);
     const ops::Conv2dParams p = conv_params(f.stride, static_cast<int>(f.k / 2), 1, 1);
     ops::ConvGenstats out = ops::conv2d_bn_relu_genstats({x, fin, weight, bias}, w, p);
     const int64_t oh = (f.hw + 2 * (f.k / 2) - f.k) / f.stride + 1;
     CHECK(out.y.shape() == Shape{8, oh, oh, f.o});
+    out.y.backward(Tensor::full(out.y.shape(), 0.01, DType::BF16, gpu));
   }
   const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
   CHECK(after.unfused - before.unfused == 0);
-  CHECK(after.fused - before.fused == 2 * static_cast<int64_t>(std::size(kFull)));  // genstats + prologue each
+  // Per shape: conv + genstats and the prologue forward, then the prologue's wgrad and its dgrad +
+  // ReLU mask + dbn_weight (the statistics' conv ran before x required grad: no backward of its own).
+  CHECK(after.fused - before.fused == 4 * static_cast<int64_t>(std::size(kFull)));
 }
