@@ -7,7 +7,10 @@
 //   conv_bias_relu_part: conv2d_bias_relu (one cuDNN graph forward; mask + bias gradient in one
 //     backward pass) vs relu(conv2d(x, w, b)), at VGG16's and AlexNet's layer shapes.
 //   conv_bn_relu_part: conv2d_genstats -> bn_finalize -> batch_norm_apply (BackendConfig::
-//     conv_bn_fusion on) vs relu(batch_norm(conv2d(x, w))), at ResNet-50's conv -> BN -> ReLU shapes.
+//     conv_bn_fusion on) vs relu(batch_norm(conv2d(x, w))), at ResNet-50's conv -> BN -> ReLU shapes;
+//     then a ResNet-50 bottleneck's inner stages with the prologue (conv1 with genstats, bn1 + ReLU in
+//     conv2's prologue, bn2 + ReLU in conv3's: conv2d_bn_relu_genstats) vs today's default
+//     conv2d -> batch_norm_relu -> conv2d -> batch_norm_relu -> conv2d, up to conv3's output.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -115,6 +118,49 @@ inline void conv_bn_relu_part(const Timing& t, nlohmann::json& rows, int64_t bat
       };
       auto unfused = [&] { return ops::relu(ops::batch_norm(ops::conv2d(x, w, Tensor(), p), gamma, beta, rm, rv, true)); };
       fused_vs_unfused(t, rows, "gpu_conv_bn_relu", l.name, dt, batch, {&x, &w, &gamma, &beta}, fused, unfused,
+                       ops::conv_bn_fusion_stats);
+    }
+
+  struct Stage {
+    const char* name;
+    int64_t hw, in, width;  // a bottleneck: 1x1 in->width, 3x3 width->width, 1x1 width->4 width
+  };
+  const Stage stages[] = {{"resnet50 layer1 bottleneck @56", 56, 256, 64},
+                          {"resnet50 layer3 bottleneck @14", 14, 1024, 256}};
+  std::printf("\nGPU ResNet-50 bottleneck conv1..conv3 with the BN + ReLU prologue, batch %lld  %s\n",
+              static_cast<long long>(batch), kFusionColumns);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (const Stage& st : stages) {
+      const int64_t c[3][2] = {{st.in, st.width}, {st.width, st.width}, {st.width, 4 * st.width}};
+      const int k[3] = {1, 3, 1};
+      Tensor x = Tensor::full({batch, st.hw, st.hw, st.in}, 0.01, dt, d);
+      Tensor w[3], gamma[2], beta[2], rm[2], rv[2];
+      ops::Conv2dParams p[3];
+      for (int i = 0; i < 3; ++i) {
+        w[i] = Tensor::full({c[i][1], k[i], k[i], c[i][0]}, 0.01, dt, d);
+        p[i].pad_h = p[i].pad_w = k[i] / 2;
+      }
+      for (int i = 0; i < 2; ++i) {
+        gamma[i] = Tensor::ones({st.width}, DType::F32, d), beta[i] = Tensor::zeros({st.width}, DType::F32, d);
+        rm[i] = Tensor::zeros({st.width}, DType::F32, d), rv[i] = Tensor::ones({st.width}, DType::F32, d);
+      }
+      auto fused = [&] {
+        ops::ConvGenstats cs = ops::conv2d_genstats(x, w[0], p[0]);
+        for (int i = 0; i < 2; ++i) {
+          ops::BnFinalized fin = ops::bn_finalize(cs.stats, gamma[i], beta[i], rm[i], rv[i]);
+          cs = ops::conv2d_bn_relu_genstats({cs.y, fin, gamma[i], beta[i]}, w[i + 1], p[i + 1]);
+        }
+        return cs.y;
+      };
+      auto unfused = [&] {
+        Tensor h = x;
+        for (int i = 0; i < 2; ++i)
+          h = ops::batch_norm_relu(ops::conv2d(h, w[i], Tensor(), p[i]), gamma[i], beta[i], rm[i], rv[i], true, 0.1,
+                                   1e-5);
+        return ops::conv2d(h, w[2], Tensor(), p[2]);
+      };
+      fused_vs_unfused(t, rows, "gpu_conv_bn_prologue", st.name, dt, batch,
+                       {&x, &w[0], &w[1], &w[2], &gamma[0], &beta[0], &gamma[1], &beta[1]}, fused, unfused,
                        ops::conv_bn_fusion_stats);
     }
 }

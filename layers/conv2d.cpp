@@ -52,6 +52,13 @@ ops::ConvGenstats Conv2d::forward_genstats(const Tensor& x) {
   return call([&] { return ops::conv2d_genstats(x, weight_, params(x)); });
 }
 
+ops::ConvGenstats Conv2d::forward_genstats(const ops::BnReluInput& in) {
+  TANDEM_CHECK(!bias_.defined(), "Conv2d::forward_genstats: a conv followed by BatchNorm has no bias (bias=False)");
+  std::string label = name().empty() ? type_name() : type_name() + " " + name();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  return call([&] { return ops::conv2d_bn_relu_genstats(in, weight_, params(in.x)); });
+}
+
 std::string Conv2d::extra_repr() const {
   auto pair = [](int v) { return "(" + std::to_string(v) + ", " + std::to_string(v) + ")"; };
   std::string s = std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + pair(k_) +

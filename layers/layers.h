@@ -120,6 +120,10 @@ class Conv2d : public Module {
   // forward(x) with its per-channel batch statistics for the BatchNorm2d that follows
   // (ops::conv2d_genstats; BatchNorm2d::forward_relu_from_stats), hooks and range as operator().
   ops::ConvGenstats forward_genstats(const Tensor& x);
+  // The same with the previous BN + ReLU applied in this conv's prologue (ops::
+  // conv2d_bn_relu_genstats; `in` from BatchNorm2d::relu_prologue): relu(bn(in.x)) is never
+  // written on the GPU. Hooks and range as operator().
+  ops::ConvGenstats forward_genstats(const ops::BnReluInput& in);
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;
@@ -183,6 +187,14 @@ class BatchNorm2d : public Module {
   // gradients. Eval mode and subclasses (SyncBatchNorm: its statistics need a collective) run
   // relu(forward(cs.y)) instead. Counts the batch; hooks and range as operator().
   Tensor forward_relu_from_stats(const ops::ConvGenstats& cs);
+  // Whether relu_prologue may stand for forward_relu: training mode, and this class itself
+  // (SyncBatchNorm's statistics need a collective that the conv's sums do not include).
+  bool takes_conv_stats() const;
+  // relu(forward(cs.y)) left for the next conv to apply (Conv2d::forward_genstats(BnReluInput)):
+  // bn_finalize of cs's statistics (running stats updated, the batch counted, as forward_relu
+  // does) and the terms the conv's prologue needs. Refused unless takes_conv_stats(). Hooks and
+  // range as operator(); the BN's gradients flow through the conv's node.
+  ops::BnReluInput relu_prologue(const ops::ConvGenstats& cs);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen) override;  // weight 1, bias 0, running stats reset

@@ -116,6 +116,26 @@ Tensor BatchNorm2d::forward_relu_from_stats(const ops::ConvGenstats& cs) {
   });
 }
 
+bool BatchNorm2d::takes_conv_stats() const { return is_training() && typeid(*this) == typeid(BatchNorm2d); }
+
+ops::BnReluInput BatchNorm2d::relu_prologue(const ops::ConvGenstats& cs) {
+  TANDEM_CHECK(takes_conv_stats(), type_name(), "::relu_prologue: needs a BatchNorm2d (not a subclass) in training "
+               "mode; call forward_relu instead");
+  const std::string label = range_label();
+  profile::Range range(label.c_str(), profile::Level::Layer);
+  ops::BnReluInput in;
+  (void)call([&] {  // post-hooks get an undefined tensor: the BN's output is never made
+    check_input(cs.y);
+    count_batch();
+    in.fin = ops::bn_finalize(cs.stats, weight_, bias_, running_mean_, running_var_, momentum_, eps_);
+    return true;
+  });
+  in.x = cs.y;
+  in.weight = weight_;
+  in.bias = bias_;
+  return in;
+}
+
 Tensor BatchNorm2d::normalize_training(const Tensor& x) {
   return ops::batch_norm(x, weight_, bias_, running_mean_, running_var_, true, momentum_, eps_);
 }

@@ -1,6 +1,8 @@
 // tests/gpu_conv_fusion.cpp: conv2d_bias_relu's cuDNN frontend graph (core/ops/conv/cuda_graph.cpp)
 // against the CPU reference relu(conv2d(x, w, b)), forward and backward, f32 (strict and TF32) and
-// bf16, at AlexNet's and VGG16's layer shapes; and that the graph, not the fallback, ran.
+// bf16, at AlexNet's and VGG16's layer shapes; and that the graph, not the fallback, ran. Likewise
+// the conv-BN fusion's graphs (conv2d_genstats, bn_finalize, and conv2d_bn_relu_genstats, the next
+// conv's BN + ReLU prologue) at ResNet-50's shapes.
 // Exits 77 (Skipped) without a GPU. Written in a session without a GPU: never run yet.
 //
 // The ReLU mask must not depend on rounding, or one flipped element would move dx and dw by a whole
@@ -14,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "core/backend.h"
@@ -195,27 +198,37 @@ std::string compare(const char* what, const Tensor& ref, const Tensor& got, Tole
   return testing::compare_values(what, ref.to(Device::cpu()).to(DType::F32).to_vector(),
                                  got.to(Device::cpu()).to(DType::F32).to_vector(), tol);
 }
+
+// body(run, item) for every run (for_each_run: the conv-BN switch on, its counters checked) and
+// every item of `items` (CAPTURE'd by its name).
+template <class Items, class F>
+void for_each_conv_bn_case(const Items& items, F body) {
+  REQUIRE_MESSAGE(ops::conv_bn_fusion_stats().frontend, "this build has no cuDNN frontend: pass "
+                                                       "-DCUDNN_FRONTEND_INCLUDE_DIR so the conv-BN graphs exist");
+  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [&](const Run& pr) {
+    for (const auto& item : items) {
+      CAPTURE(item.name);
+      body(pr, item);
+    }
+  });
+}
 }  // namespace
 
 TEST_CASE("conv2d_genstats: the conv + genstats graph's y, gradients and statistics match the CPU; no fallback") {
-  REQUIRE(ops::conv_bn_fusion_stats().frontend);
   const Device gpu = Device::cuda(0);
-  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [&](const Run& pr) {
-    for (const Layer& l : kResnetLayers) {
-      CAPTURE(l.name);
-      Generator gx(20);
-      auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::conv2d_genstats(in[0], in[1], l.p()).y}; };
-      CHECK(parity_check(y_only, {randn(l.x(), gx), weights(l.w(), 21)}, pr.dtype, pr.tol()) == "");
-      // The statistics: against the sums of the GPU's own y (so only the sums' arithmetic is
-      // compared), in f32: 2e-3 relative + 1e-2 absolute for sums of ~400-1600 terms of size ~0.3
-      // whose order differs (and, for bf16, which the epilogue may take before y's rounding).
-      Tensor x = randn(l.x(), gx).to(pr.dtype).to(gpu), w = weights(l.w(), 22).to(pr.dtype).to(gpu);
-      ops::ConvGenstats out = ops::conv2d_genstats(x, w, l.p());
-      Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
-      const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
-      CHECK(compare("sum", ops::sum_to_trailing(yc, {l.o}), out.stats.sum, stol) == "");
-      CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {l.o}), out.stats.sq_sum, stol) == "");
-    }
+  for_each_conv_bn_case(kResnetLayers, [&](const Run& pr, const Layer& l) {
+    Generator gx(20);
+    auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::conv2d_genstats(in[0], in[1], l.p()).y}; };
+    CHECK(parity_check(y_only, {randn(l.x(), gx), weights(l.w(), 21)}, pr.dtype, pr.tol()) == "");
+    // The statistics: against the sums of the GPU's own y (so only the sums' arithmetic is
+    // compared), in f32: 2e-3 relative + 1e-2 absolute for sums of ~400-1600 terms of size ~0.3
+    // whose order differs (and, for bf16, which the epilogue may take before y's rounding).
+    Tensor x = randn(l.x(), gx).to(pr.dtype).to(gpu), w = weights(l.w(), 22).to(pr.dtype).to(gpu);
+    ops::ConvGenstats out = ops::conv2d_genstats(x, w, l.p());
+    Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
+    const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
+    CHECK(compare("sum", ops::sum_to_trailing(yc, {l.o}), out.stats.sum, stol) == "");
+    CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {l.o}), out.stats.sq_sum, stol) == "");
   });
 }
 
@@ -253,23 +266,107 @@ TEST_CASE("bn_finalize: the graph's scale, bias, mean, inv_std and running stati
 }
 
 TEST_CASE("conv2d_genstats -> bn_finalize -> batch_norm_apply on the GPU matches the CPU chain, forward and backward") {
-  REQUIRE(ops::conv_bn_fusion_stats().frontend);
   // BN bias +-3 and weight 0.5: |xhat * 0.5| < 3 always (xhat is a normalised value), so the ReLU
   // mask has the bias's sign on both backends, as in the conv + bias + ReLU test above. The running
   // stats are not tracked here, so bn_finalize takes its tensor ops: the counters see genstats only.
-  for_each_run(&BackendConfig::conv_bn_fusion, ops::conv_bn_fusion_stats, [](const Run& pr) {
-    for (const Layer& l : {kResnetLayers[1], kResnetLayers[2]}) {
-      CAPTURE(l.name);
-      auto chain = [&](const std::vector<Tensor>& in) {
-        // The BN parameters stay f32 for every activation dtype, as BatchNorm2d keeps them.
-        Tensor weight = ops::cast(in[2], DType::F32), bias = ops::cast(in[3], DType::F32), none;
-        ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], l.p());
-        ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, none, none);
-        return std::vector<Tensor>{ops::batch_norm_apply(cs.y, fin, weight, bias, true)};
-      };
-      Generator gx(40);
-      CHECK(parity_check(chain, {randn(l.x(), gx), weights(l.w(), 41), Tensor::full({l.o}, 0.5), signed_bias(l.o)},
-                         pr.dtype, pr.tol()) == "");
-    }
+  const Layer layers[] = {kResnetLayers[1], kResnetLayers[2]};
+  for_each_conv_bn_case(layers, [](const Run& pr, const Layer& l) {
+    auto chain = [&](const std::vector<Tensor>& in) {
+      // The BN parameters stay f32 for every activation dtype, as BatchNorm2d keeps them.
+      Tensor weight = ops::cast(in[2], DType::F32), bias = ops::cast(in[3], DType::F32), none;
+      ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], l.p());
+      ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, none, none);
+      return std::vector<Tensor>{ops::batch_norm_apply(cs.y, fin, weight, bias, true)};
+    };
+    Generator gx(40);
+    CHECK(parity_check(chain, {randn(l.x(), gx), weights(l.w(), 41), Tensor::full({l.o}, 0.5), signed_bias(l.o)},
+                       pr.dtype, pr.tol()) == "");
   });
+}
+
+namespace {
+// Two consecutive convs of a ResNet-50 bottleneck: the second's prologue applies the BN + ReLU of
+// the first's output (conv2d_bn_relu_genstats). Batch 2, spatial size cut for the CPU reference.
+struct ConvPair {
+  const char* name;
+  Layer first, second;  // second.c == first.o, second.hw == first's output size
+};
+const ConvPair kResnetPairs[] = {
+    {"1x1 -> 3x3 (64)", {"", 14, 64, 64, 1, 1, 0}, {"", 14, 64, 64, 3, 1, 1}},
+    {"3x3 -> 1x1 (64 -> 256)", {"", 14, 64, 64, 3, 1, 1}, {"", 14, 64, 256, 1, 1, 0}},
+    {"1x1 -> 3x3/2 (256 -> 128)", {"", 14, 256, 128, 1, 1, 0}, {"", 14, 128, 128, 3, 2, 1}},
+    {"3x3 -> 1x1 (512 -> 2048) at 7x7", {"", 7, 512, 512, 3, 1, 1}, {"", 7, 512, 2048, 1, 1, 0}},
+};
+// conv -> BN (statistics from the conv) -> ReLU in the next conv's prologue -> y2 and its sums.
+// Inputs: x, w1, BN weight, BN bias (f32 for every activation dtype, as BatchNorm2d keeps them), w2.
+ops::ConvGenstats prologue_chain(const ConvPair& pair, const std::vector<Tensor>& in) {
+  Tensor weight = ops::cast(in[2], DType::F32), bias = ops::cast(in[3], DType::F32), none;
+  ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], pair.first.p());
+  ops::BnFinalized fin = ops::bn_finalize(cs.stats, weight, bias, none, none);
+  return ops::conv2d_bn_relu_genstats({cs.y, fin, weight, bias}, in[4], pair.second.p());
+}
+}  // namespace
+
+TEST_CASE("conv2d_bn_relu_genstats: the prologue graphs match the CPU, forward, backward, statistics; no fallback") {
+  // Forward (the prologue + conv + genstats graph) and backward (the wgrad graph, and the dgrad +
+  // ReLU-mask graph, with dbn_weight's BN-backward reductions in bf16): parity_check's gradients;
+  // for_each_run's counters require that none of them fell back in bf16 or TF32. BN weight 0.5 and
+  // bias +-3, as above: the prologue's ReLU mask has the bias's sign on both backends.
+  const Device gpu = Device::cuda(0);
+  for_each_conv_bn_case(kResnetPairs, [&](const Run& pr, const ConvPair& pair) {
+    auto y_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{prologue_chain(pair, in).y}; };
+    Generator gx(50);
+    std::vector<Tensor> in = {randn(pair.first.x(), gx), weights(pair.first.w(), 51), Tensor::full({pair.first.o}, 0.5),
+                              signed_bias(pair.first.o), weights(pair.second.w(), 52)};
+    CHECK(parity_check(y_only, in, pr.dtype, pr.tol()) == "");
+    // The statistics against the sums of the GPU's own y2, as in the genstats test.
+    std::vector<Tensor> on_gpu;
+    for (const Tensor& t : in) on_gpu.push_back((t.dim() == 1 ? t : t.to(pr.dtype)).to(gpu));
+    ops::ConvGenstats out = prologue_chain(pair, on_gpu);
+    Tensor yc = out.y.to(Device::cpu()).to(DType::F32);
+    const Tolerance stol{2e-3, 1e-2, "f32 sums in another order; bf16: stats of y before or after its rounding"};
+    CHECK(compare("sum", ops::sum_to_trailing(yc, {pair.second.o}), out.stats.sum, stol) == "");
+    CHECK(compare("sq_sum", ops::sum_to_trailing(ops::mul(yc, yc), {pair.second.o}), out.stats.sq_sum, stol) == "");
+  });
+}
+
+TEST_CASE("conv2d_bn_relu_genstats at ResNet-50's full ImageNet shapes: every graph each way, bf16, no fallback") {
+  REQUIRE(ops::conv_bn_fusion_stats().frontend);
+  BackendScope scope(&BackendConfig::conv_bn_fusion, true);
+  const Device gpu = Device::cuda(0);
+  // Every (input size, channels, kernel, stride) of a prologue conv in ResNet-50 (conv2 and conv3
+  // of each stage; conv2 of the first block of stages 2-4 has stride 2).
+  struct Full {
+    int64_t hw, c, o, k;
+    int stride;
+  };
+  const Full kFull[] = {{56, 64, 64, 3, 1},   {56, 64, 256, 1, 1},   {56, 128, 128, 3, 2}, {28, 128, 128, 3, 1},
+                        {28, 128, 512, 1, 1}, {28, 256, 256, 3, 2},  {14, 256, 256, 3, 1}, {14, 256, 1024, 1, 1},
+                        {14, 512, 512, 3, 2}, {7, 512, 512, 3, 1},   {7, 512, 2048, 1, 1}};
+  const ops::ConvBnFusionStats before = ops::conv_bn_fusion_stats();
+  Generator g(60);
+  for (const Full& f : kFull) {
+    CAPTURE(f.hw);
+    CAPTURE(f.c);
+    CAPTURE(f.o);
+    CAPTURE(f.k);
+    CAPTURE(f.stride);
+    Tensor x = randn({8, f.hw, f.hw, f.c}, g).to(DType::BF16).to(gpu);
+    Tensor w = weights({f.o, f.k, f.k, f.c}, 61).to(DType::BF16).to(gpu);
+    ops::ChannelStats st = ops::conv2d_genstats(x, weights({f.c, 1, 1, f.c}, 62).to(DType::BF16).to(gpu),
+                                                conv_params(1, 0, 1, 1)).stats;
+    Tensor weight = Tensor::full({f.c}, 0.5).to(gpu), bias = signed_bias(f.c).to(gpu), none;
+    for (Tensor* t : {&x, &w, &weight, &bias}) t->set_requires_grad(true);
+    ops::BnFinalized fin = ops::bn_finalize(st, weight, bias, none, none);
+    const ops::Conv2dParams p = conv_params(f.stride, static_cast<int>(f.k / 2), 1, 1);
+    ops::ConvGenstats out = ops::conv2d_bn_relu_genstats({x, fin, weight, bias}, w, p);
+    const int64_t oh = (f.hw + 2 * (f.k / 2) - f.k) / f.stride + 1;
+    CHECK(out.y.shape() == Shape{8, oh, oh, f.o});
+    out.y.backward(Tensor::full(out.y.shape(), 0.01, DType::BF16, gpu));
+  }
+  const ops::ConvBnFusionStats after = ops::conv_bn_fusion_stats();
+  CHECK(after.unfused - before.unfused == 0);
+  // Per shape: conv + genstats and the prologue forward, then the prologue's wgrad and its dgrad +
+  // ReLU mask + dbn_weight (the statistics' conv ran before x required grad: no backward of its own).
+  CHECK(after.fused - before.fused == 4 * static_cast<int64_t>(std::size(kFull)));
 }

@@ -6,11 +6,19 @@
 //     statistics come out as batch_norm leaves them (momentum, unbiased variance), in f64 and f32,
 //     with and without the affine parameters; the conv -> BN -> ReLU chain built from the pieces
 //     equals the composition of today's ops;
+//   - conv2d_bn_relu_genstats (the next conv's prologue): with the switch off it is the composition
+//     conv2d_genstats(batch_norm_apply(...)); with it on, its one node (the GPU's node, the prologue
+//     recomputed in the backward) gives the composition's values, statistics and gradients bit for
+//     bit, and f64 finite differences through the statistics of both BNs agree;
 //   - ResNet with BackendConfig::conv_bn_fusion on trains as with it off: output, every gradient,
-//     running statistics and num_batches_tracked, over two steps, and in eval mode.
+//     running statistics and num_batches_tracked, over two steps, and in eval mode; on, every
+//     inner BN + ReLU is a conv prologue (the autograd graph's node names say so).
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
+#include <string>
 
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -181,6 +189,75 @@ TEST_CASE("batch_norm_apply keeps a bf16 activation bf16 and matches the f32 com
   CHECK(max_abs_diff(a.to_vector_f64(), ref.to_vector_f64()) <= 3e-2);  // both round to bf16 (2^-8 of values ~3)
 }
 
+TEST_CASE("conv2d_bn_relu_genstats: one node with the switch on, the composition's values and gradients") {
+  const ops::Conv2dParams p1 = conv_params(1, 1, 1, 1), p2 = conv_params(2, 1, 1, 1);
+  // conv -> BN (statistics from the conv) -> ReLU in the next conv's prologue -> its statistics.
+  // Inputs: x, w1, the BN's weight and bias, w2; out: y2, then its statistics' sums appended.
+  auto chain = [&](const std::vector<Tensor>& in, bool fuse) {
+    BackendScope scope(&BackendConfig::conv_bn_fusion, fuse);
+    ops::ConvGenstats cs = ops::conv2d_genstats(in[0], in[1], p1);
+    Tensor none;
+    ops::BnFinalized fin = ops::bn_finalize(cs.stats, in[2], in[3], none, none);
+    return ops::conv2d_bn_relu_genstats({cs.y, fin, in[2], in[3]}, in[4], p2);
+  };
+  auto inputs = [](uint64_t seed, bool grad) {
+    return std::vector<Tensor>{rand_f64({2, 5, 6, 3}, seed, -1, 1, grad), rand_f64({4, 3, 3, 3}, seed + 1, -1, 1, grad),
+                               rand_f64({4}, seed + 2, 0.5, 1.5, grad), rand_f64({4}, seed + 3, -0.5, 0.5, grad),
+                               rand_f64({5, 3, 3, 4}, seed + 4, -1, 1, grad)};
+  };
+  for (bool fuse : {false, true}) {
+    CAPTURE(fuse);
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) { return chain(in, fuse).y; }, inputs(90, true)) == "");
+  }
+  // The node against the composition (switch off), values, statistics and every gradient, in f64
+  // and f32: the same kernels in the same order, so the same bits.
+  for (DType dt : {DType::F64, DType::F32}) {
+    CAPTURE(dtype_name(dt));
+    std::vector<Tensor> in = inputs(95, false);
+    for (Tensor& t : in) t = t.to(dt).set_requires_grad(true);
+    Tensor g = rand_f64({2, 3, 3, 5}, 100, -1, 1, false).to(dt);
+    auto run = [&](bool fuse) {
+      for (Tensor& t : in) t.set_grad(Tensor());
+      ops::ConvGenstats out = chain(in, fuse);
+      out.y.backward(g);
+      std::vector<double> all = out.y.to_vector_f64();
+      for (const Tensor& t : {out.stats.sum, out.stats.sq_sum}) {
+        std::vector<double> v = t.to_vector_f64();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      CHECK(out.stats.count == 2 * 3 * 3);
+      for (Tensor& t : in) {
+        std::vector<double> v = t.grad().to_vector_f64();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return all;
+    };
+    std::vector<double> node = run(true), composition = run(false);
+    REQUIRE(node.size() == composition.size());
+    CHECK(max_abs_diff(node, composition) == 0);
+  }
+  // And the values against conv2d(relu(batch_norm(conv2d(x, w1))), w2) from today's ops.
+  std::vector<Tensor> in = inputs(96, false);
+  Tensor none;
+  Tensor h = ops::relu(ops::batch_norm(ops::conv2d(in[0], in[1], none, p1), in[2], in[3], none, none, true));
+  Tensor ref = ops::conv2d(h, in[4], none, p2);
+  ops::ConvGenstats got = chain(in, true);
+  CHECK(max_abs_diff(got.y.to_vector_f64(), ref.to_vector_f64()) <= 1e-11);
+  std::vector<double> sum, sq;
+  channel_sums(got.y, sum, sq);
+  CHECK(max_abs_diff(got.stats.sum.to_vector_f64(), sum) <= 1e-11);
+  CHECK(max_abs_diff(got.stats.sq_sum.to_vector_f64(), sq) <= 1e-11);
+}
+
+TEST_CASE("conv2d_bn_relu_genstats refuses BN terms that do not match its input") {
+  Tensor x = rand_f64({2, 4, 4, 3}, 110, -1, 1, false), w = rand_f64({4, 3, 3, 3}, 111, -1, 1, false);
+  ops::ChannelStats st{Tensor::ones({2}, DType::F64), Tensor::full({2}, 2.0, DType::F64, Device::cpu()), 8};
+  Tensor none;
+  ops::BnFinalized fin = ops::bn_finalize(st, none, none, none, none);  // 2 channels, x has 3
+  CHECK_THROWS_WITH_AS(ops::conv2d_bn_relu_genstats({x, fin, none, none}, w, conv_params(1, 1, 1, 1)),
+                       doctest::Contains("needs bn_finalize's per-channel terms"), Error);
+}
+
 TEST_CASE("ResNet with conv_bn_fusion on: output, gradients, running stats and batch counts as with it off (f64)") {
   // f64, so that the comparison is about the wiring: in f32 the one-pass variance of the sums
   // (conv_bn.h) differs from batch_norm's by rounding that a deep backward amplifies (~1 % on
@@ -218,5 +295,37 @@ TEST_CASE("ResNet with conv_bn_fusion on: output, gradients, running stats and b
       worst = std::max(worst, std::fabs(fused[i] - plain[i]) / (1.0 + std::fabs(plain[i])));
     CHECK(worst < 1e-8);
     CHECK(worst > 0);  // the fused path did run: sums and batch_norm's passes round differently
+  }
+}
+
+TEST_CASE("ResNet with conv_bn_fusion on: every inner BN's ReLU runs in the next conv's prologue") {
+  // The autograd graph of one training forward, by node name: on, each block's inner BNs are
+  // BnReluConv2dGenstatsBackward nodes (none of their outputs is made), and only the stem (a
+  // maxpool follows) keeps BatchNormApplyBackward; off, neither exists.
+  auto node_counts = [](const Tensor& out) {
+    std::map<std::string, int> counts;
+    std::set<const autograd::Node*> seen;
+    std::vector<std::shared_ptr<autograd::Node>> todo{out.grad_fn()};
+    while (!todo.empty()) {
+      std::shared_ptr<autograd::Node> n = todo.back();
+      todo.pop_back();
+      if (!n || !seen.insert(n.get()).second) continue;
+      ++counts[n->name()];
+      for (const autograd::Edge& e : n->next_edges) todo.push_back(e.fn);
+    }
+    return counts;
+  };
+  for (int depth : {18, 50}) {
+    CAPTURE(depth);
+    const int inner = depth == 18 ? 8 * 1 : 16 * 2;  // blocks x inner BNs per block
+    for (bool fuse : {false, true}) {
+      CAPTURE(fuse);
+      BackendScope scope(&BackendConfig::conv_bn_fusion, fuse);
+      models::ResNet net(models::resnet_config(depth, 10), 7);
+      net.to(DType::F64);
+      std::map<std::string, int> counts = node_counts(net(rand_f64({2, 32, 32, 3}, 120, -1, 1, false)));
+      CHECK(counts["BnReluConv2dGenstatsBackward"] == (fuse ? inner : 0));
+      CHECK(counts["BatchNormApplyBackward"] == (fuse ? 1 : 0));
+    }
   }
 }

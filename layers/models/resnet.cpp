@@ -20,8 +20,9 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int k, int stride) {
   o.bias = false;
   return std::make_shared<Conv2d>(in, out, k, o, nullptr);
 }
-// Conv -> BN -> ReLU with the BN statistics from the conv's epilogue (BackendConfig::conv_bn_fusion,
-// core/ops/conv_bn/conv_bn.h), in training mode; block tails keep forward_add_relu.
+// Conv -> BN -> ReLU with the BN statistics from the conv's epilogue and, inside a block, the BN +
+// ReLU in the next conv's prologue (BackendConfig::conv_bn_fusion, core/ops/conv_bn/conv_bn.h), in
+// training mode; block tails keep forward_add_relu, the stem (a maxpool follows) batch_norm_apply.
 bool conv_bn_fusion(const Module& m) { return m.is_training() && backend().conv_bn_fusion; }
 }  // namespace
 
@@ -40,12 +41,21 @@ ResidualBlock::ResidualBlock(const std::vector<Stage>& stages, size_t relu_after
 }
 
 Tensor ResidualBlock::forward(const Tensor& x) {
-  Tensor out = x;
   const size_t last = convs_.size() - 1;
-  for (size_t i = 0; i < last; ++i)  // relu(bn(conv(out))) as one op, or the conv-BN fusion's pieces
-    out = conv_bn_fusion(*this) ? bns_[i]->forward_relu_from_stats(convs_[i]->forward_genstats(out))
-                                : bns_[i]->forward_relu(convs_[i](out));
-  Tensor tail = convs_[last](out);
+  Tensor tail;
+  bool prologue = conv_bn_fusion(*this);  // and every inner BN a plain BatchNorm2d (not SyncBatchNorm)
+  for (size_t i = 0; i < last; ++i) prologue = prologue && bns_[i]->takes_conv_stats();
+  if (prologue) {
+    // The conv-BN fusion: each inner BN's statistics from its conv's epilogue, its scale, bias and
+    // ReLU in the next conv's prologue, so no inner BN output is written.
+    ops::ConvGenstats cs = convs_[0]->forward_genstats(x);
+    for (size_t i = 1; i <= last; ++i) cs = convs_[i]->forward_genstats(bns_[i - 1]->relu_prologue(cs));
+    tail = cs.y;  // (its statistics unused: forward_add_relu computes its own)
+  } else {
+    Tensor out = x;
+    for (size_t i = 0; i < last; ++i) out = bns_[i]->forward_relu(convs_[i](out));  // relu(bn(conv(out))), one op
+    tail = convs_[last](out);
+  }
   Tensor identity = downsample_ ? downsample_(x) : x;
   // relu(bn(tail) + identity) as one op: cuDNN's fused BN+add+ReLU on the GPU (BatchNorm2d).
   return bns_[last]->forward_add_relu(tail, identity);

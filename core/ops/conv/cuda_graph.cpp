@@ -5,7 +5,17 @@
 //   -> pointwise ADD with B [1, o, 1, 1] (the bias, broadcast per channel; skipped without a bias)
 //   -> pointwise RELU_FWD (lower clip 0) -> Y [n, o, oh, ow] in x's dtype, written once.
 // (2) conv2d_genstats (core/ops/conv_bn/conv_bn.h): conv_fprop -> Y (written), and genstats(Y) ->
-//     per-channel SUM and SQ_SUM (f32 [1, o, 1, 1]) from the same kernel's epilogue.
+//     per-channel SUM and SQ_SUM (f32 [1, o, 1, 1]) from the same kernel's epilogue; and
+//     conv2d_bn_relu_genstats, the same graph with the previous BN's prologue in front of the conv:
+//     X -> MUL SCALE -> ADD BIAS -> RELU_FWD (SCALE, BIAS f32 [1, c, 1, 1], virtual f32 results)
+//     -> conv_fprop, NVIDIA's scale-bias-relu-conv-genstats, so relu(bn(X)) is never written.
+// (4) that prologue's backward: conv_wgrad(DY, relu(X * SCALE + BIAS)) -> DW (the prologue in front
+//     of the wgrad), and conv_dgrad(DY, W) -> RELU_BWD against the recomputed pre-activation
+//     X * SCALE + BIAS -> DZ (the ReLU-masked gradient at the BN's affine output, in the io dtype),
+//     so the backward reads X twice and never makes relu(bn(X)). For 16-bit data, first the same
+//     dgrad + RELU_BWD graph in BN's form followed by dbn_weight (MLPerf's dgrad_drelu_bnbwd_weight):
+//     the BN weight and bias gradients and the coefficients of dx = EQ_SCALE_DY dz + EQ_SCALE_X x +
+//     EQ_BIAS from the dgrad's epilogue.
 // (3) bn_finalize: the frontend's bn_finalize node, from SUM, SQ_SUM, the BN weight and bias and the
 //     running stats (f32 [1, c, 1, 1]; eps, momentum and the count as graph constants) to the
 //     equivalent scale and bias, mean, inverse std and the next running stats.
@@ -65,8 +75,12 @@ enum Uid : int64_t {
   kX = 1, kW, kB, kY, kSum, kSqSum,                          // conv graphs
   kWeight, kBias, kRunMean, kRunVar,                           // bn_finalize inputs (and kSum, kSqSum)
   kEqScale, kEqBias, kMean, kInvStd, kNextMean, kNextVar,      // bn_finalize outputs
-};
-enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize };
+  kPrologueScale, kPrologueBias,                               // the BN + ReLU prologue (forward and backward)
+  kDy, kDw, kDz,                                               // the prologue's backward graphs
+  kDweight, kDbias, kEqScaleDy, kEqScaleX, kEqShift,           // dbn_weight's outputs (and kMean, kInvStd,
+};                                                             // kWeight, kBias as its inputs)
+enum class Kind : int64_t { BiasRelu, Genstats, BnFinalize, BnReluGenstats, BnReluWgrad, BnReluDgradDrelu,
+                            BnReluDgradDreluDbn };
 
 struct Entry {
   std::shared_ptr<fe::graph::Graph> graph;  // null: refused for this problem
@@ -100,17 +114,48 @@ void per_channel_output(const TensorPtr& t, int64_t uid, int64_t c) {
   t->set_output(true);
 }
 
+// A per-channel [1, c, 1, 1] f32 input under `uid`.
+TensorPtr per_channel_input(fe::graph::Graph& graph, const char* name, int64_t uid, int64_t c) {
+  return graph.tensor(fe::graph::Tensor_attributes()
+                          .set_name(name)
+                          .set_uid(uid)
+                          .set_dim({1, c, 1, 1})
+                          .set_stride({c, 1, c, c})
+                          .set_data_type(fe::DataType_t::FLOAT));
+}
+
+// X * SCALE + BIAS, then RELU_FWD when `relu` (SCALE, BIAS f32 [1, c, 1, 1]; virtual f32 results):
+// the previous BN's output (or, without the ReLU, its pre-activation) from its input X.
+TensorPtr add_bn_prologue(fe::graph::Graph& graph, TensorPtr X, int64_t c, bool relu) {
+  auto pointwise = [&](TensorPtr a, TensorPtr b, const char* name, fe::PointwiseMode_t mode) {
+    auto attrs = fe::graph::Pointwise_attributes().set_name(name).set_mode(mode);
+    TensorPtr t = b ? graph.pointwise(a, b, attrs) : graph.pointwise(a, attrs.set_relu_lower_clip(0.f));
+    t->set_data_type(fe::DataType_t::FLOAT);
+    return t;
+  };
+  X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, c), "scale", fe::PointwiseMode_t::MUL);
+  X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, c), "bias", fe::PointwiseMode_t::ADD);
+  return relu ? pointwise(X, nullptr, "relu", fe::PointwiseMode_t::RELU_FWD) : X;
+}
+
+// Sets a conv-family attribute set's padding, stride and dilation from the problem.
+template <class Attrs>
+Attrs conv_attrs(Attrs a, const char* name, const ConvGeom& g) {
+  return a.set_name(name)
+      .set_pre_padding({g.p.pad_h, g.p.pad_w})
+      .set_post_padding({g.p.pad_h, g.p.pad_w})
+      .set_stride({g.p.stride_h, g.p.stride_w})
+      .set_dilation({g.p.dilation_h, g.p.dilation_w});
+}
+
 // X, W -> conv_fprop with the problem's padding, stride and dilation; the output is virtual f32.
-TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g) {
-  auto X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+// With `prologue`, the conv reads relu(X * SCALE + BIAS) (add_bn_prologue), which cuDNN's runtime
+// fusion applies as it loads X.
+TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, bool prologue = false) {
+  TensorPtr X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true);  // (X, the BN's input, is all that is read)
   auto W = graph.tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));  // OHWI is NHWC-shaped
-  auto conv = graph.conv_fprop(X, W,
-                               fe::graph::Conv_fprop_attributes()
-                                   .set_name("conv")
-                                   .set_pre_padding({g.p.pad_h, g.p.pad_w})
-                                   .set_post_padding({g.p.pad_h, g.p.pad_w})
-                                   .set_stride({g.p.stride_h, g.p.stride_w})
-                                   .set_dilation({g.p.dilation_h, g.p.dilation_w}));
+  auto conv = graph.conv_fprop(X, W, conv_attrs(fe::graph::Conv_fprop_attributes(), "conv", g));
   conv->set_data_type(fe::DataType_t::FLOAT);
   return conv;
 }
@@ -239,16 +284,16 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
 #endif
 }
 
-bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
-                                        Tensor& sq_sum) {
-#if !TANDEM_CONV_GRAPH
-  (void)g, (void)x, (void)w, (void)y, (void)sum, (void)sq_sum;
-  return false;
-#else
+#if TANDEM_CONV_GRAPH
+namespace {
+// conv2d_genstats's graph, with the BN + ReLU prologue when scale is defined.
+bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, const Tensor* bias, const Tensor& w,
+                    Tensor& y, Tensor& sum, Tensor& sq_sum) {
   if (g.n == 0 || g.p.groups != 1) return false;  // (no rows: the reference writes the zero sums)
+  const bool prologue = scale != nullptr;
   auto describe = [&] {
     auto graph = new_graph(x.dtype());
-    auto Y = add_conv(*graph, g);
+    auto Y = add_conv(*graph, g, prologue);
     conv_output(Y, g, x.dtype());
     auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
     per_channel_output(SUM, kSum, g.o);
@@ -257,10 +302,168 @@ bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, cons
   };
   std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()},     {kW, w.data_ptr()},          {kY, y.data_ptr()},
                                           {kSum, sum.data_ptr()}, {kSqSum, sq_sum.data_ptr()}};
-  return run(conv_key(Kind::Genstats, g, 0), x.dtype(), describe, pack, [&](const std::string& why) {
+  if (prologue) pack.insert({{kPrologueScale, scale->data_ptr()}, {kPrologueBias, bias->data_ptr()}});
+  const Kind kind = prologue ? Kind::BnReluGenstats : Kind::Genstats;
+  return run(conv_key(kind, g, 0), x.dtype(), describe, pack, [&](const std::string& why) {
+    static std::atomic<bool> said[2] = {false, false};  // once per graph kind
+    if (said[prologue].exchange(true)) return;
+    if (prologue)
+      note_conv_fallback(g, x.dtype(), "BN + ReLU prologue + conv + genstats graph",
+                         "the BN + ReLU pass, the conv, then the statistics by tensor ops,", why.c_str());
+    else
+      note_conv_fallback(g, x.dtype(), "conv + genstats graph", "conv, then the statistics by tensor ops,",
+                         why.c_str());
+  });
+}
+}  // namespace
+#endif
+
+bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
+                                        Tensor& sq_sum) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)w, (void)y, (void)sum, (void)sq_sum;
+  return false;
+#else
+  return genstats_graph(g, x, nullptr, nullptr, w, y, sum, sq_sum);
+#endif
+}
+
+bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                                const Tensor& bias, const Tensor& w, Tensor& y, Tensor& sum,
+                                                Tensor& sq_sum) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)scale, (void)bias, (void)w, (void)y, (void)sum, (void)sq_sum;
+  return false;
+#else
+  // The graph describes SCALE and BIAS as f32 [C]: bn_finalize's terms for f32/f16/bf16 activations.
+  if (scale.dtype() != DType::F32 || bias.dtype() != DType::F32 || scale.numel() != g.c || bias.numel() != g.c)
+    return false;
+  return genstats_graph(g, x, &scale, &bias, w, y, sum, sq_sum);
+#endif
+}
+
+#if TANDEM_CONV_GRAPH
+namespace {
+// Runs one of the prologue's backward graphs: `pack` holds its own tensors, this adds X, SCALE,
+// BIAS and DY; the first refusal of each kind is noted once.
+bool prologue_backward(Kind kind, const ConvGeom& g, const Tensor& x, const Tensor& scale, const Tensor& bias,
+                       const Tensor& dy, std::unordered_map<int64_t, void*> pack,
+                       const std::function<std::shared_ptr<fe::graph::Graph>()>& describe, const char* graph,
+                       const char* instead) {
+  if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
+  pack.insert({{kX, x.data_ptr()}, {kPrologueScale, scale.data_ptr()}, {kPrologueBias, bias.data_ptr()},
+               {kDy, dy.data_ptr()}});
+  static std::atomic<bool> said[2] = {false, false};
+  std::atomic<bool>& once = said[kind == Kind::BnReluWgrad ? 0 : 1];
+  return run(conv_key(kind, g, 0), dy.dtype(), describe, std::move(pack), [&](const std::string& why) {
+    if (!once.exchange(true)) note_conv_fallback(g, dy.dtype(), graph, instead, why.c_str());
+  });
+}
+// X as the graph's input, [n, h, w, c].
+TensorPtr input_x(fe::graph::Graph& graph, const ConvGeom& g) {
+  return graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+}
+}  // namespace
+#endif
+
+bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                               const Tensor& bias, const Tensor& dy, Tensor& dw) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)x, (void)scale, (void)bias, (void)dy, (void)dw;
+  return false;
+#else
+  auto describe = [&] {
+    auto graph = new_graph(x.dtype());
+    TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true);
+    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+    auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
+    DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
+    DW->set_data_type(fe_type(x.dtype())).set_output(true);
+    return graph;
+  };
+  return prologue_backward(Kind::BnReluWgrad, g, x, scale, bias, dy, {{kDw, dw.data_ptr()}}, describe,
+                           "BN + ReLU prologue + wgrad graph", "the BN + ReLU pass, then wgrad,");
+#endif
+}
+
+bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
+                                           const Tensor& scale, const Tensor& bias, Tensor& dz) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)dy, (void)w, (void)x, (void)scale, (void)bias, (void)dz;
+  return false;
+#else
+  auto describe = [&] {
+    auto graph = new_graph(dy.dtype());
+    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+    auto W = graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));
+    auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+    DA->set_data_type(fe::DataType_t::FLOAT);
+    // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
+    TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false);
+    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
+    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
+    return graph;
+  };
+  return prologue_backward(Kind::BnReluDgradDrelu, g, x, scale, bias, dy, {{kW, w.data_ptr()}, {kDz, dz.data_ptr()}},
+                           describe, "dgrad + ReLU-mask graph", "dgrad, the BN + ReLU pass, then the mask,");
+#endif
+}
+
+bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
+                                               const BnBackwardIn& bn, Tensor& dz, const BnBackwardOut& out) {
+#if !TANDEM_CONV_GRAPH
+  (void)g, (void)dy, (void)w, (void)x, (void)bn, (void)dz, (void)out;
+  return false;
+#else
+  if (g.n == 0 || g.p.groups != 1 || dy.dtype() == DType::F32) return false;  // (16-bit engines only)
+  for (const Tensor* t : {&bn.mean, &bn.inv_std, &bn.weight, &bn.bias})
+    if (t->dtype() != DType::F32) return false;
+  auto describe = [&] {
+    auto graph = new_graph(dy.dtype());
+    auto DA = graph->conv_dgrad(graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o)),
+                                graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c)),
+                                conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+    DA->set_data_type(fe::DataType_t::FLOAT);
+    // The pre-activation in BN's own form, ((X - MEAN) * INV_STD) * WEIGHT + BIAS: the pattern
+    // cuDNN's DgradDreluBNBwdWeight engines match (NVIDIA's sample builds it so, cuDNN >= 9.8,
+    // Ampere/Hopper); equal to X * scale + bias up to rounding.
+    TensorPtr X = input_x(*graph, g), MEAN = per_channel_input(*graph, "mean", kMean, g.c);
+    TensorPtr INV_STD = per_channel_input(*graph, "inv_std", kInvStd, g.c);
+    TensorPtr WEIGHT = per_channel_input(*graph, "weight", kWeight, g.c);
+    TensorPtr P = X;
+    const std::pair<TensorPtr, fe::PointwiseMode_t> chain[] = {{MEAN, fe::PointwiseMode_t::SUB},
+                                                               {INV_STD, fe::PointwiseMode_t::MUL},
+                                                               {WEIGHT, fe::PointwiseMode_t::MUL},
+                                                               {per_channel_input(*graph, "bias", kBias, g.c),
+                                                                fe::PointwiseMode_t::ADD}};
+    for (const auto& [operand, mode] : chain) {
+      P = graph->pointwise(P, operand, fe::graph::Pointwise_attributes().set_mode(mode));
+      P->set_data_type(fe::DataType_t::FLOAT);
+    }
+    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
+    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
+    auto [DWEIGHT, DBIAS, EQ_DY, EQ_X, EQ_BIAS] =
+        graph->dbn_weight(DZ, X, MEAN, INV_STD, WEIGHT, fe::graph::DBN_weight_attributes().set_name("dbn_weight"));
+    const std::pair<TensorPtr, int64_t> outs[] = {
+        {DWEIGHT, kDweight}, {DBIAS, kDbias}, {EQ_DY, kEqScaleDy}, {EQ_X, kEqScaleX}, {EQ_BIAS, kEqShift}};
+    for (const auto& [t, uid] : outs) per_channel_output(t, uid, g.c);
+    return graph;
+  };
+  std::unordered_map<int64_t, void*> pack{
+      {kDy, dy.data_ptr()},          {kW, w.data_ptr()},           {kX, x.data_ptr()},
+      {kMean, bn.mean.data_ptr()},   {kInvStd, bn.inv_std.data_ptr()}, {kWeight, bn.weight.data_ptr()},
+      {kBias, bn.bias.data_ptr()},   {kDz, dz.data_ptr()},         {kDweight, out.dweight.data_ptr()},
+      {kDbias, out.dbias.data_ptr()}, {kEqScaleDy, out.eq_scale_dy.data_ptr()},
+      {kEqScaleX, out.eq_scale_x.data_ptr()}, {kEqShift, out.eq_bias.data_ptr()}};
+  return run(conv_key(Kind::BnReluDgradDreluDbn, g, 0), dy.dtype(), describe, pack, [&](const std::string& why) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
-      note_conv_fallback(g, x.dtype(), "conv + genstats graph", "conv, then the statistics by tensor ops,", why.c_str());
+      note_conv_fallback(g, dy.dtype(), "dgrad + ReLU-mask + BN-backward-weight graph",
+                         "the dgrad + ReLU-mask graph, then BN's backward reductions by tensor ops,", why.c_str());
   });
 #endif
 }
@@ -274,14 +477,7 @@ bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out) {
   const int64_t c = in.sum.numel();
   auto describe = [&] {
     auto graph = new_graph(DType::F32);
-    auto channel = [&](const char* name, int64_t uid) {
-      return graph->tensor(fe::graph::Tensor_attributes()
-                               .set_name(name)
-                               .set_uid(uid)
-                               .set_dim({1, c, 1, 1})
-                               .set_stride({c, 1, c, c})
-                               .set_data_type(fe::DataType_t::FLOAT));
-    };
+    auto channel = [&](const char* name, int64_t uid) { return per_channel_input(*graph, name, uid, c); };
     auto SUM = channel("sum", kSum), SQ_SUM = channel("sq_sum", kSqSum);
     auto WEIGHT = channel("weight", kWeight), BIAS = channel("bias", kBias);
     auto RUN_MEAN = channel("running_mean", kRunMean), RUN_VAR = channel("running_var", kRunVar);

@@ -42,6 +42,28 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
 // y = conv(x, w) with y's per-channel sum and sum of squares (f32 [O]) from the conv's epilogue.
 bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
                                         Tensor& sq_sum);
+// The same with a prologue: y = conv(relu(x * scale + bias), w), scale and bias f32 [C] (the
+// previous BN's bn_finalize terms) applied as the conv loads x, which is all that is read of it.
+bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                                const Tensor& bias, const Tensor& w, Tensor& y, Tensor& sum,
+                                                Tensor& sq_sum);
+// Its backward: dw = wgrad(relu(x * scale + bias), dy), the prologue applied as the wgrad loads x;
+// and dz = dgrad(dy, w) masked where x * scale + bias <= 0 (the ReLU's backward), in dy's dtype.
+bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
+                                               const Tensor& bias, const Tensor& dy, Tensor& dw);
+bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
+                                           const Tensor& scale, const Tensor& bias, Tensor& dz);
+// The same dz with the BN backward's reductions from the same graph (cuDNN's dbn_weight; f16/bf16
+// only): d weight = sum dz xhat, d bias = sum dz, and the per-channel coefficients of the BN input's
+// gradient dx = eq_scale_dy dz + eq_scale_x x + eq_bias. All [C] f32; mean, inv_std from bn_finalize.
+struct BnBackwardIn {
+  const Tensor &mean, &inv_std, &weight, &bias;
+};
+struct BnBackwardOut {
+  Tensor &dweight, &dbias, &eq_scale_dy, &eq_scale_x, &eq_bias;
+};
+bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
+                                               const BnBackwardIn& bn, Tensor& dz, const BnBackwardOut& out);
 // BN's training-mode terms from the sums (all f32 [C]); the next running stats go to fresh tensors.
 struct BnFinalizeIn {
   const Tensor &sum, &sq_sum, &weight, &bias, &running_mean, &running_var;
