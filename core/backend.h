@@ -17,8 +17,10 @@
 //                         (core/autograd.h, pending_gradient). Default on; off: the engine's add.
 //                         The same bits on the CPU either way; on the GPU one rounding fewer.
 //   conv_bn_fusion        ResNet-style conv-BN fusion through cuDNN's graph API (core/ops/conv_bn/
-//                         conv_bn.h): the BN batch statistics generated in the conv's epilogue, and
-//                         bn_finalize as one graph. Default off: never run on a GPU, unmeasured.
+//                         conv_bn.h): the BN batch statistics generated in the conv's epilogue,
+//                         bn_finalize as one graph, and the BN + ReLU applied as the next conv loads
+//                         its input, forward and backward. Default off: never run on a GPU, unmeasured
+//                         (apps/scripts/gpu_session.sh measures it against the unfused path).
 //   allow_tf32            f32 GEMMs and convs may use TF32 tensor cores (10-bit mantissa products,
 //                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
 //                         train fine with it (core/ops/matmul/matmul.h).

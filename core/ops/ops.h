@@ -24,7 +24,7 @@
 #include "core/ops/batchnorm/batchnorm.h"          // defines: batch_norm (train/eval, running stats)
 #include "core/ops/batchnorm/batchnorm_relu.h"     // defines: batch_norm_relu, batch_norm_add_relu (fused BN tails)
 #include "core/ops/conv/conv.h"                    // defines: conv2d (NHWC, OHWI weights), Conv2dParams, conv2d_bias_relu
-#include "core/ops/conv_bn/conv_bn.h"              // defines: conv2d_genstats, bn_finalize (conv-BN fusion pieces)
+#include "core/ops/conv_bn/conv_bn.h"              // defines: conv2d_genstats, bn_finalize, conv2d_bn_relu_genstats (conv-BN fusion)
 #include "core/ops/copy/copy.h"                    // defines: cast, to_device, cast_raw, fill_
 #include "core/ops/dropout/dropout.h"              // defines: dropout
 #include "core/ops/elementwise/elementwise.h"      // defines: add, sub, mul, scale, add_scalar, axpby, relu, relu_, gelu, square, pow, in-place add_/scale_/axpby_
