@@ -1,7 +1,7 @@
 // core/ops/attention/cuda_cudnn_sdpa.cpp: AttentionBackend::Fused - cuDNN's fused flash attention
 // (SDPA), forward and backward, as cuDNN frontend graphs (semantics in core/ops/attention/attention.h,
-// the arguments in core/ops/attention/kernels.h). The only file that includes <cudnn_frontend.h>
-// (~40 s to compile); without the frontend (TANDEM_HAVE_CUDNN_FRONTEND=0) every problem is refused
+// the arguments in core/ops/attention/kernels.h). The attention folder's only file that includes the
+// frontend (through core/ops/common/cuda/cudnn_graph.h; ~40 s to compile); without the frontend (TANDEM_HAVE_CUDNN_FRONTEND=0) every problem is refused
 // with a reason and attention takes the reference path.
 //
 // Graphs. One forward graph (sdpa node, generate_stats on: the backward needs the per-row
@@ -37,22 +37,14 @@
 #include "core/check.h"
 #include "core/cuda/context.h"
 #include "core/ops/attention/kernels.h"
+#include "core/ops/common/cuda/cudnn_graph.h"
 #include "core/ops/common/cuda/dnn_handle.h"
-#include "core/storage.h"
-
-#if defined(TANDEM_HAVE_CUDNN_FRONTEND) && TANDEM_HAVE_CUDNN_FRONTEND
-#include <cudnn_frontend.h>
-#define TANDEM_SDPA_FRONTEND 1
-#else
-#define TANDEM_SDPA_FRONTEND 0
-#endif
 
 namespace tandem::kernels {
 
-#if TANDEM_SDPA_FRONTEND
+#if TANDEM_CUDNN_GRAPHS
 namespace {
-namespace fe = cudnn_frontend;
-using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+using namespace cudnn_graph;  // fe, TensorPtr, VariantPack, new_graph, execute
 
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kSeed, kOffset, kDO, kDQ, kDK, kDV };
 
@@ -78,21 +70,11 @@ std::vector<int64_t> key_of(const SdpaArgs& a) {
   return k;
 }
 
-fe::DataType_t io_type(DType t) { return t == DType::F16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16; }
-
 // A {B, H, S, D} tensor with the caller's strides (dim stride 1).
 fe::graph::Tensor_attributes bhsd(const char* name, int64_t uid, int64_t b, int64_t h, int64_t s, int64_t d,
                                   const int64_t (&st)[3]) {
   return fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({b, h, s, d}).set_stride(
       {st[0], st[1], st[2], 1});
-}
-
-std::shared_ptr<fe::graph::Graph> new_graph(const SdpaArgs& a) {
-  auto g = std::make_shared<fe::graph::Graph>();
-  g->set_io_data_type(io_type(a.dtype))
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return g;
 }
 
 // The inputs both graphs share: lengths (padding) and seed/offset (dropout), added to `opt`.
@@ -121,7 +103,7 @@ std::shared_ptr<Graphs> build(const SdpaArgs& a) {
     return st.is_good();
   };
   {  // forward
-    auto g = new_graph(a);
+    auto g = new_graph(a.dtype);
     auto Q = g->tensor(bhsd("Q", kQ, a.b, a.h, a.sq, a.d, a.q_stride));
     auto K = g->tensor(bhsd("K", kK, a.b, a.h, a.sk, a.d, a.k_stride));
     auto V = g->tensor(bhsd("V", kV, a.b, a.h, a.sk, a.d, a.v_stride));
@@ -139,7 +121,7 @@ std::shared_ptr<Graphs> build(const SdpaArgs& a) {
     out->fwd = g;
   }
   {  // backward
-    auto g = new_graph(a);
+    auto g = new_graph(a.dtype);
     auto Q = g->tensor(bhsd("Q", kQ, a.b, a.h, a.sq, a.d, a.q_stride));
     auto K = g->tensor(bhsd("K", kK, a.b, a.h, a.sk, a.d, a.k_stride));
     auto V = g->tensor(bhsd("V", kV, a.b, a.h, a.sk, a.d, a.v_stride));
@@ -179,23 +161,20 @@ std::shared_ptr<Graphs> graphs(const SdpaArgs& a) {
 
 void* mut(const void* p) { return const_cast<void*>(p); }
 
-void run(const fe::graph::Graph& g, int64_t ws_bytes, std::unordered_map<int64_t, void*>& pack, const SdpaArgs& a,
-         const int32_t* lengths, const int64_t* rng, const char* what) {
+void run(const fe::graph::Graph& g, int64_t ws_bytes, VariantPack& pack, const SdpaArgs& a, const int32_t* lengths,
+         const int64_t* rng, const char* what) {
   if (a.padded) pack[kSeqQ] = mut(lengths), pack[kSeqKv] = mut(lengths + a.b);
   if (a.dropout_p > 0.0f) pack[kSeed] = mut(rng), pack[kOffset] = mut(rng + 1);
-  std::unique_ptr<Storage> workspace;
-  if (ws_bytes > 0)
-    workspace = std::make_unique<Storage>(static_cast<size_t>(ws_bytes), Device::cuda(cuda::current_device()));
-  fe::error_t st = g.execute(cuda::dnn_handle(), pack, workspace ? workspace->data() : nullptr);
+  fe::error_t st = execute(g, ws_bytes, pack);
   TANDEM_CHECK(st.is_good(), "cuDNN SDPA ", what, " failed to run: ", st.get_message(),
                "; run with AttentionBackend::Reference (BertConfig::attention_backend) and report the shapes");
 }
 
 }  // namespace
-#endif  // TANDEM_SDPA_FRONTEND
+#endif  // TANDEM_CUDNN_GRAPHS
 
 std::string sdpa_cudnn_unsupported(DType dtype, int64_t d) {
-#if !TANDEM_SDPA_FRONTEND
+#if !TANDEM_CUDNN_GRAPHS
   return "this build has no cuDNN frontend headers (apps/scripts/setup.sh fetches them)";
 #else
   if (dtype != DType::F16 && dtype != DType::BF16)
@@ -211,7 +190,7 @@ std::string sdpa_cudnn_unsupported(DType dtype, int64_t d) {
 }
 
 bool sdpa_cudnn_prepare(const SdpaArgs& a, std::string& why) {
-#if TANDEM_SDPA_FRONTEND
+#if TANDEM_CUDNN_GRAPHS
   why = graphs(a)->refused;
 #else
   why = sdpa_cudnn_unsupported(a.dtype, a.d);
@@ -221,10 +200,10 @@ bool sdpa_cudnn_prepare(const SdpaArgs& a, std::string& why) {
 
 void sdpa_cudnn_fwd(const SdpaArgs& a, const void* q, const void* k, const void* v, const int32_t* lengths,
                     const int64_t* rng, void* o, float* stats) {
-#if TANDEM_SDPA_FRONTEND
+#if TANDEM_CUDNN_GRAPHS
   auto g = graphs(a);
   TANDEM_CHECK(g->fwd, "cuDNN SDPA forward: the problem was refused (", g->refused, "); call sdpa_cudnn_prepare first");
-  std::unordered_map<int64_t, void*> pack{{kQ, mut(q)}, {kK, mut(k)}, {kV, mut(v)}, {kO, o}, {kStats, stats}};
+  VariantPack pack{{kQ, mut(q)}, {kK, mut(k)}, {kV, mut(v)}, {kO, o}, {kStats, stats}};
   run(*g->fwd, g->fwd_ws, pack, a, lengths, rng, "forward");
 #else
   TANDEM_THROW("cuDNN SDPA forward: this build has no cuDNN frontend; attention should have taken the reference path");
@@ -233,10 +212,10 @@ void sdpa_cudnn_fwd(const SdpaArgs& a, const void* q, const void* k, const void*
 
 void sdpa_cudnn_bwd(const SdpaArgs& a, const void* q, const void* k, const void* v, const void* o, const void* dout,
                     const float* stats, const int32_t* lengths, const int64_t* rng, void* dq, void* dk, void* dv) {
-#if TANDEM_SDPA_FRONTEND
+#if TANDEM_CUDNN_GRAPHS
   auto g = graphs(a);
   TANDEM_CHECK(g->bwd, "cuDNN SDPA backward: the problem was refused (", g->refused, ")");
-  std::unordered_map<int64_t, void*> pack{{kQ, mut(q)},   {kK, mut(k)},         {kV, mut(v)},
+  VariantPack pack{{kQ, mut(q)},   {kK, mut(k)},         {kV, mut(v)},
                                           {kO, mut(o)},   {kDO, mut(dout)},     {kStats, mut(stats)},
                                           {kDQ, dq},      {kDK, dk},            {kDV, dv}};
   run(*g->bwd, g->bwd_ws, pack, a, lengths, rng, "backward");

@@ -19,8 +19,8 @@
 // (3) bn_finalize: the frontend's bn_finalize node, from SUM, SQ_SUM, the BN weight and bias and the
 //     running stats (f32 [1, c, 1, 1]; eps, momentum and the count as graph constants) to the
 //     equivalent scale and bias, mean, inverse std and the next running stats.
-// This is the only file of core/ that includes <cudnn_frontend.h> (about 40 s to compile): the
-// header stays out of everything else. Built without the frontend (TANDEM_HAVE_CUDNN_FRONTEND 0)
+// With core/ops/attention/cuda_cudnn_sdpa.cpp, one of the two files of core/ that include the frontend
+// (through core/ops/common/cuda/cudnn_graph.h; about 40 s to compile): the header stays out of everything else. Built without the frontend (TANDEM_HAVE_CUDNN_FRONTEND 0)
 // every entry point returns false and the callers take their other paths.
 //
 // Engines: the frontend's heuristics (mode A, then FALLBACK) under the same filters as the plain
@@ -52,23 +52,16 @@
 #include "core/backend.h"
 #include "core/check.h"
 #include "core/cuda/context.h"
+#include "core/ops/common/cuda/cudnn_graph.h"
 #include "core/ops/common/cuda/dnn_handle.h"
 #include "core/ops/conv/kernels.h"
 #include "core/storage.h"
 
-#if defined(TANDEM_HAVE_CUDNN_FRONTEND) && TANDEM_HAVE_CUDNN_FRONTEND
-#include <cudnn_frontend.h>
-#define TANDEM_CONV_GRAPH 1
-#else
-#define TANDEM_CONV_GRAPH 0
-#endif
-
 namespace tandem::kernels {
 
-#if TANDEM_CONV_GRAPH
+#if TANDEM_CUDNN_GRAPHS
 namespace {
-namespace fe = cudnn_frontend;
-using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+using namespace cudnn_graph;  // fe, TensorPtr, VariantPack, fe_type, new_graph, execute
 
 // Tensor uids of the variant packs (one numbering for all three graphs).
 enum Uid : int64_t {
@@ -91,14 +84,6 @@ using Key = std::vector<int64_t>;
 // runtime's own teardown is reported to crash cuDNN 9.10+ (pytorch/pytorch#169153).
 auto* const g_cache = new std::map<Key, Entry>;
 std::mutex g_mutex;
-
-// The frontend's name for an io dtype; the ops have already refused f64 on CUDA.
-fe::DataType_t fe_type(DType t) {
-  if (t == DType::BF16) return fe::DataType_t::BFLOAT16;
-  if (t == DType::F16) return fe::DataType_t::HALF;
-  TANDEM_CHECK(t == DType::F32, "the cuDNN conv graphs take f32, f16 or bf16, got ", dtype_name(t), ": cast first");
-  return fe::DataType_t::FLOAT;
-}
 
 // A 4-D NHWC tensor [n, h, w, c] as the frontend's (n, c, h, w) dims with NHWC strides.
 fe::graph::Tensor_attributes nhwc(const char* name, int64_t uid, int64_t n, int64_t h, int64_t w, int64_t c) {
@@ -189,15 +174,7 @@ Entry finish(std::shared_ptr<fe::graph::Graph> graph, DType dt, const BackendCon
   return out;
 }
 
-std::shared_ptr<fe::graph::Graph> new_graph(DType io) {
-  auto graph = std::make_shared<fe::graph::Graph>();
-  graph->set_io_data_type(fe_type(io))
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return graph;
-}
-
-bool aligned16(const std::unordered_map<int64_t, void*>& pack) {
+bool aligned16(const VariantPack& pack) {
   for (const auto& [uid, p] : pack)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   return true;
@@ -207,7 +184,7 @@ bool aligned16(const std::unordered_map<int64_t, void*>& pack) {
 // on the compute stream with `pack`. False when refused or when its execution fails (then never
 // again for this key); `refused(why)` is told the first time.
 bool run(Key key, DType dt, const std::function<std::shared_ptr<fe::graph::Graph>()>& describe,
-         std::unordered_map<int64_t, void*> pack, const std::function<void(const std::string&)>& refused) {
+         VariantPack pack, const std::function<void(const std::string&)>& refused) {
   if (!aligned16(pack)) return false;  // the frontend describes every tensor as 16-byte aligned
   const BackendConfig be = backend();
   const int device = cuda::current_device();
@@ -229,8 +206,7 @@ bool run(Key key, DType dt, const std::function<std::shared_ptr<fe::graph::Graph
   }
   Entry& e = it->second;
   if (!e.graph) return false;
-  Storage workspace(static_cast<size_t>(e.workspace), Device::cuda(device));
-  fe::error_t st = e.graph->execute(cuda::dnn_handle(), pack, workspace.data());
+  fe::error_t st = execute(*e.graph, e.workspace, pack);
   if (st.is_bad()) {  // e.g. a runtime-compiled kernel that cannot launch
     (void)cudaGetLastError();  // do not let the next launch check report cuDNN's failure as its own
     refused(st.get_message());
@@ -246,13 +222,13 @@ Key conv_key(Kind kind, const ConvGeom& g, int64_t extra) {
 }
 
 }  // namespace
-#endif  // TANDEM_CONV_GRAPH
+#endif  // TANDEM_CUDNN_GRAPHS
 
-bool conv_graphs_built() { return TANDEM_CONV_GRAPH != 0; }
+bool conv_graphs_built() { return TANDEM_CUDNN_GRAPHS != 0; }
 
 bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b,
                                          Tensor& y) {
-#if !TANDEM_CONV_GRAPH
+#if !TANDEM_CUDNN_GRAPHS
   (void)g, (void)x, (void)w, (void)b, (void)y;
   return false;
 #else
@@ -274,7 +250,7 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
     conv_output(Y, g, x.dtype());
     return graph;
   };
-  std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()}, {kW, w.data_ptr()}, {kY, y.data_ptr()}};
+  VariantPack pack{{kX, x.data_ptr()}, {kW, w.data_ptr()}, {kY, y.data_ptr()}};
   if (has_bias) pack.emplace(kB, b.data_ptr());
   return run(conv_key(Kind::BiasRelu, g, has_bias), x.dtype(), describe, pack, [&](const std::string& why) {
     static std::atomic<bool> said{false};
@@ -284,7 +260,7 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
 #endif
 }
 
-#if TANDEM_CONV_GRAPH
+#if TANDEM_CUDNN_GRAPHS
 namespace {
 // conv2d_genstats's graph, with the BN + ReLU prologue when scale is defined.
 bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, const Tensor* bias, const Tensor& w,
@@ -300,7 +276,7 @@ bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, con
     per_channel_output(SQ_SUM, kSqSum, g.o);
     return graph;
   };
-  std::unordered_map<int64_t, void*> pack{{kX, x.data_ptr()},     {kW, w.data_ptr()},          {kY, y.data_ptr()},
+  VariantPack pack{{kX, x.data_ptr()},     {kW, w.data_ptr()},          {kY, y.data_ptr()},
                                           {kSum, sum.data_ptr()}, {kSqSum, sq_sum.data_ptr()}};
   if (prologue) pack.insert({{kPrologueScale, scale->data_ptr()}, {kPrologueBias, bias->data_ptr()}});
   const Kind kind = prologue ? Kind::BnReluGenstats : Kind::Genstats;
@@ -320,7 +296,7 @@ bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, con
 
 bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
                                         Tensor& sq_sum) {
-#if !TANDEM_CONV_GRAPH
+#if !TANDEM_CUDNN_GRAPHS
   (void)g, (void)x, (void)w, (void)y, (void)sum, (void)sq_sum;
   return false;
 #else
@@ -331,7 +307,7 @@ bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, cons
 bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
                                                 const Tensor& bias, const Tensor& w, Tensor& y, Tensor& sum,
                                                 Tensor& sq_sum) {
-#if !TANDEM_CONV_GRAPH
+#if !TANDEM_CUDNN_GRAPHS
   (void)g, (void)x, (void)scale, (void)bias, (void)w, (void)y, (void)sum, (void)sq_sum;
   return false;
 #else
@@ -342,12 +318,12 @@ bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor&
 #endif
 }
 
-#if TANDEM_CONV_GRAPH
+#if TANDEM_CUDNN_GRAPHS
 namespace {
 // Runs one of the prologue's backward graphs: `pack` holds its own tensors, this adds X, SCALE,
 // BIAS and DY; the first refusal of each kind is noted once.
 bool prologue_backward(Kind kind, const ConvGeom& g, const Tensor& x, const Tensor& scale, const Tensor& bias,
-                       const Tensor& dy, std::unordered_map<int64_t, void*> pack,
+                       const Tensor& dy, VariantPack pack,
                        const std::function<std::shared_ptr<fe::graph::Graph>()>& describe, const char* graph,
                        const char* instead) {
   if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
@@ -368,7 +344,7 @@ TensorPtr input_x(fe::graph::Graph& graph, const ConvGeom& g) {
 
 bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
                                                const Tensor& bias, const Tensor& dy, Tensor& dw) {
-#if !TANDEM_CONV_GRAPH
+#if !TANDEM_CUDNN_GRAPHS
   (void)g, (void)x, (void)scale, (void)bias, (void)dy, (void)dw;
   return false;
 #else
@@ -388,7 +364,7 @@ bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& 
 
 bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
                                            const Tensor& scale, const Tensor& bias, Tensor& dz) {
-#if !TANDEM_CONV_GRAPH
+#if !TANDEM_CUDNN_GRAPHS
   (void)g, (void)dy, (void)w, (void)x, (void)scale, (void)bias, (void)dz;
   return false;
 #else
@@ -413,7 +389,7 @@ bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, 
 
 bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& dy, const Tensor& w, const Tensor& x,
                                                const BnBackwardIn& bn, Tensor& dz, const BnBackwardOut& out) {
-#if !TANDEM_CONV_GRAPH
+#if !TANDEM_CUDNN_GRAPHS
   (void)g, (void)dy, (void)w, (void)x, (void)bn, (void)dz, (void)out;
   return false;
 #else
@@ -453,7 +429,7 @@ bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& 
     for (const auto& [t, uid] : outs) per_channel_output(t, uid, g.c);
     return graph;
   };
-  std::unordered_map<int64_t, void*> pack{
+  VariantPack pack{
       {kDy, dy.data_ptr()},          {kW, w.data_ptr()},           {kX, x.data_ptr()},
       {kMean, bn.mean.data_ptr()},   {kInvStd, bn.inv_std.data_ptr()}, {kWeight, bn.weight.data_ptr()},
       {kBias, bn.bias.data_ptr()},   {kDz, dz.data_ptr()},         {kDweight, out.dweight.data_ptr()},
@@ -469,7 +445,7 @@ bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& 
 }
 
 bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out) {
-#if !TANDEM_CONV_GRAPH
+#if !TANDEM_CUDNN_GRAPHS
   (void)in, (void)out;
   return false;
 #else
@@ -493,7 +469,7 @@ bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out) {
     for (const auto& [t, uid] : outs) per_channel_output(t, uid, c);
     return graph;
   };
-  std::unordered_map<int64_t, void*> pack{
+  VariantPack pack{
       {kSum, in.sum.data_ptr()},         {kSqSum, in.sq_sum.data_ptr()},       {kWeight, in.weight.data_ptr()},
       {kBias, in.bias.data_ptr()},       {kRunMean, in.running_mean.data_ptr()}, {kRunVar, in.running_var.data_ptr()},
       {kEqScale, out.scale.data_ptr()},  {kEqBias, out.bias.data_ptr()},        {kMean, out.mean.data_ptr()},
