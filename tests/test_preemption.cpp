@@ -185,8 +185,10 @@ TEST_CASE("RunControl: a stop signal makes every rank stop at the same boundary,
   });
   CHECK(trainer::stop_signal() == SIGTERM);
   CHECK(stopped[0] == stopped[1]);
-  // Seen at boundary 4 (or 5 by the rank that was ahead), acted on at the next.
-  CHECK(stopped[0] >= 5);
+  // Seen at boundary 4 (or 5 by the rank that was ahead, or 3 by the rank that was one behind: the
+  // ranks are threads of one process, so the signal's flag is everyone's at once; the agreement
+  // lets no rank get further apart), acted on at the next. A CI run under load saw 4.
+  CHECK(stopped[0] >= 4);
   CHECK(stopped[0] <= 6);
   CHECK(lines[0].find("preempted: SIGTERM on ") == 0);
   CHECK(lines[0].find("exiting with status 75") != std::string::npos);
