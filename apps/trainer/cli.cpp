@@ -8,7 +8,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/check.h"  // defines: TANDEM_CHECK
+#include "apps/trainer/config_file.h"    // defines: StrictConfig, deepspeed_config
+#include "apps/trainer/foreign_names.h"  // defines: foreign_name_hint
+#include "core/check.h"                  // defines: TANDEM_CHECK
 
 namespace tandem::trainer {
 
@@ -30,8 +32,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 std::string closest_flag(const std::string& word, const std::vector<std::string>& known) {
   const std::string w = word.substr(0, word.find('='));
-  // A third of the word: "--batch-szie" (2 edits from --batch-size) gets an answer, "--foo" none.
-  const size_t limit = std::max<size_t>(2, w.size() / 3);
+  // A quarter of the word: "--batch-szie" (2 edits from --batch-size) gets an answer; "--opt" (2 from
+  // --eps) and "--max-steps" (3 from --run-steps) none - a near spelling of another meaning misleads.
+  const size_t limit = std::max<size_t>(1, w.size() / 4);
   std::string best;
   size_t best_d = limit + 1;
   for (const std::string& k : known) {
@@ -50,12 +53,15 @@ std::vector<std::string> flag_names(const CLI::App& app) {
   return out;
 }
 
-void add_config_flags(CLI::App& app, bool& dump_config) {
-  app.set_config("--config", "", "read flags from this TOML/INI file (name = value, e.g. batch-size = 64); flags "
-                 "on the command line override it");
-  app.add_flag("--dump-config", dump_config,
+void add_config_flags(CLI::App& app, std::string& dump_config, const std::string& program) {
+  app.set_config("--config", "", "read flags from this file: TOML (name = value with a long flag's name, e.g. "
+                 "batch-size = 64; snake_case works) or a DeepSpeed JSON; an unknown name is refused. Flags on "
+                 "the command line override it");
+  app.config_formatter(std::make_shared<StrictConfig>(&app, program));
+  app.add_flag("--dump-config{toml}", dump_config,
                "print the effective configuration as a --config file (given options, then the defaults as "
-               "comments) and exit")
+               "comments) and exit; --dump-config=deepspeed prints a DeepSpeed JSON of what DeepSpeed has keys for")
+      ->check(CLI::IsMember({"toml", "deepspeed"}))
       ->configurable(false);
 }
 
@@ -78,9 +84,15 @@ std::string effective_config(const CLI::App& app, const std::string& program) {
   return out.str();
 }
 
-int parse(CLI::App& app, int argc, char** argv, bool print, const std::string& program, const bool& dump_config,
-          std::string& effective) {
+int parse(CLI::App& app, int argc, char** argv, bool print, const std::string& program,
+          const std::string& dump_config, std::string& effective) {
   try {
+    // torchvision's --amp is a bare switch; tandem's takes the 16-bit type. CLI11 takes a required
+    // value unseen, so "--amp --zero 1" read --zero as the type: refuse a bare --amp first.
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--amp" && (i + 1 == argc || argv[i + 1][0] == '-') && app.get_option_no_throw("--amp"))
+        throw CLI::ValidationError("--amp", "needs the 16-bit type: --amp bf16 or --amp fp16 (torchvision's bare "
+                                            "--amp is fp16 autocast with a loss scaler: --amp fp16)");
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (!print) return e.get_exit_code();
@@ -90,15 +102,29 @@ int parse(CLI::App& app, int argc, char** argv, bool print, const std::string& p
       const std::vector<std::string> known = flag_names(app);
       for (const std::string& extra : app.remaining()) {
         if (extra.size() < 2 || extra[0] != '-' || std::isdigit(static_cast<unsigned char>(extra[1]))) continue;
-        const std::string near = closest_flag(extra, known);
-        if (!near.empty())
+        // Another framework's name first: the closest spelling may mean something else.
+        const std::string foreign = foreign_name_hint(extra, known, program);
+        const std::string near = foreign.empty() ? closest_flag(extra, known) : "";
+        if (!foreign.empty())
+          std::cerr << program << ": " << foreign << "\n";
+        else if (!near.empty())
           std::cerr << program << ": " << extra.substr(0, extra.find('=')) << ": did you mean " << near << "?\n";
       }
     }
     return rc;
   }
   effective = effective_config(app, program);
-  if (dump_config) {
+  if (dump_config == "deepspeed") {
+    std::vector<std::string> left_out;
+    const std::string ds = deepspeed_config(app, left_out);
+    if (print) {
+      std::cout << ds << std::flush;
+      for (const std::string& l : left_out)
+        std::cerr << program << ": " << l << " has no DeepSpeed key; pass it as a flag beside --config\n";
+    }
+    return 0;
+  }
+  if (!dump_config.empty()) {
     if (print) std::cout << effective << std::flush;
     return 0;
   }

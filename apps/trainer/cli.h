@@ -4,11 +4,15 @@
 // - An unknown flag is answered with the closest known one ("--batch-szie: did you mean
 //   --batch-size?"): the Levenshtein distance over the app's own flag names, accepted when it is at
 //   most a third of the word (at least 2 edits), so a wild guess gets no misleading suggestion.
-// - --config FILE reads flags from a TOML (or INI) file through CLI11's config support; a flag on
-//   the command line overrides the file's value. --dump-config prints the effective configuration
-//   in the same format and exits 0: the options given (on the command line or in a --config file)
-//   as active lines, every other option's default as a commented line, so the output is a valid
-//   --config file that starts the same run and shows what the rest defaults to.
+// - An unknown flag that is another framework's name gets foreign_names.h's hint instead
+//   ("--data-path is torchvision's name; tandem's: --data DIR ...").
+// - --config FILE reads flags from a TOML file or a DeepSpeed JSON, strictly (config_file.h: an
+//   unknown key is refused with a hint); a flag on the command line overrides the file's value.
+//   --dump-config prints the effective configuration in the same format and exits 0: the options
+//   given (on the command line or in a --config file) as active lines, every other option's default
+//   as a commented line, so the output is a valid --config file that starts the same run and shows
+//   what the rest defaults to. --dump-config=deepspeed prints a DeepSpeed JSON instead (the settings
+//   DeepSpeed has keys for; the others are listed on stderr).
 // - write_config_file() stores that text atomically (a temporary, then rename) in the run's
 //   checkpoint folder, named after the run id, so a folder holding several runs keeps each one's.
 // Rank 0 prints; other ranks parse silently (the same argv gives the same outcome everywhere).
@@ -22,21 +26,22 @@ namespace tandem::trainer {
 // The Levenshtein distance between a and b (insertions, deletions, substitutions, each 1).
 size_t edit_distance(const std::string& a, const std::string& b);
 
-// The one of `known` closest to `word` ("" when none is within max(2, |word| / 3) edits). `word`
+// The one of `known` closest to `word` ("" when none is within max(1, |word| / 4) edits). `word`
 // may carry "=value", which is ignored.
 std::string closest_flag(const std::string& word, const std::vector<std::string>& known);
 
 // Every long and short flag name of `app` ("--batch-size", "-b", ...).
 std::vector<std::string> flag_names(const CLI::App& app);
 
-// Adds --config FILE and --dump-config to `app` (call after all other options).
-void add_config_flags(CLI::App& app, bool& dump_config);
+// Adds --config FILE (read by config_file.h's StrictConfig) and --dump-config[=toml|deepspeed] to
+// `app` (call after all other options). `dump_config` is "" unless asked for.
+void add_config_flags(CLI::App& app, std::string& dump_config, const std::string& program);
 
 // app.parse(argc, argv) with the shared answers: -1 to go on; otherwise the exit code (0 after
 // --help or --dump-config, CLI11's code on a parse error, printed with a suggestion when `print`).
 // On success `effective_config` holds the configuration text (see effective_config()).
-int parse(CLI::App& app, int argc, char** argv, bool print, const std::string& program, const bool& dump_config,
-          std::string& effective_config);
+int parse(CLI::App& app, int argc, char** argv, bool print, const std::string& program,
+          const std::string& dump_config, std::string& effective_config);
 
 // The effective configuration of a parsed `app` as a --config file: a header naming `program`,
 // the given options, then every other option's default, commented out.

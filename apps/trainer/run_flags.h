@@ -62,7 +62,8 @@ struct RunOptions {
   std::string metrics;              // JSON summary (rank 0)
   std::string log_file;             // JSON-lines run log (apps/trainer/run_log.h); "": <checkpoint-dir>/
                                     // log_<run-id>.jsonl with a folder, else none
-  bool dump_config = false;         // --dump-config: print the effective configuration and exit
+  std::string dump_config;          // --dump-config[=toml|deepspeed]: print the effective configuration
+                                    // in that form and exit ("": not asked)
   std::string effective_config;     // filled by parse: the --config text of this run (not a flag)
   // pretrained weights, SyncBatchNorm, the EMA of the weights
   std::string weights;              // a state dict with torchvision's / Hugging Face's names, or a tandem
