@@ -15,6 +15,7 @@
 #include "apps/encoder/hf_state_dict.h"  // defines: from_hf_state_dict
 #include "core/autograd.h"               // defines: NoGradGuard
 #include "core/safetensors.h"            // defines: load, save
+#include "core/torch_save.h"             // defines: is_torch_zip, load (.bin/.pth)
 #include "layers/models/bert.h"          // defines: BertForMaskedLM, bert_config
 
 using namespace tandem;
@@ -23,14 +24,17 @@ int main(int argc, char** argv) {
   CLI::App app{"encoder_forward_check: BertForMaskedLM logits on a Hugging Face state dict (CPU)"};
   std::string model_name, weights, input, output;
   app.add_option("--model", model_name, "bert_tiny, bert_mini, ... (the sizes must match the weights)")->required();
-  app.add_option("--weights", weights, "HF BertForMaskedLM state dict or train_encoder checkpoint (safetensors)")
+  app.add_option("--weights", weights, "HF BertForMaskedLM state dict (safetensors or torch.save: pytorch_model.bin) or train_encoder checkpoint")
       ->required()->check(CLI::ExistingFile);
   app.add_option("--input", input, "safetensors with input_ids, attention_mask [, token_type_ids] (i64 [B, S])")
       ->required()->check(CLI::ExistingFile);
   app.add_option("--output", output, "where to write 'logits' [B, S, V]")->required();
   CLI11_PARSE(app, argc, argv);
   try {
-    NamedTensors sd = apps::encoder::from_hf_state_dict(safetensors::load(weights).tensors);
+    // safetensors, or a torch.save file (HF's pytorch_model.bin, a .pth) read without running its pickle.
+    NamedTensors sd = apps::encoder::from_hf_state_dict(torch_save::is_torch_zip(weights)
+                                                            ? torch_save::load(weights)
+                                                            : safetensors::load(weights).tensors);
     int64_t vocab = -1;
     for (const auto& [name, t] : sd)
       if (name == "bert.embeddings.word_embeddings.weight") vocab = t.size(0);

@@ -4,10 +4,10 @@
 //
 //   forward_check --model resnet50 --weights sd.safetensors --input x.safetensors --output y.safetensors
 //
-// --weights: a torchvision state dict saved with safetensors.torch.save_file (PyTorch names, OIHW
-// conv weights), or a train_imagenet checkpoint (its model weights are used, its optimizer.*
-// state and run position are ignored). --input: a tensor named "input", NCHW f32 as PyTorch holds images; it is permuted
-// to tandem's NHWC here. --output: "logits" [N, classes] f32. --mode eval uses BatchNorm's running
+// --weights: a torchvision state dict saved with safetensors.torch.save_file or torch.save (.pth/.pt,
+// core/torch_save.h; PyTorch names, OIHW conv weights), or a train_imagenet checkpoint (its model
+// weights are used, its optimizer.* state and run position are ignored). --input: a tensor named
+// "input", NCHW f32 as PyTorch holds images; it is permuted to tandem's NHWC here. --output: "logits" [N, classes] f32. --mode eval uses BatchNorm's running
 // statistics, --mode train the batch's (the running stats are then updated, as in PyTorch).
 // CPU only: this is a correctness tool, not a benchmark.
 #include <CLI/CLI.hpp>
@@ -15,6 +15,7 @@
 
 #include "core/autograd.h"
 #include "core/safetensors.h"
+#include "core/torch_save.h"
 #include "layers/checkpoint.h"
 #include "layers/models/models.h"
 #include "layers/state_dict.h"
@@ -24,6 +25,14 @@ using namespace tandem;
 namespace {
 // The model weights of `path`: a training checkpoint's model part, or a whole state-dict file.
 LoadResult load_weights(const std::string& path, Module& model) {
+  if (torch_save::is_torch_zip(path)) {  // a .pth/.pt state dict, read without running its pickle
+    std::string wrapper;
+    LoadOptions opt;
+    opt.source = "torch.save file '" + path + "'";
+    const NamedTensors sd = torch_save::load(path, &wrapper);
+    if (!wrapper.empty()) std::printf("forward_check: %s: using its \"%s\" state dict\n", path.c_str(), wrapper.c_str());
+    return load_state_dict(model, sd, opt);
+  }
   safetensors::File f = safetensors::load(path);
   auto format = f.metadata.find("format");
   if (format == f.metadata.end() || !is_checkpoint_format(format->second)) return load_model(path, model);
@@ -54,7 +63,7 @@ int main(int argc, char** argv) {
   std::string model_name, weights, input, output, mode = "eval";
   int num_classes = 1000;
   app.add_option("--model", model_name, "model name (see train_imagenet --help)")->required();
-  app.add_option("--weights", weights, "torchvision state dict as safetensors, or a train_imagenet checkpoint")->required()->check(CLI::ExistingFile);
+  app.add_option("--weights", weights, "torchvision state dict (safetensors, or a torch.save .pth/.pt), or a train_imagenet checkpoint")->required()->check(CLI::ExistingFile);
   app.add_option("--input", input, "safetensors file with an f32 NCHW tensor named 'input'")->required()->check(CLI::ExistingFile);
   app.add_option("--output", output, "where to write 'logits'")->required();
   app.add_option("--num-classes", num_classes, "classifier width")->capture_default_str();

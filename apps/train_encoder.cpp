@@ -83,6 +83,22 @@ int64_t next_stop(const enc::EncoderOptions& o, int64_t step, int64_t end) {
   return s;
 }
 
+// --evaluate: the held-out set's masked-token accuracy and MLM loss of the weights set_up restored
+// (--resume) or loaded (--weights), with the EMA's beside them when the checkpoint has one.
+int evaluate_only(enc::Training& t, const enc::EncoderOptions& o) {
+  if (!t.val)
+    throw trainer::UsageError("--evaluate needs held-out text: --data's corpus held nothing out (pass more text, "
+                              "--line-by-line for one document per line, or a smaller --held-out-every)");
+  const enc::EvalResult r = enc::evaluate(t, o, t.start_at.step);
+  if (t.world->rank == 0) std::cout << enc::validation_line(r, t) << std::endl;
+  if (t.ema) {
+    const trainer::ModelEma::Applied ema(*t.ema);
+    const enc::EvalResult e = enc::evaluate(t, o, t.start_at.step);
+    if (t.world->rank == 0) std::cout << "(ema) " << enc::validation_line(e, t) << std::endl;
+  }
+  return r.failed() ? 3 : 0;
+}
+
 int run(enc::EncoderOptions& o) {
   trainer::RunClock clock(kProcessStart);
   const dist::World& w = enc::init_world(o);
@@ -106,6 +122,7 @@ int run(enc::EncoderOptions& o) {
   // --tp > 1: set_up builds the TP model over its grid instead.
   auto model = o.tp > 1 ? nullptr : enc::make_model(o, corpus.vocab_size, folder.resume_path());
   enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));
+  if (o.evaluate) return evaluate_only(t, o);
   enc::print_start(o, t);
   enc::start_records(o, t);  // config_<run-id>.toml beside the checkpoints, the --log-file's start record
 

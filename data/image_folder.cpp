@@ -22,7 +22,7 @@ bool hidden(const fs::path& p) {
 
 // The image files below class_dir, hidden entries skipped, in torchvision's sorted(os.walk()) order:
 // by the folder's full path string first, then by name within the folder.
-std::vector<std::string> scan_class(const fs::path& class_dir) {
+std::vector<std::string> scan_class(const fs::path& class_dir, int64_t& not_images, std::string& example) {
   std::vector<std::pair<std::string, std::string>> found;
   for (auto it = fs::recursive_directory_iterator(class_dir, fs::directory_options::follow_directory_symlink);
        it != fs::recursive_directory_iterator(); ++it) {
@@ -31,8 +31,11 @@ std::vector<std::string> scan_class(const fs::path& class_dir) {
       continue;
     }
     if (it->is_directory()) continue;
-    if (has_image_extension(it->path().string()))
+    if (has_image_extension(it->path().string())) {
       found.emplace_back(it->path().parent_path().string(), it->path().filename().string());
+    } else {
+      if (not_images++ == 0) example = it->path().string();
+    }
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> files;
@@ -74,7 +77,7 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageFolderOptions opt) :
                  " classes of the given class list (ImageFolderOptions::classes: the training split's); every "
                  "folder here must also be a class folder of the training split, by name: remove or rename it, "
                  "or add the class to the training split and train again");
-    std::vector<std::string> files = scan_class(class_dir);
+    std::vector<std::string> files = scan_class(class_dir, not_images_, not_image_example_);
     TANDEM_CHECK(!files.empty(), "class folder ", class_dir.string(),
                  " has no .jpg/.jpeg/.png/.bmp file below it (hidden files and folders do not count); "
                  "add its images or remove the folder");

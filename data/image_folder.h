@@ -58,9 +58,15 @@ class ImageFolder : public Dataset {
   const std::vector<std::string>& classes() const { return classes_; }
   const std::vector<std::string>& files() const { return files_; }  // full paths, by index
   const std::vector<int64_t>& labels() const { return labels_; }    // class of each file
+  // Files below the class folders that are not images tandem decodes (.webp, .gif, .tif, notes):
+  // left out of the split, counted so the trainer can say so; the first one as an example.
+  int64_t not_images() const { return not_images_; }
+  const std::string& not_image_example() const { return not_image_example_; }
 
  private:
   ImageFolderOptions opt_;
+  int64_t not_images_ = 0;
+  std::string not_image_example_;
   std::vector<std::string> classes_;
   std::vector<std::string> files_;
   std::vector<int64_t> labels_;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/check.h"
@@ -62,7 +63,26 @@ std::string read_text_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::vector<std::string> split_documents(std::string_view content) {
+std::vector<std::string> jsonl_documents(std::string_view content, const std::string& field, const std::string& file) {
+  std::vector<std::string> docs;
+  int64_t number = 0;
+  for (size_t pos = 0; pos < content.size();) {
+    size_t nl = content.find('\n', pos);
+    if (nl == std::string_view::npos) nl = content.size();
+    const std::string_view line = content.substr(pos, nl - pos);
+    pos = nl + 1, ++number;
+    if (blank(line)) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    TANDEM_CHECK(j.is_object() && j.contains(field) && j[field].is_string(), "text corpus: ", file, " line ", number,
+                 " is not a JSON object with a string \"", field, "\" field (a .jsonl file holds one such object per "
+                 "line; pass --text-field NAME for another field)");
+    std::string t = trim(j[field].get<std::string>());
+    if (!t.empty()) docs.push_back(std::move(t));
+  }
+  return docs;
+}
+
+std::vector<std::string> split_documents(std::string_view content, bool line_by_line) {
   std::vector<std::string_view> lines;
   for (size_t pos = 0; pos < content.size();) {
     size_t nl = content.find('\n', pos);
@@ -70,9 +90,14 @@ std::vector<std::string> split_documents(std::string_view content) {
     lines.push_back(content.substr(pos, nl - pos));
     pos = nl + 1;
   }
+  std::vector<std::string> docs;
+  if (line_by_line) {
+    for (std::string_view l : lines)
+      if (std::string t = trim(l); !t.empty()) docs.push_back(std::move(t));
+    return docs;
+  }
   auto is_percent = [](std::string_view l) { return l == "%" || l == "%\r"; };
   const bool fortune = std::any_of(lines.begin(), lines.end(), is_percent);
-  std::vector<std::string> docs;
   std::string cur;
   auto flush = [&]() {
     std::string t = trim(cur);
@@ -102,7 +127,9 @@ TokenStreams build_token_streams(const std::vector<std::string>& paths, const Wo
     std::string content = read_text_file(file);
     out.files += 1;
     out.bytes += static_cast<int64_t>(content.size());
-    for (const std::string& doc : split_documents(content)) {
+    const bool jsonl = fs::path(file).extension() == ".jsonl";
+    for (const std::string& doc : jsonl ? jsonl_documents(content, opt.jsonl_field, file)
+                                        : split_documents(content, opt.line_by_line)) {
       std::vector<int64_t> ids = tokenizer.encode(doc);
       if (ids.empty()) continue;  // only control characters or whitespace
       const bool held = doc_index % opt.held_out_every == opt.held_out_every - 1;

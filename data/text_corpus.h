@@ -4,9 +4,13 @@
 // sorted path order. Skipped: names ending ".dat" (the strfile indexes that sit beside fortune files)
 // and files whose canonical path was already taken (the fortunes package links x.u8 -> x), so the
 // Debian fortunes folder reads each text once.
-// Documents: a file that has a line consisting of "%" alone is in fortune(6) format and every
-// "%"-separated entry is a document; any other file is split into paragraphs at blank lines (lines
-// of whitespace only). Documents that tokenize to nothing are dropped.
+// Documents: a file whose name ends ".jsonl" holds one JSON object per line and its `jsonl_field`
+// string ("text", as Hugging Face's datasets write it) is a document; a line that is not such an
+// object is refused, naming the file and line. With line_by_line (HF run_mlm's --line_by_line) every
+// non-blank line of any other file is a document. Otherwise a file that has a line consisting of "%"
+// alone is in fortune(6) format and every "%"-separated entry is a document, and any other file is
+// split into paragraphs at blank lines (lines of whitespace only). Documents that tokenize to
+// nothing are dropped.
 // Split: documents are numbered 0, 1, ... in file order across the whole corpus, and document d is
 // held out when d % held_out_every == held_out_every - 1 (every 20th: 5 %, taken from every file, so
 // held-out text has the same mix of topics as training text).
@@ -24,13 +28,19 @@
 namespace tandem::data {
 
 struct TextCorpusOptions {
-  int held_out_every = 20;  // every 20th document is held out (5 %); must be >= 2
+  int held_out_every = 20;          // every 20th document is held out (5 %); must be >= 2
+  bool line_by_line = false;        // every non-blank line is a document (not .jsonl files)
+  std::string jsonl_field = "text";  // the string field of a .jsonl line that is the document
 };
 
 // The text files under paths, as described above; throws for a missing path or no files at all.
 std::vector<std::string> list_text_files(const std::vector<std::string>& paths);
-// The documents of one file's content (fortune entries or paragraphs), whitespace-trimmed.
-std::vector<std::string> split_documents(std::string_view content);
+// The documents of one file's content (fortune entries or paragraphs; lines with line_by_line),
+// whitespace-trimmed.
+std::vector<std::string> split_documents(std::string_view content, bool line_by_line = false);
+// The `field` strings of a JSON-lines content, one per non-blank line; throws naming `file` and the
+// line for a line that is not an object with that string field.
+std::vector<std::string> jsonl_documents(std::string_view content, const std::string& field, const std::string& file);
 // The file's content; throws naming the file when it cannot be read.
 std::string read_text_file(const std::string& path);
 

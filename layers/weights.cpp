@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/torch_save.h"     // defines: torch_save::load (.pth/.pt)
 #include "layers/checkpoint.h"
 
 namespace tandem {
@@ -61,9 +62,17 @@ WeightsRemap strip_prefix(std::string prefix) {
 }
 
 WeightsResult load_weights(const std::string& path, Module& model, const WeightsOptions& opt) {
-  safetensors::File file = safetensors::load(path);
   WeightsResult res;
   NamedTensors sd;
+  safetensors::File file;
+  if (torch_save::is_torch_zip(path)) {  // a .pth/.pt: its state dict, read without running its pickle
+    std::string wrapper;
+    file.tensors = torch_save::load(path, &wrapper);
+    res.notes.push_back("a torch.save file" + (wrapper.empty() ? std::string() : ": the state dict under \"" +
+                                                                                    wrapper + "\""));
+  } else {
+    file = safetensors::load(path);
+  }
   auto format = file.metadata.find("format");
   if (format != file.metadata.end() && is_checkpoint_format(format->second)) {  // format 1 or 2
     res.format = WeightsFormat::Checkpoint;

@@ -8,6 +8,9 @@
 //   a tandem checkpoint  __metadata__ format = kCheckpointFormat (layers/checkpoint.h): its model
 //                        tensors; the "optimizer.*" entries and the run's position are ignored (that
 //                        is resuming, not starting from weights).
+//   a torch.save file    a .pth/.pt (a zip: core/torch_save.h) holding a state dict, or one under
+//                        "model" or "state_dict"; read without running its pickle, anything that
+//                        is not a state dict refused by name.
 // Names that differ go through WeightsOptions::remap first: the encoder passes its Hugging Face
 // mapping (tied-decoder and position_ids aliases checked and dropped), strip_prefix("module.")
 // undoes a DDP-wrapped torch.save. Then skip patterns drop names from both sides, then the checks.
@@ -27,8 +30,9 @@
 // Globs, not regexes: names are dotted paths, and in a regex "fc.*" would also match "fcx" and "fc".
 // A pattern that matches no name on either side is an error (a typo would otherwise load silently
 // into an unchanged head).
-// Left out: sharded files (model-00001-of-00002.safetensors), .pth/.bin pickles (convert them with
-// safetensors.torch.save_file), and loading onto a differently shaped architecture by surgery.
+// Left out: sharded files (model-00001-of-00002.safetensors), pre-1.6 (tar) torch.save files and
+// other pickles (HF's pytorch_model.bin from transformers >= 4 is the zip format, so it loads), and
+// loading onto a differently shaped architecture by surgery.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,7 @@
-// tests/test_fuzz_parsers.cpp: seeded mutation fuzzing of the two parsers that read untrusted
-// files, safetensors::load and image decoding (data/decode.h).
+// tests/test_fuzz_parsers.cpp: seeded mutation fuzzing of the parsers that read untrusted files,
+// safetensors::load, image decoding (data/decode.h) and torch.save files (core/torch_save.h: the
+// fixtures of tests/data/pth/, damaged as bytes, and their pickles damaged and re-zipped with
+// correct CRCs so the damage reaches the unpickler, not only the zip checks).
 //
 // Real files come first: a checkpoint written by safetensors::save, and a JPEG, an RGB PNG, a grey
 // PNG and a BMP written by data::write_image from a procedural image. Each is then damaged with a
@@ -31,6 +33,8 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "core/torch_save.h"
+#include "core/zip_stored.h"
 #include "data/decode.h"
 #include "data/procedural.h"
 
@@ -298,6 +302,62 @@ std::string image_kind(const std::string& m) {
   return "other: " + m.substr(0, 120);
 }
 
+// ---- torch.save ---------------------------------------------------------------------------------
+// A torch.save file holds the file, its storages, the tensors cut from them (no larger: expanded
+// views are refused) and one small Value per pickle opcode: 64 KiB + 32 x file size.
+size_t torch_save_bound(size_t file_size) { return (size_t{64} << 10) + 32 * file_size; }
+
+uint32_t crc32_of(const Bytes& b) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char x : b) {
+    c ^= x;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+// A zip of stored entries, as torch.save writes one (without its 64-byte alignment).
+Bytes stored_zip(const std::vector<std::pair<std::string, Bytes>>& entries) {
+  Bytes out, central;
+  auto le = [](Bytes& b, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) b.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  for (const auto& [name, data] : entries) {
+    const uint64_t local = out.size();
+    const uint32_t crc = crc32_of(data);
+    le(out, 0x04034b50, 4), le(out, 20, 2), le(out, 0, 2), le(out, 0, 2), le(out, 0, 4), le(out, crc, 4);
+    le(out, data.size(), 4), le(out, data.size(), 4), le(out, name.size(), 2), le(out, 0, 2);
+    out += name + data;
+    le(central, 0x02014b50, 4), le(central, 20, 2), le(central, 20, 2), le(central, 0, 2), le(central, 0, 2);
+    le(central, 0, 4), le(central, crc, 4), le(central, data.size(), 4), le(central, data.size(), 4);
+    le(central, name.size(), 2), le(central, 0, 2), le(central, 0, 2), le(central, 0, 2), le(central, 0, 2);
+    le(central, 0, 4), le(central, local, 4);
+    central += name;
+  }
+  const uint64_t at = out.size();
+  out += central;
+  le(out, 0x06054b50, 4), le(out, 0, 2), le(out, 0, 2), le(out, entries.size(), 2), le(out, entries.size(), 2);
+  le(out, central.size(), 4), le(out, at, 4), le(out, 0, 2);
+  return out;
+}
+// Damage to the pickle that knows its opcodes: an opcode swapped for another one (state-dict ones
+// and foreign ones), an argument byte set to a huge value, a string length stretched.
+Bytes pickle_mutation(const Bytes& src, Rng& r) {
+  Bytes b = src;
+  const char ops[] = {'(', ')', ']', '}', 't', 'u', 's', 'a', 'e', 'R', 'b', 'Q', 'q', 'h', 'j', 'r', 'K', 'M', 'J',
+                      '.', 'N', 'X', 'c', 'i', 'o', '\x80', '\x85', '\x86', '\x87', '\x88', '\x8a', '\x8c', '\x94', 'G'};
+  switch (pick(r, 3)) {
+    case 0:
+      for (uint64_t k = 1 + pick(r, 3); k > 0; --k) b[pick(r, b.size())] = ops[pick(r, std::size(ops))];
+      break;
+    case 1: put_le(b, pick(r, b.size()), huge_value(r), pick(r, 2) ? 1 : 4); break;
+    default: {
+      const size_t x = b.find('X', pick(r, b.size()));
+      if (x != std::string::npos) put_le(b, x + 1, huge_value(r), 4);
+    }
+  }
+  return b;
+}
+
 // ---- the run ----------------------------------------------------------------------------------
 struct Tally {
   int cases = 0, parsed = 0, errors = 0, foreign = 0, over_bound = 0;
@@ -481,4 +541,61 @@ TEST_CASE("fuzz: thousands of damaged safetensors and image files end in tandem:
   CHECK(img_tally.parsed > 0);
   CHECK(img_tally.kinds.count("dimensions over the decode cap") == 1);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fuzz: damaged torch.save files end in tandem::Error or a parse, never in a call") {
+  const uint64_t seed = env_u64("TANDEM_FUZZ_SEED", 20261128);
+  Rng rng(seed);
+  const char* src = std::getenv("TANDEM_SOURCE_DIR");
+  REQUIRE(src != nullptr);
+  std::vector<Bytes> seeds;
+  for (const char* f : {"strided.pth", "small_cnn.pth", "wrapped_model.pth"})
+    seeds.push_back(read_file((std::filesystem::path(src) / "tests/data/pth" / f).string()));
+  Tally t;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string name = "case.pth";
+  for (int i = 0; i < scaled(1500); ++i) {
+    const Bytes& seed_file = seeds[pick(rng, seeds.size())];
+    Bytes b;
+    if (pick(rng, 3) == 0) {
+      b = generic_mutation(seed_file, rng);  // zip-level damage: the CRC and bounds checks
+    } else {  // the pickle damaged, re-zipped with a correct CRC
+      const zip::Archive a = zip::open_bytes(seed_file, "seed");
+      std::vector<std::pair<std::string, Bytes>> entries;
+      for (const zip::Entry& e : a.entries) {
+        Bytes data = a.read(e.name);
+        const bool pickle = e.name.size() > 8 && e.name.substr(e.name.size() - 8) == "data.pkl";
+        if (pickle) data = pick(rng, 2) ? pickle_mutation(data, rng) : generic_mutation(data, rng);
+        else if (pick(rng, 20) == 0) data.resize(pick(rng, data.size()));  // a storage cut short
+        entries.emplace_back(e.name, data);
+      }
+      b = stored_zip(entries);
+    }
+    run_case(
+        t, b.size(), torch_save_bound(b.size()),
+        [&] {
+          const safetensors::NamedTensors sd = torch_save::load_bytes(b, name);
+          size_t total = 0;
+          for (const auto& [n, x] : sd) total += x.nbytes();
+          TANDEM_CHECK(total <= b.size(), "loaded more tensor bytes than the file holds");
+        },
+        [](const std::string& m) {
+          for (const char* k : {"CRC-32", "is not part of a state dict", "the pickle imports", "the pickle calls",
+                                "runs past", "ends early", "outside", "not a state dict", "not a torch.save file",
+                                "zip end record", "is compressed", "storage", "memo", "MARK", "stack", "STOP",
+                                "has no entry", "too short", "dict", "tuple", "integer"})
+            if (m.find(k) != std::string::npos) return std::string(k);
+          return "other: " + m.substr(0, 120);
+        },
+        name);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("fuzz torch.save: seed %llu, %.1f s\n", static_cast<unsigned long long>(seed), secs);
+  print("torch.save", t);
+  std::fflush(stdout);
+  CHECK(t.foreign == 0);
+  CHECK(t.over_bound == 0);
+  CHECK(t.kinds.count("error without the file name") == 0);
+  CHECK(t.kinds.size() >= 8);  // the damage reaches the unpickler's checks, not only the zip's
+  CHECK(!std::filesystem::exists("/tmp/tandem_pth_was_executed"));
 }

@@ -99,8 +99,12 @@ bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Po
     for (auto& e : t.ema->state()) opt_state.push_back(std::move(e));
   if (t.ema) s.extra["model_ema_decay"] = std::to_string(t.ema->decay());
   t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
+  // The run log's checkpoint event (plot_run.py's schema); the log is rank 0's, as is the path.
+  auto logged = [&](const std::string& path) {
+    if (!path.empty()) t.log.write({{"event", "checkpoint"}, {"step", s.step}, {"path", path}});
+  };
   if (!t.grid) {
-    t.folder.write(*t.model, opt_state, s);
+    logged(t.folder.write(*t.model, opt_state, s));
     return true;
   }
   // TP: the first TP group (DP rank 0, which holds the state) assembles the canonical tensors;
@@ -117,7 +121,7 @@ bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Po
     // --amp: the file holds the 16-bit weights, as a run without TP writes them.
     if (t.step->compute_dtype() != DType::F32) cast_for_amp(canonical, t.step->compute_dtype());
     load_state_dict(canonical, model_state);
-    t.folder.write(canonical, canonical_opt, s);
+    logged(t.folder.write(canonical, canonical_opt, s));
   }
   return true;
 }

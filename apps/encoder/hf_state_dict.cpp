@@ -48,4 +48,20 @@ NamedTensors from_hf_state_dict(const NamedTensors& sd) {
   return out;
 }
 
+NamedTensors to_hf_state_dict(const NamedTensors& sd) {
+  NamedTensors out = sd;
+  const Tensor* words = nullptr;
+  const Tensor* bias = nullptr;
+  for (const auto& [name, t] : sd) {
+    if (name == "bert.embeddings.word_embeddings.weight") words = &t;
+    if (name == "cls.predictions.bias") bias = &t;
+  }
+  TANDEM_CHECK(words != nullptr && bias != nullptr, "not a BertForMaskedLM state dict: it lacks "
+               "bert.embeddings.word_embeddings.weight or cls.predictions.bias");
+  // HF's order: the decoder follows the transform, as its state_dict() lists it.
+  out.emplace_back("cls.predictions.decoder.weight", *words);
+  out.emplace_back("cls.predictions.decoder.bias", *bias);
+  return out;
+}
+
 }  // namespace tandem::apps::encoder

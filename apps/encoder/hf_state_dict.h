@@ -9,6 +9,9 @@
 // A decoder that differs from its tied tensor (a model trained with tie_word_embeddings=False) is an
 // error, since tandem always ties. Entries starting with "optimizer." (a tandem training
 // checkpoint) are dropped too, so a checkpoint reads like a plain state dict.
+// to_hf_state_dict is the other direction: tandem's tensors plus the two decoder aliases, the
+// names HF's BertForMaskedLM.load_state_dict(strict=True) expects (position_ids is not persistent
+// in transformers >= 4.31, so it is not added).
 #pragma once
 #include "layers/state_dict.h"
 
@@ -16,5 +19,8 @@ namespace tandem::apps::encoder {
 
 // The entries of `sd` that tandem's BertForMaskedLM holds; throws naming an alias that disagrees.
 NamedTensors from_hf_state_dict(const NamedTensors& sd);
+
+// tandem's BertForMaskedLM tensors -> HF's state_dict() names (the tied decoder's aliases added).
+NamedTensors to_hf_state_dict(const NamedTensors& sd);
 
 }  // namespace tandem::apps::encoder

@@ -11,8 +11,9 @@ namespace tandem::apps::encoder {
 
 int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   CLI::App app{"train_encoder: data-parallel BERT masked-language-model training (launch with mpiexec -n N)"};
-  auto* data = app.add_option("--data", o.data, "text files or folders (fortune files, or paragraphs split at "
-                                                "blank lines), e.g. /usr/share/games/fortunes");
+  auto* data = app.add_option("--data", o.data, "text files or folders (fortune files, paragraphs split at "
+                                                "blank lines, lines with --line-by-line, or .jsonl with a \"text\" "
+                                                "field), e.g. /usr/share/games/fortunes");
   auto* syn = app.add_flag("--synthetic", o.synthetic, "random token ids (compute-only benchmark)");
   data->excludes(syn);
   app.add_option("--vocab", o.vocab, "vocab.txt for --data (apps/make_vocab writes one)");
@@ -21,6 +22,10 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
       ->capture_default_str();
   app.add_option("--held-out-every", o.held_out_every, "every Nth document is held out for validation")
       ->check(CLI::Range(2, 1 << 30))->capture_default_str();
+  app.add_flag("--line-by-line", o.line_by_line, "every non-blank line of --data is a document (Hugging Face "
+               "run_mlm's --line_by_line); default: paragraphs at blank lines, or fortune entries");
+  app.add_option("--text-field", o.text_field, "the string field of each line of a .jsonl file in --data that is "
+                 "its document")->capture_default_str();
   app.add_option("--model", o.model, "bert_tiny, bert_mini, bert_small, bert_medium, bert_base, bert_large")
       ->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "tokens per sequence, [CLS] and [SEP] included")->capture_default_str();
@@ -64,7 +69,7 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
       ->capture_default_str();
   app.add_option("--lr-warmup-steps,--warmup-steps", o.warmup_steps,
                  "linear warmup from 0 (default: 10% of --steps)");
-  app.add_option("--min-lr", o.min_lr, "learning rate at the last step (linear, cosine and poly decay)")
+  app.add_option("--min-lr,--lr-min", o.min_lr, "learning rate at the last step (linear, cosine and poly decay)")
       ->capture_default_str();
   app.add_option("--amp", o.amp, "mixed precision: 16-bit compute with f32 master weights (fp16: with loss "
                                  "scaling); with --zero the masters are sharded too")
@@ -81,8 +86,9 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
       ->check(CLI::NonNegativeNumber);
   trainer::add_run_flags(app, o,
                          {"write checkpoint_step<N>.safetensors here", "steps between checkpoints (0: after the last step)",
-                          "a Hugging Face BertForMaskedLM state dict in safetensors (model.safetensors, or "
-                          "safetensors.torch.save_file(model.state_dict(), FILE))",
+                          "a Hugging Face BertForMaskedLM state dict: safetensors (model.safetensors, or "
+                          "safetensors.torch.save_file(model.state_dict(), FILE)) or a torch.save file "
+                          "(pytorch_model.bin, .pth, .pt)",
                           "'cls.predictions.transform.*'",
                           "SyncBatchNorm (train_imagenet); refused here: BERT has no BatchNorm"});
   app.add_option("--val-every", o.val_every, "steps between validations (0: only after the last step)")
@@ -92,10 +98,12 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--bench-warmup", o.bench_warmup, "steps excluded from the steady rates");
   app.add_option("--peak-tflops", o.peak_tflops, "peak TFLOP/s of one rank's device for MFU (default: estimated)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--evaluate", o.evaluate, "print the held-out masked-token accuracy and MLM loss of the --resume "
+               "checkpoint (or of --weights), then exit (torchvision's --test-only, HF's do_eval)");
   app.add_flag("--describe", o.describe,
                "print the model (layers, parameter count) and the effective settings, then exit (no data needed: "
                "the vocabulary is --vocab's, else --vocab-size)");
-  trainer::add_config_flags(app, o.dump_config);
+  trainer::add_config_flags(app, o.dump_config, "train_encoder");
   if (int rc = trainer::parse(app, argc, argv, print, "train_encoder", o.dump_config, o.effective_config); rc >= 0)
     return rc;
   trainer::after_parse(app, o);
@@ -118,6 +126,10 @@ void validate(EncoderOptions& o) {
     TANDEM_CHECK(o.lr_milestones[i] > 0 && (i == 0 || o.lr_milestones[i] > o.lr_milestones[i - 1]),
                  "--lr-milestones must be positive steps in ascending order, e.g. 5000,8000");
   TANDEM_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
+  TANDEM_CHECK(!o.evaluate || !o.resume.empty() || !o.weights.empty(), "--evaluate needs --resume CHECKPOINT (or "
+               "auto with --checkpoint-dir) or --weights FILE: the weights to evaluate");
+  TANDEM_CHECK(!o.evaluate || o.weights.empty() || o.resume.empty(), "--evaluate takes the weights of --weights "
+               "FILE or of the --resume checkpoint: pass one of them");
   TANDEM_CHECK(o.seq_len >= 8 && o.seq_len <= 512, "--seq-len ", o.seq_len,
                " is out of range: 8 to 512 (BERT has 512 position embeddings)");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);

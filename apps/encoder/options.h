@@ -31,6 +31,8 @@ struct EncoderOptions : trainer::RunOptions {
   int64_t vocab_size = 30522;       // synthetic only (BERT's uncased vocab); a file sets its own
   int64_t synthetic_tokens = 1 << 22;  // synthetic training stream length (4 M tokens)
   int held_out_every = 20;          // every Nth document is held out for validation (5 %)
+  bool line_by_line = false;        // every non-blank line of --data is a document (HF run_mlm --line_by_line)
+  std::string text_field = "text";  // the field of a .jsonl line that is its document
   std::string model = "bert_mini";  // layers/models/bert.h sizes: bert_tiny .. bert_large
   int64_t seq_len = 128;            // BERT's phase-1 length, [CLS] and [SEP] included
   double mask_prob = 0.15;          // BERT
@@ -71,6 +73,7 @@ struct EncoderOptions : trainer::RunOptions {
   int64_t bench_warmup = -1;        // steps left out of steady rates (-1: min(10, steps/4))
   double peak_tflops = 0;           // MFU's denominator per rank; 0: estimated (apps/encoder/flops.h)
   bool describe = false;            // print the model and the settings, then exit (needs no data)
+  bool evaluate = false;            // --evaluate: the held-out MLM loss and accuracy of --resume/--weights, then exit
 };
 
 // Fills `o` from argv. Returns an exit code when the program should stop (--help or a parse error,

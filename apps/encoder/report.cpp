@@ -83,6 +83,12 @@ void print_start(const EncoderOptions& o, const Training& t) {
                 (long long)c.files, c.bytes / 1e6, (long long)c.train_documents, (long long)c.held_out_documents,
                 c.train->stream().size(), c.held_out ? c.held_out->stream().size() : size_t{0},
                 (long long)c.vocab_size, o.vocab.c_str(), c.tokenize_s);
+  if (!o.synthetic && c.held_out_documents == 0)
+    std::printf("warning: nothing is held out, so this run has no validation: %lld document(s), and every "
+                "--held-out-every %d-th is held out. %s\n", (long long)c.train_documents, o.held_out_every,
+                o.line_by_line ? "Pass more text or a smaller --held-out-every."
+                               : "With one document per line pass --line-by-line (else documents are paragraphs "
+                                 "split at blank lines), or lower --held-out-every.");
   if (c.held_out)
     std::printf("unigram baseline (always the most frequent token, %s): masked-token accuracy %.2f%%, loss %.4f "
                 "on %lld held-out masked tokens\n",

@@ -57,7 +57,8 @@ Corpus make_corpus(const EncoderOptions& o) {
     held_out = random_stream(std::max<int64_t>(o.synthetic_tokens / o.held_out_every, 1), c.vocab_size, o.seed + 2);
   } else {
     tok = data::WordPiece::from_file(o.vocab);
-    data::TokenStreams s = data::build_token_streams(o.data, *tok, data::TextCorpusOptions{o.held_out_every});
+    data::TokenStreams s =
+        data::build_token_streams(o.data, *tok, data::TextCorpusOptions{o.held_out_every, o.line_by_line, o.text_field});
     c.vocab_size = tok->vocab().size();
     special = tok->special();
     c.files = s.files, c.bytes = s.bytes, c.train_documents = s.train_documents;

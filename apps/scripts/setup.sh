@@ -7,6 +7,8 @@
 #   - CUDA: used when nvcc is found (PATH or /usr/local/cuda/bin); otherwise a CPU-only build.
 #     Override with TANDEM_CMAKE_ARGS="-DTANDEM_CUDA=OFF" or "-DCMAKE_CUDA_ARCHITECTURES=90;100".
 #   - Build folder: $TANDEM_BUILD_DIR (default: build/ in the project root).
+#   - Targets: $TANDEM_BUILD_TARGETS (default: all); the main-job scripts build only what they run,
+#     so the first run does not wait for the tests and benchmarks (test_all.sh builds everything).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}
@@ -58,5 +60,14 @@ if [ ! -f "$build/build.ninja" ]; then
   # shellcheck disable=SC2086
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TANDEM_CMAKE_ARGS:-}
 fi
-echo "setup: building in $build with $jobs jobs"
-cmake --build "$build" -j "$jobs"
+# nvcc without a GPU (a CUDA toolkit on a laptop or CI VM) means a CUDA build, several times slower
+# and of kernels this machine cannot run: say so, and how to build for the CPU only.
+if command -v nvcc >/dev/null && ! nvidia-smi -L 2>/dev/null | grep -q GPU &&
+   [[ "${TANDEM_CMAKE_ARGS:-}" != *TANDEM_CUDA=OFF* ]] && grep -q "TANDEM_CUDA:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "setup: note: nvcc is installed but no NVIDIA GPU is visible, so this is a CUDA build (slower, and its" \
+       "GPU code cannot run here). For a CPU-only build: rm -rf $build; TANDEM_CMAKE_ARGS=-DTANDEM_CUDA=OFF bash $0" >&2
+fi
+targets=${TANDEM_BUILD_TARGETS:-}
+echo "setup: building ${targets:-everything} in $build with $jobs jobs"
+# shellcheck disable=SC2086
+cmake --build "$build" -j "$jobs" ${targets:+--target $targets}

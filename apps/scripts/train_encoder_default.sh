@@ -11,7 +11,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}
 corpus=${TANDEM_TEXT_DIR:-/usr/share/games/fortunes}
 run=${TANDEM_RUN_DIR:-$root/runs/encoder_default}
-bash "$root/apps/scripts/setup.sh"
+# Only the two programs this job runs: the tests and benchmarks build when they run (test_all.sh).
+TANDEM_BUILD_TARGETS="make_vocab train_encoder" bash "$root/apps/scripts/setup.sh"
 if [ ! -d "$corpus" ] && [ "$corpus" = /usr/share/games/fortunes ]; then
   echo "train_encoder_default: installing the fortunes package (the default corpus)"
   SUDO=""

@@ -72,7 +72,9 @@ bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Posi
   if (t.ema && t.world->rank == 0)
     for (auto& e : t.ema->state()) opt_state.push_back(std::move(e));
   t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
-  t.folder.write(*t.model, opt_state, s);
+  const std::string path = t.folder.write(*t.model, opt_state, s);
+  // The run log's checkpoint event (plot_run.py's schema); the log is rank 0's, as is the path.
+  if (!path.empty()) t.log.write({{"event", "checkpoint"}, {"step", s.step}, {"epoch", s.epoch}, {"path", path}});
   return true;
 }
 

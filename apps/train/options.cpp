@@ -78,6 +78,9 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                  "LR decay after the warmup: cosine (to 0 at the end), step (x --lr-gamma at each of "
                  "--lr-milestones), poly ((1 - progress)^--lr-power), linear (poly with power 1) or constant")
       ->check(CLI::IsMember({"step", "cosine", "poly", "linear", "constant"}))->capture_default_str();
+  app.add_option("--lr-min", o.lr_min, "the LR that cosine, poly and linear decay to at the last step (torchvision's "
+                 "--lr-min; not scaled by --lr-scaling)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--lr-power", o.lr_power, "poly schedule: exponent (1: linear decay, BERT)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= --lr-gamma")
@@ -111,8 +114,9 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   trainer::add_run_flags(app, o,
                          {"write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>)",
                           "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)",
-                          "a safetensors state dict with torchvision's names (safetensors.torch.save_file(model."
-                          "state_dict(), FILE))",
+                          "a state dict with torchvision's names: safetensors (safetensors.torch.save_file(model."
+                          "state_dict(), FILE)) or a torch.save .pth/.pt (torchvision's downloads; read without "
+                          "running its pickle)",
                           "'fc.*' to fine-tune with another --num-classes",
                           "SyncBatchNorm: BatchNorm statistics over every rank's batch (N ranks x batch B normalise as "
                           "one rank x N*B); costs two small all-reduces per BN layer"});
@@ -143,7 +147,7 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
   app.add_flag("--cuda-graph", o.cuda_graph,
                "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
-  trainer::add_config_flags(app, o.dump_config);
+  trainer::add_config_flags(app, o.dump_config, "train_imagenet");
   if (int rc = trainer::parse(app, argc, argv, print, "train_imagenet", o.dump_config, o.effective_config); rc >= 0)
     return rc;
   o.num_classes_set = nc->count() > 0;
@@ -166,6 +170,7 @@ void validate(TrainOptions& o) {
   TANDEM_CHECK(o.epochs >= 0 && o.steps >= 0, "--epochs and --steps must be positive");
   if (o.epochs == 0 && o.steps == 0) o.epochs = 1;
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  TANDEM_CHECK(o.lr_min < o.lr, "--lr-min ", o.lr_min, " must be below --lr ", o.lr, ": it is where the decay ends");
   TANDEM_CHECK(o.num_classes >= 2, "--num-classes must be at least 2");
   TANDEM_CHECK(!o.evaluate || !o.resume.empty() || !o.weights.empty(), "--evaluate needs --resume CHECKPOINT (or auto "
                "with --checkpoint-dir) or --weights FILE: the weights to evaluate");

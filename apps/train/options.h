@@ -70,6 +70,7 @@ struct TrainOptions : trainer::RunOptions {
                                     // spans every rank's shard under ZeRO
   std::string lr_schedule = "cosine";  // --lr-scheduler: step | cosine | poly | linear (poly, power 1) | constant
   double lr_power = 1.0;            // poly: the exponent of (1 - progress); 1 = BERT's linear decay
+  double lr_min = 0.0;              // cosine, poly, linear: the LR they decay to (torchvision's --lr-min)
   std::vector<double> lr_milestones{30, 60, 80};  // step: epochs where lr *= lr_gamma (torchvision)
   double lr_gamma = 0.1;
   double warmup_epochs = -1;        // -1: 1 epoch (at most 1/5 of the run) when world size > 1, else none

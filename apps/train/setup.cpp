@@ -44,6 +44,15 @@ data::ImageFolderOptions val_folder_options(const TrainOptions& o, std::vector<s
 }
 }  // namespace
 
+// Files the split leaves out (not .jpg/.jpeg/.png/.bmp), said once so a folder of .webp is not
+// silently a smaller data set.
+static void note_not_images(const data::ImageFolder& f) {
+  if (f.not_images() > 0 && trainer::env_rank0())
+    std::printf("warning: %lld file(s) below the class folders are not .jpg/.jpeg/.png/.bmp and are skipped (e.g. %s); "
+                "convert them (.webp, .gif, .tif) to JPEG or PNG to train on them\n",
+                (long long)f.not_images(), f.not_image_example().c_str());
+}
+
 Datasets make_datasets(const TrainOptions& o) {
   Datasets d;
   if (o.synthetic) {
@@ -59,16 +68,20 @@ Datasets make_datasets(const TrainOptions& o) {
   tr.transform.scale_min = o.crop_scale_min;
   const std::string train_dir = (fs::path(o.data) / "train").string();
   auto train = std::make_shared<data::ImageFolder>(train_dir, tr);
+  note_not_images(*train);
   d.classes = train->classes();
   d.train = std::move(train);
   TANDEM_CHECK(!o.num_classes_set || o.num_classes == d.train->num_classes(), "--num-classes ", o.num_classes,
                " does not match the ", d.train->num_classes(), " class folders in ", train_dir,
                ": drop --num-classes (with --data the class folders set it)");
   // val/ is labelled with train/'s list: a class val/ lacks leaves every other label where it was.
-  if (fs::is_directory(fs::path(o.data) / "val"))
-    d.val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), val_folder_options(o, d.classes));
-  else if (trainer::env_rank0())
+  if (fs::is_directory(fs::path(o.data) / "val")) {
+    auto val = std::make_shared<data::ImageFolder>((fs::path(o.data) / "val").string(), val_folder_options(o, d.classes));
+    note_not_images(*val);
+    d.val = std::move(val);
+  } else if (trainer::env_rank0()) {
     std::printf("note: %s has no val/ folder, so there will be no validation\n", o.data.c_str());
+  }
   return d;
 }
 
@@ -114,6 +127,7 @@ optim::LrScheduleOptions make_schedule(const TrainOptions& o, int world, const t
   s.gamma = o.lr_gamma;
   s.total_steps = total;
   s.power = o.lr_schedule == "linear" ? 1.0 : o.lr_power;
+  s.min_lr = o.lr_min;  // absolute, as torchvision's CosineAnnealingLR(eta_min=args.lr_min)
   const bool decays = s.decay == optim::LrDecay::Cosine || s.decay == optim::LrDecay::Poly;
   TANDEM_CHECK(!decays || total > s.warmup_steps, "the ", o.lr_schedule, " schedule needs more steps (",
                total, ") than warmup steps (", s.warmup_steps, "): shorten --warmup-epochs/--warmup-steps");

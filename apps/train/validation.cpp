@@ -16,6 +16,7 @@
 #include "apps/trainer/ema.h"            // defines: ModelEma (--model-ema)
 #include "apps/trainer/start_weights.h"  // defines: load_start_weights
 #include "core/safetensors.h"            // defines: read_metadata
+#include "core/torch_save.h"            // defines: is_torch_zip (a .pth is a state dict)
 #include "layers/checkpoint.h" // defines: read_checkpoint, read_train_state, is_checkpoint_format
 
 namespace tandem::apps {
@@ -118,7 +119,9 @@ EvalResult evaluate_checkpoint(const TrainOptions& flags, const dist::World& w, 
   const std::string path = flags.weights.empty() ? resume : flags.weights;
   if (path.empty())
     throw trainer::UsageError("--evaluate: no checkpoint in " + flags.checkpoint_dir + " (--resume auto found none)");
-  const safetensors::Metadata meta = safetensors::read_metadata(path);
+  // A torch.save file (.pth) is a state dict, never a checkpoint: no safetensors header to read.
+  const safetensors::Metadata meta = torch_save::is_torch_zip(path) ? safetensors::Metadata{}
+                                                                    : safetensors::read_metadata(path);
   const auto format = meta.find("format");
   const bool checkpoint = format != meta.end() && is_checkpoint_format(format->second);
   TrainOptions o = flags;

@@ -75,7 +75,9 @@ void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help) {
   auto* ema = app.add_option("--model-ema", o.model_ema_decay,
                              "keep an exponential moving average of the weights (decay per step, default 0.9998), "
                              "validate it beside the raw weights and save it in checkpoints")
-                  ->expected(0, 1)->default_str("0.9998");
+                  ->expected(0, 1)->default_str("0.9998")
+                  // The help shows "[DECAY]  off unless given", not "FLOAT=0.9998", which reads as on.
+                  ->option_text("[DECAY]  (off unless given)");
   app.add_option("--model-ema-decay", o.model_ema_decay, "the decay of --model-ema (torchvision's spelling)")
       ->check(CLI::Range(0.0, 1.0))->needs(ema);
 }
