@@ -188,13 +188,14 @@ TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end wi
   const std::string path = dir + "/log_logged.jsonl";  // the default name
   REQUIRE(fs::exists(path));
   const std::vector<json> recs = jsonl(path);
-  REQUIRE(recs.size() == 1 + 6 + 2 + 1);  // start, a step per progress line, a val per epoch, end
+  // start, a step per progress line, a val and a checkpoint per epoch, end
+  REQUIRE(recs.size() == 1 + 6 + 2 + 2 + 1);
   CHECK(recs.front()["event"] == "start");
   CHECK(recs.front()["program"] == "train_imagenet");
   CHECK(recs.front()["unit"] == "images");
   CHECK(recs.front()["world_size"] == 2);
   CHECK(recs.back()["event"] == "end");
-  int steps = 0, vals = 0;
+  int steps = 0, vals = 0, checkpoints = 0;
   for (const json& j : recs) {
     if (j["event"] == "step") {
       ++steps;
@@ -208,10 +209,15 @@ TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end wi
       ++vals;
       CHECK(j["top1"].get<double>() >= 0);
       CHECK(j["step"] == 3 * vals);
+    } else if (j["event"] == "checkpoint") {
+      ++checkpoints;
+      CHECK(j["step"] == 3 * checkpoints);
+      CHECK(j["path"].get<std::string>().find("checkpoint_epoch") != std::string::npos);
     }
   }
   CHECK(steps == 6);
   CHECK(vals == 2);
+  CHECK(checkpoints == 2);
   // --lr-scaling linear: Goyal et al.'s rule, opted into.
   const AppRun g = run_app_on(2, app("train_imagenet") + tiny() + "--batch-size 4 --steps 1 --lr 0.1 --lr-scaling linear "
                                                             "--metrics " + (s.root / "g.json").string());
