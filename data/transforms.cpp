@@ -106,7 +106,7 @@ void train_transform(const Image& src, const TransformOptions& opt, SampleRng& r
 
 void val_transform(const Image& src, const TransformOptions& opt, float* out) {
   // torchvision Resize(int): the shorter side becomes `target`, the longer int(target * long / short).
-  const int target = py_round(opt.size * opt.resize_ratio);
+  const int target = opt.resize_size > 0 ? opt.resize_size : py_round(opt.size * opt.resize_ratio);
   int rw, rh;
   if (src.width <= src.height) {
     rw = target;
@@ -116,7 +116,7 @@ void val_transform(const Image& src, const TransformOptions& opt, float* out) {
     rw = static_cast<int>(static_cast<int64_t>(target) * src.width / src.height);
   }
   TANDEM_CHECK(rw >= opt.size && rh >= opt.size, "val transform: resize to ", rw, "x", rh,
-               " is smaller than the crop ", opt.size, "; resize_ratio must be >= 1");
+               " is smaller than the crop ", opt.size, "; resize_ratio must be >= 1 (resize_size >= size)");
   // torchvision CenterCrop: offset int(round((resized - size) / 2)).
   int left = py_round((rw - opt.size) / 2.0);
   int top = py_round((rh - opt.size) / 2.0);

@@ -2,7 +2,8 @@
 // cosine decays to), image files that are not decoded (.webp) counted instead of silently dropped,
 // --model-ema's help not showing a default that reads as "on", the run log's documented
 // "checkpoint" event (plot_run.py's schema) actually written, and a bare --amp refused instead of
-// taking the next flag as its value.
+// taking the next flag as its value, and torchvision's validation preprocessing flags
+// (--val-resize-size, --val-crop-size, --interpolation).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "data/decode.h"
+#include "data/transforms.h"
 #include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;
@@ -110,4 +113,30 @@ TEST_CASE("a bare --amp is refused with what to write, and does not swallow the 
     CHECK(given.has("amp=\"bf16\""));
     CHECK(given.has("zero=1"));
   }
+}
+
+TEST_CASE("--val-resize-size and --val-crop-size: torchvision's validation preprocessing, named") {
+  // The transform: resize_size R with crop C is what resize_ratio R/C gave.
+  tandem::data::Image img;
+  img.width = 40, img.height = 30;
+  img.pixels.resize(40 * 30 * 3);
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 37);
+  tandem::data::TransformOptions by_size, by_ratio;
+  by_size.size = by_ratio.size = 16;
+  by_size.resize_size = 20;
+  by_ratio.resize_ratio = 20.0 / 16.0;
+  std::vector<float> a(16 * 16 * 3), b(16 * 16 * 3);
+  tandem::data::val_transform(img, by_size, a.data());
+  tandem::data::val_transform(img, by_ratio, b.data());
+  CHECK(a == b);
+  // Through the trainer: another crop for validation than for training.
+  auto& data = tandem::testing::tiny_dataset("tandem_habits_val");
+  const std::string common = app("train_imagenet") + " --device cpu --model small_cnn_nobn --image-size 16 "
+                                                     "--workers 1 --batch-size 4 --steps 1 --data " + data.data;
+  const AppRun r = run_app_on(0, common + " --val-resize-size 28 --val-crop-size 24 --interpolation bilinear");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.has("validation: top1"));
+  tandem::testing::check_refused(common + " --val-resize-size 20 --val-crop-size 24", "--val-resize-size 20 is smaller");
+  tandem::testing::check_refused(common + " --interpolation bicubic", "--interpolation");
 }

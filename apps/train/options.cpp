@@ -27,6 +27,14 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--image-size", o.image_size, "training crop size (pixels)")->capture_default_str();
   app.add_option("--crop-scale-min", o.crop_scale_min, "smallest training crop, as a fraction of the image area")
       ->check(CLI::Range(0.01, 1.0))->capture_default_str();
+  app.add_option("--val-resize-size", o.val_resize_size, "validation: resize the shorter side to this, then "
+                 "centre-crop --val-crop-size (default: --image-size x 256/224, e.g. 256 for 224)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--val-crop-size", o.val_crop_size, "validation: the centre crop the model sees (default: "
+                 "--image-size)")->check(CLI::NonNegativeNumber);
+  app.add_option("--interpolation", o.interpolation, "resampling of the train and val transforms: bilinear "
+                 "(torchvision's default; half-pixel centres, no antialiasing)")
+      ->check(CLI::IsMember({"bilinear"}))->capture_default_str();
   app.add_option("--workers", o.workers, "data loading threads per rank")->capture_default_str();
   app.add_flag("--strict", o.strict, "stop at the first corrupt or unreadable image (default: skip it with a warning)");
   app.add_option("--seed", o.seed, "seed of init, shuffling and augmentation")->capture_default_str();
@@ -166,6 +174,12 @@ void validate(TrainOptions& o) {
                "--betas and --eps belong to AdamW and LAMB: pass --optimizer adamw or lamb, or drop them");
   TANDEM_CHECK(o.batch > 0, "--batch-size must be positive, got ", o.batch);
   TANDEM_CHECK(o.image_size >= 8, "--image-size ", o.image_size, " is too small (at least 8 pixels)");
+  {
+    const int crop = o.val_crop_size > 0 ? o.val_crop_size : o.image_size;
+    TANDEM_CHECK(crop >= 8, "--val-crop-size ", crop, " is too small (at least 8 pixels)");
+    TANDEM_CHECK(o.val_resize_size == 0 || o.val_resize_size >= crop, "--val-resize-size ", o.val_resize_size,
+                 " is smaller than the centre crop (", crop, "): resize to at least the crop");
+  }
   TANDEM_CHECK(o.workers >= 0, "--workers must be >= 0, got ", o.workers);
   TANDEM_CHECK(o.epochs >= 0 && o.steps >= 0, "--epochs and --steps must be positive");
   if (o.epochs == 0 && o.steps == 0) o.epochs = 1;

@@ -70,6 +70,9 @@ struct TrainOptions : trainer::RunOptions {
                                     // spans every rank's shard under ZeRO
   std::string lr_schedule = "cosine";  // --lr-scheduler: step | cosine | poly | linear (poly, power 1) | constant
   double lr_power = 1.0;            // poly: the exponent of (1 - progress); 1 = BERT's linear decay
+  int val_resize_size = 0;          // val: the shorter side before the centre crop; 0: image size x 256/224
+  int val_crop_size = 0;            // val: the centre crop (the model's input); 0: --image-size
+  std::string interpolation = "bilinear";  // the resampling of both transforms (bilinear only)
   double lr_min = 0.0;              // cosine, poly, linear: the LR they decay to (torchvision's --lr-min)
   std::vector<double> lr_milestones{30, 60, 80};  // step: epochs where lr *= lr_gamma (torchvision)
   double lr_gamma = 0.1;

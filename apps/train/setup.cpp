@@ -37,7 +37,8 @@ namespace fs = std::filesystem;
 
 data::ImageFolderOptions val_folder_options(const TrainOptions& o, std::vector<std::string> classes) {
   data::ImageFolderOptions va;
-  va.transform.size = o.image_size;
+  va.transform.size = o.val_crop_size > 0 ? o.val_crop_size : o.image_size;
+  va.transform.resize_size = o.val_resize_size;  // 0: size x 256/224 (data/transforms.h)
   va.train = false;
   va.classes = std::move(classes);  // val/ maps its folders to this list by name
   return va;
