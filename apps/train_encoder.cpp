@@ -119,6 +119,11 @@ int run(enc::EncoderOptions& o) {
     dist::Busy preparing("tokenizing the corpus", {.unmeasured_s = 1800});
     corpus = enc::make_corpus(o);
   }
+  if (o.epochs > 0) {  // the run's length in steps, now that the training sequences are known
+    const std::string said = enc::steps_from_epochs(o, corpus.train->size(),
+                                                    o.batch * o.grad_accum_steps * (w.size / o.tp));
+    if (w.rank == 0) std::cout << said << std::endl;
+  }
   // --tp > 1: set_up builds the TP model over its grid instead.
   auto model = o.tp > 1 ? nullptr : enc::make_model(o, corpus.vocab_size, folder.resume_path());
   enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));

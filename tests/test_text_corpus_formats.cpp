@@ -109,3 +109,22 @@ TEST_CASE("train_encoder --evaluate prints the held-out accuracy and loss the ru
   CHECK(!eval.has("step 1/"));  // no training
   tandem::testing::check_refused(common + " --evaluate", "--evaluate needs --resume CHECKPOINT");
 }
+
+TEST_CASE("train_encoder --epochs: the steps of that many passes over the training sequences") {
+  const char* src = std::getenv("TANDEM_SOURCE_DIR");
+  REQUIRE(src != nullptr);
+  const std::string vocab = (fs::path(src) / "tests/data/wordpiece_vocab.txt").string();
+  const std::string common = app("train_encoder") + " --device cpu --model bert_tiny --seq-len 16 --batch-size 2 "
+                                                    "--log-every 1 --vocab " + vocab + " --line-by-line --data " +
+                             write("epoch_lines.txt", lines_text());
+  const AppRun r = run_app_on(0, common + " --epochs 2");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const size_t at = r.output.find("--epochs 2: 2 x ");
+  REQUIRE(at != std::string::npos);
+  const long long sequences = std::stoll(r.output.substr(at + 16));
+  const long long steps = (2 * sequences + 1) / 2;  // ceil(2 x sequences / global batch 2)
+  CHECK(r.has("= " + std::to_string(steps) + " steps"));
+  CHECK(r.has("step " + std::to_string(steps) + "/" + std::to_string(steps) + " |"));
+  tandem::testing::check_refused(common + " --epochs 2 --steps 5", "--epochs");
+}

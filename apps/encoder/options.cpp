@@ -36,7 +36,10 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
       ->check(CLI::Range(0.0, 0.9))->capture_default_str();
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps in total (across resumes)")->capture_default_str();
+  auto* steps = app.add_option("--steps", o.steps, "optimizer steps in total (across resumes)")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "passes over the training sequences instead of --steps (HF's "
+                 "num_train_epochs): steps = ceil(epochs x sequences / global batch), once the corpus is read")
+      ->check(CLI::PositiveNumber)->excludes(steps);
   app.add_option("--run-steps", o.run_steps, "stop after this many steps in this run (the schedule still spans "
                                              "--steps); resume later")->check(CLI::NonNegativeNumber);
   trainer::add_batch_flags(app, o.batch, o.grad_accum_steps, "sequences",
@@ -137,7 +140,7 @@ void validate(EncoderOptions& o) {
   TANDEM_CHECK(o.warmup_steps < o.steps, "--lr-warmup-steps (", o.warmup_steps, ") must be smaller than --steps (",
                o.steps, ")");
   TANDEM_CHECK(o.vocab_size >= 16, "--vocab-size must be at least 16");
-  if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
+  if (o.warmup_steps < 0 && o.epochs == 0) o.warmup_steps = o.steps / 10;  // --epochs: steps_from_epochs
   trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
   trainer::check_run_options(o, step_options(o));
   TANDEM_CHECK(o.weights.empty() || o.tp == 1, "--weights with --tp ", o.tp, " is not supported yet: load them in "
@@ -145,6 +148,16 @@ void validate(EncoderOptions& o) {
                " (checkpoints are canonical and reshard)");
   TANDEM_CHECK(!o.sync_bn, "--sync-bn synchronises BatchNorm statistics across ranks, and BERT has none (LayerNorm "
                "normalises each token by itself, the same on any number of ranks): drop --sync-bn");
+}
+
+std::string steps_from_epochs(EncoderOptions& o, int64_t sequences, int64_t global_batch) {
+  TANDEM_CHECK(sequences > 0 && global_batch > 0, "--epochs needs training sequences (the corpus has none)");
+  o.steps = (o.epochs * sequences + global_batch - 1) / global_batch;
+  if (o.warmup_steps < 0) o.warmup_steps = o.steps / 10;
+  TANDEM_CHECK(o.warmup_steps < o.steps, "--lr-warmup-steps (", o.warmup_steps, ") must be smaller than the ", o.steps,
+               " steps of --epochs ", o.epochs);
+  return "--epochs " + std::to_string(o.epochs) + ": " + std::to_string(o.epochs) + " x " + std::to_string(sequences) +
+         " sequences / global batch " + std::to_string(global_batch) + " = " + std::to_string(o.steps) + " steps";
 }
 
 namespace {

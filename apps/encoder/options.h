@@ -7,8 +7,9 @@
 // --clip, --beta2 and --warmup-steps stay. What differs is text: --vocab, --seq-len, the masking
 // probability, and BERT's recipe as the defaults (AdamW, warmup then linear decay, clipping at 1.0,
 // no weight decay on biases and LayerNorm). The LR rule is train_imagenet's: --lr as given on any
-// number of ranks, --lr-scaling linear multiplies it by the world size. The run is counted in optimizer steps, not epochs: a
-// text corpus is a stream, and BERT recipes are stated in steps. step_options() turns the step's
+// number of ranks, --lr-scaling linear multiplies it by the world size. The run is counted in
+// optimizer steps: a text corpus is a stream, and BERT recipes are stated in steps; --epochs (HF's
+// num_train_epochs) is turned into steps once the corpus is read. step_options() turns the step's
 // part into the training-step library's StepOptions (apps/trainer/step_options.h), whose
 // refusals then name these flags.
 #pragma once
@@ -42,6 +43,8 @@ struct EncoderOptions : trainer::RunOptions {
   std::string device = "auto";      // auto: the GPU when one is visible, else the CPU
   // length and batch
   int64_t steps = 1000;             // optimizer steps in total (across resumes)
+  int64_t epochs = 0;               // > 0: steps = ceil(epochs x training sequences / global batch),
+                                    // set once the corpus is read (steps_from_epochs)
   int64_t run_steps = 0;            // >0: stop this invocation after that many steps (for --resume)
   int64_t batch = 32;               // sequences per rank per micro-batch (--batch-size; --batch, -b)
   int grad_accum_steps = 1;         // micro-batches per optimizer step (global batch: batch x this x ranks)
@@ -85,5 +88,10 @@ void validate(EncoderOptions& o);
 // The step's options as the library's StepOptions (BERT's no-weight-decay rule, clipping, --amp,
 // --zero, the buckets, --on-nonfinite), its messages naming this trainer's flags.
 trainer::StepOptions step_options(const EncoderOptions& o);
+
+// --epochs: sets o.steps (and the default warmup, 10 % of it) from the training set's `sequences`
+// and the global batch `global_batch`; returns the line that says so. Throws when --lr-warmup-steps
+// is not below the steps that gives.
+std::string steps_from_epochs(EncoderOptions& o, int64_t sequences, int64_t global_batch);
 
 }  // namespace tandem::apps::encoder

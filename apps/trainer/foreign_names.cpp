@@ -42,7 +42,7 @@ const std::vector<ForeignName>& foreign_names() {
        "`train_micro_batch_size_per_gpu`",
        "`-b 32` / `--batch-size 32` (per rank)", "--batch-size",
        {"per-device-train-batch-size", "train-micro-batch-size-per-gpu"}, "Hugging Face/DeepSpeed"},
-      {"torchvision `--epochs 90`; HF `num_train_epochs`", "`--epochs 90` (train_imagenet)", "--epochs",
+      {"torchvision `--epochs 90`; HF `num_train_epochs`", "`--epochs 90`", "--epochs",
        {"num-train-epochs"}, "Hugging Face"},
       {"HF `max_steps`", "`--steps N` (optimizer steps in all, across resumes; `--run-steps` only stops this run)",
        "--steps", {"max-steps"}, "Hugging Face"},
