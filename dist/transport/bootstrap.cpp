@@ -2,15 +2,22 @@
 // See bootstrap.h for the contract.
 #include "dist/transport/bootstrap.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/check.h"
+#include "dist/transport/startup.h"   // defines: launcher_world_size
 #include "dist/transport/watchdog.h"
 
 namespace tandem::dist {
@@ -24,7 +31,6 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm world, Device gpu,
 namespace {
 struct State {
   World world;
-  bool owns_mpi = false;
   std::unique_ptr<Communicator> mpi;   // CPU tensors, and GPU tensors when staging
   std::unique_ptr<Communicator> nccl;  // GPU tensors otherwise
 };
@@ -33,6 +39,7 @@ struct State {
 // collective that teardown hangs (NCCL's destroy waits for its kernels, the MPI communicator joins a
 // thread blocked on a peer). finalize() deletes it; leaving_without_finalize() handles the rest.
 State* g_state = nullptr;
+bool g_owns_mpi = false;  // init_mpi() initialised MPI, so finalize() finalizes it
 
 // Exit paths that skip finalize(). With peers, this rank can no longer take part in their
 // collectives, and destroying communicators could wait for those peers forever, so: one line, then
@@ -68,6 +75,39 @@ std::terminate_handler g_previous_terminate = nullptr;
   std::abort();
 }
 
+// MPI_Init_thread under a deadline. MPI_Init waits inside the launcher's PMI exchange for every
+// rank of the job, and nothing tandem could ask names the rank that is missing there, so a rank
+// that waited `timeout_s` says what it waited for, on which host, and exits 1: the launcher then ends
+// the job (Hydra tears every rank down when one exits non-zero) instead of it hanging unseen.
+void init_mpi_with_deadline(double timeout_s) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread guard;
+  if (launcher_world_size() > 1)
+    guard = std::thread([&] {
+      std::unique_lock<std::mutex> lock(m);
+      if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) return;
+      char host[256] = "?";
+      gethostname(host, sizeof host - 1);
+      const char* rank = std::getenv("PMI_RANK");
+      std::fprintf(stderr, "[rank %s on %s] tandem: MPI did not start within %.0f s: some rank of this job never "
+                   "reached MPI_Init (it failed or hangs before MPI, or its host cannot reach this one); ending this "
+                   "rank so that the job does not hang (TANDEM_COMM_TIMEOUT_S sets the wait)\n",
+                   rank ? rank : "?", host, timeout_s);
+      std::fflush(stderr);
+      std::_Exit(1);
+    });
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_one();
+  if (guard.joinable()) guard.join();
+}
+
 void apply_env(InitOptions& o) {
   if (const char* s = std::getenv("TANDEM_HOST_STAGING")) o.host_staging = std::atoi(s) != 0;
   if (const char* s = std::getenv("TANDEM_COMM_TIMEOUT_S")) {
@@ -77,6 +117,17 @@ void apply_env(InitOptions& o) {
 }
 }  // namespace
 
+void init_mpi() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  InitOptions o;
+  apply_env(o);
+  // Without mpiexec, MPI_Init_thread is MPI's singleton init: a world of one process.
+  init_mpi_with_deadline(o.comm_timeout_s);
+  g_owns_mpi = true;
+}
+
 const World& init(InitOptions options) {
   if (g_state) return g_state->world;
   apply_env(options);
@@ -85,11 +136,9 @@ const World& init(InitOptions options) {
   if (options.use_gpu && probe_cuda().broken())
     require_cuda("dist::init() with use_gpu on (the default; --device cpu / use_gpu = false trains on the CPU)");
   auto st = std::make_unique<State>();
-  int inited = 0, provided = 0;
-  MPI_Initialized(&inited);
-  st->owns_mpi = !inited;  // without mpiexec, MPI_Init_thread is MPI's singleton init: a world of one process
-  if (!inited) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-  else MPI_Query_thread(&provided);
+  init_mpi();
+  int provided = 0;
+  MPI_Query_thread(&provided);
   // The communication thread calls MPI while the training thread may call it too.
   TANDEM_CHECK(provided == MPI_THREAD_MULTIPLE, "MPI was initialised without MPI_THREAD_MULTIPLE: call "
                "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let dist::init() initialise MPI");
@@ -105,6 +154,17 @@ const World& init(InitOptions options) {
   MPI_CHECK(MPI_Comm_rank(local, &w.local_rank));
   MPI_CHECK(MPI_Comm_size(local, &w.local_size));
   MPI_Comm_free(&local);
+  {
+    // Every rank's host, for the watchdog's messages (a lost host shows as all of its ranks).
+    constexpr int kHostChars = 64;  // HOST_NAME_MAX on Linux; longer names are cut
+    char mine[kHostChars] = {};
+    gethostname(mine, kHostChars - 1);
+    std::vector<char> all(static_cast<size_t>(kHostChars) * static_cast<size_t>(w.size));
+    MPI_CHECK(MPI_Allgather(mine, kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, MPI_COMM_WORLD));
+    std::vector<std::string> hosts;
+    for (int r = 0; r < w.size; ++r) hosts.emplace_back(all.data() + static_cast<size_t>(r) * kHostChars);
+    watchdog_set_hosts(std::move(hosts));
+  }
 
   const int gpus = options.use_gpu ? cuda_device_count() : 0;
   w.device = gpus > 0 ? Device::cuda(w.local_rank % gpus) : Device::cpu();
@@ -133,11 +193,11 @@ const World& init(InitOptions options) {
 }
 
 void finalize() {
-  if (!g_state) return;
-  State* st = std::exchange(g_state, nullptr);
-  const bool owns = st->owns_mpi;
-  delete st;  // joins the communication threads, frees the MPI/NCCL communicators
-  if (owns) MPI_Finalize();
+  delete std::exchange(g_state, nullptr);  // joins the communication threads, frees the MPI/NCCL communicators
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_owns_mpi && !finalized) MPI_Finalize();
+  g_owns_mpi = false;
 }
 
 bool initialized() { return g_state != nullptr; }
