@@ -17,12 +17,19 @@ out=${2:-$(mktemp -d)}
 rm -rf "$out" && mkdir -p "$out" && cd "$out" || exit 2
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT_S=10
 app=$build/apps/train_imagenet
-name=tdmt$$  # this test's namespaces: tdmt<pid>h0.., removed at the end whatever happens
-cluster="bash $src/apps/scripts/emulated_cluster.sh --name $name"
+name=tdmt$$  # this test's namespaces: tdmt<pid>n<k>h0.., removed at the end whatever happens
+calls=0
+# cluster SECONDS ARGS...: emulated_cluster.sh under a time limit (SIGTERM, so that it cleans up; SIGKILL
+# 10 s later). Each call has namespaces of its own, so one killed before its cleanup cannot spoil the next.
+cluster() {
+  local limit=$1; shift
+  calls=$((calls + 1))
+  timeout -k 10 -s TERM "$limit" bash "$src/apps/scripts/emulated_cluster.sh" --name "${name}n$calls" "$@"
+}
 trap 'for ns in $(ip netns list 2> /dev/null | awk "{print \$1}" | grep "^$name"); do
         p=$(ip netns pids $ns); [ -n "$p" ] && kill -KILL $p; ip netns del $ns; done 2> /dev/null' EXIT
 
-$cluster --hosts 1 --ranks-per-host 1 -- true 2> probe.txt
+cluster 60 --hosts 1 --ranks-per-host 1 -- true 2> probe.txt
 rc=$?
 if [ "$rc" = 77 ]; then sed -n 's/^emulated_cluster: SKIPPED: /test_emulated_cluster: skipped: /p' probe.txt; exit 77; fi
 [ "$rc" = 0 ] || { echo "emulated_cluster.sh failed on 'true' (status $rc)"; cat probe.txt; exit 1; }
@@ -62,7 +69,7 @@ for s in ddp zero2 zero3; do
   HYDRA_LAUNCHER=fork timeout -s KILL 120 mpiexec -n 4 "$app" "${common[@]}" "${flags[@]}" --steps 3 \
     --checkpoint-dir one_$s > one_$s.txt 2>&1
   rc1=$?
-  timeout -s KILL 120 $cluster --hosts 2 --ranks-per-host 2 -- "$app" "${common[@]}" "${flags[@]}" --steps 3 \
+  cluster 120 --hosts 2 --ranks-per-host 2 -- "$app" "${common[@]}" "${flags[@]}" --steps 3 \
     --checkpoint-dir two_$s > two_$s.txt 2>&1
   rc2=$?
   check "$s: both runs finished (status $rc1, $rc2)" eval '[ "$rc1" = 0 ] && [ "$rc2" = 0 ]'
@@ -76,7 +83,7 @@ echo "--- 2. the data folder only on host 0's local disk"
   --max-size 20 --threads 1 > make_dataset.log 2>&1 || { echo "make_dataset failed"; cat make_dataset.log; exit 1; }
 # Rank 0 (on tdm-h0) copies the data onto its host's local disk; host 1's stays empty.
 t0=$SECONDS
-timeout -s KILL 60 $cluster --hosts 2 --ranks-per-host 1 --local "$out/local" -- bash -c \
+cluster 60 --hosts 2 --ranks-per-host 1 --local "$out/local" -- bash -c \
   '[ "$PMI_RANK" = 0 ] && cp -r data "$0/data"; exec "$@"' "$out/local" \
   "$app" --device cpu --model small_cnn --data "$out/local/data" --image-size 16 --batch 4 --steps 2 > data.txt 2>&1
 rc=$? took=$((SECONDS - t0))
@@ -86,7 +93,7 @@ check "rank 0 names rank 1 on tdm-h1 and the missing folder" has data.txt "rank 
 
 echo "--- 3. the checkpoint folder on each host's local disk: refused at start-up"
 t0=$SECONDS
-timeout -s KILL 60 $cluster --hosts 2 --ranks-per-host 1 --local "$out/local" -- "$app" "${common[@]}" --steps 2 \
+cluster 60 --hosts 2 --ranks-per-host 1 --local "$out/local" -- "$app" "${common[@]}" --steps 2 \
   --checkpoint-dir "$out/local/ck" > local_ck.txt 2>&1
 rc=$? took=$((SECONDS - t0))
 check "status 2 within 30 s (status $rc, $took s)" eval '[ "$rc" = 2 ] && [ "$took" -le 30 ]'
@@ -95,17 +102,19 @@ check "rank 0 names rank 1 on tdm-h1 and says the folder must be shared" \
 
 echo "--- 4. SIGTERM to every rank mid-run: 75 on every host, then the run resumes"
 # Rank 0 sleeps 100 ms a step, so step 5 comes after the start-up and well before step 40.
-TANDEM_FAULT=0:1:slow:100ms timeout -s KILL 120 $cluster --hosts 2 --ranks-per-host 2 -- "$app" "${common[@]}" \
+TANDEM_FAULT=0:1:slow:100ms timeout -k 10 -s TERM 120 bash "$src/apps/scripts/emulated_cluster.sh" --name "${name}term" --hosts 2 --ranks-per-host 2 -- "$app" "${common[@]}" \
   --steps 40 --checkpoint-dir ck_term > term.txt 2>&1 &
 job=$!
 for i in $(seq 600); do grep -q "step 5/" term.txt 2> /dev/null && break; sleep 0.1; done
-kill -TERM $job  # the script sends it to every rank on both hosts, as a scheduler would
+# To the script alone (a signal to `timeout` would reach its whole process group, mpiexec included,
+# and the ranks would get it twice): the script sends it to every rank on both hosts, as a scheduler would.
+kill -TERM $(pgrep -P $job)
 wait $job
 rc=$?
 check "status 75 (got $rc)" [ "$rc" = 75 ]
 check "every rank of both hosts got the signal" eval '[ "$(grep -c "SIGTERM received: finishing" term.txt)" = 4 ]'
-check "rank 0 wrote the stop's checkpoint" has term.txt "^preempted: .*4 of 4 ranks"
-timeout -s KILL 120 $cluster --hosts 2 --ranks-per-host 2 -- "$app" "${common[@]}" --steps 40 \
+check "rank 0 wrote the stop's checkpoint (the ranks agreed on one step, whichever host heard it first)" has term.txt "^preempted: SIGTERM on [1-4] of 4 rank"
+cluster 120 --hosts 2 --ranks-per-host 2 -- "$app" "${common[@]}" --steps 40 \
   --checkpoint-dir ck_term --resume auto > resume.txt 2>&1
 rc=$?
 check "the resumed run finished (status $rc)" [ "$rc" = 0 ]
@@ -114,8 +123,8 @@ check "  ... to step 40" has resume.txt "step 40/40"
 
 echo "--- 5. host 1's link stalls mid-run: the watchdog names its rank"
 t0=$SECONDS
-timeout -k 5 -s TERM 60 $cluster --hosts 2 --ranks-per-host 1 --stall-host 1 --stall-after 4 -- "$app" "${common[@]}" \
-  --steps 100000 > stall.txt 2>&1
+cluster 40 --hosts 2 --ranks-per-host 1 --stall-host 1 --stall-after 4 -- "$app" "${common[@]}" \
+  --checkpoint-dir ck_stall --steps 100000 > stall.txt 2>&1
 rc=$? took=$((SECONDS - t0))
 check "the job ended non-zero (status $rc, $took s)" [ "$rc" != 0 ]
 check "the link stalled" has stall.txt "tdm-h1's link stalled"

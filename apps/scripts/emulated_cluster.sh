@@ -12,9 +12,10 @@
 #   - --local DIR: DIR is each host's own local disk - a bind mount of <state>/h<i>/local over DIR,
 #     in that host's mount namespace - so a file written there on one host is not seen on another.
 #     Everything else (the working folder, the build) is shared, as NFS would be.
-#   - --rate / --delay: every host's link limited (tc netem on its eth0: egress rate and latency).
-#   - --stall-host H --stall-after S: S seconds after the start, host H's link drops every packet
-#     (netem loss 100%): a host whose network stalls mid-run.
+#   - --rate / --delay: every host's link limited (tc on its eth0, egress: a token bucket for the
+#     rate, netem for the latency - where the kernel has sch_netem; this development VM's has not).
+#   - --stall-host H --stall-after S: S seconds after the start, host H's port on the bridge goes
+#     down: its packets go nowhere, a host whose network stalls mid-run.
 # It cleans up after itself on every way out, Ctrl-C and SIGTERM included (trap): every process left
 # in its namespaces is killed, the namespaces are deleted, the state folder removed (--keep keeps it).
 # A SIGTERM or SIGINT sent to the script goes to every rank of the program first (as a scheduler
@@ -57,7 +58,7 @@ Options:
   --rate RATE          link rate of every host, tc's units (100mbit, 10gbit); default unlimited
   --delay DELAY        one-way latency added on every host's link (1ms, 200us); default none
   --local DIR          DIR is each host's own folder (bind mount); created here if missing
-  --stall-host H       host H's link drops every packet --stall-after seconds into the run
+  --stall-host H       host H's link goes down --stall-after seconds into the run
   --stall-after S      default 10
   --name PREFIX        namespace names PREFIXh0.. and PREFIXsw (default tdm<pid>): tests use it to
                        find a host's processes (ip netns pids PREFIXh1)
@@ -93,7 +94,7 @@ skip() { echo "emulated_cluster: SKIPPED: $1" >&2; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root for ip netns and bind mounts (run it with sudo)"
 command -v ip > /dev/null || skip "no 'ip' (apt-get install iproute2)"
 command -v mpiexec > /dev/null || skip "no mpiexec (MPICH's Hydra)"
-[ -z "$rate$delay$stall_host" ] || command -v tc > /dev/null || skip "no 'tc' for --rate/--delay/--stall-host (iproute2)"
+[ -z "$rate$delay" ] || command -v tc > /dev/null || skip "no 'tc' for --rate/--delay/--stall-host (iproute2)"
 ip netns add "${prefix}probe" 2> /dev/null || skip "'ip netns add' was refused (a container without CAP_SYS_ADMIN?)"
 ip netns del "${prefix}probe"
 
@@ -120,15 +121,34 @@ forward() {
     done
   done
 }
-trap 'forward TERM' TERM
-trap 'forward INT' INT
+# A second request ends everything at once (a run hung in its teardown, say), cleaning up on the way out.
+stops=0
+stop() {
+  stops=$((stops + 1))
+  if [ "$stops" -gt 1 ]; then echo "emulated_cluster: second stop request: killing every process of the hosts" >&2; exit 143; fi
+  forward "$1"
+}
+trap 'stop TERM' TERM
+trap 'stop INT' INT
 
 # --- the hosts and their links
 ip netns add "${prefix}sw" && ip -n "${prefix}sw" link add br0 type bridge && ip -n "${prefix}sw" link set br0 up ||
   skip "could not make the switch namespace and bridge"
-netem=""
-[ -n "$delay" ] && netem+=" delay $delay"
-[ -n "$rate" ] && netem+=" rate $rate"
+# The links: latency by netem, the rate by a token bucket (tbf; its burst of 32 kbit and a queue of
+# at most 400 ms are tc's usual examples). netem is a module some kernels lack: said, not guessed.
+limit_link() {
+  local ns=$1 parent="root"
+  if [ -n "$delay" ]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "$delay" ||
+      { echo "emulated_cluster: tc refused 'netem delay $delay' (a kernel without sch_netem has no --delay)" >&2; exit 2; }
+    parent="parent 1:1"
+  fi
+  if [ -n "$rate" ]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 $parent handle 10: tbf rate "$rate" burst 32kbit latency 400ms ||
+      { echo "emulated_cluster: tc refused 'tbf rate $rate'" >&2; exit 2; }
+  fi
+}
+netem="${delay:+ delay $delay}${rate:+ rate $rate}"
 : > "$state/hostfile"
 for i in $(seq 0 $((hosts - 1))); do
   ns="${prefix}h$i"
@@ -137,9 +157,7 @@ for i in $(seq 0 $((hosts - 1))); do
     ip -n "${prefix}sw" link set "p$i" master br0 up &&
     ip -n "$ns" addr add "$subnet.$((i + 1))/24" dev eth0 &&
     ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || skip "could not make host $i's namespace and link"
-  if [ -n "$netem" ]; then
-    ip netns exec "$ns" tc qdisc add dev eth0 root netem $netem || { echo "emulated_cluster: tc netem$netem refused" >&2; exit 2; }
-  fi
+  limit_link "$ns"
   mkdir -p "$state/h$i/local"
   echo "$subnet.$((i + 1)):$per_host" >> "$state/hostfile"
 done
@@ -148,21 +166,24 @@ if [ -n "$local_dir" ]; then
   mkdir -p "$local_dir"
 fi
 
-# --- the run: mpiexec on host 0, each rank's environment its own (TCP between hosts)
+# --- the run: mpiexec on host 0, each rank's environment its own (TCP between hosts). mpiexec ignores
+# SIGPIPE: over UCX's TCP transport MPI_Finalize now and then never returns, and a rank then exits
+# with its status after 10 s (dist/transport/bootstrap.cpp, finalize); Hydra, writing to that rank's
+# closed socket, would otherwise die of SIGPIPE (status 141) instead of reporting the status.
 export TDM_CLUSTER_PREFIX=$prefix TDM_CLUSTER_STATE=$state TDM_CLUSTER_LOCAL=$local_dir
 export UCX_TLS=${UCX_TLS:-tcp,self} UCX_NET_DEVICES=${UCX_NET_DEVICES:-eth0}
 export HYDRA_LAUNCHER=ssh  # overrides a HYDRA_LAUNCHER=fork the caller may have set for one-host runs
 echo "emulated_cluster: $hosts host(s) x $per_host rank(s) (tdm-h0..tdm-h$((hosts - 1)), $subnet.1..$hosts)${netem:+, links:$netem}${local_dir:+, local $local_dir}" >&2
 ip netns exec "${prefix}h0" unshare --mount --uts --propagation private bash -c \
   'hostname tdm-h0; if [ -n "$TDM_CLUSTER_LOCAL" ]; then mount --bind "$TDM_CLUSTER_STATE/h0/local" "$TDM_CLUSTER_LOCAL" || exit 1; fi
-   exec mpiexec -launcher ssh -launcher-exec "$0" -localhost '"$subnet"'.1 -f "$TDM_CLUSTER_STATE/hostfile" "$@"' \
+   trap "" PIPE; exec mpiexec -launcher ssh -launcher-exec "$0" -localhost '"$subnet"'.1 -f "$TDM_CLUSTER_STATE/hostfile" "$@"' \
   "$self" -n $((hosts * per_host)) "$@" &
 mpiexec_pid=$!
 stall_pid=""
 if [ -n "$stall_host" ]; then
   ( sleep "$stall_after"
-    ip netns exec "${prefix}h$stall_host" tc qdisc replace dev eth0 root netem loss 100% &&
-      echo "emulated_cluster: host tdm-h$stall_host's link stalled (every packet dropped) after $stall_after s" >&2 ) &
+    ip -n "${prefix}sw" link set "p$stall_host" down &&
+      echo "emulated_cluster: host tdm-h$stall_host's link stalled (its switch port down) after $stall_after s" >&2 ) &
   stall_pid=$!
 fi
 # `wait` returns early when a trapped signal arrives: wait again until mpiexec is gone.

@@ -165,16 +165,16 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     rc = run();
   } catch (const RunStopped&) {
     // Every rank stopped at the same step and printed why: an agreed, clean exit.
-    if (dist::initialized()) dist::finalize();
+    if (dist::initialized()) dist::finalize(3);
     return 3;
   } catch (const StartupFailed& e) {
     // Every rank reached the start-up verdict, which printed the failing ranks' words (startup.h).
-    dist::finalize();
+    dist::finalize(e.status);
     return e.status;
   } catch (const UsageError& e) {
     // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
     if (dist::initialized() && dist::world().rank == 0) std::cerr << program << ": " << e.what() << "\n";
-    if (dist::initialized()) dist::finalize();
+    if (dist::initialized()) dist::finalize(2);
     return 2;
   } catch (const OutOfMemory& e) {
     // The library says "lower the batch size"; the trainers' flag for it is --batch-size.
@@ -190,7 +190,7 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     if (dist::initialized() && dist::world().size > 1) dist::abort_job();
     return 1;
   }
-  if (dist::initialized()) dist::finalize();
+  if (dist::initialized()) dist::finalize(rc);
   return rc;
 }
 
@@ -262,7 +262,7 @@ int trainer_main(const std::string& program, const std::function<int(bool print)
   if (o.rc < 0 && env_rank0()) std::cout << text << std::flush;  // what a passing parse said (notes), once
   const int status = agree_on_arguments(program, o.rc > 0 ? o.rc : 0, o.message.empty() ? text : o.message);
   if (status != 0) {
-    dist::finalize();  // every rank reached the verdict: MPI ends cleanly
+    dist::finalize(status);  // every rank reached the verdict: MPI ends cleanly
     return status;
   }
   return run_main(program, batch_per_rank, run);

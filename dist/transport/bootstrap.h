@@ -62,7 +62,10 @@ void init_mpi();
 // of main. A process that leaves without it (an exception escaped main, or main returned early)
 // in a world of more than one rank prints "[rank R] tandem: ... without dist::finalize()" and calls
 // MPI_Abort, so that no rank hangs in a collective or in a communicator's teardown.
-void finalize();
+// `exit_status_if_stuck` >= 0 (a program's agreed exit, under a launcher): should MPI_Finalize not
+// return within 10 s - MPICH over UCX's TCP transport can spin closing its connections - the process
+// ends with that status instead of hanging after its work is done.
+void finalize(int exit_status_if_stuck = -1);
 bool initialized();
 const World& world();  // init() must have run
 
