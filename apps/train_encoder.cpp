@@ -51,6 +51,7 @@
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
 // flops.h; the step in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include "apps/encoder/checkpointing.h"  // defines: folder_options, checkpoint_if_due
@@ -63,6 +64,7 @@
 #include "apps/trainer/preemption.h"     // defines: RunControl, kPreemptedExit
 #include "apps/trainer/run_flags.h"      // defines: trainer_main
 #include "apps/trainer/run_folder.h"     // defines: RunFolder
+#include "apps/trainer/startup.h"        // defines: check_every_rank
 #include "core/check.h"                  // defines: Error
 #include "data/wordpiece.h"              // defines: Vocab (--describe's vocabulary size)
 #include "dist/transport/bootstrap.h"    // defines: comm_for
@@ -99,6 +101,16 @@ int evaluate_only(enc::Training& t, const enc::EncoderOptions& o) {
   return r.failed() ? 3 : 0;
 }
 
+// This rank's --data paths and --vocab exist ("" passed; startup.h's data check).
+std::string data_check(const enc::EncoderOptions& o) {
+  if (o.synthetic) return "";
+  for (const std::string& p : o.data)
+    if (!std::filesystem::exists(p)) return "--data " + p + " does not exist on this host: every host needs the same corpus";
+  if (!o.vocab.empty() && !std::filesystem::is_regular_file(o.vocab))
+    return "--vocab " + o.vocab + " is not a file on this host: every host needs the same vocabulary";
+  return "";
+}
+
 int run(enc::EncoderOptions& o) {
   trainer::RunClock clock(kProcessStart);
   const dist::World& w = enc::init_world(o);
@@ -112,6 +124,9 @@ int run(enc::EncoderOptions& o) {
   }
   // The checkpoint folder before the corpus: a refused or unwritable folder stops the job in seconds.
   trainer::RunFolder folder = trainer::RunFolder::open(enc::folder_options(o), w, "train_encoder");
+  // Every rank's folder, resume file and corpus on its host, in one verdict before tokenizing: a
+  // host that lacks them stops the job now, named, instead of hanging it (apps/trainer/startup.h).
+  trainer::check_every_rank(folder, folder.resume_path(), w, "train_encoder", [&] { return data_check(o); });
   enc::Corpus corpus;
   {
     // Tokenizing reports no progress; 30 min bounds it (a few GB of text), so the ranks already

@@ -50,6 +50,7 @@
 // step itself in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -66,6 +67,7 @@
 #include "apps/trainer/preemption.h"   // defines: RunControl, kPreemptedExit
 #include "apps/trainer/run_flags.h"    // defines: trainer_main
 #include "apps/trainer/run_folder.h"   // defines: RunFolder, resolve_resume_read_only
+#include "apps/trainer/startup.h"      // defines: check_every_rank
 #include "core/check.h"                // defines: Error
 #include "dist/transport/bootstrap.h"  // defines: comm_for
 #include "dist/transport/busy.h"       // defines: Busy
@@ -80,6 +82,14 @@ const trainer::Clock::time_point kProcessStart = trainer::Clock::now();
 void validate(apps::TrainOptions& o) {
   apps::validate(o);
   if (const char* f = std::getenv("TANDEM_FAULT"); f && *f) apps::parse_fault(f);
+}
+
+// This rank's --data has the train/ folder the scan reads ("" passed; startup.h's data check).
+std::string data_check(const apps::TrainOptions& o) {
+  if (o.synthetic || o.data.empty()) return "";
+  const std::filesystem::path train = std::filesystem::path(o.data) / "train";
+  return std::filesystem::is_directory(train) ? "" : "--data " + o.data + " has no train/ folder on this host (" +
+                                                         train.string() + "): every host needs the same data folder";
 }
 
 int run(apps::TrainOptions& o) {
@@ -101,6 +111,9 @@ int run(apps::TrainOptions& o) {
   }
   // The checkpoint folder before the data: a refused or unwritable folder stops the job in seconds.
   trainer::RunFolder folder = trainer::RunFolder::open(apps::folder_options(o), w, "train_imagenet");
+  // Every rank's folder, resume file and data on its host, in one verdict before the data scan: a
+  // host that lacks them stops the job now, named, instead of hanging it (apps/trainer/startup.h).
+  trainer::check_every_rank(folder, folder.resume_path(), w, "train_imagenet", [&] { return data_check(o); });
   // A scan reports no progress; 30 min bounds it (ImageNet's 1.3 M files over NFS take minutes), so
   // the ranks already waiting in the first collective wait that long before naming a hung scan.
   apps::Datasets ds;

@@ -27,7 +27,9 @@ const char* signal_name(int s) { return s == SIGTERM ? "SIGTERM" : s == SIGUSR1 
 std::atomic<int> g_first{0};                // the first stop signal (0: none)
 std::atomic<int> g_seen[kSignalCount] = {};  // 1 once that signal arrived
 std::atomic<bool> g_again_said{false};
+std::atomic<bool> g_starting{false};  // begin_startup() .. the first RunControl: a signal ends the process
 char g_first_line[kSignalCount][320];
+char g_startup_line[kSignalCount][320];
 char g_again_line[320];
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
               "the signal handler needs lock-free atomics");
@@ -38,6 +40,11 @@ void say(const char* line) {
 }
 
 void on_stop_signal(int sig) {
+  for (int i = 0; i < kSignalCount; ++i)
+    if (kSignals[i] == sig && g_starting.load()) {
+      say(g_startup_line[i]);
+      _exit(kPreemptedExit);  // async-signal-safe; no step to finish, nothing to save (a lock dies with us)
+    }
   for (int i = 0; i < kSignalCount; ++i)
     if (kSignals[i] == sig) {
       g_seen[i].store(1);
@@ -62,6 +69,10 @@ void install_stop_signals(const std::string& program) {
     std::snprintf(g_first_line[i], sizeof g_first_line[i],
                   "%s: %s received: finishing the current step, then saving a checkpoint (with --checkpoint-dir) "
                   "and exiting with status %d\n", who.c_str(), signal_name(kSignals[i]), kPreemptedExit);
+  for (int i = 0; i < kSignalCount; ++i)
+    std::snprintf(g_startup_line[i], sizeof g_startup_line[i],
+                  "%s: %s received during start-up: no step to finish and nothing to save; exiting with status %d "
+                  "now\n", who.c_str(), signal_name(kSignals[i]), kPreemptedExit);
   std::snprintf(g_again_line, sizeof g_again_line,
                 "%s: another stop signal while stopping: ignored, the stop is under way (SIGKILL ends the process "
                 "at once; an interrupted checkpoint write leaves the previous checkpoint intact)\n", who.c_str());
@@ -76,8 +87,11 @@ void install_stop_signals(const std::string& program) {
 
 int stop_signal() { return g_first.load(); }
 
+void begin_startup() { g_starting.store(true); }
+
 RunControl::RunControl(dist::Communicator& comm, RunControlOptions options)
     : comm_(comm), options_(options), last_save_s_(now_s()) {
+  g_starting.store(false);  // start-up is over: a stop signal is now acted on at a step boundary
   // The checkpoint writer's progress goes to the Busy scope save() opens (a no-op outside one).
   previous_progress_ =
       safetensors::set_write_progress([](uint64_t done, uint64_t) { dist::busy_progress(done); });

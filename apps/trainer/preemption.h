@@ -61,6 +61,12 @@ inline constexpr int kPreemptedExit = 75;
 void install_stop_signals(const std::string& program);
 // The first stop signal this process received (0: none).
 int stop_signal();
+// Start-up, from begin_startup() (trainer_main calls it after install_stop_signals) until the first
+// RunControl exists: there is no step to finish and nothing to save, and start-up may wait long (for
+// a rank that never comes, a data scan), so a stop signal then ends the process at once, with
+// kPreemptedExit and a line saying so, on every rank it reaches (mpiexec forwards it to all).
+// Without begin_startup() (the library's tests) a signal only sets the flag, as before.
+void begin_startup();
 
 struct RunControlOptions {
   int64_t checkpoint_every = 0;        // save after every N-th step (0: off)

@@ -7,16 +7,19 @@
 #include <exception>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "apps/trainer/cli.h"          // defines: write_config_file
 #include "apps/trainer/ema.h"          // defines: ema_refusal
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/preemption.h"   // defines: install_stop_signals
 #include "apps/trainer/run_folder.h"   // defines: UsageError
+#include "apps/trainer/startup.h"      // defines: agree_on_arguments, StartupFailed
 #include "apps/trainer/step.h"         // defines: Step
 #include "core/check.h"                // defines: TANDEM_CHECK
 #include "core/out_of_memory.h"        // defines: OutOfMemory
 #include "dist/transport/bootstrap.h"  // defines: initialized, world, finalize
+#include "dist/transport/startup.h"    // defines: launcher_world_size
 #include "dist/transport/watchdog.h"   // defines: abort_job
 
 namespace tandem::trainer {
@@ -164,12 +167,16 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     rc = run();
   } catch (const RunStopped&) {
     // Every rank stopped at the same step and printed why: an agreed, clean exit.
-    if (dist::initialized()) dist::finalize();
+    if (dist::initialized()) dist::finalize(3);
     return 3;
+  } catch (const StartupFailed& e) {
+    // Every rank reached the start-up verdict, which printed the failing ranks' words (startup.h).
+    dist::finalize(e.status);
+    return e.status;
   } catch (const UsageError& e) {
     // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
     if (dist::initialized() && dist::world().rank == 0) std::cerr << program << ": " << e.what() << "\n";
-    if (dist::initialized()) dist::finalize();
+    if (dist::initialized()) dist::finalize(2);
     return 2;
   } catch (const OutOfMemory& e) {
     // The library says "lower the batch size"; the trainers' flag for it is --batch-size.
@@ -185,7 +192,7 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     if (dist::initialized() && dist::world().size > 1) dist::abort_job();
     return 1;
   }
-  if (dist::initialized()) dist::finalize();
+  if (dist::initialized()) dist::finalize(rc);
   return rc;
 }
 
@@ -195,15 +202,70 @@ bool env_rank0() {
   return true;
 }
 
-int trainer_main(const std::string& program, const std::function<int(bool print)>& parse,
-                 const std::function<void()>& validate, const int64_t& batch_per_rank, const std::function<int()>& run) {
-  install_stop_signals(program);
-  if (int rc = parse(env_rank0()); rc >= 0) return rc;
+namespace {
+
+// The command line's outcome on this rank: parse (ending the process with `rc` >= 0: --help,
+// --dump-config, or a flag refused) and validate (a combination refused: 2).
+struct ParseOutcome {
+  int rc = -1;          // >= 0: exit with it (0: a successful --help or --dump-config)
+  std::string message;  // what the parse or validate said, for the start-up verdict
+};
+
+ParseOutcome parse_and_validate(const std::string& program, const std::function<int(bool print)>& parse,
+                                const std::function<void()>& validate, bool print) {
+  ParseOutcome out;
+  if (out.rc = parse(print); out.rc >= 0) return out;
   try {
     validate();
   } catch (const Error& e) {
-    if (env_rank0()) std::cerr << program << ": " << e.what() << "\nRun with --help for the options.\n";
-    return 2;
+    out.rc = 2;
+    out.message = std::string(e.what()) + "\nRun with --help for the options.";
+    if (print) std::cerr << program << ": " << out.message << "\n";
+  }
+  return out;
+}
+
+// Runs `f` with std::cout and std::cerr written into the returned text instead (CLI11 prints its
+// help and errors there).
+std::string captured(const std::function<void()>& f) {
+  std::ostringstream text;
+  std::streambuf* out = std::cout.rdbuf(text.rdbuf());
+  std::streambuf* err = std::cerr.rdbuf(text.rdbuf());
+  try {
+    f();
+  } catch (...) {
+    std::cout.rdbuf(out), std::cerr.rdbuf(err);
+    throw;
+  }
+  std::cout.rdbuf(out), std::cerr.rdbuf(err);
+  return text.str();
+}
+
+}  // namespace
+
+int trainer_main(const std::string& program, const std::function<int(bool print)>& parse,
+                 const std::function<void()>& validate, const int64_t& batch_per_rank, const std::function<int()>& run) {
+  install_stop_signals(program);
+  begin_startup();  // a stop signal from here to the first step ends the process at once (preemption.h)
+  if (dist::launcher_world_size() == 1) {
+    const ParseOutcome o = parse_and_validate(program, parse, validate, true);
+    if (o.rc >= 0) return o.rc;
+    return run_main(program, batch_per_rank, run);
+  }
+  // More than one rank: a rank whose command line fails must not simply exit, or the others wait for
+  // it forever; every rank's outcome ends in one verdict (apps/trainer/startup.h). The words are
+  // captured so that rank 0 can repeat them with the rank and host; CLI11 writes --help's there too.
+  ParseOutcome o;
+  const std::string text = captured([&] { o = parse_and_validate(program, parse, validate, true); });
+  if (o.rc == 0) {  // --help, --dump-config: the same on every rank, and no MPI is needed
+    if (env_rank0()) std::cout << text << std::flush;
+    return 0;
+  }
+  if (o.rc < 0 && env_rank0()) std::cout << text << std::flush;  // what a passing parse said (notes), once
+  const int status = agree_on_arguments(program, o.rc > 0 ? o.rc : 0, o.message.empty() ? text : o.message);
+  if (status != 0) {
+    dist::finalize(status);  // every rank reached the verdict: MPI ends cleanly
+    return status;
   }
   return run_main(program, batch_per_rank, run);
 }

@@ -119,8 +119,9 @@ RunLog start_run_records(const RunOptions& o, const RunFolder& folder, bool rank
 
 // A trainer's main() after the parse: runs `run` and maps what it throws to the exit status every
 // rank agrees on - 3 for a non-finite stop (RunStopped), 2 for a refusal (UsageError, printed once
-// by rank 0), 1 for anything else (printed by the rank that failed, which then ends every rank:
-// the others may wait in a collective it will never join). An allocation failure gets the trainer's
+// by rank 0), a failed start-up check's own status (StartupFailed, apps/trainer/startup.h), 1 for
+// anything else (printed by the rank that failed, which then ends every rank: the others may wait
+// in a collective it will never join). An allocation failure gets the trainer's
 // batch flag named beside the library's advice. Finalizes the world on the agreed exits.
 int run_main(const std::string& program, int64_t batch_per_rank, const std::function<int()>& run);
 
@@ -128,11 +129,13 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
 // OMPI_COMM_WORLD_RANK); true when neither is set (a process started alone).
 bool env_rank0();
 
-// A trainer's whole main(), in this order: install_stop_signals(program) first, so that a signal
-// during start-up is acted on at the first step; `parse(print)` (rank 0 prints) ends the process
-// with its code when that is >= 0; `validate` refuses a combination by throwing an Error, which
-// rank 0 prints with a pointer to --help (exit 2); then run_main with the parsed batch
-// (`batch_per_rank` is read after the parse).
+// A trainer's whole main(), in this order: install_stop_signals(program) and begin_startup() first, so
+// that a stop signal during start-up ends the process at once (preemption.h); `parse(print)` ends the
+// process with its code when that is >= 0; `validate` refuses a combination by throwing an Error,
+// printed with a pointer to --help (exit 2); then run_main with the parsed batch (`batch_per_rank` is
+// read after the parse). With more than one rank a failed parse or validate does not end the process
+// at once: every rank's outcome meets in one verdict (apps/trainer/startup.h, agree_on_arguments), so
+// a failure on one rank ends them all, named by rank 0, instead of leaving them waiting for it.
 int trainer_main(const std::string& program, const std::function<int(bool print)>& parse,
                  const std::function<void()>& validate, const int64_t& batch_per_rank, const std::function<int()>& run);
 

@@ -2,15 +2,24 @@
 // See bootstrap.h for the contract.
 #include "dist/transport/bootstrap.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/check.h"
+#include "dist/transport/startup.h"   // defines: launcher_world_size
 #include "dist/transport/watchdog.h"
 
 namespace tandem::dist {
@@ -24,7 +33,6 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm world, Device gpu,
 namespace {
 struct State {
   World world;
-  bool owns_mpi = false;
   std::unique_ptr<Communicator> mpi;   // CPU tensors, and GPU tensors when staging
   std::unique_ptr<Communicator> nccl;  // GPU tensors otherwise
 };
@@ -33,6 +41,7 @@ struct State {
 // collective that teardown hangs (NCCL's destroy waits for its kernels, the MPI communicator joins a
 // thread blocked on a peer). finalize() deletes it; leaving_without_finalize() handles the rest.
 State* g_state = nullptr;
+bool g_owns_mpi = false;  // init_mpi() initialised MPI, so finalize() finalizes it
 
 // Exit paths that skip finalize(). With peers, this rank can no longer take part in their
 // collectives, and destroying communicators could wait for those peers forever, so: one line, then
@@ -68,6 +77,37 @@ std::terminate_handler g_previous_terminate = nullptr;
   std::abort();
 }
 
+// Runs `call` (an MPI call that waits for every rank) with a guard thread: if it has not returned
+// after `timeout_s`, the guard prints "[rank R on HOST] tandem: <said>" and ends the process with
+// `status` (_Exit: the stuck call holds MPI's locks, nothing else could run safely).
+void with_deadline(const std::function<void()>& call, double timeout_s, const std::string& said, int status) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread guard([&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) return;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const char* rank = std::getenv("PMI_RANK");
+    std::fprintf(stderr, "[rank %s on %s] tandem: %s\n", rank ? rank : "?", host, said.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(status);
+  });
+  call();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_one();
+  guard.join();
+}
+
+// MPI_Finalize is a barrier and a close of every connection: well under a second on a healthy job;
+// 10 s leaves room for a loaded machine.
+constexpr double kFinalizeTimeoutS = 10;
+
 void apply_env(InitOptions& o) {
   if (const char* s = std::getenv("TANDEM_HOST_STAGING")) o.host_staging = std::atoi(s) != 0;
   if (const char* s = std::getenv("TANDEM_COMM_TIMEOUT_S")) {
@@ -77,6 +117,32 @@ void apply_env(InitOptions& o) {
 }
 }  // namespace
 
+void init_mpi() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  InitOptions o;
+  apply_env(o);
+  // Without mpiexec, MPI_Init_thread is MPI's singleton init: a world of one process. Under a
+  // launcher MPI_Init waits inside its PMI exchange for every rank of the job, and nothing tandem
+  // could ask names the rank missing there, so a rank that waited the timeout says what it waited
+  // for, on which host, and exits 1: Hydra then ends the job (it tears every rank down when one that
+  // started PMI exits non-zero) instead of it hanging unseen.
+  char timeout_s[32];
+  std::snprintf(timeout_s, sizeof timeout_s, "%.0f", o.comm_timeout_s);
+  auto start = [] {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  };
+  if (launcher_world_size() > 1)
+    with_deadline(start, o.comm_timeout_s, std::string("MPI did not start within ") + timeout_s + " s: some rank of "
+                  "this job never reached MPI_Init (it failed or hangs before MPI, or its host cannot reach this one); "
+                  "ending this rank so that the job does not hang (TANDEM_COMM_TIMEOUT_S sets the wait)", 1);
+  else
+    start();
+  g_owns_mpi = true;
+}
+
 const World& init(InitOptions options) {
   if (g_state) return g_state->world;
   apply_env(options);
@@ -85,11 +151,9 @@ const World& init(InitOptions options) {
   if (options.use_gpu && probe_cuda().broken())
     require_cuda("dist::init() with use_gpu on (the default; --device cpu / use_gpu = false trains on the CPU)");
   auto st = std::make_unique<State>();
-  int inited = 0, provided = 0;
-  MPI_Initialized(&inited);
-  st->owns_mpi = !inited;  // without mpiexec, MPI_Init_thread is MPI's singleton init: a world of one process
-  if (!inited) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-  else MPI_Query_thread(&provided);
+  init_mpi();
+  int provided = 0;
+  MPI_Query_thread(&provided);
   // The communication thread calls MPI while the training thread may call it too.
   TANDEM_CHECK(provided == MPI_THREAD_MULTIPLE, "MPI was initialised without MPI_THREAD_MULTIPLE: call "
                "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let dist::init() initialise MPI");
@@ -105,6 +169,17 @@ const World& init(InitOptions options) {
   MPI_CHECK(MPI_Comm_rank(local, &w.local_rank));
   MPI_CHECK(MPI_Comm_size(local, &w.local_size));
   MPI_Comm_free(&local);
+  {
+    // Every rank's host, for the watchdog's messages (a lost host shows as all of its ranks).
+    constexpr int kHostChars = 64;  // HOST_NAME_MAX on Linux; longer names are cut
+    char mine[kHostChars] = {};
+    gethostname(mine, kHostChars - 1);
+    std::vector<char> all(static_cast<size_t>(kHostChars) * static_cast<size_t>(w.size));
+    MPI_CHECK(MPI_Allgather(mine, kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, MPI_COMM_WORLD));
+    std::vector<std::string> hosts;
+    for (int r = 0; r < w.size; ++r) hosts.emplace_back(all.data() + static_cast<size_t>(r) * kHostChars);
+    watchdog_set_hosts(std::move(hosts));
+  }
 
   const int gpus = options.use_gpu ? cuda_device_count() : 0;
   w.device = gpus > 0 ? Device::cuda(w.local_rank % gpus) : Device::cpu();
@@ -132,12 +207,28 @@ const World& init(InitOptions options) {
   return g_state->world;
 }
 
-void finalize() {
-  if (!g_state) return;
-  State* st = std::exchange(g_state, nullptr);
-  const bool owns = st->owns_mpi;
-  delete st;  // joins the communication threads, frees the MPI/NCCL communicators
-  if (owns) MPI_Finalize();
+void finalize(int exit_status_if_stuck) {
+  delete std::exchange(g_state, nullptr);  // joins the communication threads, frees the MPI/NCCL communicators
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  const bool owns = g_owns_mpi && !finalized;
+  g_owns_mpi = false;
+  if (!owns) return;
+  // The barrier first: MPICH 4.0.2 over UCX's TCP transport (the emulated cluster's, and Ethernet
+  // clusters') hung in MPI_Finalize right after a failed start-up verdict in 2 of 3 trials, and not
+  // in 6 of 6 with it. MPI_Finalize is collective anyway, so waiting for every rank costs nothing.
+  if (exit_status_if_stuck < 0 || launcher_world_size() == 1) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return;
+  }
+  // Even so, over TCP across hosts one rank now and then spins for ever closing its connections
+  // inside MPI_Finalize (UCX's endpoint flush; seen on the emulated cluster after a finished run,
+  // every rank past the barrier). The job's work is done and agreed by then: exit with its status.
+  with_deadline([] { MPI_Barrier(MPI_COMM_WORLD), MPI_Finalize(); }, kFinalizeTimeoutS,
+                "MPI_Finalize did not return within 10 s (MPICH over UCX's TCP transport can hang closing its "
+                "connections); the job's work is done, so this rank exits now with status " +
+                    std::to_string(exit_status_if_stuck), exit_status_if_stuck);
 }
 
 bool initialized() { return g_state != nullptr; }

@@ -50,11 +50,22 @@ struct World {
 // Idempotent: the second call returns the first call's world. Environment variables override
 // the options given here.
 const World& init(InitOptions options = {});
-// Destroys the communicators and finalizes MPI if init() initialized it. Call it on every way out
+// MPI_Init_thread(MPI_THREAD_MULTIPLE) unless MPI is up already; init() calls it, and a program may
+// call it earlier to talk to its peers before the communicators exist (dist/transport/startup.h:
+// the ranks' start-up verdict, reached before the device is known). MPI initialised here is
+// finalized by finalize(), with or without init(). Under a launcher (PMI_SIZE or
+// OMPI_COMM_WORLD_SIZE > 1) MPI_Init waits for every rank of the job: a rank that never starts MPI
+// would hold the others there forever, so after the timeout (TANDEM_COMM_TIMEOUT_S, 45 s as in
+// InitOptions) this rank says so and exits with status 1, and the launcher ends the job.
+void init_mpi();
+// Destroys the communicators and finalizes MPI if init() or init_mpi() initialized it. Call it on every way out
 // of main. A process that leaves without it (an exception escaped main, or main returned early)
 // in a world of more than one rank prints "[rank R] tandem: ... without dist::finalize()" and calls
 // MPI_Abort, so that no rank hangs in a collective or in a communicator's teardown.
-void finalize();
+// `exit_status_if_stuck` >= 0 (a program's agreed exit, under a launcher): should MPI_Finalize not
+// return within 10 s - MPICH over UCX's TCP transport can spin closing its connections - the process
+// ends with that status instead of hanging after its work is done.
+void finalize(int exit_status_if_stuck = -1);
 bool initialized();
 const World& world();  // init() must have run
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace {
 constexpr int kPingTag = 7001, kReplyTag = 7002;  // the question and the answer, on `watch`
 constexpr long long kFaulted = -2;  // a faulted rank's answer: not a collective number (those start at 1)
 std::atomic<int> g_watched_gpu{-1};  // written once by dist::init, read by communication threads
+std::vector<std::string> g_hosts;    // world rank -> host name; written once by dist::init, before any collective
 
 // The answer on the wire: fixed size, plain bytes (every rank runs the same binary). 96 bytes, far
 // below MPICH's eager limit, so MPI_Send returns at once even to a peer that stopped listening.
@@ -56,6 +58,8 @@ void abort_job() {
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
 }
+
+void watchdog_set_hosts(std::vector<std::string> hosts) { g_hosts = std::move(hosts); }
 
 void watchdog_watch_device(Device d) { g_watched_gpu = d.is_cuda() ? d.index : -1; }
 
@@ -121,6 +125,19 @@ std::string rank_list(const std::vector<int>& peers, const std::vector<int>& wor
   std::string s;
   for (int p : peers) s += (s.empty() ? "" : ", ") + std::to_string(world[p]);
   return s;
+}
+
+// " Rank 2 runs on host b, rank 3 on host b." when the job spans more than one host (a stalled link or
+// a lost machine shows as all of one host's ranks); "" on one host, where it would say nothing.
+std::string host_list(const std::vector<int>& peers, const std::vector<int>& world) {
+  if (g_hosts.empty() || std::all_of(g_hosts.begin(), g_hosts.end(), [](const std::string& h) { return h == g_hosts[0]; }))
+    return "";
+  std::string s;
+  for (int p : peers)
+    if (world[p] < static_cast<int>(g_hosts.size()))
+      s += (s.empty() ? " Rank " : ", rank ") + std::to_string(world[p]) + (s.empty() ? " runs on host " : " on host ") +
+           g_hosts[static_cast<size_t>(world[p])];
+  return s.empty() ? s : s + ".";
 }
 
 // Asks, judges, and either returns the seconds to wait on (memory given, and every missing peer busy
@@ -209,9 +226,10 @@ double overdue(MPI_Comm watch, long long seq, const std::string& what, double ti
         alive += " Rank " + std::to_string(world[p]) + " is alive, idle after collective #" +
                  std::to_string(answers[p].reached) + ", in no announced work: hung in compute or on another path.";
     std::fprintf(stderr, "[rank %d] tandem watchdog: rank(s) %s did not reach collective #%lld (%s) within %.0f s "
-                 "(dead, hung, or on a different code path).%s Aborting the job; long work a rank does alone should "
+                 "(dead, hung, or on a different code path).%s%s Aborting the job; long work a rank does alone should "
                  "announce itself (dist::Busy, dist/transport/busy.h), or raise TANDEM_COMM_TIMEOUT_S.\n",
-                 me, rank_list(v.missing, world).c_str(), seq, label.c_str(), timeout_s, alive.c_str());
+                 me, rank_list(v.missing, world).c_str(), seq, label.c_str(), timeout_s, alive.c_str(),
+                 host_list(v.missing, world).c_str());
   } else if (v.kind == K::Stalled) {
     std::string why;
     for (int p : v.stalled) why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(world[p]) + " was " + describe(answers[p].busy));

@@ -48,6 +48,9 @@
 
 namespace tandem::dist {
 
+// Each world rank's host name (dist::init gathers them): a job on more than one host has its
+// "did not reach" message say where the missing ranks run.
+void watchdog_set_hosts(std::vector<std::string> hosts);
 // The GPU whose sticky errors the watchdog checks (dist::init sets it; cpu: none).
 void watchdog_watch_device(Device d);
 // The watched GPU's sticky kernel fault ("cudaErrorIllegalAddress (...)"), or "" when there is none
