@@ -53,6 +53,7 @@
 #include "core/check.h"
 #include "core/cuda/context.h"
 #include "core/ops/common/cuda/cudnn_graph.h"
+#include "core/ops/common/cuda/cudnn_graph_builders.h"
 #include "core/ops/common/cuda/dnn_handle.h"
 #include "core/ops/conv/kernels.h"
 #include "core/storage.h"
@@ -123,6 +124,11 @@ TensorPtr add_bn_prologue(fe::graph::Graph& graph, TensorPtr X, int64_t c, bool 
   return relu ? pointwise(X, nullptr, "relu", fe::PointwiseMode_t::RELU_FWD) : X;
 }
 
+// X as the graph's input, [n, h, w, c].
+TensorPtr input_x(fe::graph::Graph& graph, const ConvGeom& g) {
+  return graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
+}
+
 // Sets a conv-family attribute set's padding, stride and dilation from the problem.
 template <class Attrs>
 Attrs conv_attrs(Attrs a, const char* name, const ConvGeom& g) {
@@ -154,22 +160,19 @@ void conv_output(const TensorPtr& t, const ConvGeom& g, DType dt) {
 // Lowers a described graph to a plan under BackendConfig's engine filters (the plain conv plans'
 // filters, core/ops/conv/cuda.cpp), or returns a null graph with the reason in `why`.
 Entry finish(std::shared_ptr<fe::graph::Graph> graph, DType dt, const BackendConfig& be, std::string& why) {
-  cudnnHandle_t handle = cuda::dnn_handle();
-  auto fail = [&](fe::error_t e) {
+  auto deselect = [&](fe::graph::Graph& gr) {
+    if (dt == DType::F32 && !be.allow_tf32)
+      gr.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+    if (be.deterministic) gr.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+    gr.deselect_workspace_greater_than(be.conv_workspace_limit);
+  };
+  Entry out;
+  fe::error_t e = lower(*graph, cuda::dnn_handle(), conv_heur_modes(), deselect);
+  if (e.is_good()) e = graph->get_workspace_size(out.workspace);
+  if (e.is_bad()) {
     why = e.get_message();
     return Entry{};
-  };
-  if (auto e = graph->validate(); e.is_bad()) return fail(e);
-  if (auto e = graph->build_operation_graph(handle); e.is_bad()) return fail(e);
-  if (auto e = graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad()) return fail(e);
-  if (dt == DType::F32 && !be.allow_tf32)
-    graph->deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
-  if (be.deterministic) graph->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
-  graph->deselect_workspace_greater_than(be.conv_workspace_limit);
-  if (auto e = graph->check_support(); e.is_bad()) return fail(e);
-  if (auto e = graph->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); e.is_bad()) return fail(e);
-  Entry out;
-  if (auto e = graph->get_workspace_size(out.workspace); e.is_bad()) return fail(e);
+  }
   out.graph = std::move(graph);
   return out;
 }
@@ -222,6 +225,115 @@ Key conv_key(Kind kind, const ConvGeom& g, int64_t extra) {
 }
 
 }  // namespace
+
+// ---- The graphs (cudnn_graph_builders.h): described from shapes and dtype alone ----
+namespace cudnn_builders {
+
+GraphPtr conv_bias_relu(const ConvGeom& g, DType dt, bool has_bias, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto pre = add_conv(*graph, g);
+  if (has_bias) {
+    auto B = graph->tensor(nhwc("b", kB, 1, 1, 1, g.o));
+    pre = graph->pointwise(pre, B, fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
+    pre->set_data_type(fe::DataType_t::FLOAT);
+  }
+  auto Y = graph->pointwise(pre, fe::graph::Pointwise_attributes()
+                                     .set_name("relu")
+                                     .set_mode(fe::PointwiseMode_t::RELU_FWD)
+                                     .set_relu_lower_clip(0.f));
+  conv_output(Y, g, dt);
+  return graph;
+}
+
+GraphPtr conv_genstats(const ConvGeom& g, DType dt, bool prologue, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto Y = add_conv(*graph, g, prologue);
+  conv_output(Y, g, dt);
+  auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
+  per_channel_output(SUM, kSum, g.o);
+  per_channel_output(SQ_SUM, kSqSum, g.o);
+  return graph;
+}
+
+GraphPtr conv_bn_relu_wgrad(const ConvGeom& g, DType dt, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true);
+  auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+  auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
+  DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
+  DW->set_data_type(fe_type(dt)).set_output(true);
+  return graph;
+}
+
+GraphPtr conv_dgrad_drelu(const ConvGeom& g, DType dt, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+  auto W = graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));
+  auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+  DA->set_data_type(fe::DataType_t::FLOAT);
+  // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
+  TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false);
+  auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+  auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
+  DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+  DZ->set_data_type(fe_type(dt)).set_output(true);
+  return graph;
+}
+
+GraphPtr conv_dgrad_drelu_dbn(const ConvGeom& g, DType dt, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto DA = graph->conv_dgrad(graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o)),
+                              graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c)),
+                              conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+  DA->set_data_type(fe::DataType_t::FLOAT);
+  // The pre-activation in BN's own form, ((X - MEAN) * INV_STD) * WEIGHT + BIAS: the pattern
+  // cuDNN's DgradDreluBNBwdWeight engines match (NVIDIA's sample builds it so, cuDNN >= 9.8,
+  // Ampere/Hopper); equal to X * scale + bias up to rounding.
+  TensorPtr X = input_x(*graph, g), MEAN = per_channel_input(*graph, "mean", kMean, g.c);
+  TensorPtr INV_STD = per_channel_input(*graph, "inv_std", kInvStd, g.c);
+  TensorPtr WEIGHT = per_channel_input(*graph, "weight", kWeight, g.c);
+  TensorPtr P = X;
+  const std::pair<TensorPtr, fe::PointwiseMode_t> chain[] = {{MEAN, fe::PointwiseMode_t::SUB},
+                                                             {INV_STD, fe::PointwiseMode_t::MUL},
+                                                             {WEIGHT, fe::PointwiseMode_t::MUL},
+                                                             {per_channel_input(*graph, "bias", kBias, g.c),
+                                                              fe::PointwiseMode_t::ADD}};
+  for (const auto& [operand, mode] : chain) {
+    P = graph->pointwise(P, operand, fe::graph::Pointwise_attributes().set_mode(mode));
+    P->set_data_type(fe::DataType_t::FLOAT);
+  }
+  auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+  auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
+  DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+  DZ->set_data_type(fe_type(dt)).set_output(true);
+  auto [DWEIGHT, DBIAS, EQ_DY, EQ_X, EQ_BIAS] =
+      graph->dbn_weight(DZ, X, MEAN, INV_STD, WEIGHT, fe::graph::DBN_weight_attributes().set_name("dbn_weight"));
+  const std::pair<TensorPtr, int64_t> outs[] = {
+      {DWEIGHT, kDweight}, {DBIAS, kDbias}, {EQ_DY, kEqScaleDy}, {EQ_X, kEqScaleX}, {EQ_BIAS, kEqShift}};
+  for (const auto& [t, uid] : outs) per_channel_output(t, uid, g.c);
+  return graph;
+}
+
+GraphPtr bn_finalize(int64_t c, int64_t count, double eps, double momentum, int32_t target_sm) {
+  auto graph = new_graph(DType::F32, target_sm);
+  auto channel = [&](const char* name, int64_t uid) { return per_channel_input(*graph, name, uid, c); };
+  auto SUM = channel("sum", kSum), SQ_SUM = channel("sq_sum", kSqSum);
+  auto WEIGHT = channel("weight", kWeight), BIAS = channel("bias", kBias);
+  auto RUN_MEAN = channel("running_mean", kRunMean), RUN_VAR = channel("running_var", kRunVar);
+  // Graph constants (part of the cache key): eps, momentum and the count n (the unbiased factor n / (n - 1)).
+  auto EPS = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(eps)));
+  auto MOMENTUM = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(momentum)));
+  auto COUNT = graph->tensor(fe::graph::Tensor_attributes(count));
+  auto [EQ_SCALE, EQ_BIAS, MEAN, INV_STD, NEXT_MEAN, NEXT_VAR] = graph->bn_finalize(
+      SUM, SQ_SUM, WEIGHT, BIAS, EPS, COUNT,
+      fe::graph::BN_finalize_attributes().set_name("bn_finalize").set_previous_running_stats(RUN_MEAN, RUN_VAR, MOMENTUM));
+  const std::pair<TensorPtr, int64_t> outs[] = {{EQ_SCALE, kEqScale}, {EQ_BIAS, kEqBias}, {MEAN, kMean},
+                                                {INV_STD, kInvStd},   {NEXT_MEAN, kNextMean}, {NEXT_VAR, kNextVar}};
+  for (const auto& [t, uid] : outs) per_channel_output(t, uid, c);
+  return graph;
+}
+
+}  // namespace cudnn_builders
 #endif  // TANDEM_CUDNN_GRAPHS
 
 bool conv_graphs_built() { return TANDEM_CUDNN_GRAPHS != 0; }
@@ -235,21 +347,7 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
   if (g.n == 0) return true;  // nothing to write
   if (g.p.groups != 1) return false;
   const bool has_bias = b.defined();
-  auto describe = [&] {
-    auto graph = new_graph(x.dtype());
-    auto pre = add_conv(*graph, g);
-    if (has_bias) {
-      auto B = graph->tensor(nhwc("b", kB, 1, 1, 1, g.o));
-      pre = graph->pointwise(pre, B, fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
-      pre->set_data_type(fe::DataType_t::FLOAT);
-    }
-    auto Y = graph->pointwise(pre, fe::graph::Pointwise_attributes()
-                                       .set_name("relu")
-                                       .set_mode(fe::PointwiseMode_t::RELU_FWD)
-                                       .set_relu_lower_clip(0.f));
-    conv_output(Y, g, x.dtype());
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_bias_relu(g, x.dtype(), has_bias); };
   VariantPack pack{{kX, x.data_ptr()}, {kW, w.data_ptr()}, {kY, y.data_ptr()}};
   if (has_bias) pack.emplace(kB, b.data_ptr());
   return run(conv_key(Kind::BiasRelu, g, has_bias), x.dtype(), describe, pack, [&](const std::string& why) {
@@ -267,15 +365,7 @@ bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, con
                     Tensor& y, Tensor& sum, Tensor& sq_sum) {
   if (g.n == 0 || g.p.groups != 1) return false;  // (no rows: the reference writes the zero sums)
   const bool prologue = scale != nullptr;
-  auto describe = [&] {
-    auto graph = new_graph(x.dtype());
-    auto Y = add_conv(*graph, g, prologue);
-    conv_output(Y, g, x.dtype());
-    auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
-    per_channel_output(SUM, kSum, g.o);
-    per_channel_output(SQ_SUM, kSqSum, g.o);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_genstats(g, x.dtype(), prologue); };
   VariantPack pack{{kX, x.data_ptr()},     {kW, w.data_ptr()},          {kY, y.data_ptr()},
                                           {kSum, sum.data_ptr()}, {kSqSum, sq_sum.data_ptr()}};
   if (prologue) pack.insert({{kPrologueScale, scale->data_ptr()}, {kPrologueBias, bias->data_ptr()}});
@@ -335,10 +425,6 @@ bool prologue_backward(Kind kind, const ConvGeom& g, const Tensor& x, const Tens
     if (!once.exchange(true)) note_conv_fallback(g, dy.dtype(), graph, instead, why.c_str());
   });
 }
-// X as the graph's input, [n, h, w, c].
-TensorPtr input_x(fe::graph::Graph& graph, const ConvGeom& g) {
-  return graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
-}
 }  // namespace
 #endif
 
@@ -348,15 +434,7 @@ bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& 
   (void)g, (void)x, (void)scale, (void)bias, (void)dy, (void)dw;
   return false;
 #else
-  auto describe = [&] {
-    auto graph = new_graph(x.dtype());
-    TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true);
-    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
-    auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
-    DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
-    DW->set_data_type(fe_type(x.dtype())).set_output(true);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_bn_relu_wgrad(g, x.dtype()); };
   return prologue_backward(Kind::BnReluWgrad, g, x, scale, bias, dy, {{kDw, dw.data_ptr()}}, describe,
                            "BN + ReLU prologue + wgrad graph", "the BN + ReLU pass, then wgrad,");
 #endif
@@ -368,20 +446,7 @@ bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, 
   (void)g, (void)dy, (void)w, (void)x, (void)scale, (void)bias, (void)dz;
   return false;
 #else
-  auto describe = [&] {
-    auto graph = new_graph(dy.dtype());
-    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
-    auto W = graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));
-    auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
-    DA->set_data_type(fe::DataType_t::FLOAT);
-    // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
-    TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false);
-    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
-    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
-    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
-    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_dgrad_drelu(g, dy.dtype()); };
   return prologue_backward(Kind::BnReluDgradDrelu, g, x, scale, bias, dy, {{kW, w.data_ptr()}, {kDz, dz.data_ptr()}},
                            describe, "dgrad + ReLU-mask graph", "dgrad, the BN + ReLU pass, then the mask,");
 #endif
@@ -396,39 +461,7 @@ bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& 
   if (g.n == 0 || g.p.groups != 1 || dy.dtype() == DType::F32) return false;  // (16-bit engines only)
   for (const Tensor* t : {&bn.mean, &bn.inv_std, &bn.weight, &bn.bias})
     if (t->dtype() != DType::F32) return false;
-  auto describe = [&] {
-    auto graph = new_graph(dy.dtype());
-    auto DA = graph->conv_dgrad(graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o)),
-                                graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c)),
-                                conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
-    DA->set_data_type(fe::DataType_t::FLOAT);
-    // The pre-activation in BN's own form, ((X - MEAN) * INV_STD) * WEIGHT + BIAS: the pattern
-    // cuDNN's DgradDreluBNBwdWeight engines match (NVIDIA's sample builds it so, cuDNN >= 9.8,
-    // Ampere/Hopper); equal to X * scale + bias up to rounding.
-    TensorPtr X = input_x(*graph, g), MEAN = per_channel_input(*graph, "mean", kMean, g.c);
-    TensorPtr INV_STD = per_channel_input(*graph, "inv_std", kInvStd, g.c);
-    TensorPtr WEIGHT = per_channel_input(*graph, "weight", kWeight, g.c);
-    TensorPtr P = X;
-    const std::pair<TensorPtr, fe::PointwiseMode_t> chain[] = {{MEAN, fe::PointwiseMode_t::SUB},
-                                                               {INV_STD, fe::PointwiseMode_t::MUL},
-                                                               {WEIGHT, fe::PointwiseMode_t::MUL},
-                                                               {per_channel_input(*graph, "bias", kBias, g.c),
-                                                                fe::PointwiseMode_t::ADD}};
-    for (const auto& [operand, mode] : chain) {
-      P = graph->pointwise(P, operand, fe::graph::Pointwise_attributes().set_mode(mode));
-      P->set_data_type(fe::DataType_t::FLOAT);
-    }
-    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
-    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
-    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
-    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
-    auto [DWEIGHT, DBIAS, EQ_DY, EQ_X, EQ_BIAS] =
-        graph->dbn_weight(DZ, X, MEAN, INV_STD, WEIGHT, fe::graph::DBN_weight_attributes().set_name("dbn_weight"));
-    const std::pair<TensorPtr, int64_t> outs[] = {
-        {DWEIGHT, kDweight}, {DBIAS, kDbias}, {EQ_DY, kEqScaleDy}, {EQ_X, kEqScaleX}, {EQ_BIAS, kEqShift}};
-    for (const auto& [t, uid] : outs) per_channel_output(t, uid, g.c);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_dgrad_drelu_dbn(g, dy.dtype()); };
   VariantPack pack{
       {kDy, dy.data_ptr()},          {kW, w.data_ptr()},           {kX, x.data_ptr()},
       {kMean, bn.mean.data_ptr()},   {kInvStd, bn.inv_std.data_ptr()}, {kWeight, bn.weight.data_ptr()},
@@ -451,24 +484,7 @@ bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out) {
 #else
   if (in.sum.dtype() != DType::F32) return false;
   const int64_t c = in.sum.numel();
-  auto describe = [&] {
-    auto graph = new_graph(DType::F32);
-    auto channel = [&](const char* name, int64_t uid) { return per_channel_input(*graph, name, uid, c); };
-    auto SUM = channel("sum", kSum), SQ_SUM = channel("sq_sum", kSqSum);
-    auto WEIGHT = channel("weight", kWeight), BIAS = channel("bias", kBias);
-    auto RUN_MEAN = channel("running_mean", kRunMean), RUN_VAR = channel("running_var", kRunVar);
-    // Graph constants (part of the cache key): eps, momentum and the count n (the unbiased factor n / (n - 1)).
-    auto EPS = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(in.eps)));
-    auto MOMENTUM = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(in.momentum)));
-    auto COUNT = graph->tensor(fe::graph::Tensor_attributes(in.count));
-    auto [EQ_SCALE, EQ_BIAS, MEAN, INV_STD, NEXT_MEAN, NEXT_VAR] = graph->bn_finalize(
-        SUM, SQ_SUM, WEIGHT, BIAS, EPS, COUNT,
-        fe::graph::BN_finalize_attributes().set_name("bn_finalize").set_previous_running_stats(RUN_MEAN, RUN_VAR, MOMENTUM));
-    const std::pair<TensorPtr, int64_t> outs[] = {{EQ_SCALE, kEqScale}, {EQ_BIAS, kEqBias}, {MEAN, kMean},
-                                                  {INV_STD, kInvStd},   {NEXT_MEAN, kNextMean}, {NEXT_VAR, kNextVar}};
-    for (const auto& [t, uid] : outs) per_channel_output(t, uid, c);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::bn_finalize(c, in.count, in.eps, in.momentum); };
   VariantPack pack{
       {kSum, in.sum.data_ptr()},         {kSqSum, in.sq_sum.data_ptr()},       {kWeight, in.weight.data_ptr()},
       {kBias, in.bias.data_ptr()},       {kRunMean, in.running_mean.data_ptr()}, {kRunVar, in.running_var.data_ptr()},
