@@ -14,7 +14,9 @@
 // 2. Deviceless support check: each graph taken through the ops' own steps (cudnn_graph::support:
 //    operation graph, the heuristics' candidates, check_support) against serialised device
 //    properties instead of a GPU: "some engine takes this graph on an H100", so a graph every engine
-//    refuses (a silent fallback at run time) fails here. Found to work on a CPU-only machine with
+//    refuses (a fallback at run time) fails here, unless known_refusal lists it with cuDNN's reason
+//    (today: every conv + BN-statistics graph outside f16, the dbn_weight graph in bf16, the 3-channel
+//    stem; a listed graph that becomes supported fails too). Found to work on a CPU-only machine with
 //    frontend 1.32 and cuDNN 9.19 given three things: (a) a DeviceProperties deserialised from the
 //    JSON CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION holds (building one needs a GPU:
 //    "cudaDeviceGetAttribute(&deviceProp.maxGridSize[0], ...) != cudaSuccess, CUDNN_STATUS_NOT_
@@ -234,13 +236,33 @@ std::vector<Case> sdpa_cases() {
   return out;
 }
 
-// Runs `check` on every case; prints each failure (the first line of its message) and returns the count.
+// The graphs cuDNN 9.19 is known to refuse on an H100, each with the reason its log gives
+// (CUDNN_LOGLEVEL_DBG=2): the op tries them once, caches the refusal and notes it, then takes its
+// other path. nullptr: the graph must be supported. A refusal not listed fails the test, and so does
+// a listed graph that is now taken (update the list, and the op may then stop working around it).
+const char* known_refusal(const std::string& what) {
+  auto starts = [&](const char* p) { return what.rfind(p, 0) == 0; };
+  const bool f16 = what.find(" f16 ") != std::string::npos;
+  const bool stats = starts("conv+genstats") || starts("bn+relu+conv+genstats") || starts("bn+relu+wgrad");
+  if (stats && !f16)
+    return "the conv + BN-statistics engines take f16 only (\"matcher->getXDesc()->getDataType() != "
+           "CUDNN_DATA_HALF\"; runtime fusion: \"check_batch_norm_stats_support_fort ... !isTypeSupported\")";
+  if (starts("dgrad+drelu+dbn_weight") && !f16)
+    return "the dgrad + dBN engines take f16 only (\"convProblem.wType != CUDNN_DATA_HALF\")";
+  if (starts("conv+genstats") && what.find(", c 3,") != std::string::npos)
+    return "3 input channels are not a multiple of 128 bits (\"(convProblem.c * sizeof(x) * 8) % 128 != 0\")";
+  return nullptr;
+}
+
+// Runs `check` on every case (`expect_refusals`: compare with known_refusal); prints each unexpected
+// result and a summary, and returns the number of unexpected results.
 int count_failures(const std::vector<Case>& cases, const char* step,
-                   const std::function<fe::error_t(fe::graph::Graph&)>& check) {
-  int failed = 0;
+                   const std::function<fe::error_t(fe::graph::Graph&)>& check, bool expect_refusals = false) {
+  int unexpected = 0, refused_as_known = 0, checked = 0;
   const char* only = std::getenv("CUDNN_GRAPHS_ONLY");  // debugging: the cases whose name contains this
   for (const Case& c : cases) {
     if (only && c.what.find(only) == std::string::npos) continue;
+    ++checked;
     fe::error_t e;
     try {
       auto graph = c.build();
@@ -248,13 +270,21 @@ int count_failures(const std::vector<Case>& cases, const char* step,
     } catch (const std::exception& ex) {
       e = {fe::error_code_t::INVALID_VALUE, std::string("exception: ") + ex.what()};
     }
-    if (e.is_bad()) {
-      ++failed;
+    const char* known = expect_refusals ? known_refusal(c.what) : nullptr;
+    if (e.is_bad() && known) {
+      ++refused_as_known;
+    } else if (e.is_bad()) {
+      ++unexpected;
       std::printf("  %s FAILED: %s: %s\n", step, c.what.c_str(), e.get_message().c_str());
+    } else if (known) {
+      ++unexpected;
+      std::printf("  %s: %s is now TAKEN, but known_refusal lists it (%s): update the list\n", step, c.what.c_str(),
+                  known);
     }
   }
-  std::printf("%s: %zu graphs, %d failed\n", step, cases.size(), failed);
-  return failed;
+  std::printf("%s: %d graphs, %d refused as known_refusal lists, %d unexpected\n", step, checked, refused_as_known,
+              unexpected);
+  return unexpected;
 }
 
 // ---- deviceless plans ----
@@ -363,8 +393,8 @@ TEST_CASE("deviceless: some engine takes every graph on an H100 (serialised devi
               p.file.find("_spec_") != std::string::npos
                   ? ", hand-written from the H100's published figures, not serialised from a GPU"
                   : "");
-  CHECK(count_failures(conv_cases(), "support conv", support_with(cudnn_graph::conv_heur_modes())) == 0);
-  CHECK(count_failures(sdpa_cases(), "support sdpa", support_with(cudnn_graph::sdpa_heur_modes())) == 0);
+  CHECK(count_failures(conv_cases(), "support conv", support_with(cudnn_graph::conv_heur_modes()), true) == 0);
+  CHECK(count_failures(sdpa_cases(), "support sdpa", support_with(cudnn_graph::sdpa_heur_modes()), true) == 0);
 }
 #endif
 

@@ -7,7 +7,7 @@
 // (2) conv2d_genstats (core/ops/conv_bn/conv_bn.h): conv_fprop -> Y (written), and genstats(Y) ->
 //     per-channel SUM and SQ_SUM (f32 [1, o, 1, 1]) from the same kernel's epilogue; and
 //     conv2d_bn_relu_genstats, the same graph with the previous BN's prologue in front of the conv:
-//     X -> MUL SCALE -> ADD BIAS -> RELU_FWD (SCALE, BIAS f32 [1, c, 1, 1], virtual f32 results)
+//     X -> MUL SCALE -> ADD BIAS -> RELU_FWD (SCALE, BIAS [1, c, 1, 1] in the I/O dtype, virtual f32 results)
 //     -> conv_fprop, NVIDIA's scale-bias-relu-conv-genstats, so relu(bn(X)) is never written.
 // (4) that prologue's backward: conv_wgrad(DY, relu(X * SCALE + BIAS)) -> DW (the prologue in front
 //     of the wgrad), and conv_dgrad(DY, W) -> RELU_BWD against the recomputed pre-activation
@@ -56,6 +56,7 @@
 #include "core/ops/common/cuda/cudnn_graph_builders.h"
 #include "core/ops/common/cuda/dnn_handle.h"
 #include "core/ops/conv/kernels.h"
+#include "core/ops/copy/copy.h"
 #include "core/storage.h"
 
 namespace tandem::kernels {
@@ -100,27 +101,29 @@ void per_channel_output(const TensorPtr& t, int64_t uid, int64_t c) {
   t->set_output(true);
 }
 
-// A per-channel [1, c, 1, 1] f32 input under `uid`.
-TensorPtr per_channel_input(fe::graph::Graph& graph, const char* name, int64_t uid, int64_t c) {
-  return graph.tensor(fe::graph::Tensor_attributes()
-                          .set_name(name)
-                          .set_uid(uid)
-                          .set_dim({1, c, 1, 1})
-                          .set_stride({c, 1, c, c})
-                          .set_data_type(fe::DataType_t::FLOAT));
+// A per-channel [1, c, 1, 1] input under `uid`, f32 unless `dt` says otherwise.
+TensorPtr per_channel_input(fe::graph::Graph& graph, const char* name, int64_t uid, int64_t c,
+                            fe::DataType_t dt = fe::DataType_t::FLOAT) {
+  return graph.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}).set_data_type(
+          dt));
 }
 
-// X * SCALE + BIAS, then RELU_FWD when `relu` (SCALE, BIAS f32 [1, c, 1, 1]; virtual f32 results):
-// the previous BN's output (or, without the ReLU, its pre-activation) from its input X.
-TensorPtr add_bn_prologue(fe::graph::Graph& graph, TensorPtr X, int64_t c, bool relu) {
+// X * SCALE + BIAS, then RELU_FWD when `relu` (virtual f32 results): the previous BN's output (or,
+// without the ReLU, its pre-activation) from its input X. SCALE and BIAS [1, c, 1, 1] in the I/O
+// dtype `io`, as NVIDIA's scale-bias-ReLU-conv samples describe them: cuDNN 9.19's engines for the
+// prologue graphs refuse f32 ones (its log: "matcher->getScaleDesc()->getDataType() !=
+// CUDNN_DATA_HALF", "pointwise_node->numInPorts >= 2 && inputDataTypeX == CUDNN_DATA_FLOAT"), and take
+// f16 ones (tests/cpu_cudnn_graphs.cpp's deviceless support check, H100).
+TensorPtr add_bn_prologue(fe::graph::Graph& graph, TensorPtr X, int64_t c, bool relu, DType io) {
   auto pointwise = [&](TensorPtr a, TensorPtr b, const char* name, fe::PointwiseMode_t mode) {
     auto attrs = fe::graph::Pointwise_attributes().set_name(name).set_mode(mode);
     TensorPtr t = b ? graph.pointwise(a, b, attrs) : graph.pointwise(a, attrs.set_relu_lower_clip(0.f));
     t->set_data_type(fe::DataType_t::FLOAT);
     return t;
   };
-  X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, c), "scale", fe::PointwiseMode_t::MUL);
-  X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, c), "bias", fe::PointwiseMode_t::ADD);
+  X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, c, fe_type(io)), "scale", fe::PointwiseMode_t::MUL);
+  X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, c, fe_type(io)), "bias", fe::PointwiseMode_t::ADD);
   return relu ? pointwise(X, nullptr, "relu", fe::PointwiseMode_t::RELU_FWD) : X;
 }
 
@@ -142,9 +145,9 @@ Attrs conv_attrs(Attrs a, const char* name, const ConvGeom& g) {
 // X, W -> conv_fprop with the problem's padding, stride and dilation; the output is virtual f32.
 // With `prologue`, the conv reads relu(X * SCALE + BIAS) (add_bn_prologue), which cuDNN's runtime
 // fusion applies as it loads X.
-TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, bool prologue = false) {
+TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, DType io, bool prologue = false) {
   TensorPtr X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
-  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true);  // (X, the BN's input, is all that is read)
+  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true, io);  // (X, the BN's input, is all that is read)
   auto W = graph.tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));  // OHWI is NHWC-shaped
   auto conv = graph.conv_fprop(X, W, conv_attrs(fe::graph::Conv_fprop_attributes(), "conv", g));
   conv->set_data_type(fe::DataType_t::FLOAT);
@@ -155,6 +158,14 @@ void conv_output(const TensorPtr& t, const ConvGeom& g, DType dt) {
   const int64_t o = g.o, oh = g.oh, ow = g.ow;
   t->set_uid(kY).set_dim({g.n, o, oh, ow}).set_stride({oh * ow * o, 1, ow * o, o}).set_data_type(fe_type(dt));
   t->set_output(true);
+}
+
+// A dgrad's (virtual, f32) output: the input's shape [n, c, h, w] with NHWC strides. The frontend
+// cannot infer a dgrad's output dims ("For dgrad node, output dimension inferencing is not
+// possible": several input sizes give one output size under striding), so they are set, as NVIDIA's
+// dgrad samples do; tests/cpu_cudnn_graphs.cpp validates every dgrad graph.
+void dgrad_output(const TensorPtr& t, const ConvGeom& g) {
+  t->set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c}).set_data_type(fe::DataType_t::FLOAT);
 }
 
 // Lowers a described graph to a plan under BackendConfig's engine filters (the plain conv plans'
@@ -176,6 +187,10 @@ Entry finish(std::shared_ptr<fe::graph::Graph> graph, DType dt, const BackendCon
   out.graph = std::move(graph);
   return out;
 }
+
+// bn_finalize's f32 per-channel terms in the prologue graphs' I/O dtype (add_bn_prologue): C values,
+// cast on the stream per call (a fresh, aligned allocation; freed stream-ordered after the graph).
+Tensor in_io_dtype(const Tensor& t, DType io) { return t.dtype() == io ? t : ops::cast_raw(t, io); }
 
 bool aligned16(const VariantPack& pack) {
   for (const auto& [uid, p] : pack)
@@ -231,7 +246,7 @@ namespace cudnn_builders {
 
 GraphPtr conv_bias_relu(const ConvGeom& g, DType dt, bool has_bias, int32_t target_sm) {
   auto graph = new_graph(dt, target_sm);
-  auto pre = add_conv(*graph, g);
+  auto pre = add_conv(*graph, g, dt);
   if (has_bias) {
     auto B = graph->tensor(nhwc("b", kB, 1, 1, 1, g.o));
     pre = graph->pointwise(pre, B, fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
@@ -247,7 +262,7 @@ GraphPtr conv_bias_relu(const ConvGeom& g, DType dt, bool has_bias, int32_t targ
 
 GraphPtr conv_genstats(const ConvGeom& g, DType dt, bool prologue, int32_t target_sm) {
   auto graph = new_graph(dt, target_sm);
-  auto Y = add_conv(*graph, g, prologue);
+  auto Y = add_conv(*graph, g, dt, prologue);
   conv_output(Y, g, dt);
   auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
   per_channel_output(SUM, kSum, g.o);
@@ -257,7 +272,7 @@ GraphPtr conv_genstats(const ConvGeom& g, DType dt, bool prologue, int32_t targe
 
 GraphPtr conv_bn_relu_wgrad(const ConvGeom& g, DType dt, int32_t target_sm) {
   auto graph = new_graph(dt, target_sm);
-  TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true);
+  TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true, dt);
   auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
   auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
   DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
@@ -270,9 +285,9 @@ GraphPtr conv_dgrad_drelu(const ConvGeom& g, DType dt, int32_t target_sm) {
   auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
   auto W = graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));
   auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
-  DA->set_data_type(fe::DataType_t::FLOAT);
+  dgrad_output(DA, g);
   // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
-  TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false);
+  TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false, dt);
   auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
   auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
   DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
@@ -285,7 +300,7 @@ GraphPtr conv_dgrad_drelu_dbn(const ConvGeom& g, DType dt, int32_t target_sm) {
   auto DA = graph->conv_dgrad(graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o)),
                               graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c)),
                               conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
-  DA->set_data_type(fe::DataType_t::FLOAT);
+  dgrad_output(DA, g);
   // The pre-activation in BN's own form, ((X - MEAN) * INV_STD) * WEIGHT + BIAS: the pattern
   // cuDNN's DgradDreluBNBwdWeight engines match (NVIDIA's sample builds it so, cuDNN >= 9.8,
   // Ampere/Hopper); equal to X * scale + bias up to rounding.
@@ -401,10 +416,10 @@ bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor&
   (void)g, (void)x, (void)scale, (void)bias, (void)w, (void)y, (void)sum, (void)sq_sum;
   return false;
 #else
-  // The graph describes SCALE and BIAS as f32 [C]: bn_finalize's terms for f32/f16/bf16 activations.
   if (scale.dtype() != DType::F32 || bias.dtype() != DType::F32 || scale.numel() != g.c || bias.numel() != g.c)
     return false;
-  return genstats_graph(g, x, &scale, &bias, w, y, sum, sq_sum);
+  const Tensor s = in_io_dtype(scale, x.dtype()), b = in_io_dtype(bias, x.dtype());
+  return genstats_graph(g, x, &s, &b, w, y, sum, sq_sum);
 #endif
 }
 
@@ -417,8 +432,8 @@ bool prologue_backward(Kind kind, const ConvGeom& g, const Tensor& x, const Tens
                        const std::function<std::shared_ptr<fe::graph::Graph>()>& describe, const char* graph,
                        const char* instead) {
   if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
-  pack.insert({{kX, x.data_ptr()}, {kPrologueScale, scale.data_ptr()}, {kPrologueBias, bias.data_ptr()},
-               {kDy, dy.data_ptr()}});
+  const Tensor s = in_io_dtype(scale, dy.dtype()), b = in_io_dtype(bias, dy.dtype());
+  pack.insert({{kX, x.data_ptr()}, {kPrologueScale, s.data_ptr()}, {kPrologueBias, b.data_ptr()}, {kDy, dy.data_ptr()}});
   static std::atomic<bool> said[2] = {false, false};
   std::atomic<bool>& once = said[kind == Kind::BnReluWgrad ? 0 : 1];
   return run(conv_key(kind, g, 0), dy.dtype(), describe, std::move(pack), [&](const std::string& why) {

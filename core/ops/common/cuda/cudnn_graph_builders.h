@@ -29,9 +29,9 @@ using GraphPtr = std::shared_ptr<cudnn_frontend::graph::Graph>;
 // relu(conv(X, W) + B) -> Y; without `has_bias`, relu(conv(X, W)).
 GraphPtr conv_bias_relu(const ConvGeom& g, DType dt, bool has_bias, int32_t target_sm = 0);
 // conv(X, W) -> Y with genstats(Y) -> SUM, SQ_SUM (f32 [1, o, 1, 1]); with `prologue`, the conv reads
-// relu(X * SCALE + BIAS) (the previous BN + ReLU, SCALE and BIAS f32 [1, c, 1, 1]).
+// relu(X * SCALE + BIAS) (the previous BN + ReLU, SCALE and BIAS [1, c, 1, 1] in dt).
 GraphPtr conv_genstats(const ConvGeom& g, DType dt, bool prologue, int32_t target_sm = 0);
-// conv_wgrad(DY, relu(X * SCALE + BIAS)) -> DW [o, c, kh, kw].
+// conv_wgrad(DY, relu(X * SCALE + BIAS)) -> DW [o, c, kh, kw] (SCALE, BIAS in dt).
 GraphPtr conv_bn_relu_wgrad(const ConvGeom& g, DType dt, int32_t target_sm = 0);
 // RELU_BWD(conv_dgrad(DY, W), X * SCALE + BIAS) -> DZ [n, c, h, w].
 GraphPtr conv_dgrad_drelu(const ConvGeom& g, DType dt, int32_t target_sm = 0);
