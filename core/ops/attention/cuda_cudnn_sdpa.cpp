@@ -10,7 +10,9 @@
 // (heuristics, plan compilation), so both are built on the problem's first call, together - a
 // problem whose forward ran can then never be refused in its backward - and kept for the process
 // (a model has a handful of attention shapes). A refusal is cached too, with its reason, so Auto
-// falls back at once on later calls.
+// falls back at once on later calls; an exception from the frontend while building is a refusal.
+// The graphs are described by cudnn_builders::sdpa_forward/sdpa_backward (core/ops/common/cuda/
+// cudnn_graph_builders.h), which tests/cpu_cudnn_graphs.cpp checks on a machine without a GPU.
 // Tensors. Q, K, V, O, dO, dQ, dK, dV are described by dims {B, H, S, D} and the caller's strides:
 // attention_qkv's q, k, v are views into the fused projection's output, its O is [B, S, H * D],
 // and dQ, dK, dV land in one d(qkv) buffer - cuDNN reads and writes through the strides, nothing
@@ -27,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -149,7 +152,7 @@ std::shared_ptr<Graphs> build(const SdpaArgs& a) {
   auto out = std::make_shared<Graphs>();
   cudnnHandle_t handle = cuda::dnn_handle();
   auto finish = [&](fe::graph::Graph& g, int64_t& ws, const char* which) {
-    fe::error_t st = g.build(handle, {fe::HeurMode_t::A});
+    fe::error_t st = lower(g, handle, sdpa_heur_modes());  // (the one-call build(handle, ...) is deprecated)
     if (st.is_good()) st = g.get_workspace_size(ws);
     if (!st.is_good()) out->refused = std::string(which) + ": " + st.get_message();
     return st.is_good();
@@ -167,7 +170,16 @@ std::shared_ptr<Graphs> graphs(const SdpaArgs& a) {
   const std::vector<int64_t> key = key_of(a);
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_cache.find(key);
-  if (it == g_cache.end()) it = g_cache.emplace(key, build(a)).first;
+  if (it == g_cache.end()) {
+    std::shared_ptr<Graphs> built;
+    try {  // the frontend may throw (an attribute this cuDNN rejects): a refusal, cached, not a failed op
+      built = build(a);
+    } catch (const std::exception& ex) {
+      built = std::make_shared<Graphs>();
+      built->refused = std::string("the cuDNN frontend threw: ") + ex.what();
+    }
+    it = g_cache.emplace(key, std::move(built)).first;
+  }
   return it->second;
 }
 

@@ -35,7 +35,10 @@
 // not (a view at an odd offset) takes the other path rather than a wrong plan; tandem's allocator
 // hands out 256-byte aligned blocks, so whole activations and parameters always qualify.
 // Groups: only groups == 1 (VGG, AlexNet, ResNet); grouped convs take the other path.
-// Never run on a GPU yet (written in a session without one): tests/gpu_conv_fusion.cpp pins them.
+// The graphs are described by cudnn_builders:: functions (core/ops/common/cuda/cudnn_graph_builders.h)
+// from shapes and dtype alone; tests/cpu_cudnn_graphs.cpp validates each of them, and asks cuDNN
+// whether an engine takes it on an H100, on a machine without a GPU (CI). Never run on a GPU yet
+// (written in a session without one): tests/gpu_conv_fusion.cpp pins them.
 #include <atomic>
 #include <bit>
 #include <cstdint>
