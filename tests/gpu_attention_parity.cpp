@@ -332,3 +332,59 @@ TEST_CASE("The encoder on CUDA bf16 records cuDNN's SDPA and no head split, merg
   ops::sum(ops::cast_raw(y, DType::F32)).backward();  // the backward runs too (cuDNN's sdpa_backward)
   for (auto& [name, w] : m.named_parameters()) CHECK(w.grad().defined());
 }
+
+// Issue 27 item 2: d(qkv) of keys past a sequence's length must be exactly 0 (their true gradient:
+// they get probability 0), whatever the memory pool held. The pool is filled with NaN first (freed
+// blocks the size of d(qkv), so its allocation likely reuses one): a backward that leaves those rows
+// unwritten shows NaN there, one that writes them shows their value.
+TEST_CASE("cuDNN SDPA backward on a NaN-poisoned pool: padded keys' dK, dV exactly 0, everything finite") {
+  const int64_t B = 3, H = 12, S = 128, HD = H * kHeadDim;
+  Generator g(31);
+  const Tensor mask = right_padded(B, S).to(Device::cuda(0));
+  for (DType t : {DType::BF16, DType::F16}) {
+    CAPTURE(dtype_name(t));
+    Tensor qkv = ops::cast_raw(randn({B, S, 3 * HD}, g), t).to(Device::cuda(0)).detach();
+    qkv.set_requires_grad(true);
+    Tensor out = ops::attention_qkv(qkv, H, mask, padded_options(ops::AttentionBackend::Fused, 0.0f));
+    const Tensor seed = ops::cast_raw(randn({B, S, HD}, g), t).to(Device::cuda(0));
+    {
+      std::vector<Tensor> poison;
+      for (int i = 0; i < 6; ++i) poison.push_back(Tensor::full({B, S, 3 * HD}, std::nan(""), t, Device::cuda(0)));
+    }
+    autograd::backward({out}, {seed});
+    const std::vector<float> d = qkv.grad().to_vector();
+    int64_t nonfinite = 0, padded_nonzero = 0;
+    for (float v : d) nonfinite += !std::isfinite(v);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = S - b * S / 3; j < S; ++j)  // right_padded's padded keys of entry b
+        for (int64_t col = HD; col < 3 * HD; ++col) padded_nonzero += d[(b * S + j) * 3 * HD + col] != 0.0f;
+    CHECK(nonfinite == 0);
+    CHECK(padded_nonzero == 0);
+  }
+}
+
+// Issue 27 item 8: the backward reads dO as O's dtype. A backward seeded with an f32 gradient for a
+// bf16/f16 output must give the same d(qkv) as one seeded in the output's dtype (the seed's values
+// are exact in both).
+TEST_CASE("cuDNN SDPA backward casts a gradient of another dtype (an f32 seed for a 16-bit output)") {
+  const int64_t B = 2, H = 12, S = 128, HD = H * kHeadDim;
+  Generator g(32);
+  const Tensor mask = right_padded(B, S).to(Device::cuda(0));
+  for (DType t : {DType::BF16, DType::F16}) {
+    CAPTURE(dtype_name(t));
+    const Tensor x = ops::cast_raw(randn({B, S, 3 * HD}, g), t).to(Device::cuda(0));
+    const Tensor seed16 = ops::cast_raw(randn({B, S, HD}, g), t).to(Device::cuda(0));
+    std::vector<std::vector<float>> grads;
+    for (const Tensor& seed : {seed16, ops::cast_raw(seed16, DType::F32)}) {
+      Tensor qkv = x.detach().clone();
+      qkv.set_requires_grad(true);
+      Tensor out = ops::attention_qkv(qkv, H, mask, padded_options(ops::AttentionBackend::Fused, 0.0f));
+      autograd::backward({out}, {seed});
+      grads.push_back(qkv.grad().to_vector());
+    }
+    int64_t differ = 0;  // cuDNN's dQ may use atomics: allow its nondeterminism, not a misread dO
+    for (size_t i = 0; i < grads[0].size(); ++i)
+      differ += std::fabs(grads[0][i] - grads[1][i]) > 1e-2f * (1.0f + std::fabs(grads[0][i]));
+    CHECK(differ == 0);
+  }
+}

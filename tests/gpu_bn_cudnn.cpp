@@ -202,6 +202,13 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu through cuDNN: y, dx, (dz,) d
           if (training && dt == DType::F16 && shape == Shape{8, 6, 6, 64})
             CHECK_MESSAGE(fwd == 1, "cuDNN refused ", (add ? "BN_ADD_ACTIVATION" : "BN_ACTIVATION"),
                           " on its documented fast path (see stderr)");
+          // bf16 (ResNet-50's first-look dtype): the guide documents the fused kernel for half only, but
+          // cuDNN 9.19's libcudnn_ops ships it for bf16 too (batchnorm_relu_bwtr_nhwc_semiPersist<
+          // __nv_bfloat16, ...> and batchnorm_fwtr_nhwc_semiPersist<__nv_bfloat16, ...>), so a refusal
+          // is not a failure but is said loudly here (and once on stderr by the op).
+          if (training && dt == DType::BF16 && shape == Shape{8, 6, 6, 64} && fwd != 1)
+            MESSAGE("NOTE: cuDNN refused ", (add ? "BN_ADD_ACTIVATION" : "BN_ACTIVATION"),
+                    " in bf16 (not documented for bf16): ResNet's bf16 BN tails run tandem's kernels");
         }
 }
 

@@ -76,6 +76,34 @@ TEST_CASE("linear parity with and without bias (cuBLASLt BIAS / BGRADB epilogues
   });
 }
 
+// Issue 27 item 9: at BERT's aligned shapes the bias add and the bias gradient must ride on the
+// GEMMs' epilogues (BIAS, BGRADB), not fall back to separate passes silently: counted by
+// ops::gemm_epilogue_stats, which counts every CUDA GEMM that asked for an epilogue.
+TEST_CASE("linear's BIAS and BGRADB epilogues fuse at BERT shapes (no separate bias pass)") {
+  for (DType dt : {DType::BF16, DType::F16}) {  // the encoder's training dtypes
+    CAPTURE(dtype_name(dt));
+    // BERT-base's FFN up-projection on 2 x 128 tokens: x [256, 768], w [3072, 768], b [3072].
+    Tensor x = ops::cast_raw(rnd({256, 768}, 41), dt).to(Device::cuda(0)).detach();
+    Tensor w = ops::cast_raw(rnd({3072, 768}, 42), dt).to(Device::cuda(0)).detach();
+    Tensor b = ops::cast_raw(rnd({3072}, 43), dt).to(Device::cuda(0)).detach();
+    for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+    const ops::GemmEpilogueStats before = ops::gemm_epilogue_stats();
+    Tensor y = ops::linear(x, w, b);
+    ops::sum(ops::cast_raw(y, DType::F32)).backward();
+    const ops::GemmEpilogueStats after = ops::gemm_epilogue_stats();
+    std::printf("  linear %s: BIAS fused %lld separate %lld, BGRADB fused %lld separate %lld\n", dtype_name(dt),
+                static_cast<long long>(after.bias_fused - before.bias_fused),
+                static_cast<long long>(after.bias_separate - before.bias_separate),
+                static_cast<long long>(after.bgradb_fused - before.bgradb_fused),
+                static_cast<long long>(after.bgradb_separate - before.bgradb_separate));
+    CHECK(after.bias_fused - before.bias_fused == 1);
+    CHECK(after.bias_separate == before.bias_separate);
+    CHECK(after.bgradb_fused - before.bgradb_fused == 1);
+    CHECK(after.bgradb_separate == before.bgradb_separate);
+    CHECK(b.grad().defined());
+  }
+}
+
 // issue 17.3: the GEMM with its erf-GELU or dropout+residual tail as one op, the bias gradient from
 // the weight-gradient GEMM's BGRADB epilogue (or its fallback) - against the CPU reference. Dropout
 // p = 0 here: the same generator draws differ in nothing then, and the mask rule has its own tests.

@@ -13,7 +13,9 @@
   - session_summary.py on a raw folder: tandem vs PyTorch eager and torch.compile, per precision
     and per encoder config, with every MFU from one FLOPs count and one peak (issue 17's bf16 H100
     figures: tandem 121,171 tok/s = 25.1 %), the kernel profile included.
-  - gpu_session.sh and kernel_profile.sh parse and print their help (bash -n, --help).
+  - session_summary.py's fused-path table (the runs' gpu_paths counters) and the cuDNN graph check's lines.
+  - gpu_session.sh and kernel_profile.sh parse and print their help (bash -n, --help); --first-look
+    refuses phase names.
 Standard library only; run by ctest (session_scripts) or directly.
 """
 import json
@@ -226,9 +228,37 @@ class SessionSummary(unittest.TestCase):
         self.assertNotIn("warning", enc["bert_large_b128_s128"])
 
 
+    def test_fused_paths_table_and_cudnn_graph_check(self):
+        with tempfile.TemporaryDirectory() as raw:
+            paths = {"attention_sdpa": {"fused": 48, "reference": 0}, "gemm_bias": {"fused": 192, "separate": 0},
+                     "gemm_bgradb": {"fused": 190, "separate": 2}, "conv_bias": {"fused": 0, "separate": 0},
+                     "conv_bias_relu_graph": {"fallback": 0, "fused": 0}, "conv_bn_graph": {"fallback": 3, "fused": 100},
+                     "batchnorm_cudnn": {"bn": 0, "bn_relu": 0, "bn_add_relu": 0, "fallbacks": 0}}
+            with open(os.path.join(raw, "enc_tandem_bert_large_b128_s128.json"), "w") as f:
+                json.dump({"tokens_per_s": 1000, "gpu_paths": paths}, f)
+            with open(os.path.join(raw, "cudnn_graphs.log"), "w") as f:
+                f.write("validate conv: 327 graphs, 0 refused as known_refusal lists, 0 unexpected\nnoise\n")
+            r = run(os.path.join(SCRIPTS, "session_summary.py"), raw, "--json", os.path.join(raw, "s.json"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+        md = r.stdout
+        self.assertIn("## Fused paths and fallbacks", md)
+        # nlohmann writes keys sorted: "fallback" before "fused" - the table must still say fused first
+        self.assertIn("| enc_tandem_bert_large_b128_s128 | 48 / 0 | 192 / 0 | 190 / 2 | 0 / 0 | 0 / 0 | 100 / 3 "
+                      "| 0 / 0 / 0 / 0 |", md)
+        self.assertIn("- cuDNN graphs (tests/cpu_cudnn_graphs.cpp): validate conv: 327 graphs", md)
+        self.assertNotIn("noise", md)
+
+
 class ShellScripts(unittest.TestCase):
+    def test_first_look_refuses_phase_names(self):
+        r = subprocess.run(["bash", os.path.join(SCRIPTS, "gpu_session.sh"), "--first-look", "test"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--first-look runs its own steps", r.stderr)
+
     def test_syntax_and_help(self):
-        for script, words in (("gpu_session.sh", ["--train-amp", "--peer-modes", "--profile-config"]),
+        for script, words in (("gpu_session.sh", ["--train-amp", "--peer-modes", "--profile-config", "--first-look",
+                                                  "never ran", "h100_device_properties.json"]),
                               ("kernel_profile.sh", ["--app encoder|imagenet", "--peer eager|compile|none"])):
             with self.subTest(script=script):
                 path = os.path.join(SCRIPTS, script)

@@ -204,6 +204,7 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"validations", evals}};
   j.update(trainer::shared_metrics(o, t, clock, rec, {step, run_steps, clock.init_or_zero_s(), train_s, clock.wall_s()},
                                    dist::comm_for(t.dev).backend(), kTandemVersion));
+  j.update(trainer::gpu_paths_metrics());
   j.update(trainer::comm_and_memory_metrics(comm, mem));
   if (!rec.evals.empty()) j["final"]["val"] = eval_json(rec.evals.back());
   trainer::write_json_file(o.metrics, j);

@@ -32,6 +32,15 @@
 #          (sanitize_filter.py). One line per run goes to sanitize_summary.txt.
 #          Not in `all` (slow: run it as its own call). Memcheck slows kernels 10-100x, so the sizes
 #          are small and each run has its own time limit.
+# --first-look: the first minutes on a fresh GPU (fits 10 minutes on an H100, build included), in place
+#          of the phases: build only what it runs; serialise the GPU's cuDNN device properties
+#          (tests/cudnn_device_properties.cpp; an H100's is also copied to
+#          tests/data/cudnn/h100_device_properties.json for tests/cpu_cudnn_graphs.cpp, to commit) and
+#          run that CPU graph check; then the GPU tests that never ran on a GPU (conv fusion,
+#          attention, BN, matmul/BGRADB, gradient accumulation, optimizers), each with its own time
+#          limit, three at once; then BERT-large b128 s128 and ResNet-50 b256, bf16, each beside the
+#          PyTorch peer (eager and torch.compile). summary.md's "Fused paths and fallbacks" table gives
+#          every run's fused-path and fallback counts. Results in apps/results/<date>-<gpu>/ (or $OUT).
 # Every step runs under `timeout`, logs to its own file and is recorded in steps.tsv; a failing step
 # never ends the session. After every step summary.md (session_summary.py) and results.tar.gz are
 # rewritten, so a call killed by the device tool's time limit still returns what it had.
@@ -49,11 +58,12 @@ set -uo pipefail  # no -e: one failing step must not end the session
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/apps/scripts
-smoke=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16 san_only=. enc_configs=""
+smoke=0 first_look=0 build_dir="" results="" deadline="" fresh=0 steps=60 configs="" jobs=16 san_only=. enc_configs=""
 train_amps=off,bf16 peer_modes=eager,compile profile_config=bert_large:64:128
 usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; cat <<'EOF'
 Options:
   --cpu-smoke        CPU-only rehearsal with tiny settings (see above)
+  --first-look       the 10-minute first look on a fresh GPU (see above); with --cpu-smoke, its rehearsal
   --build-dir DIR    default build-gpu (build-cpu with --cpu-smoke)
   --results DIR      default $OUT, else apps/results/<date>-<gpu>
   --deadline S       start no step after S seconds, keeping time to pack (default 560 when $OUT is
@@ -76,6 +86,7 @@ phases=()
 while [ $# -gt 0 ]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
+    --first-look) first_look=1 ;;
     --build-dir) build_dir=$2; shift ;;
     --results) results=$2; shift ;;
     --deadline) deadline=$2; shift ;;
@@ -94,7 +105,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+[ "$first_look" = 1 ] && [ ${#phases[@]} -gt 0 ] && { echo "gpu_session: --first-look runs its own steps; drop the phase names" >&2; exit 2; }
 [ ${#phases[@]} -eq 0 ] && phases=(all)
+[ "$first_look" = 1 ] && phases=(first-look)
 # `all` is every phase but sanitize (minutes of memcheck; asked for by name).
 want() {
   local p
@@ -126,6 +139,8 @@ case $build_dir in /*) ;; *) build_dir=$root/$build_dir ;; esac
 if [ -z "$results" ] && [ -n "${OUT:-}" ]; then
   results=$OUT raw=$build_dir/session-raw
   deadline=${deadline:-560}
+elif [ "$first_look" = 1 ] && [ "$smoke" = 0 ]; then
+  deadline=${deadline:-570}  # ten minutes, less the time to pack
 else
   results=${results:-$root/apps/results/$(date +%Y%m%d)-${gpu_name// /-}}
   raw=$results/raw
@@ -163,10 +178,27 @@ run_step() {
   rc=$?
   case $rc in 0) status=ok ;; 77) status=skipped ;; 124|137) status=timeout ;; *) status=fail ;; esac
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$(( $(date +%s) - t0 ))" "$*" >> "$raw/steps.tsv"
-  echo "   $status (rc $rc, $(( $(date +%s) - t0 )) s); last lines:"; tail -n 3 "$log" | sed 's/^/   | /'
-  pack
+  echo "   $name: $status (rc $rc, $(( $(date +%s) - t0 )) s); last lines:"; tail -n 3 "$log" | sed 's/^/   | /'
+  [ "${no_pack:-0}" = 1 ] || pack  # parallel steps pack once, after the batch
   return 0
 }
+# gpu_tests N LIMIT_S TEST...: GPU test binaries (names under $bin/tests), each its own step with its
+# own time limit (a hung test costs its limit, not the session), at most N at once. One GPU: the
+# tests' tensors are small (MBs to a few GiB), so a few fit side by side.
+gpu_tests() {
+  local n=$1 limit=$2 t running=0; shift 2
+  for t in "$@"; do
+    need "$bin/tests/$t" "$t" || continue
+    no_pack=1 run_step "$t" "$limit" "$bin/tests/$t" &
+    running=$(( running + 1 ))
+    if [ "$running" -ge "$n" ]; then wait -n; running=$(( running - 1 )); fi
+  done
+  wait
+  pack
+}
+# The GPU tests that had never run on a GPU when written (issue 27), most important first.
+never_ran_tests=(gpu_conv_fusion gpu_attention_parity gpu_bn_cudnn gpu_matmul_conv_parity gpu_grad_accumulate
+                 gpu_optim_parity)
 # A step that needs something absent (no GPU, no binary) is recorded as skipped with the reason.
 skip_step() { printf '%s\tskipped\t-\t0\t%s\n' "$1" "$2" >> "$raw/steps.tsv"; echo "== $1: skipped ($2)"; }
 have_gpu() { [ "$smoke" = 0 ] && nvidia-smi -L >/dev/null 2>&1; }
@@ -242,7 +274,14 @@ if want test; then
     run_step ctest_gpu 300 ctest "${ctest_args[@]}" -L gpu -R '^gpu_elementwise_parity$'
     run_step ctest_rest 300 ctest "${ctest_args[@]}" -LE gpu -R '^(core|autograd|mpi_collectives_np2)$'
   else
-    run_step ctest_gpu 300 ctest "${ctest_args[@]}" -L gpu
+    # Each GPU test its own step and time limit, the never-run ones first (issue 27 item 7: one 300 s
+    # limit over all of them let the first slow test starve the rest).
+    others=()
+    for t in "$bin"/tests/gpu_*; do
+      [ -x "$t" ] || continue
+      case " ${never_ran_tests[*]} " in *" $(basename "$t") "*) ;; *) others+=("$(basename "$t")") ;; esac
+    done
+    gpu_tests 3 240 "${never_ran_tests[@]}" "${others[@]}"
     run_step ctest_rest 540 ctest "${ctest_args[@]}" -LE gpu -j 8
   fi
 fi
@@ -463,6 +502,61 @@ if want sanitize; then
       "$(cat "$raw/$n.verdict" 2>/dev/null || grep -h 'ERROR SUMMARY' "$f" | tail -1 | sed 's/^=* *//' | grep . || echo 'no ERROR SUMMARY line')"
   done > "$raw/sanitize_summary.txt"
   [ -s "$raw/sanitize_summary.txt" ] && cp "$raw/sanitize_summary.txt" "$results/sanitize_summary.txt"
+fi
+
+if want first-look; then
+  fl_targets=(cudnn_device_properties cpu_cudnn_graphs train_imagenet train_encoder "${never_ran_tests[@]}")
+  if [ "$smoke" = 1 ]; then
+    run_step configure 300 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF
+  else
+    tk=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
+    # shellcheck disable=SC2086
+    run_step configure 120 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCUDAToolkit_ROOT="$tk" ${TANDEM_CMAKE_ARGS:-}
+  fi
+  # Only what the first look runs; -k 0: what builds, runs.
+  run_step build "$([ "$smoke" = 1 ] && echo 1800 || echo 300)" cmake --build "$build_dir" -j "$jobs" \
+    --target "${fl_targets[@]}" -- -k 0
+  # The GPU's cuDNN device properties first (seconds): with them tests/cpu_cudnn_graphs.cpp checks
+  # every graph for this GPU on any machine. An H100's go to tests/data/cudnn/ as well, to commit.
+  if ! have_gpu; then
+    skip_step cudnn_device_properties "no GPU: the properties are read from the device"
+  elif need "$bin/tests/cudnn_device_properties" cudnn_device_properties; then
+    run_step cudnn_device_properties 30 "$bin/tests/cudnn_device_properties" "$raw/cudnn_device_properties.json"
+    case $gpu_name in *H100*)
+      [ -s "$raw/cudnn_device_properties.json" ] &&
+        cp "$raw/cudnn_device_properties.json" "$root/tests/data/cudnn/h100_device_properties.json" ;;
+    esac
+  fi
+  need "$bin/tests/cpu_cudnn_graphs" cudnn_graphs && \
+    run_step cudnn_graphs 120 env TANDEM_SOURCE_DIR="$root" "$bin/tests/cpu_cudnn_graphs"
+  gpu_tests 3 150 "${never_ran_tests[@]}"
+  # The two targets' configs, each tandem then the PyTorch peer (eager, compiled), bf16.
+  fl_steps=$([ "$smoke" = 1 ] && echo 6 || echo 40) fl_warm=$([ "$smoke" = 1 ] && echo 1 || echo 10)
+  IFS=: read -r em eb es <<< "$([ "$smoke" = 1 ] && echo bert_tiny:4:32 || echo bert_large:128:128)"
+  etag=${em}_b${eb}_s${es} dev=$([ "$smoke" = 1 ] && echo cpu || echo cuda)
+  need "$bin/apps/train_encoder" "enc_tandem_$etag" && \
+    run_step "enc_tandem_$etag" 150 mpiexec -n 1 "$bin/apps/train_encoder" --synthetic --device "$dev" --model "$em" \
+      --batch "$eb" --seq-len "$es" --amp bf16 --steps "$fl_steps" --bench-warmup "$fl_warm" --val-batches 1 \
+      --log-every 10 --metrics "$raw/enc_tandem_$etag.json"
+  for mode in eager compile; do
+    suffix=""; extra=()
+    [ "$mode" = compile ] && suffix=_compile extra=(--compile)
+    peer_step "enc_torch_$etag$suffix" 180 --device "$dev" --encoder "$em" --batch "$eb" --seq "$es" --amp bf16 \
+      --steps "$fl_steps" --warmup "$fl_warm" "${extra[@]}" --json "$raw/enc_torch_$etag$suffix.json"
+  done
+  m=$([ "$smoke" = 1 ] && echo resnet_tiny || echo resnet50) b=$([ "$smoke" = 1 ] && echo 8 || echo 256)
+  tag=${m}_b${b}_bf16
+  need "$bin/apps/train_imagenet" "tandem_$tag" && \
+    run_step "tandem_$tag" 150 mpiexec -n 1 "$bin/apps/train_imagenet" --synthetic --synthetic-val-size 0 \
+      --device "$dev" --model "$m" --batch "$b" --steps "$fl_steps" --bench-warmup "$fl_warm" --image-size "$image" \
+      --amp bf16 --lr 0.1 --log-every 10 --metrics "$raw/tandem_$tag.json"
+  for mode in eager compile; do
+    suffix=""; extra=()
+    [ "$mode" = compile ] && suffix=_compile extra=(--compile)
+    peer_step "torch_$tag$suffix" 180 --device "$dev" --model "$m" --batch "$b" --amp bf16 --lr 0.1 \
+      --steps "$fl_steps" --warmup "$fl_warm" --image-size "$image" "${extra[@]}" --json "$raw/torch_$tag$suffix.json"
+  done
 fi
 
 pack

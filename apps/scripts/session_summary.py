@@ -97,6 +97,33 @@ def conv_bn_fusion(raw):
     return rows
 
 
+# The ops' fused-path counters each tandem run writes into its metrics (gpu_paths, apps/trainer/
+# report_json.h): one row per run, "fused / fallback" per path; and the CPU check of every cuDNN
+# graph (tests/cpu_cudnn_graphs.cpp: its summary lines, from cudnn_graphs.log when the step ran).
+GPU_PATHS = ("attention_sdpa", "gemm_bias", "gemm_bgradb", "conv_bias", "conv_bias_relu_graph", "conv_bn_graph")
+
+
+def fused_paths(raw):
+    rows = []
+    for f in sorted(glob.glob(os.path.join(raw, "*.json"))):
+        m = load(f)
+        if not isinstance(m, dict) or not isinstance(m.get("gpu_paths"), dict):
+            continue
+        g = m["gpu_paths"]
+        row = {"run": os.path.basename(f)[:-5]}
+        for k in GPU_PATHS:
+            v = dict(g.get(k) or {})
+            fused = v.pop("fused", None)  # the other key is the fallback's name (separate, reference, ...)
+            row[k] = f"{fused} / {list(v.values())[0]}" if fused is not None and len(v) == 1 else "-"
+        bn = g.get("batchnorm_cudnn") or {}
+        row["batchnorm_cudnn"] = (f"{bn.get('bn', 0)} / {bn.get('bn_relu', 0)} / {bn.get('bn_add_relu', 0)} / "
+                                  f"{bn.get('fallbacks', 0)}")
+        rows.append(row)
+    text = read(os.path.join(raw, "cudnn_graphs.log")) or ""
+    graphs = [l.strip() for l in text.splitlines() if l.startswith(("validate ", "support ", "deviceless ", "SKIPPED"))]
+    return {"runs": rows, "cudnn_graphs": graphs}
+
+
 def ctest_counts(log):
     tests = {}
     for m in CTEST_LINE.finditer(read(log)):
@@ -268,7 +295,7 @@ def main():
          "training": training(a.raw), "encoder": encoder(a.raw), "bench_ops": bench_ops(a.raw), "allreduce": allreduce(a.raw),
          "train_np2_staged": load(os.path.join(a.raw, "train_np2_staged.json")), "cuda_graphs": cuda_graphs(a.raw),
          "conv_bn_fusion": conv_bn_fusion(a.raw),
-         "kernel_profiles": kernel_profiles(a.raw)}
+         "kernel_profiles": kernel_profiles(a.raw), "fused_paths": fused_paths(a.raw)}
     out = ["# tandem GPU session", ""]
     for k, v in s["machine"].items():
         out.append(f"- {k}: {v}")
@@ -279,6 +306,14 @@ def main():
     # A skipped step's note is its reason (no GPU, torch missing, no time left); others' is the command.
     out += [f"| {k} | {r['status']} | {r['rc']} | {r['seconds']} | {r['note'] if r['status'] == 'skipped' and r['rc'] == '-' else ''} |"
             for k, r in st.items()]
+    fp = s["fused_paths"]
+    if fp["runs"] or fp["cudnn_graphs"]:
+        out += ["", "## Fused paths and fallbacks (calls over each whole run: fused / fallback; batchnorm_cudnn: "
+                "BN / BN+ReLU / BN+add+ReLU calls / fallbacks)", "",
+                "| run | " + " | ".join(GPU_PATHS) + " | batchnorm_cudnn |", "|---" * (len(GPU_PATHS) + 2) + "|"]
+        out += ["| " + " | ".join([r["run"]] + [r[k] for k in GPU_PATHS] + [r["batchnorm_cudnn"]]) + " |"
+                for r in fp["runs"]]
+        out += [f"- cuDNN graphs (tests/cpu_cudnn_graphs.cpp): {l}" for l in fp["cudnn_graphs"]]
     out += ["", "## ctest", "", "| set | passed | failed | skipped | failing |", "|---|---|---|---|---|"]
     for k, c in s["ctest"].items():
         if c:

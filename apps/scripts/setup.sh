@@ -36,7 +36,16 @@ fi
 # nvidia-cudnn-frontend, whose wheel ships include/. Debian's pip refuses system-wide installs, so the
 # wheel is downloaded and only its include/ unpacked, into .deps/ (ignored by git). CMake finds it
 # there (third_party/CMakeLists.txt); without it the build goes on with those paths off.
+# Pinned: the graphs in core/ops/conv/cuda_graph.cpp and core/ops/attention/cuda_cudnn_sdpa.cpp were
+# checked against 1.32.0 (tests/cpu_cudnn_graphs.cpp); CUDNN_FRONTEND_VERSION=... picks another.
+CUDNN_FRONTEND_VERSION=${CUDNN_FRONTEND_VERSION:-1.32.0}
 fe=$root/.deps/cudnn_frontend
+if [ -f "$fe/include/cudnn_frontend_version.h" ]; then
+  have=$(awk '/define CUDNN_FRONTEND_(MAJOR|MINOR|PATCH)_VERSION/ {v = v (v == "" ? "" : ".") $3} END {print v}' \
+         "$fe/include/cudnn_frontend_version.h")
+  [ "$have" = "$CUDNN_FRONTEND_VERSION" ] ||
+    echo "setup: warning: .deps/cudnn_frontend holds frontend $have, not the pinned $CUDNN_FRONTEND_VERSION; remove .deps/cudnn_frontend to fetch the pinned one" >&2
+fi
 if command -v nvcc >/dev/null && [ ! -f "$fe/include/cudnn_frontend.h" ] && [ -z "${CUDNN_FRONTEND_INCLUDE_DIR:-}" ]; then
   if ! python3 -m pip --version >/dev/null 2>&1 && command -v apt-get >/dev/null; then
     echo "setup: installing python3-pip (to fetch the cuDNN frontend's headers)"
@@ -44,7 +53,7 @@ if command -v nvcc >/dev/null && [ ! -f "$fe/include/cudnn_frontend.h" ] && [ -z
   fi
   whl=$(mktemp -d)
   if python3 -m pip download -q --no-deps --only-binary=:all: -d "$whl" \
-       "nvidia-cudnn-frontend${CUDNN_FRONTEND_VERSION:+==$CUDNN_FRONTEND_VERSION}" >/dev/null 2>&1 &&
+       "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >/dev/null 2>&1 &&
      mkdir -p "$fe" && python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' "$(ls "$whl"/*.whl | head -1)" "$fe"; then
     echo "setup: cuDNN frontend headers in $fe/include ($(basename "$(ls "$whl"/*.whl | head -1)"))"
   else

@@ -271,6 +271,7 @@ void report(const TrainOptions& o, Training& t, const trainer::RunClock& clock, 
                             {"skipped_steps", rec.skipped_steps}}}});
   if (o.metrics.empty()) return;
   json j = summary_json(o, t, clock, rec, step, x);
+  j.update(trainer::gpu_paths_metrics());
   j.update(trainer::comm_and_memory_metrics(x.comm, x.mem));
   j.update(trainer::shared_metrics(o, t, clock, rec, {step, x.steps_this_run, x.init_s, x.train_s, x.wall_s},
                                    dist::comm_for(t.dev).backend(), kTandemVersion));

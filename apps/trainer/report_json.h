@@ -34,6 +34,13 @@ struct StepTimes {
 // memory now: {"ms": {...}, "overlap", "mem_mib", "peak_mib"}.
 nlohmann::json step_record_times(const StepTimes& t, double overlap, const MemoryStats& m);
 
+// The --metrics entry of which fused GPU paths ran and how often each fell back, over the whole run
+// (the ops' own counters, CUDA calls only): {"gpu_paths": {"attention_sdpa": {fused, reference},
+// "gemm_bias": {fused, separate}, "gemm_bgradb": ..., "conv_bias": ..., "conv_bias_relu_graph":
+// ..., "conv_bn_graph": ..., "batchnorm_cudnn": {bn, bn_relu, bn_add_relu, fallbacks}}}. The GPU
+// session's first look tabulates it (session_summary.py).
+nlohmann::json gpu_paths_metrics();
+
 // The --metrics entries of the Step's communication and the device's memory:
 // {"comm": {comm_ms_per_step, exposed_ms_per_step, overlap, steps}, "memory": {current_bytes, peak_bytes}}.
 nlohmann::json comm_and_memory_metrics(const dist::TimelineSummary& comm, const MemoryStats& mem);

@@ -7,6 +7,8 @@
 #include "core/ops/attention/attention.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cmath>
 #include <string>
 
@@ -87,6 +89,17 @@ template <typename P> P at_ptr(const std::vector<Tensor>& ts, At at) {
 const int32_t* i32_ptr(const Tensor& t) { return t.defined() ? static_cast<const int32_t*>(t.data_ptr()) : nullptr; }
 const int64_t* i64_ptr(const Tensor& t) { return t.defined() ? static_cast<const int64_t*>(t.data_ptr()) : nullptr; }
 
+// The backward's dO as the graph reads it: O's shape, dtype and layout (tensors are contiguous, so
+// the same shape is the same strides), 16-byte aligned as cuDNN describes it. An incoming gradient in
+// another dtype (a backward seeded in f32 for a bf16 output) is cast, a misaligned view copied.
+Tensor sdpa_dout(const Tensor& g, const Tensor& o) {
+  TANDEM_CHECK(g.shape() == o.shape(), "attention backward: the output's gradient is ", g.str(), " but the output is ",
+               o.str(), "; pass a gradient of the output's shape");
+  Tensor d = g.dtype() == o.dtype() ? g : cast_raw(g, o.dtype());
+  if (reinterpret_cast<uintptr_t>(d.data_ptr()) % 16 != 0) d = d.clone();
+  return d;
+}
+
 // The fused path on one problem whose q, k, v lie at `at` in `inputs` (one qkv buffer, or q, k, v)
 // with the strides in `a`; the output is a new tensor of `out_shape` that a's o strides describe,
 // and the backward writes d(inputs) through the same strides. Returns an undefined tensor, with
@@ -113,10 +126,15 @@ Tensor fused_sdpa(const kernels::SdpaArgs& a, const std::vector<Tensor>& inputs,
   for (const Tensor& t : inputs) saved.push_back(t.detach());
   autograd::record("SdpaBackward", inputs, out,
                    [a, at, saved, o = out.detach(), stats, lengths, rng](std::vector<Tensor>& g) {
+                     const Tensor dout = sdpa_dout(g[0], o);
+                     // Padded problems: cuDNN documents no write of dK, dV for keys past a sequence's
+                     // length (their true gradient is 0), so d(inputs) starts zeroed - one memset of
+                     // the qkv gradient, ~0.1% of a BERT step - rather than holding the pool's garbage.
                      std::vector<Tensor> grads;
-                     for (const Tensor& t : saved) grads.push_back(Tensor::empty_like(t));
+                     for (const Tensor& t : saved)
+                       grads.push_back(a.padded ? Tensor::zeros(t.shape(), t.dtype(), t.device()) : Tensor::empty_like(t));
                      kernels::sdpa_cudnn_bwd(a, at_ptr<const void*>(saved, at[0]), at_ptr<const void*>(saved, at[1]),
-                                             at_ptr<const void*>(saved, at[2]), o.data_ptr(), g[0].data_ptr(),
+                                             at_ptr<const void*>(saved, at[2]), o.data_ptr(), dout.data_ptr(),
                                              static_cast<const float*>(stats.data_ptr()), i32_ptr(lengths),
                                              i64_ptr(rng), at_ptr<void*>(grads, at[0]), at_ptr<void*>(grads, at[1]),
                                              at_ptr<void*>(grads, at[2]));
@@ -141,15 +159,19 @@ void set_strides(int64_t (&dst)[3], int64_t batch, int64_t head, int64_t pos) {
 
 // The fused path where the policy says so (run(why) performs it), else an undefined tensor: the
 // caller then runs the reference path. Fused where it cannot run is an error that says why.
+std::atomic<int64_t> g_fused_calls{0}, g_reference_calls{0};  // attention_path_stats, CUDA calls only
+
 template <typename Run>
-Tensor try_fused(const AttentionOptions& opt, const std::string& why_not, const char* op, Run run) {
+Tensor try_fused(const Tensor& x, const AttentionOptions& opt, const std::string& why_not, const char* op, Run run) {
   if (opt.backend == AttentionBackend::Reference) return Tensor();
+  if (x.is_cuda()) (why_not.empty() ? g_fused_calls : g_reference_calls).fetch_add(1);
   TANDEM_CHECK(why_not.empty() || opt.backend == AttentionBackend::Auto, op,
                ": AttentionBackend::Fused cannot run these inputs: ", why_not,
                "; use AttentionBackend::Auto (which falls back to Reference) or Reference");
   if (!why_not.empty()) return Tensor();
   std::string refused;
   Tensor out = run(refused);
+  if (!out.defined()) g_fused_calls.fetch_sub(1), g_reference_calls.fetch_add(1);  // cuDNN refused it
   TANDEM_CHECK(out.defined() || opt.backend == AttentionBackend::Auto, op,
                ": AttentionBackend::Fused: cuDNN refused the problem: ", refused,
                "; use AttentionBackend::Auto (which falls back to Reference) or Reference");
@@ -166,6 +188,8 @@ void copy_cols(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
 }
 
 }  // namespace
+
+AttentionPathStats attention_path_stats() { return {g_fused_calls.load(), g_reference_calls.load()}; }
 
 std::string fused_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                         const AttentionOptions& opt) {
@@ -218,7 +242,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const float scale = default_scale(opt, D);
   Tensor m = mask_i32(mask, B, Sk, q);
   check_right_padded(m, opt);
-  Tensor fused = try_fused(opt, fused_attention_unsupported(q, k, v, m, opt), "attention", [&](std::string& why) {
+  Tensor fused = try_fused(q, opt, fused_attention_unsupported(q, k, v, m, opt), "attention", [&](std::string& why) {
 #ifdef TANDEM_WITH_CUDA
     kernels::SdpaArgs a = sdpa_args(B, H, Sq, Sk, D, q.dtype(), scale, m, opt);
     set_strides(a.q_stride, H * Sq * D, Sq * D, D);  // [B, H, S, D] contiguous
@@ -247,7 +271,7 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, const Tensor& mask, const
   Tensor m = mask_i32(mask, B, S, qkv);
   check_right_padded(m, opt);
   const std::string why_not = why_not_fused(qkv, qkv.dtype(), D, D, S, true, m, opt);
-  Tensor fused = try_fused(opt, why_not, "attention_qkv", [&](std::string& why) {
+  Tensor fused = try_fused(qkv, opt, why_not, "attention_qkv", [&](std::string& why) {
 #ifdef TANDEM_WITH_CUDA
     // q, k, v in place at columns 0, H D, 2 H D: position stride 3 H D, head stride D. The output
     // [B, S, H, D] is [B, S, H * D]: position stride H D, what the output projection reads.

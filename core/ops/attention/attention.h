@@ -82,6 +82,14 @@ struct AttentionOptions {
 std::string fused_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                         const AttentionOptions& opt);
 
+// How many CUDA attention / attention_qkv calls ran cuDNN's SDPA (fused) and how many that asked for
+// it (Auto or Fused) ran the reference path instead (reference: the policy or cuDNN said no; the
+// reason is in fused_attention_unsupported / the Fused error). For tests and the GPU session's table.
+struct AttentionPathStats {
+  int64_t fused = 0, reference = 0;
+};
+AttentionPathStats attention_path_stats();
+
 // softmax(q k^T * scale, masked) v: q [B, H, Sq, D], k and v [B, H, Sk, D], mask [B, Sk] -> [B, H, Sq, D].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                  const AttentionOptions& opt = {}, Generator& gen = default_generator());

@@ -10,7 +10,9 @@
 // (heuristics, plan compilation), so both are built on the problem's first call, together - a
 // problem whose forward ran can then never be refused in its backward - and kept for the process
 // (a model has a handful of attention shapes). A refusal is cached too, with its reason, so Auto
-// falls back at once on later calls.
+// falls back at once on later calls; an exception from the frontend while building is a refusal.
+// The graphs are described by cudnn_builders::sdpa_forward/sdpa_backward (core/ops/common/cuda/
+// cudnn_graph_builders.h), which tests/cpu_cudnn_graphs.cpp checks on a machine without a GPU.
 // Tensors. Q, K, V, O, dO, dQ, dK, dV are described by dims {B, H, S, D} and the caller's strides:
 // attention_qkv's q, k, v are views into the fused projection's output, its O is [B, S, H * D],
 // and dQ, dK, dV land in one d(qkv) buffer - cuDNN reads and writes through the strides, nothing
@@ -27,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +41,7 @@
 #include "core/cuda/context.h"
 #include "core/ops/attention/kernels.h"
 #include "core/ops/common/cuda/cudnn_graph.h"
+#include "core/ops/common/cuda/cudnn_graph_builders.h"
 #include "core/ops/common/cuda/dnn_handle.h"
 
 namespace tandem::kernels {
@@ -92,62 +96,73 @@ template <typename Attrs> void add_padding_and_dropout(fe::graph::Graph& g, cons
                     scalar("offset", kOffset, fe::DataType_t::INT64, 1));
 }
 
+}  // namespace
+
+// ---- The graphs (cudnn_graph_builders.h): described from the problem alone ----
+namespace cudnn_builders {
+
+GraphPtr sdpa_forward(const SdpaArgs& a, int32_t target_sm) {
+  auto g = new_graph(a.dtype, target_sm);
+  auto Q = g->tensor(bhsd("Q", kQ, a.b, a.h, a.sq, a.d, a.q_stride));
+  auto K = g->tensor(bhsd("K", kK, a.b, a.h, a.sk, a.d, a.k_stride));
+  auto V = g->tensor(bhsd("V", kV, a.b, a.h, a.sk, a.d, a.v_stride));
+  auto opt = fe::graph::SDPA_attributes().set_name("tandem_sdpa").set_generate_stats(true).set_attn_scale(a.scale);
+  add_padding_and_dropout(*g, a, opt);
+  auto [O, Stats] = g->sdpa(Q, K, V, opt);
+  O->set_output(true).set_uid(kO).set_dim({a.b, a.h, a.sq, a.d}).set_stride(
+      {a.o_stride[0], a.o_stride[1], a.o_stride[2], 1});
+  Stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({a.b, a.h, a.sq, 1})
+      .set_stride({a.h * a.sq, a.sq, 1, 1});
+  return g;
+}
+
+GraphPtr sdpa_backward(const SdpaArgs& a, int32_t target_sm) {
+  auto g = new_graph(a.dtype, target_sm);
+  auto Q = g->tensor(bhsd("Q", kQ, a.b, a.h, a.sq, a.d, a.q_stride));
+  auto K = g->tensor(bhsd("K", kK, a.b, a.h, a.sk, a.d, a.k_stride));
+  auto V = g->tensor(bhsd("V", kV, a.b, a.h, a.sk, a.d, a.v_stride));
+  auto O = g->tensor(bhsd("O", kO, a.b, a.h, a.sq, a.d, a.o_stride));
+  auto dO = g->tensor(bhsd("dO", kDO, a.b, a.h, a.sq, a.d, a.o_stride));
+  auto Stats = g->tensor(fe::graph::Tensor_attributes()
+                             .set_name("Stats")
+                             .set_uid(kStats)
+                             .set_dim({a.b, a.h, a.sq, 1})
+                             .set_stride({a.h * a.sq, a.sq, 1, 1})
+                             .set_data_type(fe::DataType_t::FLOAT));
+  auto opt = fe::graph::SDPA_backward_attributes().set_name("tandem_sdpa_backward").set_attn_scale(a.scale);
+  add_padding_and_dropout(*g, a, opt);
+  auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opt);
+  auto out_like = [](TensorPtr& t, int64_t uid, const fe::graph::Tensor_attributes& like) {
+    t->set_output(true).set_uid(uid).set_dim(like.get_dim()).set_stride(like.get_stride());
+  };
+  out_like(dQ, kDQ, *Q);
+  out_like(dK, kDK, *K);
+  out_like(dV, kDV, *V);
+  return g;
+}
+
+}  // namespace cudnn_builders
+
+namespace {
 // Builds both graphs; sets `refused` on the first failure.
 std::shared_ptr<Graphs> build(const SdpaArgs& a) {
   auto out = std::make_shared<Graphs>();
   cudnnHandle_t handle = cuda::dnn_handle();
   auto finish = [&](fe::graph::Graph& g, int64_t& ws, const char* which) {
-    fe::error_t st = g.build(handle, {fe::HeurMode_t::A});
+    fe::error_t st = lower(g, handle, sdpa_heur_modes());  // (the one-call build(handle, ...) is deprecated)
     if (st.is_good()) st = g.get_workspace_size(ws);
     if (!st.is_good()) out->refused = std::string(which) + ": " + st.get_message();
     return st.is_good();
   };
-  {  // forward
-    auto g = new_graph(a.dtype);
-    auto Q = g->tensor(bhsd("Q", kQ, a.b, a.h, a.sq, a.d, a.q_stride));
-    auto K = g->tensor(bhsd("K", kK, a.b, a.h, a.sk, a.d, a.k_stride));
-    auto V = g->tensor(bhsd("V", kV, a.b, a.h, a.sk, a.d, a.v_stride));
-    auto opt = fe::graph::SDPA_attributes().set_name("tandem_sdpa").set_generate_stats(true).set_attn_scale(a.scale);
-    add_padding_and_dropout(*g, a, opt);
-    auto [O, Stats] = g->sdpa(Q, K, V, opt);
-    O->set_output(true).set_uid(kO).set_dim({a.b, a.h, a.sq, a.d}).set_stride(
-        {a.o_stride[0], a.o_stride[1], a.o_stride[2], 1});
-    Stats->set_output(true)
-        .set_uid(kStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({a.b, a.h, a.sq, 1})
-        .set_stride({a.h * a.sq, a.sq, 1, 1});
-    if (!finish(*g, out->fwd_ws, "forward")) return out;
-    out->fwd = g;
-  }
-  {  // backward
-    auto g = new_graph(a.dtype);
-    auto Q = g->tensor(bhsd("Q", kQ, a.b, a.h, a.sq, a.d, a.q_stride));
-    auto K = g->tensor(bhsd("K", kK, a.b, a.h, a.sk, a.d, a.k_stride));
-    auto V = g->tensor(bhsd("V", kV, a.b, a.h, a.sk, a.d, a.v_stride));
-    auto O = g->tensor(bhsd("O", kO, a.b, a.h, a.sq, a.d, a.o_stride));
-    auto dO = g->tensor(bhsd("dO", kDO, a.b, a.h, a.sq, a.d, a.o_stride));
-    auto Stats = g->tensor(fe::graph::Tensor_attributes()
-                               .set_name("Stats")
-                               .set_uid(kStats)
-                               .set_dim({a.b, a.h, a.sq, 1})
-                               .set_stride({a.h * a.sq, a.sq, 1, 1})
-                               .set_data_type(fe::DataType_t::FLOAT));
-    auto opt = fe::graph::SDPA_backward_attributes().set_name("tandem_sdpa_backward").set_attn_scale(a.scale);
-    add_padding_and_dropout(*g, a, opt);
-    auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opt);
-    auto out_like = [](TensorPtr& t, int64_t uid, const fe::graph::Tensor_attributes& like) {
-      t->set_output(true).set_uid(uid).set_dim(like.get_dim()).set_stride(like.get_stride());
-    };
-    out_like(dQ, kDQ, *Q);
-    out_like(dK, kDK, *K);
-    out_like(dV, kDV, *V);
-    if (!finish(*g, out->bwd_ws, "backward")) {
-      out->fwd.reset();
-      return out;
-    }
-    out->bwd = g;
-  }
+  auto fwd = cudnn_builders::sdpa_forward(a);
+  if (!finish(*fwd, out->fwd_ws, "forward")) return out;
+  auto bwd = cudnn_builders::sdpa_backward(a);
+  if (!finish(*bwd, out->bwd_ws, "backward")) return out;
+  out->fwd = std::move(fwd);
+  out->bwd = std::move(bwd);
   return out;
 }
 
@@ -155,7 +170,16 @@ std::shared_ptr<Graphs> graphs(const SdpaArgs& a) {
   const std::vector<int64_t> key = key_of(a);
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_cache.find(key);
-  if (it == g_cache.end()) it = g_cache.emplace(key, build(a)).first;
+  if (it == g_cache.end()) {
+    std::shared_ptr<Graphs> built;
+    try {  // the frontend may throw (an attribute this cuDNN rejects): a refusal, cached, not a failed op
+      built = build(a);
+    } catch (const std::exception& ex) {
+      built = std::make_shared<Graphs>();
+      built->refused = std::string("the cuDNN frontend threw: ") + ex.what();
+    }
+    it = g_cache.emplace(key, std::move(built)).first;
+  }
   return it->second;
 }
 

@@ -7,7 +7,7 @@
 // (2) conv2d_genstats (core/ops/conv_bn/conv_bn.h): conv_fprop -> Y (written), and genstats(Y) ->
 //     per-channel SUM and SQ_SUM (f32 [1, o, 1, 1]) from the same kernel's epilogue; and
 //     conv2d_bn_relu_genstats, the same graph with the previous BN's prologue in front of the conv:
-//     X -> MUL SCALE -> ADD BIAS -> RELU_FWD (SCALE, BIAS f32 [1, c, 1, 1], virtual f32 results)
+//     X -> MUL SCALE -> ADD BIAS -> RELU_FWD (SCALE, BIAS [1, c, 1, 1] in the I/O dtype, virtual f32 results)
 //     -> conv_fprop, NVIDIA's scale-bias-relu-conv-genstats, so relu(bn(X)) is never written.
 // (4) that prologue's backward: conv_wgrad(DY, relu(X * SCALE + BIAS)) -> DW (the prologue in front
 //     of the wgrad), and conv_dgrad(DY, W) -> RELU_BWD against the recomputed pre-activation
@@ -35,7 +35,10 @@
 // not (a view at an odd offset) takes the other path rather than a wrong plan; tandem's allocator
 // hands out 256-byte aligned blocks, so whole activations and parameters always qualify.
 // Groups: only groups == 1 (VGG, AlexNet, ResNet); grouped convs take the other path.
-// Never run on a GPU yet (written in a session without one): tests/gpu_conv_fusion.cpp pins them.
+// The graphs are described by cudnn_builders:: functions (core/ops/common/cuda/cudnn_graph_builders.h)
+// from shapes and dtype alone; tests/cpu_cudnn_graphs.cpp validates each of them, and asks cuDNN
+// whether an engine takes it on an H100, on a machine without a GPU (CI). Never run on a GPU yet
+// (written in a session without one): tests/gpu_conv_fusion.cpp pins them.
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -53,8 +56,10 @@
 #include "core/check.h"
 #include "core/cuda/context.h"
 #include "core/ops/common/cuda/cudnn_graph.h"
+#include "core/ops/common/cuda/cudnn_graph_builders.h"
 #include "core/ops/common/cuda/dnn_handle.h"
 #include "core/ops/conv/kernels.h"
+#include "core/ops/copy/copy.h"
 #include "core/storage.h"
 
 namespace tandem::kernels {
@@ -99,28 +104,35 @@ void per_channel_output(const TensorPtr& t, int64_t uid, int64_t c) {
   t->set_output(true);
 }
 
-// A per-channel [1, c, 1, 1] f32 input under `uid`.
-TensorPtr per_channel_input(fe::graph::Graph& graph, const char* name, int64_t uid, int64_t c) {
-  return graph.tensor(fe::graph::Tensor_attributes()
-                          .set_name(name)
-                          .set_uid(uid)
-                          .set_dim({1, c, 1, 1})
-                          .set_stride({c, 1, c, c})
-                          .set_data_type(fe::DataType_t::FLOAT));
+// A per-channel [1, c, 1, 1] input under `uid`, f32 unless `dt` says otherwise.
+TensorPtr per_channel_input(fe::graph::Graph& graph, const char* name, int64_t uid, int64_t c,
+                            fe::DataType_t dt = fe::DataType_t::FLOAT) {
+  return graph.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}).set_data_type(
+          dt));
 }
 
-// X * SCALE + BIAS, then RELU_FWD when `relu` (SCALE, BIAS f32 [1, c, 1, 1]; virtual f32 results):
-// the previous BN's output (or, without the ReLU, its pre-activation) from its input X.
-TensorPtr add_bn_prologue(fe::graph::Graph& graph, TensorPtr X, int64_t c, bool relu) {
+// X * SCALE + BIAS, then RELU_FWD when `relu` (virtual f32 results): the previous BN's output (or,
+// without the ReLU, its pre-activation) from its input X. SCALE and BIAS [1, c, 1, 1] in the I/O
+// dtype `io`, as NVIDIA's scale-bias-ReLU-conv samples describe them: cuDNN 9.19's engines for the
+// prologue graphs refuse f32 ones (its log: "matcher->getScaleDesc()->getDataType() !=
+// CUDNN_DATA_HALF", "pointwise_node->numInPorts >= 2 && inputDataTypeX == CUDNN_DATA_FLOAT"), and take
+// f16 ones (tests/cpu_cudnn_graphs.cpp's deviceless support check, H100).
+TensorPtr add_bn_prologue(fe::graph::Graph& graph, TensorPtr X, int64_t c, bool relu, DType io) {
   auto pointwise = [&](TensorPtr a, TensorPtr b, const char* name, fe::PointwiseMode_t mode) {
     auto attrs = fe::graph::Pointwise_attributes().set_name(name).set_mode(mode);
     TensorPtr t = b ? graph.pointwise(a, b, attrs) : graph.pointwise(a, attrs.set_relu_lower_clip(0.f));
     t->set_data_type(fe::DataType_t::FLOAT);
     return t;
   };
-  X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, c), "scale", fe::PointwiseMode_t::MUL);
-  X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, c), "bias", fe::PointwiseMode_t::ADD);
+  X = pointwise(X, per_channel_input(graph, "scale", kPrologueScale, c, fe_type(io)), "scale", fe::PointwiseMode_t::MUL);
+  X = pointwise(X, per_channel_input(graph, "bias", kPrologueBias, c, fe_type(io)), "bias", fe::PointwiseMode_t::ADD);
   return relu ? pointwise(X, nullptr, "relu", fe::PointwiseMode_t::RELU_FWD) : X;
+}
+
+// X as the graph's input, [n, h, w, c].
+TensorPtr input_x(fe::graph::Graph& graph, const ConvGeom& g) {
+  return graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
 }
 
 // Sets a conv-family attribute set's padding, stride and dilation from the problem.
@@ -136,9 +148,9 @@ Attrs conv_attrs(Attrs a, const char* name, const ConvGeom& g) {
 // X, W -> conv_fprop with the problem's padding, stride and dilation; the output is virtual f32.
 // With `prologue`, the conv reads relu(X * SCALE + BIAS) (add_bn_prologue), which cuDNN's runtime
 // fusion applies as it loads X.
-TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, bool prologue = false) {
+TensorPtr add_conv(fe::graph::Graph& graph, const ConvGeom& g, DType io, bool prologue = false) {
   TensorPtr X = graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
-  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true);  // (X, the BN's input, is all that is read)
+  if (prologue) X = add_bn_prologue(graph, X, g.c, /*relu=*/true, io);  // (X, the BN's input, is all that is read)
   auto W = graph.tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));  // OHWI is NHWC-shaped
   auto conv = graph.conv_fprop(X, W, conv_attrs(fe::graph::Conv_fprop_attributes(), "conv", g));
   conv->set_data_type(fe::DataType_t::FLOAT);
@@ -151,28 +163,37 @@ void conv_output(const TensorPtr& t, const ConvGeom& g, DType dt) {
   t->set_output(true);
 }
 
+// A dgrad's (virtual, f32) output: the input's shape [n, c, h, w] with NHWC strides. The frontend
+// cannot infer a dgrad's output dims ("For dgrad node, output dimension inferencing is not
+// possible": several input sizes give one output size under striding), so they are set, as NVIDIA's
+// dgrad samples do; tests/cpu_cudnn_graphs.cpp validates every dgrad graph.
+void dgrad_output(const TensorPtr& t, const ConvGeom& g) {
+  t->set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c}).set_data_type(fe::DataType_t::FLOAT);
+}
+
 // Lowers a described graph to a plan under BackendConfig's engine filters (the plain conv plans'
 // filters, core/ops/conv/cuda.cpp), or returns a null graph with the reason in `why`.
 Entry finish(std::shared_ptr<fe::graph::Graph> graph, DType dt, const BackendConfig& be, std::string& why) {
-  cudnnHandle_t handle = cuda::dnn_handle();
-  auto fail = [&](fe::error_t e) {
+  auto deselect = [&](fe::graph::Graph& gr) {
+    if (dt == DType::F32 && !be.allow_tf32)
+      gr.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+    if (be.deterministic) gr.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+    gr.deselect_workspace_greater_than(be.conv_workspace_limit);
+  };
+  Entry out;
+  fe::error_t e = lower(*graph, cuda::dnn_handle(), conv_heur_modes(), deselect);
+  if (e.is_good()) e = graph->get_workspace_size(out.workspace);
+  if (e.is_bad()) {
     why = e.get_message();
     return Entry{};
-  };
-  if (auto e = graph->validate(); e.is_bad()) return fail(e);
-  if (auto e = graph->build_operation_graph(handle); e.is_bad()) return fail(e);
-  if (auto e = graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad()) return fail(e);
-  if (dt == DType::F32 && !be.allow_tf32)
-    graph->deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
-  if (be.deterministic) graph->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
-  graph->deselect_workspace_greater_than(be.conv_workspace_limit);
-  if (auto e = graph->check_support(); e.is_bad()) return fail(e);
-  if (auto e = graph->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); e.is_bad()) return fail(e);
-  Entry out;
-  if (auto e = graph->get_workspace_size(out.workspace); e.is_bad()) return fail(e);
+  }
   out.graph = std::move(graph);
   return out;
 }
+
+// bn_finalize's f32 per-channel terms in the prologue graphs' I/O dtype (add_bn_prologue): C values,
+// cast on the stream per call (a fresh, aligned allocation; freed stream-ordered after the graph).
+Tensor in_io_dtype(const Tensor& t, DType io) { return t.dtype() == io ? t : ops::cast_raw(t, io); }
 
 bool aligned16(const VariantPack& pack) {
   for (const auto& [uid, p] : pack)
@@ -222,6 +243,115 @@ Key conv_key(Kind kind, const ConvGeom& g, int64_t extra) {
 }
 
 }  // namespace
+
+// ---- The graphs (cudnn_graph_builders.h): described from shapes and dtype alone ----
+namespace cudnn_builders {
+
+GraphPtr conv_bias_relu(const ConvGeom& g, DType dt, bool has_bias, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto pre = add_conv(*graph, g, dt);
+  if (has_bias) {
+    auto B = graph->tensor(nhwc("b", kB, 1, 1, 1, g.o));
+    pre = graph->pointwise(pre, B, fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
+    pre->set_data_type(fe::DataType_t::FLOAT);
+  }
+  auto Y = graph->pointwise(pre, fe::graph::Pointwise_attributes()
+                                     .set_name("relu")
+                                     .set_mode(fe::PointwiseMode_t::RELU_FWD)
+                                     .set_relu_lower_clip(0.f));
+  conv_output(Y, g, dt);
+  return graph;
+}
+
+GraphPtr conv_genstats(const ConvGeom& g, DType dt, bool prologue, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto Y = add_conv(*graph, g, dt, prologue);
+  conv_output(Y, g, dt);
+  auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
+  per_channel_output(SUM, kSum, g.o);
+  per_channel_output(SQ_SUM, kSqSum, g.o);
+  return graph;
+}
+
+GraphPtr conv_bn_relu_wgrad(const ConvGeom& g, DType dt, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true, dt);
+  auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+  auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
+  DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
+  DW->set_data_type(fe_type(dt)).set_output(true);
+  return graph;
+}
+
+GraphPtr conv_dgrad_drelu(const ConvGeom& g, DType dt, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
+  auto W = graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));
+  auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+  dgrad_output(DA, g);
+  // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
+  TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false, dt);
+  auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+  auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
+  DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+  DZ->set_data_type(fe_type(dt)).set_output(true);
+  return graph;
+}
+
+GraphPtr conv_dgrad_drelu_dbn(const ConvGeom& g, DType dt, int32_t target_sm) {
+  auto graph = new_graph(dt, target_sm);
+  auto DA = graph->conv_dgrad(graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o)),
+                              graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c)),
+                              conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
+  dgrad_output(DA, g);
+  // The pre-activation in BN's own form, ((X - MEAN) * INV_STD) * WEIGHT + BIAS: the pattern
+  // cuDNN's DgradDreluBNBwdWeight engines match (NVIDIA's sample builds it so, cuDNN >= 9.8,
+  // Ampere/Hopper); equal to X * scale + bias up to rounding.
+  TensorPtr X = input_x(*graph, g), MEAN = per_channel_input(*graph, "mean", kMean, g.c);
+  TensorPtr INV_STD = per_channel_input(*graph, "inv_std", kInvStd, g.c);
+  TensorPtr WEIGHT = per_channel_input(*graph, "weight", kWeight, g.c);
+  TensorPtr P = X;
+  const std::pair<TensorPtr, fe::PointwiseMode_t> chain[] = {{MEAN, fe::PointwiseMode_t::SUB},
+                                                             {INV_STD, fe::PointwiseMode_t::MUL},
+                                                             {WEIGHT, fe::PointwiseMode_t::MUL},
+                                                             {per_channel_input(*graph, "bias", kBias, g.c),
+                                                              fe::PointwiseMode_t::ADD}};
+  for (const auto& [operand, mode] : chain) {
+    P = graph->pointwise(P, operand, fe::graph::Pointwise_attributes().set_mode(mode));
+    P->set_data_type(fe::DataType_t::FLOAT);
+  }
+  auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
+  auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
+  DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
+  DZ->set_data_type(fe_type(dt)).set_output(true);
+  auto [DWEIGHT, DBIAS, EQ_DY, EQ_X, EQ_BIAS] =
+      graph->dbn_weight(DZ, X, MEAN, INV_STD, WEIGHT, fe::graph::DBN_weight_attributes().set_name("dbn_weight"));
+  const std::pair<TensorPtr, int64_t> outs[] = {
+      {DWEIGHT, kDweight}, {DBIAS, kDbias}, {EQ_DY, kEqScaleDy}, {EQ_X, kEqScaleX}, {EQ_BIAS, kEqShift}};
+  for (const auto& [t, uid] : outs) per_channel_output(t, uid, g.c);
+  return graph;
+}
+
+GraphPtr bn_finalize(int64_t c, int64_t count, double eps, double momentum, int32_t target_sm) {
+  auto graph = new_graph(DType::F32, target_sm);
+  auto channel = [&](const char* name, int64_t uid) { return per_channel_input(*graph, name, uid, c); };
+  auto SUM = channel("sum", kSum), SQ_SUM = channel("sq_sum", kSqSum);
+  auto WEIGHT = channel("weight", kWeight), BIAS = channel("bias", kBias);
+  auto RUN_MEAN = channel("running_mean", kRunMean), RUN_VAR = channel("running_var", kRunVar);
+  // Graph constants (part of the cache key): eps, momentum and the count n (the unbiased factor n / (n - 1)).
+  auto EPS = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(eps)));
+  auto MOMENTUM = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(momentum)));
+  auto COUNT = graph->tensor(fe::graph::Tensor_attributes(count));
+  auto [EQ_SCALE, EQ_BIAS, MEAN, INV_STD, NEXT_MEAN, NEXT_VAR] = graph->bn_finalize(
+      SUM, SQ_SUM, WEIGHT, BIAS, EPS, COUNT,
+      fe::graph::BN_finalize_attributes().set_name("bn_finalize").set_previous_running_stats(RUN_MEAN, RUN_VAR, MOMENTUM));
+  const std::pair<TensorPtr, int64_t> outs[] = {{EQ_SCALE, kEqScale}, {EQ_BIAS, kEqBias}, {MEAN, kMean},
+                                                {INV_STD, kInvStd},   {NEXT_MEAN, kNextMean}, {NEXT_VAR, kNextVar}};
+  for (const auto& [t, uid] : outs) per_channel_output(t, uid, c);
+  return graph;
+}
+
+}  // namespace cudnn_builders
 #endif  // TANDEM_CUDNN_GRAPHS
 
 bool conv_graphs_built() { return TANDEM_CUDNN_GRAPHS != 0; }
@@ -235,21 +365,7 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
   if (g.n == 0) return true;  // nothing to write
   if (g.p.groups != 1) return false;
   const bool has_bias = b.defined();
-  auto describe = [&] {
-    auto graph = new_graph(x.dtype());
-    auto pre = add_conv(*graph, g);
-    if (has_bias) {
-      auto B = graph->tensor(nhwc("b", kB, 1, 1, 1, g.o));
-      pre = graph->pointwise(pre, B, fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
-      pre->set_data_type(fe::DataType_t::FLOAT);
-    }
-    auto Y = graph->pointwise(pre, fe::graph::Pointwise_attributes()
-                                       .set_name("relu")
-                                       .set_mode(fe::PointwiseMode_t::RELU_FWD)
-                                       .set_relu_lower_clip(0.f));
-    conv_output(Y, g, x.dtype());
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_bias_relu(g, x.dtype(), has_bias); };
   VariantPack pack{{kX, x.data_ptr()}, {kW, w.data_ptr()}, {kY, y.data_ptr()}};
   if (has_bias) pack.emplace(kB, b.data_ptr());
   return run(conv_key(Kind::BiasRelu, g, has_bias), x.dtype(), describe, pack, [&](const std::string& why) {
@@ -267,15 +383,7 @@ bool genstats_graph(const ConvGeom& g, const Tensor& x, const Tensor* scale, con
                     Tensor& y, Tensor& sum, Tensor& sq_sum) {
   if (g.n == 0 || g.p.groups != 1) return false;  // (no rows: the reference writes the zero sums)
   const bool prologue = scale != nullptr;
-  auto describe = [&] {
-    auto graph = new_graph(x.dtype());
-    auto Y = add_conv(*graph, g, prologue);
-    conv_output(Y, g, x.dtype());
-    auto [SUM, SQ_SUM] = graph->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
-    per_channel_output(SUM, kSum, g.o);
-    per_channel_output(SQ_SUM, kSqSum, g.o);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_genstats(g, x.dtype(), prologue); };
   VariantPack pack{{kX, x.data_ptr()},     {kW, w.data_ptr()},          {kY, y.data_ptr()},
                                           {kSum, sum.data_ptr()}, {kSqSum, sq_sum.data_ptr()}};
   if (prologue) pack.insert({{kPrologueScale, scale->data_ptr()}, {kPrologueBias, bias->data_ptr()}});
@@ -311,10 +419,10 @@ bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor&
   (void)g, (void)x, (void)scale, (void)bias, (void)w, (void)y, (void)sum, (void)sq_sum;
   return false;
 #else
-  // The graph describes SCALE and BIAS as f32 [C]: bn_finalize's terms for f32/f16/bf16 activations.
   if (scale.dtype() != DType::F32 || bias.dtype() != DType::F32 || scale.numel() != g.c || bias.numel() != g.c)
     return false;
-  return genstats_graph(g, x, &scale, &bias, w, y, sum, sq_sum);
+  const Tensor s = in_io_dtype(scale, x.dtype()), b = in_io_dtype(bias, x.dtype());
+  return genstats_graph(g, x, &s, &b, w, y, sum, sq_sum);
 #endif
 }
 
@@ -327,17 +435,13 @@ bool prologue_backward(Kind kind, const ConvGeom& g, const Tensor& x, const Tens
                        const std::function<std::shared_ptr<fe::graph::Graph>()>& describe, const char* graph,
                        const char* instead) {
   if (g.n == 0 || g.p.groups != 1 || scale.dtype() != DType::F32 || bias.dtype() != DType::F32) return false;
-  pack.insert({{kX, x.data_ptr()}, {kPrologueScale, scale.data_ptr()}, {kPrologueBias, bias.data_ptr()},
-               {kDy, dy.data_ptr()}});
+  const Tensor s = in_io_dtype(scale, dy.dtype()), b = in_io_dtype(bias, dy.dtype());
+  pack.insert({{kX, x.data_ptr()}, {kPrologueScale, s.data_ptr()}, {kPrologueBias, b.data_ptr()}, {kDy, dy.data_ptr()}});
   static std::atomic<bool> said[2] = {false, false};
   std::atomic<bool>& once = said[kind == Kind::BnReluWgrad ? 0 : 1];
   return run(conv_key(kind, g, 0), dy.dtype(), describe, std::move(pack), [&](const std::string& why) {
     if (!once.exchange(true)) note_conv_fallback(g, dy.dtype(), graph, instead, why.c_str());
   });
-}
-// X as the graph's input, [n, h, w, c].
-TensorPtr input_x(fe::graph::Graph& graph, const ConvGeom& g) {
-  return graph.tensor(nhwc("x", kX, g.n, g.h, g.w, g.c));
 }
 }  // namespace
 #endif
@@ -348,15 +452,7 @@ bool conv2d_backward_filter_bn_relu_graph_cuda(const ConvGeom& g, const Tensor& 
   (void)g, (void)x, (void)scale, (void)bias, (void)dy, (void)dw;
   return false;
 #else
-  auto describe = [&] {
-    auto graph = new_graph(x.dtype());
-    TensorPtr A = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/true);
-    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
-    auto DW = graph->conv_wgrad(DY, A, conv_attrs(fe::graph::Conv_wgrad_attributes(), "wgrad", g));
-    DW->set_uid(kDw).set_dim({g.o, g.c, g.kh, g.kw}).set_stride({g.kh * g.kw * g.c, 1, g.kw * g.c, g.c});
-    DW->set_data_type(fe_type(x.dtype())).set_output(true);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_bn_relu_wgrad(g, x.dtype()); };
   return prologue_backward(Kind::BnReluWgrad, g, x, scale, bias, dy, {{kDw, dw.data_ptr()}}, describe,
                            "BN + ReLU prologue + wgrad graph", "the BN + ReLU pass, then wgrad,");
 #endif
@@ -368,20 +464,7 @@ bool conv2d_backward_data_drelu_graph_cuda(const ConvGeom& g, const Tensor& dy, 
   (void)g, (void)dy, (void)w, (void)x, (void)scale, (void)bias, (void)dz;
   return false;
 #else
-  auto describe = [&] {
-    auto graph = new_graph(dy.dtype());
-    auto DY = graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o));
-    auto W = graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c));
-    auto DA = graph->conv_dgrad(DY, W, conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
-    DA->set_data_type(fe::DataType_t::FLOAT);
-    // The mask from the pre-activation X * SCALE + BIAS, recomputed here: RELU_BWD(dy = DA, x = P).
-    TensorPtr P = add_bn_prologue(*graph, input_x(*graph, g), g.c, /*relu=*/false);
-    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
-    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
-    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
-    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_dgrad_drelu(g, dy.dtype()); };
   return prologue_backward(Kind::BnReluDgradDrelu, g, x, scale, bias, dy, {{kW, w.data_ptr()}, {kDz, dz.data_ptr()}},
                            describe, "dgrad + ReLU-mask graph", "dgrad, the BN + ReLU pass, then the mask,");
 #endif
@@ -396,39 +479,7 @@ bool conv2d_backward_data_drelu_dbn_graph_cuda(const ConvGeom& g, const Tensor& 
   if (g.n == 0 || g.p.groups != 1 || dy.dtype() == DType::F32) return false;  // (16-bit engines only)
   for (const Tensor* t : {&bn.mean, &bn.inv_std, &bn.weight, &bn.bias})
     if (t->dtype() != DType::F32) return false;
-  auto describe = [&] {
-    auto graph = new_graph(dy.dtype());
-    auto DA = graph->conv_dgrad(graph->tensor(nhwc("dy", kDy, g.n, g.oh, g.ow, g.o)),
-                                graph->tensor(nhwc("w", kW, g.o, g.kh, g.kw, g.c)),
-                                conv_attrs(fe::graph::Conv_dgrad_attributes(), "dgrad", g));
-    DA->set_data_type(fe::DataType_t::FLOAT);
-    // The pre-activation in BN's own form, ((X - MEAN) * INV_STD) * WEIGHT + BIAS: the pattern
-    // cuDNN's DgradDreluBNBwdWeight engines match (NVIDIA's sample builds it so, cuDNN >= 9.8,
-    // Ampere/Hopper); equal to X * scale + bias up to rounding.
-    TensorPtr X = input_x(*graph, g), MEAN = per_channel_input(*graph, "mean", kMean, g.c);
-    TensorPtr INV_STD = per_channel_input(*graph, "inv_std", kInvStd, g.c);
-    TensorPtr WEIGHT = per_channel_input(*graph, "weight", kWeight, g.c);
-    TensorPtr P = X;
-    const std::pair<TensorPtr, fe::PointwiseMode_t> chain[] = {{MEAN, fe::PointwiseMode_t::SUB},
-                                                               {INV_STD, fe::PointwiseMode_t::MUL},
-                                                               {WEIGHT, fe::PointwiseMode_t::MUL},
-                                                               {per_channel_input(*graph, "bias", kBias, g.c),
-                                                                fe::PointwiseMode_t::ADD}};
-    for (const auto& [operand, mode] : chain) {
-      P = graph->pointwise(P, operand, fe::graph::Pointwise_attributes().set_mode(mode));
-      P->set_data_type(fe::DataType_t::FLOAT);
-    }
-    auto drelu = fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD);
-    auto DZ = graph->pointwise(DA, P, drelu.set_relu_lower_clip(0.f));
-    DZ->set_uid(kDz).set_dim({g.n, g.c, g.h, g.w}).set_stride({g.h * g.w * g.c, 1, g.w * g.c, g.c});
-    DZ->set_data_type(fe_type(dy.dtype())).set_output(true);
-    auto [DWEIGHT, DBIAS, EQ_DY, EQ_X, EQ_BIAS] =
-        graph->dbn_weight(DZ, X, MEAN, INV_STD, WEIGHT, fe::graph::DBN_weight_attributes().set_name("dbn_weight"));
-    const std::pair<TensorPtr, int64_t> outs[] = {
-        {DWEIGHT, kDweight}, {DBIAS, kDbias}, {EQ_DY, kEqScaleDy}, {EQ_X, kEqScaleX}, {EQ_BIAS, kEqShift}};
-    for (const auto& [t, uid] : outs) per_channel_output(t, uid, g.c);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::conv_dgrad_drelu_dbn(g, dy.dtype()); };
   VariantPack pack{
       {kDy, dy.data_ptr()},          {kW, w.data_ptr()},           {kX, x.data_ptr()},
       {kMean, bn.mean.data_ptr()},   {kInvStd, bn.inv_std.data_ptr()}, {kWeight, bn.weight.data_ptr()},
@@ -451,24 +502,7 @@ bool bn_finalize_graph_cuda(const BnFinalizeIn& in, const BnFinalizeOut& out) {
 #else
   if (in.sum.dtype() != DType::F32) return false;
   const int64_t c = in.sum.numel();
-  auto describe = [&] {
-    auto graph = new_graph(DType::F32);
-    auto channel = [&](const char* name, int64_t uid) { return per_channel_input(*graph, name, uid, c); };
-    auto SUM = channel("sum", kSum), SQ_SUM = channel("sq_sum", kSqSum);
-    auto WEIGHT = channel("weight", kWeight), BIAS = channel("bias", kBias);
-    auto RUN_MEAN = channel("running_mean", kRunMean), RUN_VAR = channel("running_var", kRunVar);
-    // Graph constants (part of the cache key): eps, momentum and the count n (the unbiased factor n / (n - 1)).
-    auto EPS = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(in.eps)));
-    auto MOMENTUM = graph->tensor(fe::graph::Tensor_attributes(static_cast<float>(in.momentum)));
-    auto COUNT = graph->tensor(fe::graph::Tensor_attributes(in.count));
-    auto [EQ_SCALE, EQ_BIAS, MEAN, INV_STD, NEXT_MEAN, NEXT_VAR] = graph->bn_finalize(
-        SUM, SQ_SUM, WEIGHT, BIAS, EPS, COUNT,
-        fe::graph::BN_finalize_attributes().set_name("bn_finalize").set_previous_running_stats(RUN_MEAN, RUN_VAR, MOMENTUM));
-    const std::pair<TensorPtr, int64_t> outs[] = {{EQ_SCALE, kEqScale}, {EQ_BIAS, kEqBias}, {MEAN, kMean},
-                                                  {INV_STD, kInvStd},   {NEXT_MEAN, kNextMean}, {NEXT_VAR, kNextVar}};
-    for (const auto& [t, uid] : outs) per_channel_output(t, uid, c);
-    return graph;
-  };
+  auto describe = [&] { return cudnn_builders::bn_finalize(c, in.count, in.eps, in.momentum); };
   VariantPack pack{
       {kSum, in.sum.data_ptr()},         {kSqSum, in.sq_sum.data_ptr()},       {kWeight, in.weight.data_ptr()},
       {kBias, in.bias.data_ptr()},       {kRunMean, in.running_mean.data_ptr()}, {kRunVar, in.running_var.data_ptr()},

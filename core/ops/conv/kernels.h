@@ -42,8 +42,9 @@ bool conv2d_forward_bias_relu_graph_cuda(const ConvGeom& g, const Tensor& x, con
 // y = conv(x, w) with y's per-channel sum and sum of squares (f32 [O]) from the conv's epilogue.
 bool conv2d_forward_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y, Tensor& sum,
                                         Tensor& sq_sum);
-// The same with a prologue: y = conv(relu(x * scale + bias), w), scale and bias f32 [C] (the
-// previous BN's bn_finalize terms) applied as the conv loads x, which is all that is read of it.
+// The same with a prologue: y = conv(relu(x * scale + bias), w), scale and bias f32 [C] (the previous
+// BN's bn_finalize terms; cast to x's dtype for the graph, which cuDNN's engines need) applied as the
+// conv loads x, which is all that is read of it.
 bool conv2d_forward_bn_relu_genstats_graph_cuda(const ConvGeom& g, const Tensor& x, const Tensor& scale,
                                                 const Tensor& bias, const Tensor& w, Tensor& y, Tensor& sum,
                                                 Tensor& sq_sum);

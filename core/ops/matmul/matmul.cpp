@@ -10,6 +10,7 @@
 // (cuBLASLt BIAS / BGRADB); otherwise they run as a separate broadcast add / column sum.
 #include "core/ops/matmul/matmul.h"
 
+#include <atomic>
 
 #include "core/autograd.h"
 #include "core/ops/common/dispatch.h"
@@ -30,12 +31,17 @@ bool tensor_core_aligned(const kernels::GemmArgs& g) {
   return true;
 }
 
+// gemm_epilogue_stats' counters: [Bias, BiasGradA] x [fused, separate], CUDA calls only.
+std::atomic<int64_t> g_epilogue[2][2];
+
 bool run_gemm(const kernels::GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const Tensor& aux) {
   bool fused = false;
   gemm_launches().add(a.dtype(), c.dtype());  // both backends: the CPU counts what the GPU runs
   if ((a.dtype() == DType::BF16 || a.dtype() == DType::F16) && !tensor_core_aligned(g))
     misaligned_gemm_launches().add(a.dtype(), c.dtype());
   TANDEM_BACKEND(a, fused = kernels::gemm_cpu(g, a, b, c, aux), fused = kernels::gemm_cuda(g, a, b, c, aux));
+  if (a.is_cuda() && g.epilogue != kernels::GemmEpilogue::None)
+    g_epilogue[g.epilogue == kernels::GemmEpilogue::Bias ? 0 : 1][fused ? 0 : 1].fetch_add(1);
   return fused;
 }
 
@@ -154,6 +160,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                      return res;
                    });
   return y;
+}
+
+GemmEpilogueStats gemm_epilogue_stats() {
+  return {g_epilogue[0][0].load(), g_epilogue[0][1].load(), g_epilogue[1][0].load(), g_epilogue[1][1].load()};
 }
 
 }  // namespace tandem::ops

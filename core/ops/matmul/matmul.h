@@ -23,6 +23,15 @@ struct LinearGrads {
 };
 LinearGrads linear_grads(const Tensor& dy2, const Tensor& x2, const Tensor& w, bool want_dx, bool want_dw,
                          bool want_db);
+// How many CUDA GEMMs asked for a fused epilogue and got it (fused) or ran it as a separate pass
+// (cuBLASLt offered no kernel with it): BIAS is linear's forward bias add, BGRADB the bias gradient
+// in dw's GEMM (linear_grads). For tests (a silent fallback fails them) and the GPU session's table.
+struct GemmEpilogueStats {
+  int64_t bias_fused = 0, bias_separate = 0;
+  int64_t bgradb_fused = 0, bgradb_separate = 0;
+};
+GemmEpilogueStats gemm_epilogue_stats();
+
 // a [m, k] @ b [k, n] -> [m, n]; or batched a [B, m, k] @ b [B, k, n] -> [B, m, n].
 // trans_a / trans_b treat the operand's last two dims as transposed (no copy is made).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
