@@ -48,7 +48,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
   TANDEM_CHECK(opt_.prefetch >= 1, "prefetch must be >= 1, got ", opt_.prefetch);
   TANDEM_CHECK(!opt_.drop_last || sampler_.num_samples(0) >= opt_.batch_size, "batch_size ", opt_.batch_size,
                " is larger than this rank's ", sampler_.num_samples(0),
-               " samples per epoch, so drop_last leaves no batch; lower the batch size or set drop_last = false");
+               " samples per epoch, and only full batches are used, so there is none; use a smaller batch size or "
+               "fewer ranks, or add data");
   if (opt_.device.is_cuda()) {
     TANDEM_CHECK(built_with_cuda(), "the loader targets ", opt_.device.str(), " but tandem was built without CUDA");
     stage_on_host_ = true;
