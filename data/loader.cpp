@@ -306,8 +306,17 @@ bool Loader::next(Batch& out) {
   };
   if (opt_.resident) {
     if (!have_resident_) {
+      // Always epoch 0's first batch, whatever epoch and offset this run starts at: a resumed run
+      // then trains on the same fixed batch as the uninterrupted one (it used to take its start's).
+      const SampleKey key = key_;
+      const int64_t rank_samples = rank_samples_;
+      std::vector<int64_t> order = std::move(order_);
+      key_ = SampleKey{opt_.seed, 0};
+      order_ = sampler_.indices(0, 0);
+      rank_samples_ = static_cast<int64_t>(order_.size());
       produce_inline(0);
       resident_batch_ = hand_out(*slots_[0], 0);
+      key_ = key, order_ = std::move(order), rank_samples_ = rank_samples;
       have_resident_ = true;
     }
     out = resident_batch_;

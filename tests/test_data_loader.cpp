@@ -424,3 +424,23 @@ TEST_CASE("loader: a batch larger than the data says what to change, without nam
   CHECK(e.find("fewer ranks") != std::string::npos);
   CHECK(e.find("drop_last") == std::string::npos);
 }
+
+TEST_CASE("loader: the resident (--synthetic) batch is epoch 0's first at any start, so a resumed run trains on it too") {
+  // Issue 29, item 5: a run resumed at epoch 2, 8 samples in, built its fixed batch from there.
+  auto ds = std::make_shared<SyntheticDataset>(SyntheticOptions{40, 5, 4, 1});
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.resident = true;
+  Loader fresh(ds, o), resumed(ds, o);
+  fresh.start_epoch(0, 0);
+  resumed.start_epoch(2, 8);
+  Batch a, b;
+  REQUIRE(fresh.next(a));
+  REQUIRE(resumed.next(b));
+  CHECK(a.labels.to_vector_i64() == b.labels.to_vector_i64());
+  CHECK(a.images.to_vector() == b.images.to_vector());
+  fresh.start_epoch(1, 0);  // later epochs keep the same batch
+  Batch c;
+  REQUIRE(fresh.next(c));
+  CHECK(a.labels.to_vector_i64() == c.labels.to_vector_i64());
+}

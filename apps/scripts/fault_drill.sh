@@ -12,7 +12,8 @@
 #                              finishes (the watchdog waits while the write advances)
 #   4. two jobs on one folder  the second is refused, naming the first (its pid)
 #   5. another world size      a 2-rank run preempted inside an epoch resumes on 1 rank and ends
-#                              where the schedule ends (last step, LR near 0)
+#                              where the schedule ends (last step, LR near 0); run_status.py reads
+#                              the preemption (75) from the folder
 #   6. another run's folder    resuming run Y's file into run X's folder is refused (status 2, X's
 #                              files untouched); with --overwrite-checkpoints Y continues there under
 #                              names of its own, and X's files are still untouched (issue 29)
@@ -159,6 +160,9 @@ d=$out/5_world_size && mkdir -p "$d" && cd "$d"
 await out.txt "step 40/" && kill -TERM "$(cat pid.0)" "$(cat pid.1)"
 wait
 check "preempted on 2 ranks with status 75 (got $(cat rc.txt))" [ "$(cat rc.txt)" = 75 ]
+python3 "$root/apps/scripts/run_status.py" ck > status.txt
+rc=$?
+check "  ... and the folder says so whatever mpiexec returned (run_status.py: $rc)" [ "$rc" = 75 ]
 launch 1 --epochs 4 --checkpoint-dir ck --resume auto > resume.txt 2>&1
 rc=$?
 check "resumed on 1 rank from the mid-epoch checkpoint" has resume.txt "resumed from ck/checkpoint_epoch1_step"
