@@ -17,8 +17,8 @@
 // exactly on the same world size and batch (same batches, masks, LR), and on any other from the same
 // sequence of the epoch's order with the LR schedule continued in samples (apps/trainer/position.h).
 // A NaN/inf loss or gradient stops every rank (--on-nonfinite stop, the default; exit 3) or skips the
-// step; non-finite weights always stop, and no checkpoint is written from them. Exit status: 0 done,
-// 1 an error, 2 a usage error (a flag, or a folder that refuses the run), 3 stopped on a non-finite value.
+// step; non-finite weights always stop, and no checkpoint is written from them. Exit statuses: the
+// table in apps/trainer/exit_status.h (0 done, 1 failed, 2 usage, 3 non-finite, 65 data, 75 preempted).
 // --amp bf16|fp16: the model in 16-bit as core/autocast.h says (LayerNorm statistics, softmax, the
 // loss and the embedding gradients' sums in f32), f32 master weights and optimizer state, fp16 loss
 // scaling; steps with non-finite gradients are skipped on every rank and counted (apps/trainer/amp.h).
@@ -61,6 +61,7 @@
 #include "apps/encoder/setup.h"          // defines: init_world, make_corpus, make_model, set_up
 #include "apps/encoder/validation.h"     // defines: evaluate
 #include "apps/trainer/clock.h"          // defines: Clock, RunClock
+#include "apps/trainer/exit_status.h"    // defines: as_input_error
 #include "apps/trainer/preemption.h"     // defines: RunControl, kPreemptedExit
 #include "apps/trainer/run_flags.h"      // defines: trainer_main
 #include "apps/trainer/run_folder.h"     // defines: RunFolder
@@ -132,7 +133,7 @@ int run(enc::EncoderOptions& o) {
     // Tokenizing reports no progress; 30 min bounds it (a few GB of text), so the ranks already
     // waiting in the first collective wait that long before naming a hung set-up.
     dist::Busy preparing("tokenizing the corpus", {.unmeasured_s = 1800});
-    corpus = enc::make_corpus(o);
+    corpus = trainer::as_input_error([&] { return enc::make_corpus(o); });
   }
   if (o.epochs > 0) {  // the run's length in steps, now that the training sequences are known
     const std::string said = enc::steps_from_epochs(o, corpus.train->size(),
@@ -143,6 +144,9 @@ int run(enc::EncoderOptions& o) {
   auto model = o.tp > 1 ? nullptr : enc::make_model(o, corpus.vocab_size, folder.resume_path());
   enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));
   if (o.evaluate) return evaluate_only(t, o);
+  // Room for one checkpoint, now rather than at the first save (--tp: the file's size, or nothing).
+  t.folder.reserve(trainer::checkpoint_size_estimate(t.model.get(), o.optimizer, o.amp != "off", t.folder.resume_path()),
+                   w);
   enc::print_start(o, t);
   enc::start_records(o, t);  // config_<run-id>.toml beside the checkpoints, the --log-file's start record
 

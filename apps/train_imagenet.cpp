@@ -30,8 +30,9 @@
 // checkpoint's on any number of ranks. --model-ema keeps, validates and saves an EMA of the
 // weights (apps/trainer/ema.h).
 // --evaluate only validates a checkpoint (model, image size and classes from its metadata) or
-// --weights FILE. Exit status: 0 done, 1 an error, 2 a usage error (a flag,
-// or a checkpoint folder that refuses the run - every rank stops), 3 stopped on a non-finite value.
+// --weights FILE. Exit statuses: the table in apps/trainer/exit_status.h (0 done, 1 failed, 2 usage -
+// a flag, or a checkpoint folder that refuses the run: every rank stops -, 3 non-finite, 65 data,
+// 75 preempted).
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
 // Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
 // step boundary, write a checkpoint at that position and exit with status 75; --checkpoint-every N
@@ -64,6 +65,7 @@
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
 #include "apps/trainer/bn_stats.h"     // defines: sync_bn_statistics
 #include "apps/trainer/clock.h"        // defines: Clock, RunClock
+#include "apps/trainer/exit_status.h"  // defines: as_input_error
 #include "apps/trainer/preemption.h"   // defines: RunControl, kPreemptedExit
 #include "apps/trainer/run_flags.h"    // defines: trainer_main
 #include "apps/trainer/run_folder.h"   // defines: RunFolder, resolve_resume_read_only
@@ -105,7 +107,8 @@ int run(apps::TrainOptions& o) {
   }
   if (o.evaluate) {
     // Reads the folder without owning it: a training job may hold its lock.
-    const std::string resume = trainer::resolve_resume_read_only(o.checkpoint_dir, o.resume, o.run_id, w);
+    ReadHold reading;  // a trainer pruning the folder leaves the chosen file alone until we are done
+    const std::string resume = trainer::resolve_resume_read_only(o.checkpoint_dir, o.resume, o.run_id, w, &reading);
     apps::evaluate_checkpoint(o, w, resume);
     return 0;
   }
@@ -119,10 +122,13 @@ int run(apps::TrainOptions& o) {
   apps::Datasets ds;
   {
     dist::Busy scanning("scanning the data set", {.unmeasured_s = 1800});
-    ds = apps::make_datasets(o);
+    ds = trainer::as_input_error([&] { return apps::make_datasets(o); });
   }
   ModulePtr model = apps::make_model(o, ds.train->num_classes(), folder.resume_path());
   apps::Training t = apps::set_up(o, w, std::move(ds), std::move(model), std::move(folder));
+  // Room for one checkpoint, now rather than at the first save.
+  t.folder.reserve(trainer::checkpoint_size_estimate(t.model.get(), o.optimizer, o.amp != "off", t.folder.resume_path()),
+                   w);
   apps::print_start(o, t);
   apps::start_records(o, t);  // config_<run-id>.toml beside the checkpoints, the --log-file's start record
 

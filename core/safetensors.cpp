@@ -164,7 +164,36 @@ bool is_temp_name(const std::string& filename) {
   return std::regex_match(filename, re);
 }
 
-void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+std::string tensor_digest(const void* data, size_t nbytes) {
+  constexpr uint64_t kBasis = 0xcbf29ce484222325ull, kPrime = 0x100000001b3ull;  // FNV-1a 64's constants
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h[4] = {kBasis, kBasis ^ 1, kBasis ^ 2, kBasis ^ 3};  // four lanes, each started apart
+  const size_t words = nbytes / 8;
+  size_t i = 0;
+  for (; i + 4 <= words; i += 4)
+    for (int l = 0; l < 4; ++l) {
+      uint64_t w;
+      std::memcpy(&w, p + 8 * (i + l), 8);
+      h[l] = (h[l] ^ w) * kPrime;
+    }
+  for (; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, p + 8 * i, 8);
+    h[0] = (h[0] ^ w) * kPrime;
+  }
+  for (size_t b = 8 * words; b < nbytes; ++b) h[1] = (h[1] ^ p[b]) * kPrime;
+  uint64_t r = kBasis;
+  for (uint64_t lane : h) r = (r ^ lane) * kPrime;
+  r = (r ^ static_cast<uint64_t>(nbytes)) * kPrime;
+  // splitmix64's finalizer: a change in any bit reaches every bit of the result
+  r ^= r >> 30, r *= 0xbf58476d1ce4e5b9ull, r ^= r >> 27, r *= 0x94d049bb133111ebull, r ^= r >> 31;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  return std::string("fnv1a64x4:") + hex;
+}
+
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata_in, bool digests) {
+  Metadata metadata = metadata_in;
   // Host copies first: a GPU tensor's bytes are only readable after a device-to-host copy.
   std::vector<Tensor> host;
   host.reserve(tensors.size());
@@ -178,6 +207,7 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
                  "' appears twice. Names in a safetensors file must be unique.");
     TANDEM_CHECK(t.defined(), "cannot save '", path, "': tensor '", name, "' is undefined");
     host.push_back(t.is_cuda() ? t.to(Device::cpu()) : t);
+    if (digests) metadata[kDigestKey + name] = tensor_digest(host.back().data_ptr(), host.back().nbytes());
     uint64_t end = offset + t.nbytes();
     header[name] = {{"dtype", dtype_to_safetensors(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, end}}};
     offset = end;
@@ -357,10 +387,22 @@ File load(const std::string& path) {
   TANDEM_CHECK(expect == data_size, where, ": the data section is ", data_size, " bytes but its tensors cover ",
                expect, ".", bad);
 
+  const bool has_digests = std::any_of(out.metadata.begin(), out.metadata.end(),
+                                       [](const auto& kv) { return kv.first.rfind(kDigestKey, 0) == 0; });
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
     TANDEM_CHECK(in, "reading tensor '", e.name, "' from ", where, " failed.", bad);
+    if (has_digests) {
+      const auto it = out.metadata.find(kDigestKey + e.name);
+      TANDEM_CHECK(it != out.metadata.end(), where, ": tensor '", e.name, "' has no digest although the file's "
+                   "other tensors have one: the file is damaged. Use an earlier copy of it.");
+      const std::string got = tensor_digest(t.data_ptr(), t.nbytes());
+      TANDEM_CHECK(got == it->second, where, ": tensor '", e.name, "' does not match its digest (", it->second,
+                   " written, ", got, " read): the file is damaged (a disk, copy or storage error). Use an earlier "
+                   "copy of it.");
+      ++out.digests_checked;
+    }
     out.tensors.emplace_back(e.name, std::move(t));
   }
   return out;

@@ -45,7 +45,10 @@ using Metadata = std::map<std::string, std::string>;
 // The contents of one file. Tensors are in data-offset order (the order they were written).
 struct File {
   NamedTensors tensors;
-  Metadata metadata;
+  Metadata metadata;  // digest.* keys included
+  // How many tensors load() checked against a digest in the metadata: all of them for a file
+  // written with digests (a mismatch throws), 0 for one without.
+  size_t digests_checked = 0;
 
   // nullptr when absent.
   const Tensor* find(const std::string& name) const;
@@ -60,8 +63,18 @@ const char* dtype_to_safetensors(DType t);
 DType dtype_from_safetensors(const std::string& name, const std::string& context);
 
 // Writes `tensors` (names must be unique and non-empty, and not "__metadata__") and `metadata`
-// to `path` atomically. Tensors may live on any device.
-void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+// to `path` atomically. Tensors may live on any device. `digests`: also a digest of each tensor's
+// bytes in the metadata, "digest.<name>" = "fnv1a64x4:<16 hex digits>" (see tensor_digest), which
+// load() checks; the file stays plain safetensors (PyTorch reads the keys as strings and ignores them).
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {}, bool digests = false);
+
+// The metadata key of a tensor's digest, and the digest itself: FNV-1a's basis and prime over the
+// bytes as 64-bit words in four interleaved lanes (so the multiplies overlap: several GB/s), the
+// lanes and the length folded together, then a final mix; "fnv1a64x4:" + 16 hex digits. Not a
+// cryptographic hash: it finds damage (a flipped bit, a finite overwrite, a zeroed block), not an
+// adversary. Changing any single 64-bit word always changes it (each step is a bijection).
+inline constexpr const char* kDigestKey = "digest.";
+std::string tensor_digest(const void* data, size_t nbytes);
 
 // Progress of save(), for a caller that must show it is alive while a large file goes to a slow
 // disk (apps/trainer/preemption.cpp hands it to dist's Busy scope, so the watchdog knows the writing
@@ -73,7 +86,9 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
 using WriteProgress = std::function<void(uint64_t done, uint64_t total)>;
 WriteProgress set_write_progress(WriteProgress hook);
 
-// Reads and validates `path`. All tensors are returned on the CPU.
+// Reads and validates `path`. All tensors are returned on the CPU. When the metadata holds digests
+// (save's `digests`), every tensor must have one and match it; a mismatch throws naming the tensor
+// and saying the file is damaged.
 File load(const std::string& path);
 
 // Reads only the header of `path` and returns its __metadata__ (empty when it has none). Validates

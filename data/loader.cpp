@@ -48,7 +48,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt)
   TANDEM_CHECK(opt_.prefetch >= 1, "prefetch must be >= 1, got ", opt_.prefetch);
   TANDEM_CHECK(!opt_.drop_last || sampler_.num_samples(0) >= opt_.batch_size, "batch_size ", opt_.batch_size,
                " is larger than this rank's ", sampler_.num_samples(0),
-               " samples per epoch, so drop_last leaves no batch; lower the batch size or set drop_last = false");
+               " samples per epoch, and only full batches are used, so there is none; use a smaller batch size or "
+               "fewer ranks, or add data");
   if (opt_.device.is_cuda()) {
     TANDEM_CHECK(built_with_cuda(), "the loader targets ", opt_.device.str(), " but tandem was built without CUDA");
     stage_on_host_ = true;
@@ -305,8 +306,17 @@ bool Loader::next(Batch& out) {
   };
   if (opt_.resident) {
     if (!have_resident_) {
+      // Always epoch 0's first batch, whatever epoch and offset this run starts at: a resumed run
+      // then trains on the same fixed batch as the uninterrupted one (it used to take its start's).
+      const SampleKey key = key_;
+      const int64_t rank_samples = rank_samples_;
+      std::vector<int64_t> order = std::move(order_);
+      key_ = SampleKey{opt_.seed, 0};
+      order_ = sampler_.indices(0, 0);
+      rank_samples_ = static_cast<int64_t>(order_.size());
       produce_inline(0);
       resident_batch_ = hand_out(*slots_[0], 0);
+      key_ = key, order_ = std::move(order), rank_samples_ = rank_samples;
       have_resident_ = true;
     }
     out = resident_batch_;

@@ -13,8 +13,8 @@ DistributedSampler::DistributedSampler(SamplerOptions opt) : opt_(opt) {
   TANDEM_CHECK(opt_.world_size >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world_size, "sampler: rank ",
                opt_.rank, " is not in [0, world_size=", opt_.world_size, ")");
   TANDEM_CHECK(opt_.dataset_size > 0, "sampler: the dataset is empty");
-  TANDEM_CHECK(num_samples(0) > 0, "sampler: drop_last with ", opt_.dataset_size, " samples over ",
-               opt_.world_size, " ranks leaves every rank empty; use fewer ranks or drop_last = false");
+  TANDEM_CHECK(num_samples(0) > 0, "sampler: ", opt_.dataset_size, " samples over ", opt_.world_size,
+               " ranks, dropping the uneven tail, leave every rank empty; use fewer ranks or add data");
 }
 
 void DistributedSampler::check_start(int64_t start) const {

@@ -50,6 +50,9 @@ std::vector<std::string> list_text_files(const std::vector<std::string>& paths) 
       std::sort(found.begin(), found.end());
       for (const fs::path& p : found) add(p);
     } else {
+      // A device or a pipe (/dev/zero) would be read to its end - which may never come - into memory.
+      TANDEM_CHECK(fs::is_regular_file(path, ec), "text corpus: '", path, "' is neither a text file nor a folder "
+                   "(a device or a pipe?); pass text files or folders");
       add(path);
     }
   }

@@ -24,8 +24,8 @@ TextLoader::TextLoader(std::shared_ptr<const MlmDataset> dataset, TextLoaderOpti
     : dataset_(std::move(dataset)), opt_(opt), sampler_(sampler_options(*dataset_, opt_)) {
   TANDEM_CHECK(opt_.batch_size > 0, "text loader: batch_size must be positive, got ", opt_.batch_size);
   TANDEM_CHECK(batches_per_epoch() > 0, "text loader: ", sampler_.num_samples(0), " sequences per rank make no ",
-               "full batch of ", opt_.batch_size, "; lower the batch size or --seq-len, add text, or set ",
-               "drop_last = false");
+               "full batch of ", opt_.batch_size, " (only full batches are used); use a smaller batch size, shorter ",
+               "sequences or fewer ranks, or add text");
 }
 
 int64_t TextLoader::batches_per_epoch(int64_t start_offset) const {

@@ -48,7 +48,7 @@ CheckpointCrashHook crash_hook = nullptr;
 // and handed to the hook, so the disk holds exactly what an interrupted write leaves.
 void crash_midway(const std::string& path, const NamedTensors& all, const safetensors::Metadata& m) {
   const std::string tmp = safetensors::temp_path(path);
-  safetensors::save(tmp, all, m);
+  safetensors::save(tmp, all, m, /*digests=*/true);
   std::filesystem::resize_file(tmp, std::filesystem::file_size(tmp) / 2);
   crash_hook(tmp);
   TANDEM_THROW("the checkpoint crash hook returned; it must end the process (failure drills only)");
@@ -224,13 +224,14 @@ void save_checkpoint(const std::string& path, const Module& model, const NamedTe
   }
   for (const auto& [k, v] : s.extra) m["extra." + k] = v;
   if (crash_hook) crash_midway(path, all, m);
-  safetensors::save(path, all, m);
+  safetensors::save(path, all, m, /*digests=*/true);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  safetensors::File f = safetensors::load(path);
+  safetensors::File f = safetensors::load(path);  // checks the digests, when the file has them
   Checkpoint c;
   c.state = parse_state(f.metadata, path);
+  c.verified = f.digests_checked > 0 && f.digests_checked == f.tensors.size();
   for (auto& [n, t] : f.tensors) {
     if (n.rfind(kOpt, 0) == 0)
       c.optimizer.emplace_back(n.substr(kOpt.size()), std::move(t));
@@ -242,8 +243,18 @@ Checkpoint read_checkpoint(const std::string& path) {
 
 TrainState read_train_state(const std::string& path) { return parse_state(safetensors::read_metadata(path), path); }
 
-Checkpoint load_checkpoint(const std::string& path, Module& model) {
-  Checkpoint c = read_checkpoint(path);
+std::string checkpoint_damage(const std::string& path) {
+  try {
+    read_checkpoint(path);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+Checkpoint load_checkpoint(const std::string& path, Module& model) { return apply_checkpoint(read_checkpoint(path), path, model); }
+
+Checkpoint apply_checkpoint(Checkpoint c, const std::string& path, Module& model) {
   LoadOptions opt;
   opt.source = "checkpoint '" + path + "'";
   // A training checkpoint resumes into the model it was saved from; its user has no switch for a

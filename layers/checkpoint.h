@@ -12,7 +12,10 @@
 //                            epoch, world_size, data.sampler_epoch, data.index_in_epoch,
 //                            data.samples, data.epoch_offset, data.global_batch, data.classes (a
 //                            JSON array of strings), rng.<name>.seed/.offset, and any extra.<key>
-//                            the caller adds (e.g. the LR schedule's settings)
+//                            the caller adds (e.g. the LR schedule's settings), and digest.<tensor>
+//                            for every tensor (core/safetensors.h's tensor_digest, checked on read:
+//                            a damaged file is refused, not trained from; files written before
+//                            digests were added still load, unverified)
 //
 // Exact resume: parameters, buffers and optimizer tensors are stored bit for bit; the trainers'
 // LR schedule is a function of the position in samples (apps/trainer/position.h); every random
@@ -115,6 +118,9 @@ struct Checkpoint {
   NamedTensors optimizer;  // names with the "optimizer." prefix removed (file layout from
                            // read_checkpoint, tandem layout from load_checkpoint)
   TrainState state;
+  // Every tensor matched its digest (files written since format 2 carry one per tensor, checked on
+  // read); false for an older file without digests, whose contents cannot be checked.
+  bool verified = false;
 };
 
 // Writes atomically (see safetensors::save). Call on one rank only (rank 0).
@@ -123,8 +129,11 @@ void save_checkpoint(const std::string& path, const Module& model, const NamedTe
                      const TrainState& state);
 
 // Reads and validates the file; tensors are on the CPU. Fails clearly when the file is not a tandem
-// checkpoint or a field is malformed.
+// checkpoint, a field is malformed, the file is truncated or a tensor does not match its digest.
 Checkpoint read_checkpoint(const std::string& path);
+
+// "" when read_checkpoint(path) succeeds (the whole file read, digests checked); else its error.
+std::string checkpoint_damage(const std::string& path);
 
 // The TrainState alone, from the file's header (its tensors are not read): for listing a folder of
 // checkpoints. Same checks and format-1 derivations as read_checkpoint.
@@ -133,6 +142,9 @@ TrainState read_train_state(const std::string& path);
 // read_checkpoint + load_state_dict(model, ..., strict) with the file named in errors, and the
 // optimizer state of conv weights converted back to tandem's OHWI layout.
 Checkpoint load_checkpoint(const std::string& path, Module& model);
+// load_checkpoint's second half, for a caller that read the file itself (to tell a damaged file
+// from a model that does not fit): loads `c` (read from `path`) into model.
+Checkpoint apply_checkpoint(Checkpoint c, const std::string& path, Module& model);
 
 // Failure drills only (TANDEM_FAULT=0:S:crash-in-checkpoint, apps/train/faults.h): when a hook is
 // set, save_checkpoint leaves what a process killed mid-write leaves - half of the file's bytes

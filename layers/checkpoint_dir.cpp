@@ -2,7 +2,9 @@
 #include "layers/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,6 +81,22 @@ bool write_all(int fd, const char* p, size_t n) {
 
 // ---- names ----
 
+std::string run_path(const std::string& path, const std::string& run_id) {
+  const fs::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".run-" + run_id + p.extension().string())).string();
+}
+
+std::string own_name(const std::string& path, const std::string& run_id) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return path;
+  try {
+    if (read_train_state(path).run_id == run_id) return path;  // this run's own file: replaced
+  } catch (const Error&) {
+    // unreadable: whose it is cannot be told, so it is not replaced either
+  }
+  return run_path(path, run_id);
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t epoch) {
   return (fs::path(dir) / ("checkpoint_epoch" + std::to_string(epoch) + ".safetensors")).string();
 }
@@ -148,10 +166,44 @@ int prune_checkpoints(const std::string& dir, int keep, const std::string& run_i
       ++kept;
       continue;
     }
-    std::error_code ec;
-    if (fs::remove(c.path, ec)) ++removed;
+    // An exclusive flock, not waiting: a reader's shared one (ReadHold) keeps the file for now.
+    const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // gone already
+    // (Where flock is unsupported - ENOLCK, EOPNOTSUPP - no reader can hold one either: removed.)
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
+      std::error_code ec;
+      if (fs::remove(c.path, ec)) ++removed;
+    }
+    ::close(fd);
   }
   return removed;
+}
+
+ReadHold ReadHold::take(const std::string& path) {
+  ReadHold h;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return h;
+  struct stat st{};
+  // After the lock: a pruner that unlinked the file before we locked it has left it with no name.
+  const bool locked = ::flock(fd, LOCK_SH) == 0 || errno == ENOLCK || errno == EOPNOTSUPP;  // else no hold at all
+  if (!locked || ::fstat(fd, &st) != 0 || st.st_nlink == 0) {
+    ::close(fd);
+    return h;
+  }
+  h.fd_ = fd;
+  return h;
+}
+
+ReadHold& ReadHold::operator=(ReadHold&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_, o.fd_ = -1;
+  }
+  return *this;
+}
+
+ReadHold::~ReadHold() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 // ---- start-up checks ----
@@ -161,6 +213,13 @@ bool ensure_writable(const std::string& dir) {
   std::error_code ec;
   const bool existed = fs::is_directory(dir, ec);
   if (!existed) {
+    // A link whose target is gone: create_directories would say only "File exists".
+    if (fs::is_symlink(dir, ec) && !fs::exists(dir, ec)) {
+      const fs::path target = fs::read_symlink(dir, ec);
+      TANDEM_THROW("the checkpoint folder '", dir, "' is a symbolic link to '", target.string(),
+                   "', which does not exist (a dangling link): create that folder, or choose another checkpoint "
+                   "folder; nothing has been trained yet.");
+    }
     fs::create_directories(dir, ec);
     TANDEM_CHECK(!ec, "cannot create the checkpoint folder '", dir, "': ", ec.message(),
                  ". Choose a --checkpoint-dir you can write to, or fix its parent's permissions; nothing has been "
@@ -182,6 +241,24 @@ bool ensure_writable(const std::string& dir) {
   TANDEM_CHECK(ok, "the checkpoint folder '", dir, "' is not writable: writing '", probe, "' failed: ",
                std::strerror(err), advice);
   return existed;
+}
+
+void reserve_space(const std::string& dir, uint64_t bytes) {
+  if (bytes == 0) return;
+  const std::string probe = safetensors::temp_path((fs::path(dir) / kProbe).string());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TANDEM_CHECK(fd >= 0, "the checkpoint folder '", dir, "' is not writable: creating '", probe, "' failed: ",
+               std::strerror(errno), ". Choose a folder you can write to; nothing has been trained yet.");
+  int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));  // returns the error, does not set errno
+  if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {  // cannot allocate ahead here: ask for free space
+    struct statvfs v{};
+    err = ::fstatvfs(fd, &v) == 0 && static_cast<uint64_t>(v.f_bavail) * v.f_frsize < bytes ? ENOSPC : 0;
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  TANDEM_CHECK(err == 0, "the checkpoint folder '", dir, "' has no room for one checkpoint (", bytes / 1e6,
+               " MB): reserving it failed: ", std::strerror(err), ". Free space there (or raise the quota), keep fewer "
+               "checkpoints, or choose another folder; nothing has been trained yet.");
 }
 
 std::vector<std::string> remove_dead_temporaries(const std::string& dir) {
@@ -213,8 +290,27 @@ std::string fresh_start_refusal(const std::string& dir, const std::vector<Checkp
   for (size_t i = 0; i < listing.size() && i < kListed; ++i) s += line_for(listing[i]) + "\n";
   if (listing.size() > kListed) s += "  and " + std::to_string(listing.size() - kListed) + " more\n";
   return s + "Continue that run with --resume auto (or --resume <file>); or start a new run beside those files with "
-             "--overwrite-checkpoints (they are kept and never pruned, --resume auto then follows the new run, and "
-             "only a file of the same name is replaced); or choose another --checkpoint-dir.";
+             "--overwrite-checkpoints (they are kept, never pruned and never replaced, and --resume auto then follows "
+             "the new run); or choose another --checkpoint-dir.";
+}
+
+std::string foreign_resume_refusal(const std::string& dir, const std::vector<CheckpointInfo>& listing,
+                                   const std::string& resume, const std::string& resume_run,
+                                   const std::string& folder_run) {
+  if (resume_run == folder_run && !folder_run.empty()) return "";  // the folder's own run continues
+  std::vector<CheckpointInfo> others;
+  for (const CheckpointInfo& c : listing) {
+    if (c.readable && c.state.run_id == resume_run) return "";  // the resumed run already writes here
+    others.push_back(c);
+  }
+  if (others.empty()) return "";  // an empty folder: the resumed run makes it its own
+  std::string s = "checkpoint folder '" + dir + "' belongs to another run, but '" + resume + "' is a checkpoint of run " +
+                  run_label(resume_run) + "; continuing it there would mix two runs and could replace their files:\n";
+  for (size_t i = 0; i < others.size() && i < kListed; ++i) s += line_for(others[i]) + "\n";
+  if (others.size() > kListed) s += "  and " + std::to_string(others.size() - kListed) + " more\n";
+  return s + "Resume into the folder that file came from (or an empty one); or continue that run here beside those "
+             "files with --overwrite-checkpoints (they are kept, never pruned, and never replaced: a name they use "
+             "gets this run's id added).";
 }
 
 ResumeChoice choose_resume_auto(const std::string& dir, const std::vector<CheckpointInfo>& listing,
@@ -240,6 +336,35 @@ ResumeChoice choose_resume_auto(const std::string& dir, const std::vector<Checkp
   TANDEM_THROW("--resume auto: checkpoint folder '", dir, "' holds checkpoints of ", newest.size(),
                " runs and no record of which one used it last (newest file of each run):", runs,
                "\nPass the file to continue with --resume <file>, or name its run (--run-id <id>).");
+}
+
+std::string newest_intact(const std::string& dir, const std::vector<CheckpointInfo>& listing, const ResumeChoice& c,
+                          std::vector<std::string>& notes) {
+  std::vector<std::string> damaged;
+  bool reached = false;
+  for (const CheckpointInfo& f : listing) {  // newest first
+    if (!f.readable || f.state.run_id != c.run_id) continue;
+    reached = reached || same_file(f.path, c.path);
+    if (!reached) continue;
+    const std::string bad = checkpoint_damage(f.path);  // the whole file: truncation, digests
+    if (bad.empty()) {
+      if (!damaged.empty())
+        notes.push_back("--resume auto: skipped the damaged newest checkpoint(s) of run " + run_label(c.run_id) +
+                        " - " + [&] {
+                          std::string s;
+                          for (const std::string& d : damaged) s += (s.empty() ? "" : "; ") + d;
+                          return s;
+                        }() + " - and resumes from the newest intact one, " + file_name(f.path) + " (step " +
+                        std::to_string(f.state.step) + ")");
+      return f.path;
+    }
+    damaged.push_back(file_name(f.path) + ": " + reason(bad));
+  }
+  std::string list;
+  for (const std::string& d : damaged) list += "\n  " + d;
+  throw CheckpointDamaged("--resume auto: every checkpoint of run " + run_label(c.run_id) + " in '" + dir +
+                          "' is damaged:" + list + "\nRestore a copy of one, resume another file with --resume "
+                          "<file>, or start a new run.");
 }
 
 std::string resume_auto_found_nothing(const std::string& dir, bool dir_existed, const std::string& run_id,
@@ -284,7 +409,8 @@ CheckpointDir CheckpointDir::open(const CheckpointDirOptions& o) {
 
   if (o.resume == "auto") {
     const std::string folder_run = d.lock_.previous() ? d.lock_.previous()->last_run : "";
-    const ResumeChoice c = choose_resume_auto(o.dir, listing, o.run_id, folder_run);
+    ResumeChoice c = choose_resume_auto(o.dir, listing, o.run_id, folder_run);
+    if (!c.path.empty()) c.path = newest_intact(o.dir, listing, c, d.notes_);
     d.resume_path_ = c.path;
     // A file without a run id (format 1) starts a named run from here on.
     d.run_id_ = !c.path.empty() && !c.run_id.empty() ? c.run_id : fresh_id;
@@ -293,6 +419,11 @@ CheckpointDir CheckpointDir::open(const CheckpointDirOptions& o) {
     const TrainState st = read_train_state(o.resume);  // a missing or foreign file fails here, before training
     TANDEM_CHECK(o.run_id.empty() || st.run_id.empty() || st.run_id == o.run_id, "'", o.resume, "' belongs to run ",
                  st.run_id, ", not to the run id given (", o.run_id, "): drop the run id or resume another file");
+    const std::string folder_run = d.lock_.previous() ? d.lock_.previous()->last_run : "";
+    if (!o.overwrite) {
+      const std::string refusal = foreign_resume_refusal(o.dir, listing, o.resume, st.run_id, folder_run);
+      if (!refusal.empty()) TANDEM_THROW(refusal);
+    }
     d.resume_path_ = o.resume;
     d.run_id_ = st.run_id.empty() ? fresh_id : st.run_id;
   } else {
@@ -315,7 +446,7 @@ std::string CheckpointDir::write(const Module& model, const NamedTensors& optimi
   TANDEM_CHECK(s.run_id.empty() || s.run_id == run_id_, "the state to save names run ", s.run_id, " but '", o_.dir,
                "' is open for run ", run_id_);
   s.run_id = run_id_;
-  const std::string path = checkpoint_path_for(o_.dir, s, o_.naming);
+  const std::string path = own_name(checkpoint_path_for(o_.dir, s, o_.naming), run_id_);
   save_checkpoint(path, model, optimizer_state, s);
   prune_checkpoints(o_.dir, o_.keep, run_id_, path);
   return path;

@@ -26,13 +26,18 @@
 //   3. else (a folder without a record: written by tandem 0.1 or copied): the newest file when all
 //      readable files belong to one run; several runs are refused, naming each run and its newest
 //      file, since picking one by time could continue the wrong run.
+//   The chosen run's newest file is read whole (layers/checkpoint.h: its size and every tensor's
+//   digest); a damaged one (a truncated copy, a corrupted disk block) is skipped, with a note, for
+//   the run's newest intact file. keep >= 2 leaves that fallback in the folder.
 //   When nothing is found, resume_auto_found_nothing gives the one line the apps print, and the job
 //   starts a new run (that is what a requeue script that always passes --resume auto wants on its
 //   first launch).
 // A fresh start (no resume) into a folder holding other checkpoints is refused, listing them,
-// unless overwrite is set. With overwrite the old files stay untouched: the new run never prunes
-// them and --resume auto follows the new run (rule 2); only a file of the same name is replaced
-// when the new run writes it.
+// unless overwrite is set. So is a resume from a file of run Y into a folder that holds other
+// runs' files but none of Y's and was last used by another run (issue 29: Y's saves replaced run
+// X's final model). With overwrite the old files stay untouched: the new run never prunes them,
+// --resume auto follows the new run (rule 2), and a file of another run (or an unreadable one) is
+// never replaced - where the run's name is taken, it writes checkpoint_<...>.run-<run id>.safetensors.
 //
 // Start-up checks (before any training, so a bad folder fails in seconds, not after an epoch):
 // the folder is created, a probe file is written, fsynced and removed (errors name the path, the
@@ -48,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"  // defines: Error
 #include "layers/checkpoint.h"
 #include "layers/checkpoint_lock.h"
 
@@ -57,6 +63,10 @@ namespace tandem {
 std::string checkpoint_path(const std::string& dir, int64_t epoch);                              // epoch end
 std::string mid_epoch_checkpoint_path(const std::string& dir, int64_t epoch, int64_t step);
 std::string step_checkpoint_path(const std::string& dir, int64_t step);                          // train_encoder
+// "<dir>/<stem>.run-<run_id>.safetensors": the name a run writes when `path` is another run's file.
+std::string run_path(const std::string& path, const std::string& run_id);
+// `path` when it is free or run_id's own file; else run_path(path, run_id).
+std::string own_name(const std::string& path, const std::string& run_id);
 enum class CheckpointNaming { epoch, step };
 // The name for `s`: step naming, or epoch naming - the epoch-end name when the state is at an epoch
 // boundary (epoch_offset and index_in_epoch 0), the mid-epoch name otherwise.
@@ -78,13 +88,39 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
 // The newest readable checkpoint of run `run_id` ("" names the files without a run id), "" when none.
 std::string latest_checkpoint(const std::string& dir, const std::string& run_id);
 // Removes all but the `keep` newest of run_id's readable checkpoints (keep <= 0: keeps all).
-// `just_written` is never removed and counts as one of the kept. Returns how many were removed.
+// `just_written` is never removed and counts as one of the kept, and neither is a file a reader
+// holds (ReadHold below): that one is left for a later round. Returns how many were removed.
 int prune_checkpoints(const std::string& dir, int keep, const std::string& run_id, const std::string& just_written);
+
+// A reader's claim on a checkpoint file: a shared flock on the file itself, held while the reader
+// reads it (e.g. an evaluation beside a training job that prunes its older files). Pruning takes an
+// exclusive one without waiting and leaves a held file alone. take() returns one that holds nothing
+// when the file is gone (pruned between the choice and the open): choose again.
+class ReadHold {
+ public:
+  ReadHold() = default;
+  static ReadHold take(const std::string& path);
+  ReadHold(ReadHold&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  ReadHold& operator=(ReadHold&& o) noexcept;
+  ReadHold(const ReadHold&) = delete;
+  ReadHold& operator=(const ReadHold&) = delete;
+  ~ReadHold();
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
 
 // ---- start-up checks ----
 // Creates dir and writes, fsyncs and removes a probe file in it; throws naming the path, the errno
 // text and what to do. Returns whether dir existed before.
 bool ensure_writable(const std::string& dir);
+// Reserves `bytes` in dir for a moment - a probe file of that size allocated (posix_fallocate, so
+// a full disk or a quota shows without writing the bytes), then removed - and throws, naming the
+// size, the errno text and what to do, when there is no room. For the start-up check that one
+// checkpoint fits: a disk with room for none used to train a whole epoch before failing, on every
+// restart. Where the filesystem cannot allocate ahead, its free space (statvfs) decides.
+void reserve_space(const std::string& dir, uint64_t bytes);
 // Removes the temporaries of dead writers (checkpoint_*.tmp.* and probe temporaries; see
 // safetensors::is_temp_name). Only call while holding the folder's lock and before this job writes
 // into the folder (a write in flight has a temporary too). Returns the removed names.
@@ -93,6 +129,12 @@ std::vector<std::string> remove_dead_temporaries(const std::string& dir);
 // to do. `listing` is list_checkpoints(dir).
 std::string fresh_start_refusal(const std::string& dir, const std::vector<CheckpointInfo>& listing);
 
+// "" when resuming `resume` (a file of run `resume_run`) into dir is fine; else the refusal (see
+// above). `folder_run` is the run the folder's lock record names as its last.
+std::string foreign_resume_refusal(const std::string& dir, const std::vector<CheckpointInfo>& listing,
+                                   const std::string& resume, const std::string& resume_run,
+                                   const std::string& folder_run);
+
 // --resume auto's choice (see the rule above). Throws when rule 3 finds several runs.
 struct ResumeChoice {
   std::string path;     // "" when nothing was found
@@ -100,6 +142,14 @@ struct ResumeChoice {
 };
 ResumeChoice choose_resume_auto(const std::string& dir, const std::vector<CheckpointInfo>& listing,
                                 const std::string& run_id, const std::string& folder_run);
+// Every checkpoint of the chosen run is damaged (truncated, or a tensor that fails its digest).
+struct CheckpointDamaged : Error {
+  using Error::Error;
+};
+// From c.path on (c.run_id's files, newest first), the newest file that reads whole and matches its
+// digests; a note names the damaged ones skipped. Throws CheckpointDamaged when none is intact.
+std::string newest_intact(const std::string& dir, const std::vector<CheckpointInfo>& listing, const ResumeChoice& c,
+                          std::vector<std::string>& notes);
 // The one line the apps print when --resume auto finds nothing: names the folder (and that it did
 // not exist, for a mistyped path), the run looked for and the other files left alone.
 std::string resume_auto_found_nothing(const std::string& dir, bool dir_existed, const std::string& run_id,
@@ -111,7 +161,8 @@ struct CheckpointDirOptions {
   std::string resume;            // "": fresh start; "auto": see the rule above; else a checkpoint file
   std::string run_id;            // "": new (fresh start) or the resumed file's. Set: this run's id, and
                                  // --resume auto looks for it (a requeue script that names its run)
-  bool overwrite = false;        // allow a fresh start into a folder holding other checkpoints
+  bool overwrite = false;        // allow a fresh start, or a resume of another run's file, into a folder
+                                 // holding other checkpoints
   int keep = 0;                  // newest checkpoints of this run to keep (0: all)
   CheckpointNaming naming = CheckpointNaming::epoch;
   std::string program;           // names this job in the lock record (e.g. "train_imagenet")

@@ -33,15 +33,29 @@ std::string boot_id() {
   return id;
 }
 
-// Field 22 of /proc/<pid>/stat (clock ticks after boot). The command name, field 2, is in
-// parentheses and may hold spaces and ')', so fields are counted from the last ')'.
-int64_t start_ticks(int64_t pid) {
+// The fields of /proc/<pid>/stat after the command name (field 3, the state, first). The name,
+// field 2, is in parentheses and may hold spaces and ')', so fields are counted from the last ')'.
+// Empty when the file cannot be read (no /proc, or no such process).
+std::string stat_after_name(int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(in, line)) return -1;
+  if (!std::getline(in, line)) return "";
   const size_t close = line.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(line.substr(close + 1));
+  return close == std::string::npos ? "" : line.substr(close + 1);
+}
+
+// A process that has exited but not been reaped by its parent yet (state Z, zombie; X, dead) holds
+// no files and no locks, yet kill(pid, 0) still finds it. After kill -9 of a job, its rank 0 stays
+// a zombie until the launcher reaps it - seconds, and 90 s was seen (issue 29, item 2).
+bool exited(int64_t pid) {
+  std::istringstream rest(stat_after_name(pid));
+  char state = 0;
+  return (rest >> state) && (state == 'Z' || state == 'X');
+}
+
+// Field 22 of /proc/<pid>/stat (clock ticks after boot).
+int64_t start_ticks(int64_t pid) {
+  std::istringstream rest(stat_after_name(pid));
   std::string field;
   for (int i = 3; i <= 22; ++i)
     if (!(rest >> field)) return -1;
@@ -119,6 +133,7 @@ bool holder_alive(const LockHolder& h) {
   const std::string boot = boot_id();
   if (!h.boot_id.empty() && !boot.empty() && h.boot_id != boot) return false;  // the machine rebooted since
   if (::kill(static_cast<pid_t>(h.pid), 0) != 0 && errno != EPERM) return false;  // ESRCH: no such process
+  if (exited(h.pid)) return false;  // a zombie: dead, its lock gone, only not reaped yet
   const int64_t ticks = start_ticks(h.pid);
   return h.start_ticks < 0 || ticks < 0 || ticks == h.start_ticks;  // a different start time: the pid was reused
 }

@@ -13,8 +13,9 @@
 //     leaves a record with "released": false but no lock. The next job gets the lock and says, in a
 //     note, whose lock it took over (a "stale" lock).
 //   - The record also decides where flock cannot: a holder on this host (same host name and boot id)
-//     whose process is alive - pid present and, on Linux, the same start time in /proc/<pid>/stat,
-//     so a reused pid does not count - is never taken over, even when flock succeeds.
+//     whose process is alive - pid present, not a zombie (an exited process its parent has not
+//     reaped yet, state Z: it holds nothing), and, on Linux, the same start time in
+//     /proc/<pid>/stat, so a reused pid does not count - is never taken over, even when flock succeeds.
 //   - flock unsupported (ENOLCK, EOPNOTSUPP, ENOSYS, EINVAL: e.g. Lustre mounted "noflock", some NFS
 //     set-ups) or FolderLockOptions::use_flock = false: the record alone decides. A live holder on
 //     this host, or any unreleased holder on another host (its liveness cannot be checked from
@@ -99,7 +100,7 @@ class FolderLock {
 std::optional<LockHolder> read_lock_record(const std::string& dir);
 // This process's host name, boot id and start time, as acquire() records them.
 LockHolder this_process();
-// Whether `h` is a live process on this machine: same host and boot, pid present, same start time
+// Whether `h` is a live process on this machine: same host and boot, pid present and not a zombie, same start time
 // (when both are known). False for another host (use same_machine first to tell the cases apart).
 bool holder_alive(const LockHolder& h);
 bool same_machine(const LockHolder& h);

@@ -2,7 +2,10 @@
 // names that do not collide, listing by metadata, the start-up checks (writability probe, dead
 // temporaries), the fresh-start refusal, --resume auto's rule, and CheckpointDir doing it all.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -252,4 +255,202 @@ TEST_CASE("CheckpointDir: a folder of format-1 files (no run ids, no lock record
   CheckpointDir c = CheckpointDir::open(options(d, "auto"));
   CHECK(c.resume_path() == checkpoint_path(d, 2));
   CHECK(c.run_id().size() == 32);  // a named run from here on
+}
+
+TEST_CASE("CheckpointDir: resuming run Y's file into run X's folder is refused; with overwrite no X file is replaced") {
+  // Issue 29, item 1: this was accepted silently, and Y's saves replaced X's checkpoint_epoch2 and
+  // checkpoint_epoch3 (X's final model).
+  ckpt_test::Scratch a("cdir_x"), b("cdir_y");
+  ckpt_test::Tiny m;
+  std::string run_x, run_y;
+  {
+    CheckpointDir x = CheckpointDir::open(options(a.str()));
+    run_x = x.run_id();
+    for (int e : {1, 2, 3}) x.write(m, {}, state("", e * 10, e));
+  }
+  {
+    CheckpointDir y = CheckpointDir::open(options(b.str()));
+    run_y = y.run_id();
+    y.write(m, {}, state("", 10, 1));
+  }
+  const std::string y_file = checkpoint_path(b.str(), 1);
+  const std::string e = error_of([&] { CheckpointDir::open(options(a.str(), y_file)); });
+  CHECK(has(e, "belongs to another run"));
+  CHECK(has(e, "is a checkpoint of run " + run_y));
+  CHECK(has(e, "run " + run_x));
+  CHECK(has(e, "--overwrite-checkpoints"));
+  CHECK(read_lock_record(a.str())->last_run == run_x);  // the refused job did not take the folder over
+  CHECK(latest_checkpoint(a.str(), run_x) == checkpoint_path(a.str(), 3));
+
+  CheckpointDirOptions o = options(a.str(), y_file);
+  o.overwrite = true;
+  o.keep = 1;
+  {
+    CheckpointDir y = CheckpointDir::open(o);
+    CHECK(y.run_id() == run_y);
+    const std::string p2 = y.write(m, {}, state("", 20, 2));
+    const std::string p3 = y.write(m, {}, state("", 30, 3));
+    CHECK(p2 == a.file("checkpoint_epoch2.run-" + run_y + ".safetensors"));
+    CHECK(p3 == a.file("checkpoint_epoch3.run-" + run_y + ".safetensors"));
+    CHECK_FALSE(fs::exists(p2));  // Y's own older file: pruned (keep 1)
+    const std::string p4 = y.write(m, {}, state("", 40, 4));
+    CHECK(p4 == checkpoint_path(a.str(), 4));  // a free name: the plain one
+  }
+  for (int e2 : {1, 2, 3}) CHECK(read_train_state(checkpoint_path(a.str(), e2)).run_id == run_x);  // X's, intact
+  // A resume of Y inside the folder that now holds Y's files needs no override; its names stay its own.
+  CheckpointDir y2 = CheckpointDir::open(options(a.str(), "auto"));
+  CHECK(y2.run_id() == run_y);
+  CHECK(y2.resume_path() == checkpoint_path(a.str(), 4));
+  CHECK(y2.write(m, {}, state("", 30, 3)) == a.file("checkpoint_epoch3.run-" + run_y + ".safetensors"));
+  CHECK(read_train_state(checkpoint_path(a.str(), 3)).run_id == run_x);
+}
+
+namespace {
+// A model with one 1000-float parameter: room for a corruption of 100 floats inside a tensor.
+struct Wide : Module {
+  Wide() { register_parameter("w", Tensor::ones({1000})); }
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Wide"; }
+};
+
+// Overwrites 100 floats of the file's data section, a little past its start, with 1e30: finite
+// values a NaN check cannot see (issue 29, item 4).
+void corrupt_100_floats(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  f.seekp(static_cast<std::streamoff>(8 + n + 64));
+  const float big = 1e30f;
+  for (int i = 0; i < 100; ++i) f.write(reinterpret_cast<const char*>(&big), sizeof big);
+}
+}  // namespace
+
+TEST_CASE("a finite corruption inside a checkpoint is detected on read; a truncated file too") {
+  ckpt_test::Scratch dir("digest");
+  Wide m;
+  const std::string p = dir.file("checkpoint_epoch1.safetensors");
+  save_checkpoint(p, m, {}, state("r", 1, 1));
+  CHECK_NOTHROW(read_checkpoint(p));
+  // still a plain safetensors file: the digests are metadata strings
+  CHECK(safetensors::read_metadata(p).count("digest.w") == 1);
+  corrupt_100_floats(p);
+  CHECK(read_train_state(p).step == 1);  // the header is intact: listing still works
+  const std::string e = error_of([&] { read_checkpoint(p); });
+  CHECK(has(e, "tensor 'w' does not match its digest"));
+  CHECK(has(e, "damaged"));
+
+  const std::string q = dir.file("checkpoint_epoch2.safetensors");
+  save_checkpoint(q, m, {}, state("r", 2, 2));
+  fs::resize_file(q, fs::file_size(q) - 100);
+  CHECK(read_train_state(q).step == 2);
+  CHECK(has(error_of([&] { read_checkpoint(q); }), "truncated"));
+}
+
+TEST_CASE("checkpoint_damage names the damage; a file from before digests still loads, unverified") {
+  ckpt_test::Scratch dir("digest_old");
+  Wide m;
+  const std::string p = dir.file("checkpoint_epoch1.safetensors");
+  save_checkpoint(p, m, {}, state("r", 1, 1));
+  CHECK(read_checkpoint(p).verified);
+  CHECK(checkpoint_damage(p).empty());
+  safetensors::File f = safetensors::load(p);
+  CHECK(f.digests_checked == 1);
+  corrupt_100_floats(p);
+  CHECK(has(checkpoint_damage(p), "does not match its digest"));
+
+  // The same contents without digest.* keys: what tandem wrote before it added them.
+  const std::string old_file = dir.file("checkpoint_epoch0.safetensors");
+  safetensors::Metadata meta;
+  for (const auto& [k, v] : f.metadata)
+    if (k.rfind("digest.", 0) != 0) meta[k] = v;
+  safetensors::save(old_file, f.tensors, meta);
+  const Checkpoint c = read_checkpoint(old_file);
+  CHECK_FALSE(c.verified);
+  CHECK(c.state.step == 1);
+  CHECK(checkpoint_damage(old_file).empty());
+}
+
+TEST_CASE("--resume auto falls back past a corrupted or truncated newest file to the run's newest intact one") {
+  ckpt_test::Scratch dir("fallback");
+  const std::string d = dir.str();
+  Wide m;
+  std::string run;
+  {
+    CheckpointDir c = CheckpointDir::open(options(d));
+    run = c.run_id();
+    for (int e : {1, 2, 3}) c.write(m, {}, state("", e * 10, e));
+  }
+  corrupt_100_floats(checkpoint_path(d, 3));
+  {
+    CheckpointDir c = CheckpointDir::open(options(d, "auto"));
+    CHECK(c.run_id() == run);
+    CHECK(c.resume_path() == checkpoint_path(d, 2));
+    REQUIRE(c.notes().size() == 1);
+    CHECK(has(c.notes()[0], "checkpoint_epoch3.safetensors"));
+    CHECK(has(c.notes()[0], "newest intact one, checkpoint_epoch2.safetensors"));
+  }
+  fs::resize_file(checkpoint_path(d, 2), fs::file_size(checkpoint_path(d, 2)) / 2 + 200);  // header kept
+  {
+    CheckpointDir c = CheckpointDir::open(options(d, "auto"));
+    CHECK(c.resume_path() == checkpoint_path(d, 1));
+    REQUIRE(c.notes().size() == 1);
+    CHECK(has(c.notes()[0], "truncated"));
+  }
+  corrupt_100_floats(checkpoint_path(d, 1));
+  const std::string e = error_of([&] { CheckpointDir::open(options(d, "auto")); });
+  CHECK(has(e, "every checkpoint of run " + run));
+}
+
+TEST_CASE("pruning leaves a file a reader holds; it goes in a later round once released") {
+  // Issue 29, item 5: --evaluate --resume auto beside a training job picked a file that the job's
+  // pruning removed before it was read (4 of 12 tries).
+  ckpt_test::Scratch dir("prune_held");
+  const std::string d = dir.str();
+  for (int e : {1, 2, 3}) write(checkpoint_path(d, e), state("r", e, e));
+  {
+    ReadHold reading = ReadHold::take(checkpoint_path(d, 1));
+    REQUIRE(reading.held());
+    CHECK(prune_checkpoints(d, 1, "r", checkpoint_path(d, 3)) == 1);  // epoch 2 only
+    CHECK(fs::exists(checkpoint_path(d, 1)));
+    CHECK_FALSE(fs::exists(checkpoint_path(d, 2)));
+  }
+  CHECK(prune_checkpoints(d, 1, "r", checkpoint_path(d, 3)) == 1);
+  CHECK_FALSE(fs::exists(checkpoint_path(d, 1)));
+  CHECK_FALSE(ReadHold::take(checkpoint_path(d, 1)).held());  // gone: the reader chooses again
+}
+
+TEST_CASE("a dangling symbolic link as the folder is named as such, not as 'File exists'") {
+  ckpt_test::Scratch dir("dangling");
+  const std::string link = dir.file("ck");
+  fs::create_symlink(dir.file("gone"), link);
+  const std::string e = error_of([&] { ensure_writable(link); });
+  CHECK(has(e, "is a symbolic link to '" + dir.file("gone") + "', which does not exist"));
+  CHECK_FALSE(has(e, "File exists"));
+}
+
+TEST_CASE("reserve_space: room for one checkpoint is checked at start-up, and the probe leaves nothing behind") {
+  // Issue 29, item 5: the probe wrote 4 KiB, so a disk with room for no checkpoint trained a whole
+  // epoch before failing. A file-size limit (RLIMIT_FSIZE) stands in for a full disk, in a child.
+  ckpt_test::Scratch dir("reserve");
+  CHECK_NOTHROW(reserve_space(dir.str(), 1 << 20));
+  CHECK(names_in(dir.str()).empty());
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead of killing the process
+    struct rlimit lim{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    int code = 1;
+    try {
+      reserve_space(dir.str(), 64 << 20);
+    } catch (const Error& e) {
+      code = std::string(e.what()).find("has no room for one checkpoint (67.1") != std::string::npos ? 0 : 2;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(names_in(dir.str()).empty());
 }

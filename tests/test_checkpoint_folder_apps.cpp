@@ -77,7 +77,9 @@ TEST_CASE("defect 1: a fresh run into another run's folder is refused; --overwri
   const AppRun resumed = train("--epochs 3 --resume auto --checkpoint-dir " + d.string());
   REQUIRE(resumed.status == 0);
   CHECK(resumed.has("resumed from " + (d / "checkpoint_epoch2.safetensors").string()));
-  CHECK(run_of(d / "checkpoint_epoch3.safetensors") == new_run);  // the new run's epoch 3 replaced the old one's
+  // Another run's file is never replaced (issue 29): the new run's epoch 3 gets a name of its own.
+  CHECK(run_of(d / "checkpoint_epoch3.safetensors") == old_run);
+  CHECK(run_of(d / ("checkpoint_epoch3.run-" + new_run + ".safetensors")) == new_run);
 }
 
 TEST_CASE("defect 6: a second job on a folder in use is refused, naming the first") {
@@ -136,4 +138,79 @@ TEST_CASE("--resume auto with nothing to resume says so; an unwritable folder fa
   CHECK_FALSE(fs::exists(d / "checkpoint_epoch1.safetensors.tmp.deadhost.999999"));
   CHECK(fs::exists(d / "notes.txt"));
   CHECK(fs::exists(d / "checkpoint_epoch1.safetensors"));
+}
+
+TEST_CASE("issue 29, item 1: --resume of run Y's file into run X's folder is refused; the override never replaces X's") {
+  const fs::path x = root() / "i29_x", y = root() / "i29_y";
+  REQUIRE(train("--epochs 3 --keep-checkpoints 0 --checkpoint-dir " + x.string()).status == 0);
+  REQUIRE(train("--epochs 1 --checkpoint-dir " + y.string()).status == 0);
+  const std::string run_x = run_of(x / "checkpoint_epoch3.safetensors");
+  const std::string run_y = run_of(y / "checkpoint_epoch1.safetensors");
+  const std::string y_file = (y / "checkpoint_epoch1.safetensors").string();
+  const AppRun refused = train("--epochs 3 --checkpoint-dir " + x.string() + " --resume " + y_file);
+  INFO(refused.output);
+  CHECK(refused.status == 2);
+  CHECK(refused.has("belongs to another run"));
+  CHECK(refused.has("--overwrite-checkpoints"));
+  CHECK_FALSE(refused.has("step 1/"));
+  for (int e : {1, 2, 3}) CHECK(run_of(x / ("checkpoint_epoch" + std::to_string(e) + ".safetensors")) == run_x);
+
+  const AppRun over = train("--epochs 3 --overwrite-checkpoints --checkpoint-dir " + x.string() + " --resume " + y_file);
+  INFO(over.output);
+  REQUIRE(over.status == 0);
+  for (int e : {1, 2, 3}) CHECK(run_of(x / ("checkpoint_epoch" + std::to_string(e) + ".safetensors")) == run_x);
+  CHECK(run_of(x / ("checkpoint_epoch3.run-" + run_y + ".safetensors")) == run_y);
+}
+
+TEST_CASE("issue 29, item 3: one exit-status table - CLI11's codes are usage errors (2), data errors 65, "
+          "and the folder records how the run ended") {
+  const fs::path d = root() / "i29_status";
+  // CLI11 used to return 109 (an unknown flag) and 105 (a value its check refuses).
+  for (const std::string& bad : {"--no-such-flag", "--epochs -1", "--bucket-mb 0", "--epochs"}) {
+    const AppRun r = run_app(app("train_imagenet") + " --synthetic " + bad);
+    INFO(bad, "\n", r.output);
+    CHECK(r.status == 2);
+  }
+  const AppRun help = run_app(app("train_imagenet") + " --help");
+  CHECK(help.status == 0);
+  CHECK(help.has("Exit status: 0 completed; 1 failed at run time"));
+  CHECK(help.has("65 data or input error"));
+  CHECK(help.has("75 preempted"));
+  // a data folder without train/: a data error (a --data path that does not exist is a usage error, 2)
+  fs::create_directories(root() / "no_train");
+  const AppRun nodata = run_app(app("train_imagenet") + " --device cpu --model small_cnn --data " +
+                                (root() / "no_train").string() + " --epochs 1 --checkpoint-dir " + d.string());
+  INFO(nodata.output);
+  CHECK(nodata.status == 65);
+  json st = json::parse(slurp((d / "run_status.json").string()));
+  CHECK(st["state"] == "data");
+  CHECK(st["exit_status"] == 65);
+  CHECK(st["retry"] == false);
+  // a completed run
+  REQUIRE(train("--epochs 1 --overwrite-checkpoints --checkpoint-dir " + d.string()).status == 0);
+  st = json::parse(slurp((d / "run_status.json").string()));
+  CHECK(st["state"] == "completed");
+  CHECK(st["exit_status"] == 0);
+  CHECK(st["last_checkpoint"] == (d / "checkpoint_epoch1.safetensors").string());
+}
+
+TEST_CASE("issue 29, item 5: another --optimizer on resume names both; a one-class data folder is refused") {
+  const fs::path d = root() / "i29_opt";
+  REQUIRE(train("--epochs 1 --checkpoint-dir " + d.string()).status == 0);
+  const AppRun other = train("--epochs 2 --optimizer adamw --resume auto --checkpoint-dir " + d.string());
+  INFO(other.output);
+  CHECK(other.status == 2);
+  CHECK(other.has("was trained with --optimizer sgd but this run asks for --optimizer adamw"));
+
+  const fs::path data = root() / "i29_one_class";
+  REQUIRE(run_app(app("make_dataset") + " --out " + data.string() + " --classes 2 --train-per-class 4 "
+                  "--val-per-class 1 --min-size 16 --max-size 16 --threads 1").status == 0);
+  fs::path first;
+  for (const auto& e : fs::directory_iterator(data / "train")) first = e.path();
+  fs::remove_all(first);
+  const AppRun one = run_app(app("train_imagenet") + " --device cpu --model small_cnn --image-size 16 --batch 2 "
+                             "--epochs 1 --data " + data.string());
+  INFO(one.output);
+  CHECK(one.status == 65);
+  CHECK(one.has("holds 1 class folder"));
 }

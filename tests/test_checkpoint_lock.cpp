@@ -168,3 +168,37 @@ TEST_CASE("record only (flock off): a dead pid or a reused pid is stale; another
     CHECK(has(l.notes()[0], "flock says it is gone"));
   }
 }
+
+TEST_CASE("a zombie holder (killed, not yet reaped by its parent) counts as dead: the restart is not refused") {
+  // Issue 29, item 2: right after kill -9 the dead rank 0 is a zombie (state Z in /proc/<pid>/stat) until
+  // its launcher reaps it - seen for 90 s. kill(pid, 0) still succeeds then, and the lock counted it alive.
+  ckpt_test::Scratch dir("lock_zombie");
+  const pid_t child = child_holding(dir.str());
+  ::kill(child, SIGKILL);  // not reaped: the child stays a zombie until waitpid below
+  auto state = [&] {
+    std::ifstream in("/proc/" + std::to_string(child) + "/stat");
+    std::string line;
+    std::getline(in, line);
+    const size_t close = line.rfind(')');
+    return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+  };
+  for (int i = 0; i < 500 && state() != 'Z'; ++i) ::usleep(10 * 1000);  // up to 5 s for the kill to land
+  REQUIRE(state() == 'Z');
+  const std::optional<LockHolder> rec = read_lock_record(dir.str());
+  REQUIRE(rec);
+  CHECK(rec->pid == child);
+  CHECK_FALSE(holder_alive(*rec));
+  for (bool use_flock : {true, false}) {
+    FolderLockOptions o;
+    o.use_flock = use_flock;
+    FolderLock l = FolderLock::acquire(dir.str(), o);
+    CHECK(l.held());
+    REQUIRE(l.notes().size() >= 1);
+    CHECK(has(l.notes().back(), "took over the stale lock of pid " + std::to_string(child)));
+    // put the child's unreleased record back for the second pass
+    l = FolderLock();
+    write_record(dir.str(), *rec);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+}

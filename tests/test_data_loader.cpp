@@ -395,3 +395,52 @@ TEST_CASE("procedural: the mean colour does not reveal the class (nearest-centro
   MESSAGE("mean-colour nearest-centroid accuracy: ", acc, " (chance 0.167)");
   CHECK(acc < 0.30);
 }
+
+TEST_CASE("loader: a batch larger than the data says what to change, without naming an option users cannot set") {
+  // Issue 29, item 5: the message named `drop_last = false`, which is no flag of either trainer.
+  TempDir dir;
+  auto ds = folder(make_folder(dir, false), /*train=*/false);
+  LoaderOptions o;
+  o.batch_size = 1000;
+  std::string e;
+  try {
+    Loader loader(ds, o);
+  } catch (const tandem::Error& err) {
+    e = err.what();
+  }
+  CHECK(e.find("smaller batch size") != std::string::npos);
+  // the sentence after TANDEM_CHECK's "file:line: check failed (<condition>): " prefix
+  CHECK(e.substr(e.find("): ") + 3).find("drop_last") == std::string::npos);
+  data::SamplerOptions so;
+  so.dataset_size = 2;
+  so.world_size = 4;
+  so.drop_last = true;
+  try {
+    data::DistributedSampler s(so);
+    e = "";
+  } catch (const tandem::Error& err) {
+    e = err.what();
+  }
+  CHECK(e.find("fewer ranks") != std::string::npos);
+  CHECK(e.find("drop_last") == std::string::npos);
+}
+
+TEST_CASE("loader: the resident (--synthetic) batch is epoch 0's first at any start, so a resumed run trains on it too") {
+  // Issue 29, item 5: a run resumed at epoch 2, 8 samples in, built its fixed batch from there.
+  auto ds = std::make_shared<SyntheticDataset>(SyntheticOptions{40, 5, 4, 1});
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.resident = true;
+  Loader fresh(ds, o), resumed(ds, o);
+  fresh.start_epoch(0, 0);
+  resumed.start_epoch(2, 8);
+  Batch a, b;
+  REQUIRE(fresh.next(a));
+  REQUIRE(resumed.next(b));
+  CHECK(a.labels.to_vector_i64() == b.labels.to_vector_i64());
+  CHECK(a.images.to_vector() == b.images.to_vector());
+  fresh.start_epoch(1, 0);  // later epochs keep the same batch
+  Batch c;
+  REQUIRE(fresh.next(c));
+  CHECK(a.labels.to_vector_i64() == c.labels.to_vector_i64());
+}

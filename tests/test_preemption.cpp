@@ -116,10 +116,11 @@ Stopped stop_imagenet(const fs::path& dir, const std::string& env, int epochs, c
 // checkpoint_lock.h) nor the run's config_<id>.toml and log_<id>.jsonl (apps/trainer/cli.h, run_log.h).
 std::set<std::string> files_in(const fs::path& dir) {
   std::set<std::string> names;
-  // Checkpoints only: not the folder's lock (.lock) nor the run's config_<id>.toml and log_<id>.jsonl.
+  // Checkpoints only: not the folder's lock (.lock), the run's config_<id>.toml and log_<id>.jsonl,
+  // nor run_status.json (how the run ended, apps/trainer/exit_status.h).
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
-    if (n[0] == '.' || n.rfind("config_", 0) == 0 || n.rfind("log_", 0) == 0) continue;
+    if (n[0] == '.' || n.rfind("config_", 0) == 0 || n.rfind("log_", 0) == 0 || n == "run_status.json") continue;
     names.insert(n);
   }
   return names;

@@ -68,7 +68,7 @@ check "rank 0 names rank 1, its host and the file" has weights.txt "rank 1 on $h
 
 echo "--- rank 1's --resume file does not exist"
 ODD_FROM="$ckpt" ODD_TO=no_such_resume.safetensors run resume 60 "$app" "${common[@]}" --data data --steps 4 --resume "$ckpt"
-check "every rank ended with status 1 within 20 s (status $rc, $took s)" eval '[ "$rc" = 1 ] && [ "$took" -le 20 ]'
+check "every rank ended with status 65 (input error) within 20 s (status $rc, $took s)" eval '[ "$rc" = 65 ] && [ "$took" -le 20 ]'
 check "rank 0 names rank 1, its host and the file" has resume.txt "rank 1 on $host: .*no_such_resume.safetensors"
 
 echo "--- rank 1's --checkpoint-dir is another folder (a node-local disk)"
@@ -111,7 +111,7 @@ printf 'the quick brown fox jumps over the lazy dog\n\nanother paragraph of plai
 "$build/apps/make_vocab" corpus.txt --out vocab.txt --size 64 > vocab.log 2>&1 || { cat vocab.log; exit 1; }
 ODD_FROM=corpus.txt ODD_TO=no_corpus.txt run encoder 60 "$build/apps/train_encoder" --device cpu --data corpus.txt \
   --vocab vocab.txt --steps 2 --batch 2 --seq-len 16
-check "every rank ended with status 1 within 20 s (status $rc, $took s)" eval '[ "$rc" = 1 ] && [ "$took" -le 20 ]'
+check "every rank ended with status 65 (input error) within 20 s (status $rc, $took s)" eval '[ "$rc" = 65 ] && [ "$took" -le 20 ]'
 check "rank 0 names rank 1, its host and the file" has encoder.txt "rank 1 on $host: --data no_corpus.txt does not exist"
 
 if [ "$failed" -gt 0 ]; then echo "test_startup_verdict: $failed check(s) FAILED (logs in $out)"; exit 1; fi

@@ -398,3 +398,14 @@ TEST_CASE("unigram baseline: the training stream's top token scored on held-out 
   CHECK(u.accuracy > 0);
   CHECK(u.accuracy < 0.2);
 }
+
+TEST_CASE("text corpus: a device such as /dev/zero is refused by name, not read until memory runs out") {
+  // Issue 29, item 5: train_encoder --data /dev/zero ended in a bare std::bad_alloc.
+  std::string e;
+  try {
+    list_text_files({"/dev/zero"});
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  CHECK(e.find("'/dev/zero' is neither a text file nor a folder") != std::string::npos);
+}

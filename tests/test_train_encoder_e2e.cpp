@@ -343,6 +343,9 @@ TEST_CASE("resume with another --batch: the schedule continues in samples and en
   const std::string log = slurp((s.root / "batch_b.log").string());
   CHECK(log.find("step 19/19") != std::string::npos);
   CHECK(log.find("the LR schedule changes") == std::string::npos);
+  // Issue 29, item 5: --steps 12 ending at step 19 is said at start-up, not left to surprise.
+  CHECK(log.find("note: --steps 12 counts steps of the first run's global batch of 16 (192 samples); at this run's "
+                 "global batch of 8 the run ends at step 19") != std::string::npos);
   const std::string end = d + "/checkpoint_step19.safetensors";
   REQUIRE(fs::exists(end));
   CHECK(tandem::safetensors::read_metadata(end).at("data.samples") == "192");  // 12 x 16, as uninterrupted
@@ -369,4 +372,15 @@ TEST_CASE("train_encoder: another run's folder is refused; infinite weights stop
   CHECK(log.find("the weights hold") != std::string::npos);
   CHECK(log.find("checkpoint:") == std::string::npos);
   CHECK_FALSE(fs::exists(inf + "/checkpoint_step2.safetensors"));
+}
+
+TEST_CASE("train_encoder says so when nothing is held out for validation") {
+  // Issue 29, item 5: the run skipped validation without a word.
+  Scratch& s = scratch();
+  const tandem::testing::AppRun r = tandem::testing::run_app(
+      app("train_encoder") + " --device cpu --data " + s.text + " --vocab " + s.vocab +
+      " --model bert_tiny --seq-len 32 --batch 8 --steps 2 --held-out-every 100000");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.has("nothing is held out for validation"));
 }

@@ -62,7 +62,11 @@ std::string nan_checkpoint() {
     }
     REQUIRE(poisoned);
     const std::string out = (root() / "nan.safetensors").string();
-    tandem::safetensors::save(out, ck.tensors, ck.metadata);
+    // Saved with fresh digests: the NaN is the checkpoint's content here, not damage to its file.
+    tandem::safetensors::Metadata meta;
+    for (const auto& [k, v] : ck.metadata)
+      if (k.rfind(tandem::safetensors::kDigestKey, 0) != 0) meta[k] = v;
+    tandem::safetensors::save(out, ck.tensors, meta, /*digests=*/true);
     return out;
   }();
   return path;

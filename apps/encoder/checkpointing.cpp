@@ -60,13 +60,15 @@ Restored restore_checkpoint(const std::string& path, Module& model, const Encode
                               ": pass --model " + head.model + " or start without --resume");
   if (auto it = head.extra.find("optimizer"); it != head.extra.end() && it->second != o.optimizer)
     throw trainer::UsageError("checkpoint '" + path + "' was trained with --optimizer " + it->second +
-                              ": resume with the same optimizer (its state does not carry over)");
+                              " but this run asks for --optimizer " + o.optimizer + ": resume with --optimizer " +
+                              it->second + " (its state does not carry over)");
+  const bool rank0 = !t.world || t.world->rank == 0;
   if (!t.grid) {
-    Checkpoint ck = load_checkpoint(path, model);
+    Checkpoint ck = apply_checkpoint(trainer::read_resume_checkpoint(path, rank0), path, model);
     return Restored{ck.state, std::move(ck.optimizer)};
   }
   // TP: this rank's shard of every canonical tensor (BERT has no conv layouts to convert).
-  Checkpoint ck = read_checkpoint(path);
+  Checkpoint ck = trainer::read_resume_checkpoint(path, rank0);
   const int r = t.grid->tp_rank(), n = t.grid->tp_size();
   load_state_dict(model, dist::tp::shard_state_dict(ck.model, t.tp_layout, r, n));
   if (auto it = ck.state.extra.find("tp"); it != ck.state.extra.end() && it->second == std::to_string(n))

@@ -104,6 +104,11 @@ void make_loaders(const EncoderOptions& o, Training& t) {
     data::TextLoaderOptions vo = lo;
     vo.shuffle = false, vo.pad_shards = false, vo.drop_last = false;
     t.val = std::make_unique<data::TextLoader>(t.corpus.held_out, vo);
+  } else if (t.world->rank == 0) {
+    // Said once, at start-up: the run would otherwise end without a validation line and no reason.
+    std::printf("note: nothing is held out for validation (--held-out-every %d over %lld document(s) leaves no "
+                "document), so there will be no validation; lower --held-out-every or add text\n",
+                o.held_out_every, static_cast<long long>(t.corpus.train_documents));
   }
 }
 
@@ -146,6 +151,12 @@ void plan_steps(const EncoderOptions& o, Training& t) {
   const trainer::Position& at = t.start_at;
   t.total_steps = at.step + len.steps_left(at, 0);
   t.end_step = o.run_steps > 0 ? std::min(t.total_steps, at.step + o.run_steps) : t.total_steps;
+  // --steps keeps its samples, not its count, on another global batch: say what it means now.
+  if (t.world->rank == 0 && !extra(t, "total_steps").empty() && t.global_batch != t.fresh_global_batch)
+    std::printf("note: --steps %lld counts steps of the first run's global batch of %lld (%lld samples); at this "
+                "run's global batch of %lld the run ends at step %lld, after the same samples\n",
+                (long long)o.steps, (long long)t.fresh_global_batch, (long long)len.total_samples,
+                (long long)t.global_batch, (long long)t.total_steps);
   // Only a changed --steps changes the schedule; another world size or --batch does not.
   if (const std::string was = extra(t, "total_steps");
       t.world->rank == 0 && !was.empty() && was != std::to_string(o.steps))

@@ -16,7 +16,11 @@
 #     does not restart (the scheduler wants the job gone) and exits 75 when the ranks reported the
 #     preemption - reliably, unlike mpiexec's own status after a signal (apps/trainer/preemption.h) -
 #     else with the attempt's status.
-#   usage error (2) or a non-finite stop (3): exit with it; a rerun would fail the same way.
+#   usage error (2), a non-finite stop (3) or a data error (65): exit with it; a rerun would fail the
+#     same way (the statuses are the trainers' table, apps/trainer/exit_status.h).
+#   The checkpoint folder's run_status.json (written by the job's rank 0) is read after each attempt
+#     (apps/scripts/run_status.py): where it recorded this attempt's end, its status stands when
+#     mpiexec's says less - 0 after a preemption (a Hydra race), or MPI_Abort's 1 after a data error.
 #   preempted without a signal to the supervisor (a rank was signalled directly): rerun, same ranks.
 #   a rank died - killed by a signal (status 137 or 9, "Killed (signal 9)"), or named by tandem's
 #     watchdog ("rank(s) X did not reach collective"): rerun with that many ranks fewer on one host
@@ -38,7 +42,9 @@
 #   --mpiexec-args ARGS  more mpiexec flags, e.g. "-ppn 8" (one string, split on spaces)
 #   --log-dir DIR        each attempt's output in DIR/attempt<N>.log (default: a new temporary folder)
 #   --first-env VAR=VAL  set VAR in the first attempt only (failure drills: TANDEM_FAULT=3:40:kill); repeatable
-# Exit status: 0 finished, 75 preempted (passed through), else the last attempt's status (or 1).
+# Exit status: 0 finished, 75 preempted (passed through), else the last attempt's status (or 1):
+# the trainers' table (0 completed, 1 failed at run time, 2 usage error, 3 non-finite stop, 65 data
+# or input error, 75 preempted); 2 also for this script's own usage errors.
 set -u -o pipefail
 
 usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -70,6 +76,23 @@ is_count "$max_restarts" || die "--max-restarts must be a non-negative integer, 
 for e in "${first_env[@]+"${first_env[@]}"}"; do [[ "$e" == *=* ]] || die "--first-env takes VAR=VALUE, got '$e'"; done
 has_arg() { local a; for a in "${program[@]}"; do [ "$a" = "$1" ] && return 0; done; return 1; }
 has_arg --checkpoint-dir || die "the program has no --checkpoint-dir: a restart would start from scratch. Pass one."
+# The value of the program's --checkpoint-dir (either spelling: "--checkpoint-dir D" or "--checkpoint-dir=D").
+ckpt_dir=""
+for ((i = 0; i < ${#program[@]}; i++)); do
+  case "${program[$i]}" in
+    --checkpoint-dir) ckpt_dir="${program[$((i + 1))]:-}" ;;
+    --checkpoint-dir=*) ckpt_dir="${program[$i]#--checkpoint-dir=}" ;;
+  esac
+done
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The status this attempt recorded in the folder's run_status.json, or "" (none written since $1, a marker file).
+recorded_status() {
+  local f="$ckpt_dir/run_status.json"
+  [ -n "$ckpt_dir" ] && [ -f "$f" ] && [ "$f" -nt "$1" ] || return 0
+  grep -q '"state": "running"' "$f" && return 0  # no end recorded: the launcher's status is all there is
+  python3 "$here/run_status.py" "$ckpt_dir" > /dev/null 2>&1
+  echo $?
+}
 if [ -z "$log_dir" ]; then log_dir=$(mktemp -d "${TMPDIR:-/tmp}/elastic.XXXXXX"); fi
 mkdir -p "$log_dir" || die "cannot create --log-dir '$log_dir'"
 
@@ -138,6 +161,7 @@ while :; do
   echo "elastic: attempt $attempt on $world rank(s): ${launch[*]} -n $world ${args[*]}"
   oom_before=$(oom_kills)
   started=$(date +%s)
+  touch "$log_dir/started.$attempt"; sleep 0.01  # run_status.json written after this is newer
   : > "$log"  # before the viewer below opens it
   # mpiexec in a session of its own: a terminal's Ctrl-C or a signal to this script's process group
   # reaches the supervisor only, which passes it on once - MPICH's mpiexec takes a second SIGINT as
@@ -161,11 +185,15 @@ while :; do
   # What happened.
   preempted=no dead=0 why=""
   grep -q '^preempted: ' "$log" && preempted=yes
+  recorded=$(recorded_status "$log_dir/started.$attempt")
+  [ "$recorded" != 75 ] || preempted=yes
+  case "$recorded" in 2|3|65) [ "$rc" -eq 0 ] || rc=$recorded ;; esac
   named=$(grep -o 'rank(s) [0-9, ]* did not reach collective' "$log" | head -1 | sed 's/rank(s) \(.*\) did not.*/\1/')
   if [ "$rc" -eq 0 ] && [ "$preempted" = no ]; then why="finished"
   elif [ "$preempted" = yes ]; then why="preempted: $(grep -m1 '^preempted: ' "$log" | sed 's/^preempted: //; s/;.*//')"
   elif [ "$rc" -eq 2 ]; then why="refused its arguments (exit 2)"
   elif [ "$rc" -eq 3 ]; then why="stopped on a non-finite value (exit 3)"
+  elif [ "$rc" -eq 65 ]; then why="a data or input error (exit 65)"
   elif [ "$rc" -eq 137 ] || [ "$rc" -eq 9 ] || grep -q 'Killed (signal 9)\|EXIT CODE: 9$' "$log"; then
     dead=1
     why="a rank was killed by signal 9 (exit $rc)"
@@ -193,7 +221,7 @@ while :; do
     echo "elastic: stopping: SIG$signalled came to the supervisor itself and the job did not report a preemption (exit $rc)"
     exit "$rc"
   fi
-  if [ "$rc" -eq 2 ] || [ "$rc" -eq 3 ]; then echo "elastic: not restarting: a rerun would end the same way"; exit "$rc"; fi
+  case "$rc" in 2|3|65) echo "elastic: not restarting: a rerun would end the same way"; exit "$rc" ;; esac
   if [ "$attempt" -gt "$max_restarts" ]; then
     echo "elastic: giving up: $max_restarts restart(s) used (--max-restarts)"
     [ "$rc" -ne 0 ] || rc=1

@@ -12,10 +12,20 @@
 #                              finishes (the watchdog waits while the write advances)
 #   4. two jobs on one folder  the second is refused, naming the first (its pid)
 #   5. another world size      a 2-rank run preempted inside an epoch resumes on 1 rank and ends
-#                              where the schedule ends (last step, LR near 0)
+#                              where the schedule ends (last step, LR near 0); run_status.py reads
+#                              the preemption (75) from the folder
+#   6. another run's folder    resuming run Y's file into run X's folder is refused (status 2, X's
+#                              files untouched); with --overwrite-checkpoints Y continues there under
+#                              names of its own, and X's files are still untouched (issue 29)
+#   7. kill -9, restart        ten times: rank 0 killed, the job restarted at once (rank 0 may still
+#                              be a zombie) - never refused; then it reaches the end; run_status.py
+#                              says completed
+#   8. a corrupted checkpoint  100 floats of the newest file set to 1e30: --evaluate fails with 65
+#                              naming the tensor; --resume auto falls back to the newest intact file
+#   9. a truncated checkpoint  half the newest file: --resume auto falls back, naming the truncation
 # After each: every checkpoint_*.safetensors in the folder loads (train_imagenet --evaluate) and no
 # temporary of a finished write is left.
-# About a minute on 2 cores. ctest runs it as `fault_drill` (label scripts).
+# About two minutes on 2 cores. ctest runs it as `fault_drill` (label scripts).
 #   bash apps/scripts/fault_drill.sh [--build DIR] [--out DIR]
 # Exit status: 0 all drills passed, 1 a check failed, 2 bad usage.
 set -u -o pipefail
@@ -150,12 +160,83 @@ d=$out/5_world_size && mkdir -p "$d" && cd "$d"
 await out.txt "step 40/" && kill -TERM "$(cat pid.0)" "$(cat pid.1)"
 wait
 check "preempted on 2 ranks with status 75 (got $(cat rc.txt))" [ "$(cat rc.txt)" = 75 ]
+python3 "$root/apps/scripts/run_status.py" ck > status.txt
+rc=$?
+check "  ... and the folder says so whatever mpiexec returned (run_status.py: $rc)" [ "$rc" = 75 ]
 launch 1 --epochs 4 --checkpoint-dir ck --resume auto > resume.txt 2>&1
 rc=$?
 check "resumed on 1 rank from the mid-epoch checkpoint" has resume.txt "resumed from ck/checkpoint_epoch1_step"
 check "  ... reaches the end (got $rc)" [ "$rc" = 0 ]
 check "  ... where the schedule ends: last step, LR near 0" ends_at_schedule_end resume.txt
 check "every checkpoint loads, no temporaries" all_load ck
+
+echo "fault_drill: 6. a resume into another run's folder"
+d=$out/6_foreign_resume && mkdir -p "$d" && cd "$d"
+launch 1 --epochs 2 --checkpoint-dir ckX > x.txt 2>&1
+launch 1 --epochs 1 --checkpoint-dir ckY > y.txt 2>&1
+md5sum ckX/checkpoint_*.safetensors > x.md5
+launch 1 --epochs 3 --checkpoint-dir ckX --resume ckY/checkpoint_epoch1.safetensors > refused.txt 2>&1
+rc=$?
+check "run Y's file into run X's folder is refused with status 2 (got $rc)" [ "$rc" = 2 ]
+check "  ... saying the folder belongs to another run" has refused.txt "belongs to another run"
+check "  ... and X's files are untouched" md5sum --quiet -c x.md5
+launch 1 --epochs 3 --checkpoint-dir ckX --resume ckY/checkpoint_epoch1.safetensors --overwrite-checkpoints \
+  > overwrite.txt 2>&1
+rc=$?
+check "with --overwrite-checkpoints it continues (got $rc)" [ "$rc" = 0 ]
+check "  ... and X's files are still untouched" md5sum --quiet -c x.md5
+check "  ... Y's files took names of their own" bash -c 'ls ckX | grep -q "checkpoint_epoch2\.run-.*\.safetensors"'
+check "every checkpoint loads, no temporaries" all_load ckX
+
+echo "fault_drill: 7. kill -9, then an immediate restart, ten times"
+d=$out/7_kill_restart && mkdir -p "$d" && cd "$d"
+refused=0
+for i in $(seq 10); do
+  rm -f pid.0
+  (TANDEM_FAULT=0:1:slow:20ms launch 1 --epochs 4 --checkpoint-every 5 --checkpoint-dir ck --resume auto > run$i.txt 2>&1; echo $? > rc$i.txt) &
+  await run$i.txt "step [0-9]*/\|is in use by another job" || break
+  [ -s pid.0 ] && kill -KILL "$(cat pid.0)"  # and restart at once: rank 0 may still be an unreaped zombie
+done
+wait
+for i in $(seq 10); do has run$i.txt "is in use by another job" && refused=$((refused + 1)); done
+check "no restart of 10 refused (refused: $refused)" [ "$refused" = 0 ]
+launch 1 --epochs 4 --checkpoint-every 5 --checkpoint-dir ck --resume auto > final.txt 2>&1
+rc=$?
+check "the last restart reaches the end (got $rc)" [ "$rc" = 0 ]
+check "every checkpoint loads, no temporaries" all_load ck
+python3 "$root/apps/scripts/run_status.py" ck > status.txt
+rc=$?
+check "run_status.py: completed, status 0 (got $rc: $(cat status.txt))" bash -c "[ $rc = 0 ] && grep -q '^completed' status.txt"
+
+echo "fault_drill: 8. a corrupted newest checkpoint"
+d=$out/8_corrupt && mkdir -p "$d" && cd "$d"
+launch 1 --epochs 2 --checkpoint-dir ck > first.txt 2>&1
+# 100 floats set to 1e30 inside the data section: finite, so no NaN check sees them
+python3 - ck/checkpoint_epoch2.safetensors <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    f.seek(8 + n + 64)
+    f.write(struct.pack("<100f", *([1e30] * 100)))
+PY
+"$app" "${common[@]}" --evaluate --resume ck/checkpoint_epoch2.safetensors > evaluate.txt 2>&1
+rc=$?
+check "--evaluate of the corrupted file fails with status 65 (got $rc)" [ "$rc" = 65 ]
+check "  ... naming the damaged tensor" has evaluate.txt "does not match its digest"
+launch 1 --epochs 3 --checkpoint-dir ck --resume auto > resume.txt 2>&1
+rc=$?
+check "--resume auto skips it, says so and reaches the end (got $rc)" [ "$rc" = 0 ]
+check "  ... from the newest intact file" has resume.txt "newest intact one, checkpoint_epoch1.safetensors"
+
+echo "fault_drill: 9. a truncated newest checkpoint"
+d=$out/9_truncated && mkdir -p "$d" && cd "$d"
+launch 1 --epochs 2 --checkpoint-dir ck > first.txt 2>&1
+truncate -s $(( $(stat -c %s ck/checkpoint_epoch2.safetensors) / 2 )) ck/checkpoint_epoch2.safetensors
+launch 1 --epochs 3 --checkpoint-dir ck --resume auto > resume.txt 2>&1
+rc=$?
+check "--resume auto skips it, says so and reaches the end (got $rc)" [ "$rc" = 0 ]
+check "  ... from the newest intact file" has resume.txt "newest intact one, checkpoint_epoch1.safetensors"
+check "  ... naming the truncation" has resume.txt "truncated"
 
 echo "fault_drill: $passed check(s) passed, $failed failed; logs in $out"
 [ "$failed" -eq 0 ]

@@ -32,18 +32,23 @@ std::string class_difference(const std::vector<std::string>& have, const std::ve
 
 Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w,
                             const std::vector<std::string>& classes) {
-  (void)w;
   // The header first: a wrong --model or class list is named before any tensor is read.
   const TrainState head = read_train_state(path);
   if (head.model != o.model)
     throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
                               ": pass --model " + head.model + " or start without --resume");
+  // Another optimizer's state does not carry over; say so in the flag's words, not the state's keys.
+  if (auto it = head.extra.find("optimizer"); it != head.extra.end() && it->second != o.optimizer)
+    throw trainer::UsageError("checkpoint '" + path + "' was trained with --optimizer " + it->second +
+                              " but this run asks for --optimizer " + o.optimizer + ": resume with --optimizer " +
+                              it->second + " (its state does not carry over), or start a new run from its weights "
+                              "with --weights");
   if (!head.classes.empty() && !classes.empty() && head.classes != classes)
     throw trainer::UsageError("checkpoint '" + path + "' was trained on " + std::to_string(head.classes.size()) +
                               " classes that train/ does not match (" + class_difference(classes, head.classes) +
                               "); resuming would shift labels. Resume with the --data it was trained on, or start a "
                               "new run");
-  Checkpoint ck = load_checkpoint(path, model);
+  Checkpoint ck = apply_checkpoint(trainer::read_resume_checkpoint(path, w.rank == 0), path, model);
   return Restored{ck.state, std::move(ck.optimizer)};
 }
 
@@ -53,6 +58,7 @@ bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Posi
   s.classes = t.data.classes;
   s.extra["lr_schedule"] = o.lr_schedule;
   s.extra["amp"] = o.amp;  // the precision a resume must use (the weights are stored in it)
+  s.extra["optimizer"] = o.optimizer;  // a resume must use it: its state does not carry over
   s.extra["base_lr"] = std::to_string(t.sched.base_lr);
   // The run's length as the user gave it (--epochs or --steps), and the --steps schedule's unit: a
   // resume on any world size and batch continues the same schedule (apps/trainer/position.h).

@@ -72,6 +72,10 @@ Datasets make_datasets(const TrainOptions& o) {
   note_not_images(*train);
   d.classes = train->classes();
   d.train = std::move(train);
+  // As --synthetic --num-classes 1 is: a classifier of one class learns nothing (its loss is 0).
+  TANDEM_CHECK(d.train->num_classes() >= 2, train_dir, " holds ", d.train->num_classes(), " class folder",
+               d.train->num_classes() == 1 ? " ('" + d.classes.at(0) + "')" : std::string("s"),
+               "; a classifier needs at least 2 (one folder per class, train/<class>/<image>)");
   TANDEM_CHECK(!o.num_classes_set || o.num_classes == d.train->num_classes(), "--num-classes ", o.num_classes,
                " does not match the ", d.train->num_classes(), " class folders in ", train_dir,
                ": drop --num-classes (with --data the class folders set it)");

@@ -6,6 +6,7 @@
 
 #include "apps/train/setup.h"  // defines: Training, make_eval_datasets, make_model
 #include "apps/trainer/nonfinite.h"  // defines: RunStopped
+#include "apps/trainer/exit_status.h"  // defines: InputError, as_input_error
 #include "apps/trainer/run_folder.h"  // defines: UsageError
 #include "core/autograd.h"     // defines: NoGradGuard
 #include "core/ops/copy/copy.h"      // defines: cast_raw (--amp inputs)
@@ -130,6 +131,9 @@ EvalResult evaluate_checkpoint(const TrainOptions& flags, const dist::World& w, 
     // The checkpoint's class list labels val/, so a val/ that lacks a class scores the same checkpoint
     // the same way; a file without a list (format 1, --synthetic) uses train/'s folders as before.
     head = read_train_state(path);
+    // The whole file first: a damaged one (a digest that does not match, a truncated copy) is a data
+    // error (exit 65), told apart from a model that does not fit it.
+    if (const std::string damage = checkpoint_damage(path); !damage.empty()) throw trainer::InputError(damage);
     take_from_checkpoint(o, head, path);
   }
   const Datasets ds = make_eval_datasets(o, head.classes);

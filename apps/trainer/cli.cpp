@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "apps/trainer/config_file.h"    // defines: StrictConfig, deepspeed_config
+#include "apps/trainer/exit_status.h"    // defines: kExitUsage
 #include "apps/trainer/foreign_names.h"  // defines: foreign_name_hint
 #include "core/check.h"                  // defines: TANDEM_CHECK
 
@@ -95,8 +96,10 @@ int parse(CLI::App& app, int argc, char** argv, bool print, const std::string& p
                                             "--amp is fp16 autocast with a loss scaler: --amp fp16)");
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (!print) return e.get_exit_code();
-    const int rc = app.exit(e);
+    // CLI11's codes (103, 104, 105, 109, 114, ...) mean nothing to a supervisor: one usage status
+    // (apps/trainer/exit_status.h); --help and --version stay 0.
+    if (!print) return e.get_exit_code() == 0 ? 0 : kExitUsage;
+    const int rc = app.exit(e) == 0 ? 0 : kExitUsage;
     // An unknown flag: the closest known one, as git and cargo answer.
     if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
       const std::vector<std::string> known = flag_names(app);

@@ -47,13 +47,14 @@
 #include <functional>
 #include <string>
 
+#include "apps/trainer/exit_status.h"  // defines: kExitPreempted
 #include "core/safetensors.h"   // defines: WriteProgress
 #include "dist/communicator.h"  // defines: Communicator, WorkPtr
 
 namespace tandem::trainer {
 
 // sysexits.h's EX_TEMPFAIL: "preempted; rerun with --resume auto to continue".
-inline constexpr int kPreemptedExit = 75;
+inline constexpr int kPreemptedExit = kExitPreempted;  // apps/trainer/exit_status.h
 
 // Installs the handlers for SIGTERM, SIGUSR1 and SIGINT (idempotent). `program` prefixes the
 // handler's line ("train_imagenet: SIGTERM received ..."); the rank comes from the launcher's

@@ -11,6 +11,7 @@
 
 #include "apps/trainer/cli.h"          // defines: write_config_file
 #include "apps/trainer/ema.h"          // defines: ema_refusal
+#include "apps/trainer/exit_status.h"  // defines: kExit*, InputError, record_run_end
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/preemption.h"   // defines: install_stop_signals
 #include "apps/trainer/run_folder.h"   // defines: UsageError
@@ -44,13 +45,14 @@ void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.footer("Preemption: SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next step boundary, write a "
              "checkpoint (with --checkpoint-dir) and exit with status 75 (EX_TEMPFAIL): rerun the same command with "
-             "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.");
+             "--resume auto to continue. More signals while stopping are ignored; SIGKILL ends it at once.\n" +
+             exit_status_help());
   app.add_option("--resume", o.resume,
                  "checkpoint file to resume from, or 'auto': the newest of the run that last used --checkpoint-dir "
                  "(a fresh start when there is none); any number of ranks and any --batch-size");
   app.add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
-               "start a new run in a --checkpoint-dir that holds other runs' checkpoints (they are kept and never "
-               "pruned; --resume auto then follows the new run)");
+               "start a new run, or continue a --resume FILE's run, in a --checkpoint-dir that holds other runs' "
+               "checkpoints (they are kept, never pruned and never replaced; --resume auto then follows this run)");
   app.add_option("--run-id", o.run_id,
                  "this run's id (letters, digits, '.', '_', '-'): with --resume auto, continue that run; on a fresh "
                  "start, name the new run (default: a random id)");
@@ -105,8 +107,9 @@ void check_run_options(const RunOptions& o, const StepOptions& step) {
                "--checkpoint-every and --checkpoint-interval write into --checkpoint-dir: pass --checkpoint-dir too");
   TANDEM_CHECK(!o.overwrite_checkpoints || !o.checkpoint_dir.empty(),
                "--overwrite-checkpoints is about --checkpoint-dir: pass --checkpoint-dir too, or drop it");
-  TANDEM_CHECK(!o.overwrite_checkpoints || o.resume.empty(), "--overwrite-checkpoints starts a new run and --resume "
-               "continues one: pass one of them");
+  TANDEM_CHECK(!o.overwrite_checkpoints || o.resume != "auto", "--overwrite-checkpoints lets a new run, or the run of "
+               "a --resume FILE from elsewhere, write beside another run's files; --resume auto continues the "
+               "folder's own run: pass one of them");
   TANDEM_CHECK(o.run_id.empty() || !o.checkpoint_dir.empty() || o.evaluate,
                "--run-id names the run of --checkpoint-dir: pass --checkpoint-dir too, or drop it");
   TANDEM_CHECK(o.weights.empty() || o.resume.empty() || o.evaluate, "--weights starts a new run from weights and "
@@ -162,13 +165,14 @@ RunLog start_run_records(const RunOptions& o, const RunFolder& folder, bool rank
 }
 
 int run_main(const std::string& program, int64_t batch_per_rank, const std::function<int()>& run) {
-  int rc = 1;
+  int rc = kExitFailure;
   try {
     rc = run();
   } catch (const RunStopped&) {
     // Every rank stopped at the same step and printed why: an agreed, clean exit.
-    if (dist::initialized()) dist::finalize(3);
-    return 3;
+    record_run_end(kExitNonFinite, "a non-finite value stopped every rank (the log names the step and the tensor)");
+    if (dist::initialized()) dist::finalize(kExitNonFinite);
+    return kExitNonFinite;
   } catch (const StartupFailed& e) {
     // Every rank reached the start-up verdict, which printed the failing ranks' words (startup.h).
     dist::finalize(e.status);
@@ -176,22 +180,39 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
   } catch (const UsageError& e) {
     // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
     if (dist::initialized() && dist::world().rank == 0) std::cerr << program << ": " << e.what() << "\n";
-    if (dist::initialized()) dist::finalize(2);
-    return 2;
+    record_run_end(kExitUsage, e.what());
+    if (dist::initialized()) dist::finalize(kExitUsage);
+    return kExitUsage;
+  } catch (const InputError& e) {
+    if (!e.every_rank || !dist::initialized() || dist::world().rank == 0)
+      std::cerr << program << ": error: " << e.what() << "\n";
+    record_run_end(kExitData, e.what());
+    if (e.every_rank) {
+      if (dist::initialized()) dist::finalize(kExitData);
+      return kExitData;
+    }
+    // As below: the other ranks may wait in a collective (then mpiexec reports MPI_Abort's status,
+    // and run_status.json the cause).
+    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    return kExitData;
   } catch (const OutOfMemory& e) {
     // The library says "lower the batch size"; the trainers' flag for it is --batch-size.
     std::cerr << program << ": error: " << e.what() << " (the batch size is --batch-size, now " << batch_per_rank
               << " per rank)\n";
+    record_run_end(kExitFailure, e.what());
     if (dist::initialized() && dist::world().size > 1) dist::abort_job();
-    return 1;
+    return kExitFailure;
   } catch (const std::exception& e) {
     std::cerr << program << ": error: " << e.what() << "\n";
+    record_run_end(kExitFailure, e.what());
     // Other ranks may be waiting in a collective this rank will never join: end them all now.
     // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
     // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).
     if (dist::initialized() && dist::world().size > 1) dist::abort_job();
-    return 1;
+    return kExitFailure;
   }
+  record_run_end(rc, rc == kExitPreempted ? "a stop signal: every rank stopped at a step boundary after the checkpoint"
+                                          : "");
   if (dist::initialized()) dist::finalize(rc);
   return rc;
 }
@@ -218,7 +239,7 @@ ParseOutcome parse_and_validate(const std::string& program, const std::function<
   try {
     validate();
   } catch (const Error& e) {
-    out.rc = 2;
+    out.rc = kExitUsage;
     out.message = std::string(e.what()) + "\nRun with --help for the options.";
     if (print) std::cerr << program << ": " << out.message << "\n";
   }

@@ -46,8 +46,9 @@ struct RunOptions {
                                     // loses at most N steps
   double checkpoint_interval = 0;   // also a checkpoint once this many minutes passed since the last one
                                     // (rank 0's clock, agreed by all ranks; 0: off). apps/trainer/preemption.h
-  bool overwrite_checkpoints = false;  // a fresh start into a folder holding other runs' checkpoints
-                                       // (they stay, never pruned; --resume auto follows the new run)
+  bool overwrite_checkpoints = false;  // a fresh start, or a --resume FILE of another run, into a folder holding
+                                       // other runs' checkpoints (they stay, never pruned nor replaced;
+                                       // --resume auto follows this run)
   std::string run_id;               // "": a new run id (fresh start) or the resumed file's; set: this
                                     // run's id, and --resume auto resumes that run
   bool evaluate = false;            // only evaluate a checkpoint's (or --weights') weights, then exit;
@@ -118,11 +119,13 @@ std::string lr_rule(const std::string& scaling, double lr, int world, double bas
 RunLog start_run_records(const RunOptions& o, const RunFolder& folder, bool rank0);
 
 // A trainer's main() after the parse: runs `run` and maps what it throws to the exit status every
-// rank agrees on - 3 for a non-finite stop (RunStopped), 2 for a refusal (UsageError, printed once
-// by rank 0), a failed start-up check's own status (StartupFailed, apps/trainer/startup.h), 1 for
-// anything else (printed by the rank that failed, which then ends every rank: the others may wait
-// in a collective it will never join). An allocation failure gets the trainer's
-// batch flag named beside the library's advice. Finalizes the world on the agreed exits.
+// rank agrees on (apps/trainer/exit_status.h's table) - 3 for a non-finite stop (RunStopped), 2 for
+// a refusal (UsageError, printed once by rank 0), a failed start-up check's own status (StartupFailed,
+// apps/trainer/startup.h), 65 for a data or input error (InputError), 1 for anything else (printed by
+// the rank that failed, which then ends every rank: the others may wait in a collective it will never
+// join). An allocation failure gets the trainer's batch flag named beside the library's advice.
+// Records the end in the folder's run_status.json (rank 0, when the run opened a folder). Finalizes
+// the world on the agreed exits.
 int run_main(const std::string& program, int64_t batch_per_rank, const std::function<int()>& run);
 
 // Before MPI is up, the launcher's environment says which rank we are (MPICH: PMI_RANK, Open MPI:
@@ -132,7 +135,8 @@ bool env_rank0();
 // A trainer's whole main(), in this order: install_stop_signals(program) and begin_startup() first, so
 // that a stop signal during start-up ends the process at once (preemption.h); `parse(print)` ends the
 // process with its code when that is >= 0; `validate` refuses a combination by throwing an Error,
-// printed with a pointer to --help (exit 2); then run_main with the parsed batch (`batch_per_rank` is
+// printed with a pointer to --help (exit 2, as a parse error is: apps/trainer/cli.cpp maps
+// CLI11's own codes); then run_main with the parsed batch (`batch_per_rank` is
 // read after the parse). With more than one rank a failed parse or validate does not end the process
 // at once: every rank's outcome meets in one verdict (apps/trainer/startup.h, agree_on_arguments), so
 // a failure on one rank ends them all, named by rank 0, instead of leaving them waiting for it.

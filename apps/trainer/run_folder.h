@@ -47,18 +47,36 @@ class RunFolder {
   // Rank 0: writes `s` (its run id set to this run's), prunes this run's older files, prints
   // "checkpoint: <path>" and returns the path. Other ranks: nothing, "". Needs owned().
   std::string write(const Module& model, const NamedTensors& optimizer_state, const TrainState& s);
+  // At start-up, before the first step: rank 0 reserves `bytes` in the folder for a moment
+  // (layers/checkpoint_dir.h's reserve_space), so a disk without room for one checkpoint stops the
+  // job now, not at the first save. A failure throws UsageError on every rank. Collective; nothing
+  // without a folder.
+  void reserve(uint64_t bytes, const dist::World& w) const;
 
  private:
   std::optional<CheckpointDir> dir_;  // rank 0 only
   std::string dir_name_, run_id_, resume_path_;
 };
 
+// What one checkpoint of `model` takes, for RunFolder::reserve: the resumed file's size when there
+// is one (the same model and optimizer write the same size), else the parameters' bytes times
+// (1 + the optimizer's state per parameter: SGD 1, AdamW and LAMB 2) plus f32 masters under --amp.
+uint64_t checkpoint_size_estimate(const Module* model, const std::string& optimizer, bool amp,
+                                  const std::string& resume);
+
+// The checkpoint to resume from, read whole (layers/checkpoint.h checks its size and digests): a
+// damaged file throws InputError (exit 65), not a usage error. A file written before digests
+// existed loads unverified, which `say` (rank 0) prints once.
+Checkpoint read_resume_checkpoint(const std::string& path, bool say);
+
 // --resume as a file for a run that only reads the folder: "auto" is chosen by checkpoint_dir.h's
 // rule (the run named by `run_id`, else the folder's last run as its lock records it, else the one
 // run whose files are there) without taking the lock; anything else is returned as it is.
 // Collective (rank 0 decides); throws UsageError on every rank when the rule refuses. "" when auto
 // finds nothing.
+// `hold` (rank 0): the chosen file is held for reading (layers/checkpoint_dir.h's ReadHold) until
+// the caller drops it, so a training job that prunes the folder leaves it alone meanwhile.
 std::string resolve_resume_read_only(const std::string& dir, const std::string& resume, const std::string& run_id,
-                                     const dist::World& w);
+                                     const dist::World& w, ReadHold* hold = nullptr);
 
 }  // namespace tandem::trainer

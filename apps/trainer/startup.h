@@ -29,6 +29,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "apps/trainer/exit_status.h"  // defines: kExitUsage, kExitData
 #include "apps/trainer/run_folder.h"   // defines: RunFolder
 #include "dist/transport/bootstrap.h"  // defines: World
 
@@ -41,9 +42,11 @@ struct StartupFailed : std::runtime_error {
   StartupFailed(int s, const std::string& what) : std::runtime_error(what), status(s) {}
 };
 
-// The start-up checks' exit statuses (run_flags.h's table).
-inline constexpr int kStartupUsageExit = 2;  // a command line or a checkpoint folder refused
-inline constexpr int kStartupErrorExit = 1;  // a file this rank cannot read
+// The start-up checks' exit statuses (apps/trainer/exit_status.h's table): a refused command line or
+// checkpoint folder is a usage error; a --resume file or data this rank cannot read is an input error
+// (a retry sees the same missing file, so elastic.sh does not retry either).
+inline constexpr int kStartupUsageExit = kExitUsage;
+inline constexpr int kStartupErrorExit = kExitData;
 
 // Verdict 1, for a job of more than one rank (dist::launcher_world_size() > 1): MPI is started
 // (dist::init_mpi) and every rank's outcome of the command line - `status` 0 passed, else the exit
