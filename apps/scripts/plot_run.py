@@ -284,9 +284,11 @@ TREND_MARGIN = 1.0  # the scale reaches one trend-range past the trend: ordinary
 
 
 def running_median(ys, window):
+    """The median of each record's window (centred; shorter at the ends), gaps skipped."""
     ys = [y for y in ys if not math.isnan(y)]
     h = window // 2
-    return [sorted(ys[max(0, i - h):i + h + 1])[len(ys[max(0, i - h):i + h + 1]) // 2] for i in range(len(ys))]
+    windows = (sorted(ys[max(0, i - h):i + h + 1]) for i in range(len(ys)))
+    return [w[len(w) // 2] for w in windows]
 
 
 def robust_range(series):
