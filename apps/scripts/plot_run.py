@@ -28,6 +28,8 @@ does the same), a dotted line marks the resume, and elapsed_s - seconds since th
 so it restarts with each process - continues from the last kept record: --x time shows the time
 spent on the steps that count.
 A line that is not JSON (a log read while it is written) is skipped with a warning.
+One huge loss (a spike far off the runs' trend) does not stretch the loss panel: it is drawn as a
+triangle on the panel's edge, named in the legend and printed (see robust_range below for the rule).
 A log is labelled by its file name (the trainers' default log_<run-id>: by program, model and run
 id); when two share a name, by run_id (or parent folder).
 Needs matplotlib (Debian: python3-matplotlib).
@@ -174,6 +176,7 @@ def draw(runs, xmode, weight, title):
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     names = labels(runs)
     units, lrs, has_acc, has_scale = {}, [], False, False  # units: unit -> the axis it is drawn on
+    loss_fence = robust_range([xy(r.steps, "step", "loss")[1] for r in runs])
     for i, (run, name) in enumerate(zip(runs, names)):
         c = colors[i % len(colors)]
         # Loss: as logged (faint) and smoothed; validation loss as markers.
@@ -184,14 +187,17 @@ def draw(runs, xmode, weight, title):
             if panel == "loss_samples" and run.samples_per_step():
                 label = f"{name} ({run.samples_per_step():.0f} samples/step)"
             if len(x) > 10 and weight > 0:
-                a.plot(x, y, color=c, alpha=0.25, lw=0.8)
-                a.plot(x, smooth(y, weight), color=c, lw=1.6, label=label)
+                a.plot(x, y, color=c, alpha=0.25, lw=0.8, gid="raw")
+                # The smoothed line skips the points off the scale (they are marked instead): one spike
+                # of 1e4 would otherwise pull the moving average off the panel for dozens of records.
+                kept = [v if loss_fence[0] <= v <= loss_fence[1] or math.isnan(v) else math.nan for v in y]
+                a.plot(x, smooth(kept, weight), color=c, lw=1.6, label=label, gid="smoothed")
             else:
-                a.plot(x, y, color=c, lw=1.6, label=label, marker="." if len(x) < 30 else None)
+                a.plot(x, y, color=c, lw=1.6, label=label, marker="." if len(x) < 30 else None, gid="raw")
             vx, vy = xy(run.vals, key if key != "elapsed_s" else "step", "loss")
             if key == "elapsed_s":  # a val record has no clock: place it at its step's time
                 vx, vy = val_times(run, "loss")
-            a.plot(vx, vy, ls="none", marker="o", ms=4, mfc="white", color=c)
+            a.plot(vx, vy, ls="none", marker="o", ms=4, mfc="white", color=c, gid="val")
         # Accuracy: top-1 solid, top-5 dashed; the encoder's masked-token accuracy solid.
         for key, ls in (("top1", "-"), ("top5", "--"), ("masked_acc", "-")):
             if any(value(r, key) is not None for r in run.vals):
@@ -225,6 +231,7 @@ def draw(runs, xmode, weight, title):
             for p in panels:
                 if p != "loss_samples" and xs is not None:
                     ax[p].axvline(xs, color=c, ls=":", lw=0.9, alpha=0.8)
+    clipped = {p: clip_to(ax[p], loss_fence, runs, colors) for p in ("loss", "loss_samples") if p in ax}
     ax["loss"].set_title("training loss (faint: as logged; line: smoothed; o: validation)")
     ax["loss"].set_ylabel("loss")
     ax["accuracy"].set_title("validation accuracy")
@@ -259,7 +266,71 @@ def draw(runs, xmode, weight, title):
         fig.text(0.01, 0.005, "dotted vertical line: the run resumed from a checkpoint there", fontsize=7, color="0.35")
     fig.suptitle(title or ", ".join(names), fontsize=11)
     fig.tight_layout()
+    fig.clipped_loss = clipped["loss"]  # for main's note and the tests
     return fig
+
+
+# Loss outliers. A single huge loss (a bad batch, an overflow the scaler caught a step late) sets the
+# y range on its own and flattens every curve into a line at the bottom. A log axis does not cure
+# that: the curve (0.3 to 2.3, under a decade) would still take a fifth of a panel spanning 0.3 to
+# 1e4, and a log axis hides the differences between runs that a linear one shows. So the panel keeps
+# its linear axis and clips to the range of the *trend*: a running median over TREND_WINDOW records
+# drops spikes of up to two records but follows a sustained rise (a divergence is data, not an
+# outlier, and stays on the scale), and so does the curve's steep start, which the median of a
+# window keeps within the margin. Points past the margin are drawn as triangles on the panel's edge,
+# the legend gives their count and extreme value, and main prints them.
+TREND_WINDOW = 5  # odd; a spike of up to (5 - 1) / 2 = 2 consecutive records is not part of the trend
+TREND_MARGIN = 1.0  # the scale reaches one trend-range past the trend: ordinary noise is never clipped
+
+
+def running_median(ys, window):
+    """The median of each record's window (centred; shorter at the ends), gaps skipped."""
+    ys = [y for y in ys if not math.isnan(y)]
+    h = window // 2
+    windows = (sorted(ys[max(0, i - h):i + h + 1]) for i in range(len(ys)))
+    return [w[len(w) // 2] for w in windows]
+
+
+def robust_range(series):
+    """(lo, hi): the loss values the panel shows, from each run's trend; (-inf, inf) for too few records."""
+    trend = [v for ys in series if sum(not math.isnan(y) for y in ys) >= TREND_WINDOW
+             for v in running_median(ys, TREND_WINDOW)]
+    if not trend:
+        return -math.inf, math.inf
+    lo, hi = min(trend), max(trend)
+    # A flat trend (range 0) still gets a margin: a tenth of its level (or 1 for a zero loss).
+    margin = TREND_MARGIN * max(hi - lo, 0.1 * abs(hi) or 1.0)
+    return lo - margin, hi + margin
+
+
+def clip_to(a, fence, runs, colors):
+    """Limits the loss panel to fence when a point lies outside it; marks those points. Returns them."""
+    lo, hi = fence
+    off = []  # (run index, x, y) of every plotted point outside the fence
+    inside = []
+    for line in a.get_lines():
+        if line.get_gid() not in ("raw", "val", "smoothed"):  # not the resume lines (axes coordinates)
+            continue
+        for x, y in zip(line.get_xdata(), line.get_ydata()):
+            if not isinstance(y, (int, float)) or math.isnan(y):
+                continue
+            if lo <= y <= hi:
+                inside.append(y)
+            elif line.get_gid() != "smoothed":  # raw points and val markers; the smoothed line skips them
+                off.append((line.get_color(), x, y))
+    off = sorted(set(off), key=lambda p: p[1])
+    if not off or not inside:
+        return []
+    pad = 0.05 * (max(inside) - min(inside) or 1.0)
+    bottom, top = min(inside) - pad, max(inside) + pad
+    a.set_ylim(bottom, top)
+    worst = max(off, key=lambda p: abs(p[2]))[2]
+    for i, (color, x, y) in enumerate(off):  # the legend (drawn later) names them: no text over the curves
+        a.plot([x], [top if y > hi else bottom], ls="none", marker="^" if y > hi else "v", ms=7, color=color,
+               clip_on=False, zorder=5, gid="off",
+               label=f"off the scale, at the edge: {len(off)} point{'s' if len(off) > 1 else ''} "
+                     f"(extreme {worst:.4g})" if i == 0 else None)
+    return [(x, y) for _, x, y in off]
 
 
 def val_times(run, key):
@@ -303,6 +374,11 @@ def main(argv=None):
         runs.append(run)
     out = a.out or os.path.splitext(a.logs[0])[0] + ".png"
     fig = draw(runs, a.x, a.smooth, a.title)
+    if fig.clipped_loss:
+        shown = fig.clipped_loss[:5]  # enough to find them in the log; the count says how many more
+        xs = ", ".join(f"{x:g} ({y:.4g})" for x, y in shown) + (" ..." if len(fig.clipped_loss) > 5 else "")
+        print(f"plot_run: {len(fig.clipped_loss)} loss value(s) far off the runs' trend, drawn on the loss "
+              f"panel's edge instead of stretching it: at x = {xs}")
     fig.savefig(out, dpi=110)
     plt.close(fig)
     print(f"plot_run: wrote {out} ({len(runs)} run{'s' if len(runs) > 1 else ''}, x = {a.x})")

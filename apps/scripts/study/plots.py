@@ -145,7 +145,9 @@ def timeline(trace_path, model, batch, out):
     ax.set_xlabel("ms since rank 0's forward started (one steady step)")
     ax.set_title(f"{model}, batch {batch}/rank, {len(ranks)} ranks (ddp): buckets' all-reduces (numbered, launch v to "
                  "finish ^) against forward/backward", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", ncol=6)
+    # Outside the axes, right of them: every row holds data at some x (forward starts at 0 on the top row,
+    # the optimizer ends at the right), so no place inside covers nothing; tight_layout makes room.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, out, f"timeline_{model}_b{batch}")
 
