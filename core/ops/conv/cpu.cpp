@@ -190,7 +190,7 @@ void conv2d_backward_data_cpu(const ConvGeom& g, const Tensor& dy, const Tensor&
 }
 
 void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw) {
-  if (conv2d_backward_filter_onednn(g, x, dy, dw)) return;
+  if (onednn_preferred_for_backward_filter(g) && conv2d_backward_filter_onednn(g, x, dy, dw)) return;
   TANDEM_CPU_WIDEN_16BIT(conv2d_backward_filter_cpu, g, x, dy, dw);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { backward_filter<T>(g, x.data<T>(), dy.data<T>(), dw.data<T>()); });
 }

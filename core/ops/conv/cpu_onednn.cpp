@@ -23,6 +23,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -176,19 +177,31 @@ bool usable(const ConvGeom& g, const Tensor& t) {
   return backend().cpu_onednn && !empty && (t.dtype() == DType::F32 || t.dtype() == DType::BF16);
 }
 
+// A per-thread buffer, grown as needed and never shrunk: allocating the scratchpad or a blocked
+// weight (up to 9 MiB for ResNet's 512-channel 3x3) per call costs a page fault per 4 KiB touched,
+// which on the deep layers' small images took as long as the convolution.
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  void* get(size_t n) {
+    constexpr size_t kAlign = 64;  // a cache line: what oneDNN's own allocations use
+    if (bytes.size() < n + kAlign) bytes.resize(n + kAlign);
+    auto p = reinterpret_cast<uintptr_t>(bytes.data());
+    return bytes.data() + ((kAlign - p % kAlign) % kAlign);
+  }
+};
+
 // Runs a cached entry: `a` holds the primitive's activation arguments; the weight argument (`w_arg`)
 // goes through the entry's reorder where its layout differs from OHWI.
 bool run(const Entry& e, std::unordered_map<int, memory> a, int w_arg, void* user_w) {
-  thread_local std::vector<uint8_t> scratch_buf;
+  thread_local Buffer scratch_buf, weight_buf;
   thread_local dnnl::stream stream(engine());
-  scratch_buf.resize(std::max<size_t>(e.scratch.get_size(), 1));
-  a.insert({DNNL_ARG_SCRATCHPAD, memory(e.scratch, engine(), scratch_buf.data())});
+  a.insert({DNNL_ARG_SCRATCHPAD, memory(e.scratch, engine(), scratch_buf.get(e.scratch.get_size()))});
   memory user(e.user_w, engine(), user_w);
   if (!e.reorder_needed) {
     a.insert({w_arg, user});
     e.prim.execute(stream, a);
   } else {
-    memory blocked(e.prim_w, engine());  // oneDNN allocates it, aligned as its kernels want
+    memory blocked(e.prim_w, engine(), weight_buf.get(e.prim_w.get_size()));
     a.insert({w_arg, blocked});
     if (w_arg == DNNL_ARG_DIFF_WEIGHTS) {
       e.prim.execute(stream, a);
@@ -207,6 +220,16 @@ memory mem(const memory::desc& d, const Tensor& t) { return memory(d, engine(), 
 }  // namespace
 
 bool onednn_built() { return true; }
+
+bool onednn_preferred_for_backward_filter(const ConvGeom& g) {
+  // Backward filter sums over N OH OW output pixels. Where those are few (ResNet's last stages at
+  // 64 px: 4x4 and 2x2 maps), oneDNN 2.6's NHWC weight-gradient kernel ran 1.1-1.8x slower than the
+  // reference's one GEMM with that sum as its inner dimension (bench_ops' bwd_filter rows with
+  // N OH OW = 128, apps/results/2026-11-28-cpu-2core/); at 512 it was mixed (0.83-1.08x) and from
+  // 2048 up oneDNN won by 1.1-7x.
+  constexpr int64_t kMinWgradPixels = 256;  // between 128 (the reference always won) and 512 (mixed)
+  return g.n * g.oh * g.ow > kMinWgradPixels;
+}
 
 bool conv2d_forward_onednn(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y) {
   if (!usable(g, x)) return false;
@@ -237,6 +260,7 @@ bool conv2d_backward_filter_onednn(const ConvGeom& g, const Tensor& x, const Ten
 #else  // built without oneDNN: every call is answered with false and the im2col reference runs
 
 bool onednn_built() { return false; }
+bool onednn_preferred_for_backward_filter(const ConvGeom&) { return false; }
 bool conv2d_forward_onednn(const ConvGeom&, const Tensor&, const Tensor&, Tensor&) { return false; }
 bool conv2d_backward_data_onednn(const ConvGeom&, const Tensor&, const Tensor&, Tensor&) { return false; }
 bool conv2d_backward_filter_onednn(const ConvGeom&, const Tensor&, const Tensor&, Tensor&) { return false; }
