@@ -13,7 +13,7 @@ bool onednn_built();  // whether this build has oneDNN (TANDEM_HAVE_ONEDNN)
 bool conv2d_forward_onednn(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y);
 bool conv2d_backward_data_onednn(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx);
 // The selection rule's one exception, measured: false where the reference's backward filter beat
-// oneDNN's (few output pixels; cpu_onednn.cpp says where), so cpu.cpp runs the reference there.
+// oneDNN's (2x2 output maps or smaller; cpu_onednn.cpp says why), so cpu.cpp runs the reference there.
 bool onednn_preferred_for_backward_filter(const ConvGeom& g);
 bool conv2d_backward_filter_onednn(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw);
 
