@@ -7,8 +7,10 @@
 // of cuBLASLt / cuDNN called directly (apps/bench_ops_gpu.h) and tandem / direct: 1.00 means no
 // overhead. Times are medians of --reps CUDA-event timings after --warmup runs.
 // CPU part (always): GFLOP/s of ops::matmul in f32 next to cblas_sgemm on the same shapes (smaller
-// than the GPU ones so the part finishes in seconds), and ops::conv2d next to the one sgemm that its
-// im2col reduces to, so that ratio is im2col's cost.
+// than the GPU ones so the part finishes in seconds), and every conv shape of ResNet-18 and
+// resnet_tiny at 64 px, forward and both backwards, next to oneDNN called directly and to the
+// im2col + OpenBLAS reference (apps/bench_ops_cpu_conv.h). The CPU threads follow core/threads.h
+// (all cores of one process, or OMP_NUM_THREADS) and are printed first.
 // GPU attention (bf16, BERT shapes): cuDNN's fused SDPA next to the reference path, as the encoder runs them.
 // GPU memory-bound ops (BN, elementwise, pooling, bias gradient, fused SGD): achieved GB/s next to
 // a device-to-device copy's (apps/bench_ops_bandwidth.h).
@@ -31,6 +33,8 @@
 #include "core/backend.h"
 #include "core/autograd.h"
 #include "core/ops/ops.h"
+#include "core/threads.h"
+#include "apps/bench_ops_cpu_conv.h"  // defines: bench::cpu_conv_part
 #ifdef TANDEM_WITH_CUDA
 #include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
 #include "apps/bench_ops_fused.h"      // defines: bench::fused_bias_part
@@ -50,6 +54,7 @@ struct Options {
   int warmup = 5;         // untimed runs first: plans get built, memory pools grow
   int conv_batch = 32;    // ResNet-50 conv batch (64 is the other common choice)
   int cpu_reps = 5;       // CPU rows are slower: fewer repetitions
+  int cpu_conv_batch = 32;  // the CPU peer's ResNet-18 batch (apps/scripts/cpu_peer.py)
   bool cpu_only = false;  // skip the GPU part even when a GPU is present
   std::string json_path;  // empty: no JSON file
 };
@@ -97,33 +102,7 @@ void cpu_part(const Options& o, json& rows) {
                     {"tandem_ms", t_tandem}, {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b},
                     {"ratio", t_tandem / t_blas}});
   }
-  // Conv: the direct baseline is the single sgemm that im2col reduces the conv to (on pre-built
-  // columns), so the ratio is the price of im2col and of tandem's chunking.
-  struct C {
-    const char* name;
-    int64_t n, h, c, o, k, stride, pad;
-  };
-  const C convs[] = {{"3x3 64->64 @56, batch 2", 2, 56, 64, 64, 3, 1, 1},
-                     {"1x1 256->64 @56, batch 2", 2, 56, 256, 64, 1, 1, 0},
-                     {"3x3/2 128->128 @28, batch 2", 2, 28, 128, 128, 3, 2, 1}};
-  std::printf("\nCPU conv2d forward, f32, NHWC                        tandem GFLOP/s   im2col-GEMM GFLOP/s   ratio\n");
-  for (const C& s : convs) {
-    int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1, npix = s.n * oh * oh, kk = s.k * s.k * s.c;
-    Tensor x = Tensor::full({s.n, s.h, s.h, s.c}, 0.01), w = Tensor::full({s.o, s.k, s.k, s.c}, 0.01);
-    ops::Conv2dParams p;
-    p.stride_h = p.stride_w = static_cast<int>(s.stride);
-    p.pad_h = p.pad_w = static_cast<int>(s.pad);
-    std::vector<float> col(npix * kk, 0.01f), y(npix * s.o);
-    double t_tandem = cpu_median_ms(1, o.cpu_reps, [&] { ops::conv2d(x, w, Tensor(), p); });
-    double t_blas = cpu_median_ms(1, o.cpu_reps, [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, npix, s.o, kk, 1.0f, col.data(), kk, w.data<float>(), kk,
-                  0.0f, y.data(), s.o);
-    });
-    double flop = 2.0 * npix * s.o * kk, g_t = flop / t_tandem / 1e6, g_b = flop / t_blas / 1e6;
-    std::printf("  %-50s %14.1f   %19.1f   %5.2f\n", s.name, g_t, g_b, t_tandem / t_blas);
-    rows.push_back({{"part", "cpu_conv"}, {"name", s.name}, {"dtype", "f32"}, {"tandem_ms", t_tandem},
-                    {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b}, {"ratio", t_tandem / t_blas}});
-  }
+  bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, rows);
 }
 
 #ifdef TANDEM_WITH_CUDA
@@ -268,6 +247,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
   app.add_option("--conv-batch", o.conv_batch, "batch size of the ResNet-50 conv rows")->check(CLI::PositiveNumber);
   app.add_option("--cpu-reps", o.cpu_reps, "timed repetitions per CPU row")->check(CLI::PositiveNumber);
+  app.add_option("--cpu-conv-batch", o.cpu_conv_batch, "batch size of the CPU conv rows")->check(CLI::PositiveNumber);
   app.add_flag("--cpu", o.cpu_only, "run only the CPU part, even if a GPU is present");
   app.add_option("--json", o.json_path, "also write all rows to this JSON file");
   CLI11_PARSE(app, argc, argv);
@@ -286,6 +266,8 @@ int main(int argc, char** argv) {
 #endif
     }
     if (gpu_status != "ran") std::printf("GPU part %s: only the CPU GEMM rows follow.\n", gpu_status.c_str());
+    const CpuThreads threads = configure_cpu_threads(1);
+    std::printf("CPU part: %d thread(s) (%s)\n", threads.threads, threads.reason.c_str());
     cpu_part(o, rows);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_ops: %s\n", e.what());

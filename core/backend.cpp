@@ -16,6 +16,7 @@ struct Settings {
   std::atomic<bool> conv_bn_fusion{BackendConfig{}.conv_bn_fusion};
   std::atomic<bool> allow_tf32{BackendConfig{}.allow_tf32};
   std::atomic<bool> fused_grad_accumulation{BackendConfig{}.fused_grad_accumulation};
+  std::atomic<bool> cpu_onednn{BackendConfig{}.cpu_onednn};
   std::atomic<int64_t> conv_workspace_limit{BackendConfig{}.conv_workspace_limit};
 };
 
@@ -32,6 +33,7 @@ void apply(const BackendConfig& c) {
   s.conv_bn_fusion.store(c.conv_bn_fusion);
   s.allow_tf32.store(c.allow_tf32);
   s.fused_grad_accumulation.store(c.fused_grad_accumulation);
+  s.cpu_onednn.store(c.cpu_onednn);
   s.conv_workspace_limit.store(c.conv_workspace_limit);
 }
 
@@ -46,6 +48,7 @@ BackendConfig backend() {
   c.conv_bn_fusion = s.conv_bn_fusion.load();
   c.allow_tf32 = s.allow_tf32.load();
   c.fused_grad_accumulation = s.fused_grad_accumulation.load();
+  c.cpu_onednn = s.cpu_onednn.load();
   c.conv_workspace_limit = s.conv_workspace_limit.load();
   return c;
 }

@@ -1,7 +1,7 @@
 // core/backend.h: the backend settings the ops read, as one value applied by one scope.
 //
-// What the CUDA ops choose between (the CPU path has one way for each and ignores them all, but for
-// fused_grad_accumulation, which the autograd engine reads on every backend):
+// What the CUDA ops choose between (the CPU path ignores them, but for fused_grad_accumulation,
+// which the autograd engine reads on every backend, and cpu_onednn, the CPU's one choice):
 //   deterministic         conv: skip the cuDNN engines marked NONDETERMINISTIC (split reductions with
 //                         atomics, mostly backward filter), so two runs with the same inputs give the
 //                         same bits; slower. Default off, as PyTorch's cudnn.deterministic.
@@ -24,6 +24,11 @@
 //   allow_tf32            f32 GEMMs and convs may use TF32 tensor cores (10-bit mantissa products,
 //                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
 //                         train fine with it (core/ops/matmul/matmul.h).
+//   cpu_onednn            CPU conv2d (f32, bf16) through oneDNN where the build has it and oneDNN
+//                         takes the problem, else the im2col + OpenBLAS reference (core/ops/conv/
+//                         cpu_onednn.h). Default on: faster on every tandem conv shape measured
+//                         (apps/results/2026-11-28-cpu-2core/); off forces the reference, which the
+//                         parity tests compare against. f64 always runs the reference.
 //   conv_workspace_limit  the largest workspace one conv plan may ask for; engines needing more are
 //                         skipped. 1 GiB: enough for the fast implicit-GEMM and Winograd engines on
 //                         ImageNet shapes, while FFT engines that ask for several GiB would take the
@@ -49,6 +54,7 @@ struct BackendConfig {
   bool conv_bn_fusion = false;
   bool allow_tf32 = true;
   bool fused_grad_accumulation = true;
+  bool cpu_onednn = true;
   int64_t conv_workspace_limit = int64_t{1} << 30;  // bytes
   bool operator==(const BackendConfig&) const = default;
 };

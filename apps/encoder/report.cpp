@@ -11,6 +11,7 @@
 #include "apps/trainer/report_json.h"  // defines: mib, step_record_times, comm_and_memory_metrics, write_json_file
 #include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
 #include "core/storage.h"        // defines: memory_stats
+#include "core/threads.h"        // defines: configured_cpu_threads, describe
 #include "dist/transport/bootstrap.h"      // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"   // defines: kTandemVersion
 
@@ -101,6 +102,7 @@ void print_start(const EncoderOptions& o, const Training& t) {
               (long long)t.global_batch, (long long)(t.global_batch * o.seq_len), (long long)t.total_steps,
               (long long)c.train->size(), t.step->optimizer_name(), t.sched.base_lr, (long long)o.warmup_steps, t.flops_per_token / 1e9,
               t.peak.flops / 1e12, t.peak.source.empty() ? "unknown" : t.peak.source.c_str());
+  if (t.dev.is_cpu()) std::printf("CPU: %s\n", describe(configured_cpu_threads()).c_str());  // core/threads.h
   // The LR rule in words, as train_imagenet prints it (options.h).
   std::printf("%s", trainer::lr_rule(o.lr_scaling, o.lr, t.dp_size, t.sched.base_lr).c_str());  // DP ranks
   std::printf("; %s decay after %lld warmup steps", o.lr_schedule.c_str(), (long long)o.warmup_steps);

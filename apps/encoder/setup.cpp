@@ -14,6 +14,7 @@
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
 #include "core/random.h"                 // defines: manual_seed, Generator
+#include "core/threads.h"  // defines: configure_cpu_threads
 #include "data/text_corpus.h"            // defines: build_token_streams
 
 namespace tandem::apps::encoder {
@@ -22,6 +23,8 @@ const dist::World& init_world(const EncoderOptions& o) {
   dist::InitOptions io;
   io.use_gpu = o.device != "cpu";
   const dist::World& w = dist::init(io);
+  // CPU kernels: cores / ranks-on-this-node threads each (core/threads.h), so ranks never oversubscribe.
+  if (w.device.is_cpu()) configure_cpu_threads(w.local_size);
   TANDEM_CHECK(o.device != "cuda" || w.device.is_cuda(), "--device cuda but no GPU is visible (",
                built_with_cuda() ? "built with CUDA" : "this build has no CUDA backend", "): use --device cpu");
   return w;

@@ -88,8 +88,19 @@ class SelfAttention(nn.Module):
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
         q, k, v = F.linear(x, w, bias).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
         # keep: [B, 1, 1, S] bool (True = a real key) or None; dropout only while training.
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=DROPOUT if self.training else 0.0)
+        o = sdpa(q, k, v, keep, DROPOUT if self.training else 0.0)
         return o.transpose(1, 2).reshape(b, s, h)
+
+
+def sdpa(q, k, v, keep, dropout_p):
+    """PyTorch's fused SDPA where it exists (2.0+); on 1.13 (Debian's python3-torch, the CPU peer) the
+    same math written out: softmax(q k^T / sqrt(d), masked) with dropout, times v."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return F.dropout(scores.softmax(-1), dropout_p) @ v
 
 
 class Attention(nn.Module):

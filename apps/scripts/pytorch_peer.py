@@ -55,6 +55,7 @@ seq), so session_summary.py divides both sides' tokens/s by the same number.
 also checks its own output; the GPU session's --cpu-smoke mode uses --device cpu the same way.
 """
 import argparse
+import inspect
 import json
 import math
 import statistics
@@ -65,6 +66,11 @@ import torch
 import torch.nn as nn
 
 from bert_torch import BERT_SIZES, BertForMaskedLM, synthetic_batch  # the script's own folder is on sys.path
+
+
+# clip_grad_norm_'s foreach= (one multi-tensor kernel) exists from PyTorch 2.0; 1.13 (Debian's, the CPU peer)
+# clips tensor by tensor, which gives the same result.
+CLIP_FOREACH = {"foreach": True} if "foreach" in inspect.signature(torch.nn.utils.clip_grad_norm_).parameters else {}
 
 
 # ---- the built-in architectures (torchvision's, used when torchvision is absent) ----
@@ -208,7 +214,8 @@ def encoder_setup(a, dev):
         loss_fn = lambda: model(input_ids=ids, attention_mask=mask, labels=labels).loss
     else:
         model = BertForMaskedLM(a.encoder, a.vocab).to(dev).train()
-        source = "torch.nn:sdpa" + ("" if a.attn_mask else ", no mask")
+        sdpa_name = "sdpa" if hasattr(torch.nn.functional, "scaled_dot_product_attention") else "math attention"
+        source = "torch.nn:" + sdpa_name + ("" if a.attn_mask else ", no mask")
         keep = mask if a.attn_mask else None
         loss_fn = lambda: model.mlm_loss(ids, keep, labels, idx)
     if a.compile:  # forward and loss as one compiled function; backward through AOTAutograd
@@ -217,8 +224,10 @@ def encoder_setup(a, dev):
     named = list(model.named_parameters())
     no_wd = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
     wd = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
+    # fused=: PyTorch 2.0+, CUDA only (Debian's 1.13 on the CPU has no such argument).
+    fused = {"fused": True} if dev.type == "cuda" else {}
     opt = torch.optim.AdamW([{"params": wd, "weight_decay": 0.01}, {"params": no_wd, "weight_decay": 0.0}],
-                            lr=1e-4, fused=dev.type == "cuda")
+                            lr=1e-4, **fused)
     amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
     source += ", torch.compile" if a.compile else ""
 
@@ -227,7 +236,7 @@ def encoder_setup(a, dev):
         with amp:
             loss = loss_fn()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)  # tandem's --clip 1.0; no host sync
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, **CLIP_FOREACH)  # tandem's --clip 1.0; no host sync
         opt.step()
         return loss
     return model, source, step

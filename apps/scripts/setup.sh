@@ -4,6 +4,8 @@
 # Used by the README's two commands; safe to run again (it only does what is missing).
 #   - Debian packages: mpich, OpenBLAS, doctest, stb, nlohmann-json, CLI11, cmake, ninja, ccache.
 #     Installed with apt-get when absent (as root, or through sudo).
+#   - oneDNN (libdnnl-dev, Debian 12's 2.6): the CPU convolutions; optional - when apt has no such
+#     package the build goes on and says the CPU convs run the im2col + OpenBLAS reference.
 #   - CUDA: used when nvcc is found (PATH or /usr/local/cuda/bin); otherwise a CPU-only build.
 #     Override with TANDEM_CMAKE_ARGS="-DTANDEM_CUDA=OFF" or "-DCMAKE_CUDA_ARCHITECTURES=90;100".
 #   - Build folder: $TANDEM_BUILD_DIR (default: build/ in the project root).
@@ -26,6 +28,16 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# oneDNN for the CPU convolutions (third_party/README.md: why Debian's 2.6). Optional, so on its own:
+# a distribution without the package still builds, with the reference convs (CMake says so).
+if ! have_pkg libdnnl-dev && command -v apt-get >/dev/null; then
+  echo "setup: installing libdnnl-dev (oneDNN, the CPU convolutions)"
+  if ! ${SUDO:-$([ "$(id -u)" -ne 0 ] && echo sudo)} env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends libdnnl-dev >/dev/null 2>&1; then
+    echo "setup: libdnnl-dev not installable here: CPU convolutions will run the im2col + OpenBLAS reference"
+  fi
 fi
 
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

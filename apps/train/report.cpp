@@ -14,6 +14,7 @@
 #include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats, conv_bias_relu_stats
 #include "core/ops/conv_bn/conv_bn.h" // defines: conv_bn_fusion_stats
 #include "core/storage.h"       // defines: memory_stats
+#include "core/threads.h"       // defines: configured_cpu_threads, describe
 #include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
 #include "layers/checkpoint.h"  // defines: kTandemVersion
 
@@ -199,6 +200,7 @@ void print_start(const TrainOptions& o, const Training& t) {
               o.model.c_str(), t.world->size, t.dev.str().c_str(), dist::comm_for(t.dev).backend(),
               (long long)t.model->num_parameters(), (long long)o.batch, (long long)t.steps_per_epoch,
               (long long)t.total_steps, t.sched.base_lr);
+  if (t.dev.is_cpu()) std::printf("CPU: %s\n", describe(configured_cpu_threads()).c_str());  // core/threads.h
   // The LR rule in words (options.h), so a run moved to another world size is not a surprise.
   const int world = t.world->size;
   std::printf("%s", trainer::lr_rule(o.lr_scaling, o.lr, world, t.sched.base_lr).c_str());

@@ -14,6 +14,7 @@
 #include "core/device.h"                  // defines: require_cuda
 #include "core/profile.h"                 // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
+#include "core/threads.h"  // defines: configure_cpu_threads
 #include "data/image_folder.h"         // defines: ImageFolder (train/ and val/ splits)
 #include "data/synthetic.h"            // defines: SyntheticDataset
 #include "layers/models/models.h"      // defines: create_model
@@ -26,6 +27,8 @@ const dist::World& init_world(const TrainOptions& o) {
   // Before MPI: the same clear error on every rank (CUDA's own error and driver/runtime versions).
   if (o.device == "cuda") require_cuda("train_imagenet --device cuda");
   const dist::World& w = dist::init(io);
+  // CPU kernels: cores / ranks-on-this-node threads each (core/threads.h), so ranks never oversubscribe.
+  if (w.device.is_cpu()) configure_cpu_threads(w.local_size);
   TANDEM_CHECK(o.device != "cuda" || w.device.is_cuda(), "--device cuda but dist::init chose ", w.device.str(),
                ": use --device cpu");
   trainer::check_on(step_options(o), w.device, dist::comm_for(w.device).backend());

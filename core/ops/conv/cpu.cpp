@@ -9,6 +9,9 @@
 // In NHWC, im2col copies contiguous runs of Cg channels (memcpy), and a 1x1 / stride 1 / no-pad
 // ungrouped conv needs no im2col at all: x itself is the column matrix. Chunks bound the column
 // buffer (kColumnBudgetBytes) while keeping the GEMM tall enough for OpenBLAS to use all cores.
+// The entry points at the bottom try oneDNN first (cpu_onednn.h: f32/bf16 when built in and
+// BackendConfig::cpu_onednn is on) and run this reference where it declines; a BackendScope with
+// cpu_onednn off forces the reference, which is what the tests compare oneDNN against.
 // Left out: Winograd/FFT, a threaded im2col (it is a copy; the GEMM dominates), and a special
 // depthwise kernel (groups == C runs one skinny GEMM per channel: correct but not fast).
 #include <cblas.h>
@@ -19,6 +22,7 @@
 
 #include "core/ops/common/dispatch.h"
 #include "core/ops/common/cpu/widen.h"
+#include "core/ops/conv/cpu_onednn.h"
 #include "core/ops/conv/kernels.h"
 
 namespace tandem::kernels {
@@ -174,16 +178,19 @@ void backward_filter(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 }  // namespace
 
 void conv2d_forward_cpu(const ConvGeom& g, const Tensor& x, const Tensor& w, Tensor& y) {
+  if (conv2d_forward_onednn(g, x, w, y)) return;
   TANDEM_CPU_WIDEN_16BIT(conv2d_forward_cpu, g, x, w, y);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { forward<T>(g, x.data<T>(), w.data<T>(), y.data<T>()); });
 }
 
 void conv2d_backward_data_cpu(const ConvGeom& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  if (conv2d_backward_data_onednn(g, dy, w, dx)) return;
   TANDEM_CPU_WIDEN_16BIT(conv2d_backward_data_cpu, g, dy, w, dx);
   TANDEM_CPU_FLOAT_TYPES(dy.dtype(), T, [&] { backward_data<T>(g, dy.data<T>(), w.data<T>(), dx.data<T>()); });
 }
 
 void conv2d_backward_filter_cpu(const ConvGeom& g, const Tensor& x, const Tensor& dy, Tensor& dw) {
+  if (onednn_preferred_for_backward_filter(g) && conv2d_backward_filter_onednn(g, x, dy, dw)) return;
   TANDEM_CPU_WIDEN_16BIT(conv2d_backward_filter_cpu, g, x, dy, dw);
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { backward_filter<T>(g, x.data<T>(), dy.data<T>(), dw.data<T>()); });
 }
