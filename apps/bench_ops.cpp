@@ -102,7 +102,7 @@ void cpu_part(const Options& o, json& rows) {
                     {"tandem_ms", t_tandem}, {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b},
                     {"ratio", t_tandem / t_blas}});
   }
-  bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, rows);
+  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, rows);
 }
 
 #ifdef TANDEM_WITH_CUDA

@@ -30,7 +30,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
-namespace tandem::bench {
+namespace tandem::cpu_bench {
 
 struct CpuConvShape {
   const char* model;
@@ -173,4 +173,4 @@ inline void cpu_conv_part(int reps, int64_t batch, nlohmann::json& rows) {
   }
 }
 
-}  // namespace tandem::bench
+}  // namespace tandem::cpu_bench
