@@ -168,7 +168,11 @@ inline void cpu_conv_part(int reps, int64_t batch, nlohmann::json& rows) {
       rows.push_back({{"part", "cpu_conv"}, {"model", s.model}, {"name", s.name}, {"direction", dirs[d]},
                       {"dtype", "f32"}, {"batch", batch}, {"tandem_ms", t[0]}, {"onednn_ms", t_direct},
                       {"im2col_ms", t[2]}, {"onednn_over_tandem", t_direct / t[0]},
-                      {"im2col_over_tandem", t[2] / t[0]}});
+                      {"im2col_over_tandem", t[2] / t[0]},
+                      // bench_ops' common columns (ratio = tandem / direct): the direct call is oneDNN's
+                      // where the build has it, else the im2col reference that tandem then runs.
+                      {"direct_ms", t_direct > 0 ? t_direct : t[2]},
+                      {"ratio", t[0] / (t_direct > 0 ? t_direct : t[2])}});
     }
   }
 }

@@ -76,7 +76,8 @@ mkdir -p ck_rank1
 ODD_FROM=ck ODD_TO=ck_rank1 run folder 60 "$app" "${common[@]}" --data data --steps 2 --checkpoint-dir ck
 check "every rank ended with status 2 within 20 s (status $rc, $took s)" eval '[ "$rc" = 2 ] && [ "$took" -le 20 ]'
 check "rank 0 names rank 1, its host and the folder" has folder.txt "rank 1 on $host: --checkpoint-dir ck_rank1 here is not the folder rank 0 opened"
-check "  ... and no checkpoint was written" [ -z "$(ls ck)" ]
+check "  ... and no checkpoint was written" [ -z "$(ls ck | grep -v '^run_status.json$')" ]
+check "  ... and the folder's record says how the run ended" has ck/run_status.json '"state": "usage"'
 
 echo "--- a usage error every rank shares: printed once, status 2"
 run shared 60 "$app" "${common[@]}" --data data --steps 2 --num-classes 1

@@ -175,6 +175,8 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     return kExitNonFinite;
   } catch (const StartupFailed& e) {
     // Every rank reached the start-up verdict, which printed the failing ranks' words (startup.h).
+    // A verdict after the folder's lock was taken leaves the folder's record saying why, not "running".
+    record_run_end(e.status, e.what());
     dist::finalize(e.status);
     return e.status;
   } catch (const UsageError& e) {

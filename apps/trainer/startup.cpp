@@ -137,8 +137,12 @@ void check_every_rank(const RunFolder& folder, const std::string& resume_path, c
     std::error_code ignored;  // a check file left behind is harmless: the next run overwrites it
     fs::remove(fs::path(folder.dir()) / kCheckFile, ignored);
   }
-  if (const int rc = judge(program, all, w.rank); rc != 0)
-    throw StartupFailed(rc, "start-up failed on some rank (printed above)");
+  if (const int rc = judge(program, all, w.rank); rc != 0) {
+    // The first failing rank's words, for the folder's run_status.json (judge printed them all).
+    for (const StartupReport& r : all)
+      if (r.status != 0)
+        throw StartupFailed(rc, "start-up failed: rank " + std::to_string(r.rank) + " on " + r.host + ": " + r.message);
+  }
 }
 
 }  // namespace tandem::trainer
