@@ -53,6 +53,15 @@ bool exited(int64_t pid) {
   return (rest >> state) && (state == 'Z' || state == 'X');
 }
 
+// True when SIGKILL is pending for `pid` (its /proc/<pid>/status says so): the process is being
+// killed - it runs no more user code, but until its exit has closed its files it still holds flock.
+bool being_killed(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::stringstream text;
+  text << in.rdbuf();
+  return sigkill_pending(text.str());
+}
+
 // Field 22 of /proc/<pid>/stat (clock ticks after boot).
 int64_t start_ticks(int64_t pid) {
   std::istringstream rest(stat_after_name(pid));
@@ -128,12 +137,27 @@ LockHolder this_process() {
 
 bool same_machine(const LockHolder& h) { return h.host == host_name(); }
 
+bool sigkill_pending(const std::string& proc_status) {
+  // "SigPnd:" (the thread's) and "ShdPnd:" (the process's) are hex masks; signal n is bit n - 1.
+  for (const char* field : {"SigPnd:", "ShdPnd:"}) {
+    const size_t at = proc_status.find(field);
+    if (at == std::string::npos) continue;
+    try {
+      const unsigned long long mask = std::stoull(proc_status.substr(at + std::strlen(field)), nullptr, 16);
+      if (mask & (1ull << (SIGKILL - 1))) return true;
+    } catch (...) {
+    }
+  }
+  return false;
+}
+
 bool holder_alive(const LockHolder& h) {
   if (!same_machine(h) || h.pid <= 0) return false;
   const std::string boot = boot_id();
   if (!h.boot_id.empty() && !boot.empty() && h.boot_id != boot) return false;  // the machine rebooted since
   if (::kill(static_cast<pid_t>(h.pid), 0) != 0 && errno != EPERM) return false;  // ESRCH: no such process
   if (exited(h.pid)) return false;  // a zombie: dead, its lock gone, only not reaped yet
+  if (being_killed(h.pid)) return false;  // SIGKILL pending: it writes nothing more
   const int64_t ticks = start_ticks(h.pid);
   return h.start_ticks < 0 || ticks < 0 || ticks == h.start_ticks;  // a different start time: the pid was reused
 }
@@ -156,20 +180,31 @@ FolderLock FolderLock::acquire(const std::string& dir, const FolderLockOptions& 
   l.fd_ = fd;  // from here on the destructor closes it (and, when the record was never written, leaves it)
   bool locked = false;
   if (opt.use_flock) {
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    int e = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+    if (e == EWOULDBLOCK) {
+      // A holder on this machine that is being killed (a supervisor's kill -9, then a restart at
+      // once) still holds flock until its exit closes its files - milliseconds for a trainer, more
+      // under load: wait for that rather than refuse a restart that is about to be valid.
+      const auto h = parse_record(read_fd(fd));
+      if (h && same_machine(*h) && h->pid > 0 && being_killed(h->pid))
+        for (int waited_ms = 0; e == EWOULDBLOCK && waited_ms < kDyingHolderWaitS * 1000; waited_ms += 20) {
+          ::usleep(20 * 1000);
+          e = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+        }
+    }
+    if (e == 0) {
       locked = true;
-    } else if (errno == EWOULDBLOCK) {
+    } else if (e == EWOULDBLOCK) {
       const auto h = parse_record(read_fd(fd));
       ::close(fd), l.fd_ = -1;
       if (h) refuse(dir, *h, "");
       TANDEM_THROW("checkpoint folder '", dir, "' is in use by another job, which holds '", l.path_,
                    "' but has not written who it is yet. Wait for that job to end, stop it, or give this job "
                    "another --checkpoint-dir.");
-    } else if (flock_unsupported(errno)) {
+    } else if (flock_unsupported(e)) {
       l.notes_.push_back("checkpoint lock: flock is not supported on the filesystem of '" + dir + "' (" +
-                         std::strerror(errno) + "); the lock relies on its record alone (layers/checkpoint_lock.h)");
+                         std::strerror(e) + "); the lock relies on its record alone (layers/checkpoint_lock.h)");
     } else {
-      const int e = errno;
       ::close(fd), l.fd_ = -1;
       TANDEM_THROW("flock on '", l.path_, "' failed: ", std::strerror(e),
                    ". Check the checkpoint folder's filesystem.");

@@ -16,6 +16,9 @@
 //     whose process is alive - pid present, not a zombie (an exited process its parent has not
 //     reaped yet, state Z: it holds nothing), and, on Linux, the same start time in
 //     /proc/<pid>/stat, so a reused pid does not count - is never taken over, even when flock succeeds.
+//   - A holder on this host with SIGKILL pending (/proc/<pid>/status) is dying: it runs no more code
+//     but holds flock until its exit closes its files. A job that finds one waits up to
+//     kDyingHolderWaitS for that flock instead of refusing (a restart right after kill -9).
 //   - flock unsupported (ENOLCK, EOPNOTSUPP, ENOSYS, EINVAL: e.g. Lustre mounted "noflock", some NFS
 //     set-ups) or FolderLockOptions::use_flock = false: the record alone decides. A live holder on
 //     this host, or any unreleased holder on another host (its liveness cannot be checked from
@@ -40,6 +43,13 @@
 #include <vector>
 
 namespace tandem {
+
+// How long acquire() waits for the flock of a holder that is being killed: its exit closes its files
+// within milliseconds on an idle machine; 10 s covers a loaded one (a trainer unmapping GiBs).
+inline constexpr int kDyingHolderWaitS = 10;
+
+// True when a /proc/<pid>/status text shows SIGKILL pending (SigPnd or ShdPnd): the process is dying.
+bool sigkill_pending(const std::string& proc_status);
 
 // What "<dir>/.lock" records about its holder.
 struct LockHolder {
