@@ -164,6 +164,16 @@ RunLog start_run_records(const RunOptions& o, const RunFolder& folder, bool rank
   return log;
 }
 
+// The end of a rank that failed alone: with peers, abort_job (they may wait in a collective this
+// rank will never join); alone, MPI ends cleanly, as on success - exiting with MPI (and UCX) still
+// up leaves their allocations behind, which LeakSanitizer reports and turns into another status.
+namespace {
+void end_failed_rank(int status) {
+  if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+  else dist::finalize(status);
+}
+}  // namespace
+
 int run_main(const std::string& program, int64_t batch_per_rank, const std::function<int()>& run) {
   int rc = kExitFailure;
   try {
@@ -195,14 +205,14 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     }
     // As below: the other ranks may wait in a collective (then mpiexec reports MPI_Abort's status,
     // and run_status.json the cause).
-    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    end_failed_rank(kExitData);
     return kExitData;
   } catch (const OutOfMemory& e) {
     // The library says "lower the batch size"; the trainers' flag for it is --batch-size.
     std::cerr << program << ": error: " << e.what() << " (the batch size is --batch-size, now " << batch_per_rank
               << " per rank)\n";
     record_run_end(kExitFailure, e.what());
-    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    end_failed_rank(kExitFailure);
     return kExitFailure;
   } catch (const std::exception& e) {
     std::cerr << program << ": error: " << e.what() << "\n";
@@ -210,7 +220,7 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     // Other ranks may be waiting in a collective this rank will never join: end them all now.
     // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
     // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).
-    if (dist::initialized() && dist::world().size > 1) dist::abort_job();
+    end_failed_rank(kExitFailure);
     return kExitFailure;
   }
   record_run_end(rc, rc == kExitPreempted ? "a stop signal: every rank stopped at a step boundary after the checkpoint"
