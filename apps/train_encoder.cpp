@@ -168,7 +168,7 @@ int run(enc::EncoderOptions& o) {
     if (!preempted && t.val && (last || (o.val_every > 0 && loop.pos.step % o.val_every == 0))) {
       rec.evals.push_back(enc::evaluate(t, o, loop.pos.step));
       if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
-      enc::log_validation(t, rec.evals.back(), loop.pos.samples, loop.pos.epoch);
+      enc::log_validation(t, rec.evals.back(), loop.pos.samples, trainer::epoch_number(loop.pos));
       if (t.ema) {
         // The EMA's weights in the model for one pass (apps/trainer/ema.h); not in the run's record.
         const trainer::ModelEma::Applied ema(*t.ema);

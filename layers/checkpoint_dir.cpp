@@ -112,8 +112,10 @@ std::string step_checkpoint_path(const std::string& dir, int64_t step) {
 
 std::string checkpoint_path_for(const std::string& dir, const TrainState& s, CheckpointNaming naming) {
   if (naming == CheckpointNaming::step) return step_checkpoint_path(dir, s.step);
+  // Epochs in names count from 1: at a boundary s.epoch epochs are done (the last one is "epoch
+  // s.epoch"); mid-epoch s.epoch is the running epoch's 0-based index, so its number is s.epoch + 1.
   const bool boundary = s.epoch_offset == 0 && s.index_in_epoch == 0;
-  return boundary ? checkpoint_path(dir, s.epoch) : mid_epoch_checkpoint_path(dir, s.epoch, s.step);
+  return boundary ? checkpoint_path(dir, s.epoch) : mid_epoch_checkpoint_path(dir, s.epoch + 1, s.step);
 }
 
 bool is_checkpoint_name(const std::string& filename) {

@@ -60,6 +60,8 @@
 namespace tandem {
 
 // ---- names ----
+// Epoch numbers in names count from 1: checkpoint_epoch3 ends the third epoch, checkpoint_epoch3_step70
+// is inside it (TrainState::epoch is the 0-based index of the epoch the next step belongs to).
 std::string checkpoint_path(const std::string& dir, int64_t epoch);                              // epoch end
 std::string mid_epoch_checkpoint_path(const std::string& dir, int64_t epoch, int64_t step);
 std::string step_checkpoint_path(const std::string& dir, int64_t step);                          // train_encoder

@@ -42,14 +42,15 @@ CheckpointDirOptions options(const std::string& dir, const std::string& resume =
 }  // namespace
 
 TEST_CASE("epoch-end, mid-epoch and step names never collide") {
-  // Before: a mid-epoch save inside epoch 1 was named checkpoint_epoch1, the end of epoch 0's name.
-  const TrainState end = state("r", 4, 1);            // epoch 0 done
-  const TrainState mid = state("r", 6, 1, 16);        // 2 steps into epoch 1
+  // Epochs in names are counted from 1: checkpoint_epoch1 ends the first epoch, checkpoint_epoch2_step6 is
+  // inside the second (state.epoch is the sampler's 0-based index; before, that index named mid-epoch files).
+  const TrainState end = state("r", 4, 1);            // the first epoch done
+  const TrainState mid = state("r", 6, 1, 16);        // 2 steps into the second epoch
   CHECK(checkpoint_path_for("d", end, CheckpointNaming::epoch) == "d/checkpoint_epoch1.safetensors");
-  CHECK(checkpoint_path_for("d", mid, CheckpointNaming::epoch) == "d/checkpoint_epoch1_step6.safetensors");
+  CHECK(checkpoint_path_for("d", mid, CheckpointNaming::epoch) == "d/checkpoint_epoch2_step6.safetensors");
   TrainState per_rank = state("r", 6, 1);  // a caller that only counts per rank is mid-epoch too
   per_rank.index_in_epoch = 8;
-  CHECK(checkpoint_path_for("d", per_rank, CheckpointNaming::epoch) == "d/checkpoint_epoch1_step6.safetensors");
+  CHECK(checkpoint_path_for("d", per_rank, CheckpointNaming::epoch) == "d/checkpoint_epoch2_step6.safetensors");
   CHECK(checkpoint_path_for("d", mid, CheckpointNaming::step) == "d/checkpoint_step6.safetensors");
   for (const char* n : {"checkpoint_epoch1.safetensors", "checkpoint_epoch1_step6.safetensors",
                         "checkpoint_step6.safetensors"})
@@ -176,7 +177,8 @@ TEST_CASE("CheckpointDir: fresh run, requeue with --resume auto, a second job re
     CHECK(has(e, "is in use by another job: pid " + std::to_string(::getpid())));
     CHECK(has(e, "run " + run_a));
     for (int e2 : {1, 2, 3}) CHECK(a.write(m, {}, state("", e2, e2)) == checkpoint_path(d, e2));
-    CHECK(a.write(m, {}, state("", 5, 3, 16)) == mid_epoch_checkpoint_path(d, 3, 5));
+    // 2 steps into the fourth epoch (index 3): named for epoch 4, counted from 1.
+    CHECK(a.write(m, {}, state("", 5, 3, 16)) == mid_epoch_checkpoint_path(d, 4, 5));
     CHECK(list_checkpoints(d).size() == 2);  // keep = 2: the mid-epoch file and epoch 3
     CHECK(fs::exists(checkpoint_path(d, 3)));
     std::ofstream(safetensors::temp_path(checkpoint_path(d, 4))) << "half a file";  // a writer killed mid-write
@@ -184,7 +186,7 @@ TEST_CASE("CheckpointDir: fresh run, requeue with --resume auto, a second job re
   {  // the requeued job
     CheckpointDir a2 = CheckpointDir::open(options(d, "auto"));
     CHECK(a2.run_id() == run_a);
-    CHECK(a2.resume_path() == mid_epoch_checkpoint_path(d, 3, 5));
+    CHECK(a2.resume_path() == mid_epoch_checkpoint_path(d, 4, 5));
     REQUIRE(a2.notes().size() == 1);
     CHECK(has(a2.notes()[0], "removed 1 temporary file(s)"));
   }
@@ -202,7 +204,7 @@ TEST_CASE("CheckpointDir: fresh run, requeue with --resume auto, a second job re
     b.write(m, {}, state("", 2, 2));
     CHECK_FALSE(fs::exists(checkpoint_path(d, 1)));                  // b's own, pruned
     CHECK(fs::exists(checkpoint_path(d, 3)));                        // a's: untouched
-    CHECK(fs::exists(mid_epoch_checkpoint_path(d, 3, 5)));
+    CHECK(fs::exists(mid_epoch_checkpoint_path(d, 4, 5)));
     CHECK(has(error_of([&] { b.write(m, {}, state(run_a, 9, 9)); }), "is open for run " + run_b));
   }
   {  // --resume auto follows the run that last used the folder, not the newest file of any run
@@ -214,7 +216,7 @@ TEST_CASE("CheckpointDir: fresh run, requeue with --resume auto, a second job re
     CheckpointDirOptions o = options(d, "auto");
     o.run_id = run_a;
     CheckpointDir a3 = CheckpointDir::open(o);
-    CHECK(a3.resume_path() == mid_epoch_checkpoint_path(d, 3, 5));
+    CHECK(a3.resume_path() == mid_epoch_checkpoint_path(d, 4, 5));
   }
   {  // an explicit file: its run id is kept
     CheckpointDir x = CheckpointDir::open(options(d, checkpoint_path(d, 2)));

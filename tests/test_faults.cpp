@@ -138,7 +138,7 @@ TEST_CASE("crash-in-checkpoint: the previous checkpoint still loads and --resume
   AppRun again = train("", "--epochs 2 --checkpoint-dir " + dir.string() + " --resume auto");
   INFO(again.output);
   REQUIRE(again.status == 0);
-  CHECK(again.has("resumed from " + (dir / "checkpoint_epoch1.safetensors").string() + " at epoch 1, step 3"));
+  CHECK(again.has("resumed from " + (dir / "checkpoint_epoch1.safetensors").string() + " at epoch 2, step 3"));
   CHECK(tandem::read_checkpoint((dir / "checkpoint_epoch2.safetensors").string()).state.step == 6);
 }
 

@@ -77,10 +77,11 @@ AppRun run(const fs::path& dir, const std::string& env, const std::string& progr
 }
 
 // The checkpoint train_imagenet writes after `step` with imagenet_args()'s 30 steps per epoch: the epoch-end
-// name at an epoch's end, else the mid-epoch one.
+// name at an epoch's end, else the mid-epoch one - both name the epoch counted from 1 (step 40 is in epoch 2).
 std::string imagenet_checkpoint(long long step) {
   return step % 30 == 0 ? "checkpoint_epoch" + std::to_string(step / 30) + ".safetensors"
-                        : "checkpoint_epoch" + std::to_string(step / 30) + "_step" + std::to_string(step) + ".safetensors";
+                        : "checkpoint_epoch" + std::to_string(step / 30 + 1) + "_step" + std::to_string(step) +
+                              ".safetensors";
 }
 
 // The step in "preempted: ...; stopped after step N ..." (-1 when absent).
@@ -263,12 +264,12 @@ TEST_CASE("--checkpoint-every N: checkpoints inside epochs under their own names
                  imagenet_args() + "--epochs 2 --checkpoint-dir ck --checkpoint-every 10 --keep-checkpoints 0");
   INFO(r.output);
   REQUIRE(r.status == 0);
-  // Step 30 ends epoch 0 and step 60 the run: the epoch-end files stand for them.
-  const std::set<std::string> expected{"checkpoint_epoch0_step10.safetensors", "checkpoint_epoch0_step20.safetensors",
-                                       "checkpoint_epoch1.safetensors",        "checkpoint_epoch1_step40.safetensors",
-                                       "checkpoint_epoch1_step50.safetensors", "checkpoint_epoch2.safetensors"};
+  // Step 30 ends epoch 1 and step 60 the run: the epoch-end files stand for them (epochs counted from 1).
+  const std::set<std::string> expected{"checkpoint_epoch1_step10.safetensors", "checkpoint_epoch1_step20.safetensors",
+                                       "checkpoint_epoch1.safetensors",        "checkpoint_epoch2_step40.safetensors",
+                                       "checkpoint_epoch2_step50.safetensors", "checkpoint_epoch2.safetensors"};
   CHECK(files_in(dir / "ck") == expected);
-  CHECK(read_checkpoint((dir / "ck" / "checkpoint_epoch1_step40.safetensors").string()).state.step == 40);
+  CHECK(read_checkpoint((dir / "ck" / "checkpoint_epoch2_step40.safetensors").string()).state.step == 40);
   CHECK(read_checkpoint((dir / "ck" / "checkpoint_epoch1.safetensors").string()).state.step == 30);
   // Flags that need a folder say so.
   tandem::testing::check_refused(app("train_imagenet") + imagenet_args() + "--checkpoint-every 5", "--checkpoint-dir");

@@ -160,7 +160,7 @@ TEST_CASE("the same global batch on 1 and 4 ranks, resumed mid-epoch: the uninte
   const std::string half = dir("mid");
   // 4 steps: the first epoch (3) and one step of the second, 8 of its 24 samples.
   REQUIRE(train(2, kExact + "--batch 4 --run-steps 4 --checkpoint-dir " + half, "mid.log").status == 0);
-  const std::string saved = half + "/checkpoint_epoch1_step4.safetensors";  // its own name, not epoch1's
+  const std::string saved = half + "/checkpoint_epoch2_step4.safetensors";  // inside the second epoch
   REQUIRE(fs::exists(saved));
   CHECK(fs::exists(half + "/checkpoint_epoch1.safetensors"));
   CHECK(meta(saved, "data.epoch_offset") == "8");

@@ -178,9 +178,9 @@ TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end wi
   REQUIRE(r.status == 0);
   // The LR rule, printed: --lr as given on 2 ranks.
   CHECK(r.has("lr rule: --lr 0.1 as given on 2 rank(s)"));
-  CHECK(r.has("epoch 0 step 1/6 | loss "));  // the line's start as before
+  CHECK(r.has("epoch 1 step 1/6 | loss "));  // epochs are counted from 1 everywhere (README)
   // ... and its new end.
-  const size_t at = r.output.find("epoch 1 step 6/6 |");
+  const size_t at = r.output.find("epoch 2 step 6/6 |");
   REQUIRE(at != std::string::npos);
   const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
   CHECK(line.find(" | elapsed ") != std::string::npos);
@@ -200,6 +200,7 @@ TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end wi
     if (j["event"] == "step") {
       ++steps;
       CHECK(j["step"] == steps);
+      CHECK(j["epoch"] == (steps - 1) / 3 + 1);  // 3 steps per epoch, the first epoch is 1
       CHECK(j["samples"] == 8 * steps);
       for (const char* key : {"loss", "lr", "items_per_s", "elapsed_s", "eta_s", "mem_mib", "peak_mib"})
         CHECK_MESSAGE(j[key].is_number(), key);
@@ -209,10 +210,13 @@ TEST_CASE("--log-file: JSON lines in plot_run.py's schema; progress lines end wi
       ++vals;
       CHECK(j["top1"].get<double>() >= 0);
       CHECK(j["step"] == 3 * vals);
+      CHECK(j["epoch"] == vals);
     } else if (j["event"] == "checkpoint") {
       ++checkpoints;
       CHECK(j["step"] == 3 * checkpoints);
-      CHECK(j["path"].get<std::string>().find("checkpoint_epoch") != std::string::npos);
+      CHECK(j["epoch"] == checkpoints);
+      CHECK(j["path"].get<std::string>().find("checkpoint_epoch" + std::to_string(checkpoints) + ".safetensors") !=
+            std::string::npos);
     }
   }
   CHECK(steps == 6);

@@ -92,7 +92,7 @@ TEST_CASE("--weights: a torchvision-named state dict round-trips; --evaluate tak
   INFO(ev_sd.output, ev_ck.output);
   REQUIRE(ev_sd.status == 0);
   REQUIRE(ev_ck.status == 0);
-  const std::string logged = after(slurp(dir("base.log")), "epoch 1 validation: top1 ");
+  const std::string logged = after(slurp(dir("base.log")), "epoch 2 validation: top1 ");
   CHECK(after(ev_sd.output, "val top1 ") == logged);
   CHECK(after(ev_ck.output, "val top1 ") == logged);
   CHECK(ev_ck.has("evaluate: resnet_tiny at 16 px (from the checkpoint)"));  // model and image size from the checkpoint, no flags
@@ -147,9 +147,9 @@ TEST_CASE("on 2 and 4 ranks the logged validation equals --evaluate of that epoc
                                 "--checkpoint-dir " + d, "bn" + std::to_string(ranks) + ".log");
     INFO(r.output);
     REQUIRE(r.status == 0);
-    for (int epoch : {0, 1}) {
+    for (int epoch : {1, 2}) {  // counted from 1: "epoch 2 validation" and checkpoint_epoch2 are the same epoch's
       const std::string logged = after(r.output, "epoch " + std::to_string(epoch) + " validation: top1 ");
-      const std::string ck = d + "/checkpoint_epoch" + std::to_string(epoch + 1) + ".safetensors";
+      const std::string ck = d + "/checkpoint_epoch" + std::to_string(epoch) + ".safetensors";
       for (int eval_ranks : {1, 2}) {
         const AppRun ev = run(eval_ranks, "--data " + scratch().data + " --evaluate --resume " + ck, "bn_ev.log");
         INFO(ev.output);
@@ -167,7 +167,7 @@ TEST_CASE("--model-ema: validated and saved beside the raw weights, --evaluate s
   const AppRun whole = run(2, flags + "--checkpoint-dir " + a + " --metrics " + a + "/m.json", "ema_a.log");
   INFO(whole.output);
   REQUIRE(whole.status == 0);
-  CHECK(whole.has("epoch 1 validation (ema): top1 "));
+  CHECK(whole.has("epoch 2 validation (ema): top1 "));
   const tandem::Checkpoint c = tandem::read_checkpoint(a + "/checkpoint_epoch2.safetensors");
   int ema = 0;
   for (const auto& [n, t] : c.optimizer)
@@ -185,7 +185,7 @@ TEST_CASE("--model-ema: validated and saved beside the raw weights, --evaluate s
   INFO(ev.output);
   REQUIRE(ev.status == 0);
   CHECK(after(ev.output, "evaluate (ema): " + a + "/checkpoint_epoch2.safetensors: val top1 ") ==
-        after(whole.output, "epoch 1 validation (ema): top1 "));
+        after(whole.output, "epoch 2 validation (ema): top1 "));
   // 1 epoch, then the second from its checkpoint: the same bytes, the EMA included.
   REQUIRE(run(2, flags + "--run-epochs 1 --checkpoint-dir " + b, "ema_b1.log").status == 0);
   const AppRun resumed = run(2, flags + "--resume auto --checkpoint-dir " + b + " --metrics " + b + "/m.json", "ema_b2.log");

@@ -124,8 +124,8 @@ void log_step(Training& t, const trainer::Position& pos, const Interval& iv, con
   if (!t.log.enabled()) return;
   const MemoryStats m = memory_stats(t.dev);
   const auto opt = [](double v) { return v > 0 ? json(v) : json(nullptr); };
-  json r{{"event", "step"}, {"step", pos.step}, {"epoch", pos.epoch}, {"samples", pos.samples}, {"loss", iv.loss},
-         {"lr", t.step->lr()}, {"items_per_s", iv.sequences_per_s}, {"tokens_per_s", iv.tokens_per_s},
+  json r{{"event", "step"}, {"step", pos.step}, {"epoch", trainer::epoch_number(pos)}, {"samples", pos.samples},
+         {"loss", iv.loss}, {"lr", t.step->lr()}, {"items_per_s", iv.sequences_per_s}, {"tokens_per_s", iv.tokens_per_s},
          {"mfu", opt(iv.mfu)}, {"loss_scale", opt(iv.loss_scale)},
          {"grad_norm", iv.grad_norm > 0 ? json(iv.grad_norm) : json(nullptr)}, {"skipped_steps", iv.skipped_steps},
          {"elapsed_s", eta.elapsed_s}, {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}};

@@ -106,7 +106,7 @@ check "every checkpoint loads, no temporaries" all_load ck
 $elastic --ranks 2 --max-restarts 0 --log-dir logs2 -- "$app" "${common[@]}" --epochs 10 --checkpoint-dir ck --resume auto \
   > resume.txt 2>&1
 check "the resumed run reaches the end" has resume.txt "elastic: done after 1 attempt"
-check "  ... from the preemption's checkpoint" has resume.txt "resumed from ck/checkpoint_epoch2_step"
+check "  ... from the preemption's checkpoint" has resume.txt "resumed from ck/checkpoint_epoch3_step"
 
 echo "fault_drill: 2. SIGKILL of one rank"
 d=$out/2_kill_rank && mkdir -p "$d" && cd "$d"
@@ -165,7 +165,7 @@ rc=$?
 check "  ... and the folder says so whatever mpiexec returned (run_status.py: $rc)" [ "$rc" = 75 ]
 launch 1 --epochs 4 --checkpoint-dir ck --resume auto > resume.txt 2>&1
 rc=$?
-check "resumed on 1 rank from the mid-epoch checkpoint" has resume.txt "resumed from ck/checkpoint_epoch1_step"
+check "resumed on 1 rank from the mid-epoch checkpoint" has resume.txt "resumed from ck/checkpoint_epoch2_step"
 check "  ... reaches the end (got $rc)" [ "$rc" = 0 ]
 check "  ... where the schedule ends: last step, LR near 0" ends_at_schedule_end resume.txt
 check "every checkpoint loads, no temporaries" all_load ck

@@ -120,7 +120,8 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                  "state and transient gradient buffers per rank (0: no budget)")
       ->check(CLI::NonNegativeNumber);
   trainer::add_run_flags(app, o,
-                         {"write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>)",
+                         {"write checkpoint_epoch<N>.safetensors here (mid-epoch: checkpoint_epoch<N>_step<S>; "
+                          "epochs count from 1)",
                           "also write a checkpoint after every N-th step, inside epochs (0: at epoch ends only)",
                           "a state dict with torchvision's names: safetensors (safetensors.torch.save_file(model."
                           "state_dict(), FILE)) or a torch.save .pth/.pt (torchvision's downloads; read without "

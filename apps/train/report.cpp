@@ -90,7 +90,7 @@ json graph_json(const Training& t) {
 json history_json(const std::vector<EpochRecord>& history) {
   json a = json::array();
   for (const EpochRecord& e : history) {
-    json h{{"epoch", e.epoch}, {"step", e.step}, {"lr", e.lr}, {"train_loss", e.train_loss},
+    json h{{"epoch", e.epoch + 1}, {"step", e.step}, {"lr", e.lr}, {"train_loss", e.train_loss},
            {"train_top1", e.train_top1}};
     if (e.val && e.val->failed()) h["val_nonfinite_logits"] = e.val->nonfinite;  // no accuracy: it failed
     else if (e.val) h["val_top1"] = e.val->top1, h["val_top5"] = e.val->top5, h["val_loss"] = e.val->loss;
@@ -170,7 +170,7 @@ std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr,
                 "epoch %lld step %lld/%lld | loss %.4f top1 %.1f%% | lr %.4g | %.0f img/s (%.0f/rank) | "
                 "%.1f ms/step: data %.1f compute %.1f exposed-comm %.1f (overlap %.0f%%) | host %.2f ms/step | "
                 "mem %s peak %s",
-                (long long)epoch, (long long)step, (long long)total, iv.loss, 100 * iv.top1, lr, iv.images_per_s,
+                (long long)epoch + 1, (long long)step, (long long)total, iv.loss, 100 * iv.top1, lr, iv.images_per_s,
                 iv.images_per_s / world, iv.step_ms(), iv.data_ms / std::max<int64_t>(iv.steps, 1),
                 iv.compute_ms(), iv.exposed_ms, 100 * iv.overlap, iv.host_step_ms(), mib(m.current_bytes).c_str(),
                 mib(m.peak_bytes).c_str());
@@ -223,7 +223,7 @@ void log_step(Training& t, int64_t epoch, const trainer::Position& pos, const In
   if (!t.log.enabled()) return;
   const MemoryStats m = memory_stats(t.dev);
   const auto opt = [](double v) { return v > 0 ? json(v) : json(nullptr); };
-  json r{{"event", "step"}, {"step", pos.step}, {"epoch", epoch}, {"samples", pos.samples}, {"loss", iv.loss},
+  json r{{"event", "step"}, {"step", pos.step}, {"epoch", epoch + 1}, {"samples", pos.samples}, {"loss", iv.loss},
          {"top1", iv.top1}, {"lr", t.step->lr()}, {"items_per_s", iv.images_per_s}, {"tokens_per_s", nullptr},
          {"loss_scale", opt(iv.loss_scale)}, {"grad_norm", nullptr}, {"skipped_steps", iv.skipped_steps},
          {"elapsed_s", eta.elapsed_s}, {"eta_s", eta.eta_s >= 0 ? json(eta.eta_s) : json(nullptr)}};
@@ -237,7 +237,7 @@ void log_validation(Training& t, const EpochRecord& e, int64_t samples) {
   if (!t.log.enabled() || !e.val) return;
   const EvalResult& v = *e.val;
   const auto val = [&](double x) { return v.failed() ? json(nullptr) : json(x); };
-  t.log.write({{"event", "val"}, {"step", e.step}, {"epoch", e.epoch}, {"samples", samples}, {"top1", val(v.top1)},
+  t.log.write({{"event", "val"}, {"step", e.step}, {"epoch", e.epoch + 1}, {"samples", samples}, {"top1", val(v.top1)},
                {"top5", val(v.top5)}, {"loss", val(v.loss)}, {"images", v.samples}, {"nonfinite_logits", v.nonfinite}});
 }
 

@@ -315,7 +315,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
     t.start = r.state;
     t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator
     if (w.rank == 0) {
-      std::printf("resumed from %s at epoch %lld, step %lld", resume.c_str(), (long long)t.start_at.epoch,
+      std::printf("resumed from %s at epoch %lld, step %lld", resume.c_str(), (long long)t.start_at.epoch + 1,
                   (long long)t.start_at.step);
       if (t.start_at.epoch_offset > 0) std::printf(", %lld samples into the epoch", (long long)t.start_at.epoch_offset);
       std::printf("\n");

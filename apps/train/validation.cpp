@@ -71,12 +71,12 @@ std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, in
   // ranks' validation batch counts may differ, and gathers are collectives.
   const dist::FullParameters weights = t.step->full_parameters();
   const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
-  if (t.world->rank == 0) std::printf("epoch %lld validation: %s\n", (long long)epoch, r.str().c_str());
+  if (t.world->rank == 0) std::printf("epoch %lld validation: %s\n", (long long)epoch + 1, r.str().c_str());
   if (t.ema) {
     // The EMA's weights in the model for one pass, the trained ones back after it (apps/trainer/ema.h).
     const trainer::ModelEma::Applied ema(*t.ema);
     const EvalResult e = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
-    if (t.world->rank == 0) std::printf("epoch %lld validation (ema): %s\n", (long long)epoch, e.str().c_str());
+    if (t.world->rank == 0) std::printf("epoch %lld validation (ema): %s\n", (long long)epoch + 1, e.str().c_str());
   }
   return r;
 }

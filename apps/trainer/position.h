@@ -52,6 +52,14 @@ struct Position {
   int64_t samples = 0;       // global samples consumed since the start of training
 };
 
+// The epoch as users read it - progress lines, validation lines, JSON logs, file names - counted
+// from 1 (`epoch` above is the sampler's 0-based index): the epoch of the step just taken, so after
+// an epoch ran out, recorded as (epoch + 1, 0), it is still the finished one. checkpoint_epoch3 is
+// the end of "epoch 3", checkpoint_epoch3_step70 a step inside it (layers/checkpoint_dir.h).
+inline int64_t epoch_number(const Position& p) {
+  return p.epoch_offset == 0 && p.epoch > 0 ? p.epoch : p.epoch + 1;
+}
+
 // A checkpoint's TrainState at `p`, written by `world_size` ranks taking `global_batch` samples a
 // step, training `model`, with the default generator's state. index_in_epoch (the per-rank form of
 // the format-1 files) is left 0: epoch_offset is what a resume reads.
