@@ -1,5 +1,5 @@
-// layers/weights.cpp: pretrained weights into a model - format, remap, skip, checks, load. See weights.h.
-#include "layers/weights.h"
+// checkpoint/weights.cpp: pretrained weights into a model - format, remap, skip, checks, load. See weights.h.
+#include "checkpoint/weights.h"
 
 #include <fnmatch.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 
 #include "core/torch_save.h"     // defines: torch_save::load (.pth/.pt)
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace tandem {
 

@@ -28,7 +28,7 @@ namespace {
 // "[rank R] core/x.cpp:12: what": the path from the project root, so messages stay short.
 std::string located(const char* file, int line, const std::string& what) {
   std::string f(file);
-  for (const char* top : {"/core/", "/layers/", "/optim/", "/dist/", "/data/", "/apps/", "/tests/"}) {
+  for (const char* top : {"/core/", "/layers/", "/checkpoint/", "/optim/", "/dist/", "/data/", "/apps/", "/tests/"}) {
     auto pos = f.rfind(top);
     if (pos != std::string::npos) {
       f = f.substr(pos + 1);
