@@ -16,9 +16,9 @@
 #include "core/autograd.h"
 #include "core/safetensors.h"
 #include "core/torch_save.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/models/models.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 
 using namespace tandem;
 

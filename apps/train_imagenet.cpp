@@ -12,7 +12,7 @@
 // fp16 computes in 16-bit against f32 masters; --strategy ps updates on parameter servers). The LR follows optim/lr_schedule.h, --lr as
 // given (--lr-scaling linear: x the world size, Goyal et al.), with a warmup from --lr / world size. Validation after epochs
 // reduces correct counts across ranks (a non-finite logit reports a failure, never an accuracy).
-// --checkpoint-dir is owned by one run (layers/checkpoint_dir.h: a lock against a second job, a fresh
+// --checkpoint-dir is owned by one run (checkpoint/checkpoint_dir.h: a lock against a second job, a fresh
 // start into another run's files refused unless --overwrite-checkpoints, pruning of this run's files
 // only), opened before the data is listed (apps/trainer/run_folder.h). Checkpoints (layers/
 // checkpoint.h) are written by rank 0 at epoch ends and where an invocation stops, atomically, never

@@ -2,7 +2,7 @@
 //
 // This is the ONE place where that decision is written down; the op layer and the AMP model cast
 // (layers/amp_cast.h) consult it, and tests/test_amp.cpp checks the table. "Low" below means the AMP
-// dtype of the run (f16 or bf16, --amp); f32 means f32 whatever the run's dtype.
+// dtype of the run (f16 or bf16); f32 means f32 whatever the run's dtype.
 //
 //   op              compute      output   parameters  why
 //   conv2d          Low (*)      Low      Low         tensor cores; cuDNN/OpenBLAS accumulate in f32
@@ -33,7 +33,7 @@
 // it as it is; an F32 parameter (batch_norm's) is read in f32 by the op itself (cuDNN's and the CPU
 // BN take f32 scale and bias with 16-bit x). So a step casts no weight: the launch counters
 // (core/ops/copy/launch_count.h) hold the CPU to it, and the trainers' metrics report it.
-// The encoder under AMP (apps/train_encoder --amp): LayerNorm, the attention softmax, the masked-LM
+// The encoder under AMP (train_encoder's mixed precision): LayerNorm, the attention softmax, the masked-LM
 // cross-entropy and the embedding gradients' reductions run in f32 by the rows above; its
 // parameters are all 16-bit with f32 masters (the tied decoder weight is the word embedding's).
 #pragma once

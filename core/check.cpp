@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/out_of_memory.h"  // defines: OutOfMemory (thrown here with the same prefix)
 
 namespace tandem {
 namespace {
@@ -28,7 +27,7 @@ namespace {
 // "[rank R] core/x.cpp:12: what": the path from the project root, so messages stay short.
 std::string located(const char* file, int line, const std::string& what) {
   std::string f(file);
-  for (const char* top : {"/core/", "/layers/", "/optim/", "/dist/", "/data/", "/apps/", "/tests/"}) {
+  for (const char* top : {"/core/", "/layers/", "/checkpoint/", "/optim/", "/dist/", "/data/", "/apps/", "/tests/"}) {
     auto pos = f.rfind(top);
     if (pos != std::string::npos) {
       f = f.substr(pos + 1);
@@ -42,16 +41,4 @@ std::string located(const char* file, int line, const std::string& what) {
 
 void throw_error(const char* file, int line, const std::string& what) { throw Error(located(file, line, what)); }
 
-void throw_out_of_memory(const char* file, int line, const std::string& what) {
-  throw OutOfMemory(located(file, line, what));
-}
-
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 5) bytes /= 1024, ++u;
-  char b[32];
-  std::snprintf(b, sizeof b, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return b;
-}
 }  // namespace tandem

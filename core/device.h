@@ -43,7 +43,7 @@ struct CudaProbe {
 };
 const CudaProbe& probe_cuda();  // computed once per process
 // Throws a tandem::Error naming the CUDA error and the driver/runtime versions when `who` asked for
-// a GPU and none is usable. Use it wherever a GPU was explicitly requested (--device cuda, GPU
+// a GPU and none is usable. Use it wherever a GPU was explicitly requested (a cuda device, GPU
 // tests on a GPU machine): a silent fall-back to the CPU would make every figure a lie.
 void require_cuda(const std::string& who);
 // A sticky CUDA error on the current device ("cudaErrorIllegalAddress (...)"), or "" when there is

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "core/check.h"
+#include "core/graph_capture.h"  // defines: graph_capture::active
 #ifdef TANDEM_WITH_CUDA
 #include "core/ops/graph_scalars/kernels.h"
 #endif
@@ -13,6 +14,14 @@ namespace {
 // The GraphRng recording now (one at a time; only the capturing thread draws under it).
 std::atomic<GraphRng*> g_recording{nullptr};
 }  // namespace
+
+// Generator::draw (core/random.h) lives here, beside the capture path it chooses, so that random.cpp
+// (the eager draws) does not include the graph machinery that is built on it.
+RngDraw Generator::draw(uint64_t n, const Device& device) {
+  // One atomic load per eager draw.
+  if (device.is_cuda() && graph_capture::active(device.index)) return GraphRng::draw_captured(*this, n, device.index);
+  return {seed_, advance(n), nullptr};
+}
 
 RngLedger::Take RngLedger::take(Generator& g, uint64_t n) {
   for (size_t r = 0; r < rows_.size(); ++r) {

@@ -20,7 +20,7 @@ class OutOfMemory : public Error {
   using Error::Error;
 };
 
-// Throws OutOfMemory with throw_error's "[rank R] file:line: " prefix (core/check.cpp).
+// Throws OutOfMemory with throw_error's "[rank R] file:line: " prefix (core/check.h).
 [[noreturn]] void throw_out_of_memory(const char* file, int line, const std::string& what);
 
 // "1.5 GiB", "312.0 MiB", "4.0 KiB", "12 B": a byte count as messages print it.

@@ -3,8 +3,6 @@
 
 #include <cmath>
 
-#include "core/graph_capture.h"
-#include "core/graph_rng.h"
 #include "core/ops/copy/copy.h"
 #include "core/ops/common/rng.h"
 
@@ -29,12 +27,6 @@ double box_muller(uint64_t seed, uint64_t idx) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 }  // namespace
-
-RngDraw Generator::draw(uint64_t n, const Device& device) {
-  // One atomic load per eager draw; the capture path is core/graph_rng.h's.
-  if (device.is_cuda() && graph_capture::active(device.index)) return GraphRng::draw_captured(*this, n, device.index);
-  return {seed_, advance(n), nullptr};
-}
 
 Generator& default_generator() { return g_default; }
 void manual_seed(uint64_t seed) { g_default.set_state(seed, 0); }

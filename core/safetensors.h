@@ -15,7 +15,7 @@
 //     makes the rename safe: without it a power loss can leave `path` renamed but empty (ext4 and
 //     XFS may commit the rename before the data). A crash leaves either the old file or the new
 //     one, never a torn one - plus, possibly, the temporary, which is_temp_name() recognises so a
-//     folder's owner can remove it (layers/checkpoint_dir.h does, at start-up). The bytes go out in
+//     folder's owner can remove it (checkpoint/checkpoint_dir.h does, at start-up). The bytes go out in
 //     8 MiB chunks, each pushed to the disk while the next is written (Linux sync_file_range), so
 //     save() advances at the disk's pace and can report it (set_write_progress): a 1.1 GB file on a
 //     10 MB/s disk would otherwise land in the page cache in a second and then sit in fsync for

@@ -50,7 +50,7 @@ ImageFolder::ImageFolder(const std::string& split_dir, ImageFolderOptions opt) :
   std::error_code ec;
   TANDEM_CHECK(fs::is_directory(split_dir, ec), "image folder ", split_dir,
                " does not exist or is not a directory; expected <root>/train/<class>/*.JPEG "
-               "(generate a small one with make_dataset --out DIR)");
+               "(the make_dataset tool generates a small one)");
   std::vector<std::string> folders;
   for (const auto& entry : fs::directory_iterator(split_dir))
     if (entry.is_directory() && !hidden(entry.path())) folders.push_back(entry.path().filename().string());

@@ -153,7 +153,7 @@ void Loader::report_bad(int64_t index, const std::string& reason) {
   const std::string name = dataset_->describe(index);
   if (opt_.strict)
     TANDEM_THROW("unreadable image ", name, ": ", reason,
-                 ". Fix or remove the file, or drop --strict (LoaderOptions::strict) to skip such files with a warning.");
+                 ". Fix or remove the file, or drop [strict] to skip such files with a warning.");
   if (first)
     std::fprintf(stderr, "warning: skipping unreadable image %s: %s (replaced by the next readable sample)\n",
                  name.c_str(), reason.c_str());

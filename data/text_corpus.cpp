@@ -78,7 +78,7 @@ std::vector<std::string> jsonl_documents(std::string_view content, const std::st
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     TANDEM_CHECK(j.is_object() && j.contains(field) && j[field].is_string(), "text corpus: ", file, " line ", number,
                  " is not a JSON object with a string \"", field, "\" field (a .jsonl file holds one such object per "
-                 "line; pass --text-field NAME for another field)");
+                 "line; pass [text_field NAME] for another field)");
     std::string t = trim(j[field].get<std::string>());
     if (!t.empty()) docs.push_back(std::move(t));
   }

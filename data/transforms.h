@@ -10,7 +10,7 @@
 //   - flipped horizontally with probability flip_prob.
 // Val: resize the shorter side to resize_size, or round(size * resize_ratio) when that is 0 (256 for
 //   size 224, the torchvision convention), keeping the aspect ratio, then centre-crop size x size
-//   (torchvision's --val-resize-size and --val-crop-size, bilinear). Resize and crop are fused
+//   (torchvision's reference scripts' val resize and crop sizes, bilinear). Resize and crop are fused
 //   into one bilinear resample, so no intermediate image is materialised.
 // Both then map v in [0,255] to (v/255 - mean[c]) / std[c] with ImageNet's mean and std.
 //
@@ -27,7 +27,7 @@ namespace tandem::data {
 struct TransformOptions {
   int size = 224;                        // output height and width
   double resize_ratio = 256.0 / 224.0;   // val: shorter side is resized to round(size * resize_ratio)
-  int resize_size = 0;                   // val: ... or to this many pixels when > 0 (--val-resize-size)
+  int resize_size = 0;                   // val: ... or to this many pixels when > 0 (torchvision's val resize size)
   double scale_min = 0.08, scale_max = 1.0;         // train: crop area fraction (torchvision)
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // train: crop aspect ratio w/h (torchvision)
   double flip_prob = 0.5;                // train: probability of a horizontal flip

@@ -55,7 +55,14 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
-struct SplitPlan;  // transport/split.h: the members of a split, the same on each of them
+// The members of a split, as the parent's ranks in the new communicator's rank order (computed
+// once, in Communicator::split, from the gathered colours and keys; the same on each member).
+struct SplitPlan {
+  int color = 0;
+  long long index = 0;       // the parent's splits so far, this one included (from 1)
+  std::vector<int> members;  // members[new rank] = rank in the parent
+  int new_rank = 0;          // this rank's place in members
+};
 
 // The collectives are non-virtual: each checks its arguments here, once for every backend, then
 // starts the backend's do_* (the non-virtual interface idiom). Backends check only what is theirs
@@ -66,7 +73,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;  // "mpi", "mpi+host-staging", "nccl", "threads"
-  // Where this communicator's own small tensors live (transport/strings.h, Zero::sum_reduce): NCCL's
+  // Where this communicator's own small tensors live (collectives/strings.h, Zero::sum_reduce): NCCL's
   // GPU; the CPU for MPI (host staging or not) and threads.
   virtual Device device() const { return Device::cpu(); }
 
@@ -103,8 +110,13 @@ class Communicator {
   WorkPtr barrier(const std::string& name = "barrier") { return do_barrier(name); }
 
   // A sub-communicator (MPI_Comm_split): the ranks passing the same `color` form a new one, ranked
-  // by `key`. A blocking collective of this communicator; the caller owns the result and destroys it
-  // before dist::finalize(). transport/split.h: the rules. Tensor parallelism's grid is two splits.
+  // by `key` (ties: by rank in the parent). Blocking, and a collective of this communicator: every
+  // rank calls it in the same place of its sequence of collectives, and every rank gets one (color
+  // >= 0; MPI's MPI_UNDEFINED "no group" is not offered). The colours and keys travel first in an
+  // all_gather of the parent, so a rank that never calls split is named by the watchdog like any
+  // missing rank; the new communicator has a watchdog of its own (transport/watchdog.h names world
+  // ranks). The caller owns it and destroys it before dist::finalize(). Tensor parallelism's grid
+  // (dist/tp/grid.h) is two splits of the world.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name = "split");
 
   // "Now" on this communicator's timeline, recorded after the work already issued on this rank's

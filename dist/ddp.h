@@ -1,13 +1,13 @@
 // dist/ddp.h: DistributedDataParallel - one model replica per rank, gradients averaged.
 //
 // Wrapping a Module:
-//   1. checks that every rank built the same model (transport/same_model.h), before any other
+//   1. checks that every rank built the same model (collectives/same_model.h), before any other
 //      collective: a different model would make the next collectives mismatch;
 //   2. broadcasts parameters and buffers from rank 0, so every replica starts identical;
 //   3. builds a Reducer (reducer.h) over the parameters that require grad.
 // Each training forward first broadcasts rank 0's buffers (BatchNorm running statistics), as
 // PyTorch's broadcast_buffers does, so evaluation and checkpoints agree on every rank; the buffers
-// of one dtype travel as one flat broadcast (transport/coalesced.h, PyTorch's _broadcast_coalesced).
+// of one dtype travel as one flat broadcast (collectives/coalesced.h, PyTorch's _broadcast_coalesced).
 // With sync_batchnorm the module is converted first (extras/sync_batchnorm.h; module() returns it).
 // Every collective goes through the communicator passed in (an app gets the world's from
 // dist::comm_for(device), a test may pass an in-process one, transport/comm_thread.h); ZeRO and
@@ -20,8 +20,8 @@
 
 #include "core/profile.h"
 #include "dist/reducer.h"
-#include "dist/transport/coalesced.h"   // defines: broadcast_coalesced (the buffers' broadcast)
-#include "dist/transport/same_model.h"  // defines: check_same_model (the first collective)
+#include "dist/collectives/coalesced.h"   // defines: broadcast_coalesced (the buffers' broadcast)
+#include "dist/collectives/same_model.h"  // defines: check_same_model (the first collective)
 #include "layers/module.h"
 
 namespace tandem::dist {

@@ -20,7 +20,7 @@
 // copy-out overlaps the next one's gather), landing in place where it can - a lone, unpadded
 // parameter's bucket in the parameter, under stage 1 an unpadded bucket in its spent gradient
 // buffer (nothing may read the gradients between gather_parameters() and zero_grad()); stage 3:
-// the units' gathers, in forward and backward. Checkpoints (checkpoint/zero_state.cpp) are unsharded:
+// the units' gathers, in forward and backward. Checkpoints (zero_state.cpp) are unsharded:
 // gather_state() and gather_slices(); under stage 3 the weights are read inside full_parameters().
 // Mixed precision (dist/README.md, "Mixed precision: who keeps the masters"): segments() are 16-bit
 // views (stage 3: of the gathered 16-bit shards) that optim::MasterWeights is built over.
@@ -66,7 +66,7 @@ class Zero {
   [[nodiscard]] FullParameters full_parameters() { return FullParameters(schedule_.get()); }
   const Zero3Schedule* schedule() const { return schedule_.get(); }  // stage 3; else null
   // The unsharded, name-keyed optimizer state, or any sharded slices (AMP's masters): collective,
-  // only `root` gets the tensors (checkpoint/zero_state.cpp).
+  // only `root` gets the tensors (zero_state.cpp).
   optim::NamedTensors gather_state(const optim::Optimizer& opt, int root = 0) const;
   optim::NamedTensors gather_slices(const std::vector<optim::StateSlice>& slices, int root = 0) const;
 

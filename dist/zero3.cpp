@@ -180,4 +180,18 @@ void Zero3Schedule::hold(bool on) {
     free_all();
 }
 
+int64_t zero3_working_set(const Zero3Schedule& s) {
+  int64_t always = 0;
+  std::vector<int64_t> others;
+  for (size_t u = 0; u < s.units().size(); ++u) {
+    int64_t n = 0;
+    for (size_t b : s.units()[u].buckets) n += s.full(b).numel();
+    if (u == 0 || (s.traced() && s.units()[u].pinned)) always += n;
+    else others.push_back(n);
+  }
+  std::sort(others.rbegin(), others.rend());
+  for (size_t k = 0; k <= s.prefetch() && k < others.size(); ++k) always += others[k];
+  return always;
+}
+
 }  // namespace tandem::dist

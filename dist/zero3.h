@@ -97,4 +97,9 @@ class FullParameters {
   Zero3Schedule* s_;
 };
 
+// The elements gathered at once (the memory ledger's LedgerOptions::gathered, measure/): the root's
+// and the pinned units' (gathered for the whole step; before the first step's trace, only the root
+// counts as pinned) and the prefetch + 1 largest other units'.
+int64_t zero3_working_set(const Zero3Schedule& schedule);
+
 }  // namespace tandem::dist

@@ -1,4 +1,4 @@
-// optim/amp.h: f32 master weights for mixed-precision training (--amp bf16|fp16).
+// optim/amp.h: f32 master weights for mixed-precision training (bf16 or fp16).
 //
 // The model computes in 16-bit (its parameters are f16/bf16, except the ones the AMP policy keeps in
 // f32: BatchNorm's, see core/autocast.h). A 16-bit weight cannot take small updates: lr * grad is
@@ -34,7 +34,7 @@
 // Checkpoints: state() returns the masters of the 16-bit segments under the parameters' names, as
 // 1-D f32 slices with their offsets (StateSlice), so resuming keeps the f32 bits exactly.
 //
-// A captured step (the trainers' --cuda-graph with --amp bf16|fp16; core/cuda/graph.h). The eager step above
+// A captured step (a CUDA graph of a bf16 or fp16 step; core/cuda/graph.h). The eager step above
 // reads the found-inf flag on the host (and clipping reads the norm), which a CUDA graph cannot
 // hold. The device-side step keeps every decision on the device, so the step makes no host read:
 //   setup:  LossScaler with LossScalerOptions::device = the GPU (tensor mode); the optimizer over

@@ -83,7 +83,7 @@ double grad_norm(const std::vector<Tensor>& grads, const SumSquaresReduce& reduc
 double clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const SumSquaresReduce& reduce) {
   profile::Range range("clip_grad_norm");
   TANDEM_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm,
-               " (leave --clip-grad-norm unset to disable clipping)");
+               " (leave [clip_grad_norm] unset to disable clipping)");
   const double total = grad_norm(grads, reduce);
   const double scale = max_norm / (total + kEps);
   if (!std::isfinite(total) || !(scale < 1.0)) return total;  // inf/NaN: see the header

@@ -15,7 +15,7 @@ SGDOptions sgd_options(const OptimizerOptions& o) {
   s.nesterov = o.nesterov;
   s.weight_decay = o.weight_decay.value_or(s.weight_decay);
   TANDEM_CHECK(!o.eps && o.beta1 == 0.9 && o.beta2 == 0.999, "SGD takes no betas or eps (those are AdamW's and "
-               "LAMB's); use --momentum instead");
+               "LAMB's); use [momentum] instead");
   return s;
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "optim/optimizer.h"
+#include "optim/sgd_options.h"  // defines: SGDOptions
 
 namespace tandem::optim {
 
@@ -33,15 +34,6 @@ namespace kernels {
 class SgdCudaTable;  // optim/cuda/sgd.cu: the cached device chunk table
 }
 
-// Defaults are torch.optim.SGD's, except lr, which PyTorch requires and ImageNet recipes set to 0.1
-// for batch 256 (Goyal et al.).
-struct SGDOptions {
-  double lr = 0.1;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;  // needs momentum > 0 and dampening == 0 (PyTorch's rule)
-};
 
 class SGD : public Optimizer {
  public:

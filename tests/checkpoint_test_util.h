@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/module.h"
 
 namespace ckpt_test {

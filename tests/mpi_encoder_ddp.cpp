@@ -27,7 +27,7 @@
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "layers/models/bert.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 #include "optim/optimizer.h"
 #include "tests/support/ddp_fixture.h"
 #include "tests/support/encoder_fixture.h"

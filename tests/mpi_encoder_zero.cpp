@@ -38,7 +38,7 @@
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/models/bert.h"
 #include "tests/support/ddp_fixture.h"
 #include "tests/support/encoder_fixture.h"

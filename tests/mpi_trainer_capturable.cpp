@@ -29,7 +29,7 @@
 #include "apps/trainer/step.h"
 #include "core/ops/ops.h"
 #include "dist/transport/bootstrap.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/layers.h"
 #include "tests/support/ddp_fixture.h"
 

@@ -44,7 +44,7 @@
 #include "dist/ddp.h"
 #include "dist/zero.h"
 #include "layers/amp_cast.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/layers.h"
 #include "optim/amp.h"
 #include "optim/clip.h"

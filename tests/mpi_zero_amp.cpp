@@ -40,7 +40,7 @@
 #include "core/ops/ops.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/zero.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/layers.h"
 #include "tests/support/ddp_fixture.h"
 

@@ -1,4 +1,4 @@
-// tests/test_checkpoint_dir.cpp: a checkpoint folder owned by its run (layers/checkpoint_dir.h) -
+// tests/test_checkpoint_dir.cpp: a checkpoint folder owned by its run (checkpoint/checkpoint_dir.h) -
 // names that do not collide, listing by metadata, the start-up checks (writability probe, dead
 // temporaries), the fresh-start refusal, --resume auto's rule, and CheckpointDir doing it all.
 #include <doctest/doctest.h>
@@ -16,7 +16,7 @@
 #include "checkpoint_test_util.h"
 #include "tests/support/error_text.h"
 #include "core/safetensors.h"
-#include "layers/checkpoint_dir.h"
+#include "checkpoint/checkpoint_dir.h"
 
 namespace fs = std::filesystem;
 using namespace tandem;
@@ -126,8 +126,10 @@ TEST_CASE("a fresh start into a folder with another run's checkpoints is refused
   write(checkpoint_path(dir.str(), 3), state("3f2a", 30, 3));
   const std::string r = fresh_start_refusal(dir.str(), list_checkpoints(dir.str()));
   CHECK(has(r, "checkpoint_epoch3.safetensors  run 3f2a  step 30"));
-  CHECK(has(r, "--resume auto"));
-  CHECK(has(r, "--overwrite-checkpoints"));
+  // The library names its options, never the apps' flags (apps/trainer/flag_words.h translates them).
+  CHECK(has(r, "[resume auto]"));
+  CHECK(has(r, "[overwrite]"));
+  CHECK(!has(r, "--"));
   CHECK(has(error_of([&] { CheckpointDir::open(options(dir.str())); }),
             "already holds 1 checkpoint file(s), another run's"));
 }
@@ -153,7 +155,7 @@ TEST_CASE("--resume auto: one run, several runs without a record, a run id, noth
   CHECK(c.path.empty());
   const std::string line = resume_auto_found_nothing(d, true, "c", list_checkpoints(d));
   CHECK(line ==
-        "--resume auto: no checkpoint of run c in '" + d + "' (3 of other runs left alone): starting a new run");
+        "[resume auto]: no checkpoint of run c in '" + d + "' (3 of other runs left alone): starting a new run");
   CHECK(resume_auto_found_nothing(d + "/typo", false, "", {}).find('\n') == std::string::npos);
   CHECK(has(resume_auto_found_nothing(d + "/typo", false, "", {}), "did not exist"));
 }
@@ -280,7 +282,7 @@ TEST_CASE("CheckpointDir: resuming run Y's file into run X's folder is refused; 
   CHECK(has(e, "belongs to another run"));
   CHECK(has(e, "is a checkpoint of run " + run_y));
   CHECK(has(e, "run " + run_x));
-  CHECK(has(e, "--overwrite-checkpoints"));
+  CHECK(has(e, "[overwrite]"));
   CHECK(read_lock_record(a.str())->last_run == run_x);  // the refused job did not take the folder over
   CHECK(latest_checkpoint(a.str(), run_x) == checkpoint_path(a.str(), 3));
 

@@ -7,7 +7,7 @@
 
 #include "checkpoint_test_util.h"
 #include "core/safetensors.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 using namespace tandem;
 

@@ -1,4 +1,4 @@
-// tests/test_checkpoint_lock.cpp: the checkpoint folder's lock (layers/checkpoint_lock.h). A child
+// tests/test_checkpoint_lock.cpp: the checkpoint folder's lock (checkpoint/checkpoint_lock.h). A child
 // process holds it and a second holder is refused with a message naming the first; a holder killed
 // with SIGKILL leaves a stale record that the next job takes over with a note; the record alone
 // (flock off) refuses a live holder, takes over a dead or reused pid, and refuses an unverifiable
@@ -16,7 +16,7 @@
 #include "checkpoint_test_util.h"
 #include "tests/support/error_text.h"
 #include "core/check.h"
-#include "layers/checkpoint_lock.h"
+#include "checkpoint/checkpoint_lock.h"
 
 using namespace tandem;
 using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, ...
@@ -111,7 +111,7 @@ TEST_CASE("a second holder is refused, naming the first; a killed holder's lock 
   CHECK(has(e, "checkpoint folder '" + dir.str() + "' is in use by another job: pid " + std::to_string(child)));
   CHECK(has(e, "on host " + this_process().host));
   CHECK(has(e, "(child, run childrun, since 20"));
-  CHECK(has(e, "another --checkpoint-dir"));
+  CHECK(has(e, "another [dir]"));
   // The refused job wrote nothing: the record still names the child.
   REQUIRE(read_lock_record(dir.str()));
   CHECK(read_lock_record(dir.str())->pid == child);

@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "checkpoint_test_util.h"
-#include "layers/checkpoint_dir.h"
+#include "checkpoint/checkpoint_dir.h"
 
 namespace fs = std::filesystem;
 using namespace tandem;

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "dist/transport/comm_thread.h"
-#include "dist/transport/strings.h"
+#include "dist/collectives/strings.h"
 #include "tests/support/collective_checks.h"
 #include "tests/support/collective_values.h"
 #include "tests/support/thread_ranks.h"

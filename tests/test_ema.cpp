@@ -15,7 +15,7 @@
 #include "apps/trainer/ema.h"
 #include "core/autograd.h"
 #include "layers/layers.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 
 using namespace tandem;
 

@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "core/safetensors.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/models/models.h"
 #include "tests/support/app_runner.h"
 

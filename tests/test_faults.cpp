@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;

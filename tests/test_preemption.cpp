@@ -24,7 +24,7 @@
 
 #include "apps/trainer/preemption.h"
 #include "dist/transport/comm_thread.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/support/app_runner.h"
 #include "tests/support/checkpoint_compare.h"
 

@@ -13,7 +13,7 @@
 #include "core/random.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/models/models.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"

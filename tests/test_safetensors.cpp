@@ -12,7 +12,7 @@
 
 #include "core/random.h"
 #include "core/safetensors.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;

@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "core/random.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/models/models.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 #include "tests/support/error_text.h"
 
 using namespace tandem;

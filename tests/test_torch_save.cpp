@@ -18,7 +18,7 @@
 #include "core/safetensors.h"
 #include "core/torch_save.h"
 #include "layers/models/models.h"
-#include "layers/weights.h"
+#include "checkpoint/weights.h"
 #include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;

@@ -34,7 +34,7 @@
 #include "dist/tp/shard.h"
 #include "dist/transport/comm_thread.h"
 #include "layers/models/bert.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "tests/support/tp_fixture.h"

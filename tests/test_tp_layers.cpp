@@ -26,7 +26,7 @@
 #include "dist/tp/shard.h"
 #include "dist/transport/comm_thread.h"
 #include "layers/layers.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 #include "tests/support/gradcheck.h"
 
 using namespace tandem;

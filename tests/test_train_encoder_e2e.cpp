@@ -45,7 +45,7 @@
 #include "core/autograd.h"
 #include "core/safetensors.h"
 #include "layers/models/bert.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 #include "tests/support/app_runner.h"
 #include "tests/support/checkpoint_compare.h"
 

@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "core/safetensors.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/support/app_runner.h"
 #include "tests/support/checkpoint_compare.h"
 

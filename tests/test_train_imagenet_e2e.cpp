@@ -176,7 +176,7 @@ TEST_CASE("--amp bf16 --zero 2 with clipping: mixed-precision ledger, canonical 
   for (const auto& [name, t] : c.tensors) numel[name] = t.numel();
   int masters = 0;
   for (const auto& [name, t] : c.tensors) {
-    const std::string prefix = "optimizer.amp.master.";  // layers/checkpoint.h: optimizer entries
+    const std::string prefix = "optimizer.amp.master.";  // checkpoint/checkpoint.h: optimizer entries
     if (name.rfind(prefix, 0) != 0) continue;
     ++masters;
     CHECK(t.dtype() == tandem::DType::F32);

@@ -16,7 +16,7 @@
 #include <regex>
 
 #include "core/safetensors.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/support/app_runner.h"
 #include "tests/support/checkpoint_compare.h"
 

@@ -1,4 +1,4 @@
-// tests/test_weights.cpp: load_weights (layers/weights.h) on files made here, as PyTorch makes them.
+// tests/test_weights.cpp: load_weights (checkpoint/weights.h) on files made here, as PyTorch makes them.
 //
 // A "torchvision file" is the model's state dict under torchvision's names and layouts written with
 // core/safetensors and no tandem metadata - what safetensors.torch.save_file(model.state_dict())
@@ -12,9 +12,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/models/models.h"
-#include "layers/weights.h"
+#include "checkpoint/weights.h"
 
 using namespace tandem;
 

@@ -9,7 +9,7 @@
 #include "core/random.h"              // defines: Generator
 #include "dist/tp/shard.h"            // defines: shard_state_dict, gather_state_dict
 #include "layers/amp_cast.h"          // defines: cast_for_amp
-#include "layers/state_dict.h"        // defines: state_dict, load_state_dict
+#include "checkpoint/state_dict.h"        // defines: state_dict, load_state_dict
 
 namespace tandem::apps::encoder {
 

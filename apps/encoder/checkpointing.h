@@ -1,4 +1,4 @@
-// apps/encoder/checkpointing.h: train_encoder's side of layers/checkpoint.h.
+// apps/encoder/checkpointing.h: train_encoder's side of checkpoint/checkpoint.h.
 //
 // Files are "<dir>/checkpoint_step<N>.safetensors" (a text run is counted in steps), written by rank
 // 0 every --checkpoint-every steps and after this invocation's last step, atomically, through the
@@ -31,8 +31,8 @@
 #include "apps/encoder/options.h"      // defines: EncoderOptions
 #include "apps/trainer/position.h"     // defines: Position
 #include "dist/transport/bootstrap.h"  // defines: World
-#include "layers/checkpoint.h"         // defines: TrainState, NamedTensors
-#include "layers/checkpoint_dir.h"     // defines: CheckpointDirOptions
+#include "checkpoint/checkpoint.h"         // defines: TrainState, NamedTensors
+#include "checkpoint/checkpoint_dir.h"     // defines: CheckpointDirOptions
 #include "layers/module.h"             // defines: Module
 
 namespace tandem::apps::encoder {

@@ -13,7 +13,7 @@
 // names HF's BertForMaskedLM.load_state_dict(strict=True) expects (position_ids is not persistent
 // in transformers >= 4.31, so it is not added).
 #pragma once
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 
 namespace tandem::apps::encoder {
 

@@ -45,7 +45,7 @@
 #include "dist/tp/grid.h"          // defines: Grid
 #include "dist/tp/shard.h"         // defines: TpLayout
 #include "dist/transport/bootstrap.h"        // defines: World
-#include "layers/checkpoint.h"     // defines: TrainState
+#include "checkpoint/checkpoint.h"     // defines: TrainState
 #include "layers/models/bert.h"    // defines: BertForMaskedLM
 #include "apps/trainer/run_log.h"  // defines: RunLog
 #include "optim/lr_schedule.h"     // defines: LrScheduleOptions

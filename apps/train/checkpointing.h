@@ -1,4 +1,4 @@
-// apps/train/checkpointing.h: train_imagenet's side of layers/checkpoint.h - restoring a run, and
+// apps/train/checkpointing.h: train_imagenet's side of checkpoint/checkpoint.h - restoring a run, and
 // writing one at the position where the loop stands.
 //
 // The folder (--checkpoint-dir) is owned by one run: apps/trainer/run_folder.h opens it at
@@ -23,8 +23,8 @@
 #include "apps/train/options.h"        // defines: TrainOptions
 #include "apps/trainer/position.h"     // defines: Position
 #include "dist/transport/bootstrap.h"  // defines: World
-#include "layers/checkpoint.h"         // defines: TrainState, NamedTensors
-#include "layers/checkpoint_dir.h"     // defines: CheckpointDirOptions
+#include "checkpoint/checkpoint.h"         // defines: TrainState, NamedTensors
+#include "checkpoint/checkpoint_dir.h"     // defines: CheckpointDirOptions
 #include "layers/module.h"             // defines: Module
 
 namespace tandem::apps {

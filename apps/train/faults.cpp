@@ -15,7 +15,7 @@
 #include "core/check.h"            // defines: TANDEM_CHECK
 #include "core/safetensors.h"      // defines: set_write_progress (the slow disk)
 #include "core/ops/elementwise/elementwise.h"  // defines: scale (the NaN loss)
-#include "layers/checkpoint.h"     // defines: set_checkpoint_crash_hook
+#include "checkpoint/checkpoint.h"     // defines: set_checkpoint_crash_hook
 
 namespace tandem::apps {
 

@@ -18,7 +18,7 @@
 //                        the end-of-run straggler report (apps/train/stragglers.h) names this rank
 //   crash-in-checkpoint  the first checkpoint written at or after `step` is left half-written
 //                        and the process dies before the rename (rank must be 0: only rank 0
-//                        writes checkpoints; see layers/checkpoint.h's crash hook)
+//                        writes checkpoints; see checkpoint/checkpoint.h's crash hook)
 //   slow-checkpoint[:RATE]  every checkpoint written from `step` on goes to a slow disk: the
 //                        writer's progress (core/safetensors.h set_write_progress) is held to RATE
 //                        bytes per second ("100KB/s", "2MB/s", "500B/s" or plain bytes/s; decimal

@@ -16,7 +16,7 @@
 #include "core/storage.h"       // defines: memory_stats
 #include "core/threads.h"       // defines: configured_cpu_threads, describe
 #include "dist/transport/bootstrap.h"     // defines: comm_for (its backend name)
-#include "layers/checkpoint.h"  // defines: kTandemVersion
+#include "checkpoint/checkpoint.h"  // defines: kTandemVersion
 
 namespace tandem::apps {
 

@@ -28,7 +28,7 @@
 #include "data/dataset.h"         // defines: Dataset
 #include "data/loader.h"          // defines: Loader, Batch, batch_bytes
 #include "dist/transport/bootstrap.h"       // defines: World, init
-#include "layers/checkpoint.h"    // defines: TrainState
+#include "checkpoint/checkpoint.h"    // defines: TrainState
 #include "layers/module.h"        // defines: ModulePtr
 #include "apps/trainer/run_log.h"  // defines: RunLog
 #include "optim/lr_schedule.h"    // defines: LrScheduleOptions

@@ -18,7 +18,7 @@
 #include "apps/trainer/start_weights.h"  // defines: load_start_weights
 #include "core/safetensors.h"            // defines: read_metadata
 #include "core/torch_save.h"            // defines: is_torch_zip (a .pth is a state dict)
-#include "layers/checkpoint.h" // defines: read_checkpoint, read_train_state, is_checkpoint_format
+#include "checkpoint/checkpoint.h" // defines: read_checkpoint, read_train_state, is_checkpoint_format
 
 namespace tandem::apps {
 
@@ -144,7 +144,7 @@ EvalResult evaluate_checkpoint(const TrainOptions& flags, const dist::World& w, 
   ModulePtr model = make_model(o, ds.val->num_classes(), path);
   model->to(w.device);
   // One loader for both: a plain state dict (torchvision's names) or a checkpoint's model tensors,
-  // strict, --weights-skip honoured (layers/weights.h).
+  // strict, --weights-skip honoured (checkpoint/weights.h).
   trainer::load_start_weights(path, *model, o.weights_skip, {}, false);
   std::unique_ptr<data::Loader> val = make_val_loader(o, w, ds.val);
   const EvalResult r = evaluate(*model, *val, ds.val->num_classes());

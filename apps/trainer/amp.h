@@ -18,7 +18,7 @@
 // ZeRO) and the scaler ("amp.scaler.<entry>") next to the optimizer state; take_amp_state removes
 // them again on resume and loads each rank's range, so an AMP checkpoint resumes at any world size
 // and ZeRO stage. It resumes in the precision it was trained in: the model is cast before the
-// checkpoint loads, and the load refuses another dtype (layers/checkpoint.h, naming what to change).
+// checkpoint loads, and the load refuses another dtype (checkpoint/checkpoint.h, naming what to change).
 // Order (step.cpp keeps it): make_amp -> restore weights -> DDP [-> Zero] -> build_masters ->
 // take_amp_state -> make_amp_groups; per step amp_step; at a checkpoint amp_state on every rank.
 // This is the host form. The capturable one (StepOptions::capturable, under a CUDA graph) builds the

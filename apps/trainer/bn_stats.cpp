@@ -7,7 +7,7 @@
 
 #include "core/autograd.h"                     // defines: NoGradGuard
 #include "core/ops/elementwise/elementwise.h"  // defines: scale_
-#include "dist/transport/coalesced.h"          // defines: broadcast_coalesced
+#include "dist/collectives/coalesced.h"          // defines: broadcast_coalesced
 
 namespace tandem::trainer {
 

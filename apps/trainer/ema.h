@@ -39,7 +39,7 @@
 
 #include "apps/trainer/step_options.h"  // defines: StepOptions
 #include "layers/module.h"              // defines: Module
-#include "layers/state_dict.h"          // defines: NamedTensors
+#include "checkpoint/state_dict.h"          // defines: NamedTensors
 
 namespace tandem::trainer {
 

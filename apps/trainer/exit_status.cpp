@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "layers/checkpoint.h"       // defines: utc_timestamp
-#include "layers/checkpoint_lock.h"  // defines: this_process
+#include "checkpoint/checkpoint.h"       // defines: utc_timestamp
+#include "checkpoint/checkpoint_lock.h"  // defines: this_process
 
 namespace tandem::trainer {
 

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "core/check.h"          // defines: TANDEM_CHECK
-#include "layers/checkpoint.h"   // defines: read_checkpoint
+#include "checkpoint/checkpoint.h"   // defines: read_checkpoint
 
 namespace tandem::trainer {
 

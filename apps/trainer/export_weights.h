@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/state_dict.h"  // defines: NamedTensors
+#include "checkpoint/state_dict.h"  // defines: NamedTensors
 
 namespace tandem::trainer {
 

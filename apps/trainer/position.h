@@ -41,7 +41,7 @@
 #include <cstdint>
 #include <string>
 
-#include "layers/checkpoint.h"  // defines: TrainState
+#include "checkpoint/checkpoint.h"  // defines: TrainState
 
 namespace tandem::trainer {
 

@@ -12,6 +12,7 @@
 #include "apps/trainer/cli.h"          // defines: write_config_file
 #include "apps/trainer/ema.h"          // defines: ema_refusal
 #include "apps/trainer/exit_status.h"  // defines: kExit*, InputError, record_run_end
+#include "apps/trainer/flag_words.h"   // defines: flag_words (library words -> flags)
 #include "apps/trainer/nonfinite.h"    // defines: RunStopped
 #include "apps/trainer/preemption.h"   // defines: install_stop_signals
 #include "apps/trainer/run_folder.h"   // defines: UsageError
@@ -186,19 +187,20 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
   } catch (const StartupFailed& e) {
     // Every rank reached the start-up verdict, which printed the failing ranks' words (startup.h).
     // A verdict after the folder's lock was taken leaves the folder's record saying why, not "running".
-    record_run_end(e.status, e.what());
+    record_run_end(e.status, flag_words(e.what()));
     dist::finalize(e.status);
     return e.status;
   } catch (const UsageError& e) {
     // Every rank refused the same thing (apps/trainer/run_folder.h): rank 0 says it once.
-    if (dist::initialized() && dist::world().rank == 0) std::cerr << program << ": " << e.what() << "\n";
-    record_run_end(kExitUsage, e.what());
+    if (dist::initialized() && dist::world().rank == 0)
+      std::cerr << program << ": " << flag_words(e.what()) << "\n";
+    record_run_end(kExitUsage, flag_words(e.what()));
     if (dist::initialized()) dist::finalize(kExitUsage);
     return kExitUsage;
   } catch (const InputError& e) {
     if (!e.every_rank || !dist::initialized() || dist::world().rank == 0)
-      std::cerr << program << ": error: " << e.what() << "\n";
-    record_run_end(kExitData, e.what());
+      std::cerr << program << ": error: " << flag_words(e.what()) << "\n";
+    record_run_end(kExitData, flag_words(e.what()));
     if (e.every_rank) {
       if (dist::initialized()) dist::finalize(kExitData);
       return kExitData;
@@ -209,14 +211,14 @@ int run_main(const std::string& program, int64_t batch_per_rank, const std::func
     return kExitData;
   } catch (const OutOfMemory& e) {
     // The library says "lower the batch size"; the trainers' flag for it is --batch-size.
-    std::cerr << program << ": error: " << e.what() << " (the batch size is --batch-size, now " << batch_per_rank
-              << " per rank)\n";
-    record_run_end(kExitFailure, e.what());
+    std::cerr << program << ": error: " << flag_words(e.what()) << " (the batch size is --batch-size, now "
+              << batch_per_rank << " per rank)\n";
+    record_run_end(kExitFailure, flag_words(e.what()));
     end_failed_rank(kExitFailure);
     return kExitFailure;
   } catch (const std::exception& e) {
-    std::cerr << program << ": error: " << e.what() << "\n";
-    record_run_end(kExitFailure, e.what());
+    std::cerr << program << ": error: " << flag_words(e.what()) << "\n";
+    record_run_end(kExitFailure, flag_words(e.what()));
     // Other ranks may be waiting in a collective this rank will never join: end them all now.
     // abort_job, not a bare MPI_Abort: it gives the launcher time to forward the line above, which
     // MPI_Abort could otherwise lose (test_train_ps saw an empty output when both ranks refused).

@@ -24,7 +24,7 @@
 #include "apps/trainer/run_folder.h"    // defines: RunFolder
 #include "apps/trainer/run_log.h"       // defines: RunLog
 #include "apps/trainer/step_options.h"  // defines: StepOptions
-#include "layers/checkpoint_dir.h"      // defines: CheckpointDirOptions, CheckpointNaming
+#include "checkpoint/checkpoint_dir.h"      // defines: CheckpointDirOptions, CheckpointNaming
 
 namespace tandem::trainer {
 
@@ -36,7 +36,7 @@ struct RunOptions {
   double first_bucket_mb = 1;       // starts communication early
   bool no_overlap = false;          // all-reduce after backward (baseline)
   std::string compress = "none";    // none | bf16 | fp16: gradient dtype on the wire
-  // checkpoints (layers/checkpoint_dir.h: the folder is owned by one run and locked against a
+  // checkpoints (checkpoint/checkpoint_dir.h: the folder is owned by one run and locked against a
   // second job; apps/trainer/run_folder.h opens it at start-up)
   std::string checkpoint_dir;       // empty: no checkpoints
   std::string resume;               // a checkpoint file, or "auto": the newest of this folder's run

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/trainer/exit_status.h"  // defines: record_run_start, record_checkpoint
+#include "apps/trainer/flag_words.h"   // defines: flag_words
 #include "core/check.h"  // defines: Error
 
 namespace tandem::trainer {
@@ -34,13 +35,14 @@ RunFolder RunFolder::open(const CheckpointDirOptions& o, const dist::World& w, c
     try {
       f.dir_.emplace(CheckpointDir::open(o));
       mine = {{"run_id", f.dir_->run_id()}, {"resume", f.dir_->resume_path()}};
-      for (const std::string& n : f.dir_->notes()) std::printf("%s: %s\n", program.c_str(), n.c_str());
+      for (const std::string& n : f.dir_->notes())
+        std::printf("%s: %s\n", program.c_str(), flag_words(n).c_str());
       std::fflush(stdout);
       record_run_start(o.dir, f.dir_->run_id(), program);  // the folder is this run's now: run_status.json
     } catch (const CheckpointDamaged& e) {
-      mine = {{"error", e.what()}, {"data", true}};
+      mine = {{"error", flag_words(e.what())}, {"data", true}};
     } catch (const Error& e) {
-      mine = {{"error", e.what()}};
+      mine = {{"error", flag_words(e.what())}};
     }
   }
   const json r = share(mine, w);
@@ -73,7 +75,7 @@ void RunFolder::reserve(uint64_t bytes, const dist::World& w) const {
     try {
       reserve_space(dir_name_, bytes);
     } catch (const Error& e) {
-      mine = {{"error", e.what()}};
+      mine = {{"error", flag_words(e.what())}};
     }
   }
   const json r = share(mine, w);
@@ -97,7 +99,7 @@ Checkpoint read_resume_checkpoint(const std::string& path, bool say) {
   try {
     c = read_checkpoint(path);
   } catch (const Error& e) {
-    throw InputError(e.what());
+    throw InputError(flag_words(e.what()));
   }
   if (say && !c.verified) {
     std::printf("resume: '%s' carries no digests (written before tandem added them): its contents are loaded "
@@ -127,7 +129,7 @@ std::string resolve_resume_read_only(const std::string& dir, const std::string& 
       }
       mine = {{"resume", path}};
     } catch (const Error& e) {
-      mine = {{"error", e.what()}};
+      mine = {{"error", flag_words(e.what())}};
     }
   }
   const json r = share(mine, w);

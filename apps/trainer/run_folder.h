@@ -1,6 +1,6 @@
 // apps/trainer/run_folder.h: the checkpoint folder a run owns, opened once for all ranks.
 //
-// Rank 0 opens a CheckpointDir (layers/checkpoint_dir.h) at start-up, before the first step and,
+// Rank 0 opens a CheckpointDir (checkpoint/checkpoint_dir.h) at start-up, before the first step and,
 // where the trainer can, before its data set-up: the folder is created, a write is tried, the lock
 // taken, dead writers' temporaries removed, a fresh start into another run's folder refused unless
 // overwrite is set, and --resume auto's file chosen. The other ranks learn the outcome in one
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dist/transport/bootstrap.h"  // defines: World
-#include "layers/checkpoint_dir.h"     // defines: CheckpointDir, CheckpointDirOptions
+#include "checkpoint/checkpoint_dir.h"     // defines: CheckpointDir, CheckpointDirOptions
 
 namespace tandem::trainer {
 
@@ -48,7 +48,7 @@ class RunFolder {
   // "checkpoint: <path>" and returns the path. Other ranks: nothing, "". Needs owned().
   std::string write(const Module& model, const NamedTensors& optimizer_state, const TrainState& s);
   // At start-up, before the first step: rank 0 reserves `bytes` in the folder for a moment
-  // (layers/checkpoint_dir.h's reserve_space), so a disk without room for one checkpoint stops the
+  // (checkpoint/checkpoint_dir.h's reserve_space), so a disk without room for one checkpoint stops the
   // job now, not at the first save. A failure throws UsageError on every rank. Collective; nothing
   // without a folder.
   void reserve(uint64_t bytes, const dist::World& w) const;
@@ -64,7 +64,7 @@ class RunFolder {
 uint64_t checkpoint_size_estimate(const Module* model, const std::string& optimizer, bool amp,
                                   const std::string& resume);
 
-// The checkpoint to resume from, read whole (layers/checkpoint.h checks its size and digests): a
+// The checkpoint to resume from, read whole (checkpoint/checkpoint.h checks its size and digests): a
 // damaged file throws InputError (exit 65), not a usage error. A file written before digests
 // existed loads unverified, which `say` (rank 0) prints once.
 Checkpoint read_resume_checkpoint(const std::string& path, bool say);
@@ -74,7 +74,7 @@ Checkpoint read_resume_checkpoint(const std::string& path, bool say);
 // run whose files are there) without taking the lock; anything else is returned as it is.
 // Collective (rank 0 decides); throws UsageError on every rank when the rule refuses. "" when auto
 // finds nothing.
-// `hold` (rank 0): the chosen file is held for reading (layers/checkpoint_dir.h's ReadHold) until
+// `hold` (rank 0): the chosen file is held for reading (checkpoint/checkpoint_dir.h's ReadHold) until
 // the caller drops it, so a training job that prunes the folder leaves it alone meanwhile.
 std::string resolve_resume_read_only(const std::string& dir, const std::string& resume, const std::string& run_id,
                                      const dist::World& w, ReadHold* hold = nullptr);

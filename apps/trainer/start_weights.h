@@ -1,7 +1,7 @@
 // apps/trainer/start_weights.h: a trainer's --weights FILE: a run that starts from given weights
 // instead of its initialisation (fine-tuning, or evaluating published weights).
 //
-// layers/weights.h does the work and tells the formats apart: a state dict with the PyTorch names
+// checkpoint/weights.h does the work and tells the formats apart: a state dict with the PyTorch names
 // (torchvision's, or Hugging Face's through the encoder's remap) saved with
 // safetensors.torch.save_file, or a tandem checkpoint, of which only the model tensors are taken.
 // Strict: every tensor of the model must come from the file, except those a --weights-skip glob
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "layers/module.h"   // defines: Module
-#include "layers/weights.h"  // defines: WeightsResult, WeightsRemap
+#include "checkpoint/weights.h"  // defines: WeightsResult, WeightsRemap
 
 namespace tandem::trainer {
 

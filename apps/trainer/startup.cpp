@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "apps/trainer/flag_words.h"      // defines: flag_words
 #include "dist/transport/startup.h"  // defines: agree_at_startup, startup_timeout_s
 
 namespace tandem::trainer {
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 using dist::StartupReport;
 
 // The file rank 0 writes into the checkpoint folder and every rank reads back. A dot file: the
-// folder's listing of checkpoints (layers/checkpoint_dir.h) never takes it for one.
+// folder's listing of checkpoints (checkpoint/checkpoint_dir.h) never takes it for one.
 constexpr const char* kCheckFile = ".tandem_shared_check";
 
 std::string trimmed(std::string s) {
@@ -132,6 +133,7 @@ void check_every_rank(const RunFolder& folder, const std::string& resume_path, c
   else if (folder.owned() && !(message = folder_check(folder.dir(), token)).empty()) status = kStartupUsageExit;
   else if (!(message = readable(resume_path)).empty()) status = kStartupErrorExit;
   else if (data && !(message = data()).empty()) status = kStartupErrorExit;
+  message = flag_words(message);  // a library's words (the folder's, the data's) in the trainers' flags
   const std::vector<StartupReport> all = dist::agree_at_startup(status, message, "the folders and files", timeout);
   if (w.rank == 0 && folder.owned()) {
     std::error_code ignored;  // a check file left behind is harmless: the next run overwrites it

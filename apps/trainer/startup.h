@@ -17,7 +17,7 @@
 // folder refused (run_flags.h's usage errors), 1 for the other checks (an error).
 //
 // The checkpoint folder across hosts: refused unless shared. Rank 0 writes every checkpoint and every
-// rank reads the one it resumes from (apps/trainer/run_folder.h, layers/checkpoint_dir.h), so a
+// rank reads the one it resumes from (apps/trainer/run_folder.h, checkpoint/checkpoint_dir.h), so a
 // folder on each host's local disk would hold the checkpoints on rank 0's host only and fail at
 // --resume, after the training time was spent. Node-local folders could be supported (rank 0 reads
 // and broadcasts), but a run whose checkpoints live on one host's disk is lost with that host, which

@@ -30,14 +30,14 @@ std::vector<int> assign_partitions(const std::vector<int64_t>& numels, int serve
 ParameterServer::ParameterServer(optim::NamedTensors params, Communicator& comm, PsOptions options)
     : params_(std::move(params)), comm_(comm), options_(std::move(options)) {
   const int n = comm_.size(), k = options_.servers;
-  TANDEM_CHECK(k >= 1 && k <= n, "--ps-servers ", k, " must be between 1 and the number of ranks (", n,
+  TANDEM_CHECK(k >= 1 && k <= n, "[servers ", k, "] must be between 1 and the number of ranks (", n,
                "): servers are colocated on ranks 0..K-1");
   TANDEM_CHECK(!params_.empty(), "the parameter server got no parameters");
   const Device dev = params_.front().second.device();
   std::vector<int64_t> numels;
   for (auto& [name, p] : params_) {
     TANDEM_CHECK(p.dtype() == DType::F32 && p.device() == dev, "parameter server: ", name, " is ", p.str(),
-                 "; every parameter must be f32 on ", dev.str(), " (the servers update in f32; no --amp with ps)");
+                 "; every parameter must be f32 on ", dev.str(), " (the servers update in f32: no mixed precision)");
     numels.push_back(p.numel());
   }
   server_of_ = assign_partitions(numels, k);

@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "core/check.h"
-#include "dist/zero3.h"
 
 namespace tandem::dist {
 
@@ -38,20 +37,6 @@ MemoryLedger predict_memory(const LedgerOptions& o) {
   // Tensor parallelism: the same formulas over the N data-parallel ranks, Ψ being this rank's shards.
   if (o.tp > 1) m.formula += ", Ψ = this rank's TP shards of " + std::to_string(o.tp);
   return m;
-}
-
-int64_t zero3_working_set(const Zero3Schedule& s) {
-  int64_t always = 0;
-  std::vector<int64_t> others;
-  for (size_t u = 0; u < s.units().size(); ++u) {
-    int64_t n = 0;
-    for (size_t b : s.units()[u].buckets) n += s.full(b).numel();
-    if (u == 0 || (s.traced() && s.units()[u].pinned)) always += n;
-    else others.push_back(n);
-  }
-  std::sort(others.rbegin(), others.rend());
-  for (size_t k = 0; k <= s.prefetch() && k < others.size(); ++k) always += others[k];
-  return always;
 }
 
 std::string MemoryLedger::str() const {

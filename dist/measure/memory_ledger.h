@@ -17,7 +17,7 @@
 //     ZeRO-3 4Ψ/N + 4Ψ/N + KΨ/N       (Adam: 16Ψ/N)      + the gathered units (below)
 // ZeRO-3's gathered working set (dist/zero3.h) is not model state - between steps nothing is
 // gathered - but it is what a step adds on top: the root and pinned units, gathered for the whole
-// step, and the prefetch + 1 largest other units (zero3_working_set), 2 or 4 bytes each.
+// step, and the prefetch + 1 largest other units (zero3_working_set, dist/zero3.h), 2 or 4 bytes each.
 // The ledger keeps it apart (`gathered`), beside the transient gradients, and both bound the peak.
 // The ledger uses exactly these, with Ψ/N replaced by the rank's real shard (dist/shard_layout.h: each
 // bucket padded to N aligned chunks). Beside them it predicts the transient gradient buffers, which
@@ -50,7 +50,6 @@
 
 namespace tandem::dist {
 
-class Zero3Schedule;
 
 struct LedgerOptions {
   int64_t params = 0;            // Ψ: trainable parameter elements
@@ -63,7 +62,7 @@ struct LedgerOptions {
   int64_t next_bucket = 0;       // elements of the second largest (ZeRO-2's bucket in flight)
   int64_t largest_param = 0;     // elements of the largest parameter (the CPU widening term)
   bool cpu_widen = false;        // CPU parameters: with `mixed`, 16-bit kernels work on f32 copies (above)
-  int64_t gathered = 0;          // ZeRO-3: elements gathered at once (zero3_working_set)
+  int64_t gathered = 0;          // ZeRO-3: elements gathered at once (zero3_working_set, dist/zero3.h)
   int tp = 1;                    // tensor parallelism: T. Ψ is then this rank's elements - the split
                                  // layers' 1/T shards and the replicated rest - and N the data-parallel
                                  // ranks (the Step's communicator); the formula says so.
@@ -85,10 +84,5 @@ struct MemoryLedger {
 };
 
 MemoryLedger predict_memory(const LedgerOptions& o);
-
-// LedgerOptions::gathered for a ZeRO-3 run: the root's and the pinned units' elements (gathered for
-// the whole step; before the first step's trace, only the root counts as pinned) and the prefetch + 1
-// largest other units'.
-int64_t zero3_working_set(const Zero3Schedule& schedule);
 
 }  // namespace tandem::dist

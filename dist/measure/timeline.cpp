@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/profile.h"
-#include "dist/transport/strings.h"
+#include "dist/collectives/strings.h"
 
 namespace tandem::dist {
 

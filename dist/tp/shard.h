@@ -19,12 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "core/safetensors.h"  // defines: NamedTensors
 #include "dist/communicator.h"
 #include "dist/tp/layers.h"
-#include "layers/state_dict.h"
 #include "layers/transformer.h"
 
 namespace tandem::dist::tp {
+
+using NamedTensors = safetensors::NamedTensors;
 
 struct Split {
   int dim = 0;         // the split dimension of the canonical tensor

@@ -147,9 +147,9 @@ const World& init(InitOptions options) {
   if (g_state) return g_state->world;
   apply_env(options);
   // A GPU that is there but unusable must not turn into a silent CPU run (every figure would be a
-  // CPU figure). Choosing the CPU is the caller's decision: use_gpu = false (--device cpu).
+  // CPU figure). Choosing the CPU is the caller's decision: use_gpu = false.
   if (options.use_gpu && probe_cuda().broken())
-    require_cuda("dist::init() with use_gpu on (the default; --device cpu / use_gpu = false trains on the CPU)");
+    require_cuda("dist::init() with use_gpu on (the default; use_gpu = false trains on the CPU)");
   auto st = std::make_unique<State>();
   init_mpi();
   int provided = 0;

@@ -19,7 +19,7 @@
 
 #include "core/device.h"
 #include "dist/communicator.h"
-#include "dist/transport/strings.h"
+#include "dist/collectives/strings.h"
 
 namespace tandem::dist {
 

@@ -37,7 +37,6 @@
 #include "core/profile.h"
 #include "dist/communicator.h"
 #include "dist/transport/host_reduce.h"
-#include "dist/transport/split.h"
 #include "dist/transport/watchdog.h"
 
 namespace tandem::dist {

@@ -43,7 +43,6 @@
 #include "core/cuda/context.h"
 #include "core/graph_capture.h"
 #include "dist/communicator.h"
-#include "dist/transport/split.h"
 #include "dist/transport/watchdog.h"
 
 namespace tandem::dist {

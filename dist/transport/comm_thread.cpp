@@ -20,7 +20,6 @@
 
 #include "dist/transport/busy.h"
 #include "dist/transport/host_reduce.h"
-#include "dist/transport/split.h"
 #include "dist/transport/watchdog.h"
 
 namespace tandem::dist {

@@ -1,4 +1,4 @@
-// layers/models/models.h: build any model by name (the apps' --model flag).
+// layers/models/models.h: build any model by name (what the apps' model choice calls).
 //
 // Names: resnet18 resnet34 resnet50 resnet101 resnet152 vgg11 vgg11_bn vgg13 vgg13_bn vgg16
 // vgg16_bn vgg19 vgg19_bn alexnet (torchvision's architectures, names and parameter counts), and

@@ -3,7 +3,7 @@
 // The same scheme as core's ops (core/ops/ops.h): optim/sgd.cpp keeps the bookkeeping (slots,
 // momentum buffers, update counts, grouping by device and dtype) and calls these; optim/cpu/sgd.cpp
 // and optim/cuda/sgd.cu only compute. Both apply optim/sgd.h's update with the hyper-parameters of
-// SGDOptions: the CPU in the tensor's dtype (f32/f64), CUDA in f32 whatever the storage dtype.
+// SGDOptions (optim/sgd_options.h): the CPU in the tensor's dtype (f32/f64), CUDA in f32 whatever the storage dtype.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,7 +12,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "optim/kernels/low_copy.h"
-#include "optim/sgd.h"
+#include "optim/sgd_options.h"
 
 namespace tandem::optim::kernels {
 
@@ -34,6 +34,8 @@ struct SgdTensor {
 };
 
 #ifdef TANDEM_WITH_CUDA
+class SgdCudaTable;  // optim/cuda/sgd.cu: the cached device chunk table
+
 // Updates every tensor in `ts` with ONE kernel launch on the compute stream, then advances their
 // counts (a second, tiny launch; only with momentum). Skipped on the device where found_inf (null:
 // never) is nonzero. `table` caches the device-side chunk table and LR between steps (the table is

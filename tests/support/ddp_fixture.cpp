@@ -13,7 +13,7 @@
 #include "core/ops/ops.h"
 #include "core/random.h"
 #include "dist/ddp.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace tandem::testing::ddp_fixture {
 namespace {

@@ -16,7 +16,7 @@
 #include "dist/tp/bert.h"
 #include "dist/tp/grid.h"
 #include "dist/zero.h"
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 #include "optim/optimizer.h"
 #include "tests/support/ddp_fixture.h"
 #include "tests/support/encoder_fixture.h"

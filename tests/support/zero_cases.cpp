@@ -9,7 +9,7 @@
 
 #include "core/ops/ops.h"
 #include "dist/zero.h"
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "layers/layers.h"
 #include "optim/clip.h"
 #include "tests/support/ddp_fixture.h"

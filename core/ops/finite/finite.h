@@ -1,6 +1,6 @@
 // core/ops/finite/finite.h: inf/NaN detection over one tensor or a whole parameter list, on the device.
 //
-// What the trainers' --on-nonfinite check calls (issue 20): on the gradients before the update, on
+// What the trainers' non-finite check calls (issue 20): on the gradients before the update, on
 // the parameters after it, and on the logits in validation (a non-finite logit must report a
 // failure, never an accuracy). Not differentiable; reads the tensors' data, records nothing.
 //

@@ -1,5 +1,5 @@
-// layers/state_dict.cpp: PyTorch-named, PyTorch-layout views of a Module. See state_dict.h.
-#include "layers/state_dict.h"
+// checkpoint/state_dict.cpp: PyTorch-named, PyTorch-layout views of a Module. See state_dict.h.
+#include "checkpoint/state_dict.h"
 
 #include <cstring>
 #include <map>

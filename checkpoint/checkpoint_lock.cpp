@@ -1,5 +1,5 @@
-// layers/checkpoint_lock.cpp: the checkpoint folder's lock. See checkpoint_lock.h.
-#include "layers/checkpoint_lock.h"
+// checkpoint/checkpoint_lock.cpp: the checkpoint folder's lock. See checkpoint_lock.h.
+#include "checkpoint/checkpoint_lock.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "layers/checkpoint.h"  // defines: utc_timestamp
+#include "checkpoint/checkpoint.h"  // defines: utc_timestamp
 
 namespace tandem {
 
@@ -114,7 +114,7 @@ bool flock_unsupported(int e) { return e == ENOLCK || e == EOPNOTSUPP || e == EN
 [[noreturn]] void refuse(const std::string& dir, const LockHolder& h, const std::string& why) {
   TANDEM_THROW("checkpoint folder '", dir, "' is in use by another job: ", h.describe(), why,
                ". Two jobs writing one folder interleave their checkpoints and prune each other's. Wait for that "
-               "job to end, stop it, or give this job another --checkpoint-dir.");
+               "job to end, stop it, or give this job another [dir].");
 }
 }  // namespace
 
@@ -176,7 +176,7 @@ FolderLock FolderLock::acquire(const std::string& dir, const FolderLockOptions& 
   l.path_ = (std::filesystem::path(dir) / ".lock").string();
   const int fd = ::open(l.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   TANDEM_CHECK(fd >= 0, "cannot open the lock file '", l.path_, "': ", std::strerror(errno),
-               ". The checkpoint folder must be writable; choose another --checkpoint-dir or fix its permissions.");
+               ". The checkpoint folder must be writable; choose another [dir] or fix its permissions.");
   l.fd_ = fd;  // from here on the destructor closes it (and, when the record was never written, leaves it)
   bool locked = false;
   if (opt.use_flock) {
@@ -200,10 +200,10 @@ FolderLock FolderLock::acquire(const std::string& dir, const FolderLockOptions& 
       if (h) refuse(dir, *h, "");
       TANDEM_THROW("checkpoint folder '", dir, "' is in use by another job, which holds '", l.path_,
                    "' but has not written who it is yet. Wait for that job to end, stop it, or give this job "
-                   "another --checkpoint-dir.");
+                   "another [dir].");
     } else if (flock_unsupported(e)) {
       l.notes_.push_back("checkpoint lock: flock is not supported on the filesystem of '" + dir + "' (" +
-                         std::strerror(e) + "); the lock relies on its record alone (layers/checkpoint_lock.h)");
+                         std::strerror(e) + "); the lock relies on its record alone (checkpoint/checkpoint_lock.h)");
     } else {
       ::close(fd), l.fd_ = -1;
       TANDEM_THROW("flock on '", l.path_, "' failed: ", std::strerror(e),

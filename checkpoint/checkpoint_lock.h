@@ -1,42 +1,6 @@
-// layers/checkpoint_lock.h: one job per checkpoint folder - an exclusive lock on "<dir>/.lock".
-//
-// The writing rank takes the lock at start-up (layers/checkpoint_dir.h does) and holds it for the
-// whole run. A second job on the same folder is refused with a message that names the first (host,
-// pid, program, run, since when) and says what to do; two jobs writing one folder would otherwise
-// interleave their checkpoints and prune each other's.
-//
-// How: flock(LOCK_EX | LOCK_NB) on "<dir>/.lock", plus a JSON record in that file naming the holder
-// ({"host", "pid", "program", "run_id", "since", "boot_id", "start_ticks", "last_run", "released"}).
-// The file is never deleted (deleting a lock file races with a job that has just opened it); a
-// clean release rewrites the record with "released": true.
-//   - The kernel drops a flock when its holder dies, however it dies, so a job killed with SIGKILL
-//     leaves a record with "released": false but no lock. The next job gets the lock and says, in a
-//     note, whose lock it took over (a "stale" lock).
-//   - The record also decides where flock cannot: a holder on this host (same host name and boot id)
-//     whose process is alive - pid present, not a zombie (an exited process its parent has not
-//     reaped yet, state Z: it holds nothing), and, on Linux, the same start time in
-//     /proc/<pid>/stat, so a reused pid does not count - is never taken over, even when flock succeeds.
-//   - A holder on this host with SIGKILL pending (/proc/<pid>/status) is dying: it runs no more code
-//     but holds flock until its exit closes its files. A job that finds one waits up to
-//     kDyingHolderWaitS for that flock instead of refusing (a restart right after kill -9).
-//   - flock unsupported (ENOLCK, EOPNOTSUPP, ENOSYS, EINVAL: e.g. Lustre mounted "noflock", some NFS
-//     set-ups) or FolderLockOptions::use_flock = false: the record alone decides. A live holder on
-//     this host, or any unreleased holder on another host (its liveness cannot be checked from
-//     here), refuses; a dead holder on this host is taken over with a note.
-// What is guaranteed, and what is not:
-//   - Local filesystems (ext4, XFS, tmpfs): exclusive, for jobs on this machine.
-//   - NFSv4 and NFSv3 with lockd: Linux maps flock to byte-range locks that the server arbitrates,
-//     so the lock holds across machines. A client that loses its lease (network partition) loses
-//     the lock without being told.
-//   - Lustre with "-o flock": across machines. With "-o localflock" the lock is per machine: a job
-//     on another machine gets it too. The record then still names the other holder, so the second
-//     job takes over with a note that says it may still be running; it cannot tell. Use
-//     use_flock = false on such mounts to refuse instead.
-//   - Two jobs that start within the same moment with flock unsupported may both pass (the record
-//     is read, then written; there is no atomic test-and-set without a lock).
-// "last_run" records the run that owns the folder's checkpoints (the last one that committed to it,
-// set_run_id); a job that is refused or fails before committing carries the previous value forward.
-// checkpoint_dir.h's --resume auto follows it.
+// checkpoint/checkpoint_lock.h: one job per checkpoint folder - an exclusive lock on "<dir>/.lock"
+// (flock plus a JSON record naming the holder), taken at start-up and held for the run; a second job
+// is refused, naming the first. What it guarantees on which filesystems: checkpoint/README.md, "The lock".
 #pragma once
 #include <optional>
 #include <string>

@@ -1,4 +1,4 @@
-// dist/checkpoint/zero_state.cpp: Zero::gather_state and gather_slices (dist/zero.h) - ZeRO's sharded
+// dist/zero_state.cpp: Zero::gather_state and gather_slices (dist/zero.h) - ZeRO's sharded
 // optimizer state and masters, assembled unsharded.
 //
 // Checkpoints stay canonical (shard_layout.h): unsharded tensors by parameter name, so a run resumes

@@ -1,6 +1,6 @@
-// dist/transport/split.cpp: Communicator::split (see split.h) - the plan every backend's do_split
+// dist/communicator.cpp: Communicator::split (rules in communicator.h) - the plan each backend's do_split
 // builds its sub-communicator from, agreed through one all_gather of the parent.
-#include "dist/transport/split.h"
+#include "dist/communicator.h"
 
 #include <algorithm>
 

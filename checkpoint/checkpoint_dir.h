@@ -1,61 +1,15 @@
-// layers/checkpoint_dir.h: a checkpoint folder owned by its run - names, listing, the newest file
-// of a run, pruning, the start-up checks, and CheckpointDir, which does them in order.
-//
-// Ownership. Every checkpoint names its run (TrainState::run_id, 128 random bits made by a fresh
-// start and kept across resumes). Pruning keeps the newest `keep` files of the writing run and
-// never touches another run's file, an unreadable file or the file just written. So a fresh run
-// into a folder that holds an older run's higher-numbered files keeps its own (issue 20, defect 1:
-// pruning by epoch number deleted the new run's file and --resume auto then continued the old run).
-//
-// Newest = most recently saved: TrainState::saved_at (the writer's UTC clock; for format-1 files,
-// which lack it, the file's modification time), then step, then name. Not the highest step: a run
-// resumed from an earlier checkpoint of its own continues from there, and its own later files
-// belong to the line it abandoned.
-//
-// Names. Epoch-end and mid-epoch checkpoints never share a name (a mid-epoch save used to replace
-// the epoch-end file of the same epoch number):
-//   checkpoint_epoch<E>.safetensors           at the end of an epoch: E epochs done (state.epoch = E)
-//   checkpoint_epoch<E>_step<S>.safetensors   inside epoch E (0-based), after S steps
-//   checkpoint_step<S>.safetensors            train_encoder's, named by step
-// Files in the folder that are not named checkpoint_*.safetensors are never listed or touched.
-//
-// --resume auto, the rule when the folder holds several runs' files:
-//   1. a run id given (CheckpointDirOptions::run_id): that run's newest;
-//   2. else the run that last committed to the folder, as its lock file records it (".lock"'s
-//      last_run, checkpoint_lock.h): that run's newest - other runs' files are ignored;
-//   3. else (a folder without a record: written by tandem 0.1 or copied): the newest file when all
-//      readable files belong to one run; several runs are refused, naming each run and its newest
-//      file, since picking one by time could continue the wrong run.
-//   The chosen run's newest file is read whole (layers/checkpoint.h: its size and every tensor's
-//   digest); a damaged one (a truncated copy, a corrupted disk block) is skipped, with a note, for
-//   the run's newest intact file. keep >= 2 leaves that fallback in the folder.
-//   When nothing is found, resume_auto_found_nothing gives the one line the apps print, and the job
-//   starts a new run (that is what a requeue script that always passes --resume auto wants on its
-//   first launch).
-// A fresh start (no resume) into a folder holding other checkpoints is refused, listing them,
-// unless overwrite is set. So is a resume from a file of run Y into a folder that holds other
-// runs' files but none of Y's and was last used by another run (issue 29: Y's saves replaced run
-// X's final model). With overwrite the old files stay untouched: the new run never prunes them,
-// --resume auto follows the new run (rule 2), and a file of another run (or an unreadable one) is
-// never replaced - where the run's name is taken, it writes checkpoint_<...>.run-<run id>.safetensors.
-//
-// Start-up checks (before any training, so a bad folder fails in seconds, not after an epoch):
-// the folder is created, a probe file is written, fsynced and removed (errors name the path, the
-// errno text and what to do), the lock is taken, and temporaries of dead writers are removed -
-// while the lock is held, every checkpoint_*.tmp.* and probe temporary in the folder is one.
-//
-// Ranks: only the writing rank (rank 0) calls CheckpointDir::open and write; the caller broadcasts
-// the run id and resume path to the other ranks and makes a refusal stop every rank.
-// Messages name the apps' flags: --checkpoint-dir, --resume, --overwrite-checkpoints (overwrite)
-// and --run-id (run_id); the apps' wiring adds the last two.
+// checkpoint/checkpoint_dir.h: a checkpoint folder owned by its run - names, listing, the newest file
+// of a run, pruning, the start-up checks, resume auto, and CheckpointDir, which does them in order.
+// Only the writing rank (rank 0) calls it; messages name CheckpointDirOptions' fields in brackets
+// ("[resume auto]"), never a program's flag. The rules and why: checkpoint/README.md, "The folder".
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/check.h"  // defines: Error
-#include "layers/checkpoint.h"
-#include "layers/checkpoint_lock.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_lock.h"
 
 namespace tandem {
 
@@ -137,7 +91,7 @@ std::string foreign_resume_refusal(const std::string& dir, const std::vector<Che
                                    const std::string& resume, const std::string& resume_run,
                                    const std::string& folder_run);
 
-// --resume auto's choice (see the rule above). Throws when rule 3 finds several runs.
+// resume auto's choice (see the rule above). Throws when rule 3 finds several runs.
 struct ResumeChoice {
   std::string path;     // "" when nothing was found
   std::string run_id;   // the chosen file's run id
@@ -152,7 +106,7 @@ struct CheckpointDamaged : Error {
 // digests; a note names the damaged ones skipped. Throws CheckpointDamaged when none is intact.
 std::string newest_intact(const std::string& dir, const std::vector<CheckpointInfo>& listing, const ResumeChoice& c,
                           std::vector<std::string>& notes);
-// The one line the apps print when --resume auto finds nothing: names the folder (and that it did
+// The one line the apps print when resume auto finds nothing: names the folder (and that it did
 // not exist, for a mistyped path), the run looked for and the other files left alone.
 std::string resume_auto_found_nothing(const std::string& dir, bool dir_existed, const std::string& run_id,
                                       const std::vector<CheckpointInfo>& listing);
@@ -162,7 +116,7 @@ struct CheckpointDirOptions {
   std::string dir;               // required
   std::string resume;            // "": fresh start; "auto": see the rule above; else a checkpoint file
   std::string run_id;            // "": new (fresh start) or the resumed file's. Set: this run's id, and
-                                 // --resume auto looks for it (a requeue script that names its run)
+                                 // resume auto looks for it (a requeue script that names its run)
   bool overwrite = false;        // allow a fresh start, or a resume of another run's file, into a folder
                                  // holding other checkpoints
   int keep = 0;                  // newest checkpoints of this run to keep (0: all)
@@ -180,7 +134,7 @@ class CheckpointDir {
   const std::string& run_id() const { return run_id_; }
   // The checkpoint to resume from ("" : fresh start).
   const std::string& resume_path() const { return resume_path_; }
-  // Lines for the log: a stale lock taken over, temporaries removed, --resume auto found nothing.
+  // Lines for the log: a stale lock taken over, temporaries removed, resume auto found nothing.
   const std::vector<std::string>& notes() const { return notes_; }
 
   // Writes the checkpoint for `s` (its run_id is set to this run's), then prunes this run's older

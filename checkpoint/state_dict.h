@@ -1,4 +1,4 @@
-// layers/state_dict.h: a Module's tensors under PyTorch's names and in PyTorch's layouts.
+// checkpoint/state_dict.h: a Module's tensors under PyTorch's names and in PyTorch's layouts.
 //
 // Names are the Module's own (they already follow torch.nn.Module: "layer1.0.conv1.weight") and
 // the order is PyTorch's state_dict order: for each module depth-first, its parameters, then its

@@ -1,5 +1,5 @@
-// layers/checkpoint.cpp: training checkpoints as safetensors files. See checkpoint.h.
-#include "layers/checkpoint.h"
+// checkpoint/checkpoint.cpp: training checkpoints as safetensors files. See checkpoint.h.
+#include "checkpoint/checkpoint.h"
 
 #include <cctype>
 #include <charconv>
@@ -113,7 +113,7 @@ TrainState parse_state(const safetensors::Metadata& m, const std::string& path) 
   const std::string format = get(m, "format");
   TANDEM_CHECK(is_checkpoint_format(format), "'", path, "' is not a tandem training checkpoint (format \"", format,
                "\", expected \"", kCheckpointFormat,
-               "\"). To start from a model-only file (e.g. torchvision weights) use load_model, not --resume.");
+               "\"). To start from a model-only file (e.g. torchvision weights) use load_model, not a resume.");
   TrainState s;
   s.step = parse_int<int64_t>(m, "step", path);
   s.epoch = parse_int<int64_t>(m, "epoch", path);

@@ -1,5 +1,5 @@
-// layers/checkpoint_dir.cpp: a checkpoint folder owned by its run. See checkpoint_dir.h.
-#include "layers/checkpoint_dir.h"
+// checkpoint/checkpoint_dir.cpp: a checkpoint folder owned by its run. See checkpoint_dir.h.
+#include "checkpoint/checkpoint_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -211,7 +211,7 @@ ReadHold::~ReadHold() {
 // ---- start-up checks ----
 
 bool ensure_writable(const std::string& dir) {
-  TANDEM_CHECK(!dir.empty(), "the checkpoint folder is empty; pass --checkpoint-dir <folder>");
+  TANDEM_CHECK(!dir.empty(), "the checkpoint folder is empty; pass [dir <folder>]");
   std::error_code ec;
   const bool existed = fs::is_directory(dir, ec);
   if (!existed) {
@@ -224,14 +224,14 @@ bool ensure_writable(const std::string& dir) {
     }
     fs::create_directories(dir, ec);
     TANDEM_CHECK(!ec, "cannot create the checkpoint folder '", dir, "': ", ec.message(),
-                 ". Choose a --checkpoint-dir you can write to, or fix its parent's permissions; nothing has been "
+                 ". Choose a [dir] you can write to, or fix its parent's permissions; nothing has been "
                  "trained yet.");
   }
   // A real write, synced: permissions, read-only mounts, quotas and a full disk all show here, not
   // when the first checkpoint is due.
   const std::string probe = safetensors::temp_path((fs::path(dir) / kProbe).string());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const char* advice = ". Choose a --checkpoint-dir you can write to, or fix its permissions or free space; nothing "
+  const char* advice = ". Choose a [dir] you can write to, or fix its permissions or free space; nothing "
                        "has been trained yet.";
   TANDEM_CHECK(fd >= 0, "the checkpoint folder '", dir, "' is not writable: creating '", probe, "' failed: ",
                std::strerror(errno), advice);
@@ -291,9 +291,9 @@ std::string fresh_start_refusal(const std::string& dir, const std::vector<Checkp
                   " checkpoint file(s), " + what + "; a fresh start would mix two runs there:\n";
   for (size_t i = 0; i < listing.size() && i < kListed; ++i) s += line_for(listing[i]) + "\n";
   if (listing.size() > kListed) s += "  and " + std::to_string(listing.size() - kListed) + " more\n";
-  return s + "Continue that run with --resume auto (or --resume <file>); or start a new run beside those files with "
-             "--overwrite-checkpoints (they are kept, never pruned and never replaced, and --resume auto then follows "
-             "the new run); or choose another --checkpoint-dir.";
+  return s + "Continue that run with [resume auto] (or [resume <file>]); or start a new run beside those files with "
+             "[overwrite] (they are kept, never pruned and never replaced, and [resume auto] then follows the new "
+             "run); or choose another [dir].";
 }
 
 std::string foreign_resume_refusal(const std::string& dir, const std::vector<CheckpointInfo>& listing,
@@ -311,7 +311,7 @@ std::string foreign_resume_refusal(const std::string& dir, const std::vector<Che
   for (size_t i = 0; i < others.size() && i < kListed; ++i) s += line_for(others[i]) + "\n";
   if (others.size() > kListed) s += "  and " + std::to_string(others.size() - kListed) + " more\n";
   return s + "Resume into the folder that file came from (or an empty one); or continue that run here beside those "
-             "files with --overwrite-checkpoints (they are kept, never pruned, and never replaced: a name they use "
+             "files with [overwrite] (they are kept, never pruned, and never replaced: a name they use "
              "gets this run's id added).";
 }
 
@@ -335,9 +335,9 @@ ResumeChoice choose_resume_auto(const std::string& dir, const std::vector<Checkp
   if (newest.size() == 1) return {newest[0]->path, newest[0]->state.run_id};
   std::string runs;
   for (const CheckpointInfo* n : newest) runs += "\n" + line_for(*n);
-  TANDEM_THROW("--resume auto: checkpoint folder '", dir, "' holds checkpoints of ", newest.size(),
+  TANDEM_THROW("[resume auto]: checkpoint folder '", dir, "' holds checkpoints of ", newest.size(),
                " runs and no record of which one used it last (newest file of each run):", runs,
-               "\nPass the file to continue with --resume <file>, or name its run (--run-id <id>).");
+               "\nPass the file to continue with [resume <file>], or name its run ([run_id <id>]).");
 }
 
 std::string newest_intact(const std::string& dir, const std::vector<CheckpointInfo>& listing, const ResumeChoice& c,
@@ -351,7 +351,7 @@ std::string newest_intact(const std::string& dir, const std::vector<CheckpointIn
     const std::string bad = checkpoint_damage(f.path);  // the whole file: truncation, digests
     if (bad.empty()) {
       if (!damaged.empty())
-        notes.push_back("--resume auto: skipped the damaged newest checkpoint(s) of run " + run_label(c.run_id) +
+        notes.push_back("[resume auto]: skipped the damaged newest checkpoint(s) of run " + run_label(c.run_id) +
                         " - " + [&] {
                           std::string s;
                           for (const std::string& d : damaged) s += (s.empty() ? "" : "; ") + d;
@@ -364,20 +364,20 @@ std::string newest_intact(const std::string& dir, const std::vector<CheckpointIn
   }
   std::string list;
   for (const std::string& d : damaged) list += "\n  " + d;
-  throw CheckpointDamaged("--resume auto: every checkpoint of run " + run_label(c.run_id) + " in '" + dir +
-                          "' is damaged:" + list + "\nRestore a copy of one, resume another file with --resume "
-                          "<file>, or start a new run.");
+  throw CheckpointDamaged("[resume auto]: every checkpoint of run " + run_label(c.run_id) + " in '" + dir +
+                          "' is damaged:" + list + "\nRestore a copy of one, resume another file with "
+                          "[resume <file>], or start a new run.");
 }
 
 std::string resume_auto_found_nothing(const std::string& dir, bool dir_existed, const std::string& run_id,
                                       const std::vector<CheckpointInfo>& listing) {
   if (!dir_existed)
-    return "--resume auto: checkpoint folder '" + dir + "' did not exist (created it), so there is nothing to resume: "
+    return "[resume auto]: checkpoint folder '" + dir + "' did not exist (created it), so there is nothing to resume: "
            "starting a new run";
   size_t readable = 0;
   for (const CheckpointInfo& c : listing) readable += c.readable;
   const size_t unreadable = listing.size() - readable;
-  std::string s = "--resume auto: no checkpoint";
+  std::string s = "[resume auto]: no checkpoint";
   if (!run_id.empty()) s += " of run " + run_id;
   s += " in '" + dir + "'";
   std::string left;

@@ -1,5 +1,5 @@
-// dist/transport/same_model.cpp: the model signature and its comparison (see same_model.h).
-#include "dist/transport/same_model.h"
+// dist/collectives/same_model.cpp: the model signature and its comparison (see same_model.h).
+#include "dist/collectives/same_model.h"
 
 #include <sstream>
 

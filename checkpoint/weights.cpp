@@ -1,5 +1,5 @@
-// layers/weights.cpp: pretrained weights into a model - format, remap, skip, checks, load. See weights.h.
-#include "layers/weights.h"
+// checkpoint/weights.cpp: pretrained weights into a model - format, remap, skip, checks, load. See weights.h.
+#include "checkpoint/weights.h"
 
 #include <fnmatch.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 
 #include "core/torch_save.h"     // defines: torch_save::load (.pth/.pt)
-#include "layers/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace tandem {
 
@@ -61,8 +61,11 @@ WeightsRemap strip_prefix(std::string prefix) {
   };
 }
 
-WeightsResult load_weights(const std::string& path, Module& model, const WeightsOptions& opt) {
-  WeightsResult res;
+namespace {
+
+// The file's model tensors, told apart by format: a torch.save zip, a tandem checkpoint (its
+// "optimizer.*" entries and position dropped) or a plain safetensors state dict; then the remap.
+NamedTensors read_weights_file(const std::string& path, const WeightsOptions& opt, WeightsResult& res) {
   NamedTensors sd;
   safetensors::File file;
   if (torch_save::is_torch_zip(path)) {  // a .pth/.pt: its state dict, read without running its pickle
@@ -90,8 +93,19 @@ WeightsResult load_weights(const std::string& path, Module& model, const Weights
     sd = std::move(file.tensors);
   }
   if (opt.remap) sd = opt.remap(sd);
+  return sd;
+}
 
-  // Skip patterns take names out of both sides; every pattern must hit something.
+// Both sides after the skip patterns: the file's tensors by name (and in file order) and the model's.
+struct Sides {
+  std::map<std::string, Tensor> have;
+  NamedTensors kept;  // file order
+  std::map<std::string, Want> want;
+};
+
+// Skip patterns take names out of both sides; every pattern must hit something.
+Sides apply_skips(NamedTensors& sd, const Module& model, const WeightsOptions& opt, const std::string& path,
+                  WeightsResult& res) {
   std::vector<size_t> hits(opt.skip.size(), 0);
   auto skipped = [&](const std::string& name) {
     bool any = false;
@@ -99,22 +113,21 @@ WeightsResult load_weights(const std::string& path, Module& model, const Weights
       if (glob_match(opt.skip[i], name)) ++hits[i], any = true;
     return any;
   };
-  std::map<std::string, Tensor> have;
-  NamedTensors kept;  // file order
+  Sides s;
   for (auto& [n, t] : sd) {
     if (skipped(n)) {
       res.dropped.push_back(n);
       continue;
     }
-    TANDEM_CHECK(have.emplace(n, t).second, "weights '", path, "' hold two tensors named '", n,
+    TANDEM_CHECK(s.have.emplace(n, t).second, "weights '", path, "' hold two tensors named '", n,
                  "' (after WeightsOptions::remap): make the mapping give every tensor its own name");
-    kept.emplace_back(n, t);
+    s.kept.emplace_back(n, t);
   }
-  std::map<std::string, Want> want = model_tensors(model);
-  for (auto it = want.begin(); it != want.end();) {
+  s.want = model_tensors(model);
+  for (auto it = s.want.begin(); it != s.want.end();) {
     if (skipped(it->first)) {
       res.skipped.push_back(it->first);
-      it = want.erase(it);
+      it = s.want.erase(it);
     } else {
       ++it;
     }
@@ -123,71 +136,94 @@ WeightsResult load_weights(const std::string& path, Module& model, const Weights
     TANDEM_CHECK(hits[i] > 0, opt.skip_name, " pattern '", opt.skip[i], "' matches no tensor in '", path,
                  "' or in the model: check its spelling against the model's names (e.g. 'fc.*' for fc.weight and "
                  "fc.bias; '*' also crosses dots)");
+  return s;
+}
 
-  // Compare: names, shapes, dtypes. Nothing is modified until every check has passed.
+// What comparing the two sides found: problems refuse the load; casts and absent counters are notes.
+struct Comparison {
   std::vector<std::string> problems, absent_counters;
   bool shape_problem = false;
   std::map<std::pair<DType, DType>, int> casts;
-  for (const auto& [n, w] : want) {
-    auto it = have.find(n);
-    if (it == have.end()) {
-      if (ends_with(n, "." + kBatchesTracked) || n == kBatchesTracked) absent_counters.push_back(n);
+};
+
+// Names, shapes, dtypes (fills res.missing and res.unexpected). Changes nothing.
+Comparison compare(const Sides& s, const WeightsOptions& opt, WeightsResult& res) {
+  Comparison c;
+  for (const auto& [n, w] : s.want) {
+    auto it = s.have.find(n);
+    if (it == s.have.end()) {
+      if (ends_with(n, "." + kBatchesTracked) || n == kBatchesTracked) c.absent_counters.push_back(n);
       else res.missing.push_back(n);
       continue;
     }
     const Tensor& t = it->second;
     if (t.shape() != w.file_shape) {
-      shape_problem = true;
-      problems.push_back(n + ": shape " + shape_str(t.shape()) + " in the file but " + shape_str(w.file_shape) +
-                         " in the model" + (t.dim() == 4 ? " (both OIHW)" : ""));
+      c.shape_problem = true;
+      c.problems.push_back(n + ": shape " + shape_str(t.shape()) + " in the file but " + shape_str(w.file_shape) +
+                           " in the model" + (t.dim() == 4 ? " (both OIHW)" : ""));
     }
     if (t.dtype() != w.dtype) {
-      if (is_floating(t.dtype()) && is_floating(w.dtype)) ++casts[{t.dtype(), w.dtype}];
+      if (is_floating(t.dtype()) && is_floating(w.dtype)) ++c.casts[{t.dtype(), w.dtype}];
       else
-        problems.push_back(n + ": dtype " + dtype_name(t.dtype()) + " in the file but " + dtype_name(w.dtype) +
-                           " in the model (only floating tensors are cast)");
+        c.problems.push_back(n + ": dtype " + dtype_name(t.dtype()) + " in the file but " + dtype_name(w.dtype) +
+                             " in the model (only floating tensors are cast)");
     }
   }
-  for (const auto& [n, t] : kept)
-    if (!want.count(n)) res.unexpected.push_back(n);
+  for (const auto& [n, t] : s.kept)
+    if (!s.want.count(n)) res.unexpected.push_back(n);
   if (opt.strict) {
-    if (!res.missing.empty()) problems.push_back("missing from the file: " + list(res.missing));
-    if (!res.unexpected.empty()) problems.push_back("in the file but not in the model: " + list(res.unexpected));
+    if (!res.missing.empty()) c.problems.push_back("missing from the file: " + list(res.missing));
+    if (!res.unexpected.empty()) c.problems.push_back("in the file but not in the model: " + list(res.unexpected));
   }
-  if (!problems.empty()) {
-    std::string msg;
-    for (const std::string& p : problems) msg += "\n  " + p;
-    const bool names = opt.strict && (!res.missing.empty() || !res.unexpected.empty());
-    const bool library = opt.skip_name == WeightsOptions{}.skip_name;  // a program names its flag alone
-    TANDEM_THROW("cannot load weights '", path, "' into the ", model.type_name(), " model (nothing was changed):", msg,
-                 shape_problem ? "\nA shape that differs is usually a classifier head with another number of classes: "
+  return c;
+}
+
+// Every problem in one error, with the advice that fits: the skip for a head of another size, and
+// for names either the library's options or, when a program named its own word for skip, that word.
+[[noreturn]] void refuse(const Comparison& c, const std::string& path, const Module& model, const WeightsOptions& opt,
+                         const WeightsResult& res) {
+  std::string msg;
+  for (const std::string& p : c.problems) msg += "\n  " + p;
+  const bool names = opt.strict && (!res.missing.empty() || !res.unexpected.empty());
+  const bool library = opt.skip_name == WeightsOptions{}.skip_name;  // a program names its flag alone
+  TANDEM_THROW("cannot load weights '", path, "' into the ", model.type_name(), " model (nothing was changed):", msg,
+               c.shape_problem ? "\nA shape that differs is usually a classifier head with another number of classes: "
                                  "drop it from both sides with " + opt.skip_name + " (\"fc.*\" for a ResNet, "
                                  "\"classifier.6.*\" for VGG and AlexNet) and it keeps its fresh initialisation."
                                : "",
-                 !names ? ""
-                 : library
-                     ? "\nFor names the file and the model do not share: skip them (WeightsOptions::skip), map the "
-                       "file's names (WeightsOptions::remap, e.g. strip_prefix(\"module.\") for a DDP-wrapped save, "
-                       "or the encoder's Hugging Face mapping), or load non-strictly (WeightsOptions::strict = false)."
-                     : "\nTensors the model has and the file lacks (or the other way round) are named above: leave "
-                       "them at their fresh initialisation with " + opt.skip_name + " PATTERN (a glob, e.g. 'fc.*'), "
-                       "or use a file saved from the same architecture.");
-  }
+               !names ? ""
+               : library
+                   ? "\nFor names the file and the model do not share: skip them (WeightsOptions::skip), map the "
+                     "file's names (WeightsOptions::remap, e.g. strip_prefix(\"module.\") for a DDP-wrapped save, "
+                     "or the encoder's Hugging Face mapping), or load non-strictly (WeightsOptions::strict = false)."
+                   : "\nTensors the model has and the file lacks (or the other way round) are named above: leave "
+                     "them at their fresh initialisation with " + opt.skip_name + " PATTERN (a glob, e.g. 'fc.*'), "
+                     "or use a file saved from the same architecture.");
+}
+
+}  // namespace
+
+WeightsResult load_weights(const std::string& path, Module& model, const WeightsOptions& opt) {
+  WeightsResult res;
+  NamedTensors sd = read_weights_file(path, opt, res);
+  const Sides s = apply_skips(sd, model, opt, path, res);
+  const Comparison c = compare(s, opt, res);
+  if (!c.problems.empty()) refuse(c, path, model, opt, res);  // nothing is modified until every check passed
 
   NamedTensors load;
-  for (const auto& [n, t] : kept)
-    if (want.count(n)) load.emplace_back(n, t), res.loaded.push_back(n);
+  for (const auto& [n, t] : s.kept)
+    if (s.want.count(n)) load.emplace_back(n, t), res.loaded.push_back(n);
   LoadOptions lo;
   lo.strict = false;  // skipped and absent counters are "missing" to it; the checks above decided
   lo.cast = true;
   lo.source = "weights '" + path + "'";
   load_state_dict(model, load, lo);
 
-  for (const auto& [fromto, count] : casts)
+  for (const auto& [fromto, count] : c.casts)
     res.notes.push_back("cast " + std::to_string(count) + " tensors from " + dtype_name(fromto.first) + " to " +
                         dtype_name(fromto.second) + ", the model's dtype");
-  if (!absent_counters.empty())
-    res.notes.push_back(std::to_string(absent_counters.size()) + " BatchNorm " + kBatchesTracked +
+  if (!c.absent_counters.empty())
+    res.notes.push_back(std::to_string(c.absent_counters.size()) + " BatchNorm " + kBatchesTracked +
                         " counters are not in the file (saved before PyTorch 0.4.1 added them): left as they were, "
                         "as PyTorch does");
   if (!res.skipped.empty()) res.notes.push_back("kept at their initial values (skipped): " + list(res.skipped));

@@ -1,14 +1,13 @@
-// dist/transport/coalesced.h: one broadcast per dtype instead of one per tensor.
+// dist/collectives/coalesced.h: one broadcast per dtype instead of one per tensor.
 //
 // DDP broadcasts rank 0's buffers before every training forward (dist/ddp.h). A ResNet-50 has 159
-// buffers; a collective per buffer would pay a launch and a latency each. Grouped by BucketKey
-// (dtype, device), packed into one flat buffer, broadcast, unpacked: BatchNorm's f32 statistics and
+// buffers; a collective per buffer would pay a launch and a latency each. Grouped by (dtype,
+// device), packed into one flat buffer, broadcast, unpacked: BatchNorm's f32 statistics and
 // i64 counters cost two collectives (PyTorch's _broadcast_coalesced).
 #pragma once
 #include <string>
 #include <vector>
 
-#include "dist/bucketing.h"
 #include "dist/communicator.h"
 
 namespace tandem::dist {

@@ -1,5 +1,5 @@
-// dist/transport/strings.cpp: all_gather_strings over any communicator (see strings.h).
-#include "dist/transport/strings.h"
+// dist/collectives/strings.cpp: all_gather_strings over any communicator (see strings.h).
+#include "dist/collectives/strings.h"
 
 #include <algorithm>
 #include <cstring>

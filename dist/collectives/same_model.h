@@ -1,4 +1,4 @@
-// dist/transport/same_model.h: every rank built the same model, or every rank fails with the difference.
+// dist/collectives/same_model.h: every rank built the same model, or every rank fails with the difference.
 //
 // A model that differs between ranks (another argument, another registration order) would make
 // the next collectives pair up buffers of different sizes - a hang or garbage. DDP's constructor
@@ -7,7 +7,7 @@
 // collective could mismatch (dist/README.md, "A watchdog instead of hoping").
 #pragma once
 #include "dist/communicator.h"
-#include "dist/transport/strings.h"
+#include "dist/collectives/strings.h"
 #include "layers/module.h"
 
 namespace tandem::dist {

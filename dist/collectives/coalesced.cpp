@@ -1,18 +1,27 @@
-// dist/transport/coalesced.cpp: the grouped broadcast (see coalesced.h).
-#include "dist/transport/coalesced.h"
+// dist/collectives/coalesced.cpp: the grouped broadcast (see coalesced.h).
+#include "dist/collectives/coalesced.h"
 
 #include "core/ops/shape/shape.h"
 
 namespace tandem::dist {
 
+namespace {
+// What a broadcast group shares: one flat buffer needs one dtype on one device.
+struct GroupKey {
+  DType dtype;
+  Device device;
+  bool operator==(const GroupKey&) const = default;
+};
+}  // namespace
+
 int broadcast_coalesced(Communicator& comm, const std::vector<Tensor>& tensors, int root, const std::string& name) {
   // Groups in order of first appearance: every rank holds the same shapes and dtypes in the same
   // order (check_same_model), so every rank forms the same groups and issues the same broadcasts.
-  std::vector<BucketKey> keys;
+  std::vector<GroupKey> keys;
   std::vector<std::vector<Tensor>> groups;
   for (const Tensor& t : tensors) {
     if (t.numel() == 0) continue;
-    const BucketKey key{t.dtype(), t.device()};
+    const GroupKey key{t.dtype(), t.device()};
     size_t g = 0;
     while (g < keys.size() && !(keys[g] == key)) ++g;
     if (g == keys.size()) keys.push_back(key), groups.emplace_back();

@@ -1,51 +1,6 @@
-// layers/checkpoint.h: training checkpoints - model, optimizer state and the position of the run,
-// in one safetensors file that PyTorch can open.
-//
-// File contents:
-//   <model names>            the model's state_dict (PyTorch names and layouts, see state_dict.h)
-//   optimizer.<name>         each optimizer state tensor (e.g. "optimizer.momentum.fc.weight"),
-//                            named by the optimizer; this file does not interpret them, except
-//                            that state named "<conv weight>.<x>" with the weight's shape is
-//                            stored OIHW like the weight, so every tensor is in PyTorch's layout
-//   __metadata__             strings (safetensors allows nothing else, and PyTorch reads them as
-//                            a dict of str): format, tandem_version, run_id, saved_at, model, step,
-//                            epoch, world_size, data.sampler_epoch, data.index_in_epoch,
-//                            data.samples, data.epoch_offset, data.global_batch, data.classes (a
-//                            JSON array of strings), rng.<name>.seed/.offset, and any extra.<key>
-//                            the caller adds (e.g. the LR schedule's settings), and digest.<tensor>
-//                            for every tensor (core/safetensors.h's tensor_digest, checked on read:
-//                            a damaged file is refused, not trained from; files written before
-//                            digests were added still load, unverified)
-//
-// Exact resume: parameters, buffers and optimizer tensors are stored bit for bit; the trainers'
-// LR schedule is a function of the position in samples (apps/trainer/position.h); every random
-// stream is a Generator (seed + counter offset, see core/random.h) restored exactly; the data order
-// is a function of (seed, sampler epoch) and the position inside the epoch is `epoch_offset`,
-// counted in samples of the epoch's global order (so it means the same on any world size and
-// batch; `index_in_epoch` is the per-rank count of format-1 files, valid only at the same world
-// size, which the apps no longer write). Together these make "K steps" and "K/2 steps, save,
-// resume, K/2 steps" bit-identical (tests/test_resume.cpp), and a resume on another world size or
-// batch read the rest of the epoch (tests/test_resume_world_size.cpp).
-//
-// Formats. "tandem-checkpoint-2" (written now) adds run_id, saved_at, data.samples,
-// data.epoch_offset, data.global_batch and data.classes to "tandem-checkpoint-1", which still
-// loads, with the new fields derived where the old ones allow:
-//   run_id        ""  (the file belongs to no named run: layers/checkpoint_dir.h never prunes it
-//                  for a named run, and a run resumed from it gets a new id)
-//   saved_at      ""  (checkpoint_dir.h falls back to the file's modification time)
-//   epoch_offset  index_in_epoch x world_size: every rank had read index_in_epoch samples of its
-//                 strided shard, so together the ranks had consumed that prefix of the epoch's
-//                 global order (data/sampler.h's prefix property)
-//   global_batch  extra.batch_per_rank x world_size when the file has it (train_encoder wrote it),
-//                 else 0 (unknown)
-//   samples       step x global_batch when global_batch is known (both loaders drop the last
-//                 partial batch, so every step took a full global batch), else -1 (unknown)
-//   classes       empty
-//
-// The optimizer's state is passed as named tensors so this library stays below optim/ in the
-// dependency order (layers -> core only); the app converts to and from its optimizer.
-// Naming, listing, pruning and owning a folder of checkpoints: layers/checkpoint_dir.h.
-// Left out: ZeRO-sharded optimizer state (a checkpoint holds the full state) and async saving.
+// checkpoint/checkpoint.h: training checkpoints - model, optimizer state and the position of the run,
+// in one safetensors file that PyTorch can open; read whole and checked (sizes, digests) before use.
+// The file's contents, exact resume and the two formats: checkpoint/README.md, "The file".
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -53,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/state_dict.h"
+#include "checkpoint/state_dict.h"
 
 namespace tandem {
 
@@ -89,7 +44,7 @@ struct TrainState {
   int64_t index_in_epoch = 0;   // samples this rank has consumed in sampler_epoch (0 at an epoch end);
                                 // the per-rank form of epoch_offset in format-1 files (the apps write 0)
   int64_t world_size = 1;       // ranks that wrote it; index_in_epoch only means something at this size
-  std::string model;            // --model name, e.g. "resnet50"
+  std::string model;            // the model's name, e.g. "resnet50"
   // The data set's class names in label order (train/'s folder names); empty for data sets without
   // names. Stored as a JSON array, so any name (commas, quotes, any UTF-8) round-trips; a name that
   // is not valid UTF-8 is refused at save time.
