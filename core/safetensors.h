@@ -24,7 +24,7 @@
 //     coverage) and returns CPU tensors. Every error names the file and says what to do.
 //   - read_metadata(): the header only (the 8-byte length and the JSON), for listing a folder of
 //     large files without reading their tensors.
-// What it leaves out: tensor layouts (conv OIHW vs OHWI is layers/state_dict's concern), lazy or
+// What it leaves out: tensor layouts (conv OIHW vs OHWI is checkpoint/state_dict's concern), lazy or
 // memory-mapped loading (checkpoints here are at most a few hundred MB), and dtypes tandem has no
 // tensor type for (BOOL, U8, I8, I16, F8...): such files are rejected with the list of supported ones.
 #pragma once

@@ -80,7 +80,7 @@ bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Posi
   t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
   const std::string path = t.folder.write(*t.model, opt_state, s);
   // The run log's checkpoint event (plot_run.py's schema); the log is rank 0's, as is the path.
-  // Its epoch counts from 1, as the file name does (layers/checkpoint_dir.h).
+  // Its epoch counts from 1, as the file name does (checkpoint/checkpoint_dir.h).
   const int64_t epoch = s.epoch_offset == 0 ? s.epoch : s.epoch + 1;
   if (!path.empty()) t.log.write({{"event", "checkpoint"}, {"step", s.step}, {"epoch", epoch}, {"path", path}});
   return true;

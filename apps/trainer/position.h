@@ -55,7 +55,7 @@ struct Position {
 // The epoch as users read it - progress lines, validation lines, JSON logs, file names - counted
 // from 1 (`epoch` above is the sampler's 0-based index): the epoch of the step just taken, so after
 // an epoch ran out, recorded as (epoch + 1, 0), it is still the finished one. checkpoint_epoch3 is
-// the end of "epoch 3", checkpoint_epoch3_step70 a step inside it (layers/checkpoint_dir.h).
+// the end of "epoch 3", checkpoint_epoch3_step70 a step inside it (checkpoint/checkpoint_dir.h).
 inline int64_t epoch_number(const Position& p) {
   return p.epoch_offset == 0 && p.epoch > 0 ? p.epoch : p.epoch + 1;
 }
