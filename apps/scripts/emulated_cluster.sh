@@ -134,8 +134,17 @@ trap 'stop INT' INT
 # --- the hosts and their links
 ip netns add "${prefix}sw" && ip -n "${prefix}sw" link add br0 type bridge && ip -n "${prefix}sw" link set br0 up ||
   skip "could not make the switch namespace and bridge"
-# The links: latency by netem, the rate by a token bucket (tbf; its burst of 32 kbit and a queue of
-# at most 400 ms are tc's usual examples). netem is a module some kernels lack: said, not guessed.
+# The links: latency by netem, the rate by a token bucket (tbf, with a queue of at most 400 ms, tc's
+# usual example). Its burst: 1 ms at the rate, at least 64 KiB - one TSO/GSO packet of the veth (a
+# 32 kbit burst, tc's example for slow links, holds less than one such packet, and the token bucket
+# then throttles a 1-10 Gbit/s link below its rate). netem is a module some kernels lack: said, not guessed.
+# burst_bytes RATE: 1 ms of RATE in bytes (tc's units: kbit, mbit, gbit; bit/s when bare), at least 64 KiB.
+burst_bytes() {
+  local r=${1,,} mult=1
+  case "$r" in *gbit) mult=1000000000 ;; *mbit) mult=1000000 ;; *kbit) mult=1000 ;; *bit) ;; esac
+  r=${r%%[a-z]*}
+  awk -v r="$r" -v m="$mult" 'BEGIN { b = r * m / 8 / 1000; if (b < 65536) b = 65536; printf "%d", b }'
+}
 limit_link() {
   local ns=$1 parent="root"
   if [ -n "$delay" ]; then
@@ -144,7 +153,7 @@ limit_link() {
     parent="parent 1:1"
   fi
   if [ -n "$rate" ]; then
-    ip netns exec "$ns" tc qdisc add dev eth0 $parent handle 10: tbf rate "$rate" burst 32kbit latency 400ms ||
+    ip netns exec "$ns" tc qdisc add dev eth0 $parent handle 10: tbf rate "$rate" burst "$(burst_bytes "$rate")" latency 400ms ||
       { echo "emulated_cluster: tc refused 'tbf rate $rate'" >&2; exit 2; }
   fi
 }
