@@ -35,9 +35,16 @@ double transfer_ms(double bytes, const Network& net) { return bytes / (net.bandw
 double hops_ms(double hops, const Network& net) { return hops * net.alpha_us / 1e3; }
 }  // namespace
 
+double tcp_payload_GBps(double line_gbit, int mtu, int frame_extra) {
+  TANDEM_CHECK(mtu > 52, "what-if: an MTU of ", mtu, " bytes holds no TCP payload (IPv4 20 + TCP 20 + timestamps 12)");
+  return line_gbit / 8 * (mtu - 52.0) / (mtu + frame_extra);
+}
+
 double ring_allreduce_ms(double bytes, int n, const Network& net) {
   if (n <= 1) return 0;
-  return 2.0 * (n - 1) / n * transfer_ms(bytes, net) + hops_ms(2.0 * (n - 1), net);
+  TANDEM_CHECK(net.allreduce_efficiency > 0 && net.allreduce_efficiency <= 1,
+               "what-if: the all-reduce's efficiency is a share of the bandwidth, in (0, 1]: got ", net.allreduce_efficiency);
+  return 2.0 * (n - 1) / n * transfer_ms(bytes, net) / net.allreduce_efficiency + hops_ms(2.0 * (n - 1), net);
 }
 
 double reduce_scatter_ms(double bytes, int n, const Network& net) {

@@ -6,7 +6,8 @@
 // reducer issues it: bucket i starts at max(its ready time, the previous bucket's finish) - or after
 // backward with overlap off - and takes the strategy's cost. Communication past the end of backward
 // is exposed and adds to the step; the rest was hidden. Costs (S bytes, N ranks; ms):
-//   ring all-reduce   2(N-1)/N * S/B + 2(N-1) * alpha        (DDP; Patarasuk & Yuan's ring)
+//   ring all-reduce   2(N-1)/N * S/(B e) + 2(N-1) * alpha    (DDP; Patarasuk & Yuan's ring; e: the
+//                                                             all-reduce's efficiency, Network)
 //   reduce-scatter     (N-1)/N * S/B +  (N-1) * alpha        (ZeRO: half a ring all-reduce)
 //   all-gather         (N-1)/N * S/B +  (N-1) * alpha
 //   parameter server  push + pull of whole-tensor partitions, as dist/extras/parameter_server.h runs it:
@@ -79,7 +80,21 @@ struct StepProfile {
 struct Network {
   double alpha_us = 5;         // latency per message per ring hop (an NCCL-over-Ethernet order)
   double bandwidth_GBps = 12.5;  // per-rank bus bandwidth, 1e9 bytes/s (100 Gb/s); busbw in nccl-tests terms
+  // The all-reduce's bus bandwidth as a share of bandwidth_GBps. 1: a ring at the link's payload
+  // rate (NCCL). Less where the library's all-reduce is not bandwidth-optimal on this link: on the
+  // emulated 2-host TCP links MPICH 4.0.2's MPI_Iallreduce of 8-25 MiB moved its bytes at 0.55-0.65
+  // of the rate that its reduce-scatter, all-gather, reduce and broadcast reached (the 2026-11-28
+  // emulated-link study, apps/results/2026-11-28-cpu-2core/emulated_links). Measure it on the target:
+  // bench_allreduce's busbw over the link's payload rate. Reduce-scatter, all-gather and the
+  // parameter server's reduce and broadcast keep bandwidth_GBps.
+  double allreduce_efficiency = 1;
 };
+
+// A link's payload rate from its line rate: TCP over IPv4 with timestamps on Ethernet carries
+// mtu - 52 payload bytes per frame of mtu + 14 bytes (the header a token bucket such as tc's tbf
+// counts; a real wire adds 24 more: preamble, FCS, gap - give frame_extra 38 for it). MTU 1500:
+// 1448 / 1514 = 95.6 % of the rate.
+double tcp_payload_GBps(double line_gbit, int mtu = 1500, int frame_extra = 14);
 
 enum class Strategy { Ddp, DdpNoOverlap, Zero1, Zero2, Zero3, Tp, Ps };
 Strategy strategy_from_name(const std::string& name);  // ddp ddp_no_overlap zero1 zero2 zero3 tp ps

@@ -5,9 +5,11 @@ model x strategy x link rate, run on H hosts x R ranks per host by apps/scripts/
 (UCX over TCP only, every host's link limited by tc), and beside it:
   - the same model's compute-only time: a 1-rank run made right before the cell (alternated, so on a
     shared machine the prediction and the measurement see the same load);
-  - the what-if prediction (apps/whatif) with the same link figures: --bandwidth-gbit = the tc rate,
-    --alpha-us = the base latency of the namespaces' veth links, fitted once to a small-message
-    bench_allreduce on unlimited links (no netem on this kernel: no latency is added), the traced 1-rank
+  - the what-if prediction (apps/whatif) with the same link figures: --link-gbit = the tc rate (the
+    model takes off TCP/IP and Ethernet headers), --alpha-us = the base latency of the namespaces'
+    veth links, fitted once to a small-message bench_allreduce on unlimited links (no netem on this
+    kernel: no latency is added), --allreduce-efficiency = MPI's all-reduce on that link (bench_allreduce
+    at ALLREDUCE_BYTES, its busbw over the payload rate; measured after the sweep), the traced 1-rank
     step's shape rescaled to the adjacent compute-only ms/step.
 Measures per cell: step time, exposed communication (the timeline's), scaling efficiency (weak
 scaling: images/s at N ranks over N x the adjacent 1-rank images/s). Predictions are made again from
@@ -27,6 +29,9 @@ import grid  # noqa: E402
 
 # The goal: every prediction within 10 % of the measured step (issue 28) where cores are not oversubscribed.
 GOAL = 0.10
+# The all-reduce's efficiency is measured at 8 MiB: the order of the models' 25 MiB buckets (16 MiB
+# and more hung once in bench_allreduce over UCX's TCP transport on the loaded 2-core VM).
+ALLREDUCE_BYTES = "8M"
 RATE_GBIT = {"gbit": 1.0, "mbit": 1e-3, "kbit": 1e-6}
 
 
@@ -107,6 +112,28 @@ class Links:
         return path
 
 
+    def allreduce_efficiency(self, rate):
+        """MPI's all-reduce on this link: bench_allreduce's busbw at ALLREDUCE_BYTES over the link's
+        payload rate (the what-if's Network::allreduce_efficiency), capped at 1. None: the bench failed."""
+        path = os.path.join(self.a.out, f"bench_allreduce_{rate}.json")
+        log = os.path.join(self.a.out, "runs", f"bench_allreduce_{rate}.log")
+        with open(log, "w") as f:
+            rc = subprocess.call(["timeout", "-s", "TERM", "180", "bash", self.cluster, "--hosts", str(self.a.hosts),
+                                  "--ranks-per-host", str(self.a.ranks_per_host), "--rate", rate, "--",
+                                  os.path.join(self.a.build, "apps", "bench_allreduce"), "--min-bytes", ALLREDUCE_BYTES,
+                                  "--max-bytes", ALLREDUCE_BYTES, "--reps", "3", "--warmup", "1", "--backend", "mpi",
+                                  "--json", path], stdout=f, stderr=subprocess.STDOUT)
+        if rc != 0 or not os.path.exists(path):
+            return None
+        busbw = json.load(open(path))[-1]["busbw_GBps"]
+        return min(1.0, busbw / payload_GBps(rate))
+
+
+def payload_GBps(rate):
+    """apps/whatif's tcp_payload_GBps at MTU 1500, as tc counts a frame: 1448 / 1514 of the rate."""
+    return rate_gbit(rate) / 8 * 1448 / 1514
+
+
 def measure(path):
     m = json.load(open(path))
     ips = m["images_per_s"] if "images_per_s" in m else m["sequences_per_s"]
@@ -128,7 +155,8 @@ def predict(a, study, cell, alpha_us):
     jpath = os.path.join(out, "whatif", f"{cell['tag']}.json")
     cmd = [os.path.join(a.build, "apps", "whatif"), "--trace", os.path.join(out, t["trace"]),
            "--metrics", os.path.join(out, t["metrics"]), "--step-ms", str(cell["compute"]["ms_per_step"]),
-           "--bandwidth-gbit", str(rate_gbit(cell["rate"])), "--alpha-us", str(alpha_us),
+           "--link-gbit", str(rate_gbit(cell["rate"])), "--alpha-us", str(alpha_us),
+           "--allreduce-efficiency", str(study["allreduce_efficiency"].get(cell["rate"]) or 1.0),
            "--ranks", str(cell["ranks"]), "--cores", "0", "--measured", mpath, "--json", jpath]
     cmd += grid.whatif_args(cell["strategy"])
     if not grid.is_encoder(cell["model"]):
@@ -151,6 +179,11 @@ def main():
         study = json.load(open(jpath))
     else:
         study = sweep(a, L)
+    study.setdefault("allreduce_efficiency", {})
+    for rate in study["grid"]["rates"]:  # after the sweep, so that its load does not slow the cells
+        if rate not in study["allreduce_efficiency"]:
+            print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES} at {rate} ({uptime()})", flush=True)
+            study["allreduce_efficiency"][rate] = L.allreduce_efficiency(rate)
     for cell in study["cells"]:
         cell["predicted"] = predict(a, study, cell, study["alpha_us"])
     json.dump(study, open(jpath, "w"), indent=2)

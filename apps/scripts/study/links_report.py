@@ -26,8 +26,12 @@ def write(study, out):
              f"Machine: {study['cores']} cores shared with other jobs; ranks "
              f"{'ARE' if study['oversubscribed'] else 'are not'} oversubscribed (one rank per core).",
              f"uptime before: `{study['uptime_before']}`", f"uptime after: `{study.get('uptime_after', '?')}`", "",
-             f"Links: tc tbf at the rate on each host's veth, UCX_TLS=tcp,self; what-if alpha = {study['alpha_us']:.1f} us "
-             "(the veth links' own latency, fitted to bench_allreduce_links.json), bandwidth = the tc rate. "
+             f"Links: tc tbf at the rate (fq_codel behind it) on each host's veth, UCX_TLS=tcp,self; what-if alpha = "
+             f"{study['alpha_us']:.1f} us (the veth links' own latency, fitted to bench_allreduce_links.json), "
+             "--link-gbit = the tc rate (payload 1448/1514 of it), --allreduce-efficiency per rate (MPI's all-reduce "
+             "of 8 MiB on that link, bench_allreduce_<rate>.json, busbw over the payload rate): "
+             + ", ".join(f"{r} {e:.2f}" if e else f"{r} (bench failed: 1)" for r, e in study["allreduce_efficiency"].items())
+             + ". "
              "Grid: " + ", ".join(f"{k} {v}" for k, v in study["grid"].items()) + ".", "",
              "compute: a 1-rank run of the same model made right before the cell (the what-if's compute time, "
              "and the efficiency's baseline). exposed: communication not hidden under compute (the timeline's). "
@@ -71,8 +75,8 @@ def vs_measured(study, out):
         for j, r in enumerate(rates):
             cs = [c for c in cells if c["strategy"] == s and c["rate"] == r]
             ax.scatter([c["measured"]["ms_per_step"] for c in cs], [c["predicted"]["step_ms"] for c in cs],
-                       marker="os^Dv<>"[i % 7], color=colors[j % 10], s=40,
-                       label=f"{s}" if j == 0 else None)
+                       marker="os^Dv<>"[i % 7], color=colors[j % 10], s=40)
+        ax.plot([], [], "os^Dv<>"[i % 7], color="k", ls="", label=s)  # legend: the shape is the strategy
     for j, r in enumerate(rates):
         ax.plot([], [], "s", color=colors[j % 10], label=f"link {r}")
     ax.set_xscale("log")
