@@ -49,7 +49,8 @@
 // added once per step. Small on a dedicated GPU node, large on a shared CPU machine.
 // Left out on purpose: congestion between concurrent jobs, hierarchical (intra-/inter-node)
 // algorithms, and compute slowed by communication sharing the cores (except oversubscription: N
-// ranks on C cores each get C/N of a core, see StrategyOptions::cores).
+// ranks on C cores each get C/N of a core, see StrategyOptions::cores; and the CPU work of moving
+// the bytes on a CPU host, Network::host_GBps).
 #pragma once
 #include <string>
 #include <vector>
@@ -88,6 +89,13 @@ struct Network {
   // bench_allreduce's busbw over the link's payload rate. Reduce-scatter, all-gather and the
   // parameter server's reduce and broadcast keep bandwidth_GBps.
   double allreduce_efficiency = 1;
+  // A CPU host's own rate of moving bytes between ranks, GB/s (0: not counted - a GPU with a NIC of
+  // its own). Where ranks compute on the cores that also run their communication (the comm thread,
+  // MPI/UCX, the kernel's TCP), every collective's bytes cost CPU time as well as link time: each
+  // collective is costed again at this rate (no latency) and added to compute, not overlapped.
+  // Measure it as bench_allreduce's busbw with the link unlimited (on emulated hosts the veth is
+  // CPU work too): 0.38 GB/s for 8 MiB on the loaded 2-core VM of the 2026-11-28 study.
+  double host_GBps = 0;
 };
 
 // A link's payload rate from its line rate: TCP over IPv4 with timestamps on Ethernet carries
@@ -135,6 +143,7 @@ struct Prediction {
   double straggler_ms = 0;  // waiting for the slowest rank (part of step_ms, not of exposed_ms)
   double ps_busiest_bytes = 0;  // parameter server: the busiest server's partition (0 otherwise)
   double tp_ms = 0;             // TP: the activation all-reduces (part of comm_ms and exposed_ms)
+  double host_cpu_ms = 0;       // the communication's CPU work (Network::host_GBps; part of compute_ms)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };
 

@@ -4,12 +4,14 @@ Called by `apps/scripts/study.sh links ...` (root: it makes network namespaces).
 model x strategy x link rate, run on H hosts x R ranks per host by apps/scripts/emulated_cluster.sh
 (UCX over TCP only, every host's link limited by tc), and beside it:
   - the same model's compute-only time: a 1-rank run made right before the cell (alternated, so on a
-    shared machine the prediction and the measurement see the same load);
+    shared machine the prediction and the measurement see the same load), and the CPU's own rate of
+    moving bytes (bench_allreduce on the same hosts with the links unlimited), also right before it;
   - the what-if prediction (apps/whatif) with the same link figures: --link-gbit = the tc rate (the
     model takes off TCP/IP and Ethernet headers), --alpha-us = the base latency of the namespaces'
     veth links, fitted once to a small-message bench_allreduce on unlimited links (no netem on this
     kernel: no latency is added), --allreduce-efficiency = MPI's all-reduce on that link (bench_allreduce
-    at ALLREDUCE_BYTES, its busbw over the payload rate; measured after the sweep), the traced 1-rank
+    at ALLREDUCE_BYTES, its busbw over the payload rate; measured after the sweep), --host-GBps = the
+    same bench's busbw with the links unlimited (the CPU's own rate of moving bytes), the traced 1-rank
     step's shape rescaled to the adjacent compute-only ms/step.
 Measures per cell: step time, exposed communication (the timeline's), scaling efficiency (weak
 scaling: images/s at N ranks over N x the adjacent 1-rank images/s). Predictions are made again from
@@ -21,6 +23,7 @@ import csv
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -112,6 +115,23 @@ class Links:
         return path
 
 
+    def host_GBps(self, runs=3, tag="unlimited"):
+        """The hosts' own rate of moving bytes (the what-if's Network::host_GBps): bench_allreduce's busbw
+        at ALLREDUCE_BYTES with the links unlimited (the veth is CPU work), the median of `runs` benches
+        (on the loaded VM single benches differed by 2x). None: every bench failed."""
+        rates = []
+        for i in range(runs):
+            path = os.path.join(self.a.out, "runs" if tag != "unlimited" else "", f"bench_allreduce_{tag}_{i}.json")
+            with open(os.path.join(self.a.out, "runs", f"bench_allreduce_{tag}_{i}.log"), "w") as f:
+                rc = subprocess.call(["timeout", "-s", "TERM", "180", "bash", self.cluster, "--hosts", str(self.a.hosts),
+                                      "--ranks-per-host", str(self.a.ranks_per_host), "--",
+                                      os.path.join(self.a.build, "apps", "bench_allreduce"), "--min-bytes",
+                                      ALLREDUCE_BYTES, "--max-bytes", ALLREDUCE_BYTES, "--reps", "5", "--warmup", "1",
+                                      "--backend", "mpi", "--json", path], stdout=f, stderr=subprocess.STDOUT)
+            if rc == 0 and os.path.exists(path):
+                rates.append(json.load(open(path))[-1]["busbw_GBps"])
+        return statistics.median(rates) if rates else None
+
     def allreduce_efficiency(self, rate):
         """MPI's all-reduce on this link: bench_allreduce's busbw at ALLREDUCE_BYTES over the link's
         payload rate (the what-if's Network::allreduce_efficiency), capped at 1. None: the bench failed."""
@@ -157,6 +177,7 @@ def predict(a, study, cell, alpha_us):
            "--metrics", os.path.join(out, t["metrics"]), "--step-ms", str(cell["compute"]["ms_per_step"]),
            "--link-gbit", str(rate_gbit(cell["rate"])), "--alpha-us", str(alpha_us),
            "--allreduce-efficiency", str(study["allreduce_efficiency"].get(cell["rate"]) or 1.0),
+           "--host-GBps", str(cell.get("host_GBps") or study.get("host_GBps") or 0),
            "--ranks", str(cell["ranks"]), "--cores", "0", "--measured", mpath, "--json", jpath]
     cmd += grid.whatif_args(cell["strategy"])
     if not grid.is_encoder(cell["model"]):
@@ -180,6 +201,9 @@ def main():
     else:
         study = sweep(a, L)
     study.setdefault("allreduce_efficiency", {})
+    if "host_GBps" not in study:
+        print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES}, links unlimited ({uptime()})", flush=True)
+        study["host_GBps"] = L.host_GBps()
     for rate in study["grid"]["rates"]:  # after the sweep, so that its load does not slow the cells
         if rate not in study["allreduce_efficiency"]:
             print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES} at {rate} ({uptime()})", flush=True)
@@ -221,9 +245,10 @@ def sweep(a, L):
             continue
         print(f"[{i + 1}/{len(cells)}] {tag} ({uptime()})", flush=True)
         comp = L.local(model, tag + "_compute")
+        host = L.host_GBps(runs=1, tag=tag + "_host")  # the CPU's rate of moving bytes, under this cell's load
         meas = L.emulated(model, s, rate, tag)
         study["cells"].append({"tag": tag, "model": model, "strategy": s, "rate": rate, "ranks": n,
-                               "batch_per_rank": L.batch(model), "compute": comp, "measured": meas,
+                               "batch_per_rank": L.batch(model), "compute": comp, "measured": meas, "host_GBps": host,
                                "load": open("/proc/loadavg").read().split()[:3]})
         json.dump(study, open(os.path.join(a.out, "links.json"), "w"), indent=2)  # a partial sweep survives
     study["uptime_after"] = uptime()

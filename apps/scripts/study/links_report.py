@@ -31,7 +31,8 @@ def write(study, out):
              "--link-gbit = the tc rate (payload 1448/1514 of it), --allreduce-efficiency per rate (MPI's all-reduce "
              "of 8 MiB on that link, bench_allreduce_<rate>.json, busbw over the payload rate): "
              + ", ".join(f"{r} {e:.2f}" if e else f"{r} (bench failed: 1)" for r, e in study["allreduce_efficiency"].items())
-             + ". "
+             + f"; --host-GBps {study.get('host_GBps') or 0:.3f} (the same bench with the links unlimited: the CPU's "
+             "own rate of moving bytes, the median of bench_allreduce_unlimited_<i>.json). "
              "Grid: " + ", ".join(f"{k} {v}" for k, v in study["grid"].items()) + ".", "",
              "compute: a 1-rank run of the same model made right before the cell (the what-if's compute time, "
              "and the efficiency's baseline). exposed: communication not hidden under compute (the timeline's). "
