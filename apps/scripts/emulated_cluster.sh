@@ -22,9 +22,9 @@
 # A SIGTERM or SIGINT sent to the script goes to every rank of the program first (as a scheduler
 # signals a job), then the script waits for mpiexec and cleans up.
 #
-# Needs root (ip netns, mount) and iproute2; where namespaces cannot be made it says why and exits
-# 77, the test suite's "skipped". A rootless variant (unshare -rn) would need a user namespace per
-# host and a way to join them that Hydra's launcher could call; it is not attempted here.
+# Needs iproute2 and root (ip netns, mount) - or, without root, unprivileged user namespaces: the
+# script then runs itself inside `unshare -r -n -m` (one user namespace holds all the hosts; below).
+# Where namespaces cannot be made it says why and exits 77, the test suite's "skipped".
 #
 #   sudo apps/scripts/emulated_cluster.sh --hosts 2 --ranks-per-host 2 -- build-cpu/apps/train_imagenet \
 #       --synthetic --device cpu --model resnet_tiny --steps 20
@@ -67,6 +67,7 @@ Options:
 EOF
 }
 
+args=("$@")  # as given: the rootless re-run (below) passes them again
 hosts=2 per_host=0 rate="" delay="" local_dir="" stall_host="" stall_after=10 prefix="tdm$$" keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -92,7 +93,18 @@ done
 
 # --- can namespaces be made here?
 skip() { echo "emulated_cluster: SKIPPED: $1" >&2; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root for ip netns and bind mounts (run it with sudo)"
+# Rootless: without root, the script runs itself again inside a user namespace of its own where it is
+# root (unshare -r), with its own network and mount namespaces; a tmpfs on /run there gives `ip netns`
+# its /run/netns. Every namespace it then makes belongs to that user namespace: no privilege outside
+# it. Kernels or containers that refuse unprivileged user namespaces: skipped, saying so.
+if [ "$(id -u)" != 0 ]; then
+  [ -z "${TDM_CLUSTER_ROOTLESS:-}" ] || skip "no root inside the user namespace (unshare -r)"
+  command -v unshare > /dev/null || skip "needs root, or unshare (util-linux) for a user namespace"
+  unshare -r -n -m true 2> /dev/null ||
+    skip "needs root (sudo), or unprivileged user namespaces (unshare -r -n -m was refused: kernel.unprivileged_userns_clone, user.max_user_namespaces or a container's seccomp)"
+  TDM_CLUSTER_ROOTLESS=1 exec unshare -r -n -m --propagation private \
+    bash -c 'mount -t tmpfs tmpfs /run || exit 77; exec bash "$0" "$@"' "$self" "${args[@]}"
+fi
 command -v ip > /dev/null || skip "no 'ip' (apt-get install iproute2)"
 command -v mpiexec > /dev/null || skip "no mpiexec (MPICH's Hydra)"
 [ -z "$rate$delay" ] || command -v tc > /dev/null || skip "no 'tc' for --rate/--delay/--stall-host (iproute2)"
