@@ -13,8 +13,10 @@
 #     in that host's mount namespace - so a file written there on one host is not seen on another.
 #     Everything else (the working folder, the build) is shared, as NFS would be.
 #   - --rate / --delay: every host's link limited (tc on its eth0, egress: a token bucket for the
-#     rate with fq_codel behind it, netem for the latency - where the kernel has sch_netem; this
-#     development VM's has not).
+#     rate, netem for the latency - where the kernel has sch_netem; this development VM's has not).
+#     Over these links MPI's all-reduce (both directions at once) is bimodal from run to run: 4 MiB
+#     at 100mbit took 355, 523 or 688 ms (1.06, 1.56, 2.05x the bytes' time; each run steady over its
+#     repetitions), where one-way transfers keep the rate (apps/results/2026-11-28-cpu-2core/emulated_links).
 #   - --stall-host H --stall-after S: S seconds after the start, host H's port on the bridge goes
 #     down: its packets go nowhere, a host whose network stalls mid-run.
 # It cleans up after itself on every way out, Ctrl-C and SIGTERM included (trap): every process left
@@ -168,12 +170,6 @@ limit_link() {
   if [ -n "$rate" ]; then
     ip netns exec "$ns" tc qdisc add dev eth0 $parent handle 10: tbf rate "$rate" burst "$(burst_bytes "$rate")" latency 400ms ||
       { echo "emulated_cluster: tc refused 'tbf rate $rate'" >&2; exit 2; }
-    # Behind the token bucket fq_codel, Linux's default qdisc, as a host's NIC queue has: in tbf's own
-    # FIFO a host's ACKs wait behind up to 400 ms of its outgoing data, and a transfer both ways at
-    # once (every all-reduce) ran at half the rate - 4 MiB all-reduced at 100mbit in 687 ms, against
-    # 359 ms with fq_codel and 335 ms for the bytes alone. Without sch_fq_codel: tbf's FIFO, said.
-    ip netns exec "$ns" tc qdisc add dev eth0 parent 10:1 handle 20: fq_codel 2> /dev/null ||
-      echo "emulated_cluster: no fq_codel under the token bucket (a kernel without sch_fq_codel): transfers both ways at once run slower than the rate" >&2
   fi
 }
 netem="${delay:+ delay $delay}${rate:+ rate $rate}"

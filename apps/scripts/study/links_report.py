@@ -26,7 +26,7 @@ def write(study, out):
              f"Machine: {study['cores']} cores shared with other jobs; ranks "
              f"{'ARE' if study['oversubscribed'] else 'are not'} oversubscribed (one rank per core).",
              f"uptime before: `{study['uptime_before']}`", f"uptime after: `{study.get('uptime_after', '?')}`", "",
-             f"Links: tc tbf at the rate (fq_codel behind it) on each host's veth, UCX_TLS=tcp,self; what-if alpha = "
+             f"Links: tc tbf at the rate on each host's veth, UCX_TLS=tcp,self; what-if alpha = "
              f"{study['alpha_us']:.1f} us (the veth links' own latency, fitted to bench_allreduce_links.json), "
              "--link-gbit = the tc rate (payload 1448/1514 of it), --allreduce-efficiency per rate (MPI's all-reduce "
              "of 8 MiB on that link, bench_allreduce_<rate>.json, busbw over the payload rate): "
