@@ -82,9 +82,10 @@ struct Network {
   double alpha_us = 5;         // latency per message per ring hop (an NCCL-over-Ethernet order)
   double bandwidth_GBps = 12.5;  // per-rank bus bandwidth, 1e9 bytes/s (100 Gb/s); busbw in nccl-tests terms
   // The all-reduce's bus bandwidth as a share of bandwidth_GBps. 1: a ring at the link's payload
-  // rate (NCCL). Less where the library's all-reduce is not bandwidth-optimal on this link: on the
-  // emulated 2-host TCP links MPICH 4.0.2's MPI_Iallreduce of 8-25 MiB moved its bytes at 0.55-0.65
-  // of the rate that its reduce-scatter, all-gather, reduce and broadcast reached (the 2026-11-28
+  // rate (NCCL). Less where the library's all-reduce does not reach the link's rate: on the emulated
+  // 2-host TCP links MPICH 4.0.2's MPI_Iallreduce moved its bytes at 0.49-0.94 of the payload rate,
+  // bimodal from run to run (4 MiB at 100 Mbit/s: 355, 523 or 688 ms), the training runs' at 0.60-0.65,
+  // while reduce-scatter, all-gather, reduce and broadcast kept within 10 % of it (the 2026-11-28
   // emulated-link study, apps/results/2026-11-28-cpu-2core/emulated_links). Measure it on the target:
   // bench_allreduce's busbw over the link's payload rate. Reduce-scatter, all-gather and the
   // parameter server's reduce and broadcast keep bandwidth_GBps.
