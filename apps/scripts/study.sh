@@ -27,7 +27,8 @@
 #        [--rates 100mbit,1gbit,10gbit] [--hosts 2] [--ranks-per-host 1] [--batch 8] [--encoder-batch 4]
 #        [--image-size 32] [--seq-len 32] [--steps 5] [--out DIR] [--predict-only]
 # The emulated-link mode (apps/scripts/study/links.py): each cell on H hosts x R ranks made by
-# apps/scripts/emulated_cluster.sh (root: network namespaces; links limited by tc, UCX over TCP), a
+# apps/scripts/emulated_cluster.sh (network namespaces: root, or a user namespace; links limited by
+# tc, UCX over TCP), the CPU's own rate of moving bytes (a bench on unlimited links) and a
 # 1-rank compute-only run right before it, and the what-if's prediction with the same link rate;
 # writes links.md, links.json, links.csv and plots. --predict-only re-predicts a finished sweep.
 set -euo pipefail
@@ -38,7 +39,7 @@ if [ "${1:-}" = "whatif" ]; then
   [ -x "$build/apps/whatif" ] || bash "$root/apps/scripts/setup.sh"
   exec "$build/apps/whatif" "$@"
 fi
-case " $* " in *" -h "*|*" --help "*) sed -n 2,33p "$0"; exit 0 ;; esac
+case " $* " in *" -h "*|*" --help "*) sed -n '2,/^set -e/p' "$0" | sed '$d'; exit 0 ;; esac
 # The plots need matplotlib: the Debian package serves the system python (/usr/bin/python3), which
 # may not be the first python3 on PATH (pyenv, venvs).
 py=""
