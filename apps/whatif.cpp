@@ -37,7 +37,8 @@ struct Args {
   double first_bucket_mb = 1, bucket_mb = 25;         // the layout to predict
   double traced_first_mb = -1, traced_bucket_mb = -1;  // the traced run's layout (-1: from --metrics)
   double jitter_ms = -1, step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
-  double alpha_us = 5, bandwidth_gbit = 100;
+  double alpha_us = 5, bandwidth_gbit = 100, link_gbit = 0, allreduce_efficiency = 1, host_GBps = 0;
+  int mtu = 1500;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -104,7 +105,15 @@ int main(int argc, char** argv) {
   app.add_option("--allreduce-json", a.allreduce_json, "bench_allreduce --json from the target: fits alpha and B");
   app.add_option("--backend", a.backend, "its backend (mpi/cpu, nccl/gpu; default: the first)");
   app.add_option("--alpha-us", a.alpha_us, "latency per message per hop (us)")->capture_default_str();
-  app.add_option("--bandwidth-gbit", a.bandwidth_gbit, "per-rank link bandwidth (Gbit/s)")->capture_default_str();
+  app.add_option("--bandwidth-gbit", a.bandwidth_gbit, "per-rank payload bandwidth (Gbit/s)")->capture_default_str();
+  app.add_option("--link-gbit", a.link_gbit, "instead of --bandwidth-gbit: the link's line rate (Gbit/s, e.g. tc's "
+                 "rate), less TCP/IP and Ethernet headers at --mtu");
+  app.add_option("--mtu", a.mtu, "--link-gbit's MTU (bytes)")->capture_default_str();
+  app.add_option("--allreduce-efficiency", a.allreduce_efficiency, "the all-reduce's bus bandwidth over the link's "
+                 "(bench_allreduce's busbw / payload rate; 1: a ring at the link's rate, NCCL)")->capture_default_str();
+  app.add_option("--host-GBps", a.host_GBps, "CPU ranks: the hosts' own rate of moving bytes (bench_allreduce's busbw "
+                 "with the link unlimited); the collectives' bytes at it are added to compute. 0: not counted")
+      ->capture_default_str();
   app.add_option("--strategy", a.strategies, "comma list: ddp ddp_no_overlap zero1 zero2 zero3 tp ps")
       ->capture_default_str();
   app.add_option("--tp", a.tp, "tp: ranks per tensor-parallel group (BERT models; their layout and sizes from "
@@ -160,8 +169,9 @@ int main(int argc, char** argv) {
     StepProfile prof = make_profile(m, curve, buckets, a.batch, scale);
     if (a.params_m <= 0) prof.param_bytes = param_bytes(a.model, a.num_classes);
     const json measured = a.measured.empty() ? json::array() : read_measured(a.measured);
-    Network net{a.alpha_us, a.bandwidth_gbit / 8};
-    if (!a.allreduce_json.empty()) net = fit_network(a.allreduce_json, a.backend);
+    Network net{a.alpha_us, a.link_gbit > 0 ? tcp_payload_GBps(a.link_gbit, a.mtu) : a.bandwidth_gbit / 8,
+                a.allreduce_efficiency, a.host_GBps};
+    if (!a.allreduce_json.empty()) net = fit_network(a.allreduce_json, a.backend), net.host_GBps = a.host_GBps;
 
     std::printf("# %s: %.1f M params in %zu buckets; 1-rank step %.2f ms (backward ends at %.2f, optimizer %.2f, "
                 "jitter %.2f); "
@@ -194,7 +204,7 @@ int main(int argc, char** argv) {
                  {"overlap", p.overlap}, {"images_per_s", p.images_per_s},
                  {"images_per_s_per_rank", p.images_per_s_per_rank}, {"speedup", p.speedup},
                  {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes},
-                 {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}};
+                 {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}, {"host_cpu_ms", p.host_cpu_ms}};
         if (const json* cell = find_measured(measured, sname, p.ranks)) {
           const Verdict v = judge(p, cell->at("step_ms").get<double>(), cell->value("exposed_ms", 0.0));
           std::printf("  | measured %.2f ms (%+.0f%%), exposed %.2f vs %.2f ms (bound %.2f): %s", cell->at("step_ms").get<double>(),
@@ -220,7 +230,9 @@ int main(int argc, char** argv) {
                            {"ps_servers", a.ps_servers}, {"cores", a.cores},
                            {"target", {{"step", Target{}.step}, {"exposed", Target{}.exposed},
                                        {"exposed_floor", Target{}.exposed_floor}}},
-                           {"network", {{"alpha_us", net.alpha_us}, {"bandwidth_GBps", net.bandwidth_GBps}}}}},
+                           {"network", {{"alpha_us", net.alpha_us}, {"bandwidth_GBps", net.bandwidth_GBps},
+                                        {"allreduce_efficiency", net.allreduce_efficiency},
+                                        {"host_GBps", net.host_GBps}}}}},
                {"predictions", rows}};
       std::ofstream(a.json_out) << out.dump(2) << "\n";
     }

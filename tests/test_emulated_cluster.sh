@@ -8,6 +8,8 @@
 #   3. The checkpoint folder on each host's local disk: refused at start-up (status 2), naming host 1.
 #   4. SIGTERM to every rank mid-run: status 75, a checkpoint, and --resume auto finishes the run.
 #   5. Host 1's link stalls mid-run: the watchdog names its rank within the timeout.
+#   6. Rootless: as user nobody the script makes its hosts inside a user namespace (skipped, saying
+#      so, where unprivileged user namespaces are refused).
 # Tiny model, few steps: about a minute on 2 cores. ctest runs it as `emulated_cluster` (label scripts).
 #   bash tests/test_emulated_cluster.sh BUILD_DIR [OUT_DIR]
 set -u -o pipefail
@@ -130,6 +132,23 @@ check "the job ended non-zero (status $rc, $took s)" [ "$rc" != 0 ]
 check "the link stalled" has stall.txt "tdm-h1's link stalled"
 check "rank 0's watchdog named rank 1 and its host" \
   has stall.txt "\[rank 0\] tandem watchdog: rank(s) 1 did not reach collective.* Rank 1 runs on host tdm-h1\."
+
+echo "--- 6. rootless: as an ordinary user (nobody), the script makes its hosts in a user namespace"
+# Skipped (said, not failed) where there is no 'nobody', no su, or no unprivileged user namespaces.
+if id nobody > /dev/null 2>&1 && command -v su > /dev/null &&
+   su -s /bin/bash nobody -c 'unshare -r -n -m true' 2> /dev/null; then
+  mkdir -p rootless && chmod 777 rootless
+  su -s /bin/bash nobody -c "cd '$out/rootless' && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout -k 10 -s TERM 90 \
+    bash '$src/apps/scripts/emulated_cluster.sh' --hosts 2 --ranks-per-host 1 --rate 1gbit -- '$app' \
+    ${common[*]} --checkpoint-dir ck --steps 3 --metrics m.json" > rootless.txt 2>&1
+  rc=$?
+  check "the rootless 2-host run finished (status $rc)" [ "$rc" = 0 ]
+  check "on 2 hosts" has rootless.txt "2 host(s) x 1 rank(s)"
+  check "  ... 2 ranks" has rootless.txt "small_cnn on 2 rank(s)"
+  check "  ... its checkpoint written" [ -f rootless/ck/checkpoint_epoch0_step3.safetensors ]
+else
+  echo "skipped rootless: no user 'nobody', no su, or unprivileged user namespaces refused (unshare -r -n -m)"
+fi
 
 if [ "$failed" -gt 0 ]; then echo "test_emulated_cluster: $failed check(s) FAILED (logs in $out)"; exit 1; fi
 echo "test_emulated_cluster: all checks passed"

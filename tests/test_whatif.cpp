@@ -51,6 +51,54 @@ TEST_CASE("cost formulas: ring all-reduce, reduce-scatter, all-gather, parameter
   CHECK_THROWS(ps_push_pull_ms({1, 1, 1}, 2, kNet));  // servers sit on ranks: K <= N
 }
 
+// The emulated-link study (apps/results/2026-11-28-cpu-2core/emulated_links): what the old formulas
+// got wrong there. A link's tc rate is not its payload rate, and MPI's all-reduce over TCP did not
+// reach the rate its reduce-scatter and all-gather reached: the ring's cost at the link bandwidth
+// predicted DDP 35-40 % short at 100 Mbit/s, while ZeRO-2's reduce-scatter + all-gather matched.
+TEST_CASE("links: a line rate carries TCP/IP and Ethernet headers; MPI's all-reduce has its own efficiency") {
+  // MTU 1500: 1448 payload bytes per 1514-byte frame as tc counts it (1538 on a real wire).
+  CHECK(tcp_payload_GBps(0.1) == doctest::Approx(0.0125 * 1448 / 1514));
+  CHECK(tcp_payload_GBps(10, 9000, 38) == doctest::Approx(1.25 * 8948 / 9038));
+  CHECK_THROWS(tcp_payload_GBps(1, 40));
+  // 100 Mbit/s, 45 MB (ResNet-18's gradients) at N = 2: the ring's S/B is 3.58 s at the line rate,
+  // 3.74 s at the payload rate; at efficiency 0.6 the all-reduce takes 6.23 s, what was measured
+  // (5.7 s of communication), while the reduce-scatter keeps the payload rate.
+  Network link{0, tcp_payload_GBps(0.1), 0.6};
+  const double s = 44.7e6, payload_s = s / (0.0125e9 * 1448 / 1514) * 1e3;
+  CHECK(ring_allreduce_ms(s, 2, link) == doctest::Approx(payload_s / 0.6));
+  CHECK(reduce_scatter_ms(s, 2, link) == doctest::Approx(payload_s / 2));
+  CHECK(all_gather_ms(s, 2, link) + reduce_scatter_ms(s, 2, link) == doctest::Approx(payload_s));
+  // The step of a DDP run whose one bucket is ready at the end of backward adds that all-reduce.
+  const Prediction p = predict(one_bucket(300, 300, s), link, {}, 2);
+  CHECK(p.step_ms == doctest::Approx(300 + payload_s / 0.6));
+  // The default (1) is the ring at the link's rate, as NCCL runs it; outside (0, 1] is refused.
+  CHECK(ring_allreduce_ms(s, 2, Network{0, 1}) == doctest::Approx(s / 1e6));
+  CHECK_THROWS(ring_allreduce_ms(s, 2, Network{0, 1, 0}));
+}
+
+// The same study at 1-10 Gbit/s: the link no longer limits, the CPU does. A rank computes on the core
+// that also runs its communication, so the collectives' bytes cost compute time at the host's own
+// rate (Network::host_GBps), which the old model left out: DDP's 2-rank compute was 1.3-1.5x the
+// 1-rank compute at 10 Gbit/s, and DDP was predicted 24-36 % short there.
+TEST_CASE("links: on a CPU host the collectives' bytes also cost compute at the host's rate") {
+  const double s = 44.7e6;
+  Network link{0, 1.196, 0.47};  // 10 Gbit/s payload; MPI's all-reduce at 0.47 of it
+  const Prediction without = predict(one_bucket(300, 150, s), link, {}, 2);
+  CHECK(without.host_cpu_ms == 0);
+  link.host_GBps = 0.38;  // the VM's veth all-reduce with the link unlimited
+  const Prediction with = predict(one_bucket(300, 150, s), link, {}, 2);
+  // The ring's bytes at N = 2 (S) at 0.38 GB/s: 117.6 ms of compute, not hidden under backward.
+  CHECK(with.host_cpu_ms == doctest::Approx(s / 0.38e9 * 1e3));
+  CHECK(with.compute_ms == doctest::Approx(300 + s / 0.38e9 * 1e3));
+  CHECK(with.step_ms == doctest::Approx(without.step_ms + s / 0.38e9 * 1e3));
+  // ZeRO-2: the reduce-scatter per bucket and the all-gather after the step, each S/2 at N = 2.
+  StrategyOptions z2;
+  z2.strategy = Strategy::Zero2;
+  CHECK(predict(one_bucket(300, 150, s), link, z2, 2).host_cpu_ms == doctest::Approx(s / 0.38e9 * 1e3));
+  // One rank moves nothing.
+  CHECK(predict(one_bucket(300, 150, s), link, {}, 1).step_ms == doctest::Approx(300));
+}
+
 TEST_CASE("one rank predicts the measured step") {
   StepProfile p = one_bucket(100, 80, 5e7);
   for (const char* s : {"ddp", "ddp_no_overlap", "zero1", "zero2", "ps"}) {

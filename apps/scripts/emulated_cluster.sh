@@ -14,6 +14,9 @@
 #     Everything else (the working folder, the build) is shared, as NFS would be.
 #   - --rate / --delay: every host's link limited (tc on its eth0, egress: a token bucket for the
 #     rate, netem for the latency - where the kernel has sch_netem; this development VM's has not).
+#     Over these links MPI's all-reduce (both directions at once) is bimodal from run to run: 4 MiB
+#     at 100mbit took 355, 523 or 688 ms (1.06, 1.56, 2.05x the bytes' time; each run steady over its
+#     repetitions), where one-way transfers keep the rate (apps/results/2026-11-28-cpu-2core/emulated_links).
 #   - --stall-host H --stall-after S: S seconds after the start, host H's port on the bridge goes
 #     down: its packets go nowhere, a host whose network stalls mid-run.
 # It cleans up after itself on every way out, Ctrl-C and SIGTERM included (trap): every process left
@@ -21,9 +24,9 @@
 # A SIGTERM or SIGINT sent to the script goes to every rank of the program first (as a scheduler
 # signals a job), then the script waits for mpiexec and cleans up.
 #
-# Needs root (ip netns, mount) and iproute2; where namespaces cannot be made it says why and exits
-# 77, the test suite's "skipped". A rootless variant (unshare -rn) would need a user namespace per
-# host and a way to join them that Hydra's launcher could call; it is not attempted here.
+# Needs iproute2 and root (ip netns, mount) - or, without root, unprivileged user namespaces: the
+# script then runs itself inside `unshare -r -n -m` (one user namespace holds all the hosts; below).
+# Where namespaces cannot be made it says why and exits 77, the test suite's "skipped".
 #
 #   sudo apps/scripts/emulated_cluster.sh --hosts 2 --ranks-per-host 2 -- build-cpu/apps/train_imagenet \
 #       --synthetic --device cpu --model resnet_tiny --steps 20
@@ -66,6 +69,7 @@ Options:
 EOF
 }
 
+args=("$@")  # as given: the rootless re-run (below) passes them again
 hosts=2 per_host=0 rate="" delay="" local_dir="" stall_host="" stall_after=10 prefix="tdm$$" keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -91,7 +95,18 @@ done
 
 # --- can namespaces be made here?
 skip() { echo "emulated_cluster: SKIPPED: $1" >&2; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root for ip netns and bind mounts (run it with sudo)"
+# Rootless: without root, the script runs itself again inside a user namespace of its own where it is
+# root (unshare -r), with its own network and mount namespaces; a tmpfs on /run there gives `ip netns`
+# its /run/netns. Every namespace it then makes belongs to that user namespace: no privilege outside
+# it. Kernels or containers that refuse unprivileged user namespaces: skipped, saying so.
+if [ "$(id -u)" != 0 ]; then
+  [ -z "${TDM_CLUSTER_ROOTLESS:-}" ] || skip "no root inside the user namespace (unshare -r)"
+  command -v unshare > /dev/null || skip "needs root, or unshare (util-linux) for a user namespace"
+  unshare -r -n -m true 2> /dev/null ||
+    skip "needs root (sudo), or unprivileged user namespaces (unshare -r -n -m was refused: kernel.unprivileged_userns_clone, user.max_user_namespaces or a container's seccomp)"
+  TDM_CLUSTER_ROOTLESS=1 exec unshare -r -n -m --propagation private \
+    bash -c 'mount -t tmpfs tmpfs /run || exit 77; exec bash "$0" "$@"' "$self" "${args[@]}"
+fi
 command -v ip > /dev/null || skip "no 'ip' (apt-get install iproute2)"
 command -v mpiexec > /dev/null || skip "no mpiexec (MPICH's Hydra)"
 [ -z "$rate$delay" ] || command -v tc > /dev/null || skip "no 'tc' for --rate/--delay/--stall-host (iproute2)"
@@ -134,8 +149,17 @@ trap 'stop INT' INT
 # --- the hosts and their links
 ip netns add "${prefix}sw" && ip -n "${prefix}sw" link add br0 type bridge && ip -n "${prefix}sw" link set br0 up ||
   skip "could not make the switch namespace and bridge"
-# The links: latency by netem, the rate by a token bucket (tbf; its burst of 32 kbit and a queue of
-# at most 400 ms are tc's usual examples). netem is a module some kernels lack: said, not guessed.
+# The links: latency by netem, the rate by a token bucket (tbf, with a queue of at most 400 ms, tc's
+# usual example). Its burst: 1 ms at the rate, at least 64 KiB - one TSO/GSO packet of the veth (a
+# 32 kbit burst, tc's example for slow links, holds less than one such packet, and the token bucket
+# then throttles a 1-10 Gbit/s link below its rate). netem is a module some kernels lack: said, not guessed.
+# burst_bytes RATE: 1 ms of RATE in bytes (tc's units: kbit, mbit, gbit; bit/s when bare), at least 64 KiB.
+burst_bytes() {
+  local r=${1,,} mult=1
+  case "$r" in *gbit) mult=1000000000 ;; *mbit) mult=1000000 ;; *kbit) mult=1000 ;; *bit) ;; esac
+  r=${r%%[a-z]*}
+  awk -v r="$r" -v m="$mult" 'BEGIN { b = r * m / 8 / 1000; if (b < 65536) b = 65536; printf "%d", b }'
+}
 limit_link() {
   local ns=$1 parent="root"
   if [ -n "$delay" ]; then
@@ -144,7 +168,7 @@ limit_link() {
     parent="parent 1:1"
   fi
   if [ -n "$rate" ]; then
-    ip netns exec "$ns" tc qdisc add dev eth0 $parent handle 10: tbf rate "$rate" burst 32kbit latency 400ms ||
+    ip netns exec "$ns" tc qdisc add dev eth0 $parent handle 10: tbf rate "$rate" burst "$(burst_bytes "$rate")" latency 400ms ||
       { echo "emulated_cluster: tc refused 'tbf rate $rate'" >&2; exit 2; }
   fi
 }

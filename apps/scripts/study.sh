@@ -23,6 +23,14 @@
 # time within 15 % and exposed communication within its bound (apps/whatif/model.h, Target).
 # Output: --out (default runs/study-<date>). Needs python3 and python3-matplotlib (installed with
 # apt-get when missing).
+#   sudo bash apps/scripts/study.sh links [--models resnet18,resnet50,bert_small] [--strategies ddp,zero2,zero3,ps]
+#        [--rates 100mbit,1gbit,10gbit] [--hosts 2] [--ranks-per-host 1] [--batch 8] [--encoder-batch 4]
+#        [--image-size 32] [--seq-len 32] [--steps 5] [--out DIR] [--predict-only]
+# The emulated-link mode (apps/scripts/study/links.py): each cell on H hosts x R ranks made by
+# apps/scripts/emulated_cluster.sh (network namespaces: root, or a user namespace; links limited by
+# tc, UCX over TCP), the CPU's own rate of moving bytes (a bench on unlimited links) and a
+# 1-rank compute-only run right before it, and the what-if's prediction with the same link rate;
+# writes links.md, links.json, links.csv and plots. --predict-only re-predicts a finished sweep.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}
@@ -31,7 +39,7 @@ if [ "${1:-}" = "whatif" ]; then
   [ -x "$build/apps/whatif" ] || bash "$root/apps/scripts/setup.sh"
   exec "$build/apps/whatif" "$@"
 fi
-case " $* " in *" -h "*|*" --help "*) sed -n 2,25p "$0"; exit 0 ;; esac
+case " $* " in *" -h "*|*" --help "*) sed -n '2,/^set -e/p' "$0" | sed '$d'; exit 0 ;; esac
 # The plots need matplotlib: the Debian package serves the system python (/usr/bin/python3), which
 # may not be the first python3 on PATH (pyenv, venvs).
 py=""
@@ -49,9 +57,11 @@ fi
 [ -x "$build/apps/train_imagenet" ] && [ -x "$build/apps/whatif" ] && [ -x "$build/apps/bench_allreduce" ] ||
   bash "$root/apps/scripts/setup.sh"
 out=$root/runs/study-$(date +%Y%m%d-%H%M%S)
+mode=run
+if [ "${1:-}" = "links" ]; then mode=links; shift; out=$root/runs/links-$(date +%Y%m%d-%H%M%S); fi
 args=()
 while [ $# -gt 0 ]; do
   case $1 in --out) out=$2; shift 2 ;; *) args+=("$1"); shift ;; esac
 done
 export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}
-exec "$py" "$root/apps/scripts/study/run.py" --build "$build" --out "$out" "${args[@]}"
+exec "$py" "$root/apps/scripts/study/$mode.py" --build "$build" --out "$out" "${args[@]}"

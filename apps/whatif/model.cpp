@@ -35,9 +35,16 @@ double transfer_ms(double bytes, const Network& net) { return bytes / (net.bandw
 double hops_ms(double hops, const Network& net) { return hops * net.alpha_us / 1e3; }
 }  // namespace
 
+double tcp_payload_GBps(double line_gbit, int mtu, int frame_extra) {
+  TANDEM_CHECK(mtu > 52, "what-if: an MTU of ", mtu, " bytes holds no TCP payload (IPv4 20 + TCP 20 + timestamps 12)");
+  return line_gbit / 8 * (mtu - 52.0) / (mtu + frame_extra);
+}
+
 double ring_allreduce_ms(double bytes, int n, const Network& net) {
   if (n <= 1) return 0;
-  return 2.0 * (n - 1) / n * transfer_ms(bytes, net) + hops_ms(2.0 * (n - 1), net);
+  TANDEM_CHECK(net.allreduce_efficiency > 0 && net.allreduce_efficiency <= 1,
+               "what-if: the all-reduce's efficiency is a share of the bandwidth, in (0, 1]: got ", net.allreduce_efficiency);
+  return 2.0 * (n - 1) / n * transfer_ms(bytes, net) / net.allreduce_efficiency + hops_ms(2.0 * (n - 1), net);
 }
 
 double reduce_scatter_ms(double bytes, int n, const Network& net) {
@@ -113,6 +120,12 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   // TP's activation all-reduces sit on the critical path: everything after the forward's first
   // layer starts later by their forward half, the step by all of them.
   const double tp_ms = tp ? tp_activation_ms(s.tp_activation_bytes, s.tp_layers, t, net) : 0.0;
+  // The ranks' own CPU work of moving the bytes (Network::host_GBps): every collective below is
+  // costed a second time on `host`, a network of that rate and no latency, and the sum is compute.
+  const Network host{0, net.host_GBps > 0 ? net.host_GBps : 1, 1};
+  double cpu = 0;
+  auto on_host = [&](double host_cost) { if (net.host_GBps > 0) cpu += host_cost; };
+  if (tp) on_host(tp_activation_ms(s.tp_activation_bytes, s.tp_layers, t, host));
   // ZeRO-3's forward gathers (see model.h): prefetched under the forward, the excess delays the rest.
   double shift = tp_ms / 2, channel = 0, comm = tp_ms;  // channel: when the serial channel is free; comm: its busy time
   if (s.strategy == Strategy::Zero3 && dp > 1) {
@@ -121,6 +134,7 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     shift = std::max(0.0, gathers - forward);
     channel = gathers;
     comm += gathers;
+    on_host(all_gather_ms(p.total_bytes() * s.wire_factor, dp, host));
   }
   const double backward_end = p.backward_end_ms * scale + shift + tp_ms / 2;
   // The parameter server pushes after backward, as dist/extras/parameter_server.h's synchronous baseline does.
@@ -134,15 +148,20 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     ps_busiest = *std::max_element(wire.begin(), wire.end());
     for (double& b : wire) b *= s.wire_factor;
     comm = ps_push_pull_ms(wire, ranks, net);
+    on_host(ps_push_pull_ms(wire, ranks, host));
     channel = backward_end + comm;
   } else {
     for (const Bucket& b : p.buckets) {
       const double bytes = b.bytes * s.wire_factor * grad_share;
-      const double cost = s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2
-                              ? reduce_scatter_ms(bytes, dp, net)
-                          : s.strategy == Strategy::Zero3  // its backward gather, then its reduce-scatter
-                              ? all_gather_ms(bytes, dp, net) + reduce_scatter_ms(bytes, dp, net)
-                              : ring_allreduce_ms(bytes, dp, net);
+      auto cost_on = [&](const Network& n) {
+        return s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2
+                   ? reduce_scatter_ms(bytes, dp, n)
+               : s.strategy == Strategy::Zero3  // its backward gather, then its reduce-scatter
+                   ? all_gather_ms(bytes, dp, n) + reduce_scatter_ms(bytes, dp, n)
+                   : ring_allreduce_ms(bytes, dp, n);
+      };
+      const double cost = cost_on(net);
+      on_host(cost_on(host));
       // A bucket's gradients are ready later by the TP forward all-reduces and the ZeRO-3 excess
       // (shift), and by its share of the backward TP all-reduces (they run before it, in order).
       const double ready = b.ready_ms * scale + shift +
@@ -155,7 +174,7 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   Prediction r;
   r.ranks = ranks;
   r.tp_ms = tp_ms;
-  r.compute_ms = p.step_ms * scale;
+  r.compute_ms = p.step_ms * scale;  // + the communication's CPU work, below
   // Exposed: what the channel runs past the end of backward, ZeRO-3's forward excess and all of
   // TP's activation all-reduces (none of them overlaps compute).
   r.exposed_ms = std::max(0.0, channel - backward_end) + (tp ? tp_ms : shift);
@@ -166,6 +185,7 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     extra = -p.optimizer_ms * scale * (1.0 - 1.0 / ranks);
     comm += gather;
     r.exposed_ms += gather;
+    on_host(all_gather_ms(p.total_bytes(), ranks, host));
   }
   if (s.strategy == Strategy::Zero3) extra = -p.optimizer_ms * scale * (1.0 - 1.0 / dp);  // each unit gathered when it runs
   if (s.strategy == Strategy::Ps && ranks > 1) {
@@ -174,6 +194,8 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     if (p.total_bytes() > 0) extra = -p.optimizer_ms * scale * (1.0 - ps_busiest / p.total_bytes());
   }
   r.comm_ms = comm;
+  r.host_cpu_ms = cpu;
+  r.compute_ms += cpu;
   r.overlap = comm > 0 ? std::max(0.0, comm - r.exposed_ms) / comm : 1.0;
   r.straggler_ms = p.jitter_ms * scale * expected_max_normal(ranks);
   r.step_ms = r.compute_ms + r.exposed_ms + extra + r.straggler_ms;

@@ -6,7 +6,8 @@
 // reducer issues it: bucket i starts at max(its ready time, the previous bucket's finish) - or after
 // backward with overlap off - and takes the strategy's cost. Communication past the end of backward
 // is exposed and adds to the step; the rest was hidden. Costs (S bytes, N ranks; ms):
-//   ring all-reduce   2(N-1)/N * S/B + 2(N-1) * alpha        (DDP; Patarasuk & Yuan's ring)
+//   ring all-reduce   2(N-1)/N * S/(B e) + 2(N-1) * alpha    (DDP; Patarasuk & Yuan's ring; e: the
+//                                                             all-reduce's efficiency, Network)
 //   reduce-scatter     (N-1)/N * S/B +  (N-1) * alpha        (ZeRO: half a ring all-reduce)
 //   all-gather         (N-1)/N * S/B +  (N-1) * alpha
 //   parameter server  push + pull of whole-tensor partitions, as dist/extras/parameter_server.h runs it:
@@ -48,7 +49,8 @@
 // added once per step. Small on a dedicated GPU node, large on a shared CPU machine.
 // Left out on purpose: congestion between concurrent jobs, hierarchical (intra-/inter-node)
 // algorithms, and compute slowed by communication sharing the cores (except oversubscription: N
-// ranks on C cores each get C/N of a core, see StrategyOptions::cores).
+// ranks on C cores each get C/N of a core, see StrategyOptions::cores; and the CPU work of moving
+// the bytes on a CPU host, Network::host_GBps).
 #pragma once
 #include <string>
 #include <vector>
@@ -79,7 +81,29 @@ struct StepProfile {
 struct Network {
   double alpha_us = 5;         // latency per message per ring hop (an NCCL-over-Ethernet order)
   double bandwidth_GBps = 12.5;  // per-rank bus bandwidth, 1e9 bytes/s (100 Gb/s); busbw in nccl-tests terms
+  // The all-reduce's bus bandwidth as a share of bandwidth_GBps. 1: a ring at the link's payload
+  // rate (NCCL). Less where the library's all-reduce does not reach the link's rate: on the emulated
+  // 2-host TCP links MPICH 4.0.2's MPI_Iallreduce moved its bytes at 0.49-0.94 of the payload rate,
+  // bimodal from run to run (4 MiB at 100 Mbit/s: 355, 523 or 688 ms), the training runs' at 0.60-0.65,
+  // while reduce-scatter, all-gather, reduce and broadcast kept within 10 % of it (the 2026-11-28
+  // emulated-link study, apps/results/2026-11-28-cpu-2core/emulated_links). Measure it on the target:
+  // bench_allreduce's busbw over the link's payload rate. Reduce-scatter, all-gather and the
+  // parameter server's reduce and broadcast keep bandwidth_GBps.
+  double allreduce_efficiency = 1;
+  // A CPU host's own rate of moving bytes between ranks, GB/s (0: not counted - a GPU with a NIC of
+  // its own). Where ranks compute on the cores that also run their communication (the comm thread,
+  // MPI/UCX, the kernel's TCP), every collective's bytes cost CPU time as well as link time: each
+  // collective is costed again at this rate (no latency) and added to compute, not overlapped.
+  // Measure it as bench_allreduce's busbw with the link unlimited (on emulated hosts the veth is
+  // CPU work too): 0.38 GB/s for 8 MiB on the loaded 2-core VM of the 2026-11-28 study.
+  double host_GBps = 0;
 };
+
+// A link's payload rate from its line rate: TCP over IPv4 with timestamps on Ethernet carries
+// mtu - 52 payload bytes per frame of mtu + 14 bytes (the header a token bucket such as tc's tbf
+// counts; a real wire adds 24 more: preamble, FCS, gap - give frame_extra 38 for it). MTU 1500:
+// 1448 / 1514 = 95.6 % of the rate.
+double tcp_payload_GBps(double line_gbit, int mtu = 1500, int frame_extra = 14);
 
 enum class Strategy { Ddp, DdpNoOverlap, Zero1, Zero2, Zero3, Tp, Ps };
 Strategy strategy_from_name(const std::string& name);  // ddp ddp_no_overlap zero1 zero2 zero3 tp ps
@@ -120,6 +144,7 @@ struct Prediction {
   double straggler_ms = 0;  // waiting for the slowest rank (part of step_ms, not of exposed_ms)
   double ps_busiest_bytes = 0;  // parameter server: the busiest server's partition (0 otherwise)
   double tp_ms = 0;             // TP: the activation all-reduces (part of comm_ms and exposed_ms)
+  double host_cpu_ms = 0;       // the communication's CPU work (Network::host_GBps; part of compute_ms)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };
 

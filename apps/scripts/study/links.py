@@ -1,0 +1,285 @@
+"""apps/scripts/study/links.py: the scaling study on emulated links (issue 28, item 4).
+
+Called by `apps/scripts/study.sh links ...` (root: it makes network namespaces). Each cell is one
+model x strategy x link rate, run on H hosts x R ranks per host by apps/scripts/emulated_cluster.sh
+(UCX over TCP only, every host's link limited by tc), and beside it:
+  - the same model's compute-only time: a 1-rank run made right before the cell (alternated, so on a
+    shared machine the prediction and the measurement see the same load), and the CPU's own rate of
+    moving bytes (bench_allreduce on the same hosts with the links unlimited), also right before it;
+  - the what-if prediction (apps/whatif) with the same link figures: --link-gbit = the tc rate (the
+    model takes off TCP/IP and Ethernet headers), --alpha-us = the base latency of the namespaces'
+    veth links, fitted once to a small-message bench_allreduce on unlimited links (no netem on this
+    kernel: no latency is added), --allreduce-efficiency = MPI's all-reduce on that link (bench_allreduce
+    at ALLREDUCE_BYTES, its busbw over the payload rate; measured after the sweep), --host-GBps = the
+    same bench's busbw with the links unlimited (the CPU's own rate of moving bytes), the traced 1-rank
+    step's shape rescaled to the adjacent compute-only ms/step.
+Measures per cell: step time, exposed communication (the timeline's), scaling efficiency (weak
+scaling: images/s at N ranks over N x the adjacent 1-rank images/s). Predictions are made again from
+the saved runs by `--predict-only` (a corrected model re-checked without re-running the links).
+Output: links.json, links.csv, links.md (table, uptime before and after) and plots (links_plots.py).
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grid  # noqa: E402
+
+# The goal: every prediction within 10 % of the measured step (issue 28) where cores are not oversubscribed.
+GOAL = 0.10
+# The all-reduce's efficiency is measured at 8 MiB: the order of the models' 25 MiB buckets (16 MiB
+# and more hung once in bench_allreduce over UCX's TCP transport on the loaded 2-core VM).
+ALLREDUCE_BYTES = "8M"
+# A bench takes seconds; its MPI_Finalize over UCX's TCP now and then never returns (it has no 10 s
+# exit of its own, unlike the trainers): stopped after this long, its JSON (written before) is used.
+BENCH_LIMIT_S = 40
+RATE_GBIT = {"gbit": 1.0, "mbit": 1e-3, "kbit": 1e-6}
+
+
+def rate_gbit(rate):
+    r = rate.lower()
+    for unit, f in RATE_GBIT.items():
+        if r.endswith(unit):
+            return float(r[: -len(unit)]) * f
+    raise SystemExit(f"study links: a rate takes tc's units (100mbit, 1gbit, 10gbit), got '{rate}'")
+
+
+def parse():
+    ap = argparse.ArgumentParser(description="scaling study on emulated links (see apps/scripts/study.sh)")
+    ap.add_argument("--models", default="resnet18,resnet50,bert_small")
+    ap.add_argument("--strategies", default="ddp,zero2,zero3,ps")
+    ap.add_argument("--rates", default="100mbit,1gbit,10gbit")
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--ranks-per-host", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--encoder-batch", type=int, default=4)
+    ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--predict-only", action="store_true", help="re-predict from OUT/links.json's saved runs")
+    return ap.parse_args()
+
+
+def uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+class Links:
+    def __init__(self, a):
+        self.a = a
+        grid.ENCODER_SEQ_LEN = a.seq_len  # the Runner reads it per command
+        self.runner = grid.Runner(a.build, a.out, a.steps, a.image_size)
+        self.cluster = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "emulated_cluster.sh")
+        os.makedirs(os.path.join(a.out, "runs"), exist_ok=True)
+
+    def batch(self, model):
+        return self.a.encoder_batch if grid.is_encoder(model) else self.a.batch
+
+    def local(self, model, tag, trace=False):
+        """A 1-rank run on this machine (compute only): its measures."""
+        r = self.runner.run(model, "ddp", 1, self.batch(model), tag, trace=trace)
+        return measure(os.path.join(self.a.out, r["metrics"]))
+
+    def emulated(self, model, strategy, rate, tag):
+        """One cell on the emulated cluster: its measures."""
+        n = self.a.hosts * self.a.ranks_per_host
+        cmd = self.runner.command(model, strategy, n, self.batch(model), tag)
+        assert cmd[:3] == ["mpiexec", "-n", str(n)]
+        cmd, env = cmd[3:], dict(os.environ)
+        while cmd[0] == "-env":  # Hydra passes the caller's environment to every rank
+            env[cmd[1]] = cmd[2]
+            cmd = cmd[3:]
+        pre = ["bash", self.cluster, "--hosts", str(self.a.hosts), "--ranks-per-host", str(self.a.ranks_per_host)]
+        if rate != "none":
+            pre += ["--rate", rate]
+        log = os.path.join(self.a.out, "runs", tag + ".log")
+        with open(log, "w") as f:
+            rc = subprocess.call(pre + ["--"] + cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        if rc != 0:
+            raise SystemExit(f"study links: {tag} failed (exit {rc}); see {log}:\n" + open(log).read()[-1500:])
+        return measure(os.path.join(self.a.out, "runs", tag + ".json"))
+
+    def alpha_us(self):
+        """The veth links' own latency: alpha fitted to bench_allreduce (small messages, unlimited links)."""
+        path = os.path.join(self.a.out, "bench_allreduce_links.json")
+        log = os.path.join(self.a.out, "runs", "bench_allreduce_links.log")
+        with open(log, "w") as f:
+            subprocess.check_call(["bash", self.cluster, "--hosts", str(self.a.hosts), "--ranks-per-host",
+                                   str(self.a.ranks_per_host), "--", os.path.join(self.a.build, "apps", "bench_allreduce"),
+                                   "--max-bytes", "64K", "--reps", "20", "--backend", "mpi", "--json", path],
+                                  stdout=f, stderr=subprocess.STDOUT)
+        return path
+
+
+    def host_GBps(self, runs=3, tag="unlimited"):
+        """The hosts' own rate of moving bytes (the what-if's Network::host_GBps): bench_allreduce's busbw
+        at ALLREDUCE_BYTES with the links unlimited (the veth is CPU work), the median of `runs` benches
+        (on the loaded VM single benches differed by 2x). None: every bench failed."""
+        rates = []
+        for i in range(runs):
+            path = os.path.join(self.a.out, "runs" if tag != "unlimited" else "", f"bench_allreduce_{tag}_{i}.json")
+            with open(os.path.join(self.a.out, "runs", f"bench_allreduce_{tag}_{i}.log"), "w") as f:
+                rc = subprocess.call(["timeout", "-s", "TERM", str(BENCH_LIMIT_S), "bash", self.cluster, "--hosts", str(self.a.hosts),
+                                      "--ranks-per-host", str(self.a.ranks_per_host), "--",
+                                      os.path.join(self.a.build, "apps", "bench_allreduce"), "--min-bytes",
+                                      ALLREDUCE_BYTES, "--max-bytes", ALLREDUCE_BYTES, "--reps", "5", "--warmup", "1",
+                                      "--backend", "mpi", "--json", path], stdout=f, stderr=subprocess.STDOUT)
+            if os.path.exists(path):  # written before MPI_Finalize, which may hang over TCP (killed: rc != 0)
+                rates.append(json.load(open(path))[-1]["busbw_GBps"])
+        return statistics.median(rates) if rates else None
+
+    def allreduce_efficiency(self, rate):
+        """MPI's all-reduce on this link: bench_allreduce's busbw at ALLREDUCE_BYTES over the link's
+        payload rate (the what-if's Network::allreduce_efficiency), capped at 1. None: the bench failed."""
+        path = os.path.join(self.a.out, f"bench_allreduce_{rate}.json")
+        log = os.path.join(self.a.out, "runs", f"bench_allreduce_{rate}.log")
+        with open(log, "w") as f:
+            rc = subprocess.call(["timeout", "-s", "TERM", str(BENCH_LIMIT_S), "bash", self.cluster, "--hosts", str(self.a.hosts),
+                                  "--ranks-per-host", str(self.a.ranks_per_host), "--rate", rate, "--",
+                                  os.path.join(self.a.build, "apps", "bench_allreduce"), "--min-bytes", ALLREDUCE_BYTES,
+                                  "--max-bytes", ALLREDUCE_BYTES, "--reps", "3", "--warmup", "1", "--backend", "mpi",
+                                  "--json", path], stdout=f, stderr=subprocess.STDOUT)
+        if not os.path.exists(path):  # written before MPI_Finalize, which may hang over TCP (killed: rc != 0)
+            return None
+        busbw = json.load(open(path))[-1]["busbw_GBps"]
+        return min(1.0, busbw / payload_GBps(rate))
+
+
+def payload_GBps(rate):
+    """apps/whatif's tcp_payload_GBps at MTU 1500, as tc counts a frame: 1448 / 1514 of the rate."""
+    return rate_gbit(rate) / 8 * 1448 / 1514
+
+
+def measure(path):
+    m = json.load(open(path))
+    ips = m["images_per_s"] if "images_per_s" in m else m["sequences_per_s"]
+    c = m.get("comm", {})
+    return {"images_per_s": ips, "ms_per_step": 1000.0 * m["global_batch"] / ips, "ranks": m["world_size"],
+            "exposed_ms": c.get("exposed_ms_per_step", 0.0) if m["world_size"] > 1 else 0.0,
+            "comm_ms": c.get("comm_ms_per_step", 0.0) if m["world_size"] > 1 else 0.0,
+            "metrics": os.path.relpath(path, os.path.dirname(os.path.dirname(path)))}
+
+
+def predict(a, study, cell, alpha_us):
+    """apps/whatif for one cell, with its rate, the veth alpha and the adjacent compute-only step."""
+    t = study["traces"][cell["model"]]
+    out = a.out
+    mpath = os.path.join(out, "whatif", f"{cell['tag']}.measured.json")
+    os.makedirs(os.path.dirname(mpath), exist_ok=True)
+    json.dump([{"ranks": cell["ranks"], "step_ms": cell["measured"]["ms_per_step"],
+                "exposed_ms": cell["measured"]["exposed_ms"]}], open(mpath, "w"))
+    jpath = os.path.join(out, "whatif", f"{cell['tag']}.json")
+    cmd = [os.path.join(a.build, "apps", "whatif"), "--trace", os.path.join(out, t["trace"]),
+           "--metrics", os.path.join(out, t["metrics"]), "--step-ms", str(cell["compute"]["ms_per_step"]),
+           "--link-gbit", str(rate_gbit(cell["rate"])), "--alpha-us", str(alpha_us),
+           "--allreduce-efficiency", str(study["allreduce_efficiency"].get(cell["rate"]) or 1.0),
+           "--host-GBps", str(cell.get("host_GBps") or study.get("host_GBps") or 0),
+           "--ranks", str(cell["ranks"]), "--cores", "0", "--measured", mpath, "--json", jpath]
+    cmd += grid.whatif_args(cell["strategy"])
+    if not grid.is_encoder(cell["model"]):
+        cmd += ["--num-classes", "10"]
+    subprocess.check_output(cmd, text=True)
+    p = json.load(open(jpath))["predictions"][0]
+    meas, comp = cell["measured"], cell["compute"]
+    n = cell["ranks"]
+    return {"step_ms": p["step_ms"], "exposed_ms": p["exposed_ms"] + p["straggler_ms"], "comm_ms": p["comm_ms"],
+            "efficiency": p["efficiency"], "step_error": p["verdict"]["step_error"],
+            "within_goal": abs(p["verdict"]["step_error"]) <= GOAL,
+            "measured_efficiency": meas["images_per_s"] / (n * comp["images_per_s"])}
+
+
+def main():
+    a = parse()
+    L = Links(a)
+    jpath = os.path.join(a.out, "links.json")
+    if a.predict_only:
+        study = json.load(open(jpath))
+    else:
+        study = sweep(a, L)
+    study.setdefault("allreduce_efficiency", {})
+    if "host_GBps" not in study:
+        print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES}, links unlimited ({uptime()})", flush=True)
+        study["host_GBps"] = L.host_GBps()
+    for rate in study["grid"]["rates"]:  # after the sweep, so that its load does not slow the cells
+        if rate not in study["allreduce_efficiency"]:
+            print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES} at {rate} ({uptime()})", flush=True)
+            study["allreduce_efficiency"][rate] = L.allreduce_efficiency(rate)
+    for cell in study["cells"]:
+        cell["predicted"] = predict(a, study, cell, study["alpha_us"])
+    json.dump(study, open(jpath, "w"), indent=2)
+    write_csv(study, os.path.join(a.out, "links.csv"))
+    import links_report  # noqa: E402  (matplotlib only here)
+    links_report.write(study, a.out)
+    print(f"study links: wrote {a.out}/links.md, links.json, links.csv and the plots")
+
+
+def sweep(a, L):
+    n = a.hosts * a.ranks_per_host
+    study = {"created": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv[1:]),
+             "hosts": a.hosts, "ranks_per_host": a.ranks_per_host, "cores": os.cpu_count(),
+             "oversubscribed": a.ranks_per_host > (os.cpu_count() or 1) // a.hosts,
+             "grid": {"models": a.models.split(","), "strategies": a.strategies.split(","), "rates": a.rates.split(","),
+                      "batch": a.batch, "encoder_batch": a.encoder_batch, "image_size": a.image_size,
+                      "seq_len": a.seq_len, "steps": a.steps},
+             "uptime_before": uptime(), "traces": {}, "cells": []}
+    bench = L.alpha_us()
+    study["alpha_us"] = fitted_alpha(a, bench)
+    for model in study["grid"]["models"]:  # the step's shape (bucket ready times) for the what-if
+        tag = f"{model}_base_traced"
+        print(f"[trace] {tag}", flush=True)
+        L.local(model, tag, trace=True)
+        study["traces"][model] = {"trace": os.path.join("runs", tag + ".trace.json"),
+                                  "metrics": os.path.join("runs", tag + ".json")}
+    cells = [(r, m, s) for r in study["grid"]["rates"] for m in study["grid"]["models"] for s in study["grid"]["strategies"]]
+    study["unavailable"] = []
+    for i, (rate, model, s) in enumerate(cells):
+        tag = f"{model}_{s}_{rate}_{a.hosts}x{a.ranks_per_host}"
+        if grid.is_encoder(model) and s == "ps":
+            why = f"{s} on {model}: train_encoder has no parameter server (--strategy ps is train_imagenet's)"
+            if why not in study["unavailable"]:
+                study["unavailable"].append(why)
+            continue
+        print(f"[{i + 1}/{len(cells)}] {tag} ({uptime()})", flush=True)
+        comp = L.local(model, tag + "_compute")
+        host = L.host_GBps(runs=1, tag=tag + "_host")  # the CPU's rate of moving bytes, under this cell's load
+        meas = L.emulated(model, s, rate, tag)
+        study["cells"].append({"tag": tag, "model": model, "strategy": s, "rate": rate, "ranks": n,
+                               "batch_per_rank": L.batch(model), "compute": comp, "measured": meas, "host_GBps": host,
+                               "load": open("/proc/loadavg").read().split()[:3]})
+        json.dump(study, open(os.path.join(a.out, "links.json"), "w"), indent=2)  # a partial sweep survives
+    study["uptime_after"] = uptime()
+    return study
+
+
+def fitted_alpha(a, bench):
+    j = os.path.join(a.out, "whatif", "alpha_fit.json")
+    os.makedirs(os.path.dirname(j), exist_ok=True)
+    subprocess.check_output([os.path.join(a.build, "apps", "whatif"), "--model", "resnet_tiny", "--num-classes", "10",
+                             "--batch", "1", "--step-ms", "1", "--allreduce-json", bench, "--ranks", "2",
+                             "--json", j], text=True)
+    return json.load(open(j))["inputs"]["network"]["alpha_us"]
+
+
+def write_csv(study, path):
+    keys = ["model", "strategy", "rate", "ranks", "batch_per_rank"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(keys + ["compute_ms", "measured_ms", "measured_exposed_ms", "measured_efficiency",
+                           "predicted_ms", "predicted_exposed_ms", "predicted_efficiency", "step_error", "within_10pct"])
+        for c in study["cells"]:
+            p = c["predicted"]
+            w.writerow([c[k] for k in keys] + [f"{c['compute']['ms_per_step']:.1f}", f"{c['measured']['ms_per_step']:.1f}",
+                                               f"{c['measured']['exposed_ms']:.1f}", f"{p['measured_efficiency']:.3f}",
+                                               f"{p['step_ms']:.1f}", f"{p['exposed_ms']:.1f}", f"{p['efficiency']:.3f}",
+                                               f"{p['step_error']:.3f}", p["within_goal"]])
+
+
+if __name__ == "__main__":
+    main()
