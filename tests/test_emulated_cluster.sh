@@ -145,7 +145,7 @@ if id nobody > /dev/null 2>&1 && command -v su > /dev/null &&
   check "the rootless 2-host run finished (status $rc)" [ "$rc" = 0 ]
   check "on 2 hosts" has rootless.txt "2 host(s) x 1 rank(s)"
   check "  ... 2 ranks" has rootless.txt "small_cnn on 2 rank(s)"
-  check "  ... its checkpoint written" [ -f rootless/ck/checkpoint_epoch0_step3.safetensors ]
+  check "  ... its checkpoint written (3 steps into epoch 1)" [ -f rootless/ck/checkpoint_epoch1_step3.safetensors ]
 else
   echo "skipped rootless: no user 'nobody', no su, or unprivileged user namespaces refused (unshare -r -n -m)"
 fi
