@@ -207,7 +207,7 @@ int64_t split_params(const Training& t) {
 // predicted bytes per rank exceed it, naming the ZeRO stages and TP sizes whose prediction fits.
 void check_budget(const EncoderOptions& o, Training& t) {
   const double budget = o.memory_budget_mib * (1 << 20);
-  const double bytes = trainer::agreed_max(trainer::budgeted_bytes(t.memory.ledger()));
+  const double bytes = trainer::agreed_max(dist::comm_for(Device::cpu()), trainer::budgeted_bytes(t.memory.ledger()));
   if (bytes <= budget) return;
   const dist::LedgerOptions lo = t.step->ledger_options();
   const int world = t.world->size;
@@ -290,11 +290,14 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     }
     return std::move(r.optimizer);
   };
+  // The non-finite verdict and AMP's overflow flag are agreed over the whole world, TP included.
+  dist::Communicator& control = dist::comm_for(Device::cpu());
   if (t.grid) {
-    t.step = std::make_unique<trainer::Step>(t.tp_model, t.grid->dp(), step_options(o), restore,
-                                             trainer::TpParts{&t.grid->tp(), t.tp_layout});
+    t.step = std::make_unique<trainer::Step>(t.tp_model, trainer::StepComms(t.grid->dp(), control), step_options(o),
+                                             restore, trainer::TpParts{&t.grid->tp(), t.tp_layout});
   } else {
-    t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+    t.step = std::make_unique<trainer::Step>(t.model, trainer::StepComms(dist::comm_for(t.dev), control),
+                                             step_options(o), restore);
   }
   t.step->set_steps_done(t.start_at.step);
   // --model-ema: from the run's starting weights, or the checkpoint's average; before the memory

@@ -274,7 +274,7 @@ namespace {
 // predicted bytes per rank exceed it, naming the --zero stages whose prediction fits.
 void check_budget(const TrainOptions& o, Training& t) {
   const double budget = o.memory_budget_mib * (1 << 20);
-  const double bytes = trainer::agreed_max(trainer::budgeted_bytes(t.memory.ledger()));
+  const double bytes = trainer::agreed_max(dist::comm_for(Device::cpu()), trainer::budgeted_bytes(t.memory.ledger()));
   if (bytes <= budget) return;
   const dist::LedgerOptions lo = t.step->ledger_options();
   std::vector<trainer::Layout> others;
@@ -322,7 +322,8 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
     }
     return std::move(r.optimizer);
   };
-  t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  const trainer::StepComms comms(dist::comm_for(t.dev), dist::comm_for(Device::cpu()));
+  t.step = std::make_unique<trainer::Step>(t.model, comms, step_options(o), restore);
   t.step->set_steps_done(t.start_at.step);
   start_ema(o, t, std::move(ema_state));  // the file's copy freed here: not "other" memory at plan()
   make_loaders(o, t);

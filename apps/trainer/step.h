@@ -126,6 +126,18 @@ struct StepResult {
   LaunchCounts launches;       // cast and GEMM launches this step issued (a replay: its capture's)
 };
 
+// The communicators a Step uses; the trainer's set-up picks them (dist/transport/bootstrap.h's
+// comm_for under mpiexec, a thread group's in the in-process tests), and no part of the Step looks
+// one up. `data`: DDP, ZeRO and the parameter server, on the model's device (under TP the grid's DP
+// group). `control`: a CPU communicator over every rank of the job, for the decisions all ranks must
+// share - the non-finite verdict and AMP's found-inf flag (nonfinite.h, amp.h).
+struct StepComms {
+  explicit StepComms(dist::Communicator& cpu) : data(&cpu), control(&cpu) {}  // one CPU communicator for both
+  StepComms(dist::Communicator& data_comm, dist::Communicator& control_comm) : data(&data_comm), control(&control_comm) {}
+  dist::Communicator* data;
+  dist::Communicator* control;
+};
+
 // The tensor-parallel side of a Step (StepOptions::tp > 1, see the file comment): the TP group and
 // which canonical parameters the model splits.
 struct TpParts {
@@ -141,10 +153,9 @@ class Step {
   // The trainer's loss for micro-batch `micro` of the step (0 when grad_accum_steps is 1).
   using ForwardLoss = std::function<Tensor(int micro)>;
 
-  // `comm`: the ranks' communicator for the model's device. Throws the refusal when `options`
-  // cannot work here (step_options.h).
-  // Under TP (options.tp > 1) `comm` is the grid's DP group and `tp` names the TP group.
-  Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore = {}, TpParts tp = {});
+  // `comms`: see StepComms. Throws the refusal when `options` cannot work here (step_options.h).
+  // Under TP (options.tp > 1) comms.data is the grid's DP group and `tp` names the TP group.
+  Step(ModulePtr model, StepComms comms, StepOptions options, const Restore& restore = {}, TpParts tp = {});
   ~Step();
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
@@ -227,7 +238,8 @@ class Step {
 
   StepOptions options_;
   BackendScope backend_;  // first in, last out: the settings outlive every part below
-  dist::Communicator& comm_;
+  dist::Communicator& comm_;     // StepComms::data
+  dist::Communicator& control_;  // StepComms::control
   TpParts tp_;
   ModulePtr model_;
   std::unique_ptr<AmpRun> amp_;
