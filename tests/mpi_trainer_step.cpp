@@ -60,3 +60,8 @@ TEST_CASE("combinations that cannot work are refused when the Step is built, nam
   dist::Communicator& c = world_cpu();
   check_refusals(c);
 }
+
+TEST_CASE("the EMA the Step updates equals one updated by hand after each applied step; a skipped step leaves it") {
+  dist::Communicator& c = world_cpu();
+  check_ema(c);
+}

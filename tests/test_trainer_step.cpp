@@ -53,3 +53,7 @@ TEST_CASE("fp16 gradients that overflow on one rank skip the update on every ran
 TEST_CASE("combinations that cannot work are refused when the Step is built, naming the option") {
   on_ranks({1, 2, 4}, [](dist::Communicator& c) { check_refusals(c); });
 }
+
+TEST_CASE("the EMA the Step updates equals one updated by hand after each applied step; a skipped step leaves it") {
+  on_ranks({1, 2, 4}, [](dist::Communicator& c) { check_ema(c); });
+}

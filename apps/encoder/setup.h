@@ -85,7 +85,9 @@ struct Training {
   std::shared_ptr<dist::tp::TpBertForMaskedLM> tp_model;  // --tp > 1: this rank's shards
   BertConfig config;          // the canonical model's
   int64_t parameters = 0;     // the canonical model's (the tied decoder counted once)
-  // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step.h).
+  // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step.h), from the flags'
+  // StepOptions, built once at the start of set_up (step_options(o)).
+  trainer::StepOptions step_opts;
   std::unique_ptr<trainer::Step> step;
   std::unique_ptr<data::TextLoader> train, val;  // val null without a held-out set
   optim::LrScheduleOptions sched;

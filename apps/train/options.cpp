@@ -199,8 +199,9 @@ void validate(TrainOptions& o) {
                "(train_encoder --tp), and this trainer's CNNs have no tensor-parallel layers. To fit a model that "
                "does not fit one rank, shard it with --zero 3 instead");
   // Every combination of the step's own options: the library's one refusal function.
-  trainer::check(step_options(o));
-  trainer::check_run_options(o, step_options(o));
+  const trainer::StepOptions step = step_options(o);
+  trainer::check(step);
+  trainer::check_run_options(o, step);
   TANDEM_CHECK(!o.evaluate || o.weights.empty() || o.resume.empty(), "--evaluate takes the weights of --weights "
                "FILE or of the --resume checkpoint: pass one of them");
 }
@@ -223,16 +224,14 @@ std::string flag_name(const std::string& option, const std::string& value) {
 }  // namespace
 
 trainer::StepOptions step_options(const TrainOptions& o) {
-  trainer::StepOptions s;
+  trainer::StepOptions s = o.step;  // what the flags wrote directly (run_flags.h)
   s.strategy = o.strategy == "ps" ? trainer::Strategy::ParameterServer
                : o.zero == 1      ? trainer::Strategy::Zero1
                : o.zero == 2      ? trainer::Strategy::Zero2
                : o.zero == 3      ? trainer::Strategy::Zero3
                                   : trainer::Strategy::Ddp;
   s.ps_servers = o.ps_servers;
-  s.first_bucket_mb = o.first_bucket_mb, s.bucket_mb = o.bucket_mb;
   s.overlap = !o.no_overlap, s.bucketed = !o.no_bucketing;
-  s.compress = o.compress;
   // --optimizer with its options; the lr is overwritten at every step by the schedule. momentum and
   // nesterov are SGD's, betas and eps AdamW's and LAMB's. One weight decay for every parameter
   // (torchvision's default recipe: no no-decay group).

@@ -326,6 +326,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.step = std::make_unique<trainer::Step>(t.model, comms, step_options(o), restore);
   t.step->set_steps_done(t.start_at.step);
   start_ema(o, t, std::move(ema_state));  // the file's copy freed here: not "other" memory at plan()
+  t.step->set_ema(t.ema.get());            // the Step updates it after every applied step
   make_loaders(o, t);
   plan_steps(o, t);
   t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "apps/trainer/ema.h"      // defines: ModelEma
 #include "apps/trainer/ledger.h"   // defines: ledger_inputs, model_state_bytes
 #include "apps/trainer/nonfinite.h"  // defines: agree_nonfinite, act_on_nonfinite, check_state_finite
 #include "core/autograd.h"         // defines: NoGradGuard
@@ -309,6 +310,7 @@ StepResult Step::update() {
   // A skipped update changed nothing: the count from before still stands.
   if (checked && r.applied) pending_weights_ = ops::count_nonfinite(weights(), device_);
   r.host_ms = ms_since(start);
+  if (ema_ && r.applied) ema_->update();  // outside host_ms, as when the loops did it
   micro_ = 0;
   ++steps_done_;
   return r;
@@ -394,6 +396,7 @@ StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   r.launches = last_launches_;
   r.host_ms = ms_since(start) - (r.captured ? graph_->capture_ms() : 0.0);
   r.loss = static_loss_;
+  if (ema_) ema_->update();  // a graphed step counts as applied (StepResult::applied stays true)
   ++steps_done_;
   // A replay's collectives were captured, not issued, so dist's watchdog does not see them: the
   // replay is handed to it as a whole (an event after it on the compute stream), and a hung or

@@ -32,6 +32,8 @@
 //    included.
 //  - AMP's found-inf agreement: fp16 gradients that overflow on one rank only (every loss finite)
 //    skip the update on every rank and halve every rank's loss scale alike, under DDP and ZeRO-1.
+//  - --model-ema's average, handed to the Step (set_ema), moves after applied updates only and equals
+//    one updated by hand after them, bit for bit.
 //  - Refusals at construction name the option: a CUDA graph on the CPU, the parameter server with
 //    AMP, accumulation under ZeRO-2.
 #pragma once
@@ -43,6 +45,7 @@
 #include <string>
 
 #include "apps/trainer/amp.h"
+#include "apps/trainer/ema.h"
 #include "apps/trainer/nonfinite.h"
 #include "apps/trainer/step.h"
 #include "core/ops/copy/copy.h"
@@ -454,6 +457,31 @@ inline void check_amp_found_inf(dist::Communicator& comm) {
     CHECK(s.step->loss_scale() == scale / 2);  // every rank backed off, not only the one that overflowed
     CHECK(bit_identical(comm, *s.model));
   }
+}
+
+// The EMA the Step updates (Step::set_ema) equals one updated by hand after each applied step; a
+// skipped step (a NaN loss under skip) leaves it alone.
+inline void check_ema(dist::Communicator& comm) {
+  const Data d = make_data(comm.size() * kBatch);
+  const Tensor x = rank_rows(d.x, comm.rank()), y = rank_rows(d.y, comm.rank());
+  StepOptions o = step_options(Config{Strategy::Zero1, Precision::BF16, "adamw", 0});
+  o.on_nonfinite = trainer::OnNonfinite::Skip;
+  WithStep s(comm, o);
+  trainer::ModelEma by_step(*s.model, 0.9), by_hand(*s.model, 0.9);
+  s.step->set_ema(&by_step);
+  const optim::NamedTensors start = by_hand.state();
+  for (int k = 0; k < kSteps; ++k) {
+    const bool nan = k == 1;
+    s.step->set_lr(kStepLr);
+    const trainer::StepResult r = s.step->run([&](int) {
+      Tensor loss = ops::cross_entropy(s.step->forward(x), y);
+      return nan ? ops::scale(loss, NAN) : loss;
+    });
+    CHECK(r.applied == !nan);
+    if (r.applied) by_hand.update();
+  }
+  CHECK(same_state(by_step.state(), by_hand.state()));
+  CHECK_FALSE(same_state(by_step.state(), start));  // it moved
 }
 
 // combinations that cannot work are refused when the Step is built, naming the option
