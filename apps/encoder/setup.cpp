@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "apps/encoder/checkpointing.h"  // defines: restore_checkpoint
 #include "apps/encoder/hf_state_dict.h"  // defines: from_hf_state_dict (--weights)
 #include "apps/trainer/run_folder.h"      // defines: UsageError
 #include "apps/trainer/start_weights.h"  // defines: load_start_weights
@@ -249,7 +248,8 @@ Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor
 }
 
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
-                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder) {
+                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder,
+                const RestoreCheckpoint& restore_checkpoint) {
   Training t;
   t.world = &w;
   t.step_opts = step_options(o);

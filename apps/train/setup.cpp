@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "apps/train/checkpointing.h"     // defines: restore_checkpoint
+#include "apps/train/restore.h"           // defines: restore_checkpoint
 #include "apps/trainer/graph_capture.h"   // defines: GraphCapture::kEagerSteps
 #include "apps/trainer/start_weights.h"   // defines: load_start_weights
 #include "core/device.h"                  // defines: require_cuda
