@@ -65,3 +65,8 @@ TEST_CASE("the EMA the Step updates equals one updated by hand after each applie
   dist::Communicator& c = world_cpu();
   check_ema(c);
 }
+
+TEST_CASE("TP 2 through the Step (DDP and ZeRO-1 over the DP groups, clipping) equals the canonical model under DDP (f64)") {
+  dist::Communicator& c = world_cpu();
+  check_tp(c);
+}

@@ -57,3 +57,7 @@ TEST_CASE("combinations that cannot work are refused when the Step is built, nam
 TEST_CASE("the EMA the Step updates equals one updated by hand after each applied step; a skipped step leaves it") {
   on_ranks({1, 2, 4}, [](dist::Communicator& c) { check_ema(c); });
 }
+
+TEST_CASE("TP 2 through the Step (DDP and ZeRO-1 over the DP groups, clipping) equals the canonical model under DDP (f64)") {
+  on_ranks({1, 2, 4}, [](dist::Communicator& c) { check_tp(c); });
+}

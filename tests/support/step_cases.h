@@ -34,6 +34,9 @@
 //    skip the update on every rank and halve every rank's loss scale alike, under DDP and ZeRO-1.
 //  - --model-ema's average, handed to the Step (set_ema), moves after applied updates only and equals
 //    one updated by hand after them, bit for bit.
+//  - Tensor parallelism through the Step (tp = 2, TpParts over a dist::tp::Grid; DDP and ZeRO-1 over
+//    the DP groups; clipping by the canonical norm) equals the canonical BERT under the Step's DDP
+//    over every rank: losses and norms to 1e-12, parameters to 1e-10 in f64 (tp_fixture's measure).
 //  - Refusals at construction name the option: a CUDA graph on the CPU, the parameter server with
 //    AMP, accumulation under ZeRO-2.
 #pragma once
@@ -59,6 +62,7 @@
 #include "optim/amp.h"
 #include "optim/clip.h"
 #include "tests/support/ddp_fixture.h"
+#include "tests/support/tp_fixture.h"
 
 namespace tandem::testing::step_cases {
 
@@ -482,6 +486,63 @@ inline void check_ema(dist::Communicator& comm) {
   }
   CHECK(same_state(by_step.state(), by_hand.state()));
   CHECK_FALSE(same_state(by_step.state(), start));  // it moved
+}
+
+// TP (see the top). Needs an even world: at 1 rank there is nothing to split, and the body returns.
+inline void check_tp(dist::Communicator& comm) {
+  namespace tpf = tandem::testing::tp_fixture;
+  if (comm.size() % 2 != 0) return;
+  const BertConfig cfg = tpf::tp_config();
+  auto options = [](Strategy strategy, int tp) {
+    StepOptions o;
+    o.strategy = strategy, o.tp = tp, o.optimizer = "adamw", o.clip_grad_norm = 0.5;
+    o.optimizer_options.lr = tpf::kLr;
+    o.first_bucket_mb = 4096.0 / (1 << 20), o.bucket_mb = 16384.0 / (1 << 20);  // several buckets, as GridRun's
+    return o;
+  };
+  auto batch = [](int dp_rank, int dp_size) {
+    const int64_t per = tpf::kGridBatch / dp_size;
+    return encoder_fixture::rows(encoder_fixture::full_batch(tpf::kGridBatch), dp_rank * per, per);
+  };
+  auto train = [&](Step& step, auto& model, const encoder_fixture::MlmBatch& b, std::vector<double>& norms) {
+    std::vector<double> losses;
+    for (int k = 0; k < tpf::kSteps; ++k) {
+      step.set_lr(tpf::kLr);
+      const trainer::StepResult r = step.run([&](int) {
+        return step.forward_with([&](Module&) { return model->mlm_loss(b.ids, b.mask, b.types, b.labels); });
+      });
+      CHECK(r.applied);
+      norms.push_back(r.grad_norm);
+      Tensor l = r.loss.detach().to(Device::cpu()).clone();
+      comm.all_reduce(l, dist::ReduceOp::Avg, "tp test loss")->wait();  // the mean over every rank
+      losses.push_back(l.to_vector_f64()[0]);
+    }
+    return losses;
+  };
+  auto canonical = std::make_shared<models::BertForMaskedLM>(cfg, 7);
+  canonical->to(DType::F64);
+  Step base(canonical, StepComms(comm), options(Strategy::Ddp, 1));
+  std::vector<double> want_norms;
+  const std::vector<double> want_losses = train(base, canonical, batch(comm.rank(), comm.size()), want_norms);
+  const NamedTensors want = state_dict(*canonical);
+  for (Strategy strategy : {Strategy::Ddp, Strategy::Zero1}) {
+    CAPTURE(trainer::strategy_name(strategy));
+    dist::tp::Grid grid(comm, 2);
+    auto model = std::make_shared<dist::tp::TpBertForMaskedLM>(cfg, grid.tp(), 7);
+    model->to(DType::F64);
+    Step step(model, StepComms(grid.dp(), comm), options(strategy, 2), {},
+              TpParts{&grid.tp(), dist::tp::bert_tp_layout(cfg)});
+    std::vector<double> norms;
+    const std::vector<double> losses = train(step, model, batch(grid.dp_rank(), grid.dp_size()), norms);
+    for (int k = 0; k < tpf::kSteps; ++k) {
+      CHECK(losses[k] == doctest::Approx(want_losses[k]).epsilon(1e-12));
+      CHECK(norms[k] == doctest::Approx(want_norms[k]).epsilon(1e-12));  // clip_tp: the canonical model's norm
+    }
+    const NamedTensors got = tpf::canonical_params(*model);
+    CHECK(max_named_rel_diff(got, want, tpf::key_bias) <= 1e-10);
+    CHECK(tpf::replicas_identical(*model));
+    CHECK(bit_identical(grid.dp(), *model));
+  }
 }
 
 // combinations that cannot work are refused when the Step is built, naming the option
