@@ -142,7 +142,7 @@ int run(enc::EncoderOptions& o) {
   }
   // --tp > 1: set_up builds the TP model over its grid instead.
   auto model = o.tp > 1 ? nullptr : enc::make_model(o, corpus.vocab_size, folder.resume_path());
-  enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder));
+  enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder), enc::restore_checkpoint);
   if (o.evaluate) return evaluate_only(t, o);
   // Room for one checkpoint, now rather than at the first save (--tp: the file's size, or nothing).
   t.folder.reserve(trainer::checkpoint_size_estimate(t.model.get(), o.optimizer, o.amp != "off", t.folder.resume_path()),

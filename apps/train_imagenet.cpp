@@ -56,7 +56,8 @@
 #include <optional>
 #include <string>
 
-#include "apps/train/checkpointing.h"  // defines: folder_options, save_checkpoint_now
+#include "apps/train/checkpointing.h"  // defines: save_checkpoint_now
+#include "apps/train/restore.h"        // defines: folder_options
 #include "apps/train/faults.h"         // defines: fault_from_env, parse_fault
 #include "apps/train/loop.h"           // defines: LoopState, train_epoch
 #include "apps/train/options.h"        // defines: TrainOptions, parse_options, validate

@@ -22,6 +22,7 @@
 #include "apps/whatif/inputs.h"  // defines: read_trace, bucket_bytes, ready curves, fit_network
 #include "apps/whatif/model.h"   // defines: predict, the strategies and their costs
 #include "core/check.h"
+#include "dist/bucketing.h"  // defines: BucketingOptions (the bucket sizes' defaults)
 
 using namespace tandem;
 using namespace tandem::whatif;
@@ -34,7 +35,8 @@ struct Args {
   std::string ranks = "1,2,4,8,16,32,64,128,256,512,1024";
   int num_classes = 1000, ps_servers = 0, cores = 0, skip = 2, tp = 2;
   long long batch = 0, seq_len = 0;
-  double first_bucket_mb = 1, bucket_mb = 25;         // the layout to predict
+  double first_bucket_mb = dist::BucketingOptions{}.first_bucket_bytes / double(1 << 20),  // the layout to predict:
+         bucket_mb = dist::BucketingOptions{}.bucket_bytes / double(1 << 20);           // dist/bucketing.h's defaults
   double traced_first_mb = -1, traced_bucket_mb = -1;  // the traced run's layout (-1: from --metrics)
   double jitter_ms = -1, step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
   double alpha_us = 5, bandwidth_gbit = 100, link_gbit = 0, allreduce_efficiency = 1, host_GBps = 0;

@@ -65,7 +65,7 @@ Outcome train(const Config& c, bool graphed, const Data& data) {
   o.backend.deterministic = true;  // the same cuDNN engines in both runs
   o.capturable = true;
   o.cuda_graph = graphed;
-  Step step(model, dist::comm_for(w.device), o);
+  Step step(model, StepComms(dist::comm_for(w.device), dist::comm_for(Device::cpu())), o);
   // Static inputs (graph_capture.h): the batch, and the loss multiplier (inf on overflow steps).
   const Tensor x = rank_rows(data.x, w.rank).clone(), y = rank_rows(data.y, w.rank).clone();
   Tensor poison = Tensor::ones({1}, DType::F32, w.device);

@@ -73,7 +73,7 @@ struct Run {
   std::shared_ptr<LayersNet> model = std::make_shared<LayersNet>(7 + 100 * dist::world().rank);
   std::unique_ptr<Step> step;
   Run(const StepOptions& o, const Step::Restore& restore = {}) {
-    step = std::make_unique<Step>(model, dist::comm_for(Device::cpu()), o, restore);
+    step = std::make_unique<Step>(model, StepComms(dist::comm_for(Device::cpu())), o, restore);
   }
   // One step over this rank's rows; `poison`: this rank's loss times inf (an overflow step).
   StepResult run(const Tensor& x, const Tensor& y, int accum, bool poison) {

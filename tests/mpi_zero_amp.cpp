@@ -87,7 +87,7 @@ struct Run {
 
   explicit Run(const Setup& s, const std::string& ckpt = "") : setup(s) {
     model = std::make_shared<LayersNet>(7 + 100 * world().rank, true);
-    amp = trainer::make_amp(s.low, *model);
+    amp = trainer::make_amp(s.low, *model, dist::comm_for(Device::cpu()));
     // A checkpoint's weights go in before DDP broadcasts rank 0's; its state after the masters exist.
     optim::NamedTensors load = ckpt.empty() ? optim::NamedTensors{} : load_checkpoint(ckpt, *model).optimizer;
     ddp = std::make_unique<DistributedDataParallel>(model, dist::comm_for(Device::cpu()), ddp_options(s));
@@ -326,7 +326,7 @@ TEST_CASE("AMP resume across stage and world size equals the uninterrupted AMP D
     // World size 1: one process, unsharded masters, the same rows, from the same checkpoint.
     {
       auto one = std::make_shared<LayersNet>(1, true);
-      auto amp = trainer::make_amp(DType::BF16, *one);
+      auto amp = trainer::make_amp(DType::BF16, *one, dist::comm_for(Device::cpu()));
       optim::NamedTensors load = load_checkpoint(path, *one).optimizer;
       trainer::build_masters(*amp, *one, nullptr);
       trainer::take_amp_state(amp.get(), load);

@@ -2,7 +2,6 @@
 // checkpointing.h).
 #include "apps/encoder/checkpointing.h"
 
-#include "apps/encoder/setup.h"       // defines: Training
 #include "apps/trainer/run_folder.h"  // defines: UsageError
 #include <map>
 

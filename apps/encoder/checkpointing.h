@@ -29,6 +29,7 @@
 #include <string>
 
 #include "apps/encoder/options.h"      // defines: EncoderOptions
+#include "apps/encoder/setup.h"        // defines: Training, Restored
 #include "apps/trainer/position.h"     // defines: Position
 #include "dist/transport/bootstrap.h"  // defines: World
 #include "checkpoint/checkpoint.h"         // defines: TrainState, NamedTensors
@@ -37,16 +38,10 @@
 
 namespace tandem::apps::encoder {
 
-struct Training;
-
 // The checkpoint folder's settings from the flags; dir empty: no folder.
 CheckpointDirOptions folder_options(const EncoderOptions& o);
 
-struct Restored {
-  TrainState state;
-  NamedTensors optimizer;
-};
-// Loads `path` into `model` after checking, from its header, that it fits this run (the same
+// Loads `path` into `model` (set_up's RestoreCheckpoint) after checking, from its header, that it fits this run (the same
 // --model and --optimizer: trainer::UsageError on every rank otherwise).
 // Under --tp > 1 the canonical tensors (model and optimizer state) are sharded for this TP rank
 // (dist/tp/shard.h) before they are loaded: a checkpoint of any TP size resumes at any other.

@@ -59,7 +59,6 @@ void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
   if (r.applied) t.memory.measure_state(0);         // once: the optimizer state exists from here on
   advance(t, s);
   ++s.interval_steps;
-  if (r.applied && t.ema) t.ema->update();  // --model-ema: after every applied step (apps/trainer/ema.h)
   if (!r.applied) {
     ++s.skipped_steps;
     return;

@@ -141,8 +141,9 @@ void validate(EncoderOptions& o) {
                o.steps, ")");
   TANDEM_CHECK(o.vocab_size >= 16, "--vocab-size must be at least 16");
   if (o.warmup_steps < 0 && o.epochs == 0) o.warmup_steps = o.steps / 10;  // --epochs: steps_from_epochs
-  trainer::check(step_options(o));  // the step's combinations: the library's one refusal function
-  trainer::check_run_options(o, step_options(o));
+  const trainer::StepOptions step = step_options(o);
+  trainer::check(step);  // the step's combinations: the library's one refusal function
+  trainer::check_run_options(o, step);
   TANDEM_CHECK(o.weights.empty() || o.tp == 1, "--weights with --tp ", o.tp, " is not supported yet: load them in "
                "a --tp 1 run with --checkpoint-dir and --run-steps 1, then --resume its checkpoint at --tp ", o.tp,
                " (checkpoints are canonical and reshard)");
@@ -177,13 +178,12 @@ std::string flag_name(const std::string& option, const std::string& value) {
 }  // namespace
 
 trainer::StepOptions step_options(const EncoderOptions& o) {
-  trainer::StepOptions s;
+  trainer::StepOptions s = o.step;  // what the flags wrote directly (run_flags.h)
   s.strategy = o.zero == 1   ? trainer::Strategy::Zero1
                : o.zero == 2 ? trainer::Strategy::Zero2
                : o.zero == 3 ? trainer::Strategy::Zero3
                              : trainer::Strategy::Ddp;
-  s.first_bucket_mb = o.first_bucket_mb, s.bucket_mb = o.bucket_mb, s.overlap = !o.no_overlap;
-  s.compress = o.compress;
+  s.overlap = !o.no_overlap;
   // BERT: AdamW or LAMB, the lr set by the schedule at every step, no weight decay on biases and
   // LayerNorm (apps/trainer/param_groups.h).
   s.optimizer = o.optimizer;

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "apps/encoder/checkpointing.h"  // defines: restore_checkpoint
 #include "apps/encoder/hf_state_dict.h"  // defines: from_hf_state_dict (--weights)
 #include "apps/trainer/run_folder.h"      // defines: UsageError
 #include "apps/trainer/start_weights.h"  // defines: load_start_weights
@@ -175,7 +174,7 @@ namespace {
 // the TP model over its TP group (init skipped when a checkpoint overwrites it).
 void make_tp_model(const EncoderOptions& o, Training& t, const std::string& resume) {
   const BertConfig& c = t.config;
-  if (auto why = trainer::tp_refusal(step_options(o), t.world->size, c.num_attention_heads, c.hidden_size,
+  if (auto why = trainer::tp_refusal(t.step_opts, t.world->size, c.num_attention_heads, c.hidden_size,
                                      c.intermediate_size))
     throw trainer::UsageError(*why);
   t.grid = std::make_unique<dist::tp::Grid>(dist::comm_for(t.dev), o.tp);
@@ -207,7 +206,7 @@ int64_t split_params(const Training& t) {
 // predicted bytes per rank exceed it, naming the ZeRO stages and TP sizes whose prediction fits.
 void check_budget(const EncoderOptions& o, Training& t) {
   const double budget = o.memory_budget_mib * (1 << 20);
-  const double bytes = trainer::agreed_max(trainer::budgeted_bytes(t.memory.ledger()));
+  const double bytes = trainer::agreed_max(dist::comm_for(Device::cpu()), trainer::budgeted_bytes(t.memory.ledger()));
   if (bytes <= budget) return;
   const dist::LedgerOptions lo = t.step->ledger_options();
   const int world = t.world->size;
@@ -222,7 +221,7 @@ void check_budget(const EncoderOptions& o, Training& t) {
       others.push_back({name(1, zero), trainer::budgeted_bytes(trainer::predict_layout(lo, zero, world, t.parameters))});
   const int zero = std::min(o.zero, 2);  // TP composes with ZeRO-1/2
   for (int tp = 2; tp <= world; tp *= 2) {
-    trainer::StepOptions so = step_options(o);
+    trainer::StepOptions so = t.step_opts;  // this run's, at another TP size
     so.tp = tp;
     if (tp == o.tp || trainer::tp_refusal(so, world, t.config.num_attention_heads, t.config.hidden_size,
                                           t.config.intermediate_size))
@@ -249,9 +248,11 @@ Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor
 }
 
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
-                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder) {
+                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder,
+                const RestoreCheckpoint& restore_checkpoint) {
   Training t;
   t.world = &w;
+  t.step_opts = step_options(o);
   t.dp_rank = w.rank, t.dp_size = w.size;
   t.dev = w.device;
   t.corpus = std::move(corpus);
@@ -290,11 +291,14 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     }
     return std::move(r.optimizer);
   };
+  // The non-finite verdict and AMP's overflow flag are agreed over the whole world, TP included.
+  dist::Communicator& control = dist::comm_for(Device::cpu());
   if (t.grid) {
-    t.step = std::make_unique<trainer::Step>(t.tp_model, t.grid->dp(), step_options(o), restore,
-                                             trainer::TpParts{&t.grid->tp(), t.tp_layout});
+    t.step = std::make_unique<trainer::Step>(t.tp_model, trainer::StepComms(t.grid->dp(), control), t.step_opts,
+                                             restore, trainer::TpParts{&t.grid->tp(), t.tp_layout});
   } else {
-    t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+    t.step = std::make_unique<trainer::Step>(t.model, trainer::StepComms(dist::comm_for(t.dev), control),
+                                             t.step_opts, restore);
   }
   t.step->set_steps_done(t.start_at.step);
   // --model-ema: from the run's starting weights, or the checkpoint's average; before the memory
@@ -308,6 +312,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     std::printf("note: the checkpoint holds an EMA of the weights; without --model-ema it is not kept\n");
   }
   ema_state.clear();
+  t.step->set_ema(t.ema.get());  // the Step updates it after every applied step
   make_loaders(o, t);
   t.sched = make_schedule(o, t.dp_size);  // --lr-scaling linear: x the data-parallel ranks
   plan_steps(o, t);

@@ -29,6 +29,7 @@
 // the TP group and only TP rank 0 adds its sums. Checkpoints stay canonical (checkpointing.h).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -85,7 +86,9 @@ struct Training {
   std::shared_ptr<dist::tp::TpBertForMaskedLM> tp_model;  // --tp > 1: this rank's shards
   BertConfig config;          // the canonical model's
   int64_t parameters = 0;     // the canonical model's (the tied decoder counted once)
-  // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step.h).
+  // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step.h), from the flags'
+  // StepOptions, built once at the start of set_up (step_options(o)).
+  trainer::StepOptions step_opts;
   std::unique_ptr<trainer::Step> step;
   std::unique_ptr<data::TextLoader> train, val;  // val null without a held-out set
   optim::LrScheduleOptions sched;
@@ -107,11 +110,22 @@ struct Training {
 const dist::World& init_world(const EncoderOptions& o);
 // The model --model names for `vocab` tokens; init skipped when `resume` is non-empty.
 std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int64_t vocab, const std::string& resume);
-// Builds the step around the model (restoring folder.resume_path() into it when non-empty), then
-// the loaders, the run's length and schedule and the memory ledger. Under --tp > 1 `model` is
-// unused (pass null): the TP model is built here over the grid.
+// A checkpoint's state and optimizer entries, after its weights went into the model.
+struct Restored {
+  TrainState state;
+  NamedTensors optimizer;
+};
+// How set_up restores folder.resume_path(): checkpointing.h's restore_checkpoint, handed in by
+// train_encoder.cpp (the checkpoint code depends on Training, so set-up does not include it).
+using RestoreCheckpoint =
+    std::function<Restored(const std::string& path, Module& model, const EncoderOptions& o, const Training& t)>;
+
+// Builds the step around the model (restoring folder.resume_path() into it through `restore` when
+// non-empty), then the loaders, the run's length and schedule and the memory ledger. Under --tp > 1
+// `model` is unused (pass null): the TP model is built here over the grid.
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
-                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder);
+                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder,
+                const RestoreCheckpoint& restore_checkpoint);
 
 // The model the step trains, whichever it is (BertForMaskedLM or its TP shards).
 Module& model_of(Training& t);

@@ -1,56 +1,10 @@
-// apps/train/checkpointing.cpp: restoring and writing train_imagenet's checkpoints (see
-// checkpointing.h).
+// apps/train/checkpointing.cpp: writing train_imagenet's checkpoints (see checkpointing.h).
 #include "apps/train/checkpointing.h"
-
-#include <algorithm>
 
 #include "apps/train/setup.h"           // defines: Training
 #include "apps/trainer/run_folder.h"    // defines: UsageError
 
 namespace tandem::apps {
-
-CheckpointDirOptions folder_options(const TrainOptions& o) {
-  return trainer::folder_options(o, CheckpointNaming::epoch, "train_imagenet");
-}
-
-namespace {
-
-// "train/ has 'cat', 'dog' where the checkpoint has 'cat', 'cow'": the first differences, by label.
-std::string class_difference(const std::vector<std::string>& have, const std::vector<std::string>& saved) {
-  std::string s;
-  int shown = 0;
-  for (size_t i = 0; i < std::max(have.size(), saved.size()) && shown < 4; ++i) {
-    const std::string a = i < have.size() ? "'" + have[i] + "'" : "nothing", b = i < saved.size() ? "'" + saved[i] + "'" : "nothing";
-    if (a == b) continue;
-    s += std::string(shown++ ? "; " : "") + "label " + std::to_string(i) + " is " + a + " in train/ but " + b +
-         " in the checkpoint";
-  }
-  return s;
-}
-
-}  // namespace
-
-Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w,
-                            const std::vector<std::string>& classes) {
-  // The header first: a wrong --model or class list is named before any tensor is read.
-  const TrainState head = read_train_state(path);
-  if (head.model != o.model)
-    throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
-                              ": pass --model " + head.model + " or start without --resume");
-  // Another optimizer's state does not carry over; say so in the flag's words, not the state's keys.
-  if (auto it = head.extra.find("optimizer"); it != head.extra.end() && it->second != o.optimizer)
-    throw trainer::UsageError("checkpoint '" + path + "' was trained with --optimizer " + it->second +
-                              " but this run asks for --optimizer " + o.optimizer + ": resume with --optimizer " +
-                              it->second + " (its state does not carry over), or start a new run from its weights "
-                              "with --weights");
-  if (!head.classes.empty() && !classes.empty() && head.classes != classes)
-    throw trainer::UsageError("checkpoint '" + path + "' was trained on " + std::to_string(head.classes.size()) +
-                              " classes that train/ does not match (" + class_difference(classes, head.classes) +
-                              "); resuming would shift labels. Resume with the --data it was trained on, or start a "
-                              "new run");
-  Checkpoint ck = apply_checkpoint(trainer::read_resume_checkpoint(path, w.rank == 0), path, model);
-  return Restored{ck.state, std::move(ck.optimizer)};
-}
 
 bool save_checkpoint_now(Training& t, const TrainOptions& o, const trainer::Position& at) {
   if (!t.folder.owned()) return false;

@@ -1,5 +1,5 @@
-// apps/train/checkpointing.h: train_imagenet's side of checkpoint/checkpoint.h - restoring a run, and
-// writing one at the position where the loop stands.
+// apps/train/checkpointing.h: train_imagenet's side of checkpoint/checkpoint.h - writing a checkpoint at
+// the position where the loop stands (restoring one: restore.h, which set-up calls).
 //
 // The folder (--checkpoint-dir) is owned by one run: apps/trainer/run_folder.h opens it at
 // start-up on rank 0 (lock, write probe, dead temporaries, the fresh-start refusal, --resume
@@ -22,30 +22,11 @@
 
 #include "apps/train/options.h"        // defines: TrainOptions
 #include "apps/trainer/position.h"     // defines: Position
-#include "dist/transport/bootstrap.h"  // defines: World
-#include "checkpoint/checkpoint.h"         // defines: TrainState, NamedTensors
-#include "checkpoint/checkpoint_dir.h"     // defines: CheckpointDirOptions
-#include "layers/module.h"             // defines: Module
+#include "checkpoint/checkpoint.h"     // defines: TrainState, NamedTensors
 
 namespace tandem::apps {
 
 struct Training;
-
-// The checkpoint folder's settings from the flags (--checkpoint-dir, --resume, --run-id,
-// --overwrite-checkpoints, --keep-checkpoints); dir empty: no folder.
-CheckpointDirOptions folder_options(const TrainOptions& o);
-
-struct Restored {
-  TrainState state;       // where the checkpointed run stood
-  NamedTensors optimizer; // for the Step's load_state
-};
-
-// Loads `path` into `model` (already on its device) after checking, from the file's header, that
-// it fits this run: the same --model, and `classes` (train/'s list, empty for --synthetic) equal to
-// the checkpoint's list when it has one. A mismatch throws trainer::UsageError on every rank (it is
-// the same on every rank), naming the difference and what to do.
-Restored restore_checkpoint(const std::string& path, Module& model, const TrainOptions& o, const dist::World& w,
-                            const std::vector<std::string>& classes);
 
 // Writes a checkpoint of the run at `at` (the loop's position, LoopState::pos, which the loop keeps
 // at a step boundary: an epoch that ran out already reads (epoch + 1, 0)). Collective: every rank

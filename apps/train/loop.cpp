@@ -85,7 +85,6 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
     ++rec.skipped_steps;
     return logits;
   }
-  if (t.ema) t.ema->update();  // --model-ema: after every applied step (apps/trainer/ema.h)
   ++s.interval_losses;
   add_loss(s, r.loss);
   return logits;

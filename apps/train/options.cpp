@@ -10,8 +10,11 @@
 
 namespace tandem::apps {
 
-int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
-  CLI::App app{"train_imagenet: data-parallel ImageNet-style training (launch with mpiexec -n N)"};
+namespace {
+
+// The data and the model: where the images come from, their transforms, the network. Returns
+// --num-classes (parse_options reads whether it was given).
+CLI::Option* add_data_flags(CLI::App& app, TrainOptions& o) {
   auto* data = app.add_option("--data", o.data, "dataset folder with train/ and val/ (ImageNet layout)")
                    ->check(CLI::ExistingDirectory);
   auto* syn = app.add_flag("--synthetic", o.synthetic, "synthetic data, batch resident on the device (compute only)");
@@ -37,6 +40,11 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
       ->check(CLI::IsMember({"bilinear"}))->capture_default_str();
   app.add_option("--workers", o.workers, "data loading threads per rank")->capture_default_str();
   app.add_flag("--strict", o.strict, "stop at the first corrupt or unreadable image (default: skip it with a warning)");
+  return nc;
+}
+
+// The training itself: seed, device, length, the optimizer and its LR schedule.
+void add_training_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--seed", o.seed, "seed of init, shuffling and augmentation")->capture_default_str();
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
@@ -102,6 +110,11 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
   app.add_option("--label-smoothing", o.label_smoothing,
                  "cross-entropy label smoothing (torchvision's newer recipes: 0.1)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+}
+
+// How the ranks share the work (buckets, strategy, precision, ZeRO, TP, the memory budget), then the
+// flags both trainers share (apps/trainer/run_flags.h).
+void add_parallel_flags(CLI::App& app, TrainOptions& o) {
   app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
   app.add_option("--strategy", o.strategy, "ddp: all-reduce during backward; ps: synchronous parameter server")
       ->check(CLI::IsMember({"ddp", "ps"}))->capture_default_str();
@@ -129,6 +142,11 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                           "'fc.*' to fine-tune with another --num-classes",
                           "SyncBatchNorm: BatchNorm statistics over every rank's batch (N ranks x batch B normalise as "
                           "one rank x N*B); costs two small all-reduces per BN layer"});
+}
+
+// What the run does besides training (validation, benchmarks, --describe, --evaluate) and the GPU
+// kernels' settings.
+void add_run_and_gpu_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--val-every", o.val_every, "epochs between validations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--bench-warmup", o.bench_warmup,
@@ -156,6 +174,16 @@ int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
   app.add_flag("--cuda-graph", o.cuda_graph,
                "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
+}
+
+}  // namespace
+
+int parse_options(int argc, char** argv, TrainOptions& o, bool print) {
+  CLI::App app{"train_imagenet: data-parallel ImageNet-style training (launch with mpiexec -n N)"};
+  CLI::Option* nc = add_data_flags(app, o);
+  add_training_flags(app, o);
+  add_parallel_flags(app, o);
+  add_run_and_gpu_flags(app, o);
   trainer::add_config_flags(app, o.dump_config, "train_imagenet");
   if (int rc = trainer::parse(app, argc, argv, print, "train_imagenet", o.dump_config, o.effective_config); rc >= 0)
     return rc;
@@ -199,8 +227,9 @@ void validate(TrainOptions& o) {
                "(train_encoder --tp), and this trainer's CNNs have no tensor-parallel layers. To fit a model that "
                "does not fit one rank, shard it with --zero 3 instead");
   // Every combination of the step's own options: the library's one refusal function.
-  trainer::check(step_options(o));
-  trainer::check_run_options(o, step_options(o));
+  const trainer::StepOptions step = step_options(o);
+  trainer::check(step);
+  trainer::check_run_options(o, step);
   TANDEM_CHECK(!o.evaluate || o.weights.empty() || o.resume.empty(), "--evaluate takes the weights of --weights "
                "FILE or of the --resume checkpoint: pass one of them");
 }
@@ -223,16 +252,14 @@ std::string flag_name(const std::string& option, const std::string& value) {
 }  // namespace
 
 trainer::StepOptions step_options(const TrainOptions& o) {
-  trainer::StepOptions s;
+  trainer::StepOptions s = o.step;  // what the flags wrote directly (run_flags.h)
   s.strategy = o.strategy == "ps" ? trainer::Strategy::ParameterServer
                : o.zero == 1      ? trainer::Strategy::Zero1
                : o.zero == 2      ? trainer::Strategy::Zero2
                : o.zero == 3      ? trainer::Strategy::Zero3
                                   : trainer::Strategy::Ddp;
   s.ps_servers = o.ps_servers;
-  s.first_bucket_mb = o.first_bucket_mb, s.bucket_mb = o.bucket_mb;
   s.overlap = !o.no_overlap, s.bucketed = !o.no_bucketing;
-  s.compress = o.compress;
   // --optimizer with its options; the lr is overwritten at every step by the schedule. momentum and
   // nesterov are SGD's, betas and eps AdamW's and LAMB's. One weight decay for every parameter
   // (torchvision's default recipe: no no-decay group).

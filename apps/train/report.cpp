@@ -120,8 +120,8 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"last_interval_ms_per_step",
        {{"total", last.step_ms()}, {"data", last.data_ms / std::max<int64_t>(last.steps, 1)},
         {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}, {"host", last.host_step_ms()}}},
-      {"ddp", {{"bucket_mb", o.bucket_mb}, {"first_bucket_mb", o.first_bucket_mb}, {"overlap", !o.no_overlap},
-               {"bucketing", !o.no_bucketing}, {"compress", o.compress}}},
+      {"ddp", {{"bucket_mb", o.step.bucket_mb}, {"first_bucket_mb", o.step.first_bucket_mb}, {"overlap", !o.no_overlap},
+               {"bucketing", !o.no_bucketing}, {"compress", o.step.compress}}},
       {"optimizer", {{"name", o.optimizer}, {"zero", o.zero}, {"clip_grad_norm", o.clip_grad_norm}}},
       // A validation that met non-finite logits has no accuracy: null, with the count beside it.
       {"final", {{"train_loss", last.loss}, {"train_top1", last.top1},

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "apps/train/checkpointing.h"     // defines: restore_checkpoint
+#include "apps/train/restore.h"           // defines: restore_checkpoint
 #include "apps/trainer/graph_capture.h"   // defines: GraphCapture::kEagerSteps
 #include "apps/trainer/start_weights.h"   // defines: load_start_weights
 #include "core/device.h"                  // defines: require_cuda
@@ -274,7 +274,7 @@ namespace {
 // predicted bytes per rank exceed it, naming the --zero stages whose prediction fits.
 void check_budget(const TrainOptions& o, Training& t) {
   const double budget = o.memory_budget_mib * (1 << 20);
-  const double bytes = trainer::agreed_max(trainer::budgeted_bytes(t.memory.ledger()));
+  const double bytes = trainer::agreed_max(dist::comm_for(Device::cpu()), trainer::budgeted_bytes(t.memory.ledger()));
   if (bytes <= budget) return;
   const dist::LedgerOptions lo = t.step->ledger_options();
   std::vector<trainer::Layout> others;
@@ -322,9 +322,11 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
     }
     return std::move(r.optimizer);
   };
-  t.step = std::make_unique<trainer::Step>(t.model, dist::comm_for(t.dev), step_options(o), restore);
+  const trainer::StepComms comms(dist::comm_for(t.dev), dist::comm_for(Device::cpu()));
+  t.step = std::make_unique<trainer::Step>(t.model, comms, step_options(o), restore);
   t.step->set_steps_done(t.start_at.step);
   start_ema(o, t, std::move(ema_state));  // the file's copy freed here: not "other" memory at plan()
+  t.step->set_ema(t.ema.get());            // the Step updates it after every applied step
   make_loaders(o, t);
   plan_steps(o, t);
   t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));

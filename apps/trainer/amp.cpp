@@ -1,7 +1,6 @@
 // apps/trainer/amp.cpp: the Step's mixed precision (see amp.h).
 #include "apps/trainer/amp.h"
 
-#include "dist/transport/bootstrap.h"   // defines: comm_for (the CPU communicator for the overflow flag)
 #include "layers/amp_cast.h"  // defines: cast_for_amp
 
 namespace tandem::trainer {
@@ -9,11 +8,12 @@ namespace {
 const std::string kMaster = "amp.master.", kScaler = "amp.scaler.";
 }  // namespace
 
-std::unique_ptr<AmpRun> make_amp(DType low, Module& model) {
+std::unique_ptr<AmpRun> make_amp(DType low, Module& model, dist::Communicator& control) {
   TANDEM_CHECK(low == DType::BF16 || low == DType::F16, "make_amp: mixed precision computes in bf16 or f16, not ",
                dtype_name(low));
   auto amp = std::make_unique<AmpRun>();
   amp->low = low;
+  amp->control = &control;
   optim::LossScalerOptions so;
   so.enabled = amp->low == DType::F16;  // bf16 has f32's exponent range: nothing to scale
   amp->scaler = optim::LossScaler(so);
@@ -21,9 +21,9 @@ std::unique_ptr<AmpRun> make_amp(DType low, Module& model) {
   return amp;
 }
 
-bool any_rank_found_inf(bool found) {
+bool any_rank_found_inf(dist::Communicator& control, bool found) {
   Tensor flag = Tensor::from_vector({found ? 1.0f : 0.0f}, {1});
-  dist::comm_for(Device::cpu()).all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
+  control.all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
   return flag.item() > 0;
 }
 
@@ -48,7 +48,7 @@ bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm, double* grad
                                                    1.0 / amp.scaler.scale());
   // Under ZeRO each rank checks only its shard; under DDP the averaged gradients agree, but a rank
   // may still differ (a fault): one all-reduce of the flag keeps the decision common either way.
-  if (!amp.scaler.update(any_rank_found_inf(found))) return false;
+  if (!amp.scaler.update(any_rank_found_inf(*amp.control, found))) return false;
   opt.set_grads(amp.master->master_grads());
   // After the skip decision, so a skipped step stays skipped and a clean one clips by the true
   // (unscaled) norm, summed over the shards under ZeRO.

@@ -8,7 +8,7 @@
 // ParamGroups over the masters (make_amp_groups). Each step the Step multiplies the loss by
 // scale() before backward and calls amp_step instead of the optimizer's step:
 //   unscale + inf/NaN check (over the whole gradients, or the shard's gradient views) -> one
-//   all-reduce of the flag over the CPU communicator, so every rank makes the same skip decision
+//   all-reduce of the flag over the CPU communicator make_amp was given, so every rank makes the same skip decision
 //   also when gradients differ across ranks (ZeRO shards) -> LossScaler::update -> on a clean step
 //   [clipping: the global norm of the unscaled f32 master gradients, summed across shards under
 //   ZeRO] the optimizer's step on the masters, which writes the 16-bit parameters in the same pass
@@ -29,6 +29,7 @@
 #include <string>
 
 #include "apps/trainer/param_groups.h"  // defines: ParamGroups, NoDecayRule
+#include "dist/communicator.h"          // defines: Communicator
 #include "dist/zero.h"                  // defines: Zero
 #include "layers/module.h"              // defines: Module
 #include "optim/amp.h"                  // defines: MasterWeights, LossScaler
@@ -40,11 +41,13 @@ struct AmpRun {
   std::unique_ptr<optim::MasterWeights> master;  // null until build_masters
   optim::LossScaler scaler;
   dist::Zero* zero = nullptr;  // ZeRO-1/2: the masters are this rank's shard (not owned)
+  dist::Communicator* control = nullptr;  // CPU, every rank of the job: the found-inf agreement (not owned)
 };
 
 // Casts `model` in place to `low` (bf16 or f16; call before DDP wraps it); f16 gets dynamic loss
-// scaling, bf16 none.
-std::unique_ptr<AmpRun> make_amp(DType low, Module& model);
+// scaling, bf16 none. `control`: the CPU communicator over every rank of the job, which agrees on
+// the overflow flag (it must outlive the AmpRun).
+std::unique_ptr<AmpRun> make_amp(DType low, Module& model, dist::Communicator& control);
 // The f32 masters, from the model's (broadcast) 16-bit weights: over all of `model`'s parameters,
 // or over zero's shard when zero is not null (it must outlive `amp`).
 void build_masters(AmpRun& amp, Module& model, dist::Zero* zero);
@@ -63,8 +66,8 @@ bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm = 0, double* 
 // Checkpoint entries (see the file comment). amp_state is collective under ZeRO (the masters are
 // gathered, and only `root` gets them); use its result on `root`.
 optim::NamedTensors amp_state(const AmpRun& amp, int root = 0);
-// One rank's overflow flag made every rank's decision (an all-reduce over the CPU communicator).
-bool any_rank_found_inf(bool found);
+// One rank's overflow flag made every rank's decision (an all-reduce over `control`, a CPU communicator).
+bool any_rank_found_inf(dist::Communicator& control, bool found);
 // Removes the AMP entries from a loaded optimizer state and loads them (each rank its own range).
 void take_amp_state(AmpRun* amp, optim::NamedTensors& state);
 

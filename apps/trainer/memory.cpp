@@ -9,7 +9,6 @@
 #include "apps/trainer/step.h"    // defines: Step
 #include "core/out_of_memory.h"   // defines: human_bytes, available_memory
 #include "core/storage.h"         // defines: memory_stats, reset_peak_memory
-#include "dist/transport/bootstrap.h"  // defines: comm_for (the budget's agreement)
 #ifdef TANDEM_WITH_CUDA
 #include "core/ops/common/cuda/blas_handle.h"  // defines: blas_workspace, kBlasWorkspaceBytes
 #endif
@@ -78,13 +77,12 @@ nlohmann::json MemoryMeter::json() const { return ledger_json(ledger_, mixed_); 
 
 double budgeted_bytes(const dist::MemoryLedger& m) { return m.model_state() + m.transient; }
 
-double agreed_max(double bytes) {
+double agreed_max(dist::Communicator& control, double bytes) {
   // One slot per rank, each rank writing its own (the communicators sum or average, no max).
-  const dist::World& w = dist::world();
-  std::vector<double> slots(static_cast<size_t>(w.size), 0.0);
-  slots[static_cast<size_t>(w.rank)] = bytes;
-  Tensor t = Tensor::from_vector_f64(slots, {static_cast<int64_t>(w.size)}, DType::F64);
-  dist::comm_for(Device::cpu()).all_reduce(t, dist::ReduceOp::Sum, "memory budget")->wait();
+  std::vector<double> slots(static_cast<size_t>(control.size()), 0.0);
+  slots[static_cast<size_t>(control.rank())] = bytes;
+  Tensor t = Tensor::from_vector_f64(slots, {static_cast<int64_t>(control.size())}, DType::F64);
+  control.all_reduce(t, dist::ReduceOp::Sum, "memory budget")->wait();
   const std::vector<double> all = t.to_vector_f64();
   return *std::max_element(all.begin(), all.end());
 }

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "core/device.h"         // defines: Device
+#include "dist/communicator.h"  // defines: Communicator
 #include "dist/measure/memory_ledger.h"  // defines: MemoryLedger
 
 namespace tandem::trainer {
@@ -93,8 +94,9 @@ int64_t library_workspace_bytes(Device device);
 int64_t measured_model_state(int64_t current, int64_t other, int64_t data_bytes, int64_t workspace);
 // The budget (see the file comment): model state + transient gradient buffers, per rank.
 double budgeted_bytes(const dist::MemoryLedger& m);
-// The largest of `bytes` over the world's ranks (collective, on the CPU communicator).
-double agreed_max(double bytes);
+// The largest of `bytes` over the ranks of `control` (a CPU communicator over every rank of the
+// job; collective).
+double agreed_max(dist::Communicator& control, double bytes);
 // The ledger of the same model laid out otherwise: ZeRO `stage` over `world` data-parallel ranks,
 // with `params` trainable elements per rank (TP T: the replicated ones plus the split ones / T).
 dist::MemoryLedger predict_layout(dist::LedgerOptions lo, int stage, int world, int64_t params);

@@ -8,7 +8,6 @@
 
 #include "core/check.h"      // defines: TANDEM_CHECK
 #include "core/tensor.h"     // defines: Tensor
-#include "dist/transport/bootstrap.h"  // defines: world, comm_for
 
 namespace tandem::trainer {
 
@@ -31,27 +30,28 @@ bool NonfiniteVerdict::weights() const {
   return false;
 }
 
-NonfiniteVerdict agree_nonfinite(const Health& mine) {
-  const dist::World& w = dist::world();
+NonfiniteVerdict agree_nonfinite(dist::Communicator& control, const Health& mine) {
+  const int me = control.rank(), n = control.size();
   // Four slots per rank, each rank writing only its own: [0, W) 1 where the loss is not finite,
   // [W, 2W) the loss itself, [2W, 3W) the gradient count, [3W, 4W) the weight count. Every other
   // rank adds 0 to a slot, so the sum carries each value (NaN and inf included) exactly.
-  std::vector<float> slots(4 * w.size, 0.0f);
-  if (!std::isfinite(mine.loss)) slots[w.rank] = 1, slots[w.size + w.rank] = mine.loss;
+  std::vector<float> slots(4 * n, 0.0f);
+  if (!std::isfinite(mine.loss)) slots[me] = 1, slots[n + me] = mine.loss;
   // A count of 2^24 + 1 rounds in f32 but never to 0, which is all the verdict needs.
-  slots[2 * w.size + w.rank] = static_cast<float>(mine.gradients);
-  slots[3 * w.size + w.rank] = static_cast<float>(mine.weights);
+  slots[2 * n + me] = static_cast<float>(mine.gradients);
+  slots[3 * n + me] = static_cast<float>(mine.weights);
   Tensor t = Tensor::from_vector(slots, {static_cast<int64_t>(slots.size())});
-  dist::comm_for(Device::cpu()).all_reduce(t, dist::ReduceOp::Sum, "non-finite check")->wait();
+  control.all_reduce(t, dist::ReduceOp::Sum, "non-finite check")->wait();
   const std::vector<float> s = t.to_vector();
   NonfiniteVerdict v;
-  for (int r = 0; r < w.size; ++r) {
+  v.me = me;
+  for (int r = 0; r < n; ++r) {
     NonfiniteVerdict::Bad b;
     b.rank = r;
     b.loss_bad = s[r] != 0;
-    b.found.loss = b.loss_bad ? s[w.size + r] : 0.0f;
-    b.found.gradients = static_cast<int64_t>(s[2 * w.size + r]);
-    b.found.weights = static_cast<int64_t>(s[3 * w.size + r]);
+    b.found.loss = b.loss_bad ? s[n + r] : 0.0f;
+    b.found.gradients = static_cast<int64_t>(s[2 * n + r]);
+    b.found.weights = static_cast<int64_t>(s[3 * n + r]);
     if (b.loss_bad || b.found.gradients > 0 || b.found.weights > 0) v.ranks.push_back(b);
   }
   return v;
@@ -90,7 +90,7 @@ int64_t largest(const NonfiniteVerdict& v, bool weights) {
 
 bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t step, const OptionNames& names) {
   if (!v.any() || policy == OnNonfinite::Off) return false;
-  const int me = dist::world().rank;
+  const int me = v.me;
   char head[192];
   if (v.weights()) {
     // The weights the previous update (or the checkpoint load) left: no skip can undo them.
@@ -130,14 +130,15 @@ bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t ste
                       " skips such steps instead.");
 }
 
-void check_state_finite(int64_t bad, int64_t step, const std::string& action, const OptionNames& names) {
+void check_state_finite(dist::Communicator& control, int64_t bad, int64_t step, const std::string& action,
+                        const OptionNames& names) {
   Health h;
   h.weights = bad;
-  const NonfiniteVerdict v = agree_nonfinite(h);
+  const NonfiniteVerdict v = agree_nonfinite(control, h);
   if (!v.weights()) return;
   char head[192];
   std::snprintf(head, sizeof head, "[rank %d] after step %lld: the state to %s holds %lld non-finite value(s)",
-                dist::world().rank, (long long)step, action.c_str(), (long long)largest(v, true));
+                v.me, (long long)step, action.c_str(), (long long)largest(v, true));
   stop(head, who(v, false, true),
        "stopping on every rank without it. Lower " + option_name(names, "lr") +
            " or check the data, and resume from an earlier checkpoint.");

@@ -28,7 +28,7 @@
 //   at the end of the run: the last update's weights (Step::finish).
 // Cost per step: two device-side counts (one kernel per dtype over the gradients and over the
 // weights, each element read once), one host read of three numbers - the loss and the two counts,
-// copied into one small tensor - and one all-reduce of 4 x world floats on the CPU communicator
+// copied into one small tensor - and one all-reduce of 4 x world floats on the Step's CPU communicator
 // (microseconds). That read waits for the step's queued work (it is taken after backward was
 // queued, so the GPU is busy meanwhile), which keeps the host from queueing the next step's kernels
 // ahead: a launch-latency bubble per step, small next to a ResNet-50 step but visible on tiny
@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "apps/trainer/option_names.h"  // defines: OptionNames
+#include "dist/communicator.h"          // defines: Communicator
 
 namespace tandem::trainer {
 
@@ -67,21 +68,25 @@ struct NonfiniteVerdict {
     bool loss_bad = false;  // found.loss is NaN or infinite
   };
   std::vector<Bad> ranks;  // ranks that found anything, in rank order
+  int me = 0;              // the rank this verdict was agreed on (messages name it)
   bool any() const { return !ranks.empty(); }
   bool loss_or_gradients() const;
   bool weights() const;
 };
 
-// Collective over the CPU communicator: every rank passes what it found; every rank gets the same
-// verdict. Counts travel as f32 (exact below 2^24, and never 0 when they are not).
-NonfiniteVerdict agree_nonfinite(const Health& mine);
+// Collective over `control` (a CPU communicator over every rank of the job): every rank passes what
+// it found; every rank gets the same verdict. Counts travel as f32 (exact below 2^24, and never 0
+// when they are not).
+NonfiniteVerdict agree_nonfinite(dist::Communicator& control, const Health& mine);
 
 // Applies `policy` to a step's verdict for 1-based `step` (see the file comment). Returns true when
 // every rank must skip this step's update; throws RunStopped to stop.
 bool act_on_nonfinite(OnNonfinite policy, const NonfiniteVerdict& v, int64_t step, const OptionNames& names = {});
 
-// Collective: stops every rank (RunStopped) when any rank counted `bad` > 0 non-finite elements in
-// the state it is about to `action` (e.g. "write to a checkpoint"), after `step` steps.
-void check_state_finite(int64_t bad, int64_t step, const std::string& action, const OptionNames& names = {});
+// Collective over `control`: stops every rank (RunStopped) when any rank counted `bad` > 0
+// non-finite elements in the state it is about to `action` (e.g. "write to a checkpoint"), after
+// `step` steps.
+void check_state_finite(dist::Communicator& control, int64_t bad, int64_t step, const std::string& action,
+                        const OptionNames& names = {});
 
 }  // namespace tandem::trainer

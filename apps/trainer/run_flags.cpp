@@ -27,12 +27,12 @@
 namespace tandem::trainer {
 
 void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help) {
-  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
+  app.add_option("--bucket-mb", o.step.bucket_mb, "gradient bucket size (MiB)")->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--first-bucket-mb", o.first_bucket_mb, "first gradient bucket size (MiB)")
+  app.add_option("--first-bucket-mb", o.step.first_bucket_mb, "first gradient bucket size (MiB)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--no-overlap", o.no_overlap, "all-reduce after backward instead of during it");
-  app.add_option("--compress", o.compress, "gradient dtype on the wire")
+  app.add_option("--compress", o.step.compress, "gradient dtype on the wire")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))->capture_default_str();
 
   app.add_option("--checkpoint-dir", o.checkpoint_dir,

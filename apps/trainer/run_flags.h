@@ -31,11 +31,10 @@ namespace tandem::trainer {
 class Step;  // apps/trainer/step.h (finish_run only calls it)
 
 struct RunOptions {
-  // communication (PyTorch DDP's bucket_cap_mb and first bucket)
-  double bucket_mb = 25;
-  double first_bucket_mb = 1;       // starts communication early
+  // The Step's options that flags write directly (--bucket-mb, --first-bucket-mb, --compress): their
+  // defaults are the library's; each trainer's step_options() starts from this one.
+  StepOptions step;
   bool no_overlap = false;          // all-reduce after backward (baseline)
-  std::string compress = "none";    // none | bf16 | fp16: gradient dtype on the wire
   // checkpoints (checkpoint/checkpoint_dir.h: the folder is owned by one run and locked against a
   // second job; apps/trainer/run_folder.h opens it at start-up)
   std::string checkpoint_dir;       // empty: no checkpoints

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "apps/trainer/ema.h"      // defines: ModelEma
 #include "apps/trainer/ledger.h"   // defines: ledger_inputs, model_state_bytes
 #include "apps/trainer/nonfinite.h"  // defines: agree_nonfinite, act_on_nonfinite, check_state_finite
 #include "core/autograd.h"         // defines: NoGradGuard
@@ -40,8 +41,9 @@ optim::OptimizerOptions group_options(const StepOptions& o, const dist::Zero* ze
 
 }  // namespace
 
-Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore, TpParts tp)
-    : options_(std::move(options)), backend_(options_.backend), comm_(comm), tp_(std::move(tp)),
+Step::Step(ModulePtr model, StepComms comms, StepOptions options, const Restore& restore, TpParts tp)
+    : options_(std::move(options)), backend_(options_.backend), comm_(*comms.data), control_(*comms.control),
+      tp_(std::move(tp)),
       model_(std::move(model)), device_(device_of(*model_)) {
   const StepOptions& o = options_;
   check(o);
@@ -50,7 +52,9 @@ Step::Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const
                tp_.comm ? tp_.comm->size() : 0, " ranks: build the Step with TpParts{&grid.tp(), layout} of a "
                "dist::tp::Grid of that size (or tp = 1 and no TpParts)");
   check_on(o, device_of(*model_), comm_.backend());
-  if (o.precision != Precision::F32) amp_ = make_amp(low_dtype(o.precision), *model_);
+  TANDEM_CHECK(control_.device().is_cpu(), "Step: StepComms::control must be a CPU communicator (the non-finite "
+               "verdict and AMP's overflow flag are host values); this one is on ", control_.device().str());
+  if (o.precision != Precision::F32) amp_ = make_amp(low_dtype(o.precision), *model_, control_);
   // The capturable update's loss scaler keeps scale, growth tracker, skipped count and found-inf
   // flag in tensors on the model's device (optim/loss_scaler.h, tensor mode), with the same rules;
   // built before load_state, which restores it like the host one (the same checkpoint entries).
@@ -286,7 +290,7 @@ bool Step::skip_nonfinite(int64_t number) {
   mine.loss = h[0];
   mine.gradients = static_cast<int64_t>(h[1]);
   mine.weights = static_cast<int64_t>(h[2]);
-  return act_on_nonfinite(options_.on_nonfinite, agree_nonfinite(mine), number, options_.names);
+  return act_on_nonfinite(options_.on_nonfinite, agree_nonfinite(control_, mine), number, options_.names);
 }
 
 StepResult Step::update() {
@@ -306,6 +310,7 @@ StepResult Step::update() {
   // A skipped update changed nothing: the count from before still stands.
   if (checked && r.applied) pending_weights_ = ops::count_nonfinite(weights(), device_);
   r.host_ms = ms_since(start);
+  if (ema_ && r.applied) ema_->update();  // outside host_ms, as when the loops did it
   micro_ = 0;
   ++steps_done_;
   return r;
@@ -317,7 +322,7 @@ void Step::finish() {
   if (pending_weights_.defined()) mine.weights = pending_weights_.to_vector_i64()[0];
   pending_weights_ = Tensor();
   // Reported as the state before the next step: the one a resumed run would start from.
-  act_on_nonfinite(options_.on_nonfinite, agree_nonfinite(mine), steps_done_ + 1, options_.names);
+  act_on_nonfinite(options_.on_nonfinite, agree_nonfinite(control_, mine), steps_done_ + 1, options_.names);
 }
 
 void Step::check_state_finite(const optim::NamedTensors& state) {
@@ -331,7 +336,7 @@ void Step::check_state_finite(const optim::NamedTensors& state) {
     if (!host.empty() && !device_.is_cpu()) bad += ops::count_nonfinite(host, Device::cpu()).to_vector_i64()[0];
   }
   pending_weights_ = Tensor();  // rank 0 counted the same weights, and every rank holds them alike
-  trainer::check_state_finite(bad, steps_done_, "write to a checkpoint", options_.names);
+  trainer::check_state_finite(control_, bad, steps_done_, "write to a checkpoint", options_.names);
 }
 
 namespace {
@@ -391,6 +396,7 @@ StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   r.launches = last_launches_;
   r.host_ms = ms_since(start) - (r.captured ? graph_->capture_ms() : 0.0);
   r.loss = static_loss_;
+  if (ema_) ema_->update();  // a graphed step counts as applied (StepResult::applied stays true)
   ++steps_done_;
   // A replay's collectives were captured, not issued, so dist's watchdog does not see them: the
   // replay is handed to it as a whole (an event after it on the compute stream), and a hung or

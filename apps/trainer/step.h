@@ -1,79 +1,11 @@
 // apps/trainer/step.h: one training step - the object both trainers share.
 //
-// A Step is built from a model and one StepOptions (step_options.h) and owns everything between
-// the trainer's loss and the updated weights: DDP (dist/ddp.h), ZeRO-1/2/3 (dist/zero.h) or the
-// parameter server (dist/parameter_server.h); AMP's cast, f32 masters and loss scaler (amp.h); the
-// optimizer with its parameter groups (param_groups.h); clipping; gradient accumulation; CUDA-graph
-// capture (graph_capture.h); the non-finite policy (nonfinite.h); and the backend settings
-// (core/backend.h, applied for the Step's lifetime). Every combination of them either works or is
-// refused by the constructor, in one place (step_options.cpp), with the reason.
-//
-// Construction order is part of a run's determinism and is fixed here:
-//   backend settings -> AMP cast of the model (an AMP checkpoint holds 16-bit weights) ->
-//   restore(model): the trainer loads the checkpoint's weights (and its generator state) and
-//   returns its optimizer entries -> DDP, which checks the ranks built the same model and
-//   broadcasts rank 0's tensors -> ZeRO -> AMP's f32 masters from the broadcast weights (of this
-//   rank's shard under ZeRO) -> the optimizer -> the parameter server -> load_state(entries):
-//   the checkpoint's masters, loss scale and optimizer state (each rank its own range).
-// The model must already be on its device, and the trainer seeds the default generator first.
-//
-// One step, in either form:
-//   step.set_lr(lr);
-//   StepResult r = step.run([&](int micro) { return loss_of(micro); });   // the usual form
-// or by hand (not with cuda_graph):
-//   step.zero_grad();  for each micro-batch: step.backward(loss_of(m));  StepResult r = step.update();
-// where the trainer's loss function runs the model through step.forward(x) (image models: one
-// input, cast to the 16-bit dtype under AMP) or step.forward_with(f) (any signature; f runs the
-// module once). run() calls it grad_accum_steps times (micro = 0, 1, ...); under cuda_graph it is
-// what the graph captures, so it must then read static inputs the trainer owns.
-//   zero_grad  ZeRO: what the next backward accumulates into (zero.h); else DDP's bucket views, one
-//              memset per bucket (the first accumulation then copies instead of adding).
-//   backward   loss x loss scale (fp16) / grad_accum_steps; all but the last micro-batch under
-//              DDP's no_sync, so only the last one communicates.
-//   update     [the non-finite check of the loss, the gradients and the last update's weights,
-//              agreed by all ranks in one all-reduce (nonfinite.h)] then one of: the parameter
-//              server's push/update/pull; AMP's unscale, overflow agreement, [clip], step, copy
-//              back [, ZeRO-1/2's all-gather]; or [clip,] step [, ZeRO-1/2's all-gather] (ZeRO-3
-//              gathers each unit when it next runs). Skipped on every rank alike, or applied on
-//              every rank.
-// state() / load_state() hold what a checkpoint needs from the step beyond the model's weights:
-// the optimizer state (unsharded, keyed "<param>.<state>", gathered from the shards under ZeRO),
-// AMP's f32 masters ("amp.master.<param>") and loss scaler ("amp.scaler.*"), so a checkpoint
-// resumes at any world size, strategy and precision. check_state_finite() checks that state, and
-// the weights, before a trainer writes it (collective); finish() resolves the last update's weight
-// check at the end of a run.
-//
-// The capturable update (StepOptions::capturable, implied by cuda_graph; optim/amp.h's "A captured
-// step" is the recipe). The host form reads the found-inf flag (AMP) and the clipping norm on the
-// host; this form keeps every decision on the device, so a CUDA graph can hold the whole update:
-//   backward   fp16: the loss times the scaler's scale tensor (LossScaler in tensor mode on the
-//              model's device, built instead of the host-mode one; bf16 keeps the scale at 1 and
-//              multiplies by nothing, as the host form), then / grad_accum_steps;
-//   update     AMP: amp_step_device's sequence over the two parameter groups (optim::amp_step_device
-//              takes one Optimizer; ParamGroups holds two): unscale into the masters and set the
-//              flag; all-reduce (sum) of the f32 [1] flag over the Step's communicator (NCCL: on
-//              its stream, joined back by an event, so inside the graph) - every rank skips alike; the
-//              GradClipper on the master gradients; each group's step(found_inf); the copy back
-//              (skipped on the device likewise); the scaler's update on the device.
-//              f32: the GradClipper, then the optimizers' step.
-// Results: under cuda_graph, StepResult::applied stays true and grad_norm -1 - the decision is on
-// the device; skipped_unreported() reads how many updates the device skipped (a sync: at log time),
-// and loss_scale() the scale. Without a graph the Step reads them back after the update (a sync,
-// as the host form has one), so StepResult means what it means in the host form. The two forms
-// give the same parameters, state, skips and norms bit for bit on the CPU (the same arithmetic;
-// tests/mpi_trainer_capturable.cpp); on a GPU the same is expected where the kernels are
-// deterministic (optim/'s capturable kernels are; not yet run through the Step on a GPU).
-//
-// Tensor parallelism (StepOptions::tp = T > 1). The trainer builds a dist::tp::Grid, the model over
-// grid.tp() (dist/tp/bert.h), and the Step over grid.dp() with TpParts{&grid.tp(), layout}: DDP or
-// ZeRO-1/2 then treat each TP shard as an ordinary parameter and average it over the ranks that
-// hold the same shard (one DP group per TP index), exactly as without TP. What the TP group adds
-// here: clipping takes the canonical model's norm (split squares summed over the TP group,
-// replicated ones counted once: dist/tp/clip.h's rule, after ZeRO's sum over DP); the non-finite
-// check already agrees over the whole world (nonfinite.h). state() is then this rank's TP shard of
-// the optimizer state (on DP rank 0, or gathered there under ZeRO), which the trainer assembles
-// over the TP group (dist/tp/shard.h) before it writes; the ledger's inputs are the shards, so its
-// prediction divides the split layers by T by construction.
+// A Step is built from a model, the communicators it uses (StepComms) and one StepOptions
+// (step_options.h), and owns everything between the trainer's loss and the updated weights: DDP,
+// ZeRO-1/2/3 or the parameter server, AMP, the optimizer, clipping, gradient accumulation, CUDA-graph
+// capture and the non-finite policy. Every combination either works or is refused by the
+// constructor, with the reason. Its fixed construction order, the phases of one step, the
+// capturable update and tensor parallelism are written out in apps/trainer/README.md ("The Step").
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -97,6 +29,8 @@
 #include "optim/clip.h"                 // defines: GradClipper
 
 namespace tandem::trainer {
+
+class ModelEma;  // ema.h
 
 // The cast and GEMM launches of one step, by dtype pair (core/ops/copy/launch_count.h), counted on
 // every backend at the op layer: a CPU step counts what the GPU step launches. Under AMP the goal
@@ -126,6 +60,18 @@ struct StepResult {
   LaunchCounts launches;       // cast and GEMM launches this step issued (a replay: its capture's)
 };
 
+// The communicators a Step uses; the trainer's set-up picks them (dist/transport/bootstrap.h's
+// comm_for under mpiexec, a thread group's in the in-process tests), and no part of the Step looks
+// one up. `data`: DDP, ZeRO and the parameter server, on the model's device (under TP the grid's DP
+// group). `control`: a CPU communicator over every rank of the job, for the decisions all ranks must
+// share - the non-finite verdict and AMP's found-inf flag (nonfinite.h, amp.h).
+struct StepComms {
+  explicit StepComms(dist::Communicator& cpu) : data(&cpu), control(&cpu) {}  // one CPU communicator for both
+  StepComms(dist::Communicator& data_comm, dist::Communicator& control_comm) : data(&data_comm), control(&control_comm) {}
+  dist::Communicator* data;
+  dist::Communicator* control;
+};
+
 // The tensor-parallel side of a Step (StepOptions::tp > 1, see the file comment): the TP group and
 // which canonical parameters the model splits.
 struct TpParts {
@@ -141,10 +87,9 @@ class Step {
   // The trainer's loss for micro-batch `micro` of the step (0 when grad_accum_steps is 1).
   using ForwardLoss = std::function<Tensor(int micro)>;
 
-  // `comm`: the ranks' communicator for the model's device. Throws the refusal when `options`
-  // cannot work here (step_options.h).
-  // Under TP (options.tp > 1) `comm` is the grid's DP group and `tp` names the TP group.
-  Step(ModulePtr model, dist::Communicator& comm, StepOptions options, const Restore& restore = {}, TpParts tp = {});
+  // `comms`: see StepComms. Throws the refusal when `options` cannot work here (step_options.h).
+  // Under TP (options.tp > 1) comms.data is the grid's DP group and `tp` names the TP group.
+  Step(ModulePtr model, StepComms comms, StepOptions options, const Restore& restore = {}, TpParts tp = {});
   ~Step();
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
@@ -152,6 +97,9 @@ class Step {
   // --- one step
   void set_lr(double lr);  // the optimizer's (and the servers') LR for the next update
   double lr() const;
+  // --model-ema's average (ema.h), updated by the Step after every applied update, so the loops
+  // need not (not owned: it must outlive the Step's updates; null, the default: none).
+  void set_ema(ModelEma* ema) { ema_ = ema; }
   // Optimizer steps done before the next one, across resumes (the trainer sets it at start): the
   // step number messages and the watchdog name is this + 1. Every update adds one.
   void set_steps_done(int64_t steps) { steps_done_ = steps; }
@@ -227,7 +175,8 @@ class Step {
 
   StepOptions options_;
   BackendScope backend_;  // first in, last out: the settings outlive every part below
-  dist::Communicator& comm_;
+  dist::Communicator& comm_;     // StepComms::data
+  dist::Communicator& control_;  // StepComms::control
   TpParts tp_;
   ModulePtr model_;
   std::unique_ptr<AmpRun> amp_;
@@ -240,6 +189,7 @@ class Step {
   std::unique_ptr<optim::GradClipper> clipper_; // capturable with clipping
   int64_t skips_seen_ = 0;                      // capturable AMP: the scaler's skipped count last read
   int64_t steps_done_ = 0;
+  ModelEma* ema_ = nullptr;  // set_ema
   LaunchCounts last_launches_;
   int micro_ = 0;          // micro-batches backward has run since zero_grad
   Tensor step_loss_;       // their loss (the step's, reported)

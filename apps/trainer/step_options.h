@@ -53,6 +53,7 @@
 #include "apps/trainer/param_groups.h"  // defines: NoDecayRule
 #include "core/backend.h"               // defines: BackendConfig
 #include "core/device.h"                // defines: Device
+#include "dist/bucketing.h"             // defines: BucketingOptions (the bucket sizes' defaults)
 #include "dist/ddp.h"                   // defines: DdpOptions
 #include "optim/optimizer.h"            // defines: OptimizerOptions
 
@@ -79,12 +80,16 @@ enum class Precision { F32, BF16, F16 };
 Precision precision_from_name(const std::string& name);  // "off", "bf16", "fp16"
 const char* precision_name(Precision p);                 // "off" for F32, as the trainers' --amp spells it
 
+// Bytes as the options and flags spell bucket sizes: MiB.
+constexpr double bytes_to_mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
 struct StepOptions {
   // How gradients are combined (strategy) and DDP's buckets.
   Strategy strategy = Strategy::Ddp;
   int ps_servers = 1;            // ParameterServer: servers colocated on ranks 0..K-1 (1 <= K <= ranks)
-  double first_bucket_mb = 1;    // PyTorch's first bucket: small, so communication starts early
-  double bucket_mb = 25;         // PyTorch DDP's bucket_cap_mb
+  // The bucket sizes' defaults are dist/bucketing.h's (1 MiB first, then PyTorch DDP's bucket_cap_mb).
+  double first_bucket_mb = bytes_to_mib(dist::BucketingOptions{}.first_bucket_bytes);
+  double bucket_mb = bytes_to_mib(dist::BucketingOptions{}.bucket_bytes);
   bool overlap = true;           // false: all-reduces start after backward ends (a baseline)
   bool bucketed = true;          // false: one all-reduce per parameter (a baseline)
   std::string compress = "none"; // none | bf16 | fp16: the gradients' dtype on the wire
