@@ -2,6 +2,7 @@
 // See bootstrap.h for the contract.
 #include "dist/transport/bootstrap.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -108,6 +109,30 @@ void with_deadline(const std::function<void()>& call, double timeout_s, const st
 // 10 s leaves room for a loaded machine.
 constexpr double kFinalizeTimeoutS = 10;
 
+// A job across hosts leaves without MPI_Finalize: after a barrier (the work of every rank is done),
+// each rank tells the launcher it finalized and exits with its status. MPICH 4.0.2's MPI_Finalize
+// over UCX's TCP transport now and then never returns across hosts (its UCX hook waits in a PMI
+// barrier that does not complete), and a rank leaving it by a deadline is taken by Hydra (MPICH's
+// mpiexec) for a failed process: Hydra kills the other ranks (SIGKILL, "EXIT CODE: 9"), and the
+// finished job reports a failure. What MPI_Finalize would have told Hydra last is PMI-1's
+// "cmd=finalize" on the socket it passed in PMI_FD; Hydra answers "cmd=finalize_ack". Files are
+// closed and synced by then (checkpoints are written whole before the run ends); the operating system
+// closes the connections.
+[[noreturn]] void leave_job_finalized(int status) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (const char* fd_text = std::getenv("PMI_FD")) {
+    const int fd = std::atoi(fd_text);
+    static const char kFinalize[] = "cmd=finalize\n";
+    if (::write(fd, kFinalize, sizeof kFinalize - 1) == static_cast<ssize_t>(sizeof kFinalize - 1)) {
+      pollfd reply{fd, POLLIN, 0};
+      char ack[64];
+      if (::poll(&reply, 1, static_cast<int>(kFinalizeTimeoutS * 1000)) > 0) (void)!::read(fd, ack, sizeof ack);
+    }
+  }
+  std::_Exit(status);
+}
+
 void apply_env(InitOptions& o) {
   if (const char* s = std::getenv("TANDEM_HOST_STAGING")) o.host_staging = std::atoi(s) != 0;
   if (const char* s = std::getenv("TANDEM_COMM_TIMEOUT_S")) {
@@ -208,6 +233,7 @@ const World& init(InitOptions options) {
 }
 
 void finalize(int exit_status_if_stuck) {
+  const bool across_hosts = g_state && g_state->world.local_size < g_state->world.size;
   delete std::exchange(g_state, nullptr);  // joins the communication threads, frees the MPI/NCCL communicators
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -221,6 +247,13 @@ void finalize(int exit_status_if_stuck) {
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     return;
+  }
+  if (across_hosts && std::getenv("PMI_FD")) {
+    const std::string status = std::to_string(exit_status_if_stuck);
+    with_deadline([] { MPI_Barrier(MPI_COMM_WORLD); }, kFinalizeTimeoutS,
+                  "the job's last barrier did not complete within 10 s; this rank exits now with status " + status,
+                  exit_status_if_stuck);
+    leave_job_finalized(exit_status_if_stuck);
   }
   // Even so, over TCP across hosts one rank now and then spins for ever closing its connections
   // inside MPI_Finalize (UCX's endpoint flush; seen on the emulated cluster after a finished run,
