@@ -56,6 +56,8 @@ struct Options {
   int cpu_reps = 5;       // CPU rows are slower: fewer repetitions
   int cpu_conv_batch = 32;  // the CPU peer's ResNet-18 batch (apps/scripts/cpu_peer.py)
   bool cpu_only = false;  // skip the GPU part even when a GPU is present
+  bool cpu_clock_process = false;  // CPU conv rows on the process's CPU time (a shared machine)
+  std::string cpu_conv_only;       // CPU conv rows whose name contains this (empty: all)
   std::string json_path;  // empty: no JSON file
 };
 
@@ -102,7 +104,7 @@ void cpu_part(const Options& o, json& rows) {
                     {"tandem_ms", t_tandem}, {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b},
                     {"ratio", t_tandem / t_blas}});
   }
-  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, rows);
+  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, rows);
 }
 
 #ifdef TANDEM_WITH_CUDA
@@ -248,9 +250,15 @@ int main(int argc, char** argv) {
   app.add_option("--conv-batch", o.conv_batch, "batch size of the ResNet-50 conv rows")->check(CLI::PositiveNumber);
   app.add_option("--cpu-reps", o.cpu_reps, "timed repetitions per CPU row")->check(CLI::PositiveNumber);
   app.add_option("--cpu-conv-batch", o.cpu_conv_batch, "batch size of the CPU conv rows")->check(CLI::PositiveNumber);
+  std::string clock = "wall";
+  app.add_option("--cpu-clock", clock,
+                 "clock of the CPU conv rows: wall, or process (CPU time of all threads: fair on a shared machine)")
+      ->check(CLI::IsMember({"wall", "process"}));
+  app.add_option("--cpu-conv-only", o.cpu_conv_only, "run only the CPU conv rows whose 'model conv' contains TEXT");
   app.add_flag("--cpu", o.cpu_only, "run only the CPU part, even if a GPU is present");
   app.add_option("--json", o.json_path, "also write all rows to this JSON file");
   CLI11_PARSE(app, argc, argv);
+  o.cpu_clock_process = clock == "process";
 
   json rows = json::array();
   std::string gpu_status;
