@@ -104,6 +104,17 @@ void cpu_part(const Options& o, json& rows) {
                     {"tandem_ms", t_tandem}, {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b},
                     {"ratio", t_tandem / t_blas}});
   }
+  // ResNet-18's stem max-pool at 64 px (3x3/2, pad 1, 32x32x64 -> 16x16x64), the peer's batch: the
+  // one CPU pool of the ResNet rows (no library to compare with: tandem's kernel alone).
+  {
+    Tensor x = Tensor::full({o.cpu_conv_batch, 32, 32, 64}, 0.01);
+    ops::Pool2dParams pp;
+    pp.kernel_h = pp.kernel_w = 3, pp.pad_h = pp.pad_w = 1;
+    const double t = cpu_median_ms(1, o.cpu_reps, [&] { ops::max_pool2d(x, pp); });
+    std::printf("\nCPU max_pool2d 3x3/2 pad 1, f32, [%d, 32, 32, 64]: %.3f ms (forward)\n", o.cpu_conv_batch, t);
+    rows.push_back({{"part", "cpu_pool"}, {"name", "max_pool2d 3x3/2 32x32x64"}, {"dtype", "f32"},
+                    {"batch", o.cpu_conv_batch}, {"tandem_ms", t}});
+  }
   cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, rows);
 }
 
