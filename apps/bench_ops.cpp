@@ -58,6 +58,7 @@ struct Options {
   bool cpu_only = false;  // skip the GPU part even when a GPU is present
   bool cpu_clock_process = false;  // CPU conv rows on the process's CPU time (a shared machine)
   std::string cpu_conv_only;       // CPU conv rows whose name contains this (empty: all)
+  bool cpu_conv_vgg = false;       // also VGG-16's deep conv rows (seconds per repetition: off in CI)
   std::string json_path;  // empty: no JSON file
 };
 
@@ -105,17 +106,23 @@ void cpu_part(const Options& o, json& rows) {
                     {"ratio", t_tandem / t_blas}});
   }
   // ResNet-18's stem max-pool at 64 px (3x3/2, pad 1, 32x32x64 -> 16x16x64), the peer's batch: the
-  // one CPU pool of the ResNet rows (no library to compare with: tandem's kernel alone).
+  // one CPU pool of the ResNet rows. No library to compare with, so "direct" is the memory floor: a
+  // copy of the input (the pool reads it once and writes a quarter of it).
   {
     Tensor x = Tensor::full({o.cpu_conv_batch, 32, 32, 64}, 0.01);
+    std::vector<float> copy(static_cast<size_t>(x.numel()));
     ops::Pool2dParams pp;
     pp.kernel_h = pp.kernel_w = 3, pp.pad_h = pp.pad_w = 1;
     const double t = cpu_median_ms(1, o.cpu_reps, [&] { ops::max_pool2d(x, pp); });
-    std::printf("\nCPU max_pool2d 3x3/2 pad 1, f32, [%d, 32, 32, 64]: %.3f ms (forward)\n", o.cpu_conv_batch, t);
+    const double t_copy = cpu_median_ms(1, o.cpu_reps, [&] {
+      std::copy(x.data<float>(), x.data<float>() + x.numel(), copy.data());
+    });
+    std::printf("\nCPU max_pool2d 3x3/2 pad 1, f32, [%d, 32, 32, 64]: %.3f ms forward, %.2fx a copy of its input\n",
+                o.cpu_conv_batch, t, t / t_copy);
     rows.push_back({{"part", "cpu_pool"}, {"name", "max_pool2d 3x3/2 32x32x64"}, {"dtype", "f32"},
-                    {"batch", o.cpu_conv_batch}, {"tandem_ms", t}});
+                    {"batch", o.cpu_conv_batch}, {"tandem_ms", t}, {"direct_ms", t_copy}, {"ratio", t / t_copy}});
   }
-  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, rows);
+  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, o.cpu_conv_vgg, rows);
 }
 
 #ifdef TANDEM_WITH_CUDA
@@ -266,6 +273,8 @@ int main(int argc, char** argv) {
                  "clock of the CPU conv rows: wall, or process (CPU time of all threads: fair on a shared machine)")
       ->check(CLI::IsMember({"wall", "process"}));
   app.add_option("--cpu-conv-only", o.cpu_conv_only, "run only the CPU conv rows whose 'model conv' contains TEXT");
+  app.add_flag("--cpu-conv-vgg", o.cpu_conv_vgg,
+               "also VGG-16's last three conv shapes at 64 px (slow: seconds per repetition)");
   app.add_flag("--cpu", o.cpu_only, "run only the CPU part, even if a GPU is present");
   app.add_option("--json", o.json_path, "also write all rows to this JSON file");
   CLI11_PARSE(app, argc, argv);

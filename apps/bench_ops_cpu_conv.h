@@ -1,8 +1,9 @@
 // apps/bench_ops_cpu_conv.h: bench_ops' CPU convolution rows (included by apps/bench_ops.cpp only).
 //
 // Every conv shape of ResNet-18 at 64 px (batch 32, the CPU peer's row), of resnet_tiny (the main
-// job's model, same size and batch) and VGG-16's last three at 64 px (the peer's VGG row; its deep,
-// small-image layers are where the layout choice matters), forward, backward data and backward filter, f32, timed three ways
+// job's model, same size and batch) and, with `vgg`, VGG-16's last three at 64 px (the peer's VGG
+// row; its deep, small-image layers are where the layout choice matters; seconds per repetition, so
+// not in CI's smoke run), forward, backward data and backward filter, f32, timed three ways
 // with the runs interleaved (one of each per repetition, so load from other processes hits all three
 // alike), medians reported:
 //   tandem   the CPU entry points the conv op calls (kernels::conv2d_*_cpu: oneDNN where the build
@@ -135,7 +136,8 @@ std::vector<double> interleaved_median_ms(int reps, bool process_cpu, F&&... fs)
 }
 
 // `only`: run the rows whose "model conv" contains it (empty: all).
-inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::string& only, nlohmann::json& rows) {
+inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::string& only, bool vgg,
+                          nlohmann::json& rows) {
   // ResNet-18 at 64 px: stem 64 -> 32, maxpool -> 16; resnet_tiny: the same at a quarter the width.
   const CpuConvShape shapes[] = {
       {"resnet18", "stem 7x7/2 3->64 @64", 64, 3, 64, 7, 2},  {"resnet18", "3x3 64->64 @16", 16, 64, 64, 3, 1},
@@ -159,6 +161,7 @@ inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::
               "im2col", "onednn/tandem", "im2col/tandem");
   for (const CpuConvShape& s : shapes) {
     if (!only.empty() && (std::string(s.model) + " " + s.name).find(only) == std::string::npos) continue;
+    if (!vgg && std::string(s.model) == "vgg16") continue;
     const kernels::ConvGeom g = cpu_conv_geom(s, batch);
     Tensor x = Tensor::full({g.n, g.h, g.w, g.c}, 0.01), w = Tensor::full({g.o, g.kh, g.kw, g.c}, 0.01);
     Tensor y = Tensor::full({g.n, g.oh, g.ow, g.o}, 0.01), dx = Tensor::empty_like(x), dw = Tensor::empty_like(w);

@@ -135,9 +135,9 @@ const kernels::ConvGeom kModelShapes[] = {model_geom(2, 32, 3, 64, 7, 2),  model
 
 // Deep layers of ResNet-18/VGG at 64 px: many channels on 2x2-8x8 images, where forward and backward
 // data run on oneDNN's blocked activation layout with per-call reorders (onednn_blocked_activations).
-const kernels::ConvGeom kBlockedShapes[] = {model_geom(2, 4, 256, 256, 3, 1), model_geom(2, 4, 256, 512, 3, 2),
-                                            model_geom(2, 4, 256, 512, 1, 2), model_geom(1, 2, 512, 512, 3, 1),
-                                            model_geom(1, 8, 256, 512, 3, 1)};
+// Batch 1 and the smallest such layers: the im2col reference must run them too, and CI's time counts.
+const kernels::ConvGeom kBlockedShapes[] = {model_geom(1, 4, 256, 512, 3, 2), model_geom(1, 4, 256, 512, 1, 2),
+                                            model_geom(1, 2, 512, 256, 3, 1)};
 
 }  // namespace
 
@@ -162,8 +162,7 @@ TEST_CASE("oneDNN conv on the blocked activation layout matches the im2col refer
   CHECK(kernels::onednn_preferred_for_backward_filter(model_geom(2, 8, 512, 512, 3, 1)));
   std::mt19937 rng(2611);
   for (const auto& g : kBlockedShapes) compare_one(g, DType::F32, rng);
-  if (cpu_has("avx512_bf16"))
-    for (const auto& g : kBlockedShapes) compare_one(g, DType::BF16, rng);
+  if (cpu_has("avx512_bf16")) compare_one(kBlockedShapes[0], DType::BF16, rng);  // one: the layout code is shared
 }
 
 TEST_CASE("oneDNN conv matches the im2col reference, f32, random shapes") {
