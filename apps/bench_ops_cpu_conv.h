@@ -188,7 +188,8 @@ inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::
       std::printf("  %-11s %-24s %-10s %9.3f %9.3f %9.3f  %14.2f  %14.2f\n", s.model, s.name, dirs[d], t[0], t_direct,
                   t[2], t_direct / t[0], t[2] / t[0]);
       rows.push_back({{"part", "cpu_conv"}, {"model", s.model}, {"name", s.name}, {"direction", dirs[d]},
-                      {"dtype", "f32"}, {"batch", batch}, {"clock", process_cpu ? "process_cpu" : "wall"}, {"tandem_ms", t[0]}, {"onednn_ms", t_direct},
+                      {"dtype", "f32"}, {"batch", batch}, {"clock", process_cpu ? "process_cpu" : "wall"},
+                      {"tandem_ms", t[0]}, {"onednn_ms", t_direct},
                       {"im2col_ms", t[2]}, {"onednn_over_tandem", t_direct / t[0]},
                       {"im2col_over_tandem", t[2] / t[0]},
                       // bench_ops' common columns (ratio = tandem / direct): the direct call is oneDNN's
