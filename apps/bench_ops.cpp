@@ -7,10 +7,11 @@
 // of cuBLASLt / cuDNN called directly (apps/bench_ops_gpu.h) and tandem / direct: 1.00 means no
 // overhead. Times are medians of --reps CUDA-event timings after --warmup runs.
 // CPU part (always): GFLOP/s of ops::matmul in f32 next to cblas_sgemm on the same shapes (smaller
-// than the GPU ones so the part finishes in seconds), and every conv shape of ResNet-18 and
-// resnet_tiny at 64 px, forward and both backwards, next to oneDNN called directly and to the
-// im2col + OpenBLAS reference (apps/bench_ops_cpu_conv.h). The CPU threads follow core/threads.h
-// (all cores of one process, or OMP_NUM_THREADS) and are printed first.
+// than the GPU ones so the part finishes in seconds), ResNet-18's stem max-pool next to a copy of its
+// input, and every conv shape of ResNet-18 and resnet_tiny at 64 px (VGG-16's last three with
+// --cpu-conv-vgg), forward and both backwards, next to oneDNN called directly and to the im2col +
+// OpenBLAS reference (apps/bench_ops_cpu_conv.h; --cpu-clock process on a shared machine). The CPU
+// threads follow core/threads.h (all cores of one process, or OMP_NUM_THREADS) and are printed first.
 // GPU attention (bf16, BERT shapes): cuDNN's fused SDPA next to the reference path, as the encoder runs them.
 // GPU memory-bound ops (BN, elementwise, pooling, bias gradient, fused SGD): achieved GB/s next to
 // a device-to-device copy's (apps/bench_ops_bandwidth.h).
