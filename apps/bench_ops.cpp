@@ -7,10 +7,11 @@
 // of cuBLASLt / cuDNN called directly (apps/bench_ops_gpu.h) and tandem / direct: 1.00 means no
 // overhead. Times are medians of --reps CUDA-event timings after --warmup runs.
 // CPU part (always): GFLOP/s of ops::matmul in f32 next to cblas_sgemm on the same shapes (smaller
-// than the GPU ones so the part finishes in seconds), and every conv shape of ResNet-18 and
-// resnet_tiny at 64 px, forward and both backwards, next to oneDNN called directly and to the
-// im2col + OpenBLAS reference (apps/bench_ops_cpu_conv.h). The CPU threads follow core/threads.h
-// (all cores of one process, or OMP_NUM_THREADS) and are printed first.
+// than the GPU ones so the part finishes in seconds), ResNet-18's stem max-pool next to a copy of its
+// input, and every conv shape of ResNet-18 and resnet_tiny at 64 px (VGG-16's last three with
+// --cpu-conv-vgg), forward and both backwards, next to oneDNN called directly and to the im2col +
+// OpenBLAS reference (apps/bench_ops_cpu_conv.h; --cpu-clock process on a shared machine). The CPU
+// threads follow core/threads.h (all cores of one process, or OMP_NUM_THREADS) and are printed first.
 // GPU attention (bf16, BERT shapes): cuDNN's fused SDPA next to the reference path, as the encoder runs them.
 // GPU memory-bound ops (BN, elementwise, pooling, bias gradient, fused SGD): achieved GB/s next to
 // a device-to-device copy's (apps/bench_ops_bandwidth.h).
@@ -56,6 +57,9 @@ struct Options {
   int cpu_reps = 5;       // CPU rows are slower: fewer repetitions
   int cpu_conv_batch = 32;  // the CPU peer's ResNet-18 batch (apps/scripts/cpu_peer.py)
   bool cpu_only = false;  // skip the GPU part even when a GPU is present
+  bool cpu_clock_process = false;  // CPU conv rows on the process's CPU time (a shared machine)
+  std::string cpu_conv_only;       // CPU conv rows whose name contains this (empty: all)
+  bool cpu_conv_vgg = false;       // also VGG-16's deep conv rows (seconds per repetition: off in CI)
   std::string json_path;  // empty: no JSON file
 };
 
@@ -102,7 +106,24 @@ void cpu_part(const Options& o, json& rows) {
                     {"tandem_ms", t_tandem}, {"direct_ms", t_blas}, {"tandem_gflops", g_t}, {"direct_gflops", g_b},
                     {"ratio", t_tandem / t_blas}});
   }
-  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, rows);
+  // ResNet-18's stem max-pool at 64 px (3x3/2, pad 1, 32x32x64 -> 16x16x64), the peer's batch: the
+  // one CPU pool of the ResNet rows. No library to compare with, so "direct" is the memory floor: a
+  // copy of the input (the pool reads it once and writes a quarter of it).
+  {
+    Tensor x = Tensor::full({o.cpu_conv_batch, 32, 32, 64}, 0.01);
+    std::vector<float> copy(static_cast<size_t>(x.numel()));
+    ops::Pool2dParams pp;
+    pp.kernel_h = pp.kernel_w = 3, pp.pad_h = pp.pad_w = 1;
+    const double t = cpu_median_ms(1, o.cpu_reps, [&] { ops::max_pool2d(x, pp); });
+    const double t_copy = cpu_median_ms(1, o.cpu_reps, [&] {
+      std::copy(x.data<float>(), x.data<float>() + x.numel(), copy.data());
+    });
+    std::printf("\nCPU max_pool2d 3x3/2 pad 1, f32, [%d, 32, 32, 64]: %.3f ms forward, %.2fx a copy of its input\n",
+                o.cpu_conv_batch, t, t / t_copy);
+    rows.push_back({{"part", "cpu_pool"}, {"name", "max_pool2d 3x3/2 32x32x64"}, {"dtype", "f32"},
+                    {"batch", o.cpu_conv_batch}, {"tandem_ms", t}, {"direct_ms", t_copy}, {"ratio", t / t_copy}});
+  }
+  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, o.cpu_conv_vgg, rows);
 }
 
 #ifdef TANDEM_WITH_CUDA
@@ -248,9 +269,17 @@ int main(int argc, char** argv) {
   app.add_option("--conv-batch", o.conv_batch, "batch size of the ResNet-50 conv rows")->check(CLI::PositiveNumber);
   app.add_option("--cpu-reps", o.cpu_reps, "timed repetitions per CPU row")->check(CLI::PositiveNumber);
   app.add_option("--cpu-conv-batch", o.cpu_conv_batch, "batch size of the CPU conv rows")->check(CLI::PositiveNumber);
+  std::string clock = "wall";
+  app.add_option("--cpu-clock", clock,
+                 "clock of the CPU conv rows: wall, or process (CPU time of all threads: fair on a shared machine)")
+      ->check(CLI::IsMember({"wall", "process"}));
+  app.add_option("--cpu-conv-only", o.cpu_conv_only, "run only the CPU conv rows whose 'model conv' contains TEXT");
+  app.add_flag("--cpu-conv-vgg", o.cpu_conv_vgg,
+               "also VGG-16's last three conv shapes at 64 px (slow: seconds per repetition)");
   app.add_flag("--cpu", o.cpu_only, "run only the CPU part, even if a GPU is present");
   app.add_option("--json", o.json_path, "also write all rows to this JSON file");
   CLI11_PARSE(app, argc, argv);
+  o.cpu_clock_process = clock == "process";
 
   json rows = json::array();
   std::string gpu_status;

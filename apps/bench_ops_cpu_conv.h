@@ -1,7 +1,9 @@
 // apps/bench_ops_cpu_conv.h: bench_ops' CPU convolution rows (included by apps/bench_ops.cpp only).
 //
-// Every conv shape of ResNet-18 at 64 px (batch 32, the CPU peer's row) and of resnet_tiny (the main
-// job's model, same size and batch), forward, backward data and backward filter, f32, timed three ways
+// Every conv shape of ResNet-18 at 64 px (batch 32, the CPU peer's row), of resnet_tiny (the main
+// job's model, same size and batch) and, with `vgg`, VGG-16's last three at 64 px (the peer's VGG
+// row; its deep, small-image layers are where the layout choice matters; seconds per repetition, so
+// not in CI's smoke run), forward, backward data and backward filter, f32, timed three ways
 // with the runs interleaved (one of each per repetition, so load from other processes hits all three
 // alike), medians reported:
 //   tandem   the CPU entry points the conv op calls (kernels::conv2d_*_cpu: oneDNN where the build
@@ -9,11 +11,15 @@
 //   onednn   oneDNN called directly, primitives built once with every layout left to oneDNN (format
 //            any: its blocked layouts), inputs reordered before timing: the library's ceiling;
 //   im2col   the same entry points with BackendConfig::cpu_onednn off: the im2col + OpenBLAS reference.
+// Clock: wall time by default; --cpu-clock process times each call by the process's CPU time
+// (CLOCK_PROCESS_CPUTIME_ID, all threads summed), which on a shared machine leaves out the time the
+// bench waited for a core while other processes ran - the only sound figure under load at 1 thread.
 // Ratios are times: onednn/tandem >= 0.95 is the target (tandem within 5 % of the library),
 // im2col/tandem is the speed-up over the reference.
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -99,18 +105,27 @@ class DirectConv {
 };
 #endif
 
+// Milliseconds on the chosen clock: wall (steady) or the process's CPU time.
+inline double clock_ms(bool process_cpu) {
+  if (!process_cpu)
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 // Median milliseconds of each function, run interleaved: warm-up once each, then `reps` rounds of one
 // call of each.
 template <typename... F>
-std::vector<double> interleaved_median_ms(int reps, F&&... fs) {
+std::vector<double> interleaved_median_ms(int reps, bool process_cpu, F&&... fs) {
   std::vector<std::function<void()>> calls{fs...};
   for (auto& f : calls) f();
   std::vector<std::vector<double>> ms(calls.size());
   for (int r = 0; r < reps; ++r)
     for (size_t i = 0; i < calls.size(); ++i) {
-      auto t0 = std::chrono::steady_clock::now();
+      const double t0 = clock_ms(process_cpu);
       calls[i]();
-      ms[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ms[i].push_back(clock_ms(process_cpu) - t0);
     }
   std::vector<double> med;
   for (auto& v : ms) {
@@ -120,7 +135,9 @@ std::vector<double> interleaved_median_ms(int reps, F&&... fs) {
   return med;
 }
 
-inline void cpu_conv_part(int reps, int64_t batch, nlohmann::json& rows) {
+// `only`: run the rows whose "model conv" contains it (empty: all).
+inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::string& only, bool vgg,
+                          nlohmann::json& rows) {
   // ResNet-18 at 64 px: stem 64 -> 32, maxpool -> 16; resnet_tiny: the same at a quarter the width.
   const CpuConvShape shapes[] = {
       {"resnet18", "stem 7x7/2 3->64 @64", 64, 3, 64, 7, 2},  {"resnet18", "3x3 64->64 @16", 16, 64, 64, 3, 1},
@@ -133,13 +150,18 @@ inline void cpu_conv_part(int reps, int64_t batch, nlohmann::json& rows) {
       {"resnet_tiny", "1x1/2 16->32 @16", 16, 16, 32, 1, 2},  {"resnet_tiny", "3x3 32->32 @8", 8, 32, 32, 3, 1},
       {"resnet_tiny", "3x3/2 32->64 @8", 8, 32, 64, 3, 2},    {"resnet_tiny", "1x1/2 32->64 @8", 8, 32, 64, 1, 2},
       {"resnet_tiny", "3x3 64->64 @4", 4, 64, 64, 3, 1},      {"resnet_tiny", "3x3/2 64->128 @4", 4, 64, 128, 3, 2},
-      {"resnet_tiny", "1x1/2 64->128 @4", 4, 64, 128, 1, 2},  {"resnet_tiny", "3x3 128->128 @2", 2, 128, 128, 3, 1}};
+      {"resnet_tiny", "1x1/2 64->128 @4", 4, 64, 128, 1, 2},  {"resnet_tiny", "3x3 128->128 @2", 2, 128, 128, 3, 1},
+      {"vgg16", "3x3 256->512 @8", 8, 256, 512, 3, 1},        {"vgg16", "3x3 512->512 @8", 8, 512, 512, 3, 1},
+      {"vgg16", "3x3 512->512 @4", 4, 512, 512, 3, 1}};
   const char* dirs[] = {"fwd", "bwd_data", "bwd_filter"};
-  std::printf("\nCPU conv2d, f32, NHWC, batch %lld (tandem = oneDNN %s; times in ms, medians of %d interleaved runs)\n",
-              (long long)batch, kernels::onednn_built() ? "built in" : "NOT built: the reference", reps);
+  std::printf("\nCPU conv2d, f32, NHWC, batch %lld (tandem = oneDNN %s; %s ms, medians of %d interleaved runs)\n",
+              (long long)batch, kernels::onednn_built() ? "built in" : "NOT built: the reference",
+              process_cpu ? "process CPU" : "wall", reps);
   std::printf("  %-11s %-24s %-10s %9s %9s %9s  %14s  %14s\n", "model", "conv", "direction", "tandem", "onednn",
               "im2col", "onednn/tandem", "im2col/tandem");
   for (const CpuConvShape& s : shapes) {
+    if (!only.empty() && (std::string(s.model) + " " + s.name).find(only) == std::string::npos) continue;
+    if (!vgg && std::string(s.model) == "vgg16") continue;
     const kernels::ConvGeom g = cpu_conv_geom(s, batch);
     Tensor x = Tensor::full({g.n, g.h, g.w, g.c}, 0.01), w = Tensor::full({g.o, g.kh, g.kw, g.c}, 0.01);
     Tensor y = Tensor::full({g.n, g.oh, g.ow, g.o}, 0.01), dx = Tensor::empty_like(x), dw = Tensor::empty_like(w);
@@ -157,16 +179,17 @@ inline void cpu_conv_part(int reps, int64_t batch, nlohmann::json& rows) {
       std::vector<double> t;
 #if TANDEM_HAVE_ONEDNN
       DirectConv direct(g, d);
-      t = interleaved_median_ms(reps, tandem_call, [&] { direct.run(); }, im2col_call);
+      t = interleaved_median_ms(reps, process_cpu, tandem_call, [&] { direct.run(); }, im2col_call);
       t_direct = t[1];
 #else
-      t = interleaved_median_ms(reps, tandem_call, im2col_call);
+      t = interleaved_median_ms(reps, process_cpu, tandem_call, im2col_call);
       t.insert(t.begin() + 1, 0.0);
 #endif
       std::printf("  %-11s %-24s %-10s %9.3f %9.3f %9.3f  %14.2f  %14.2f\n", s.model, s.name, dirs[d], t[0], t_direct,
                   t[2], t_direct / t[0], t[2] / t[0]);
       rows.push_back({{"part", "cpu_conv"}, {"model", s.model}, {"name", s.name}, {"direction", dirs[d]},
-                      {"dtype", "f32"}, {"batch", batch}, {"tandem_ms", t[0]}, {"onednn_ms", t_direct},
+                      {"dtype", "f32"}, {"batch", batch}, {"clock", process_cpu ? "process_cpu" : "wall"},
+                      {"tandem_ms", t[0]}, {"onednn_ms", t_direct},
                       {"im2col_ms", t[2]}, {"onednn_over_tandem", t_direct / t[0]},
                       {"im2col_over_tandem", t[2] / t[0]},
                       // bench_ops' common columns (ratio = tandem / direct): the direct call is oneDNN's

@@ -37,13 +37,19 @@ std::vector<kernels::GradTensor> refs(const std::vector<Tensor>& ts) {
 }
 #endif
 
-// The CPU loops, shared by the host API and GradClipper: sq += the squares in f64; g *= scale.
+// The CPU loops, shared by the host API and GradClipper: sq += the squares in f64; g *= scale. The
+// length is read once and the sum kept in a local: with numel() in the loop test and `sq` a
+// reference, each element called shape_numel and stored the sum (add_squares 4.1 % and shape_numel
+// 1.3 % of bert_small's steady step at 1 thread under perf). The sum keeps its order: the same bits.
 void add_squares_cpu(DType dt, const std::vector<Tensor>& group, double& sq) {
   TANDEM_CPU_FLOAT_TYPES(dt, T, [&] {
+    double acc = sq;
     for (const auto& g : group) {
       const T* x = g.data<T>();
-      for (int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+      const int64_t n = g.numel();
+      for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     }
+    sq = acc;
   });
 }
 
@@ -52,7 +58,8 @@ void scale_cpu(DType dt, const std::vector<Tensor>& group, double scale) {
     const T s = static_cast<T>(scale);
     for (const auto& g : group) {
       T* x = g.data<T>();
-      for (int64_t i = 0; i < g.numel(); ++i) x[i] *= s;
+      const int64_t n = g.numel();
+      for (int64_t i = 0; i < n; ++i) x[i] *= s;
     }
   });
 }

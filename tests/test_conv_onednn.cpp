@@ -133,7 +133,37 @@ const kernels::ConvGeom kModelShapes[] = {model_geom(2, 32, 3, 64, 7, 2),  model
                                           model_geom(2, 16, 64, 128, 3, 2), model_geom(2, 16, 64, 128, 1, 2),
                                           model_geom(2, 8, 128, 512, 1, 1)};
 
+// Deep layers of ResNet-18/VGG at 64 px: many channels on 2x2-8x8 images, where forward and backward
+// data run on oneDNN's blocked activation layout with per-call reorders (onednn_blocked_activations).
+// Batch 1 and the smallest such layers: the im2col reference must run them too, and CI's time counts.
+const kernels::ConvGeom kBlockedShapes[] = {model_geom(1, 4, 256, 512, 3, 2), model_geom(1, 4, 256, 512, 1, 2),
+                                            model_geom(1, 2, 512, 256, 3, 1)};
+
 }  // namespace
+
+TEST_CASE("oneDNN conv on the blocked activation layout matches the im2col reference, f32 and bf16") {
+  if (!kernels::onednn_built()) {
+    MESSAGE("skipped: this build has no oneDNN");
+    return;
+  }
+  // The rule answers both ways: these shapes take the blocked path, a narrow or large-image one not,
+  // and backward filter never (it keeps NHWC).
+  for (const auto& g : kBlockedShapes) {
+    CHECK_MESSAGE(kernels::onednn_blocked_activations(g, false), describe(g) << " should run blocked");
+    CHECK_FALSE(kernels::onednn_blocked_activations(g, true));
+  }
+  CHECK_FALSE(kernels::onednn_blocked_activations(model_geom(2, 4, 128, 128, 3, 1), false));
+  CHECK_FALSE(kernels::onednn_blocked_activations(model_geom(2, 16, 256, 256, 3, 1), false));
+  // Backward filter's measured exceptions: 2x2 outputs, and 4x4 ones with a 512 x 3 x 3 window, run
+  // the reference; a 256-channel 4x4 or a 512-channel 8x8 problem runs oneDNN.
+  CHECK_FALSE(kernels::onednn_preferred_for_backward_filter(model_geom(2, 2, 512, 512, 3, 1)));
+  CHECK_FALSE(kernels::onednn_preferred_for_backward_filter(model_geom(2, 4, 512, 512, 3, 1)));
+  CHECK(kernels::onednn_preferred_for_backward_filter(model_geom(2, 4, 256, 256, 3, 1)));
+  CHECK(kernels::onednn_preferred_for_backward_filter(model_geom(2, 8, 512, 512, 3, 1)));
+  std::mt19937 rng(2611);
+  for (const auto& g : kBlockedShapes) compare_one(g, DType::F32, rng);
+  if (cpu_has("avx512_bf16")) compare_one(kBlockedShapes[0], DType::BF16, rng);  // one: the layout code is shared
+}
 
 TEST_CASE("oneDNN conv matches the im2col reference, f32, random shapes") {
   if (!kernels::onednn_built()) {

@@ -10,11 +10,13 @@ as tandem's NHWC): tandem's train_imagenet / train_encoder --synthetic, one proc
 pytorch_peer.py --device cpu. The two alternate (tandem, PyTorch, tandem, ...) --repeats times, so
 load from other processes on a shared machine falls on both alike; each framework's median
 throughput over the repeats is reported, with the ratio tandem / PyTorch (> 1: tandem is faster)
-and the spread (min-max). Threads: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS for both, which PyTorch
+and the spread (min-max); "best" is the ratio of the two fastest runs, the figure least moved by
+other processes on a shared machine (each framework's least-disturbed run). Threads: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS for both, which PyTorch
 reads at start-up and tandem's core/threads.h honours.
 Rows (the issue's): ResNet-18 64 px b32, ResNet-50 224 px b8, VGG-16 64 px b16, bert_small seq 128 b8,
 each on 1 and 2 threads (--rows picks some by name, --threads others).
-Writes <out>/cpu_peer.json (every run) and prints the table; the raw logs go to <out>/cpu_peer_logs/.
+Writes <out>/cpu_peer<tag>.json (every run) and prints the table; the raw logs go to
+<out>/cpu_peer_logs<tag>/ (--tag keeps a new measurement from overwriting an older one's files).
 """
 import argparse
 import json
@@ -82,9 +84,10 @@ def main():
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names: " + ", ".join(ROWS))
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument("--repeats", type=int, default=5, help="alternated runs per framework (median reported)")
+    p.add_argument("--tag", default="", help="suffix of the output names (cpu_peer<tag>.json, cpu_peer_logs<tag>/)")
     a = p.parse_args()
     build, out = Path(a.build).resolve(), Path(a.out)
-    logs = out / "cpu_peer_logs"
+    logs = out / f"cpu_peer_logs{a.tag}"
     logs.mkdir(parents=True, exist_ok=True)
     import torch  # noqa: F401  (fail early, with Python's message, when this Python has no PyTorch)
     results = []
@@ -103,18 +106,21 @@ def main():
                     runs[fw].append(throughput(row[0], j))
             med = {fw: statistics.median(v) for fw, v in runs.items()}
             unit = "tok/s" if row[0] == "encoder" else "img/s"
+            best = max(runs["tandem"]) / max(runs["pytorch"])
             res = {"row": name, "threads": threads, "unit": unit, "runs": runs, "tandem": med["tandem"],
-                   "pytorch": med["pytorch"], "ratio": med["tandem"] / med["pytorch"],
+                   "pytorch": med["pytorch"], "ratio": med["tandem"] / med["pytorch"], "best_ratio": best,
                    "load_after": os.getloadavg()}
             results.append(res)
             print(f"{name:20s} {threads} thread(s): tandem {med['tandem']:8.1f} {unit} "
                   f"[{min(runs['tandem']):.1f}-{max(runs['tandem']):.1f}], PyTorch {med['pytorch']:8.1f} "
-                  f"[{min(runs['pytorch']):.1f}-{max(runs['pytorch']):.1f}], tandem/PyTorch {res['ratio']:.2f}  "
+                  f"[{min(runs['pytorch']):.1f}-{max(runs['pytorch']):.1f}], tandem/PyTorch {res['ratio']:.2f} "
+                  f"(best {best:.2f})  "
                   f"(load {res['load_after'][0]:.1f})", flush=True)
-            (out / "cpu_peer.json").write_text(json.dumps({"torch": torch.__version__, "rows": results}, indent=1))
-    print("\nrow                  threads   tandem    PyTorch   tandem/PyTorch")
+            (out / f"cpu_peer{a.tag}.json").write_text(json.dumps({"torch": torch.__version__, "rows": results}, indent=1))
+    print("\nrow                  threads   tandem    PyTorch   tandem/PyTorch   best/best")
     for r in results:
-        print(f"{r['row']:20s} {r['threads']:7d} {r['tandem']:8.1f} {r['pytorch']:10.1f}   {r['ratio']:6.2f}  {r['unit']}")
+        print(f"{r['row']:20s} {r['threads']:7d} {r['tandem']:8.1f} {r['pytorch']:10.1f}   {r['ratio']:6.2f}"
+              f"           {r['best_ratio']:5.2f}  {r['unit']}")
 
 
 if __name__ == "__main__":

@@ -53,25 +53,36 @@ void max_pool2d_forward_cpu(const Tensor& x, const pool::Geom& g, Tensor& y, Ten
     T* py = y.data<T>();
     int32_t* pa = argmax.data<int32_t>();
     const int64_t C = g.C;
-    std::vector<T> best(static_cast<size_t>(C));
     for_each_window(g, [&](const Window& win) {
-      const int64_t o = win.out;
+      // The running maximum lives in y and its index in argmax (no scratch row), and the channel
+      // loop is branch-free (selects), so it vectorises: ResNet-18's stem pool at 64 px, batch 32,
+      // went from 16-28 ms to 1.5-8.5 ms (bench_ops, 1 thread, a loaded machine). The first cell of a
+      // window is taken as it is (max_takes' `empty`), the others by max_takes' rule: greater, or NaN.
+      T* __restrict best = py + win.out;
+      int32_t* __restrict arg = pa + win.out;
+      if (win.h0 >= win.h1 || win.w0 >= win.w1) {  // an empty window: -inf, no index
+        std::fill(best, best + C, -std::numeric_limits<T>::infinity());
+        std::fill(arg, arg + C, -1);
+        return;
+      }
+      const T* __restrict first = px + in_offset(g, win.n, win.h0, win.w0);
+      const int32_t first_idx = win.h0 * g.W + win.w0;
       for (int64_t c = 0; c < C; ++c) {
-        best[c] = -std::numeric_limits<T>::infinity();
-        pa[o + c] = -1;
+        best[c] = first[c];
+        arg[c] = first_idx;
       }
       for (int h = win.h0; h < win.h1; ++h)
         for (int w = win.w0; w < win.w1; ++w) {
-          const T* row = px + in_offset(g, win.n, h, w);
-          int32_t idx = h * g.W + w;
+          if (h == win.h0 && w == win.w0) continue;
+          const T* __restrict row = px + in_offset(g, win.n, h, w);
+          const int32_t idx = h * g.W + w;
           for (int64_t c = 0; c < C; ++c) {
-            if (pool::max_takes(row[c], best[c], pa[o + c] < 0)) {
-              best[c] = row[c];
-              pa[o + c] = idx;
-            }
+            const T v = row[c];
+            const bool take = pool::max_takes(v, best[c], false);
+            best[c] = take ? v : best[c];
+            arg[c] = take ? idx : arg[c];
           }
         }
-      for (int64_t c = 0; c < C; ++c) py[o + c] = best[c];
     });
   });
 }
