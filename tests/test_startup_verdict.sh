@@ -87,7 +87,20 @@ check "the message printed once" [ "$(grep -c -- '--num-classes must be at least
 echo "--- a SIGTERM during start-up (rank 1 is slow to start): the job ends at once"
 ODD_SLEEP=40 timeout -s KILL 60 mpiexec -n 2 ./odd_rank.sh "$app" "${common[@]}" --data data --steps 2 > term.txt 2>&1 &
 job=$!
-sleep 3
+# The signal goes once rank 0 catches it (SigCgt's bit for SIGTERM in /proc/PID/status): a fixed
+# `sleep 3` signalled, on a loaded machine, a rank 0 still loading its libraries, which SIGTERM's
+# default action ended without a word (exit 9 from mpiexec, no message).
+catches_term() {
+  local pid mask
+  for pid in $(pgrep -f -- "^$app "); do
+    [ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" = "$PWD" ] || continue  # this test's rank, not another's
+    mask=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+    [ -n "$mask" ] && (( (0x$mask >> 14) & 1 )) && return 0
+  done
+  return 1
+}
+for _ in $(seq 1 150); do catches_term && break; sleep 0.2; done
+sleep 1
 t0=$SECONDS
 kill -TERM $job
 wait $job
