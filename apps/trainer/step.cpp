@@ -13,7 +13,6 @@
 #include "core/ops/copy/launch_count.h"  // defines: cast_launches, gemm_launches
 #include "core/ops/elementwise/elementwise.h"  // defines: scale, add
 #include "core/ops/finite/finite.h"       // defines: count_nonfinite
-#include "optim/clip.h"                    // defines: grad_norm, clip_grad_norm (TP)
 
 namespace tandem::trainer {
 
@@ -43,13 +42,12 @@ optim::OptimizerOptions group_options(const StepOptions& o, const dist::Zero* ze
 
 Step::Step(ModulePtr model, StepComms comms, StepOptions options, const Restore& restore, TpParts tp)
     : options_(std::move(options)), backend_(options_.backend), comm_(*comms.data), control_(*comms.control),
-      tp_(std::move(tp)),
       model_(std::move(model)), device_(device_of(*model_)) {
   const StepOptions& o = options_;
   check(o);
-  TANDEM_CHECK((o.tp > 1) == (tp_.comm != nullptr) && (!tp_.comm || tp_.comm->size() == o.tp),
+  TANDEM_CHECK((o.tp > 1) == (tp.comm != nullptr) && (!tp.comm || tp.comm->size() == o.tp),
                "Step: StepOptions::tp is ", o.tp, " but the TP group passed has ",
-               tp_.comm ? tp_.comm->size() : 0, " ranks: build the Step with TpParts{&grid.tp(), layout} of a "
+               tp.comm ? tp.comm->size() : 0, " ranks: build the Step with TpParts{&grid.tp(), layout} of a "
                "dist::tp::Grid of that size (or tp = 1 and no TpParts)");
   check_on(o, device_of(*model_), comm_.backend());
   TANDEM_CHECK(control_.device().is_cpu(), "Step: StepComms::control must be a CPU communicator (the non-finite "
@@ -65,35 +63,21 @@ Step::Step(ModulePtr model, StepComms comms, StepOptions options, const Restore&
     amp_->scaler = optim::LossScaler(so);
   }
   optim::NamedTensors state = restore ? restore(*model_) : optim::NamedTensors{};
-  // DDP and ZeRO in one place, over the communicator the trainer passed in.
+  // DDP, then the strategy over it (ZeRO builds its shards here), over the communicator the trainer
+  // passed in.
   ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, comm_, ddp_options(o));
-  if (is_zero(o.strategy)) zero_ = std::make_unique<dist::Zero>(*ddp_, zero_stage(o.strategy));
+  strategy_ = make_strategy(StrategyParts{*ddp_, *model_, comm_, options_}, std::move(tp));
+  dist::Zero* zero = strategy_->zero();
   // The masters start from rank 0's broadcast 16-bit weights (of this rank's shard under ZeRO);
   // load_state's masters then replace them.
-  if (amp_) build_masters(*amp_, *model_, zero_.get());
-  // The optimizer over the whole parameters (DDP, ps), this rank's ZeRO segments, or the f32
-  // masters (AMP: of the whole parameters, or of the ZeRO shard). The lr is the trainer's, set
-  // before every step.
-  const optim::OptimizerOptions oo = group_options(o, zero_.get());
-  if (amp_) groups_ = make_amp_groups(*amp_, o.optimizer, oo, o.no_decay);
-  else if (zero_) groups_ = std::make_unique<ParamGroups>(o.optimizer, *zero_, oo, o.no_decay);
-  else groups_ = std::make_unique<ParamGroups>(o.optimizer, model_->named_parameters(), oo, o.no_decay);
-  if (o.strategy == Strategy::ParameterServer) {
-    // The reducer stops averaging (permanently "no_sync": backward only accumulates into .grad),
-    // and the servers run the same SGD on their partitions instead; the workers' optimizer is
-    // built but never steps.
-    ddp_->reducer().set_sync(false);
-    dist::PsOptions po;
-    po.servers = o.ps_servers;
-    po.optimizer = o.optimizer;
-    po.optimizer_options = o.optimizer_options;
-    optim::NamedTensors trainable;
-    for (auto& [name, p] : model_->named_parameters())
-      if (p.requires_grad()) trainable.emplace_back(name, p);
-    ps_ = std::make_unique<dist::ParameterServer>(std::move(trainable), comm_, po);
-  }
+  if (amp_) build_masters(*amp_, *model_, zero);
+  // The optimizer over the f32 masters (AMP: of the whole parameters, or of the ZeRO shard), or
+  // what the strategy's ranks update (the whole parameters, or this rank's ZeRO segments). The lr
+  // is the trainer's, set before every step.
+  const optim::OptimizerOptions oo = group_options(o, zero);
+  groups_ = amp_ ? make_amp_groups(*amp_, o.optimizer, oo, o.no_decay) : strategy_->make_groups(o, oo);
+  strategy_->attach();  // the parameter server's servers
   load_state(std::move(state));
-  if (capturable_ && o.clip_grad_norm > 0) clipper_ = std::make_unique<optim::GradClipper>(o.clip_grad_norm);
   if (amp_ && capturable_) skips_seen_ = amp_->scaler.skipped_steps();  // a resumed run's count: not this run's
   if (o.cuda_graph) graph_ = std::make_unique<GraphCapture>(device_);
   // A checkpoint loaded with NaN in it is caught at the first step's read, like a bad update.
@@ -104,7 +88,7 @@ Step::~Step() = default;
 
 void Step::set_lr(double lr) {
   groups_->set_lr(lr);
-  if (ps_) ps_->set_lr(lr);
+  strategy_->set_lr(lr);  // the parameter server's
 }
 
 double Step::lr() const { return groups_->lr(); }
@@ -115,12 +99,7 @@ Tensor Step::forward(const Tensor& x) {
 }
 
 void Step::zero_grad_body() {
-  // ZeRO zeroes what the next backward accumulates into (its shards, or at stage 1 the whole
-  // buckets: zero.h); otherwise the gradients are DDP's bucket views: one memset per bucket, and
-  // the first accumulation copies instead of adding (reducer.h). AMP's master gradients need
-  // nothing: the unscale overwrites them.
-  if (zero_) groups_->zero_grad();
-  else ddp_->reducer().zero_grad();
+  strategy_->zero_grad(*groups_);
 }
 
 void Step::zero_grad() {
@@ -167,85 +146,8 @@ void Step::backward(const Tensor& loss) {
 }
 
 bool Step::update_body(StepResult& r) {
-  if (capturable_) return update_capturable(r);
-  const double clip = options_.clip_grad_norm;
-  if (ps_) {
-    ps_->step(&ddp_->timeline());  // push, update on the servers, pull
-    return true;
-  }
-  if (amp_) {
-    // Unscale, agree on the skip, [clip the f32 master gradients], step, [ZeRO: all-gather].
-    // (h-optim: a capturable form keeps the flag, scale and clip coefficient on the device.)
-    if (tp_.comm) return amp_step(*amp_, *groups_, clip, &r.grad_norm, [this](double m) { return clip_tp(m); });
-    return amp_step(*amp_, *groups_, clip, &r.grad_norm);
-  }
-  // The global norm: under ZeRO each rank sums its shard's squares and the Zero adds them up.
-  if (clip > 0) r.grad_norm = tp_.comm ? clip_tp(clip) : groups_->clip_grad_norm(clip);
-  groups_->step();  // under ZeRO followed by every rank's updated shard to every rank
-  return true;
-}
-
-// See step.h, "The capturable update". refusal() leaves only DDP here (no ZeRO, no ps).
-bool Step::update_capturable(StepResult& r) {
-  const bool read_back = !graph_;  // inside a graph nothing may wait for the device
-  if (!amp_) {
-    if (clipper_) clipper_->clip(groups_->grads());
-    groups_->step();
-    if (read_back && clipper_) r.grad_norm = clipper_->norm().item();
-    return true;
-  }
-  optim::LossScaler& scaler = amp_->scaler;
-  Tensor flag = scaler.found_inf();
-  amp_->master->unscale_and_flag(amp_->master->model_grads(), scaler.scale_tensor(), flag);
-  // Every rank's flag made every rank's decision, as the host form's any_rank_found_inf: under DDP
-  // the averaged gradients agree anyway, but a rank may still differ (a fault), and the skip must
-  // not. Sum: any nonzero value skips. NCCL: on the communication stream, joined back by wait().
-  comm_.all_reduce(flag, dist::ReduceOp::Sum, "amp found_inf")->wait();
-  groups_->set_grads(amp_->master->master_grads());
-  if (clipper_) clipper_->clip(groups_->grads());  // a non-finite norm leaves the gradients alone
-  groups_->step(flag);  // writes the 16-bit parameters too, skipped alike (optim/amp.h)
-  scaler.update_on_device();
-  if (!read_back) return true;
-  const int64_t skipped = scaler.skipped_steps();
-  const bool applied = skipped == skips_seen_;
-  skips_seen_ = skipped;
-  if (applied && clipper_) r.grad_norm = clipper_->norm().item();  // the host form clips applied steps only
-  return applied;
-}
-
-double Step::clip_tp(double max_norm) {
-  // dist/tp/clip.h's rule over what this rank's optimizer reads: the split parameters' squares are
-  // summed over the TP group, the replicated ones (identical on every TP rank) taken once; under
-  // ZeRO both are first summed over the DP shards. Then optim's clipping with that norm.
-  std::vector<Tensor> split, replicated;
-  auto sort = [&](const std::string& name, const Tensor& g) {
-    if (g.defined()) (tp_.layout.count(name) ? split : replicated).push_back(g);
-  };
-  if (amp_) {
-    // The f32 master gradients the optimizer reads (of this rank's ZeRO shard, or whole).
-    const std::vector<optim::ParamSegment> segs = amp_->master->master_segments();
-    const std::vector<Tensor> grads = amp_->master->master_grads();
-    for (size_t i = 0; i < segs.size(); ++i) sort(segs[i].name, grads[i]);
-  } else if (zero_) {
-    const std::vector<optim::ParamSegment> segs = zero_->segments();
-    const std::vector<Tensor> grads = zero_->grads();
-    for (size_t i = 0; i < segs.size(); ++i) sort(segs[i].name, grads[i]);
-  } else {
-    for (const auto& [name, p] : model_->named_parameters())
-      if (p.requires_grad()) sort(name, p.grad());
-  }
-  const optim::SumSquaresReduce dp = zero_ ? zero_->sum_reduce() : optim::SumSquaresReduce{};
-  dist::Communicator& tp = *tp_.comm;
-  const double s = optim::grad_norm(split, [&](std::vector<double>& sums) {
-    if (dp) dp(sums);
-    Tensor t = Tensor::from_vector_f64(sums, {static_cast<int64_t>(sums.size())}, DType::F64, tp.device());
-    tp.all_reduce(t, dist::ReduceOp::Sum, "tp grad_norm")->wait();
-    sums = t.to_vector_f64();
-  });
-  const double rep = optim::grad_norm(replicated, dp);
-  const double total = std::sqrt(s * s + rep * rep);
-  optim::clip_grad_norm(groups_->grads(), max_norm, [total](std::vector<double>& sums) { sums.assign(1, total * total); });
-  return total;
+  UpdateParts p{*groups_, amp_.get(), options_.clip_grad_norm, !graph_, &skips_seen_};
+  return strategy_->update(p, r.grad_norm);
 }
 
 int64_t Step::skipped_unreported() {
@@ -256,22 +158,16 @@ int64_t Step::skipped_unreported() {
 std::vector<Tensor> Step::checked_gradients() const {
   // Under AMP the loss scaler's unscale checks the 16-bit gradients itself (amp.h) and skips.
   if (amp_) return {};
-  if (zero_) return zero_->grads();  // this rank's shard, as the optimizer reads it
   std::vector<Tensor> g;
-  for (const auto& [name, p] : model_->named_parameters())
-    if (p.requires_grad() && p.grad().defined()) g.push_back(p.grad());
+  for (auto& [name, t] : strategy_->gradients())
+    if (t.defined()) g.push_back(t);
   return g;
 }
 
 std::vector<Tensor> Step::weights(bool whole) const {
-  std::vector<Tensor> w;
-  if (const dist::Zero3Schedule* z3 = zero_ ? zero_->schedule() : nullptr; z3 && !whole) {
-    // ZeRO-3: the parameters hold bytes only while their unit runs; this rank's shards are the
-    // weights it owns (every rank checks its own, and the ranks agree on the sum).
-    for (size_t b = 0; b < zero_->layout().buckets().size(); ++b) w.push_back(z3->shard(b));
-  } else {
-    for (const auto& [name, p] : model_->named_parameters()) w.push_back(p);
-  }
+  // ZeRO-3: the parameters hold bytes only while their unit runs; this rank's shards are the
+  // weights it owns (every rank checks its own, and the ranks agree on the sum).
+  std::vector<Tensor> w = strategy_->parameters(whole);
   for (const auto& [name, b] : model_->named_buffers()) w.push_back(b);  // count_nonfinite skips integer ones
   return w;
 }
@@ -406,11 +302,8 @@ StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
 }
 
 optim::NamedTensors Step::state() {
-  TANDEM_CHECK(!ps_, "Step::state: under the parameter server the optimizer state lives on the servers and is "
-               "not gathered (", option_name(options_.names, "strategy", "ps"), " refuses ",
-               option_name(options_.names, "checkpoint"), ")");
-  // Without ZeRO nothing is collective: only rank 0 assembles.
-  if (!zero_ && comm_.rank() != 0) return {};
+  // Without ZeRO nothing is collective: only rank 0 assembles (the parameter server refuses).
+  if (!strategy_->takes_part_in_state(comm_.rank())) return {};
   optim::NamedTensors s = groups_->state();  // ZeRO: gathered onto rank 0, bucket by bucket
   // AMP: the f32 masters (gathered from the shards under ZeRO, also collective) and the loss scale.
   if (amp_)
@@ -425,7 +318,7 @@ void Step::load_state(optim::NamedTensors state) {
 }
 
 dist::LedgerOptions Step::ledger_options() {
-  dist::LedgerOptions lo = ledger_inputs(*ddp_, zero_.get(), comm_.size());
+  dist::LedgerOptions lo = ledger_inputs(*ddp_, strategy_->zero(), comm_.size());
   lo.mixed = amp_ != nullptr;  // 16-bit parameters and gradients, f32 masters (of the shard under ZeRO)
   lo.tp = options_.tp;         // Ψ: the TP shards this rank holds, N: the DP ranks (comm_)
   // f32 state per parameter: Adam's two moments, SGD's momentum buffer (none without momentum).
@@ -434,7 +327,7 @@ dist::LedgerOptions Step::ledger_options() {
 }
 
 int64_t Step::model_state_bytes() {
-  return trainer::model_state_bytes(*ddp_, zero_.get(), (amp_ ? amp_->master->bytes() : 0) + groups_->state_bytes());
+  return trainer::model_state_bytes(*ddp_, strategy_->zero(), (amp_ ? amp_->master->bytes() : 0) + groups_->state_bytes());
 }
 
 }  // namespace tandem::trainer

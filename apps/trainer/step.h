@@ -17,16 +17,14 @@
 #include "apps/trainer/graph_capture.h" // defines: GraphCapture
 #include "apps/trainer/param_groups.h"  // defines: ParamGroups
 #include "apps/trainer/step_options.h"  // defines: StepOptions
+#include "apps/trainer/strategy.h"      // defines: StepStrategy, TpParts
 #include "core/backend.h"               // defines: BackendScope
 #include "core/tensor.h"                // defines: Tensor
 #include "dist/communicator.h"          // defines: Communicator
 #include "dist/ddp.h"                   // defines: DistributedDataParallel
 #include "dist/measure/memory_ledger.h"         // defines: LedgerOptions
-#include "dist/extras/parameter_server.h"      // defines: ParameterServer
-#include "dist/tp/shard.h"              // defines: TpLayout
 #include "dist/zero.h"                  // defines: Zero
 #include "layers/module.h"              // defines: ModulePtr
-#include "optim/clip.h"                 // defines: GradClipper
 
 namespace tandem::trainer {
 
@@ -72,13 +70,6 @@ struct StepComms {
   dist::Communicator* control;
 };
 
-// The tensor-parallel side of a Step (StepOptions::tp > 1, see the file comment): the TP group and
-// which canonical parameters the model splits.
-struct TpParts {
-  dist::Communicator* comm = nullptr;  // the grid's TP group; null without TP
-  dist::tp::TpLayout layout;
-};
-
 class Step {
  public:
   // Loads a checkpoint's weights into the (cast) model and returns its optimizer entries (also the
@@ -120,7 +111,7 @@ class Step {
   // takes one first. Collective under ZeRO-3 (every rank takes and drops it together); otherwise
   // it does nothing.
   [[nodiscard]] dist::FullParameters full_parameters() {
-    return zero_ ? zero_->full_parameters() : dist::FullParameters(nullptr);
+    return strategy_->full_parameters();
   }
 
   // --- checkpoint state (see the file comment). Collective under ZeRO: every rank calls it, and
@@ -162,9 +153,7 @@ class Step {
  private:
   void zero_grad_body();
   void backward_body(const Tensor& loss, bool last);
-  bool update_body(StepResult& r);  // the update after the non-finite check; false: skipped
-  bool update_capturable(StepResult& r);  // its device-side form (see "The capturable update")
-  double clip_tp(double max_norm);        // TP: clips by the canonical model's norm; returns it
+  bool update_body(StepResult& r);  // the strategy's update after the non-finite check; false: skipped
   StepResult run_graphed(const ForwardLoss& forward_loss);
   // The non-finite check before the update (nonfinite.h): true when every rank skips it.
   bool skip_nonfinite(int64_t number);
@@ -177,16 +166,13 @@ class Step {
   BackendScope backend_;  // first in, last out: the settings outlive every part below
   dist::Communicator& comm_;     // StepComms::data
   dist::Communicator& control_;  // StepComms::control
-  TpParts tp_;
   ModulePtr model_;
   std::unique_ptr<AmpRun> amp_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
-  std::unique_ptr<dist::Zero> zero_;
+  std::unique_ptr<StepStrategy> strategy_;  // DDP, ZeRO-1/2, ZeRO-3, ps, or TP over one (strategy.h)
   std::unique_ptr<ParamGroups> groups_;
-  std::unique_ptr<dist::ParameterServer> ps_;
   std::unique_ptr<GraphCapture> graph_;
   bool capturable_ = false;                     // options_.capturable || options_.cuda_graph
-  std::unique_ptr<optim::GradClipper> clipper_; // capturable with clipping
   int64_t skips_seen_ = 0;                      // capturable AMP: the scaler's skipped count last read
   int64_t steps_done_ = 0;
   ModelEma* ema_ = nullptr;  // set_ema
