@@ -90,7 +90,7 @@ Tensor sum_ranks(const std::vector<Tensor>& in, int64_t offset, int64_t count) {
   std::vector<Tensor> acc(n);  // the even ranks' partial sums: the tree's left operands
   for (size_t r = 0; r < n; r += 2) {
     acc[r] = Tensor::empty({count}, dt);
-    std::memcpy(acc[r].data_ptr(), slice(r), count * es);
+    if (count > 0) std::memcpy(acc[r].data_ptr(), slice(r), count * es);  // empty: maybe no storage
   }
   for (size_t step = 1; step < n; step *= 2)
     for (size_t i = 0; i + step < n; i += 2 * step) {
@@ -111,6 +111,8 @@ Tensor sum_ranks(const std::vector<Tensor>& in, int64_t offset, int64_t count) {
 }
 
 void copy_bytes(const Tensor& dst, size_t dst_offset, const Tensor& src) {
+  // An empty tensor may have no storage (a null pointer), which memmove must not get even for 0 bytes.
+  if (src.nbytes() == 0) return;
   std::memmove(static_cast<char*>(dst.data_ptr()) + dst_offset, src.data_ptr(), src.nbytes());
 }
 
