@@ -1,5 +1,5 @@
 // apps/export_weights.cpp: a training checkpoint -> a model-only safetensors file that PyTorch loads
-// strictly (apps/trainer/export_weights.h):
+// strictly (apps/trainer/run/export_weights.h):
 //
 //   export_weights --checkpoint run/checkpoint_epoch90.safetensors --output resnet50.safetensors [--ema]
 //
@@ -12,7 +12,7 @@
 #include <cstdio>
 
 #include "apps/encoder/hf_state_dict.h"   // defines: to_hf_state_dict
-#include "apps/trainer/export_weights.h"  // defines: export_weights
+#include "apps/trainer/run/export_weights.h"  // defines: export_weights
 #include "core/check.h"
 #include "core/safetensors.h"
 

@@ -13,43 +13,43 @@
 // warmup + linear decay. Validation reports masked-token accuracy and loss on the held-out text
 // beside the unigram baseline (always guessing the most frequent token). Checkpoints carry Hugging
 // Face's BertForMaskedLM names and go into a --checkpoint-dir owned by one run (locked against a
-// second job; apps/trainer/run_folder.h, opened before the corpus is read); --resume auto continues
+// second job; apps/trainer/run/run_folder.h, opened before the corpus is read); --resume auto continues
 // exactly on the same world size and batch (same batches, masks, LR), and on any other from the same
-// sequence of the epoch's order with the LR schedule continued in samples (apps/trainer/position.h).
+// sequence of the epoch's order with the LR schedule continued in samples (apps/trainer/run/position.h).
 // A NaN/inf loss or gradient stops every rank (--on-nonfinite stop, the default; exit 3) or skips the
 // step; non-finite weights always stop, and no checkpoint is written from them. Exit statuses: the
-// table in apps/trainer/exit_status.h (0 done, 1 failed, 2 usage, 3 non-finite, 65 data, 75 preempted).
+// table in apps/trainer/run/exit_status.h (0 done, 1 failed, 2 usage, 3 non-finite, 65 data, 75 preempted).
 // --amp bf16|fp16: the model in 16-bit as core/autocast.h says (LayerNorm statistics, softmax, the
 // loss and the embedding gradients' sums in f32), f32 master weights and optimizer state, fp16 loss
-// scaling; steps with non-finite gradients are skipped on every rank and counted (apps/trainer/amp.h).
+// scaling; steps with non-finite gradients are skipped on every rank and counted (apps/trainer/step/amp.h).
 // --zero 1|2|3: the optimizer state (1), the gradients (2) and the parameters (3: each BertLayer
 // gathered around its forward and backward, dist/zero3.h) sharded across ranks (dist/zero.h), with
 // BERT's weight-decay groups applied per shard segment by parameter name. Either way checkpoints
 // stay canonical (unsharded, name-keyed optimizer state; f32 masters), so a run resumes at another
-// world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/trainer/amp.h).
+// world size or stage. Together, each rank keeps the f32 masters of its shard only (apps/trainer/step/amp.h).
 // The step itself - DDP or ZeRO, AMP, the parameter groups, clipping - is the training-step library's
-// (apps/trainer/step.h), shared with train_imagenet; this program keeps the options, data, model and report.
+// (apps/trainer/step/step.h), shared with train_imagenet; this program keeps the options, data, model and report.
 // --tp T: Megatron-style tensor parallelism over groups of T ranks (dist/tp/bert.h), data parallel
 // (DDP or --zero 1|2) over world / T, every rank of a TP group on the same batch; checkpoints stay
 // canonical (assembled over TP at a save, sharded at a resume). --memory-budget-mib M refuses at
 // start-up (exit 2) a run whose memory ledger predicts more than M MiB per rank, naming what fits.
 // Progress lines: sequences/s and tokens/s, MFU, the ms/step split, memory, the loss scale and skipped
 // steps (apps/encoder/report.h); the start-up lines print the memory ledger.
-// Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
+// Preemption (apps/trainer/run/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
 // step boundary, write a checkpoint there and exit with status 75; --checkpoint-interval MIN adds
 // checkpoints by wall time. Checkpoint writes, validation and the corpus set-up are announced to
 // dist's watchdog (dist/transport/busy.h), so a slow disk never ends a healthy job.
 //
 // Flags: one vocabulary with train_imagenet, --config FILE / --dump-config, a suggestion for a
-// mistyped flag (apps/trainer/cli.h); --log-file writes JSON lines for apps/scripts/plot_run.py and
-// progress lines end with the elapsed time and an ETA (apps/trainer/run_log.h).
+// mistyped flag (apps/trainer/run/cli.h); --log-file writes JSON lines for apps/scripts/plot_run.py and
+// progress lines end with the elapsed time and an ETA (apps/trainer/run/run_log.h).
 // --weights FILE starts from a Hugging Face BertForMaskedLM state dict (its tied-decoder and
 // position_ids aliases checked, apps/encoder/hf_state_dict.h) or a checkpoint's model
-// (apps/trainer/start_weights.h); --model-ema keeps, validates and saves an EMA of the weights
-// (apps/trainer/ema.h); --sync-bn is refused (BERT has no BatchNorm).
+// (apps/trainer/run/start_weights.h); --model-ema keeps, validates and saves an EMA of the weights
+// (apps/trainer/step/ema.h); --sync-bn is refused (BERT has no BatchNorm).
 //
 // Reading order: apps/encoder/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h,
-// flops.h; the step in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
+// flops.h; the step in apps/trainer/step/step.h (apps/trainer/run/clock.h holds every timing).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -60,12 +60,12 @@
 #include "apps/encoder/report.h"         // defines: RunRecord, print_start, validation_line, report
 #include "apps/encoder/setup.h"          // defines: init_world, make_corpus, make_model, set_up
 #include "apps/encoder/validation.h"     // defines: evaluate
-#include "apps/trainer/clock.h"          // defines: Clock, RunClock
-#include "apps/trainer/exit_status.h"    // defines: as_input_error
-#include "apps/trainer/preemption.h"     // defines: RunControl, kPreemptedExit
-#include "apps/trainer/run_flags.h"      // defines: trainer_main
-#include "apps/trainer/run_folder.h"     // defines: RunFolder
-#include "apps/trainer/startup.h"        // defines: check_every_rank
+#include "apps/trainer/run/clock.h"          // defines: Clock, RunClock
+#include "apps/trainer/run/exit_status.h"    // defines: as_input_error
+#include "apps/trainer/run/preemption.h"     // defines: RunControl, kPreemptedExit
+#include "apps/trainer/run/run_flags.h"      // defines: trainer_main
+#include "apps/trainer/run/run_folder.h"     // defines: RunFolder
+#include "apps/trainer/run/startup.h"        // defines: check_every_rank
 #include "core/check.h"                  // defines: Error
 #include "data/wordpiece.h"              // defines: Vocab (--describe's vocabulary size)
 #include "dist/transport/bootstrap.h"    // defines: comm_for
@@ -126,7 +126,7 @@ int run(enc::EncoderOptions& o) {
   // The checkpoint folder before the corpus: a refused or unwritable folder stops the job in seconds.
   trainer::RunFolder folder = trainer::RunFolder::open(enc::folder_options(o), w, "train_encoder");
   // Every rank's folder, resume file and corpus on its host, in one verdict before tokenizing: a
-  // host that lacks them stops the job now, named, instead of hanging it (apps/trainer/startup.h).
+  // host that lacks them stops the job now, named, instead of hanging it (apps/trainer/run/startup.h).
   trainer::check_every_rank(folder, folder.resume_path(), w, "train_encoder", [&] { return data_check(o); });
   enc::Corpus corpus;
   {
@@ -170,7 +170,7 @@ int run(enc::EncoderOptions& o) {
       if (w.rank == 0) std::cout << enc::validation_line(rec.evals.back(), t) << std::endl;
       enc::log_validation(t, rec.evals.back(), loop.pos.samples, trainer::epoch_number(loop.pos));
       if (t.ema) {
-        // The EMA's weights in the model for one pass (apps/trainer/ema.h); not in the run's record.
+        // The EMA's weights in the model for one pass (apps/trainer/step/ema.h); not in the run's record.
         const trainer::ModelEma::Applied ema(*t.ema);
         const enc::EvalResult e = enc::evaluate(t, o, loop.pos.step);
         if (w.rank == 0) std::cout << "(ema) " << enc::validation_line(e, t) << std::endl;

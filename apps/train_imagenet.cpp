@@ -4,7 +4,7 @@
 //   mpiexec -n 8 train_imagenet --synthetic --model resnet50 --steps 200 --metrics run.json
 //
 // One process per rank (GPU local_rank % device_count, or the CPU). Each step is the training-step
-// library's (apps/trainer/step.h) with this trainer's loss: forward through DDP (which broadcasts
+// library's (apps/trainer/step/step.h) with this trainer's loss: forward through DDP (which broadcasts
 // BN buffers), cross-entropy, backward (gradients all-reduced in buckets while backward runs), the
 // --optimizer (SGD, AdamW or LAMB; --clip-grad-norm clips the global norm first; with --zero 1|2
 // each rank updates only its shard, dist/zero.h, then the parameters are all-gathered; --zero 3
@@ -14,41 +14,41 @@
 // reduces correct counts across ranks (a non-finite logit reports a failure, never an accuracy).
 // --checkpoint-dir is owned by one run (checkpoint/checkpoint_dir.h: a lock against a second job, a fresh
 // start into another run's files refused unless --overwrite-checkpoints, pruning of this run's files
-// only), opened before the data is listed (apps/trainer/run_folder.h). Checkpoints (layers/
+// only), opened before the data is listed (apps/trainer/run/run_folder.h). Checkpoints (layers/
 // checkpoint.h) are written by rank 0 at epoch ends and where an invocation stops, atomically, never
 // from a non-finite state; --resume continues bit-exactly on the same world size and batch (same
 // steps, data order and LR), and on any other one from the same sample of the epoch's order with the
-// LR schedule continued in samples (apps/trainer/position.h).
+// LR schedule continued in samples (apps/trainer/run/position.h).
 // The summary separates init time (process start -> first step) from training time, and steady
 // images/s (first --bench-warmup steps excluded) from the whole-run rate.
 // A NaN/inf loss or gradient on any rank stops every rank (exit 3, no checkpoint from that state)
 // or, with --on-nonfinite skip, skips that step's update everywhere; non-finite weights always stop.
 // --weights FILE starts from pretrained weights (torchvision's names, or a checkpoint's model;
-// --weights-skip keeps e.g. a new head at its init: apps/trainer/start_weights.h). --sync-bn makes
+// --weights-skip keeps e.g. a new head at its init: apps/trainer/run/start_weights.h). --sync-bn makes
 // BatchNorm's batch every rank's; without it the ranks' BN statistics are made one set before
-// validation and checkpoints (apps/trainer/bn_stats.h), so the logged validation is the saved
+// validation and checkpoints (apps/trainer/step/bn_stats.h), so the logged validation is the saved
 // checkpoint's on any number of ranks. --model-ema keeps, validates and saves an EMA of the
-// weights (apps/trainer/ema.h).
+// weights (apps/trainer/step/ema.h).
 // --evaluate only validates a checkpoint (model, image size and classes from its metadata) or
-// --weights FILE. Exit statuses: the table in apps/trainer/exit_status.h (0 done, 1 failed, 2 usage -
+// --weights FILE. Exit statuses: the table in apps/trainer/run/exit_status.h (0 done, 1 failed, 2 usage -
 // a flag, or a checkpoint folder that refuses the run: every rank stops -, 3 non-finite, 65 data,
 // 75 preempted).
 // TANDEM_FAULT injects failures on purpose for drills (apps/train/faults.h).
-// Preemption (apps/trainer/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
+// Preemption (apps/trainer/run/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next
 // step boundary, write a checkpoint at that position and exit with status 75; --checkpoint-every N
 // and --checkpoint-interval MIN add checkpoints inside epochs. Long host work (a checkpoint write,
 // validation, the data-set scan) is announced to dist's watchdog (dist/transport/busy.h), so the
 // ranks waiting for it wait on while it advances instead of ending a healthy job.
-// The memory ledger (apps/trainer/memory.h) is printed at start-up and in the summary.
-// --cuda-graph captures the step as a CUDA graph after 3 eager steps and replays it (apps/trainer/graph_capture.h).
-// Combinations that cannot work are refused before training, with the reason (apps/trainer/step_options.h).
+// The memory ledger (apps/trainer/run/memory.h) is printed at start-up and in the summary.
+// --cuda-graph captures the step as a CUDA graph after 3 eager steps and replays it (apps/trainer/step/graph_capture.h).
+// Combinations that cannot work are refused before training, with the reason (apps/trainer/step/step_options.h).
 //
 // Flags: one vocabulary with train_encoder, --config FILE / --dump-config, a suggestion for a mistyped
-// flag (apps/trainer/cli.h); --log-file writes JSON lines for apps/scripts/plot_run.py and progress
-// lines end with the elapsed time and an ETA (apps/trainer/run_log.h).
+// flag (apps/trainer/run/cli.h); --log-file writes JSON lines for apps/scripts/plot_run.py and progress
+// lines end with the elapsed time and an ETA (apps/trainer/run/run_log.h).
 //
 // Reading order: apps/train/options.h, setup.h, loop.h, validation.h, checkpointing.h, report.h; the
-// step itself in apps/trainer/step.h (apps/trainer/clock.h holds every timing).
+// step itself in apps/trainer/step/step.h (apps/trainer/run/clock.h holds every timing).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -64,13 +64,13 @@
 #include "apps/train/report.h"         // defines: RunRecord, EpochRecord, print_start, report
 #include "apps/train/setup.h"          // defines: init_world, make_datasets, make_model, set_up
 #include "apps/train/validation.h"     // defines: validate_if_due, evaluate_checkpoint
-#include "apps/trainer/bn_stats.h"     // defines: sync_bn_statistics
-#include "apps/trainer/clock.h"        // defines: Clock, RunClock
-#include "apps/trainer/exit_status.h"  // defines: as_input_error
-#include "apps/trainer/preemption.h"   // defines: RunControl, kPreemptedExit
-#include "apps/trainer/run_flags.h"    // defines: trainer_main
-#include "apps/trainer/run_folder.h"   // defines: RunFolder, resolve_resume_read_only
-#include "apps/trainer/startup.h"      // defines: check_every_rank
+#include "apps/trainer/step/bn_stats.h"     // defines: sync_bn_statistics
+#include "apps/trainer/run/clock.h"        // defines: Clock, RunClock
+#include "apps/trainer/run/exit_status.h"  // defines: as_input_error
+#include "apps/trainer/run/preemption.h"   // defines: RunControl, kPreemptedExit
+#include "apps/trainer/run/run_flags.h"    // defines: trainer_main
+#include "apps/trainer/run/run_folder.h"   // defines: RunFolder, resolve_resume_read_only
+#include "apps/trainer/run/startup.h"      // defines: check_every_rank
 #include "core/check.h"                // defines: Error
 #include "dist/transport/bootstrap.h"  // defines: comm_for
 #include "dist/transport/busy.h"       // defines: Busy
@@ -116,7 +116,7 @@ int run(apps::TrainOptions& o) {
   // The checkpoint folder before the data: a refused or unwritable folder stops the job in seconds.
   trainer::RunFolder folder = trainer::RunFolder::open(apps::folder_options(o), w, "train_imagenet");
   // Every rank's folder, resume file and data on its host, in one verdict before the data scan: a
-  // host that lacks them stops the job now, named, instead of hanging it (apps/trainer/startup.h).
+  // host that lacks them stops the job now, named, instead of hanging it (apps/trainer/run/startup.h).
   trainer::check_every_rank(folder, folder.resume_path(), w, "train_imagenet", [&] { return data_check(o); });
   // A scan reports no progress; 30 min bounds it (ImageNet's 1.3 M files over NFS take minutes), so
   // the ranks already waiting in the first collective wait that long before naming a hung scan.
@@ -151,7 +151,7 @@ int run(apps::TrainOptions& o) {
     // changes nothing.
     const bool preempted = end.stopped && !last;
     // One set of BN statistics on every rank before validation and the checkpoint read them: the
-    // average at an epoch end, rank 0's inside one (apps/trainer/bn_stats.h says why each).
+    // average at an epoch end, rank 0's inside one (apps/trainer/step/bn_stats.h says why each).
     if (!o.sync_bn)
       trainer::sync_bn_statistics(*t.model, dist::comm_for(t.dev),
                                   end.done ? trainer::BnSync::Average : trainer::BnSync::FromRank0);

@@ -97,7 +97,7 @@ RngDraw GraphRng::draw_captured(Generator& g, uint64_t n, int device) {
   GraphRng* rec = g_recording.load();
   TANDEM_CHECK(rec != nullptr, "a kernel draws random numbers (dropout) inside a CUDA graph capture of cuda:", device,
                ", but no GraphRng records it, so every replay would reuse the captured mask. Capture through "
-               "GraphRng::record (core/graph_rng.h), as apps/trainer/graph_capture.cpp does");
+               "GraphRng::record (core/graph_rng.h), as apps/trainer/step/graph_capture.cpp does");
   TANDEM_CHECK(rec->device_ == device, "the recording GraphRng's slots are on cuda:", rec->device_,
                " but the captured draw is on cuda:", device, "; make the GraphRng on the capturing device");
   const RngLedger::Take t = rec->ledger_.take(g, n);

@@ -1,5 +1,5 @@
 // core/out_of_memory.h: running out of memory - the error an allocation throws (core/storage.cpp),
-// and how much memory is left to allocate (for start-up checks, apps/trainer/memory.h).
+// and how much memory is left to allocate (for start-up checks, apps/trainer/run/memory.h).
 //
 // A tandem::Error like any other ("[rank R] file:line: message"), of its own type so that a program
 // that knows which of its flags sets the batch size can catch it and name that flag: the message

@@ -77,7 +77,7 @@ inline constexpr const char* kDigestKey = "digest.";
 std::string tensor_digest(const void* data, size_t nbytes);
 
 // Progress of save(), for a caller that must show it is alive while a large file goes to a slow
-// disk (apps/trainer/preemption.cpp hands it to dist's Busy scope, so the watchdog knows the writing
+// disk (apps/trainer/run/preemption.cpp hands it to dist's Busy scope, so the watchdog knows the writing
 // rank is advancing, not hung). Called on the writing thread with the bytes written so far - the
 // ones before the current chunk have reached the disk - and the file's size: (0, total) before the
 // first byte, after each chunk, and (total, total) after the final fsync. Process-wide; set it while

@@ -14,7 +14,7 @@
 //               get_polynomial_decay_schedule_with_warmup, lr_end = min_lr; power 1 = linear decay)
 // Steps count optimizer updates; the apps convert epochs to steps (epoch * steps_per_epoch).
 // A position may also be fractional (lr_at_position): a run resumed with another global batch is
-// part-way through a step of the schedule's unit (apps/trainer/position.h says how the trainers
+// part-way through a step of the schedule's unit (apps/trainer/run/position.h says how the trainers
 // measure it). Every formula above reads the position as a real number - warmup's fraction, the
 // milestones passed (those <= position), the decay's p - so lr_at(opt, n) == lr_at_position(opt, n)
 // bit for bit for every integer n (the integer form converts and calls the fractional one; doubles

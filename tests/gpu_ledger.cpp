@@ -2,7 +2,7 @@
 // (issue 18.7; exits 77, Skipped, without a GPU).
 //
 // The first GPU run measured resnet18 f32 at 165.9 MiB against 133.8 predicted (+24 %) and resnet50
-// AMP at +8.3 %: the cuBLASLt workspace (32 MiB) was counted as model state (apps/trainer/memory.h).
+// AMP at +8.3 %: the cuBLASLt workspace (32 MiB) was counted as model state (apps/trainer/run/memory.h).
 // Here train_imagenet runs 2 steps of each on the GPU, and the "memory_ledger" of its metrics JSON
 // must have measured model state within 1 % of predicted. Why 1 %: after the fix the two differ by
 // the step's last outputs (the loss, the counts: a few KiB) and by nothing that scales with the

@@ -1,5 +1,5 @@
 // tests/mpi_encoder_zero.cpp: ZeRO-1, 2 and 3 on the BERT encoder with train_encoder's optimizer
-// (apps/trainer/param_groups.h with BERT's rule: AdamW with no weight decay on biases and LayerNorm,
+// (apps/trainer/step/param_groups.h with BERT's rule: AdamW with no weight decay on biases and LayerNorm,
 // global-norm clipping), against DDP with the same optimizer, under mpiexec -n 2 and -n 4.
 //
 // The experiment of tests/mpi_encoder_ddp.cpp (rank r takes its rows of one full batch through
@@ -34,7 +34,7 @@
 #include <memory>
 #include <string>
 
-#include "apps/trainer/param_groups.h"
+#include "apps/trainer/step/param_groups.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"

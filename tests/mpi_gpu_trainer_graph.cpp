@@ -1,4 +1,4 @@
-// tests/mpi_gpu_trainer_graph.cpp: the Step (apps/trainer/step.h) with StepOptions::cuda_graph -
+// tests/mpi_gpu_trainer_graph.cpp: the Step (apps/trainer/step/step.h) with StepOptions::cuda_graph -
 // forward, backward with DDP's NCCL all-reduces, and the capturable update (AMP's device-side loss
 // scaler and found-inf flag all-reduced over NCCL, the GradClipper, the optimizers' step(found_inf))
 // captured once and replayed - against the same Step run eagerly in its capturable form.
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/step.h"
+#include "apps/trainer/step/step.h"
 #include "core/ops/ops.h"
 #include "dist/transport/bootstrap.h"
 #include "layers/layers.h"

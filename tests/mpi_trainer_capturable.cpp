@@ -1,4 +1,4 @@
-// tests/mpi_trainer_capturable.cpp: the Step's capturable update (apps/trainer/step.h, "The
+// tests/mpi_trainer_capturable.cpp: the Step's capturable update (apps/trainer/step/step.h, "The
 // capturable update") run eagerly on the CPU under mpiexec -n 2 and -n 4, against the host form.
 //
 // A CUDA graph cannot run here, but everything it would capture can: StepOptions::capturable
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/step.h"
+#include "apps/trainer/step/step.h"
 #include "core/ops/ops.h"
 #include "dist/transport/bootstrap.h"
 #include "checkpoint/checkpoint.h"

@@ -1,4 +1,4 @@
-// tests/mpi_trainer_step.cpp: the training-step library's Step (apps/trainer/step.h) under mpiexec -n 2
+// tests/mpi_trainer_step.cpp: the training-step library's Step (apps/trainer/step/step.h) under mpiexec -n 2
 // and -n 4, on the world's CPU communicator: the bodies of tests/support/step_cases.h (what each
 // checks, and why, is written there), which tests/test_trainer_step.cpp runs at 1, 2 and 4 thread ranks.
 #include <doctest/doctest.h>

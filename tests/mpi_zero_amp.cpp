@@ -1,5 +1,5 @@
 // tests/mpi_zero_amp.cpp: mixed precision with ZeRO-1/2/3 (run under mpiexec -n 2 and -n 4), through
-// the training step's own wiring (apps/trainer/amp.h: build_masters, make_amp_groups, amp_step,
+// the training step's own wiring (apps/trainer/step/amp.h: build_masters, make_amp_groups, amp_step,
 // amp_state, take_amp_state; one parameter group here, as train_imagenet's).
 //
 // The model has a BatchNorm, so the AMP cast leaves f32 parameters (their own masters, f32 buckets)
@@ -36,7 +36,7 @@
 #include <map>
 #include <vector>
 
-#include "apps/trainer/amp.h"
+#include "apps/trainer/step/amp.h"
 #include "core/ops/ops.h"
 #include "dist/transport/bootstrap.h"
 #include "dist/zero.h"
@@ -76,7 +76,7 @@ DdpOptions ddp_options(const Setup& s) {
 }
 
 // One AMP run: a DDP-wrapped LayersNet with BatchNorm (rank r seeded 7 + 100 r: the broadcast must make them equal),
-// [ZeRO,] the masters and the optimizer over them, built in the Step's order (apps/trainer/amp.h).
+// [ZeRO,] the masters and the optimizer over them, built in the Step's order (apps/trainer/step/amp.h).
 struct Run {
   Setup setup;
   std::shared_ptr<LayersNet> model;
@@ -103,7 +103,7 @@ struct Run {
 
   Tensor rows(const Tensor& t) const { return rank_rows(t, setup.same_rows ? 0 : world().rank); }
 
-  // Forward and the scaled backward of one step, as apps/trainer/step.cpp runs them (ParamGroups
+  // Forward and the scaled backward of one step, as apps/trainer/step/step.cpp runs them (ParamGroups
   // zeroes through the Zero under ZeRO: zero.h).
   void backward(const Data& d) {
     opt->zero_grad();

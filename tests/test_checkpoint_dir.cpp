@@ -126,7 +126,7 @@ TEST_CASE("a fresh start into a folder with another run's checkpoints is refused
   write(checkpoint_path(dir.str(), 3), state("3f2a", 30, 3));
   const std::string r = fresh_start_refusal(dir.str(), list_checkpoints(dir.str()));
   CHECK(has(r, "checkpoint_epoch3.safetensors  run 3f2a  step 30"));
-  // The library names its options, never the apps' flags (apps/trainer/flag_words.h translates them).
+  // The library names its options, never the apps' flags (apps/trainer/run/flag_words.h translates them).
   CHECK(has(r, "[resume auto]"));
   CHECK(has(r, "[overwrite]"));
   CHECK(!has(r, "--"));

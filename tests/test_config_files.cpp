@@ -3,7 +3,7 @@
 // not TOML is refused with what to write; snake_case keys are the kebab-case flags), a DeepSpeed
 // JSON is read for the keys tandem has and any other key is refused by name, --dump-config=deepspeed
 // writes one that reads back to the same settings, and foreign flag names get a hint from the one
-// table (apps/trainer/foreign_names.h) - never the closest spelling of a flag that means something
+// table (apps/trainer/run/foreign_names.h) - never the closest spelling of a flag that means something
 // else - which is also the README's "Coming from PyTorch" table.
 // Binaries from TANDEM_TEST_BINARY_DIR; README from TANDEM_SOURCE_DIR.
 #include <doctest/doctest.h>
@@ -13,7 +13,7 @@
 #include <fstream>
 #include <set>
 
-#include "apps/trainer/foreign_names.h"
+#include "apps/trainer/run/foreign_names.h"
 #include "tests/support/app_runner.h"
 
 namespace fs = std::filesystem;
@@ -208,6 +208,6 @@ TEST_CASE("the foreign-name table: one row per spelling, each target a real flag
   const std::string table = tandem::trainer::markdown_table();
   const bool same = readme.find("## Coming from PyTorch\n\n" + table + "\n") != std::string::npos;
   if (!same) std::ofstream(root() / "coming_from_pytorch.md") << table;
-  CHECK_MESSAGE(same, "README.md's 'Coming from PyTorch' table is not apps/trainer/foreign_names.cpp's; the table "
+  CHECK_MESSAGE(same, "README.md's 'Coming from PyTorch' table is not apps/trainer/run/foreign_names.cpp's; the table "
                       "is in ", (root() / "coming_from_pytorch.md").string());
 }

@@ -1,4 +1,4 @@
-// tests/test_ema.cpp: the EMA of the weights (apps/trainer/ema.h) against its closed form, its
+// tests/test_ema.cpp: the EMA of the weights (apps/trainer/step/ema.h) against its closed form, its
 // checkpoint entries and a resume, and its refusals.
 //
 // A tiny model's parameters are set to known values p_1..p_k before each update; the average must
@@ -12,7 +12,7 @@
 #include <cmath>
 #include <map>
 
-#include "apps/trainer/ema.h"
+#include "apps/trainer/step/ema.h"
 #include "core/autograd.h"
 #include "layers/layers.h"
 #include "checkpoint/state_dict.h"

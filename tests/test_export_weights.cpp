@@ -61,7 +61,7 @@ std::string checkpoint_of(const std::string& model, int classes, bool ema) {
   NamedTensors opt;
   for (const auto& [n, p] : m->named_parameters()) {
     opt.emplace_back("momentum." + n, Tensor::zeros(p.shape()));
-    // The EMA is saved in PyTorch's layout (apps/trainer/ema.h): conv weights OIHW, tandem's OHWI.
+    // The EMA is saved in PyTorch's layout (apps/trainer/step/ema.h): conv weights OIHW, tandem's OHWI.
     const Shape& sh = p.shape();
     if (ema) opt.emplace_back("ema." + n, Tensor::full(sh.size() == 4 ? Shape{sh[0], sh[3], sh[1], sh[2]} : sh, 1.0f));
   }

@@ -1,11 +1,11 @@
 // tests/test_flag_words.cpp: the checkpoint folder's messages name its options ("[resume auto]"); the
-// trainers' boundary (apps/trainer/flag_words.h) turns them into the flags a user types, word for word
+// trainers' boundary (apps/trainer/run/flag_words.h) turns them into the flags a user types, word for word
 // what the library said before it stopped naming flags.
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "apps/trainer/flag_words.h"
+#include "apps/trainer/run/flag_words.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint_test_util.h"
 

@@ -1,5 +1,5 @@
 // tests/test_preemption.cpp: preemption and checkpoint intervals (issue 20, defect 7 and item 3;
-// apps/trainer/preemption.h).
+// apps/trainer/run/preemption.h).
 //   - In one process, over the thread communicator: RunControl's decisions are the same on every
 //     rank (--checkpoint-every, the wall-time interval decided on rank 0's clock, a stop signal).
 //   - Under `mpiexec -n 2` through the real trainers: SIGTERM to every rank (a scheduler) or to one
@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/trainer/preemption.h"
+#include "apps/trainer/run/preemption.h"
 #include "dist/transport/comm_thread.h"
 #include "checkpoint/checkpoint.h"
 #include "tests/support/app_runner.h"
@@ -114,11 +114,11 @@ Stopped stop_imagenet(const fs::path& dir, const std::string& env, int epochs, c
 }
 
 // The folder's checkpoint files: not the hidden ones (the folder's lock, .lock, layers/
-// checkpoint_lock.h) nor the run's config_<id>.toml and log_<id>.jsonl (apps/trainer/cli.h, run_log.h).
+// checkpoint_lock.h) nor the run's config_<id>.toml and log_<id>.jsonl (apps/trainer/run/cli.h, run_log.h).
 std::set<std::string> files_in(const fs::path& dir) {
   std::set<std::string> names;
   // Checkpoints only: not the folder's lock (.lock), the run's config_<id>.toml and log_<id>.jsonl,
-  // nor run_status.json (how the run ended, apps/trainer/exit_status.h).
+  // nor run_status.json (how the run ended, apps/trainer/run/exit_status.h).
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
     if (n[0] == '.' || n.rfind("config_", 0) == 0 || n.rfind("log_", 0) == 0 || n == "run_status.json") continue;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/test_run_status.py: apps/scripts/run_status.py on hand-made run_status.json records (the
-trainers write them: apps/trainer/exit_status.h). Each ended state exits with its status and says
+trainers write them: apps/trainer/run/exit_status.h). Each ended state exits with its status and says
 what to do; "running" with a live process is "nothing to do" (0); "running" whose process is gone
 (killed, or a zombie) is "killed or crashed" (1, retry); no record is 2. Standard library only;
 run by ctest (run_status) or directly.

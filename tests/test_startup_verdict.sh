@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_startup_verdict.sh: a start-up check that fails on one rank ends every rank in seconds,
 # with that rank's words repeated by rank 0 with its rank and host (issue 28, item 2;
-# apps/trainer/startup.h). On one host, under `mpiexec -n 2`, a wrapper gives rank 1 another path than
+# apps/trainer/run/startup.h). On one host, under `mpiexec -n 2`, a wrapper gives rank 1 another path than
 # rank 0 (as a second host without the folder would): --data, --weights, --resume, --checkpoint-dir.
 # Before the verdict the first two hung for ever (rank 1 exited during its argument checks, rank 0
 # waited in MPI_Init; main at b52aa1c: killed after 60 s, no output). Also: a SIGTERM during start-up ends the job at once (status 75), a rank that

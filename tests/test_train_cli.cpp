@@ -104,7 +104,7 @@ TEST_CASE("--cuda-graph: refused with a reason where a step cannot be captured")
     CHECK(r.status == 2);
     CHECK(r.has(message));
   }
-  // The update's capturable form (apps/trainer/step.h) takes AdamW, LAMB, AMP and clipping into the
+  // The update's capturable form (apps/trainer/step/step.h) takes AdamW, LAMB, AMP and clipping into the
   // graph: validate() lets them through, to a GPU run, or to the no-GPU refusal on this machine.
   for (const char* flag : {"--optimizer adamw", "--optimizer lamb", "--amp bf16", "--amp fp16", "--clip-grad-norm 1"}) {
     AppRun r = run_app_on(0, app("train_imagenet") + tiny + "--cuda-graph --on-nonfinite off " + flag);

@@ -14,8 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apps/trainer/cli.h"
-#include "apps/trainer/run_log.h"
+#include "apps/trainer/run/cli.h"
+#include "apps/trainer/run/flag_suggest.h"
+#include "apps/trainer/run/run_log.h"
 #include "tests/support/app_runner.h"
 #include "tests/support/checkpoint_compare.h"
 

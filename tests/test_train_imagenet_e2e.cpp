@@ -58,7 +58,7 @@ TEST_CASE("mpiexec -n 2 train_imagenet trains on a generated dataset and writes 
   CHECK(std::isfinite(m["final"]["train_loss"].get<double>()));
   CHECK(m["final"]["val_images"] == 12);  // every val image counted once across the 2 ranks
   // The measured model state is the model's: the loader's prefetched batches and the step's own batch
-  // are not in it (apps/trainer/memory.h); the last step's logits and loss are (under 100 bytes here).
+  // are not in it (apps/trainer/run/memory.h); the last step's logits and loss are (under 100 bytes here).
   const double state = m["memory_ledger"]["measured_bytes"]["model_state"];
   const double predicted = m["memory_ledger"]["predicted_bytes"]["model_state"];
   MESSAGE("model state measured ", state, " B, predicted ", predicted, " B");

@@ -1,5 +1,5 @@
 // tests/test_trainer_options.cpp: the training-step library's options, in one process
-// (apps/trainer/step_options.h, option_names.h, param_groups.h's rules; core/backend.h's scope).
+// (apps/trainer/step/step_options.h, option_names.h, param_groups.h's rules; core/backend.h's scope).
 //
 //  - The refusal table: every combination of strategy x precision x optimizer x clipping x
 //    accumulation x CUDA graph x capturable x non-finite policy x wire dtype x checkpoints is refused exactly
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/param_groups.h"
-#include "apps/trainer/step_options.h"
+#include "apps/trainer/step/param_groups.h"
+#include "apps/trainer/step/step_options.h"
 #include "core/backend.h"
 #include "core/check.h"
 #include "layers/models/bert.h"

@@ -1,5 +1,5 @@
 // tests/test_trainer_position.cpp: a run's position and length in samples (apps/trainer/
-// position.h), the memory ledger's start-up check (apps/trainer/memory.h) and the out-of-memory
+// position.h), the memory ledger's start-up check (apps/trainer/run/memory.h) and the out-of-memory
 // message (core/out_of_memory.h), in one process.
 //
 //  - RunLength, --epochs: with the global batch unchanged, the schedule's position at every step
@@ -17,8 +17,8 @@
 #include <cmath>
 #include <string>
 
-#include "apps/trainer/memory.h"
-#include "apps/trainer/position.h"
+#include "apps/trainer/run/memory.h"
+#include "apps/trainer/run/position.h"
 #include "core/out_of_memory.h"
 #include "core/tensor.h"
 
@@ -87,7 +87,7 @@ TEST_CASE("resume_position: a file that does not know its samples counts step x 
 
 TEST_CASE("the measured model state leaves out the library workspaces (issue 18.7: cuBLASLt's 32 MiB on a GPU)") {
   // resnet18 on the H100: 165.9 MiB measured against 133.8 predicted before; the 32 MiB workspace
-  // is what separated them (apps/trainer/memory.h). The CPU holds no library workspace.
+  // is what separated them (apps/trainer/run/memory.h). The CPU holds no library workspace.
   CHECK(trainer::library_workspace_bytes(Device::cpu()) == 0);
   const int64_t mib = 1 << 20;
   const int64_t other = 40 * mib, data = 3 * mib, state = 134 * mib, workspace = 32 * mib;

@@ -1,4 +1,4 @@
-// tests/test_trainer_step.cpp: the training-step library's Step (apps/trainer/step.h) in one process,
+// tests/test_trainer_step.cpp: the training-step library's Step (apps/trainer/step/step.h) in one process,
 // at 1, 2 and 4 ranks as threads (dist/transport/comm_thread.h): the bodies of
 // tests/support/step_cases.h (what each checks, and why, is written there), which
 // tests/mpi_trainer_step.cpp runs under mpiexec. Every part of the Step uses the communicators it is

@@ -2,7 +2,7 @@
 // checkpointing.h).
 #include "apps/encoder/checkpointing.h"
 
-#include "apps/trainer/run_folder.h"  // defines: UsageError
+#include "apps/trainer/run/run_folder.h"  // defines: UsageError
 #include <map>
 
 #include "core/random.h"              // defines: Generator
@@ -14,7 +14,7 @@ namespace tandem::apps::encoder {
 
 namespace {
 
-const std::string kMaster = "amp.master.";  // apps/trainer/amp.h's prefix of the f32 masters
+const std::string kMaster = "amp.master.";  // apps/trainer/step/amp.h's prefix of the f32 masters
 
 // --tp with --amp: the f32 masters are stored flat ("amp.master.<param>" of [numel], as
 // optim::assemble_state writes them, with or without TP), and dist/tp/shard.h splits a tensor along
@@ -90,12 +90,12 @@ bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Po
   s.extra["seq_len"] = std::to_string(o.seq_len);
   s.extra["vocab_size"] = std::to_string(t.corpus.vocab_size);
   s.extra["amp"] = o.amp;
-  // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step.h);
+  // The optimizer state and --amp's f32 masters and loss scale, unsharded (apps/trainer/step/step.h);
   // under ZeRO every rank takes part in assembling it, and rank 0 receives it. --zero 3: the
   // weights are gathered whole for the write (every rank), and freed again after it.
   const dist::FullParameters weights = t.step->full_parameters();
   NamedTensors opt_state = t.step->state();
-  // --model-ema: "ema.<param>" beside the optimizer state (apps/trainer/ema.h); rank 0 writes.
+  // --model-ema: "ema.<param>" beside the optimizer state (apps/trainer/step/ema.h); rank 0 writes.
   if (t.ema && t.world->rank == 0)
     for (auto& e : t.ema->state()) opt_state.push_back(std::move(e));
   if (t.ema) s.extra["model_ema_decay"] = std::to_string(t.ema->decay());

@@ -2,19 +2,19 @@
 //
 // Files are "<dir>/checkpoint_step<N>.safetensors" (a text run is counted in steps), written by rank
 // 0 every --checkpoint-every steps and after this invocation's last step, atomically, through the
-// folder this run owns (apps/trainer/run_folder.h: lock, fresh-start refusal, --resume auto's
+// folder this run owns (apps/trainer/run/run_folder.h: lock, fresh-start refusal, --resume auto's
 // choice, pruning of this run's files only), and only from finite state (the weights and optimizer
 // state are checked first, under every --on-nonfinite policy; a non-finite value stops every rank,
 // exit 3). The model tensors carry Hugging Face's BertForMaskedLM names, so transformers loads the
 // file directly (apps/scripts/check_encoder_against_pytorch.py does). The state records where the
-// next step begins in samples (apps/trainer/position.h): the loader's epoch and the sequences of
+// next step begins in samples (apps/trainer/run/position.h): the loader's epoch and the sequences of
 // its order consumed, or (epoch + 1, 0) when the epoch ran out. So every checkpoint, also one taken
 // inside an epoch, resumes on any number of ranks and any --batch: the loader continues the
 // epoch's order from that offset and the LR schedule continues in samples. The optimizer state is
 // the unsharded one, keyed by parameter name ("<param>.exp_avg"), also under --zero 1|2 (gathered
 // from the shards, dist/zero.h), so a checkpoint resumes at any world size and ZeRO stage. Under
 // --amp the model tensors are the 16-bit weights and the f32 masters ride beside the optimizer state
-// ("amp.master.<param>", with the loss scaler's "amp.scaler.*": apps/trainer/amp.h), so resuming
+// ("amp.master.<param>", with the loss scaler's "amp.scaler.*": apps/trainer/step/amp.h), so resuming
 // keeps the f32 bits.
 // --tp T > 1: the files are the same canonical ones. At a save the ranks of the first TP group (DP
 // rank 0) assemble the model and the optimizer state over the TP group (dist/tp/shard.h
@@ -30,7 +30,7 @@
 
 #include "apps/encoder/options.h"      // defines: EncoderOptions
 #include "apps/encoder/setup.h"        // defines: Training, Restored
-#include "apps/trainer/position.h"     // defines: Position
+#include "apps/trainer/run/position.h"     // defines: Position
 #include "dist/transport/bootstrap.h"  // defines: World
 #include "checkpoint/checkpoint.h"         // defines: TrainState, NamedTensors
 #include "checkpoint/checkpoint_dir.h"     // defines: CheckpointDirOptions

@@ -2,8 +2,8 @@
 //
 // Each step: the next batch of masked sequences (the loader moves on to the next epoch, reshuffled
 // and re-masked, when one runs out), the LR of BERT's schedule at the run's position in samples
-// (apps/trainer/position.h: RunLength::schedule_position), then the training
-// step (apps/trainer/step.h) with this trainer's loss: forward through DDP (forward_with: the model
+// (apps/trainer/run/position.h: RunLength::schedule_position), then the training
+// step (apps/trainer/step/step.h) with this trainer's loss: forward through DDP (forward_with: the model
 // takes ids, attention mask, token types and labels) computing the masked-LM loss. The Step does
 // the rest: backward (gradients all-reduced in buckets while backward runs; reduce-scattered under
 // --zero 2), global-norm clipping, the optimizer step (under --zero 1|2 on this rank's shard, then
@@ -12,11 +12,11 @@
 // one read of the norm.
 // --amp: backward from the loss times the loss scale (fp16; 1 for bf16), then the unscale + inf/NaN
 // check of the 16-bit gradients into the f32 masters, one all-rank agreement on the flag
-// (apps/trainer/amp.h), the loss scaler's update, and on a clean step clipping of the f32 master
+// (apps/trainer/step/amp.h), the loss scaler's update, and on a clean step clipping of the f32 master
 // gradients, the update of the masters and their rounding into the model. A step with non-finite
 // gradients is skipped on every rank: counted in the progress line and the metrics, its loss left
 // out of the interval's mean.
-// After each step the run control (apps/trainer/preemption.h) is asked, on every rank alike, whether
+// After each step the run control (apps/trainer/run/preemption.h) is asked, on every rank alike, whether
 // to save now (--checkpoint-interval, before a stop) or stop (a preemption signal); either returns
 // to the caller with the decision in LoopState::decision (the caller writes the checkpoint).
 #pragma once
@@ -26,10 +26,10 @@
 #include "apps/encoder/options.h"          // defines: EncoderOptions
 #include "apps/encoder/report.h"           // defines: Interval
 #include "apps/encoder/setup.h"            // defines: Training
-#include "apps/trainer/clock.h"            // defines: RunClock
-#include "apps/trainer/preemption.h"       // defines: RunControl, Decision
-#include "apps/trainer/position.h"         // defines: Position
-#include "apps/trainer/timeline_window.h"  // defines: TimelineWindow
+#include "apps/trainer/run/clock.h"            // defines: RunClock
+#include "apps/trainer/run/preemption.h"       // defines: RunControl, Decision
+#include "apps/trainer/run/position.h"         // defines: Position
+#include "apps/trainer/run/timeline_window.h"  // defines: TimelineWindow
 #include "data/text_loader.h"              // defines: TextBatch
 
 namespace tandem::apps::encoder {

@@ -3,8 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
-#include "apps/trainer/run_flags.h"  // defines: add_batch_flags, add_run_flags, after_parse, check_run_options
+#include "apps/trainer/run/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
+#include "apps/trainer/run/run_flags.h"  // defines: add_batch_flags, add_run_flags, after_parse, check_run_options
 #include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps::encoder {
@@ -163,7 +163,7 @@ std::string steps_from_epochs(EncoderOptions& o, int64_t sequences, int64_t glob
 
 namespace {
 
-// The words for the library's options in this trainer's messages (apps/trainer/option_names.h).
+// The words for the library's options in this trainer's messages (apps/trainer/step/option_names.h).
 std::string flag_name(const std::string& option, const std::string& value) {
   if (option == "strategy")
     return value == "zero1"   ? "--zero 1"
@@ -185,7 +185,7 @@ trainer::StepOptions step_options(const EncoderOptions& o) {
                              : trainer::Strategy::Ddp;
   s.overlap = !o.no_overlap;
   // BERT: AdamW or LAMB, the lr set by the schedule at every step, no weight decay on biases and
-  // LayerNorm (apps/trainer/param_groups.h).
+  // LayerNorm (apps/trainer/step/param_groups.h).
   s.optimizer = o.optimizer;
   s.optimizer_options.lr = o.lr;
   s.optimizer_options.weight_decay = o.wd;

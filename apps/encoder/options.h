@@ -10,20 +10,20 @@
 // number of ranks, --lr-scaling linear multiplies it by the world size. The run is counted in
 // optimizer steps: a text corpus is a stream, and BERT recipes are stated in steps; --epochs (HF's
 // num_train_epochs) is turned into steps once the corpus is read. step_options() turns the step's
-// part into the training-step library's StepOptions (apps/trainer/step_options.h), whose
+// part into the training-step library's StepOptions (apps/trainer/step/step_options.h), whose
 // refusals then name these flags.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "apps/trainer/run_flags.h"     // defines: RunOptions
-#include "apps/trainer/step_options.h"  // defines: StepOptions
+#include "apps/trainer/run/run_flags.h"     // defines: RunOptions
+#include "apps/trainer/step/step_options.h"  // defines: StepOptions
 
 namespace tandem::apps::encoder {
 
 // The shared options (checkpoints, weights, communication, outputs) are RunOptions's
-// (apps/trainer/run_flags.h); these are train_encoder's own.
+// (apps/trainer/run/run_flags.h); these are train_encoder's own.
 struct EncoderOptions : trainer::RunOptions {
   // data and model
   std::vector<std::string> data;    // text files or folders (data/text_corpus.h); needs --vocab
@@ -65,7 +65,7 @@ struct EncoderOptions : trainer::RunOptions {
   int64_t warmup_steps = -1;        // -1: 10 % of --steps (BERT used 1 % of 1 M)
   double min_lr = 0.0;              // the linear, poly and cosine decays' floor
   // precision and sharding (as train_imagenet; together, each rank keeps the masters of its shard)
-  std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/amp.h)
+  std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/step/amp.h)
   int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients | 3 also parameters
   // tensor parallelism and the memory budget (issue 22)
   int tp = 1;                       // T > 1: Megatron-style TP over groups of T ranks (dist/tp/), DP over world / T

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/encoder/setup.h"  // defines: Training
-#include "apps/trainer/report_json.h"  // defines: mib, step_record_times, comm_and_memory_metrics, write_json_file
-#include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
+#include "apps/trainer/run/report_json.h"  // defines: mib, step_record_times, comm_and_memory_metrics, write_json_file
+#include "apps/trainer/run/run_flags.h"  // defines: lr_rule, start_run_records
 #include "core/storage.h"        // defines: memory_stats
 #include "core/threads.h"        // defines: configured_cpu_threads, describe
 #include "dist/transport/bootstrap.h"      // defines: comm_for (its backend name)

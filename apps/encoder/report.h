@@ -3,7 +3,7 @@
 // JSON summary (--metrics).
 //
 // A progress line covers the interval since the previous one (the loop does not synchronise with
-// the device inside an interval; see apps/trainer/clock.h):
+// the device inside an interval; see apps/trainer/run/clock.h):
 //   sequences/s and tokens/s (tokens = sequences x --seq-len), in total and per rank;
 //   MFU = model FLOPs per second per rank / the rank's peak (apps/encoder/flops.h);
 //   ms/step split: data (the host building the batch: masking, copies), exposed communication
@@ -22,9 +22,9 @@
 
 #include "apps/encoder/options.h"     // defines: EncoderOptions
 #include "apps/encoder/validation.h"  // defines: EvalResult
-#include "apps/trainer/clock.h"       // defines: RunClock
-#include "apps/trainer/position.h"    // defines: Position
-#include "apps/trainer/run_log.h"     // defines: Eta
+#include "apps/trainer/run/clock.h"       // defines: RunClock
+#include "apps/trainer/run/position.h"    // defines: Position
+#include "apps/trainer/run/run_log.h"     // defines: Eta
 
 namespace tandem::apps::encoder {
 
@@ -46,7 +46,7 @@ struct Interval {
 };
 
 // "step S/T | loss | lr | seq/s tok/s (per rank) | MFU | ms/step split | mem" (rank 0 prints it;
-// the loop appends " | elapsed ... eta ...", apps/trainer/run_log.h).
+// the loop appends " | elapsed ... eta ...", apps/trainer/run/run_log.h).
 std::string progress_line(int64_t step, int64_t total, double lr, const Interval& iv, int world, Device dev);
 // "validation step S: masked-token accuracy A (unigram baseline B) | loss L (baseline M)".
 std::string validation_line(const EvalResult& r, const Training& t);
@@ -54,7 +54,7 @@ std::string validation_line(const EvalResult& r, const Training& t);
 // Corpus, model, settings, the LR rule and the predicted memory ledger (rank 0).
 void print_start(const EncoderOptions& o, const Training& t);
 
-// The run's records beside its checkpoints (rank 0; apps/trainer/run_log.h, cli.h): the effective
+// The run's records beside its checkpoints (rank 0; apps/trainer/run/run_log.h, cli.h): the effective
 // configuration into <checkpoint-dir>/config_<run-id>.toml, and the --log-file (default <checkpoint-
 // dir>/log_<run-id>.jsonl) opened with its "start" record. Call once, after set_up.
 void start_records(const EncoderOptions& o, Training& t);

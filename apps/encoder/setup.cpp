@@ -8,8 +8,8 @@
 #include <cstdlib>
 
 #include "apps/encoder/hf_state_dict.h"  // defines: from_hf_state_dict (--weights)
-#include "apps/trainer/run_folder.h"      // defines: UsageError
-#include "apps/trainer/start_weights.h"  // defines: load_start_weights
+#include "apps/trainer/run/run_folder.h"      // defines: UsageError
+#include "apps/trainer/run/start_weights.h"  // defines: load_start_weights
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
 #include "core/random.h"                 // defines: manual_seed, Generator
@@ -139,7 +139,7 @@ std::string extra(const Training& t, const std::string& key) {
   return it == t.start.extra.end() ? "" : it->second;
 }
 
-// The run's length in samples and where this invocation stops (apps/trainer/position.h).
+// The run's length in samples and where this invocation stops (apps/trainer/run/position.h).
 void plan_steps(const EncoderOptions& o, Training& t) {
   const std::string unit = extra(t, "schedule_global_batch");
   t.fresh_global_batch = !unit.empty()              ? std::stoll(unit)
@@ -202,7 +202,7 @@ int64_t split_params(const Training& t) {
   return n;
 }
 
-// --memory-budget-mib (apps/trainer/memory.h): refuses on every rank alike (exit 2) a run whose
+// --memory-budget-mib (apps/trainer/run/memory.h): refuses on every rank alike (exit 2) a run whose
 // predicted bytes per rank exceed it, naming the ZeRO stages and TP sizes whose prediction fits.
 void check_budget(const EncoderOptions& o, Training& t) {
   const double budget = o.memory_budget_mib * (1 << 20);
@@ -273,7 +273,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   manual_seed(o.seed);
   // The checkpoint (or --weights: Hugging Face's names through from_hf_state_dict) goes in after
   // --amp's cast and before DDP's broadcast; the Step calls back here. A checkpoint's EMA entries
-  // are the EMA's, not the Step's (apps/trainer/ema.h).
+  // are the EMA's, not the Step's (apps/trainer/step/ema.h).
   NamedTensors ema_state;
   auto restore = [&](Module& m) {
     if (!o.weights.empty()) trainer::load_start_weights(o.weights, m, o.weights_skip, from_hf_state_dict, w.rank == 0);
@@ -302,7 +302,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   }
   t.step->set_steps_done(t.start_at.step);
   // --model-ema: from the run's starting weights, or the checkpoint's average; before the memory
-  // ledger's plan(), with the file's copy freed (apps/trainer/ema.h).
+  // ledger's plan(), with the file's copy freed (apps/trainer/step/ema.h).
   if (o.model_ema) {
     t.ema = std::make_unique<trainer::ModelEma>(*t.model, o.model_ema_decay);
     if (!ema_state.empty()) t.ema->load_state(ema_state, "checkpoint '" + resume + "'");

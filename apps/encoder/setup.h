@@ -10,9 +10,9 @@
 // restore_checkpoint), DDP (reduce-scatter buckets under --zero 2), ZeRO (--zero 1|2, dist/zero.h),
 // the f32 masters, the optimizer (BERT's two parameter groups over the parameters, the masters or
 // the ZeRO shard) and the checkpoint's optimizer state. Then the loaders, the run's length in
-// samples (apps/trainer/position.h: --steps counts steps of the fresh start's global batch, so a
+// samples (apps/trainer/run/position.h: --steps counts steps of the fresh start's global batch, so a
 // resume on another world size or --batch ends, and decays the LR, where the uninterrupted run
-// would), and last the memory ledger is predicted (apps/trainer/memory.h) and printed at start-up;
+// would), and last the memory ledger is predicted (apps/trainer/run/memory.h) and printed at start-up;
 // --memory-budget-mib then refuses (exit 2, every rank) a run whose prediction exceeds it, before
 // the first step allocates the optimizer state, naming the --zero stages and --tp sizes that fit.
 // The checkpoint folder is opened before the corpus is read (train_encoder.cpp).
@@ -21,7 +21,7 @@
 // that does not divide the world size or the model's heads, hidden size or FFN width
 // (trainer::tp_refusal), builds the grid (dist/tp/grid.h: TP groups of T adjacent ranks, DP across
 // them), the model as a TpBertForMaskedLM over the TP group (each rank holds its shards; `model`
-// stays null) and the Step over the DP group with the TP group and layout (apps/trainer/step.h).
+// stays null) and the Step over the DP group with the TP group and layout (apps/trainer/step/step.h).
 // The loaders' rank and world are the DP ones: every rank of a TP group reads the same batch (the
 // same ids, masks and labels: a TP group computes one model), the DP groups different ones, and
 // the global batch is --batch x world / T. Every rank of a TP group computes the same loss, so the
@@ -35,11 +35,11 @@
 
 #include "apps/encoder/flops.h"    // defines: PeakFlops
 #include "apps/encoder/options.h"  // defines: EncoderOptions
-#include "apps/trainer/ema.h"      // defines: ModelEma
-#include "apps/trainer/memory.h"   // defines: MemoryMeter
-#include "apps/trainer/position.h"    // defines: Position, RunLength
-#include "apps/trainer/run_folder.h"  // defines: RunFolder
-#include "apps/trainer/step.h"     // defines: Step
+#include "apps/trainer/step/ema.h"      // defines: ModelEma
+#include "apps/trainer/run/memory.h"   // defines: MemoryMeter
+#include "apps/trainer/run/position.h"    // defines: Position, RunLength
+#include "apps/trainer/run/run_folder.h"  // defines: RunFolder
+#include "apps/trainer/step/step.h"     // defines: Step
 #include "data/mlm_baseline.h"     // defines: UnigramBaseline
 #include "data/text_loader.h"      // defines: TextLoader, MlmDataset
 #include "dist/tp/bert.h"          // defines: TpBertForMaskedLM
@@ -48,7 +48,7 @@
 #include "dist/transport/bootstrap.h"        // defines: World
 #include "checkpoint/checkpoint.h"     // defines: TrainState
 #include "layers/models/bert.h"    // defines: BertForMaskedLM
-#include "apps/trainer/run_log.h"  // defines: RunLog
+#include "apps/trainer/run/run_log.h"  // defines: RunLog
 #include "optim/lr_schedule.h"     // defines: LrScheduleOptions
 
 namespace tandem::apps::encoder {
@@ -86,7 +86,7 @@ struct Training {
   std::shared_ptr<dist::tp::TpBertForMaskedLM> tp_model;  // --tp > 1: this rank's shards
   BertConfig config;          // the canonical model's
   int64_t parameters = 0;     // the canonical model's (the tied decoder counted once)
-  // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step.h), from the flags'
+  // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step/step.h), from the flags'
   // StepOptions, built once at the start of set_up (step_options(o)).
   trainer::StepOptions step_opts;
   std::unique_ptr<trainer::Step> step;
@@ -102,7 +102,7 @@ struct Training {
   PeakFlops peak;            // per rank
   trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step and at the end
   trainer::RunLog log;          // --log-file (rank 0; disabled elsewhere and without one): report.h start_records
-  // --model-ema: the average of the weights (apps/trainer/ema.h); null without it.
+  // --model-ema: the average of the weights (apps/trainer/step/ema.h); null without it.
   std::unique_ptr<trainer::ModelEma> ema;
 };
 

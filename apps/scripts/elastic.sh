@@ -14,10 +14,10 @@
 #   the supervisor itself got SIGTERM, SIGINT or SIGUSR1 (the scheduler's preemption): it passed the
 #     signal to mpiexec, which forwards it to every rank; the ranks save and exit 75. The supervisor
 #     does not restart (the scheduler wants the job gone) and exits 75 when the ranks reported the
-#     preemption - reliably, unlike mpiexec's own status after a signal (apps/trainer/preemption.h) -
+#     preemption - reliably, unlike mpiexec's own status after a signal (apps/trainer/run/preemption.h) -
 #     else with the attempt's status.
 #   usage error (2), a non-finite stop (3) or a data error (65): exit with it; a rerun would fail the
-#     same way (the statuses are the trainers' table, apps/trainer/exit_status.h).
+#     same way (the statuses are the trainers' table, apps/trainer/run/exit_status.h).
 #   The checkpoint folder's run_status.json (written by the job's rank 0) is read after each attempt
 #     (apps/scripts/run_status.py): where it recorded this attempt's end, its status stands when
 #     mpiexec's says less - 0 after a preemption (a Hydra race), or MPI_Abort's 1 after a data error.

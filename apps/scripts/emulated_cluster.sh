@@ -128,7 +128,7 @@ cleanup() {
 trap cleanup EXIT
 # A stop request goes to every rank (the processes inside the hosts), as a scheduler sends it; not
 # to mpiexec and its proxies, whose own forwarding would send it twice and whose exit status after
-# a forwarded signal is unreliable (apps/trainer/preemption.h).
+# a forwarded signal is unreliable (apps/trainer/run/preemption.h).
 forward() {
   for i in $(seq 0 $((hosts - 1))); do
     for pid in $(ip netns pids "${prefix}h$i" 2> /dev/null); do

@@ -8,7 +8,7 @@
 # ledger's prediction and what fits. Then the budget with --zero 3 and with --tp N: both train. Then,
 # without the budget, DDP, ZeRO-1, ZeRO-2, ZeRO-3 and TP N, each for --steps steps of 2 sequences of 64
 # tokens per rank (AdamW, f32, dropout 0): the ledger's prediction per rank (model state + transient
-# gradient buffers, apps/trainer/memory.h) beside what the allocator measured (model state between
+# gradient buffers, apps/trainer/run/memory.h) beside what the allocator measured (model state between
 # steps, the steps' peak). Each run's log and --metrics JSON are kept in --out, and memory.md is made
 # from them. Needs a CPU build (TANDEM_BUILD_DIR, default build/) and python3.
 set -euo pipefail

@@ -347,9 +347,9 @@ if want train; then
       done
     done
   done
-  # --cuda-graph (apps/trainer/graph_capture.h): the same run with and without graphs, side by side, for
+  # --cuda-graph (apps/trainer/step/graph_capture.h): the same run with and without graphs, side by side, for
   # the first resnet50 and resnet18 configs, in each precision (bf16: the capturable update keeps the
-  # loss scaler's flag on the device, apps/trainer/step.h). Both sides use --on-nonfinite off (the
+  # loss scaler's flag on the device, apps/trainer/step/step.h). Both sides use --on-nonfinite off (the
   # graph requires it, and the eager default's per-step loss read would otherwise be counted against eager).
   for gm in resnet50 resnet18; do
     gc=""

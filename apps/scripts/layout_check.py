@@ -9,10 +9,11 @@
 #                   dist/communicator.h, the interface every transport and layer is written against.
 #   flag-words      no library folder names a flag of the apps ("--checkpoint-dir"): library errors
 #                   name library options, and the apps translate them into flag words
-#                   (apps/trainer/flag_words.h). Flags are what the apps' sources write as "--name".
-#   include-cycles  no unit-level include cycle in the library folders (a unit is a file's path
-#                   without its extension: x.h and x.cpp are one unit); cycles in apps/ are listed
-#                   but do not fail the check.
+#                   (apps/trainer/run/flag_words.h). Flags are what the apps' sources write as "--name".
+#   include-cycles  no unit-level include cycle in the library folders or apps/ (a unit is a file's
+#                   path without its extension: x.h and x.cpp are one unit), and the apps' layers
+#                   include only downward: apps/trainer/step/ (the Step) never includes
+#                   apps/trainer/run/ (the run harness), and apps/trainer/ never a trainer's own folder.
 # Exits 0 when every asked check holds, 1 with one line per problem otherwise (ctest: layout_*).
 import argparse
 import os
@@ -23,6 +24,10 @@ LIBRARIES = ["core", "layers", "checkpoint", "optim", "dist", "data"]
 SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh")
 DIST_BUDGET = 1200  # DESIGN.md: dist/'s top level reads top to bottom; code lines, comments free
 DIST_ROOT_FOR_SUBFOLDERS = {"dist/communicator.h"}  # what a dist/ sub-folder may include upward
+# (a folder, the folders above it that it must not include): the Step is below the run harness, and
+# both are below the two trainers that use them.
+APPS_DOWNWARD = [("apps/trainer/step/", ["apps/trainer/run/", "apps/train/", "apps/encoder/"]),
+                 ("apps/trainer/run/", ["apps/train/", "apps/encoder/"])]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
@@ -157,12 +162,13 @@ def check_include_cycles(root):
     problems = []
     for comp in cycles(edges):
         where = "apps" if all(u.startswith("apps/") for u in comp) else "library"
-        line = f"{where} include cycle of {len(comp)} units: " + ", ".join(comp)
-        if where == "library":
-            problems.append(line)
-        else:
-            print("note: " + line)
-    print(f"include cycles: {len(problems)} in the library folders")
+        problems.append(f"{where} include cycle of {len(comp)} units: " + ", ".join(comp))
+    print(f"include cycles: {len(problems)} in the library folders and apps/")
+    for u, targets in sorted(edges.items()):
+        for t in sorted(targets):
+            for lower, upper in APPS_DOWNWARD:
+                if u.startswith(lower) and any(t.startswith(up) for up in upper):
+                    problems.append(f"{u} includes {t}: {lower} is below it (include downward only)")
     return problems
 
 

@@ -20,7 +20,7 @@ or null optional key leaves a gap):
    "grad_norm":..,"elapsed_s":..,"eta_s":..}   (eta_s: training seconds left, as the progress line's
    ETA; the trainers also write top1 (the interval's last batch), overlap, skipped_steps, mfu)
   {"event":"val","step":..,"epoch":..,"samples":..,"top1":..,"top5":..,"loss":..}   (or "masked_acc")
-The trainers write it with --log-file (apps/trainer/run_log.h; default <checkpoint-dir>/log_<run-id>.jsonl).
+The trainers write it with --log-file (apps/trainer/run/run_log.h; default <checkpoint-dir>/log_<run-id>.jsonl).
   {"event":"checkpoint","step":..,"path":..}   {"event":"end","summary":{..}}
 A resumed run appends a second "start" to the same log: records from before it whose step is at or
 past the resumed run's first step are dropped (the run rewound to its checkpoint; TensorBoard's purge

@@ -6,7 +6,7 @@ plain mpiexec (which can return 0 after a SIGTERM although every rank exited 75:
     python3 apps/scripts/run_status.py CHECKPOINT_DIR
 
 Prints one line - the state, the exit status, why, the run id, the last checkpoint and the advice -
-and exits with the run's status from the trainers' table (apps/trainer/exit_status.h):
+and exits with the run's status from the trainers' table (apps/trainer/run/exit_status.h):
     0 completed (or still running: nothing to do)      1 failed at run time: retry with --resume auto
     2 usage error: fix the command                     3 stopped on a non-finite value
     65 data or input error: fix the data or the file   75 preempted: retry with --resume auto

@@ -14,7 +14,7 @@
 // naming the steps). TANDEM_FAULT's hooks run at their places in the step (apps/train/faults.h):
 // before it, and between forward and backward inside the loss. --cuda-graph: each batch is copied
 // into static tensors the captured step reads (Training::graph_batch).
-// After each step the run control (apps/trainer/preemption.h) is asked, on every rank alike, whether
+// After each step the run control (apps/trainer/run/preemption.h) is asked, on every rank alike, whether
 // to save now (--checkpoint-every, --checkpoint-interval, before a stop) and whether to stop (a
 // preemption signal): a save inside the epoch is written here, at the current position; one that
 // falls on the epoch's last step is left to the epoch-end checkpoint; a stop ends the epoch early.
@@ -28,10 +28,10 @@
 #include "apps/train/options.h"             // defines: TrainOptions
 #include "apps/train/report.h"              // defines: RunRecord, Interval, progress_line
 #include "apps/train/setup.h"               // defines: Training
-#include "apps/trainer/clock.h"             // defines: RunClock
-#include "apps/trainer/preemption.h"        // defines: RunControl
-#include "apps/trainer/position.h"          // defines: Position
-#include "apps/trainer/timeline_window.h"   // defines: TimelineWindow
+#include "apps/trainer/run/clock.h"             // defines: RunClock
+#include "apps/trainer/run/preemption.h"        // defines: RunControl
+#include "apps/trainer/run/position.h"          // defines: Position
+#include "apps/trainer/run/timeline_window.h"   // defines: TimelineWindow
 #include "core/tensor.h"                    // defines: Tensor
 #include "data/loader.h"                    // defines: Batch
 

@@ -4,8 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "apps/trainer/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
-#include "apps/trainer/run_flags.h"  // defines: add_batch_flags, add_run_flags, after_parse, check_run_options
+#include "apps/trainer/run/cli.h"  // defines: add_config_flags, parse (suggestions, --config, --dump-config)
+#include "apps/trainer/run/run_flags.h"  // defines: add_batch_flags, add_run_flags, after_parse, check_run_options
 #include "core/check.h"        // defines: TANDEM_CHECK
 
 namespace tandem::apps {
@@ -113,7 +113,7 @@ void add_training_flags(CLI::App& app, TrainOptions& o) {
 }
 
 // How the ranks share the work (buckets, strategy, precision, ZeRO, TP, the memory budget), then the
-// flags both trainers share (apps/trainer/run_flags.h).
+// flags both trainers share (apps/trainer/run/run_flags.h).
 void add_parallel_flags(CLI::App& app, TrainOptions& o) {
   app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
   app.add_option("--strategy", o.strategy, "ddp: all-reduce during backward; ps: synchronous parameter server")
@@ -236,7 +236,7 @@ void validate(TrainOptions& o) {
 
 namespace {
 
-// The words for the library's options in this trainer's messages (apps/trainer/option_names.h).
+// The words for the library's options in this trainer's messages (apps/trainer/step/option_names.h).
 std::string flag_name(const std::string& option, const std::string& value) {
   if (option == "strategy") {
     if (value == "zero1" || value == "zero2" || value == "zero3") return std::string("--zero ") + value.back();

@@ -11,7 +11,7 @@
 // --weight-decay, --clip-grad-norm, --betas, --eps, --lr-scheduler, --lr-warmup-epochs/-steps,
 // --grad-accum-steps, --keep-checkpoints); the older spellings (--batch, --wd, --lr-schedule,
 // --warmup-epochs, --warmup-steps) stay as aliases. --config FILE, --dump-config and the suggestion
-// for a mistyped flag come from apps/trainer/cli.h.
+// for a mistyped flag come from apps/trainer/run/cli.h.
 // The LR and the world size (one rule in both trainers, printed at start-up): --lr is used as given,
 // as torchvision's and Hugging Face's scripts do; --lr-scaling linear multiplies it by the world
 // size (Goyal et al.). With more than one rank the default warmup (one epoch) starts from --lr /
@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/run_flags.h"     // defines: RunOptions
-#include "apps/trainer/step_options.h"  // defines: StepOptions
+#include "apps/trainer/run/run_flags.h"     // defines: RunOptions
+#include "apps/trainer/step/step_options.h"  // defines: StepOptions
 
 namespace tandem::apps {
 
 // The shared options (checkpoints, weights, communication, outputs) are RunOptions's
-// (apps/trainer/run_flags.h); these are train_imagenet's own.
+// (apps/trainer/run/run_flags.h); these are train_imagenet's own.
 struct TrainOptions : trainer::RunOptions {
   // data and model
   std::string data;                 // ImageNet layout: <data>/train/<class>/*, <data>/val/<class>/*
@@ -104,11 +104,11 @@ struct TrainOptions : trainer::RunOptions {
   std::string conv_bn_fusion = "off";  // ResNet conv -> BN -> ReLU with the BN statistics from the conv's
                                        // cuDNN epilogue and bn_finalize as a graph (on) or as today (off);
                                        // BackendConfig::conv_bn_fusion. Off: never run on a GPU, unmeasured
-  // CUDA graphs (apps/trainer/graph_capture.h): 3 eager steps, then the step is captured once and
+  // CUDA graphs (apps/trainer/step/graph_capture.h): 3 eager steps, then the step is captured once and
   // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /
   // host-staged collectives cannot be captured), --on-nonfinite off (its per-step loss read is a
   // host sync inside the step), SGD, and no --amp, --zero, --clip-grad-norm or --strategy ps
-  // (apps/trainer/step_options.cpp says why for each). Every model, dropout included
+  // (apps/trainer/step/step_options.cpp says why for each). Every model, dropout included
   // (core/graph_rng.h). Default off. The progress line's
   // "host ms/step" shows what it saves, and "cuda graph N/M steps replayed" how many were replays.
   bool cuda_graph = false;

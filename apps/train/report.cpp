@@ -9,8 +9,8 @@
 
 #include "apps/train/setup.h"       // defines: Training
 #include "apps/train/stragglers.h"  // defines: Stragglers, gather_stragglers
-#include "apps/trainer/report_json.h"  // defines: mib, step_record_times, comm_and_memory_metrics, write_json_file
-#include "apps/trainer/run_flags.h"  // defines: lr_rule, start_run_records
+#include "apps/trainer/run/report_json.h"  // defines: mib, step_record_times, comm_and_memory_metrics, write_json_file
+#include "apps/trainer/run/run_flags.h"  // defines: lr_rule, start_run_records
 #include "core/ops/conv/conv.h"       // defines: conv_bias_fusion_stats, conv_bias_relu_stats
 #include "core/ops/conv_bn/conv_bn.h" // defines: conv_bn_fusion_stats
 #include "core/storage.h"       // defines: memory_stats

@@ -8,7 +8,7 @@
 //   exposed  = communication that backward did not hide (dist/measure/timeline.h, from events);
 //   compute  = the rest (forward, backward, optimizer, launch overheads).
 // The summary separates init time (process start -> first step) from training time, and steady
-// images/s (first --bench-warmup steps excluded) from the whole-run rate (apps/trainer/clock.h).
+// images/s (first --bench-warmup steps excluded) from the whole-run rate (apps/trainer/run/clock.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,9 +18,9 @@
 
 #include "apps/train/options.h"     // defines: TrainOptions
 #include "apps/train/validation.h"  // defines: EvalResult
-#include "apps/trainer/clock.h"     // defines: RunClock
-#include "apps/trainer/position.h"  // defines: Position
-#include "apps/trainer/run_log.h"   // defines: Eta
+#include "apps/trainer/run/clock.h"     // defines: RunClock
+#include "apps/trainer/run/position.h"  // defines: Position
+#include "apps/trainer/run/run_log.h"   // defines: Eta
 #include "core/device.h"            // defines: Device
 #include "dist/measure/timeline.h"  // defines: Timeline
 
@@ -46,7 +46,7 @@ struct Interval {
 
 
 // "epoch E step S/T | loss ... | lr ... | img/s | ms/step split | mem" for one interval (the loop
-// appends " | elapsed ... eta ...", apps/trainer/run_log.h, at the end).
+// appends " | elapsed ... eta ...", apps/trainer/run/run_log.h, at the end).
 std::string progress_line(int64_t epoch, int64_t step, int64_t total, double lr, const Interval& iv, int world,
                           Device dev);
 
@@ -71,7 +71,7 @@ struct RunRecord {
 // "<model> on N rank(s) (...), params, batch, steps, lr", the LR rule, the memory ledger (rank 0).
 void print_start(const TrainOptions& o, const Training& t);
 
-// The run's records beside its checkpoints (rank 0; apps/trainer/run_log.h, cli.h): the effective
+// The run's records beside its checkpoints (rank 0; apps/trainer/run/run_log.h, cli.h): the effective
 // configuration into <checkpoint-dir>/config_<run-id>.toml, and the --log-file (default <checkpoint-
 // dir>/log_<run-id>.jsonl) opened with its "start" record. Call once, after set_up.
 void start_records(const TrainOptions& o, Training& t);

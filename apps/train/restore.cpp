@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "apps/trainer/run_flags.h"   // defines: folder_options
-#include "apps/trainer/run_folder.h"  // defines: UsageError, read_resume_checkpoint
+#include "apps/trainer/run/run_flags.h"   // defines: folder_options
+#include "apps/trainer/run/run_folder.h"  // defines: UsageError, read_resume_checkpoint
 
 namespace tandem::apps {
 

@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "apps/train/restore.h"           // defines: restore_checkpoint
-#include "apps/trainer/graph_capture.h"   // defines: GraphCapture::kEagerSteps
-#include "apps/trainer/start_weights.h"   // defines: load_start_weights
+#include "apps/trainer/step/graph_capture.h"   // defines: GraphCapture::kEagerSteps
+#include "apps/trainer/run/start_weights.h"   // defines: load_start_weights
 #include "core/device.h"                  // defines: require_cuda
 #include "core/profile.h"                 // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
@@ -204,7 +204,7 @@ void warn_if_length_changed(const TrainOptions& o, const Training& t) {
 }
 
 // Steps per epoch, the run's length in samples, where this invocation stops, and the LR schedule
-// (apps/trainer/position.h).
+// (apps/trainer/run/position.h).
 void plan_steps(const TrainOptions& o, Training& t) {
   const int64_t spe = t.steps_per_epoch = t.train->batches_per_epoch();
   TANDEM_CHECK(spe > 0, "the training set (", t.data.train->size(), " samples) is smaller than one global batch (",
@@ -270,7 +270,7 @@ int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
 
 namespace {
 
-// --memory-budget-mib (apps/trainer/memory.h): refuses on every rank alike (exit 2) a run whose
+// --memory-budget-mib (apps/trainer/run/memory.h): refuses on every rank alike (exit 2) a run whose
 // predicted bytes per rank exceed it, naming the --zero stages whose prediction fits.
 void check_budget(const TrainOptions& o, Training& t) {
   const double budget = o.memory_budget_mib * (1 << 20);
@@ -305,7 +305,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.model->to(t.dev);
   manual_seed(o.seed);
   // The checkpoint (or --weights) goes in after --amp's cast and before DDP's broadcast; the Step
-  // calls back here. A checkpoint's EMA entries are the EMA's, not the Step's (apps/trainer/ema.h).
+  // calls back here. A checkpoint's EMA entries are the EMA's, not the Step's (apps/trainer/step/ema.h).
   NamedTensors ema_state;
   auto restore = [&](Module& m) {
     if (!o.weights.empty()) trainer::load_start_weights(o.weights, m, o.weights_skip, {}, w.rank == 0);

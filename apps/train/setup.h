@@ -3,11 +3,11 @@
 // The order is part of the run's determinism and is fixed here, in one place: the model is created
 // (its init drawn from --seed, or skipped when a checkpoint will overwrite every tensor), moved to
 // the device, the default generator reseeded, and the training step built around it
-// (apps/trainer/step.h), which keeps its own fixed order: the backend settings, --amp's cast (an AMP
+// (apps/trainer/step/step.h), which keeps its own fixed order: the backend settings, --amp's cast (an AMP
 // checkpoint holds 16-bit weights), the checkpoint's restore (which may set the generator again;
 // the Step calls back into restore_checkpoint for it), DDP (which broadcasts rank 0's tensors),
 // ZeRO, the f32 masters, the optimizer, the parameter server, and the checkpoint's optimizer state
-// and masters. Then the loaders, the run's length and schedule in samples (apps/trainer/position.h)
+// and masters. Then the loaders, the run's length and schedule in samples (apps/trainer/run/position.h)
 // and the memory ledger. --describe stops after the model is created, before any of that.
 // The checkpoint folder is opened before all of this, right after MPI is up (train_imagenet.cpp):
 // a bad folder or another run's files stop the job in seconds, before the data is listed.
@@ -20,17 +20,17 @@
 #include <string>
 
 #include "apps/train/options.h"   // defines: TrainOptions
-#include "apps/trainer/ema.h"     // defines: ModelEma
-#include "apps/trainer/memory.h"  // defines: MemoryMeter
-#include "apps/trainer/position.h"    // defines: Position, RunLength
-#include "apps/trainer/run_folder.h"  // defines: RunFolder
-#include "apps/trainer/step.h"    // defines: Step
+#include "apps/trainer/step/ema.h"     // defines: ModelEma
+#include "apps/trainer/run/memory.h"  // defines: MemoryMeter
+#include "apps/trainer/run/position.h"    // defines: Position, RunLength
+#include "apps/trainer/run/run_folder.h"  // defines: RunFolder
+#include "apps/trainer/step/step.h"    // defines: Step
 #include "data/dataset.h"         // defines: Dataset
 #include "data/loader.h"          // defines: Loader, Batch, batch_bytes
 #include "dist/transport/bootstrap.h"       // defines: World, init
 #include "checkpoint/checkpoint.h"    // defines: TrainState
 #include "layers/module.h"        // defines: ModulePtr
-#include "apps/trainer/run_log.h"  // defines: RunLog
+#include "apps/trainer/run/run_log.h"  // defines: RunLog
 #include "optim/lr_schedule.h"    // defines: LrScheduleOptions
 
 namespace tandem::apps {
@@ -44,7 +44,7 @@ struct Datasets {
 // Starts MPI (and NCCL on GPUs) and checks that --device can be honoured: --device cuda on a
 // machine whose GPU is missing or unusable fails with require_cuda's message (core/device.h). Then
 // the step's refusals that depend on the world (--cuda-graph: a GPU, NCCL collectives, no
-// TANDEM_FAULT / TANDEM_SYNC_CHECK; apps/trainer/step_options.h refusal_on), before any data work.
+// TANDEM_FAULT / TANDEM_SYNC_CHECK; apps/trainer/step/step_options.h refusal_on), before any data work.
 const dist::World& init_world(const TrainOptions& o);
 // --synthetic, or <data>/train and (when present) <data>/val, labelled with train/'s class list.
 Datasets make_datasets(const TrainOptions& o);
@@ -74,10 +74,10 @@ struct Training {
   trainer::Position start_at;  // where this invocation begins
   ModulePtr model;
   // DDP / ZeRO / the parameter server, --amp, the optimizer, clipping, --cuda-graph, the
-  // non-finite policy and the backend settings (apps/trainer/step.h).
+  // non-finite policy and the backend settings (apps/trainer/step/step.h).
   std::unique_ptr<trainer::Step> step;
   // --cuda-graph: the static copies of the batch the captured step reads, and of the logits it
-  // writes (allocated by the first step; apps/trainer/graph_capture.h).
+  // writes (allocated by the first step; apps/trainer/step/graph_capture.h).
   data::Batch graph_batch;
   Tensor graph_logits;
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
@@ -91,9 +91,9 @@ struct Training {
   int64_t end_step = 0;       // this invocation stops there (--run-steps; else total_steps)
   int64_t bench_warmup = 0;   // steps left out of steady images/s
   optim::LrScheduleOptions sched;
-  trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step (apps/trainer/memory.h)
+  trainer::MemoryMeter memory;  // predicted at set-up, measured after the first step (apps/trainer/run/memory.h)
   trainer::RunLog log;          // --log-file (rank 0; disabled elsewhere and without one): report.h start_records
-  // --model-ema: the average of the weights (apps/trainer/ema.h); null without it.
+  // --model-ema: the average of the weights (apps/trainer/step/ema.h); null without it.
   std::unique_ptr<trainer::ModelEma> ema;
 };
 

@@ -5,17 +5,17 @@
 #include <cstdio>
 
 #include "apps/train/setup.h"  // defines: Training, make_eval_datasets, make_model
-#include "apps/trainer/nonfinite.h"  // defines: RunStopped
-#include "apps/trainer/exit_status.h"  // defines: InputError, as_input_error
-#include "apps/trainer/run_folder.h"  // defines: UsageError
+#include "apps/trainer/step/nonfinite.h"  // defines: RunStopped
+#include "apps/trainer/run/exit_status.h"  // defines: InputError, as_input_error
+#include "apps/trainer/run/run_folder.h"  // defines: UsageError
 #include "core/autograd.h"     // defines: NoGradGuard
 #include "core/ops/copy/copy.h"      // defines: cast_raw (--amp inputs)
 #include "core/ops/finite/finite.h"   // defines: count_nonfinite
 #include "core/ops/loss/loss.h"     // defines: cross_entropy, topk_correct
 #include "dist/transport/bootstrap.h"  // defines: comm_for (the CPU communicator for the counts)
 #include "dist/transport/busy.h"       // defines: Busy (validation is announced host work)
-#include "apps/trainer/ema.h"            // defines: ModelEma (--model-ema)
-#include "apps/trainer/start_weights.h"  // defines: load_start_weights
+#include "apps/trainer/step/ema.h"            // defines: ModelEma (--model-ema)
+#include "apps/trainer/run/start_weights.h"  // defines: load_start_weights
 #include "core/safetensors.h"            // defines: read_metadata
 #include "core/torch_save.h"            // defines: is_torch_zip (a .pth is a state dict)
 #include "checkpoint/checkpoint.h" // defines: read_checkpoint, read_train_state, is_checkpoint_format
@@ -73,7 +73,7 @@ std::optional<EvalResult> validate_if_due(Training& t, const TrainOptions& o, in
   const EvalResult r = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
   if (t.world->rank == 0) std::printf("epoch %lld validation: %s\n", (long long)epoch + 1, r.str().c_str());
   if (t.ema) {
-    // The EMA's weights in the model for one pass, the trained ones back after it (apps/trainer/ema.h).
+    // The EMA's weights in the model for one pass, the trained ones back after it (apps/trainer/step/ema.h).
     const trainer::ModelEma::Applied ema(*t.ema);
     const EvalResult e = evaluate(*t.model, *t.val, t.classes, t.step->compute_dtype());
     if (t.world->rank == 0) std::printf("epoch %lld validation (ema): %s\n", (long long)epoch + 1, e.str().c_str());
@@ -155,7 +155,7 @@ EvalResult evaluate_checkpoint(const TrainOptions& flags, const dist::World& w, 
                 r.str().c_str());
   if (r.failed()) throw trainer::RunStopped("--evaluate: non-finite logits");
   if (checkpoint) {
-    // A checkpoint of a --model-ema run: its average too (apps/trainer/ema.h).
+    // A checkpoint of a --model-ema run: its average too (apps/trainer/step/ema.h).
     NamedTensors entries = read_checkpoint(path).optimizer;
     const NamedTensors ema_state = trainer::ModelEma::take_state(entries);
     if (!ema_state.empty()) {

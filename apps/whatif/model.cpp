@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "apps/trainer/name_table.h"  // defines: NameTable, from_name, name_of
+#include "apps/trainer/step/name_table.h"  // defines: NameTable, from_name, name_of
 #include "core/check.h"
 #include "dist/extras/parameter_server.h"  // assign_partitions: the servers' whole-tensor partitions
 

@@ -13,7 +13,7 @@
 // collective is (dist/transport/watchdog.h), and the deadline is the same one (comm_timeout_s).
 //
 // What a failure means (the status, the message's words) is the caller's: the reports carry them as
-// given, with the rank and its host, which the caller prints (apps/trainer/startup.h).
+// given, with the rank and its host, which the caller prints (apps/trainer/run/startup.h).
 #pragma once
 #include <string>
 #include <vector>

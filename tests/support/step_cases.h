@@ -1,4 +1,4 @@
-// tests/support/step_cases.h: the training-step library's Step (apps/trainer/step.h) on one
+// tests/support/step_cases.h: the training-step library's Step (apps/trainer/step/step.h) on one
 // communicator - the bodies tests/mpi_trainer_step.cpp runs under mpiexec -n 2 and -n 4 (the world's
 // CPU communicator) and tests/test_trainer_step.cpp runs in one process at 1, 2 and 4 thread ranks
 // (dist/transport/comm_thread.h). Each body is collective: every rank calls it together.
@@ -47,10 +47,10 @@
 #include <memory>
 #include <string>
 
-#include "apps/trainer/amp.h"
-#include "apps/trainer/ema.h"
-#include "apps/trainer/nonfinite.h"
-#include "apps/trainer/step.h"
+#include "apps/trainer/step/amp.h"
+#include "apps/trainer/step/ema.h"
+#include "apps/trainer/step/nonfinite.h"
+#include "apps/trainer/step/step.h"
 #include "core/ops/copy/copy.h"
 #include "core/ops/ops.h"
 #include "dist/communicator.h"

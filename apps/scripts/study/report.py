@@ -94,7 +94,7 @@ def write(study, path):
          "communication time hidden behind backward.",
          "- **peak tensors** is rank 0's tensor allocator peak; **peak RSS** the largest resident set of any rank. "
          "**ledger MiB/rank**: the memory ledger's prediction per rank (model state + transient gradient buffers) / "
-         "the model state it measured (apps/trainer/memory.h) - what ZeRO and TP divide.",
+         "the model state it measured (apps/trainer/run/memory.h) - what ZeRO and TP divide.",
          "- Encoder workloads (bert_*) count sequences where image workloads count images; `tp<T>` cells run T ranks "
          "per tensor-parallel group, so N ranks train N/T batches per step, not N. Their **exposed comm** is the "
          "data-parallel gradient collectives only (the step's timeline); TP's per-layer activation all-reduces run "

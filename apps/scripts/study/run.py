@@ -77,7 +77,7 @@ def measures(m, launch):
             "rss_mib_per_rank": launch["rss_mib_per_rank"], "images": m["global_batch"] * m["steps_this_run"],
             "backend": m["backend"], "parameters": m["parameters"],
             # The memory ledger per rank: predicted model state + transient gradients, and the measured
-            # model state (apps/trainer/memory.h), in MiB.
+            # model state (apps/trainer/run/memory.h), in MiB.
             "ledger_predicted_mib": (ledger.get("predicted_bytes", {}).get("model_state", 0) +
                                      ledger.get("predicted_bytes", {}).get("transient", 0)) * mib if ledger else None,
             "ledger_measured_mib": ledger.get("measured_bytes", {}).get("model_state", 0) * mib if ledger else None}

@@ -14,7 +14,7 @@
 //     bert's MLM decoder over vocab 30522 (30522 % 8 = 2) is the known case: its GEMMs are the
 //     `magma_sgemmEx` (bf16 in, f32 compute on CUDA cores) that issue 17.4 took for an f32 GEMM.
 // The counts are relaxed atomics (any thread may launch); read them between steps. The trainers
-// take the difference over a step for the metrics (apps/trainer/step.h, StepReport::casts).
+// take the difference over a step for the metrics (apps/trainer/step/step.h, StepReport::casts).
 #pragma once
 #include <array>
 #include <atomic>

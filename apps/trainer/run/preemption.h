@@ -1,0 +1,130 @@
+// apps/trainer/run/preemption.h: stopping and saving on request - preemption signals and checkpoint
+// intervals in steps and in wall time - agreed by every rank at a step boundary (issue 20, defect 7).
+//
+// Signals. SIGTERM (what Slurm, Kubernetes and most schedulers send before they kill a job),
+// SIGUSR1 (Slurm's `--signal` warning, PyTorch Lightning's convention) and SIGINT (Ctrl-C) only set a
+// flag: the handler is async-signal-safe (an atomic store and a write(2) of a line made at install
+// time). Nothing is saved from inside a handler; the loop asks at each step boundary.
+// install_stop_signals() runs first thing in main, so a signal during start-up (data scan, model
+// set-up) is not lost: it is acted on at the first step boundary.
+//   More signals while stopping are noted and otherwise ignored: the first one already asked for a
+//   checkpoint and an exit, and duplicates are normal (Slurm's scancel signals every process of the
+//   job, and mpiexec forwards the one it got too). To abort at once, send SIGKILL; the checkpoint
+//   writer is atomic (write, fsync, rename), so a kill during a save leaves the previous checkpoint
+//   and a temporary that the next start-up removes, never a torn file.
+//
+// Agreement. A signal may reach one rank alone (a `kill` of one pid; MPICH's mpiexec forwards a
+// signal it receives to every rank, but a scheduler may signal processes directly), and every rank
+// must stop at the same step, or the others would wait for it in the next collective. So at each
+// boundary every rank contributes [SIGTERM, SIGUSR1, SIGINT seen here; the wall-time interval due
+// on rank 0] to one all-reduce of 4 floats on the CPU communicator, and acts on the sum. The
+// all-reduce is started at one boundary and read at the next, so the step's compute hides it and no
+// rank waits for another at a boundary: a request is acted on one step after it arrived, on every
+// rank alike. Cost per step: that all-reduce (microseconds, on the communication thread).
+//
+// Decisions (the same on every rank):
+//   save  at this boundary: every --checkpoint-every steps (a function of the step: no agreement
+//         needed), when rank 0's clock says --checkpoint-interval minutes passed since the last save
+//         (any save restarts it, the epoch-end ones too), and before a stop;
+//   stop  after the save: some rank got a stop signal. The trainer then exits with kPreemptedExit
+//         and prints a line starting "preempted: " (apps/scripts/elastic.sh looks for it). Without a
+//         checkpoint folder a stop saves nothing, and says so.
+//
+// The exit status: 75, EX_TEMPFAIL of sysexits.h ("temporary failure; the user is invited to
+// retry"): distinct from success (0), errors (1), usage errors (2) and a non-finite stop (3), and from
+// 128 + a signal, which a shell shows for a process a signal killed. MPICH's mpiexec (Hydra 4.0.2)
+// forwards SIGTERM, SIGINT and SIGUSR1 to every rank once (the ranks sit in process groups of their
+// own, so a terminal's Ctrl-C reaches mpiexec only), but its own exit status after it forwarded a
+// signal is not reliable: in trials on the 2-core development VM it returned 0 for 5 of 16 SIGTERMs,
+// 5 of 16 SIGINTs and 1 of 17 SIGUSR1s although every rank exited 75 (with no handler at all: 0 in
+// 8 of 15 SIGTERMs, else 15 - issue 20's "mpiexec sometimes exits 0 on SIGTERM"). A signal sent to
+// the ranks themselves leaves mpiexec's status alone: it was 75 in 16 of 16. SIGUSR2 and SIGHUP are
+// not forwarded: they end mpiexec itself.
+// apps/scripts/elastic.sh therefore reads the "preempted: " line, not mpiexec's status, and passes a
+// reliable 75 to the scheduler.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "apps/trainer/run/exit_status.h"  // defines: kExitPreempted
+#include "core/safetensors.h"   // defines: WriteProgress
+#include "dist/communicator.h"  // defines: Communicator, WorkPtr
+
+namespace tandem::trainer {
+
+// sysexits.h's EX_TEMPFAIL: "preempted; rerun with --resume auto to continue".
+inline constexpr int kPreemptedExit = kExitPreempted;  // apps/trainer/run/exit_status.h
+
+// Installs the handlers for SIGTERM, SIGUSR1 and SIGINT (idempotent). `program` prefixes the
+// handler's line ("train_imagenet: SIGTERM received ..."); the rank comes from the launcher's
+// environment (PMI_RANK), as MPI is not up yet.
+void install_stop_signals(const std::string& program);
+// The first stop signal this process received (0: none).
+int stop_signal();
+// Start-up, from begin_startup() (trainer_main calls it after install_stop_signals) until the first
+// RunControl exists: there is no step to finish and nothing to save, and start-up may wait long (for
+// a rank that never comes, a data scan), so a stop signal then ends the process at once, with
+// kPreemptedExit and a line saying so, on every rank it reaches (mpiexec forwards it to all).
+// Without begin_startup() (the library's tests) a signal only sets the flag, as before.
+void begin_startup();
+
+struct RunControlOptions {
+  int64_t checkpoint_every = 0;        // save after every N-th step (0: off)
+  double checkpoint_interval_min = 0;  // save once this many minutes passed since the last save,
+                                       // on rank 0's clock (0: off)
+  bool can_save = false;               // a checkpoint folder was given: a stop saves first
+};
+
+// What every rank does at a boundary.
+struct Decision {
+  bool save = false;  // call the trainer's checkpoint function now (through RunControl::save)
+  bool stop = false;  // then leave the loop; the trainer exits with kPreemptedExit
+  std::string why;    // for the log: "SIGTERM on 2 of 2 ranks", "every 100 steps", ...
+};
+
+class RunControl {
+ public:
+  // `comm`: the ranks' CPU communicator (dist::comm_for(Device::cpu())). Also routes the checkpoint
+  // writer's progress (safetensors::set_write_progress) into the Busy scope save() opens.
+  RunControl(dist::Communicator& comm, RunControlOptions options);
+  ~RunControl();
+  RunControl(const RunControl&) = delete;
+  RunControl& operator=(const RunControl&) = delete;
+
+  // The boundary after `steps_done` optimizer steps: every rank, after every step. Collective.
+  Decision after_step(int64_t steps_done);
+  // Runs `write` - the trainer's checkpoint function, called on every rank, returning whether a
+  // checkpoint was written - as announced host work (a dist::Busy scope "writing checkpoint", whose
+  // progress is the bytes the writer has put on the disk), so the ranks waiting for the writer in
+  // their next collective wait on while it advances (dist/transport/busy.h). After a written
+  // checkpoint every rank meets in a barrier ("checkpoint written": the others' wait for the writer
+  // is then paused time on every rank), and the wall-time interval restarts. Returns what `write`
+  // returned (the same on every rank).
+  bool save(const std::function<bool()>& write);
+  // The checkpoints written through save() so far (the run's report counts them).
+  long long saves() const { return saves_; }
+
+  // A stop was decided (true on every rank from that boundary on).
+  bool stopping() const { return stopping_; }
+  // The line rank 0 prints when it stops: "preempted: SIGTERM on 2 of 2 ranks after step 57; ..."
+  // (`saved`: whether a checkpoint was written for it).
+  std::string stop_line(int64_t steps_done, bool saved) const;
+  // After a stop's checkpoint: rank 0 prints stop_line (flushed, before the launcher ends the job);
+  // returns kPreemptedExit for main.
+  int exit_preempted(int64_t steps_done, bool saved, bool rank0) const;
+
+ private:
+  dist::Communicator& comm_;
+  RunControlOptions options_;
+  safetensors::WriteProgress previous_progress_;
+  dist::WorkPtr pending_;   // the agreement started at the last boundary
+  Tensor flags_;            // its buffer: [SIGTERM, SIGUSR1, SIGINT ranks, interval due on rank 0]
+  long long saves_at_start_ = 0;  // saves_ when pending_ started (a save since makes its interval flag stale)
+  long long saves_ = 0;
+  double last_save_s_ = 0;  // rank 0's steady clock at the last save (or the start)
+  bool stopping_ = false;
+  std::string stop_why_;
+};
+
+}  // namespace tandem::trainer

@@ -1,0 +1,74 @@
+// apps/trainer/step/amp.h: mixed precision in the Step - model cast, f32 master weights, loss scale, update.
+//
+// make_amp casts the model as the AMP policy says (layers/amp_cast.h: 16-bit except BatchNorm)
+// before DDP wraps it, so the gradient buckets of the 16-bit parameters are 16-bit on the wire.
+// After DDP (and ZeRO) exist, build_masters makes the f32 masters (optim/amp.h): over every
+// parameter (DDP), or over this rank's ZeRO shard only (Zero::segments(), views into the 16-bit
+// parameters; masters and optimizer state then exist for the shard alone). The optimizer is a
+// ParamGroups over the masters (make_amp_groups). Each step the Step multiplies the loss by
+// scale() before backward and calls amp_step instead of the optimizer's step:
+//   unscale + inf/NaN check (over the whole gradients, or the shard's gradient views) -> one
+//   all-reduce of the flag over the CPU communicator make_amp was given, so every rank makes the same skip decision
+//   also when gradients differ across ranks (ZeRO shards) -> LossScaler::update -> on a clean step
+//   [clipping: the global norm of the unscaled f32 master gradients, summed across shards under
+//   ZeRO] the optimizer's step on the masters, which writes the 16-bit parameters in the same pass
+//   (no separate copy-back: optim/amp.h), and under ZeRO the all-gather.
+// bf16 keeps the scale at 1 and still skips steps with non-finite gradients.
+// Checkpoints hold the masters ("amp.master.<param>", unsharded f32, gathered from the shards under
+// ZeRO) and the scaler ("amp.scaler.<entry>") next to the optimizer state; take_amp_state removes
+// them again on resume and loads each rank's range, so an AMP checkpoint resumes at any world size
+// and ZeRO stage. It resumes in the precision it was trained in: the model is cast before the
+// checkpoint loads, and the load refuses another dtype (checkpoint/checkpoint.h, naming what to change).
+// Order (step.cpp keeps it): make_amp -> restore weights -> DDP [-> Zero] -> build_masters ->
+// take_amp_state -> make_amp_groups; per step amp_step; at a checkpoint amp_state on every rank.
+// This is the host form. The capturable one (StepOptions::capturable, under a CUDA graph) builds the
+// scaler in tensor mode and runs optim::amp_step_device's sequence instead (step.h).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "apps/trainer/step/param_groups.h"  // defines: ParamGroups, NoDecayRule
+#include "dist/communicator.h"          // defines: Communicator
+#include "dist/zero.h"                  // defines: Zero
+#include "layers/module.h"              // defines: Module
+#include "optim/amp.h"                  // defines: MasterWeights, LossScaler
+
+namespace tandem::trainer {
+
+struct AmpRun {
+  DType low = DType::BF16;
+  std::unique_ptr<optim::MasterWeights> master;  // null until build_masters
+  optim::LossScaler scaler;
+  dist::Zero* zero = nullptr;  // ZeRO-1/2: the masters are this rank's shard (not owned)
+  dist::Communicator* control = nullptr;  // CPU, every rank of the job: the found-inf agreement (not owned)
+};
+
+// Casts `model` in place to `low` (bf16 or f16; call before DDP wraps it); f16 gets dynamic loss
+// scaling, bf16 none. `control`: the CPU communicator over every rank of the job, which agrees on
+// the overflow flag (it must outlive the AmpRun).
+std::unique_ptr<AmpRun> make_amp(DType low, Module& model, dist::Communicator& control);
+// The f32 masters, from the model's (broadcast) 16-bit weights: over all of `model`'s parameters,
+// or over zero's shard when zero is not null (it must outlive `amp`).
+void build_masters(AmpRun& amp, Module& model, dist::Zero* zero);
+// The optimizer `kind` (sgd|adamw|lamb) over the masters, in the groups `no_decay` says; under
+// ZeRO through the Zero (clipping, state and zero_grad span the shards; LAMB's norms too).
+std::unique_ptr<ParamGroups> make_amp_groups(const AmpRun& amp, const std::string& kind,
+                                             const optim::OptimizerOptions& opts, const NoDecayRule& no_decay = {});
+// One AMP optimizer step (see the file comment); clip_grad_norm > 0 clips, and `grad_norm` (when
+// given) receives the norm before clipping. Returns false when every rank skipped it (the overflow
+// flag is agreed over the whole world, so the ranks of a TP group skip alike too).
+// Collective: every rank calls it every step. `clip` (when given) clips the master gradients
+// instead of opt.clip_grad_norm and returns the norm: the Step's tensor-parallel norm.
+using ClipFn = std::function<double(double max_norm)>;
+bool amp_step(AmpRun& amp, ParamGroups& opt, double clip_grad_norm = 0, double* grad_norm = nullptr,
+              const ClipFn& clip = {});
+// Checkpoint entries (see the file comment). amp_state is collective under ZeRO (the masters are
+// gathered, and only `root` gets them); use its result on `root`.
+optim::NamedTensors amp_state(const AmpRun& amp, int root = 0);
+// One rank's overflow flag made every rank's decision (an all-reduce over `control`, a CPU communicator).
+bool any_rank_found_inf(dist::Communicator& control, bool found);
+// Removes the AMP entries from a loaded optimizer state and loads them (each rank its own range).
+void take_amp_state(AmpRun* amp, optim::NamedTensors& state);
+
+}  // namespace tandem::trainer
