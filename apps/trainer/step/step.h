@@ -5,7 +5,7 @@
 // ZeRO-1/2/3 or the parameter server, AMP, the optimizer, clipping, gradient accumulation, CUDA-graph
 // capture and the non-finite policy. Every combination either works or is refused by the
 // constructor, with the reason. Its fixed construction order, the phases of one step, the
-// capturable update and tensor parallelism are written out in apps/trainer/README.md ("The Step").
+// capturable update and tensor parallelism are written out in apps/trainer/step/README.md ("The Step").
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -2,7 +2,7 @@
 // implementation per strategy (strategy_ddp.cpp, strategy_zero.cpp, strategy_zero3.cpp,
 // strategy_ps.cpp, strategy_tp.cpp). The Step picks one at construction (make_strategy, the only
 // place that branches on the options) and calls it; AMP, the non-finite check and CUDA-graph capture
-// stay the Step's. The calls and their order: apps/trainer/README.md ("Strategies").
+// stay the Step's. The calls and their order: apps/trainer/step/README.md ("Strategies").
 #pragma once
 #include <memory>
 #include <string>
