@@ -127,6 +127,7 @@ int run(apps::TrainOptions& o) {
   }
   ModulePtr model = apps::make_model(o, ds.train->num_classes(), folder.resume_path());
   apps::Training t = apps::set_up(o, w, std::move(ds), std::move(model), std::move(folder));
+  apps::measure_memory_after_first_update(t);
   // Room for one checkpoint, now rather than at the first save.
   t.folder.reserve(trainer::checkpoint_size_estimate(t.model.get(), o.optimizer, o.amp != "off", t.folder.resume_path()),
                    w);

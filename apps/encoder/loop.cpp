@@ -39,24 +39,16 @@ void advance(Training& t, LoopState& s) {
   }
 }
 
-void train_step(Training& t, const EncoderOptions& o, LoopState& s) {
+void train_step(Training& t, LoopState& s) {
   const data::TextBatch& b = s.batch;
   trainer::Step& step = *t.step;
   step.set_lr(optim::lr_at_position(t.sched, t.length.schedule_position(s.pos)));
-  // --grad-accum-steps N: the loader's batch holds the step's N micro-batches; micro m is rows
-  // [m B, (m + 1) B). N = 1 uses the batch itself.
-  const int n = o.grad_accum_steps;
-  const auto rows = [&](const Tensor& x, int micro) {
-    return n == 1 ? x : x.slice(micro * o.batch, (micro + 1) * o.batch);
-  };
-  const trainer::StepResult r = step.run([&](int micro) {
-    return step.forward_with([&](Module&) {
-      return mlm_loss(t, rows(b.input_ids, micro), rows(b.attention_mask, micro), rows(b.token_type_ids, micro),
-                      rows(b.labels, micro));
-    });
-  });
+  // The Step hands out micro-batch m's rows of each (--grad-accum-steps).
+  const trainer::StepResult r = step.run(
+      {b.input_ids, b.attention_mask, b.token_type_ids, b.labels}, [&](const std::vector<Tensor>& in, int) {
+        return step.forward_with([&](Module&) { return mlm_loss(t, in[0], in[1], in[2], in[3]); });
+      });
   if (r.grad_norm >= 0) s.grad_norm = r.grad_norm;  // clipping ran (on an applied step)
-  if (r.applied) t.memory.measure_state(0);         // once: the optimizer state exists from here on
   advance(t, s);
   ++s.interval_steps;
   if (!r.applied) {
@@ -110,7 +102,7 @@ void train_until(Training& t, const EncoderOptions& o, LoopState& s, int64_t unt
   while (s.pos.step < until) {
     clock.step_started();
     next_batch(t, s, clock);
-    train_step(t, o, s);
+    train_step(t, s);
     if (s.pos.step - t.start_at.step == t.bench_warmup) clock.start_steady(s.pos.step, t.dev);
     if (s.pos.step % o.log_every == 0 || s.pos.step == until) log_progress(t, o, s, clock, last);
     if (s.control && ((s.decision = s.control->after_step(s.pos.step)).save || s.decision.stop)) {

@@ -25,19 +25,6 @@ void add_loss(LoopState& s, const Tensor& loss) {
   s.loss_sum = s.loss_sum.defined() ? ops::add(s.loss_sum, loss.detach()) : loss.detach().clone();
 }
 
-// --cuda-graph: the batch into the static tensors the captured step reads (allocated from the
-// first batch), stream-ordered before the step's kernels.
-void stage_graph_batch(Training& t, const data::Batch& b) {
-  data::Batch& g = t.graph_batch;
-  if (!g.images.defined()) g.images = Tensor::empty_like(b.images), g.labels = Tensor::empty_like(b.labels);
-  TANDEM_CHECK(b.images.shape() == g.images.shape() && b.labels.shape() == g.labels.shape(),
-               "--cuda-graph replays a step of fixed shape, but batch ", b.index, " has ", b.images.str(),
-               " where the captured step took ", g.images.str(), ": every batch must be full (the loader drops "
-               "the last incomplete one by default)");
-  g.images.copy_(b.images);
-  g.labels.copy_(b.labels);
-}
-
 // One optimizer step on s.batch. Returns the logits (the progress line's top-1 reads them).
 Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& clock, RunRecord& rec) {
   trainer::Step& step = *t.step;
@@ -46,48 +33,24 @@ Tensor train_step(Training& t, const TrainOptions& o, LoopState& s, RunClock& cl
   fault_before_step(s.fault, rank, number);
   step.set_lr(optim::lr_at_position(t.sched, t.length.schedule_position(s.pos)));
   const float smoothing = static_cast<float>(o.label_smoothing);
-  Tensor logits;
-  trainer::StepResult r;
-  if (step.graph()) {
-    // The captured step reads the static batch and writes the static logits (graph_capture.h).
-    stage_graph_batch(t, s.batch);
-    const bool capturing = !step.graph()->captured();
-    r = step.run([&](int) {
-      Tensor out = step.forward(t.graph_batch.images);
-      if (!t.graph_logits.defined()) t.graph_logits = out.detach().clone();  // the first (eager) step
-      else t.graph_logits.copy_(out.detach());
-      return ops::cross_entropy(out, t.graph_batch.labels, smoothing);
-    });
-    logits = t.graph_logits;
-    if (capturing && r.captured && rank == 0)
-      std::printf("cuda graph: captured step %lld (%zu nodes) in %.1f ms after %d eager steps; replaying it from "
-                  "here on\n", (long long)number, step.graph()->nodes(), step.graph()->capture_ms(),
-                  step.graph()->warmup());
-  } else {
-    const data::Batch& b = s.batch;
-    // --grad-accum-steps N: the loader's batch holds the step's N micro-batches; micro m is rows
-    // [m B, (m + 1) B). N = 1 uses the batch itself.
-    const int n = o.grad_accum_steps;
-    r = step.run([&](int micro) {
-      const Tensor images = n == 1 ? b.images : b.images.slice(micro * o.batch, (micro + 1) * o.batch);
-      const Tensor labels = n == 1 ? b.labels : b.labels.slice(micro * o.batch, (micro + 1) * o.batch);
-      logits = step.forward(images);
-      return fault_in_step(s.fault, rank, number, ops::cross_entropy(logits, labels, smoothing));
-    });
-  }
-  clock.interval_host_ms += r.host_ms;
-  if (r.replayed) clock.interval_graph_steps += 1, clock.interval_graph_host_ms += r.host_ms;
-  if (r.applied) t.memory.measure_state(data_bytes(t, &s.batch));  // once: the optimizer state exists from here on
+  // The Step hands out micro-batch m's rows (--grad-accum-steps), or under --cuda-graph its static
+  // copies of the batch, which the captured step reads; it keeps the logits for the top-1.
+  const trainer::StepResult r = step.run({s.batch.images, s.batch.labels}, [&](const std::vector<Tensor>& in, int) {
+    Tensor out = step.forward(in[0]);
+    step.keep(out);
+    return fault_in_step(s.fault, rank, number, ops::cross_entropy(out, in[1], smoothing));
+  });
+  clock.step_issued(r.host_ms, r.replayed);
   ++s.pos.step, ++s.interval_steps, clock.interval_data_ms += s.batch.wait_ms;
   s.pos.samples += t.global_batch;  // every step takes a full global batch (the loader drops the rest)
   s.pos.epoch_offset = t.train->samples_consumed();
   if (!r.applied) {
     ++rec.skipped_steps;
-    return logits;
+    return r.kept[0];
   }
   ++s.interval_losses;
   add_loss(s, r.loss);
-  return logits;
+  return r.kept[0];
 }
 
 // Closes the progress interval: global loss (mean of per-step means) and last-batch top-1, reduced

@@ -12,8 +12,9 @@
 // the host; the line's loss and top-1 are reduced across ranks in one collective, together with the
 // count of out-of-range labels the CUDA loss clamped (a non-zero count is printed as a warning
 // naming the steps). TANDEM_FAULT's hooks run at their places in the step (apps/train/faults.h):
-// before it, and between forward and backward inside the loss. --cuda-graph: each batch is copied
-// into static tensors the captured step reads (Training::graph_batch).
+// before it, and between forward and backward inside the loss. The loop hands the Step the batch
+// (Step::run's batch form): the Step splits it into --grad-accum-steps micro-batches and, under
+// --cuda-graph, copies it into the static tensors the captured step reads, so no branch is here.
 // After each step the run control (apps/trainer/run/preemption.h) is asked, on every rank alike, whether
 // to save now (--checkpoint-every, --checkpoint-interval, before a stop) and whether to stop (a
 // preemption signal): a save inside the epoch is written here, at the current position; one that

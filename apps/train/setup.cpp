@@ -261,11 +261,14 @@ void start_ema(const TrainOptions& o, Training& t, NamedTensors from_checkpoint)
 
 }  // namespace
 
-int64_t data_bytes(const Training& t, const data::Batch* in_hand) {
-  int64_t held = t.train->bytes_held() + (t.val ? t.val->bytes_held() : 0);
-  held += data::batch_bytes(t.graph_batch.images, t.graph_batch.labels);
-  if (in_hand && !t.train->options().resident) held += data::batch_bytes(in_hand->images, in_hand->labels);
+int64_t data_bytes(const Training& t, int64_t in_hand) {
+  int64_t held = t.train->bytes_held() + (t.val ? t.val->bytes_held() : 0) + t.step->static_batch_bytes();
+  if (!t.train->options().resident) held += in_hand;
   return held;
+}
+
+void measure_memory_after_first_update(Training& t) {
+  t.memory.measure_at_first_update(*t.step, [&t] { return data_bytes(t, t.step->batch_bytes()); });
 }
 
 namespace {
@@ -329,7 +332,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.step->set_ema(t.ema.get());            // the Step updates it after every applied step
   make_loaders(o, t);
   plan_steps(o, t);
-  t.memory.plan(*t.step, t.dev, data_bytes(t, nullptr), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
+  t.memory.plan(*t.step, t.dev, data_bytes(t, 0), trainer::ranks_sharing(t.dev, w.local_rank, w.local_size));
   if (w.local_rank == 0 && !t.memory.warning().empty()) std::fprintf(stderr, "%s\n", t.memory.warning().c_str());
   if (o.memory_budget_mib > 0) check_budget(o, t);  // before the first step allocates the optimizer state
   if (!o.trace.empty()) profile::enable_trace(profile::Level::Layer);

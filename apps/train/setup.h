@@ -76,10 +76,6 @@ struct Training {
   // DDP / ZeRO / the parameter server, --amp, the optimizer, clipping, --cuda-graph, the
   // non-finite policy and the backend settings (apps/trainer/step/step.h).
   std::unique_ptr<trainer::Step> step;
-  // --cuda-graph: the static copies of the batch the captured step reads, and of the logits it
-  // writes (allocated by the first step; apps/trainer/step/graph_capture.h).
-  data::Batch graph_batch;
-  Tensor graph_logits;
   std::unique_ptr<data::Loader> train, val;  // val null when there is no validation set
   int64_t global_batch = 0;   // --batch-size x --grad-accum-steps x ranks
   int64_t fresh_global_batch = 0;  // the fresh start's (the --steps schedule's unit, position.h)
@@ -99,9 +95,13 @@ struct Training {
 
 // Bytes of data batches on the allocator, which the memory ledger does not count as model state:
 // what the loaders hold (prefetched batches, the resident batch), --cuda-graph's static copy of the
-// batch (allocated by the first step) and the batch the step has in hand (null: none). A resident
-// loader hands out its resident batch itself, which bytes_held() already counts.
-int64_t data_bytes(const Training& t, const data::Batch* in_hand);
+// batch (the Step's, allocated by the first step) and the batch the step has in hand (its bytes,
+// `in_hand`). A resident loader hands out its resident batch itself, which bytes_held() already counts.
+int64_t data_bytes(const Training& t, int64_t in_hand);
+// Measures the memory ledger (apps/trainer/run/memory.h) after the Step's first applied update,
+// when the optimizer state exists, through a post-update hook, so the loop does not. Call it on the
+// Training set_up returned (the hook holds its address).
+void measure_memory_after_first_update(Training& t);
 
 // Builds the step around `model` (restoring folder.resume_path() into it when non-empty), then the
 // loaders, the run's length and schedule and the memory ledger.

@@ -50,6 +50,11 @@ struct RunClock {
   void step_started() {
     if (init_s < 0) init_s = seconds_since(process_start), first_step = interval_start = Clock::now();
   }
+  // After every step: its host time (StepResult::host_ms), and whether it was a graph's replay.
+  void step_issued(double host_ms, bool replayed) {
+    interval_host_ms += host_ms;
+    if (replayed) interval_graph_steps += 1, interval_graph_host_ms += host_ms;
+  }
   // After `step` steps: the warm-up is over, the steady window starts now.
   void start_steady(int64_t step, Device dev);
   double interval_ms() const { return seconds_since(interval_start) * 1000; }

@@ -65,6 +65,12 @@ int64_t measured_model_state(int64_t current, int64_t other, int64_t data_bytes,
   return current - other - data_bytes - workspace;
 }
 
+void MemoryMeter::measure_at_first_update(Step& step, std::function<int64_t()> data_bytes) {
+  step.add_post_update([this, data_bytes = std::move(data_bytes)] {
+    if (ledger_.measured_state < 0) measure_state(data_bytes());
+  });
+}
+
 void MemoryMeter::measure_state(int64_t data_bytes) {
   if (ledger_.measured_state >= 0) return;
   const int64_t workspace = library_workspace_bytes(device_);  // first: it may allocate

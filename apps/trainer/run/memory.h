@@ -49,6 +49,7 @@
 // schedule).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -69,6 +70,9 @@ class MemoryMeter {
   void plan(Step& step, Device device, int64_t data_bytes, int sharing = 1);
   // Once (later calls do nothing): `data_bytes` held now, the batch in hand included.
   void measure_state(int64_t data_bytes);
+  // Calls measure_state after `step`'s first applied update (a post-update hook, Step::add_post_update),
+  // with what `data_bytes()` counts then, so neither loop asks. The hook holds this meter's address.
+  void measure_at_first_update(Step& step, std::function<int64_t()> data_bytes);
   void measure_peak();
   const dist::MemoryLedger& ledger() const { return ledger_; }
   // The start-up check's line ("" when the prediction fits, or the available memory is unknown).

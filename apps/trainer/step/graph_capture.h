@@ -7,10 +7,10 @@
 // the bucket all-reduces on the NCCL stream, the optimizer's update, and a copy of the loss into a
 // static tensor the Step owns. A replay runs the captured kernels on the captured addresses, so
 // everything the body reads or writes must stay where it was:
-//   inputs:  the trainer copies each batch into static tensors it owns (allocated from the first
-//            batch) before the step, and its forward-loss function reads those;
-//   outputs: the loss is copied into the Step's static loss tensor; a trainer that wants more (the
-//            logits) copies them into its own static tensors inside its function.
+//   inputs:  the Step copies each batch into static tensors it owns (allocated from the first
+//            batch) before the step, and hands those to the trainer's loss (Step::run's batch form);
+//   outputs: the loss is copied into the Step's static loss tensor; what else the trainer reads
+//            (the logits) it passes to Step::keep, which copies it into a static tensor too.
 // The eager warm-up steps make everything the capture must find in place: cuDNN plans, cuBLASLt
 // workspace, the optimizer's state and step counts, the chunk tables of AMP's unscale and copy back
 // and of the GradClipper (the Step's capturable update, step.h). kEagerSteps: at least 2, so that a

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "apps/trainer/step/ema.h"      // defines: ModelEma
 #include "apps/trainer/step/ledger.h"   // defines: ledger_inputs, model_state_bytes
@@ -206,7 +207,7 @@ StepResult Step::update() {
   // A skipped update changed nothing: the count from before still stands.
   if (checked && r.applied) pending_weights_ = ops::count_nonfinite(weights(), device_);
   r.host_ms = ms_since(start);
-  if (ema_ && r.applied) ema_->update();  // outside host_ms, as when the loops did it
+  if (r.applied) after_update();  // outside host_ms, as when the loops did it
   micro_ = 0;
   ++steps_done_;
   return r;
@@ -292,13 +293,81 @@ StepResult Step::run_graphed(const ForwardLoss& forward_loss) {
   r.launches = last_launches_;
   r.host_ms = ms_since(start) - (r.captured ? graph_->capture_ms() : 0.0);
   r.loss = static_loss_;
-  if (ema_) ema_->update();  // a graphed step counts as applied (StepResult::applied stays true)
+  after_update();  // a graphed step counts as applied (StepResult::applied stays true)
+  if (r.captured && control_.rank() == 0)
+    std::printf("cuda graph: captured step %lld (%zu nodes) in %.1f ms after %d eager steps; replaying it from "
+                "here on\n", (long long)steps_done_ + 1, graph_->nodes(), graph_->capture_ms(), graph_->warmup());
   ++steps_done_;
   // A replay's collectives were captured, not issued, so dist's watchdog does not see them: the
   // replay is handed to it as a whole (an event after it on the compute stream), and a hung or
   // faulted replay then aborts every rank, naming the rank, like any collective.
   if (r.replayed) comm_.watch_compute("replayed step " + std::to_string(steps_done_));
   return r;
+}
+
+void Step::after_update() {
+  if (ema_) ema_->update();
+  for (const auto& hook : post_update_) hook();
+}
+
+namespace {
+
+// Micro-batch m of n: rows [m R/n, (m + 1) R/n) of each tensor (the tensors themselves when n is 1).
+std::vector<Tensor> micro_rows(const std::vector<Tensor>& batch, int m, int n) {
+  if (n == 1) return batch;
+  std::vector<Tensor> out;
+  for (const Tensor& t : batch) {
+    const int64_t rows = t.shape()[0];
+    TANDEM_CHECK(rows % n == 0, "a batch of ", rows, " rows does not split into ", n,
+                 " equal micro-batches (grad_accum_steps): pass full batches");
+    out.push_back(t.slice(m * rows / n, (m + 1) * rows / n));
+  }
+  return out;
+}
+
+}  // namespace
+
+StepResult Step::run(const std::vector<Tensor>& batch, const BatchLoss& loss) {
+  batch_bytes_ = 0;
+  for (const Tensor& t : batch) batch_bytes_ += t.nbytes();
+  const std::vector<Tensor>& in = graph_ ? stage(batch) : batch;
+  if (!graph_) kept_.clear();  // a replay keeps its static outputs
+  const int n = options_.grad_accum_steps;
+  StepResult r = run([&](int m) {
+    keep_slot_ = 0;
+    return loss(micro_rows(in, m, n), m);
+  });
+  r.kept = kept_;
+  return r;
+}
+
+Tensor Step::keep(const Tensor& output) {
+  const size_t i = keep_slot_++;
+  Tensor d = output.detach();
+  if (kept_.size() <= i) kept_.push_back(graph_ ? d.clone() : d);  // cuda_graph: from the first (eager) step
+  else if (graph_) kept_[i].copy_(d);  // the same address every replay
+  else kept_[i] = d;                   // a later micro-batch's
+  return kept_[i];
+}
+
+const std::vector<Tensor>& Step::stage(const std::vector<Tensor>& batch) {
+  if (static_batch_.empty())
+    for (const Tensor& t : batch) static_batch_.push_back(Tensor::empty_like(t));
+  TANDEM_CHECK(batch.size() == static_batch_.size(), "a captured step reads ", static_batch_.size(),
+               " batch tensors, not ", batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    TANDEM_CHECK(batch[i].shape() == static_batch_[i].shape(), option_name(options_.names, "cuda_graph"),
+                 " replays a step of fixed shape, but this batch has ", batch[i].str(), " where the captured "
+                 "step took ", static_batch_[i].str(), ": every batch must be full (drop the last incomplete one)");
+    static_batch_[i].copy_(batch[i]);  // stream-ordered before the step's kernels
+  }
+  return static_batch_;
+}
+
+int64_t Step::static_batch_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& t : static_batch_) bytes += t.nbytes();
+  return bytes;
 }
 
 optim::NamedTensors Step::state() {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "apps/trainer/step/amp.h"           // defines: AmpRun
 #include "apps/trainer/step/graph_capture.h" // defines: GraphCapture
@@ -56,6 +57,7 @@ struct StepResult {
   bool replayed = false;       // cuda_graph: ran as a replay (the capturing step included)
   bool captured = false;       // cuda_graph: this step was captured
   LaunchCounts launches;       // cast and GEMM launches this step issued (a replay: its capture's)
+  std::vector<Tensor> kept;    // the batch form's Step::keep outputs, the last micro-batch's, in order
 };
 
 // The communicators a Step uses; the trainer's set-up picks them (dist/transport/bootstrap.h's
@@ -96,6 +98,24 @@ class Step {
   void set_steps_done(int64_t steps) { steps_done_ = steps; }
   int64_t steps_done() const { return steps_done_; }
   StepResult run(const ForwardLoss& forward_loss);
+  // The batch form, which both trainers use: `batch` holds the step's tensors (inputs, labels), each
+  // with grad_accum_steps micro-batches' rows, and loss(micro, m) gets micro-batch m's rows of each
+  // ([m R/N, (m + 1) R/N)). Under cuda_graph the Step copies the batch into static tensors it owns
+  // (allocated from the first batch; a batch of another shape is refused) and hands those out: the
+  // captured step reads the same addresses on every replay, so no trainer stages batches itself.
+  using BatchLoss = std::function<Tensor(const std::vector<Tensor>& micro, int m)>;
+  StepResult run(const std::vector<Tensor>& batch, const BatchLoss& loss);
+  // Inside the batch form's loss: an output the trainer reads after the step (its logits, for the
+  // top-1), returned detached; StepResult::kept holds the last micro-batch's. Under cuda_graph a
+  // static tensor that every replay rewrites, so a replayed step (whose loss is not called) has it.
+  Tensor keep(const Tensor& output);
+  // Called after every applied update, after the EMA's, in the order added (the trainers measure
+  // the memory ledger after the first one: apps/trainer/run/memory.h), so no loop asks.
+  void add_post_update(std::function<void()> hook) { post_update_.push_back(std::move(hook)); }
+  // Bytes of the batch in hand (the last batch-form run's) and of the static copies cuda_graph keeps:
+  // data, which the memory ledger does not count as model state.
+  int64_t batch_bytes() const { return batch_bytes_; }
+  int64_t static_batch_bytes() const;
   Tensor forward(const Tensor& x);
   template <class F>
   decltype(auto) forward_with(F&& f) {
@@ -155,6 +175,8 @@ class Step {
   void backward_body(const Tensor& loss, bool last);
   bool update_body(StepResult& r);  // the strategy's update after the non-finite check; false: skipped
   StepResult run_graphed(const ForwardLoss& forward_loss);
+  const std::vector<Tensor>& stage(const std::vector<Tensor>& batch);  // cuda_graph: into static_batch_
+  void after_update();  // the EMA, then the post-update hooks
   // The non-finite check before the update (nonfinite.h): true when every rank skips it.
   bool skip_nonfinite(int64_t number);
   std::vector<Tensor> checked_gradients() const;  // what the optimizer reads (empty under AMP)
@@ -180,6 +202,11 @@ class Step {
   int micro_ = 0;          // micro-batches backward has run since zero_grad
   Tensor step_loss_;       // their loss (the step's, reported)
   Tensor static_loss_;     // cuda_graph: the captured step's loss output
+  std::vector<Tensor> static_batch_;  // cuda_graph: the batch the captured step reads (stage)
+  std::vector<Tensor> kept_;          // keep()'s outputs (cuda_graph: static, written by every replay)
+  size_t keep_slot_ = 0;              // keep()'s index within the current micro-batch
+  int64_t batch_bytes_ = 0;
+  std::vector<std::function<void()>> post_update_;
   Device device_;          // the model's
   Tensor pending_weights_; // non-finite count of the weights after the last update (device i64 [1],
                            // read with the next step's loss; undefined: nothing pending)
