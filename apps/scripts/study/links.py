@@ -17,7 +17,9 @@ model x strategy x link rate, run on H hosts x R ranks per host by apps/scripts/
     memory-copy rate (dist/'s own copies, apps/whatif/model.h host_copy_bytes), the traced 1-rank
     step's shape rescaled to the adjacent compute-only ms/step.
 Measures per cell: step time, exposed communication (the timeline's), scaling efficiency (weak
-scaling: images/s at N ranks over N x the adjacent 1-rank images/s). Predictions are made again from
+scaling: images/s at N ranks over N x the adjacent 1-rank images/s), and the busiest rank's minor
+page faults per step beyond the 1-rank run's (fresh buffers the kernel zeroes: ZeRO-2/3 and the
+parameter server take thousands per step where DDP takes none; not a model term, emulated_links_2). Predictions are made again from
 the saved runs by `--predict-only` (a corrected model re-checked without re-running the links).
 Output: links.json, links.csv, links.md (table, uptime before and after) and plots (links_plots.py).
 """
@@ -96,7 +98,9 @@ class Links:
     def local(self, model, tag, trace=False):
         """A 1-rank run on this machine (compute only): its measures."""
         r = self.runner.run(model, "ddp", 1, self.batch(model), tag, trace=trace)
-        return measure(os.path.join(self.a.out, r["metrics"]))
+        m = measure(os.path.join(self.a.out, r["metrics"]))
+        m["minor_faults"] = max([f for f in r.get("minor_faults_per_rank", []) if f is not None], default=None)
+        return m
 
     def emulated(self, model, strategy, rate, tag):
         """One cell on the emulated cluster: its measures."""
@@ -115,7 +119,12 @@ class Links:
             rc = subprocess.call(pre + ["--"] + cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
         if rc != 0:
             raise SystemExit(f"study links: {tag} failed (exit {rc}); see {log}:\n" + open(log).read()[-1500:])
-        return measure(os.path.join(self.a.out, "runs", tag + ".json"))
+        m = measure(os.path.join(self.a.out, "runs", tag + ".json"))
+        # The busiest rank's minor page faults (the Runner's /usr/bin/time wrapper; absent where a
+        # host's rank could not write it): fresh buffers the kernel zeroes, not in the model.
+        times = [grid.read_time(os.path.join(self.a.out, "runs", f"{tag}.rss.{r}")) for r in range(n)]
+        m["minor_faults"] = max([t["minor_faults"] for t in times if t and "minor_faults" in t], default=None)
+        return m
 
     def alpha_us(self):
         """The veth links' own latency: alpha fitted to bench_allreduce (small messages, unlimited links)."""
@@ -239,6 +248,9 @@ def predict(a, study, cell, alpha_us):
          "efficiency": p["efficiency"], "step_error": p["verdict"]["step_error"],
          "within_goal": abs(p["verdict"]["step_error"]) <= GOAL,
          "measured_efficiency": meas["images_per_s"] / (n * comp["images_per_s"])}
+    cf, mf = comp.get("minor_faults"), meas.get("minor_faults")
+    if cf is not None and mf is not None:  # page faults per step beyond the 1-rank run's (start-up cancels)
+        r["extra_faults_per_step"] = (mf - cf) / study["grid"]["steps"]
     if cell["strategy"].startswith("ddp") and hi > lo:  # only DDP's gradients go through MPI_Iallreduce
         slow, fast = (whatif(a, study, cell, alpha_us, e, f"_eff{e:.2f}")["step_ms"] for e in (lo, hi))
         r["step_range_ms"] = [fast, slow]
@@ -332,7 +344,7 @@ def write_csv(study, path):
         w.writerow(keys + ["compute_ms", "measured_ms", "measured_exposed_ms", "measured_efficiency",
                            "predicted_ms", "predicted_exposed_ms", "predicted_efficiency", "step_error", "within_10pct",
                            "host_GBps", "copy_GBps", "predicted_host_cpu_ms", "predicted_copy_ms",
-                           "predicted_ms_fastest_allreduce", "predicted_ms_slowest_allreduce"])
+                           "predicted_ms_fastest_allreduce", "predicted_ms_slowest_allreduce", "extra_faults_per_step"])
         for c in study["cells"]:
             p = c["predicted"]
             w.writerow([c[k] for k in keys] + [f"{c['compute']['ms_per_step']:.1f}", f"{c['measured']['ms_per_step']:.1f}",
@@ -341,7 +353,8 @@ def write_csv(study, path):
                                                f"{p['step_error']:.3f}", p["within_goal"],
                                                f"{c.get('host_GBps') or 0:.3f}", f"{p.get('copy_GBps') or 0:.3f}",
                                                f"{p.get('host_cpu_ms', 0):.1f}", f"{p.get('copy_ms', 0):.1f}"]
-                       + [f"{x:.1f}" for x in p.get("step_range_ms", [])] + [""] * (2 - len(p.get("step_range_ms", []))))
+                       + [f"{x:.1f}" for x in p.get("step_range_ms", [])] + [""] * (2 - len(p.get("step_range_ms", [])))
+                       + [f"{p['extra_faults_per_step']:.0f}" if "extra_faults_per_step" in p else ""])
 
 
 if __name__ == "__main__":

@@ -41,13 +41,14 @@ def write(study, out):
              "Grid: " + ", ".join(f"{k} {v}" for k, v in study["grid"].items()) + ".", "",
              "host / copies: the prediction's CPU terms, added to compute: the collectives' bytes at --host-GBps, "
              "dist/'s copies beyond the 1-rank step's at --copy-GBps. DDP range: the predicted step at the fastest "
-             "and the slowest all-reduce launch.", "",
+             "and the slowest all-reduce launch. faults/step: the busiest rank's minor page faults per step beyond the "
+             "1-rank run's (fresh buffers the kernel zeroes; measured, not in the model).", "",
              "compute: a 1-rank run of the same model made right before the cell (the what-if's compute time, "
              "and the efficiency's baseline). exposed: communication not hidden under compute (the timeline's). "
              f"Goal: the predicted step within {100 * GOAL:.0f} % of the measured one.", "",
              "| model | strategy | rate | compute ms | measured ms | predicted ms | error | exposed ms meas / pred "
-             "| host / copies ms | DDP range ms | efficiency meas / pred | load (1 min) | within 10 % |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+             "| host / copies ms | DDP range ms | efficiency meas / pred | faults/step | load (1 min) | within 10 % |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
     for c in study["cells"]:
         p, m = c["predicted"], c["measured"]
         lines.append(f"| {c['model']} | {c['strategy']} | {c['rate']} | {c['compute']['ms_per_step']:.0f} | "
@@ -56,7 +57,9 @@ def write(study, out):
                      f"{p.get('host_cpu_ms', 0):.0f} / {p.get('copy_ms', 0):.0f} | "
                      + ("{:.0f}-{:.0f}".format(*p["step_range_ms"]) if "step_range_ms" in p else "-") + " | "
                      f"{100 * p['measured_efficiency']:.0f} % / "
-                     f"{100 * p['efficiency']:.0f} % | {c['load'][0]} | {'yes' if p['within_goal'] else '**no**'} |")
+                     f"{100 * p['efficiency']:.0f} % | "
+                     + (f"{p['extra_faults_per_step']:.0f}" if "extra_faults_per_step" in p else "-") + " | "
+                     f"{c['load'][0]} | {'yes' if p['within_goal'] else '**no**'} |")
     lines += [f"Not run: {u}." for u in study.get("unavailable", [])]
     ok = sum(c["predicted"]["within_goal"] for c in study["cells"])
     lines += ["", f"Within {100 * GOAL:.0f} %: {ok} of {len(study['cells'])} cells.", "", "## Error per strategy and link", "",
