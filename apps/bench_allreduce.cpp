@@ -11,6 +11,14 @@
 //                                     across world sizes and with the hardware's link speed.
 // Times are averaged over ranks. The table shows why dist/ buckets gradients: small messages are
 // latency-bound (tiny busbw); only messages of megabytes approach the link's bandwidth.
+// copy_GBps (CPU sweep, in every entry): --copy-bytes copied by Tensor::copy_ on each rank (median
+// of --reps, averaged over ranks), before the all-reduces - the memory-copy rate the what-if model
+// charges dist/'s own copies at (apps/whatif/model.h, Network::copy_GBps), under the same load.
+// 64 MiB by default: past a last-level cache (the 2-core study VM's is 32 MiB; 8 MiB copied at
+// 9-21 GB/s there, 32-64 MiB at 4.6-4.8), as a step's copies of a model's gradients stream.
+// Ending: under a launcher the job's exit is agreed, so dist::finalize gets the status: should
+// MPI_Finalize not return in 10 s (MPICH over UCX's TCP can spin closing its connections) the
+// rank exits with it instead of hanging, as the trainers do. An error ends every rank with status 1.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -53,6 +61,23 @@ double time_allreduce(Device device, DType dtype, size_t bytes, int warmup, int 
   return m.item();
 }
 
+// Median seconds of one Tensor::copy_ of `bytes` bytes on the CPU, averaged over ranks.
+double time_copy(DType dtype, size_t bytes, int warmup, int reps) {
+  dist::Communicator& cpu = dist::comm_for(Device::cpu());
+  const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(bytes / dtype_size(dtype)));
+  Tensor src = Tensor::ones({n}, dtype, Device::cpu()), dst = Tensor::zeros({n}, dtype, Device::cpu());
+  std::vector<double> secs;
+  for (int i = 0; i < warmup + reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    dst.copy_(src);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) secs.push_back(s);
+  }
+  Tensor m = Tensor::from_vector({static_cast<float>(median(secs))}, {1});
+  cpu.all_reduce(m, dist::ReduceOp::Avg, "bench copy average")->wait();
+  return m.item();
+}
+
 size_t parse_bytes(const std::string& s) {
   size_t pos = 0;
   double v = std::stod(s, &pos);
@@ -69,46 +94,58 @@ int main(int argc, char** argv) {
   CLI::App app{"All-reduce time, algbw and busbw over message sizes (MPI on CPU, NCCL on GPU)"};
   std::string max_bytes = "256M", min_bytes = "8", backend = "all", dtype_name = "f32", json_path;
   int warmup = 3, reps = 11;
+  std::string copy_bytes = "64M";
   app.add_option("--min-bytes", min_bytes, "smallest message (B, K, M, G)")->capture_default_str();
   app.add_option("--max-bytes", max_bytes, "largest message; small values keep CI runs quick")->capture_default_str();
   app.add_option("--backend", backend, "mpi, nccl or all")->check(CLI::IsMember({"mpi", "nccl", "all"}))->capture_default_str();
   app.add_option("--dtype", dtype_name, "f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
   app.add_option("--warmup", warmup, "untimed all-reduces per size")->capture_default_str();
   app.add_option("--reps", reps, "timed all-reduces per size (the median is reported)")->capture_default_str();
+  app.add_option("--copy-bytes", copy_bytes, "CPU: bytes of the memory-copy rate's copy (copy_GBps)")->capture_default_str();
   app.add_option("--json", json_path, "also write the results as JSON");
   CLI11_PARSE(app, argc, argv);
 
   const dist::World& w = dist::init();
-  const DType dtype = dtype_from_name(dtype_name);
-  std::vector<std::pair<std::string, Device>> backends;
-  if (backend != "nccl") backends.emplace_back("mpi/cpu", Device::cpu());
-  if (backend != "mpi") {
-    if (w.device.is_cuda()) backends.emplace_back(std::string(dist::comm_for(w.device).backend()) + "/gpu", w.device);
-    else if (w.rank == 0) std::printf("# no GPU: skipping the NCCL sweep\n");
-  }
-  nlohmann::json results = nlohmann::json::array();
-  const double bus_factor = 2.0 * (w.size - 1) / w.size;
-  for (auto& [name, device] : backends) {
-    if (w.rank == 0)
-      std::printf("# %s, %d ranks, %s\n%12s %12s %12s %12s %12s\n", name.c_str(), w.size, dtype_name.c_str(), "bytes",
-                  "elements", "time_us", "algbw_GB/s", "busbw_GB/s");
-    for (size_t bytes = parse_bytes(min_bytes); bytes <= parse_bytes(max_bytes); bytes *= 2) {
-      double s = time_allreduce(device, dtype, bytes, warmup, reps);
-      double algbw = bytes / s / 1e9;
-      if (w.rank == 0) {
-        std::printf("%12zu %12zu %12.1f %12.3f %12.3f\n", bytes, bytes / dtype_size(dtype), s * 1e6, algbw,
-                    algbw * bus_factor);
-        std::fflush(stdout);
-      }
-      results.push_back({{"backend", name}, {"ranks", w.size}, {"dtype", dtype_name}, {"bytes", bytes},
-                         {"time_us", s * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", algbw * bus_factor}});
+  try {
+    const DType dtype = dtype_from_name(dtype_name);
+    std::vector<std::pair<std::string, Device>> backends;
+    if (backend != "nccl") backends.emplace_back("mpi/cpu", Device::cpu());
+    if (backend != "mpi") {
+      if (w.device.is_cuda()) backends.emplace_back(std::string(dist::comm_for(w.device).backend()) + "/gpu", w.device);
+      else if (w.rank == 0) std::printf("# no GPU: skipping the NCCL sweep\n");
     }
+    nlohmann::json results = nlohmann::json::array();
+    const double bus_factor = 2.0 * (w.size - 1) / w.size;
+    double copy = 0;  // GB/s; measured once, for the CPU sweep's entries
+    if (backend != "nccl") copy = parse_bytes(copy_bytes) / time_copy(dtype, parse_bytes(copy_bytes), warmup, reps) / 1e9;
+    for (auto& [name, device] : backends) {
+      if (w.rank == 0)
+        std::printf("# %s, %d ranks, %s\n%12s %12s %12s %12s %12s %12s\n", name.c_str(), w.size, dtype_name.c_str(),
+                    "bytes", "elements", "time_us", "algbw_GB/s", "busbw_GB/s", "copy_GB/s");
+      for (size_t bytes = parse_bytes(min_bytes); bytes <= parse_bytes(max_bytes); bytes *= 2) {
+        double s = time_allreduce(device, dtype, bytes, warmup, reps);
+        double algbw = bytes / s / 1e9;
+        nlohmann::json e{{"backend", name}, {"ranks", w.size}, {"dtype", dtype_name}, {"bytes", bytes},
+                         {"time_us", s * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", algbw * bus_factor}};
+        if (device.is_cpu()) e["copy_GBps"] = copy, e["copy_bytes"] = parse_bytes(copy_bytes);
+        if (w.rank == 0) {
+          std::printf("%12zu %12zu %12.1f %12.3f %12.3f %12.3f\n", bytes, bytes / dtype_size(dtype), s * 1e6, algbw,
+                      algbw * bus_factor, device.is_cpu() ? copy : 0.0);
+          std::fflush(stdout);
+        }
+        results.push_back(e);
+      }
+    }
+    if (w.rank == 0 && !json_path.empty()) {
+      std::ofstream f(json_path);
+      TANDEM_CHECK(f.good(), "cannot write ", json_path);
+      f << results.dump(2) << "\n";
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
+    dist::finalize(1);
+    return 1;
   }
-  if (w.rank == 0 && !json_path.empty()) {
-    std::ofstream f(json_path);
-    TANDEM_CHECK(f.good(), "cannot write ", json_path);
-    f << results.dump(2) << "\n";
-  }
-  dist::finalize();
+  dist::finalize(0);  // with a deadline under a launcher (see the top of this file)
   return 0;
 }

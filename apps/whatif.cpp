@@ -39,7 +39,7 @@ struct Args {
          bucket_mb = dist::BucketingOptions{}.bucket_bytes / double(1 << 20);           // dist/bucketing.h's defaults
   double traced_first_mb = -1, traced_bucket_mb = -1;  // the traced run's layout (-1: from --metrics)
   double jitter_ms = -1, step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
-  double alpha_us = 5, bandwidth_gbit = 100, link_gbit = 0, allreduce_efficiency = 1, host_GBps = 0;
+  double alpha_us = 5, bandwidth_gbit = 100, link_gbit = 0, allreduce_efficiency = 1, host_GBps = 0, copy_GBps = 0;
   int mtu = 1500;
 };
 
@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   app.add_option("--host-GBps", a.host_GBps, "CPU ranks: the hosts' own rate of moving bytes (bench_allreduce's busbw "
                  "with the link unlimited); the collectives' bytes at it are added to compute. 0: not counted")
       ->capture_default_str();
+  app.add_option("--copy-GBps", a.copy_GBps, "CPU ranks: one rank's memory-copy rate (bench_allreduce's copy_GBps); "
+                 "the strategies' own per-step copies beyond the 1-rank step's are added to compute. 0: not counted")
+      ->capture_default_str();
   app.add_option("--strategy", a.strategies, "comma list: ddp ddp_no_overlap zero1 zero2 zero3 tp ps")
       ->capture_default_str();
   app.add_option("--tp", a.tp, "tp: ranks per tensor-parallel group (BERT models; their layout and sizes from "
@@ -172,8 +175,9 @@ int main(int argc, char** argv) {
     if (a.params_m <= 0) prof.param_bytes = param_bytes(a.model, a.num_classes);
     const json measured = a.measured.empty() ? json::array() : read_measured(a.measured);
     Network net{a.alpha_us, a.link_gbit > 0 ? tcp_payload_GBps(a.link_gbit, a.mtu) : a.bandwidth_gbit / 8,
-                a.allreduce_efficiency, a.host_GBps};
-    if (!a.allreduce_json.empty()) net = fit_network(a.allreduce_json, a.backend), net.host_GBps = a.host_GBps;
+                a.allreduce_efficiency, a.host_GBps, a.copy_GBps};
+    if (!a.allreduce_json.empty())
+      net = fit_network(a.allreduce_json, a.backend), net.host_GBps = a.host_GBps, net.copy_GBps = a.copy_GBps;
 
     std::printf("# %s: %.1f M params in %zu buckets; 1-rank step %.2f ms (backward ends at %.2f, optimizer %.2f, "
                 "jitter %.2f); "
@@ -181,6 +185,9 @@ int main(int argc, char** argv) {
                 a.model.empty() ? "model" : a.model.c_str(), total / 4e6, buckets.size(), prof.step_ms,
                 prof.backward_end_ms, prof.optimizer_ms, prof.jitter_ms, a.batch, net.alpha_us, net.bandwidth_GBps,
                 net.bandwidth_GBps * 8, a.cores > 0 ? (", " + std::to_string(a.cores) + " shared cores").c_str() : "");
+    if (net.host_GBps > 0 || net.copy_GBps > 0)
+      std::printf("# CPU host: moves the collectives' bytes at %.3f GB/s, copies at %.3f GB/s (0: not counted); "
+                  "both add to compute (host_cpu_ms, copy_ms)\n", net.host_GBps, net.copy_GBps);
     if (prof.param_bytes.empty() && a.strategies.find("ps") != std::string::npos)
       std::printf("# ps: per-tensor sizes unknown (--params-m), so even shards are assumed: the parameter server's "
                   "prediction is optimistic\n");
@@ -201,12 +208,14 @@ int main(int argc, char** argv) {
                     p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
                     p.speedup, 100 * p.efficiency);
         if (p.ps_busiest_bytes > 0) std::printf("  busiest server %.1f MiB", p.ps_busiest_bytes / (1 << 20));
+        if (p.host_cpu_ms > 0 || p.copy_ms > 0) std::printf("  host %.1f ms, copies %.1f ms", p.host_cpu_ms, p.copy_ms);
         json row{{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
                  {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms},
                  {"overlap", p.overlap}, {"images_per_s", p.images_per_s},
                  {"images_per_s_per_rank", p.images_per_s_per_rank}, {"speedup", p.speedup},
                  {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes},
-                 {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}, {"host_cpu_ms", p.host_cpu_ms}};
+                 {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}, {"host_cpu_ms", p.host_cpu_ms},
+                 {"copy_ms", p.copy_ms}};
         if (const json* cell = find_measured(measured, sname, p.ranks)) {
           const Verdict v = judge(p, cell->at("step_ms").get<double>(), cell->value("exposed_ms", 0.0));
           std::printf("  | measured %.2f ms (%+.0f%%), exposed %.2f vs %.2f ms (bound %.2f): %s", cell->at("step_ms").get<double>(),
@@ -234,7 +243,7 @@ int main(int argc, char** argv) {
                                        {"exposed_floor", Target{}.exposed_floor}}},
                            {"network", {{"alpha_us", net.alpha_us}, {"bandwidth_GBps", net.bandwidth_GBps},
                                         {"allreduce_efficiency", net.allreduce_efficiency},
-                                        {"host_GBps", net.host_GBps}}}}},
+                                        {"host_GBps", net.host_GBps}, {"copy_GBps", net.copy_GBps}}}}},
                {"predictions", rows}};
       std::ofstream(a.json_out) << out.dump(2) << "\n";
     }

@@ -99,6 +99,73 @@ TEST_CASE("links: on a CPU host the collectives' bytes also cost compute at the 
   CHECK(predict(one_bucket(300, 150, s), link, {}, 1).step_ms == doctest::Approx(300));
 }
 
+// The second sweep (apps/results/2026-11-28-cpu-2core/emulated_links_2) with the host term: the
+// parameter server at 10 Gbit/s came out 23 % long. Its reduce to rank 0 and its broadcast move the
+// bytes one way at a time - rank 1 sends S while rank 0 receives it - where host_GBps is a ring's
+// busbw, each rank sending and receiving at once; costing push and pull each as a link transfer at
+// host_GBps counted rank 0's S received + S sent as 2S at host_GBps instead of 2S at 2 x host_GBps.
+TEST_CASE("links: the parameter server's host work - one way at a time, the busiest rank's bytes sent + received") {
+  const double s = 44.7e6, host = 0.38e9;
+  Network link{0, 1.196, 0.47, 0.38};
+  StepProfile p = one_bucket(300, 300, s);  // no per-tensor sizes: even partitions
+  // train_imagenet's --ps-servers 1 at N = 2: rank 0 receives S (push) and sends S (pull): 2S bytes
+  // sent + received at 2 x 0.38 GB/s = S / 0.38 GB/s = 117.6 ms (the old formula: 235.3 ms).
+  StrategyOptions one{Strategy::Ps, 1, 1};
+  CHECK(predict(p, link, one, 2).host_cpu_ms == doctest::Approx(s / host * 1e3));
+  // A server on each of 2 ranks, S/2 each: a rank sends S/2 and receives S/2 per direction - a ring
+  // all-reduce's bytes, and its host time.
+  CHECK(predict(p, link, {Strategy::Ps}, 2).host_cpu_ms == doctest::Approx(s / host * 1e3));
+  CHECK(predict(p, link, {Strategy::Ps}, 2).host_cpu_ms == doctest::Approx(predict(p, link, {}, 2).host_cpu_ms));
+  // One server at N = 4: rank 0 receives 3S and sends 3S: 6S at 2 x host (the old formula: 12S at 2 x host).
+  CHECK(predict(p, link, one, 4).host_cpu_ms == doctest::Approx(3 * s / host * 1e3));
+  // Four servers of S/4 at N = 4: each sends 3/4 S + 3/4 S and receives as much: a ring's 1.5 S.
+  CHECK(ps_host_ms({s / 4, s / 4, s / 4, s / 4}, 4, 0.38) == doctest::Approx(1.5 * s / host * 1e3));
+  CHECK(ps_host_ms({s}, 1, 0.38) == 0);
+  CHECK(ps_host_ms({s}, 2, 0) == 0);
+}
+
+// The same sweep: ZeRO-2 at 10 Gbit/s 40 and 15 % short, ZeRO-3 for bert_small 15-18 % short. The
+// sharded strategies copy gradient and parameter bytes that the 1-rank DDP step (the model's compute
+// time) never copies. Counted here by hand from dist/, per step, S the gradient bytes, N ranks:
+//   1-rank DDP: Reducer::zero_grad memsets the buckets (S); AccumulateGrad copies each fresh
+//     gradient into its known-zero bucket view (S). 2S, inside the measured compute.
+//   DDP at N > 1: + AllReduceBucket::average's scale_ (S).                        3S: +S
+//   ZeRO-2: Zero::zero_grad -> the optimizer's shard views (S/N); ReduceScatterBucket::take_gradient's
+//     Tensor::zeros(padded) (S) and copy_ (S); average's scale_ of the shard (S/N); gather_parameters'
+//     own_slice, a zeroed chunk and its copies (2 S/N), and copy_out into the parameters (S).
+//                                                                                 3S + 4S/N: +S + 4S/N
+//   ZeRO-3: as ZeRO-2 to the shard's scale_; the units' gathers land in the parameters. 2S + 2S/N
+//   ZeRO-1: DDP's 3S + the shard views' zero_grad S/N + own_slice 2S/N + copy_out S. 4S + 3S/N
+//   PS (rank 0 serving partition L): 2S + pack_grads S + unpack_values S + scale_ L + values copy L.
+TEST_CASE("links: the strategies' own copies beyond the 1-rank step cost compute at the copy rate") {
+  const double s = 44.7e6, copy = 1.5e9;
+  auto ms = [&](double bytes) { return bytes / copy * 1e3; };
+  Network link{0, 1.196, 0.47};
+  StepProfile p = one_bucket(300, 150, s);
+  auto at = [&](Strategy st, int n, int servers = 0) {
+    StrategyOptions o{st, 1, servers};
+    const Prediction without = predict(p, link, o, n);
+    Network c = link;
+    c.copy_GBps = 1.5;
+    const Prediction with = predict(p, c, o, n);
+    CHECK(without.copy_ms == 0);
+    CHECK(with.step_ms == doctest::Approx(without.step_ms + with.copy_ms));  // compute, not overlapped
+    CHECK(with.compute_ms == doctest::Approx(without.compute_ms + with.copy_ms));
+    return with.copy_ms;
+  };
+  CHECK(at(Strategy::Ddp, 2) == doctest::Approx(ms(s)));
+  CHECK(at(Strategy::DdpNoOverlap, 4) == doctest::Approx(ms(s)));
+  CHECK(at(Strategy::Zero2, 2) == doctest::Approx(ms(3 * s)));      // S + 4S/2
+  CHECK(at(Strategy::Zero2, 4) == doctest::Approx(ms(2 * s)));      // S + 4S/4
+  CHECK(at(Strategy::Zero3, 2) == doctest::Approx(ms(s)));          // 2S/2
+  CHECK(at(Strategy::Zero3, 8) == doctest::Approx(ms(s / 4)));      // 2S/8
+  CHECK(at(Strategy::Zero1, 2) == doctest::Approx(ms(3.5 * s)));    // 2S + 3S/2
+  CHECK(at(Strategy::Ps, 2, 1) == doctest::Approx(ms(4 * s)));      // rank 0 serves all of S
+  CHECK(at(Strategy::Ps, 2, 2) == doctest::Approx(ms(3 * s)));      // each serves S/2
+  for (Strategy st : {Strategy::Ddp, Strategy::Zero2, Strategy::Zero3, Strategy::Ps}) CHECK(at(st, 1) == 0);
+  CHECK(host_copy_bytes(Strategy::Zero2, s, 2) == doctest::Approx(3 * s));
+}
+
 TEST_CASE("one rank predicts the measured step") {
   StepProfile p = one_bucket(100, 80, 5e7);
   for (const char* s : {"ddp", "ddp_no_overlap", "zero1", "zero2", "ps"}) {

@@ -25,12 +25,14 @@
 # apt-get when missing).
 #   sudo bash apps/scripts/study.sh links [--models resnet18,resnet50,bert_small] [--strategies ddp,zero2,zero3,ps]
 #        [--rates 100mbit,1gbit,10gbit] [--hosts 2] [--ranks-per-host 1] [--batch 8] [--encoder-batch 4]
-#        [--image-size 32] [--seq-len 32] [--steps 5] [--out DIR] [--predict-only]
+#        [--image-size 32] [--seq-len 32] [--steps 5] [--out DIR] [--predict-only [--copy-per-host R]]
 # The emulated-link mode (apps/scripts/study/links.py): each cell on H hosts x R ranks made by
 # apps/scripts/emulated_cluster.sh (network namespaces: root, or a user namespace; links limited by
-# tc, UCX over TCP), the CPU's own rate of moving bytes (a bench on unlimited links) and a
-# 1-rank compute-only run right before it, and the what-if's prediction with the same link rate;
-# writes links.md, links.json, links.csv and plots. --predict-only re-predicts a finished sweep.
+# tc, UCX over TCP), the CPU's own rates of moving and copying bytes (a bench on unlimited links) and
+# a 1-rank compute-only run right before it, MPI's all-reduce efficiency per rate from 5 launches
+# (bimodal from launch to launch), and the what-if's prediction with the same link rate, its host and
+# copy terms printed; writes links.md, links.json, links.csv and plots. --predict-only re-predicts a
+# finished sweep (--copy-per-host R: for a sweep made before the copy bench).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}

@@ -85,6 +85,30 @@ double ps_push_pull_ms(const std::vector<double>& server_bytes, int n, const Net
   return 2.0 * (transfer_ms(std::max(incast, outbound), net) + hops_ms(n - 1.0, net));
 }
 
+double ps_host_ms(const std::vector<double>& server_bytes, int n, double host_GBps) {
+  if (n <= 1 || server_bytes.empty() || host_GBps <= 0) return 0;
+  double total = 0, busiest = 0;
+  for (double b : server_bytes) total += b, busiest = std::max(busiest, b);
+  // Push + pull, bytes sent + received: a worker 2S, server s 2(S - L_s) + 2(N-1) L_s.
+  const double moved = std::max(2 * total, 2 * total + 2.0 * (n - 2) * busiest);
+  return moved / (2 * host_GBps * 1e9) * 1e3;
+}
+
+double host_copy_bytes(Strategy s, double bytes, int ranks, double ps_busiest) {
+  if (ranks <= 1) return 0;  // the 1-rank DDP step itself (every strategy's 1-rank step is predicted as it)
+  const double S = bytes, n = ranks, one_rank = 2 * S;  // see model.h for where each term is in dist/
+  switch (s) {
+    case Strategy::Ddp:
+    case Strategy::DdpNoOverlap:
+    case Strategy::Tp: return 3 * S - one_rank;
+    case Strategy::Zero1: return 4 * S + 3 * S / n - one_rank;
+    case Strategy::Zero2: return 3 * S + 4 * S / n - one_rank;
+    case Strategy::Zero3: return 2 * S + 2 * S / n - one_rank;
+    case Strategy::Ps: return 4 * S + 2 * ps_busiest - one_rank;
+  }
+  return 0;
+}
+
 double expected_max_normal(int n) {
   // Tabulated (Harter 1961) for small n, where the approximation is worst.
   static const double kExact[] = {0, 0, 0.5642, 0.8463, 1.0294, 1.1630, 1.2672, 1.3522, 1.4236};
@@ -148,7 +172,7 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     ps_busiest = *std::max_element(wire.begin(), wire.end());
     for (double& b : wire) b *= s.wire_factor;
     comm = ps_push_pull_ms(wire, ranks, net);
-    on_host(ps_push_pull_ms(wire, ranks, host));
+    cpu += ps_host_ms(wire, ranks, net.host_GBps);
     channel = backward_end + comm;
   } else {
     for (const Bucket& b : p.buckets) {
@@ -195,7 +219,13 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   }
   r.comm_ms = comm;
   r.host_cpu_ms = cpu;
-  r.compute_ms += cpu;
+  // dist/'s own copies beyond the 1-rank step's (host_copy_bytes), f32 bytes of this rank's
+  // gradients (TP: its share; TP at D = 1 runs no data-parallel reducer).
+  if (net.copy_GBps > 0 && (!tp || dp > 1)) {
+    const double bytes = host_copy_bytes(s.strategy, p.total_bytes() * grad_share, ranks, ps_busiest);
+    r.copy_ms = bytes / (net.copy_GBps * 1e9) * 1e3;
+  }
+  r.compute_ms += cpu + r.copy_ms;
   r.overlap = comm > 0 ? std::max(0.0, comm - r.exposed_ms) / comm : 1.0;
   r.straggler_ms = p.jitter_ms * scale * expected_max_normal(ranks);
   r.step_ms = r.compute_ms + r.exposed_ms + extra + r.straggler_ms;

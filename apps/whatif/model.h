@@ -49,8 +49,9 @@
 // added once per step. Small on a dedicated GPU node, large on a shared CPU machine.
 // Left out on purpose: congestion between concurrent jobs, hierarchical (intra-/inter-node)
 // algorithms, and compute slowed by communication sharing the cores (except oversubscription: N
-// ranks on C cores each get C/N of a core, see StrategyOptions::cores; and the CPU work of moving
-// the bytes on a CPU host, Network::host_GBps).
+// ranks on C cores each get C/N of a core, see StrategyOptions::cores; the CPU work of moving
+// the bytes on a CPU host, Network::host_GBps; and the strategies' own copies of gradient and
+// parameter bytes that the 1-rank DDP step does not make, Network::copy_GBps, host_copy_bytes).
 #pragma once
 #include <string>
 #include <vector>
@@ -96,7 +97,16 @@ struct Network {
   // collective is costed again at this rate (no latency) and added to compute, not overlapped.
   // Measure it as bench_allreduce's busbw with the link unlimited (on emulated hosts the veth is
   // CPU work too): 0.38 GB/s for 8 MiB on the loaded 2-core VM of the 2026-11-28 study.
+  // The rate is a ring's busbw: per second a rank sends host_GBps bytes and receives as many, so a
+  // collective costs (its busiest rank's bytes sent + received) / (2 host_GBps) - for the ring
+  // collectives that is their link formula at host_GBps, for the parameter server see ps_host_ms.
   double host_GBps = 0;
+  // A CPU host's memory-copy rate, GB/s of bytes written by one rank's Tensor::copy_ of a large f32
+  // tensor (bench_allreduce's copy_GBps, measured beside host_GBps). tandem's own per-step copies,
+  // fills and in-place scalings of gradient and parameter bytes beyond those of the 1-rank DDP step
+  // (host_copy_bytes) are added to compute at this rate. 0: not counted (a GPU, where they are
+  // kernels at HBM rate, or an input not measured).
+  double copy_GBps = 0;
 };
 
 // A link's payload rate from its line rate: TCP over IPv4 with timestamps on Ethernet carries
@@ -135,6 +145,34 @@ double tp_activation_ms(double activation_bytes, int layers, int tp, const Netwo
 std::vector<double> ps_server_bytes(const std::vector<double>& param_bytes, int servers, double total_bytes = 0);
 // Push + pull at n ranks with servers on ranks 0..K-1 holding `server_bytes` (K = its size, <= n).
 double ps_push_pull_ms(const std::vector<double>& server_bytes, int n, const Network& net);
+// The parameter server's CPU work of moving its bytes at Network::host_GBps (ms; 0 for one rank or
+// host_GBps 0). Its reduce and broadcast move each partition one way at a time: in the push server
+// s (rank s < K, partition L_s) receives (N-1) L_s and sends S - L_s, a worker (rank >= K) sends S;
+// the pull mirrors it. The busiest rank moves max(2S, 2S + 2(N-2) L_max) bytes sent + received, at
+// 2 host_GBps (see Network::host_GBps): (S + (N-2) L_max) / host_GBps. K = N = 2 gives S/host_GBps,
+// a ring all-reduce's; K = 1 at N = 2 also S/host_GBps - not 2S, as costing the push and the pull
+// each like a link transfer at host_GBps would (the 2026-11-28 emulated-link study: +23 %).
+double ps_host_ms(const std::vector<double>& server_bytes, int n, double host_GBps);
+// Bytes that dist/'s own code copies, fills (memset) or scales in place per step on the busiest rank
+// at `ranks` ranks, less those of the 1-rank DDP step that the model's compute time was measured
+// with. Counted from the code (f32 gradients, S = `bytes`, N = ranks, L = `ps_busiest` bytes):
+//   1-rank DDP   reducer zero_grad's memset of the buckets S, autograd's copy of each fresh
+//                gradient into its bucket view S (AccumulateGrad's known-zero path)        2S
+//   DDP          as 1 rank, + the average's scale_ of the buckets (N > 1)                    3S
+//   ZeRO-1       DDP's 3S, + the optimizer's zero_grad of its shard views S/N, then per bucket
+//                its own slice (a zero-filled chunk S/N + the copy S/N) and the copy of the
+//                gathered bucket into the parameters S                                    4S + 3S/N
+//   ZeRO-2       the shards' zero_grad S/N (no bucket memset; autograd's gradient becomes .grad
+//                uncopied), per bucket a zero-filled padded buffer S + the gradients copied in S,
+//                the shard's scale_ S/N, then ZeRO-1's own slice 2S/N and copy-out S     3S + 4S/N
+//   ZeRO-3       as ZeRO-2 up to the shard's scale_, no gather after the step            2S + 2S/N
+//                (the units' gathers land in the parameters' storage: MPI's bytes, the host term)
+//   PS           1-rank DDP's 2S, + pack_grads S and unpack_values S on every rank, + on a server
+//                the scale_ of its partition L and the copy of its values L               4S + 2L
+//   TP           DDP's count on the rank's gradient share, at D > 1 data-parallel ranks
+// Left out: allocations (a fresh ZeRO-2 bucket or ZeRO-3 gather buffer may page-fault), ZeRO-2's
+// lone exact-fit parameters (no fill, no copy: VGG's classifier), the wire casts of bf16/f16.
+double host_copy_bytes(Strategy s, double bytes, int ranks, double ps_busiest = 0);
 // E[max of n independent standard normals]: exact values for n <= 8, Blom's approximation above.
 double expected_max_normal(int n);
 
@@ -145,6 +183,7 @@ struct Prediction {
   double ps_busiest_bytes = 0;  // parameter server: the busiest server's partition (0 otherwise)
   double tp_ms = 0;             // TP: the activation all-reduces (part of comm_ms and exposed_ms)
   double host_cpu_ms = 0;       // the communication's CPU work (Network::host_GBps; part of compute_ms)
+  double copy_ms = 0;           // dist/'s own copies beyond the 1-rank step's (Network::copy_GBps; part of compute_ms)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };
 

@@ -103,9 +103,9 @@ class Runner:
             cmd += ["-f", self.hostfile]
         # One BLAS thread per rank: ranks share the cores, so the study compares strategies, not threads.
         cmd += ["-env", "OPENBLAS_NUM_THREADS", "1", "-env", "OMP_NUM_THREADS", "1"]
-        if os.path.exists("/usr/bin/time"):  # each rank's peak resident memory, into <tag>.rss.<rank>
+        if os.path.exists("/usr/bin/time"):  # each rank's peak resident memory and page faults, into <tag>.rss.<rank>
             rss = os.path.join(self.out, "runs", tag + ".rss")
-            cmd += ["sh", "-c", 'exec /usr/bin/time -f %M -o "$0.$PMI_RANK" "$@"', rss]
+            cmd += ["sh", "-c", 'exec /usr/bin/time -f "rss_kib %M minor_faults %R" -o "$0.$PMI_RANK" "$@"', rss]
         metrics = os.path.join(self.out, "runs", tag + ".json")
         if is_encoder(model):
             # Synthetic tokens for twice the steps' sequences; one held-out batch per rank (the
@@ -137,13 +137,12 @@ class Runner:
             rc = subprocess.call(self.command(model, strategy, ranks, batch, tag, trace), stdout=f,
                                  stderr=subprocess.STDOUT, env=env)
         launch_s = time.monotonic() - t0
-        rss = []  # KiB per rank, from /usr/bin/time
+        rss, faults = [], []  # MiB and minor page faults per rank, from /usr/bin/time
         for r in range(ranks):
-            path = os.path.join(self.out, "runs", f"{tag}.rss.{r}")
-            if os.path.exists(path):
-                lines = [ln for ln in open(path).read().split() if ln.isdigit()]
-                rss.append(int(lines[-1]) / 1024.0 if lines else 0.0)
-                os.remove(path)
+            t = read_time(os.path.join(self.out, "runs", f"{tag}.rss.{r}"))
+            if t:
+                rss.append(t.get("rss_kib", 0) / 1024.0)
+                faults.append(t.get("minor_faults"))
         text = open(log).read()
         if rc != 0:
             if strategy != "ddp" and ("not implemented" in text or "unknown" in text.lower()
@@ -152,5 +151,15 @@ class Runner:
                 self.unavailable[strategy] = (why[0] if why else "rejected by train_imagenet")[:200]
                 return None
             raise SystemExit(f"study: run {tag} failed (exit {rc}); see {log}:\n" + "\n".join(text.splitlines()[-8:]))
-        return {"launch_s": launch_s, "rss_mib_per_rank": rss,
+        return {"launch_s": launch_s, "rss_mib_per_rank": rss, "minor_faults_per_rank": faults,
                 "metrics": os.path.join("runs", tag + ".json")}
+
+
+def read_time(path):
+    """One rank's /usr/bin/time line (Runner.command's format: "rss_kib K minor_faults F", after a
+    "Command exited with non-zero status" line when it failed) as a dict; removes the file. None: absent."""
+    if not os.path.exists(path):
+        return None
+    words = open(path).read().split()
+    os.remove(path)
+    return {k: int(v) for k, v in zip(words, words[1:]) if k in ("rss_kib", "minor_faults") and v.isdigit()}

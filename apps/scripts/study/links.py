@@ -10,11 +10,16 @@ model x strategy x link rate, run on H hosts x R ranks per host by apps/scripts/
     model takes off TCP/IP and Ethernet headers), --alpha-us = the base latency of the namespaces'
     veth links, fitted once to a small-message bench_allreduce on unlimited links (no netem on this
     kernel: no latency is added), --allreduce-efficiency = MPI's all-reduce on that link (bench_allreduce
-    at ALLREDUCE_BYTES, its busbw over the payload rate; measured after the sweep), --host-GBps = the
-    same bench's busbw with the links unlimited (the CPU's own rate of moving bytes), the traced 1-rank
+    at ALLREDUCE_BYTES, its busbw over the payload rate; measured after the sweep, EFFICIENCY_RUNS
+    separate launches, because it is bimodal from run to run: the median is the model's input, the
+    lowest and highest give each all-reduce cell a predicted range), --host-GBps = the same bench's
+    busbw with the links unlimited (the CPU's own rate of moving bytes), --copy-GBps = that bench's
+    memory-copy rate (dist/'s own copies, apps/whatif/model.h host_copy_bytes), the traced 1-rank
     step's shape rescaled to the adjacent compute-only ms/step.
 Measures per cell: step time, exposed communication (the timeline's), scaling efficiency (weak
-scaling: images/s at N ranks over N x the adjacent 1-rank images/s). Predictions are made again from
+scaling: images/s at N ranks over N x the adjacent 1-rank images/s), and the busiest rank's minor
+page faults per step beyond the 1-rank run's (fresh buffers the kernel zeroes: ZeRO-2/3 and the
+parameter server take thousands per step where DDP takes none; not a model term, emulated_links_2). Predictions are made again from
 the saved runs by `--predict-only` (a corrected model re-checked without re-running the links).
 Output: links.json, links.csv, links.md (table, uptime before and after) and plots (links_plots.py).
 """
@@ -35,9 +40,14 @@ GOAL = 0.10
 # The all-reduce's efficiency is measured at 8 MiB: the order of the models' 25 MiB buckets (16 MiB
 # and more hung once in bench_allreduce over UCX's TCP transport on the loaded 2-core VM).
 ALLREDUCE_BYTES = "8M"
-# A bench takes seconds; its MPI_Finalize over UCX's TCP now and then never returns (it has no 10 s
-# exit of its own, unlike the trainers): stopped after this long, its JSON (written before) is used.
+# A bench takes seconds; its MPI_Finalize over UCX's TCP now and then never returned before it got the
+# trainers' 10 s deadline (dist::finalize with a status): a backstop, after which its JSON (written
+# before the end) is still used.
 BENCH_LIMIT_S = 40
+# MPI's all-reduce over the emulated TCP links ran at 0.49-0.94 of the rate from one launch to the
+# next, steady within a launch (emulated_links/README.md, "Also seen"): one launch draws one mode.
+# Five launches at 3 repetitions each cost about as much as one cell and show both modes.
+EFFICIENCY_RUNS = 5
 RATE_GBIT = {"gbit": 1.0, "mbit": 1e-3, "kbit": 1e-6}
 
 
@@ -64,6 +74,9 @@ def parse():
     ap.add_argument("--build", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--predict-only", action="store_true", help="re-predict from OUT/links.json's saved runs")
+    ap.add_argument("--copy-per-host", type=float, default=0,
+                    help="--predict-only of a sweep made before bench_allreduce reported copy_GBps: each cell's "
+                         "copy rate is this many times its host_GBps (the two measured together in one bench)")
     return ap.parse_args()
 
 
@@ -85,7 +98,9 @@ class Links:
     def local(self, model, tag, trace=False):
         """A 1-rank run on this machine (compute only): its measures."""
         r = self.runner.run(model, "ddp", 1, self.batch(model), tag, trace=trace)
-        return measure(os.path.join(self.a.out, r["metrics"]))
+        m = measure(os.path.join(self.a.out, r["metrics"]))
+        m["minor_faults"] = max([f for f in r.get("minor_faults_per_rank", []) if f is not None], default=None)
+        return m
 
     def emulated(self, model, strategy, rate, tag):
         """One cell on the emulated cluster: its measures."""
@@ -104,7 +119,12 @@ class Links:
             rc = subprocess.call(pre + ["--"] + cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
         if rc != 0:
             raise SystemExit(f"study links: {tag} failed (exit {rc}); see {log}:\n" + open(log).read()[-1500:])
-        return measure(os.path.join(self.a.out, "runs", tag + ".json"))
+        m = measure(os.path.join(self.a.out, "runs", tag + ".json"))
+        # The busiest rank's minor page faults (the Runner's /usr/bin/time wrapper; absent where a
+        # host's rank could not write it): fresh buffers the kernel zeroes, not in the model.
+        times = [grid.read_time(os.path.join(self.a.out, "runs", f"{tag}.rss.{r}")) for r in range(n)]
+        m["minor_faults"] = max([t["minor_faults"] for t in times if t and "minor_faults" in t], default=None)
+        return m
 
     def alpha_us(self):
         """The veth links' own latency: alpha fitted to bench_allreduce (small messages, unlimited links)."""
@@ -119,10 +139,11 @@ class Links:
 
 
     def host_GBps(self, runs=3, tag="unlimited"):
-        """The hosts' own rate of moving bytes (the what-if's Network::host_GBps): bench_allreduce's busbw
-        at ALLREDUCE_BYTES with the links unlimited (the veth is CPU work), the median of `runs` benches
-        (on the loaded VM single benches differed by 2x). None: every bench failed."""
-        rates = []
+        """The hosts' own rates: of moving bytes (the what-if's Network::host_GBps: bench_allreduce's busbw
+        at ALLREDUCE_BYTES with the links unlimited, the veth being CPU work) and of copying them
+        (Network::copy_GBps: the same bench's copy_GBps), each the median of `runs` benches (on the
+        loaded VM single benches differed by 2x). None for a rate no bench gave."""
+        rates, copies = [], []
         for i in range(runs):
             path = os.path.join(self.a.out, "runs" if tag != "unlimited" else "", f"bench_allreduce_{tag}_{i}.json")
             with open(os.path.join(self.a.out, "runs", f"bench_allreduce_{tag}_{i}.log"), "w") as f:
@@ -132,24 +153,28 @@ class Links:
                                       ALLREDUCE_BYTES, "--max-bytes", ALLREDUCE_BYTES, "--reps", "5", "--warmup", "1",
                                       "--backend", "mpi", "--json", path], stdout=f, stderr=subprocess.STDOUT)
             if os.path.exists(path):  # written before MPI_Finalize, which may hang over TCP (killed: rc != 0)
-                rates.append(json.load(open(path))[-1]["busbw_GBps"])
-        return statistics.median(rates) if rates else None
+                e = json.load(open(path))[-1]
+                rates.append(e["busbw_GBps"])
+                if e.get("copy_GBps"):
+                    copies.append(e["copy_GBps"])
+        return (statistics.median(rates) if rates else None), (statistics.median(copies) if copies else None)
 
-    def allreduce_efficiency(self, rate):
+    def allreduce_efficiency(self, rate, runs=EFFICIENCY_RUNS):
         """MPI's all-reduce on this link: bench_allreduce's busbw at ALLREDUCE_BYTES over the link's
-        payload rate (the what-if's Network::allreduce_efficiency), capped at 1. None: the bench failed."""
-        path = os.path.join(self.a.out, f"bench_allreduce_{rate}.json")
-        log = os.path.join(self.a.out, "runs", f"bench_allreduce_{rate}.log")
-        with open(log, "w") as f:
-            rc = subprocess.call(["timeout", "-s", "TERM", str(BENCH_LIMIT_S), "bash", self.cluster, "--hosts", str(self.a.hosts),
-                                  "--ranks-per-host", str(self.a.ranks_per_host), "--rate", rate, "--",
-                                  os.path.join(self.a.build, "apps", "bench_allreduce"), "--min-bytes", ALLREDUCE_BYTES,
-                                  "--max-bytes", ALLREDUCE_BYTES, "--reps", "3", "--warmup", "1", "--backend", "mpi",
-                                  "--json", path], stdout=f, stderr=subprocess.STDOUT)
-        if not os.path.exists(path):  # written before MPI_Finalize, which may hang over TCP (killed: rc != 0)
-            return None
-        busbw = json.load(open(path))[-1]["busbw_GBps"]
-        return min(1.0, busbw / payload_GBps(rate))
+        payload rate (the what-if's Network::allreduce_efficiency), capped at 1, from `runs` separate
+        launches (bimodal from launch to launch). A list, one per launch that wrote its JSON."""
+        effs = []
+        for i in range(runs):
+            path = os.path.join(self.a.out, f"bench_allreduce_{rate}_{i}.json")
+            with open(os.path.join(self.a.out, "runs", f"bench_allreduce_{rate}_{i}.log"), "w") as f:
+                subprocess.call(["timeout", "-s", "TERM", str(BENCH_LIMIT_S), "bash", self.cluster, "--hosts",
+                                 str(self.a.hosts), "--ranks-per-host", str(self.a.ranks_per_host), "--rate", rate, "--",
+                                 os.path.join(self.a.build, "apps", "bench_allreduce"), "--min-bytes", ALLREDUCE_BYTES,
+                                 "--max-bytes", ALLREDUCE_BYTES, "--reps", "3", "--warmup", "1", "--backend", "mpi",
+                                 "--json", path], stdout=f, stderr=subprocess.STDOUT)
+            if os.path.exists(path):  # written before the end, so a launch stopped by the backstop still counts
+                effs.append(min(1.0, json.load(open(path))[-1]["busbw_GBps"] / payload_GBps(rate)))
+        return effs
 
 
 def payload_GBps(rate):
@@ -167,32 +192,69 @@ def measure(path):
             "metrics": os.path.relpath(path, os.path.dirname(os.path.dirname(path)))}
 
 
-def predict(a, study, cell, alpha_us):
-    """apps/whatif for one cell, with its rate, the veth alpha and the adjacent compute-only step."""
+def whatif(a, study, cell, alpha_us, efficiency, name):
+    """apps/whatif for one cell at one all-reduce efficiency: its prediction row."""
     t = study["traces"][cell["model"]]
     out = a.out
     mpath = os.path.join(out, "whatif", f"{cell['tag']}.measured.json")
     os.makedirs(os.path.dirname(mpath), exist_ok=True)
     json.dump([{"ranks": cell["ranks"], "step_ms": cell["measured"]["ms_per_step"],
                 "exposed_ms": cell["measured"]["exposed_ms"]}], open(mpath, "w"))
-    jpath = os.path.join(out, "whatif", f"{cell['tag']}.json")
+    jpath = os.path.join(out, "whatif", f"{cell['tag']}{name}.json")
     cmd = [os.path.join(a.build, "apps", "whatif"), "--trace", os.path.join(out, t["trace"]),
            "--metrics", os.path.join(out, t["metrics"]), "--step-ms", str(cell["compute"]["ms_per_step"]),
            "--link-gbit", str(rate_gbit(cell["rate"])), "--alpha-us", str(alpha_us),
-           "--allreduce-efficiency", str(study["allreduce_efficiency"].get(cell["rate"]) or 1.0),
+           "--allreduce-efficiency", str(efficiency),
            "--host-GBps", str(cell.get("host_GBps") or study.get("host_GBps") or 0),
+           "--copy-GBps", str(copy_GBps(a, study, cell)),
            "--ranks", str(cell["ranks"]), "--cores", "0", "--measured", mpath, "--json", jpath]
     cmd += grid.whatif_args(cell["strategy"])
     if not grid.is_encoder(cell["model"]):
         cmd += ["--num-classes", "10"]
     subprocess.check_output(cmd, text=True)
-    p = json.load(open(jpath))["predictions"][0]
+    return json.load(open(jpath))["predictions"][0]
+
+
+def copy_GBps(a, study, cell):
+    """The cell's memory-copy rate: its own bench's, else the sweep's; for a sweep made before the bench
+    reported it, --copy-per-host times the cell's host_GBps; 0 (not counted) without any."""
+    if cell.get("copy_GBps") or study.get("copy_GBps"):
+        return cell.get("copy_GBps") or study.get("copy_GBps")
+    host = cell.get("host_GBps") or study.get("host_GBps") or 0
+    return a.copy_per_host * host if a.copy_per_host > 0 else 0
+
+
+def efficiencies(study, rate):
+    """(median, lowest, highest) of the all-reduce efficiency launches at `rate`; a sweep from before
+    the repeats holds one number; 1 where every bench failed."""
+    runs = study.get("allreduce_efficiency_runs", {}).get(rate)
+    if not runs:
+        e = study["allreduce_efficiency"].get(rate) or 1.0
+        return e, e, e
+    return statistics.median(runs), min(runs), max(runs)
+
+
+def predict(a, study, cell, alpha_us):
+    """The what-if for one cell with its rate, the veth alpha and the adjacent compute-only step; for the
+    strategies that all-reduce, also at the lowest and highest efficiency measured (its range)."""
+    mid, lo, hi = efficiencies(study, cell["rate"])
+    p = whatif(a, study, cell, alpha_us, mid, "")
+    copy = copy_GBps(a, study, cell)
     meas, comp = cell["measured"], cell["compute"]
     n = cell["ranks"]
-    return {"step_ms": p["step_ms"], "exposed_ms": p["exposed_ms"] + p["straggler_ms"], "comm_ms": p["comm_ms"],
-            "efficiency": p["efficiency"], "step_error": p["verdict"]["step_error"],
-            "within_goal": abs(p["verdict"]["step_error"]) <= GOAL,
-            "measured_efficiency": meas["images_per_s"] / (n * comp["images_per_s"])}
+    r = {"step_ms": p["step_ms"], "exposed_ms": p["exposed_ms"] + p["straggler_ms"], "comm_ms": p["comm_ms"],
+         "host_cpu_ms": p.get("host_cpu_ms", 0.0), "copy_ms": p.get("copy_ms", 0.0), "copy_GBps": copy,
+         "allreduce_efficiency": mid,
+         "efficiency": p["efficiency"], "step_error": p["verdict"]["step_error"],
+         "within_goal": abs(p["verdict"]["step_error"]) <= GOAL,
+         "measured_efficiency": meas["images_per_s"] / (n * comp["images_per_s"])}
+    cf, mf = comp.get("minor_faults"), meas.get("minor_faults")
+    if cf is not None and mf is not None:  # page faults per step beyond the 1-rank run's (start-up cancels)
+        r["extra_faults_per_step"] = (mf - cf) / study["grid"]["steps"]
+    if cell["strategy"].startswith("ddp") and hi > lo:  # only DDP's gradients go through MPI_Iallreduce
+        slow, fast = (whatif(a, study, cell, alpha_us, e, f"_eff{e:.2f}")["step_ms"] for e in (lo, hi))
+        r["step_range_ms"] = [fast, slow]
+    return r
 
 
 def main():
@@ -204,13 +266,20 @@ def main():
     else:
         study = sweep(a, L)
     study.setdefault("allreduce_efficiency", {})
+    study.setdefault("allreduce_efficiency_runs", {})
     if "host_GBps" not in study:
         print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES}, links unlimited ({uptime()})", flush=True)
-        study["host_GBps"] = L.host_GBps()
+        study["host_GBps"], study["copy_GBps"] = L.host_GBps()
     for rate in study["grid"]["rates"]:  # after the sweep, so that its load does not slow the cells
         if rate not in study["allreduce_efficiency"]:
-            print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES} at {rate} ({uptime()})", flush=True)
-            study["allreduce_efficiency"][rate] = L.allreduce_efficiency(rate)
+            print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES} at {rate}, {EFFICIENCY_RUNS} launches ({uptime()})",
+                  flush=True)
+            runs = L.allreduce_efficiency(rate)
+            study["allreduce_efficiency_runs"][rate] = runs
+            study["allreduce_efficiency"][rate] = statistics.median(runs) if runs else None
+            print(f"[bench] {rate}: efficiency per launch {', '.join(f'{e:.2f}' for e in runs) or 'none'}", flush=True)
+    if a.copy_per_host > 0:
+        study["copy_per_host"] = a.copy_per_host
     for cell in study["cells"]:
         cell["predicted"] = predict(a, study, cell, study["alpha_us"])
     json.dump(study, open(jpath, "w"), indent=2)
@@ -248,10 +317,11 @@ def sweep(a, L):
             continue
         print(f"[{i + 1}/{len(cells)}] {tag} ({uptime()})", flush=True)
         comp = L.local(model, tag + "_compute")
-        host = L.host_GBps(runs=1, tag=tag + "_host")  # the CPU's rate of moving bytes, under this cell's load
+        host, copy = L.host_GBps(runs=1, tag=tag + "_host")  # the CPU's rates of moving and copying bytes, under this cell's load
         meas = L.emulated(model, s, rate, tag)
         study["cells"].append({"tag": tag, "model": model, "strategy": s, "rate": rate, "ranks": n,
                                "batch_per_rank": L.batch(model), "compute": comp, "measured": meas, "host_GBps": host,
+                               "copy_GBps": copy,
                                "load": open("/proc/loadavg").read().split()[:3]})
         json.dump(study, open(os.path.join(a.out, "links.json"), "w"), indent=2)  # a partial sweep survives
     study["uptime_after"] = uptime()
@@ -272,13 +342,19 @@ def write_csv(study, path):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(keys + ["compute_ms", "measured_ms", "measured_exposed_ms", "measured_efficiency",
-                           "predicted_ms", "predicted_exposed_ms", "predicted_efficiency", "step_error", "within_10pct"])
+                           "predicted_ms", "predicted_exposed_ms", "predicted_efficiency", "step_error", "within_10pct",
+                           "host_GBps", "copy_GBps", "predicted_host_cpu_ms", "predicted_copy_ms",
+                           "predicted_ms_fastest_allreduce", "predicted_ms_slowest_allreduce", "extra_faults_per_step"])
         for c in study["cells"]:
             p = c["predicted"]
             w.writerow([c[k] for k in keys] + [f"{c['compute']['ms_per_step']:.1f}", f"{c['measured']['ms_per_step']:.1f}",
                                                f"{c['measured']['exposed_ms']:.1f}", f"{p['measured_efficiency']:.3f}",
                                                f"{p['step_ms']:.1f}", f"{p['exposed_ms']:.1f}", f"{p['efficiency']:.3f}",
-                                               f"{p['step_error']:.3f}", p["within_goal"]])
+                                               f"{p['step_error']:.3f}", p["within_goal"],
+                                               f"{c.get('host_GBps') or 0:.3f}", f"{p.get('copy_GBps') or 0:.3f}",
+                                               f"{p.get('host_cpu_ms', 0):.1f}", f"{p.get('copy_ms', 0):.1f}"]
+                       + [f"{x:.1f}" for x in p.get("step_range_ms", [])] + [""] * (2 - len(p.get("step_range_ms", [])))
+                       + [f"{p['extra_faults_per_step']:.0f}" if "extra_faults_per_step" in p else ""])
 
 
 if __name__ == "__main__":

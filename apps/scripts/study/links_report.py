@@ -2,7 +2,9 @@
 
   links.md                  per cell: link rate, compute-only ms/step (1 rank, measured right before),
                             measured ms/step, exposed communication and scaling efficiency, beside the
-                            what-if's; the error and whether it is within the 10 % goal; uptime of the
+                            what-if's, with its CPU terms (the collectives' host work, dist/'s own
+                            copies) and, for DDP, its range over the all-reduce efficiency's launches;
+                            the error and whether it is within the 10 % goal; uptime of the
                             machine before and after, and per cell the load average.
   links_vs_measured.png     predicted vs measured ms/step on log axes, one marker per strategy, one
                             colour per link rate, the 10 % band
@@ -29,23 +31,35 @@ def write(study, out):
              f"Links: tc tbf at the rate on each host's veth, UCX_TLS=tcp,self; what-if alpha = "
              f"{study['alpha_us']:.1f} us (the veth links' own latency, fitted to bench_allreduce_links.json), "
              "--link-gbit = the tc rate (payload 1448/1514 of it), --allreduce-efficiency per rate (MPI's all-reduce "
-             "of 8 MiB on that link, bench_allreduce_<rate>.json, busbw over the payload rate): "
-             + ", ".join(f"{r} {e:.2f}" if e else f"{r} (bench failed: 1)" for r, e in study["allreduce_efficiency"].items())
-             + f"; --host-GBps {study.get('host_GBps') or 0:.3f} (the same bench with the links unlimited: the CPU's "
-             "own rate of moving bytes, the median of bench_allreduce_unlimited_<i>.json). "
+             "of 8 MiB on that link, bench_allreduce_<rate>[_<i>].json, busbw over the payload rate; the median of "
+             "the launches, each launch's in brackets): "
+             + ", ".join(efficiency_text(study, r, e) for r, e in study["allreduce_efficiency"].items())
+             + f"; --host-GBps per cell, else {study.get('host_GBps') or 0:.3f} (the same bench with the links "
+             "unlimited: the CPU's own rate of moving bytes, the median of bench_allreduce_unlimited_<i>.json); "
+             "--copy-GBps per cell, else " + copy_text(study) + " (that bench's Tensor::copy_ of 64 MiB: the rate "
+             "dist/'s own copies are charged at, apps/whatif/model.h host_copy_bytes). "
              "Grid: " + ", ".join(f"{k} {v}" for k, v in study["grid"].items()) + ".", "",
+             "host / copies: the prediction's CPU terms, added to compute: the collectives' bytes at --host-GBps, "
+             "dist/'s copies beyond the 1-rank step's at --copy-GBps. DDP range: the predicted step at the fastest "
+             "and the slowest all-reduce launch. faults/step: the busiest rank's minor page faults per step beyond the "
+             "1-rank run's (fresh buffers the kernel zeroes; measured, not in the model).", "",
              "compute: a 1-rank run of the same model made right before the cell (the what-if's compute time, "
              "and the efficiency's baseline). exposed: communication not hidden under compute (the timeline's). "
              f"Goal: the predicted step within {100 * GOAL:.0f} % of the measured one.", "",
              "| model | strategy | rate | compute ms | measured ms | predicted ms | error | exposed ms meas / pred "
-             "| efficiency meas / pred | load (1 min) | within 10 % |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+             "| host / copies ms | DDP range ms | efficiency meas / pred | faults/step | load (1 min) | within 10 % |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
     for c in study["cells"]:
         p, m = c["predicted"], c["measured"]
         lines.append(f"| {c['model']} | {c['strategy']} | {c['rate']} | {c['compute']['ms_per_step']:.0f} | "
                      f"{m['ms_per_step']:.0f} | {p['step_ms']:.0f} | {100 * p['step_error']:+.1f} % | "
-                     f"{m['exposed_ms']:.0f} / {p['exposed_ms']:.0f} | {100 * p['measured_efficiency']:.0f} % / "
-                     f"{100 * p['efficiency']:.0f} % | {c['load'][0]} | {'yes' if p['within_goal'] else '**no**'} |")
+                     f"{m['exposed_ms']:.0f} / {p['exposed_ms']:.0f} | "
+                     f"{p.get('host_cpu_ms', 0):.0f} / {p.get('copy_ms', 0):.0f} | "
+                     + ("{:.0f}-{:.0f}".format(*p["step_range_ms"]) if "step_range_ms" in p else "-") + " | "
+                     f"{100 * p['measured_efficiency']:.0f} % / "
+                     f"{100 * p['efficiency']:.0f} % | "
+                     + (f"{p['extra_faults_per_step']:.0f}" if "extra_faults_per_step" in p else "-") + " | "
+                     f"{c['load'][0]} | {'yes' if p['within_goal'] else '**no**'} |")
     lines += [f"Not run: {u}." for u in study.get("unavailable", [])]
     ok = sum(c["predicted"]["within_goal"] for c in study["cells"])
     lines += ["", f"Within {100 * GOAL:.0f} %: {ok} of {len(study['cells'])} cells.", "", "## Error per strategy and link", "",
@@ -60,6 +74,20 @@ def write(study, out):
     lines += [f"![{p}]({p})" for p in plots]
     with open(os.path.join(out, "links.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def efficiency_text(study, rate, e):
+    runs = study.get("allreduce_efficiency_runs", {}).get(rate)
+    text = f"{rate} {e:.2f}" if e else f"{rate} (bench failed: 1)"
+    return text + (" [" + ", ".join(f"{x:.2f}" for x in runs) + "]" if runs else " (one launch)")
+
+
+def copy_text(study):
+    if study.get("copy_GBps"):
+        return f"{study['copy_GBps']:.2f}"
+    if study.get("copy_per_host"):
+        return f"{study['copy_per_host']:.1f} x the cell's --host-GBps (the sweep predates the copy bench)"
+    return "0 (not measured: not counted)"
 
 
 def vs_measured(study, out):
