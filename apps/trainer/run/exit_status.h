@@ -1,33 +1,7 @@
 // apps/trainer/run/exit_status.h: how a run ended - the exit statuses of both trainers (and of the
 // scripts in apps/scripts/, which pass them on), written down once here, and the record of the
 // last run's end that the checkpoint folder keeps for a supervisor that cannot see the status.
-//
-// The table (exit_statuses(); README.md's "Exit statuses" and --help's footer print it):
-//   0   completed                                   -
-//   1   failed at run time (a crash, a lost rank,    retry: rerun with --resume auto
-//       an I/O error, a hung collective)
-//   2   usage error: flags, --config, a folder that  do not retry: fix the command
-//       refuses the run (another job's lock,
-//       another run's files)
-//   3   stopped on a non-finite loss, gradient or    do not retry as is: a rerun stops at the same
-//       weight (no checkpoint from that state)       step; change --lr, --amp, --clip-grad-norm
-//   65  data or input error (EX_DATAERR): the data   do not retry: fix the data or the file
-//       set, the vocabulary, a checkpoint that fails
-//       its checks with no intact one of the run left
-//   75  preempted (EX_TEMPFAIL): a stop signal; a    retry: rerun the same command with --resume auto
-//       checkpoint was written at the step boundary
-// 2 is what CLI11's parse errors map to (they carry codes 100-120 of their own: apps/trainer/run/cli.cpp).
-// elastic.sh restarts after 1, 75 and a killed rank; never after 2, 3 or 65.
-//
-// The folder's record, "<checkpoint-dir>/run_status.json", written by rank 0 of a run that opened
-// the folder (took its lock): "running" at start-up, then how it ended - state (completed,
-// preempted, failed, usage, nonfinite, data), exit_status, why (the error's first line), advice,
-// retry, the run id and the last checkpoint written. It holds even where the launcher's status
-// does not: mpiexec itself can return 0 after a SIGTERM although every rank exited 75 (a Hydra race,
-// apps/trainer/run/preemption.h). A job refused before it took the lock writes nothing there (the
-// folder may be another job's). A record still "running" with no live job means the run was killed
-// or crashed (abort by another rank, SIGKILL, out-of-memory): apps/scripts/run_status.py says so.
-//   python3 apps/scripts/run_status.py <checkpoint-dir>   one line, and exits with the run's status
+// In full: apps/trainer/run/README.md ("exit_status.h in detail").
 #pragma once
 #include <stdexcept>
 #include <string>

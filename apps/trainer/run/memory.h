@@ -1,52 +1,8 @@
 // apps/trainer/run/memory.h: the memory ledger of a run - predicted (dist/memory_ledger.h) and measured.
-//
-// plan() (end of a trainer's set-up) predicts this rank's bytes from the Step (parameters, the
-// strategy's gradient buffers and shards, the optimizer's state, AMP's f32 masters: ledger.h) and
-// notes what the allocator already holds beside the model state (data sets, loaders, the corpus),
-// so measure_state() can subtract it. A resumed run already holds its optimizer state at plan():
-// it is model state (Step::model_state_bytes counts it), not "other". measure_state() runs once, after the first applied step
-// (the optimizer state exists from then on): current bytes minus that, minus the data batches held
-// at that moment, are the model state (plus the step's last outputs, a few KiB). Data batches are
-// the trainer's to count (data_bytes): a loader's prefetched and resident batches, the batch in
-// hand, a CUDA graph's static copy of it - up to prefetch + 2 batches, 4.5 MiB against
-// resnet_tiny's 3.6 MiB of state in train_imagenet's default job, 77 MiB per batch at ResNet-50's
-// 128 x 224^2. measure_peak() reads the steps' peak at the end of the run (the peak is reset at
-// plan(): building VGG-16 briefly holds three classifier-sized temporaries, the initialisers, more
-// than a ZeRO-2 step does). The trainers print ledger().str() at start-up and in the summary, and
-// write json() into their metrics as "memory_ledger".
-// At plan() the prediction is also checked against what the device has left (core/storage.h
-// available_memory: the CPU's MemAvailable, a GPU's free memory), times the ranks of this machine
-// that share it: the model state still to be allocated (the optimizer state, AMP's master
-// gradients, the transient buffers) beyond what is held already. When it does not fit, warning()
-// says so, naming the figures and what to lower. A warning, not a refusal: the ledger counts the
-// model state only (activations and workspace come on top, so a run can fail that the check
-// passes), and it also over-predicts where memory is shared or reused (a ZeRO-2 bucket freed
-// after the reduce-scatter, MemAvailable leaving out page cache the kernel would give back), so
-// refusing would stop runs that fit; a warning at start-up still saves the epoch a late failure
-// costs.
-//
-// Library workspaces are not model state (issue 18.7). The GPU once measured resnet18's model state
-// at 165.9 MiB against 133.8 predicted (+24 %), and resnet50 AMP's at +8.3 %, while the CPU agreed
-// exactly: both gaps are 32 MiB, the cuBLASLt workspace (core/ops/common/cuda/blas_handle.h,
-// kBlasWorkspaceBytes), one persistent Storage block per GPU that the first GEMM allocates - after
-// plan(), so measure_state() took it for model state. Not the allocator's rounding (current_bytes
-// counts the bytes each tensor asked for), not cuDNN's workspaces (allocated and freed within each
-// conv call), not the momentum buffers (per tensor, exactly the bytes predicted). The measurement
-// was wrong, not the prediction: measure_state() makes sure the workspace exists (the first step's
-// GEMMs allocated it anyway) and subtracts library_workspace_bytes(); the peak keeps it, as part of
-// "activations, data batches, workspace and transients". tests/gpu_ledger.cpp holds the GPU to it.
-//
-// The memory budget (a trainer's flag, e.g. --memory-budget-mib): a hard limit, unlike the warning.
-// The budgeted figure is the ledger's model state plus its transient gradient buffers
-// (budgeted_bytes) - what the run is bound to hold, activations left out - agreed as the largest
-// over the ranks (agreed_max: shards differ by padding, and every rank must refuse alike). The
-// trainer checks it once the Step is built, before the first step allocates the optimizer state,
-// and words the refusal; budget_refusal gives the sentence, with the figures of other layouts of the
-// same model (predict_layout: another ZeRO stage, or TP's per-rank parameters over fewer DP ranks)
-// named in the caller's words, those that fit first. Those figures are predictions from the
-// current run's inputs: the bucket-based transient terms are kept (another stage) or scaled with
-// the elements per rank (TP), and ZeRO-3's gathered units are left out (they depend on its unit
-// schedule).
+// plan() predicts this rank's model-state bytes from the Step at set-up (and warns when they will not
+// fit); measure_state() measures them once, after the first applied update; measure_peak() reads the
+// steps' peak at the end; budget_refusal() words the memory budget's refusal.
+// In full: apps/trainer/run/README.md ("memory.h in detail").
 #pragma once
 #include <cstdint>
 #include <functional>

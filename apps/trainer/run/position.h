@@ -1,42 +1,6 @@
 // apps/trainer/run/position.h: where a run stands between two steps, and how far it has to go - the one
 // record of the loop's position that a checkpoint keeps and a resume starts from, for both trainers.
-//
-// A Position counts progress in samples, so it means the same on any world size and batch size:
-//   step          optimizer steps done since the start of training (across resumes, whatever
-//                 global batch each took; the Step's steps_done, the number progress lines print)
-//   epoch         the epoch the next step belongs to (the sampler's shuffle seed)
-//   epoch_offset  global samples of that epoch's order consumed (data/sampler.h's prefix; 0 when
-//                 the epoch has not started). The loaders resume with start_epoch(epoch,
-//                 epoch_offset) on any world size and batch; an epoch that ran out is recorded as
-//                 (epoch + 1, 0), never as (epoch, its size), since a finished epoch's count can be
-//                 short of the data set (drop_last) and resuming from it would read the dropped tail
-//   samples       global samples consumed since the start of training (each step adds its global
-//                 batch, G = batch per rank x ranks)
-// The default generator (dropout's and augmentation's draws) is saved and restored with the
-// position, so a resumed run on the same world size draws what the uninterrupted one would.
-//
-// RunLength: how long the run is and where its LR schedule stands, in the same samples.
-//   The schedule's unit is a step of a global batch. Which one:
-//   --epochs runs   the current G. spe = full global batches per epoch at the current G (the
-//                   loader's batches_per_epoch()); position = epoch x spe + min(epoch_offset / G,
-//                   spe); total = epochs x spe; --warmup-epochs and --lr-milestones (epochs) are
-//                   x spe. So the schedule is a function of the fraction of epochs done, as
-//                   torchvision's per-epoch schedules are: a run resumed on another world size or
-//                   batch ends its last epoch at ~0 LR (cosine, poly). The min() keeps the position
-//                   from passing the next epoch's start when a resumed epoch's remainder is not a
-//                   multiple of the new G. The run ends when epoch == epochs.
-//   --steps runs    the fresh start's G (unit_batch, kept in the checkpoint as extra
-//                   "schedule_global_batch"): the run is total_samples = steps x unit_batch long,
-//                   position = samples / unit_batch, total = steps; --warmup-steps counts unit
-//                   steps. The run ends once samples >= total_samples (the last step may take a
-//                   few samples more when the current G does not divide the rest).
-//   An explicit step count in an --epochs run (train_imagenet's --warmup-steps) also counts steps
-//   of the fresh start's G, and is x unit_batch / G in the current unit.
-//   With G unchanged every position is the integer step of an uninterrupted run (epoch_offset and
-//   samples are multiples of G), so lr_at_position gives that step's LR bit for bit
-//   (optim/lr_schedule.h): an uninterrupted run's numbers do not change.
-// Each trainer adds its own settings to TrainState::extra (schedule, model sizes) and names its
-// files; the optimizer's side of a checkpoint is Step::state() (step.h).
+// In full: apps/trainer/run/README.md ("position.h in detail").
 #pragma once
 #include <cstdint>
 #include <string>

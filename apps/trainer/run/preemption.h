@@ -1,47 +1,6 @@
 // apps/trainer/run/preemption.h: stopping and saving on request - preemption signals and checkpoint
 // intervals in steps and in wall time - agreed by every rank at a step boundary (issue 20, defect 7).
-//
-// Signals. SIGTERM (what Slurm, Kubernetes and most schedulers send before they kill a job),
-// SIGUSR1 (Slurm's `--signal` warning, PyTorch Lightning's convention) and SIGINT (Ctrl-C) only set a
-// flag: the handler is async-signal-safe (an atomic store and a write(2) of a line made at install
-// time). Nothing is saved from inside a handler; the loop asks at each step boundary.
-// install_stop_signals() runs first thing in main, so a signal during start-up (data scan, model
-// set-up) is not lost: it is acted on at the first step boundary.
-//   More signals while stopping are noted and otherwise ignored: the first one already asked for a
-//   checkpoint and an exit, and duplicates are normal (Slurm's scancel signals every process of the
-//   job, and mpiexec forwards the one it got too). To abort at once, send SIGKILL; the checkpoint
-//   writer is atomic (write, fsync, rename), so a kill during a save leaves the previous checkpoint
-//   and a temporary that the next start-up removes, never a torn file.
-//
-// Agreement. A signal may reach one rank alone (a `kill` of one pid; MPICH's mpiexec forwards a
-// signal it receives to every rank, but a scheduler may signal processes directly), and every rank
-// must stop at the same step, or the others would wait for it in the next collective. So at each
-// boundary every rank contributes [SIGTERM, SIGUSR1, SIGINT seen here; the wall-time interval due
-// on rank 0] to one all-reduce of 4 floats on the CPU communicator, and acts on the sum. The
-// all-reduce is started at one boundary and read at the next, so the step's compute hides it and no
-// rank waits for another at a boundary: a request is acted on one step after it arrived, on every
-// rank alike. Cost per step: that all-reduce (microseconds, on the communication thread).
-//
-// Decisions (the same on every rank):
-//   save  at this boundary: every --checkpoint-every steps (a function of the step: no agreement
-//         needed), when rank 0's clock says --checkpoint-interval minutes passed since the last save
-//         (any save restarts it, the epoch-end ones too), and before a stop;
-//   stop  after the save: some rank got a stop signal. The trainer then exits with kPreemptedExit
-//         and prints a line starting "preempted: " (apps/scripts/elastic.sh looks for it). Without a
-//         checkpoint folder a stop saves nothing, and says so.
-//
-// The exit status: 75, EX_TEMPFAIL of sysexits.h ("temporary failure; the user is invited to
-// retry"): distinct from success (0), errors (1), usage errors (2) and a non-finite stop (3), and from
-// 128 + a signal, which a shell shows for a process a signal killed. MPICH's mpiexec (Hydra 4.0.2)
-// forwards SIGTERM, SIGINT and SIGUSR1 to every rank once (the ranks sit in process groups of their
-// own, so a terminal's Ctrl-C reaches mpiexec only), but its own exit status after it forwarded a
-// signal is not reliable: in trials on the 2-core development VM it returned 0 for 5 of 16 SIGTERMs,
-// 5 of 16 SIGINTs and 1 of 17 SIGUSR1s although every rank exited 75 (with no handler at all: 0 in
-// 8 of 15 SIGTERMs, else 15 - issue 20's "mpiexec sometimes exits 0 on SIGTERM"). A signal sent to
-// the ranks themselves leaves mpiexec's status alone: it was 75 in 16 of 16. SIGUSR2 and SIGHUP are
-// not forwarded: they end mpiexec itself.
-// apps/scripts/elastic.sh therefore reads the "preempted: " line, not mpiexec's status, and passes a
-// reliable 75 to the scheduler.
+// In full: apps/trainer/run/README.md ("preemption.h in detail").
 #pragma once
 #include <cstdint>
 #include <functional>

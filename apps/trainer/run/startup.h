@@ -1,29 +1,6 @@
 // apps/trainer/run/startup.h: the trainers' start-up checks, every rank's ending in one verdict before
 // any training (issue 28, item 2).
-//
-// Under mpiexec a check can fail on one rank alone: its host lacks the data folder, sees another
-// checkpoint folder, or its wrapper passed another path. A rank that simply exited left the others
-// waiting for it forever (in MPI_Init, or in the first collective), with its message lost, since
-// only rank 0 printed. So both trainers' checks end in a verdict (dist/transport/startup.h: reports
-// gathered on rank 0 under the communication deadline and handed back to every rank):
-//   1. the command line (parse and cross-checks, which include --data and --weights existing on
-//      this host): trainer_main (run_flags.h) calls agree_on_arguments before anything else runs;
-//   2. after the checkpoint folder is open (run_folder.h): check_every_rank - the folder each rank
-//      was given is the one rank 0 opened (rank 0 writes a check file, every rank reads it back),
-//      the --resume file is readable on this rank, and the trainer's own data check.
-// When a rank fails, it prints its message, rank 0 repeats it with the rank and the host, and every
-// rank exits within seconds. The status is the one the failing rank would have ended with alone
-// (the first failing rank's, for the ranks that passed): 2 for the command line and for a checkpoint
-// folder refused (run_flags.h's usage errors), 1 for the other checks (an error).
-//
-// The checkpoint folder across hosts: refused unless shared. Rank 0 writes every checkpoint and every
-// rank reads the one it resumes from (apps/trainer/run/run_folder.h, checkpoint/checkpoint_dir.h), so a
-// folder on each host's local disk would hold the checkpoints on rank 0's host only and fail at
-// --resume, after the training time was spent. Node-local folders could be supported (rank 0 reads
-// and broadcasts), but a run whose checkpoints live on one host's disk is lost with that host, which
-// is what checkpoints are for; a shared folder (NFS, Lustre, a cloud file store) mounted at the same
-// path everywhere is the layout every launcher documents. So a folder that is not the same on every
-// rank is refused at start-up, naming the ranks and hosts that do not see rank 0's check file.
+// In full: apps/trainer/run/README.md ("startup.h in detail").
 #pragma once
 #include <functional>
 #include <stdexcept>

@@ -1,28 +1,7 @@
 // apps/trainer/step/amp.h: mixed precision in the Step - model cast, f32 master weights, loss scale, update.
-//
-// make_amp casts the model as the AMP policy says (layers/amp_cast.h: 16-bit except BatchNorm)
-// before DDP wraps it, so the gradient buckets of the 16-bit parameters are 16-bit on the wire.
-// After DDP (and ZeRO) exist, build_masters makes the f32 masters (optim/amp.h): over every
-// parameter (DDP), or over this rank's ZeRO shard only (Zero::segments(), views into the 16-bit
-// parameters; masters and optimizer state then exist for the shard alone). The optimizer is a
-// ParamGroups over the masters (make_amp_groups). Each step the Step multiplies the loss by
-// scale() before backward and calls amp_step instead of the optimizer's step:
-//   unscale + inf/NaN check (over the whole gradients, or the shard's gradient views) -> one
-//   all-reduce of the flag over the CPU communicator make_amp was given, so every rank makes the same skip decision
-//   also when gradients differ across ranks (ZeRO shards) -> LossScaler::update -> on a clean step
-//   [clipping: the global norm of the unscaled f32 master gradients, summed across shards under
-//   ZeRO] the optimizer's step on the masters, which writes the 16-bit parameters in the same pass
-//   (no separate copy-back: optim/amp.h), and under ZeRO the all-gather.
-// bf16 keeps the scale at 1 and still skips steps with non-finite gradients.
-// Checkpoints hold the masters ("amp.master.<param>", unsharded f32, gathered from the shards under
-// ZeRO) and the scaler ("amp.scaler.<entry>") next to the optimizer state; take_amp_state removes
-// them again on resume and loads each rank's range, so an AMP checkpoint resumes at any world size
-// and ZeRO stage. It resumes in the precision it was trained in: the model is cast before the
-// checkpoint loads, and the load refuses another dtype (checkpoint/checkpoint.h, naming what to change).
-// Order (step.cpp keeps it): make_amp -> restore weights -> DDP [-> Zero] -> build_masters ->
-// take_amp_state -> make_amp_groups; per step amp_step; at a checkpoint amp_state on every rank.
-// This is the host form. The capturable one (StepOptions::capturable, under a CUDA graph) builds the
-// scaler in tensor mode and runs optim::amp_step_device's sequence instead (step.h).
+// AmpRun is what the Step holds under a 16-bit precision; the ranks agree on fp16's found-inf flag
+// over the Step's control communicator, so every rank skips an overflowing step alike.
+// In full: apps/trainer/step/README.md ("amp.h in detail").
 #pragma once
 #include <functional>
 #include <memory>

@@ -1,32 +1,6 @@
 // apps/trainer/step/param_groups.h: the Step's optimizer - two parameter groups, weight decay on every
 // parameter but those a caller-given rule names - over optim/'s group-less optimizers.
-//
-// optim::Optimizer has one lr and one weight decay (optim/optimizer.h leaves parameter groups out),
-// so this holds two optimizers of the same kind: `decay` (the options' weight decay) and
-// `no_decay` (weight decay 0). Which parameters go without decay is the caller's rule, by
-// parameter name (NoDecayRule; null: none, so every parameter decays and no_decay stays empty):
-//   - bert_no_weight_decay: Google's BERT (AdamWeightDecayOptimizer's exclude_from_weight_decay) and
-//     Hugging Face's Trainer exclude "bias" and "LayerNorm" parameters: a name ending in ".bias" or
-//     containing "LayerNorm" (train_encoder);
-//   - norm_layer_parameters(model): the parameters of normalisation layers (BatchNorm2d, LayerNorm),
-//     torchvision's --norm-weight-decay 0 recipe (no trainer flag selects it yet);
-//   - none (train_imagenet today: one weight decay for all, as torchvision's default recipe).
-// State names are per parameter ("<name>.exp_avg"), so the two state lists concatenate into the one
-// an unsharded optimizer would write, and load_state hands each entry to the group that holds its
-// parameter. Clipping is over the union (one global norm), as
-// torch.nn.utils.clip_grad_norm_(model.parameters()). An empty group takes no part in anything.
-//
-// Four ways to build it, one per kind of step (the groups split by the name either way):
-//   - parameters: plain DDP, each optimizer updates its whole parameters in place;
-//   - segments (AMP): AMP's f32 master segments (optim/amp.h); the Step hands the unscaled master
-//     gradients over with set_grads, in the segments' order;
-//   - a dist::Zero (ZeRO-1/2 in f32): this rank's shard segments, which carry the parameter's name,
-//     so the rule applies per element range as per parameter. Then zero_grad, clipping (one
-//     all-reduce of the squares), step (followed by the parameter all-gather) and state (a
-//     collective gather of the unsharded state, onto rank 0) go through the Zero. A tied weight
-//     (BERT's decoder and word embedding, layers/models/bert.h) is one parameter, decayed once;
-//   - AMP's masters of a ZeRO shard: as the Zero case, but step() does not gather - the Step
-//     copies the masters into the 16-bit parameters first, then calls zero.gather_parameters().
+// In full: apps/trainer/step/README.md ("param_groups.h in detail").
 #pragma once
 #include <functional>
 #include <memory>

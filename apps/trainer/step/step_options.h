@@ -1,49 +1,6 @@
 // apps/trainer/step/step_options.h: what a training step is built from - one struct - and the one
 // place that says which combinations of it cannot work, and why.
-//
-// StepOptions holds every choice the Step (step.h) makes: how gradients are combined across ranks
-// (strategy: DDP's all-reduce, ZeRO-1/2/3 sharding, or the parameter server), DDP's buckets, the
-// optimizer and its no-weight-decay group, clipping, mixed precision, gradient accumulation, CUDA
-// graph capture, the non-finite policy and the backend settings (core/backend.h). Defaults are
-// PyTorch's where PyTorch has one (bucket sizes, SGD's momentum 0, TF32 on) and otherwise the
-// safe choice (a non-finite loss stops the run).
-//
-// refusal() returns, for a combination that cannot work, the sentence that says why and what to
-// change; every such rule is in step_options.cpp and nowhere else, so lifting one is a change
-// there (the cuda_graph refusals of AdamW, LAMB, AMP and clipping went when the update became
-// capturable). It names options through `names` (option_names.h): the trainers pass their flags,
-// so a user reads "--cuda-graph cannot capture --on-nonfinite stop". refusal_on() adds the rules
-// that depend on where the step runs (a GPU, NCCL, the process environment). The Step's
-// constructor checks both; a trainer checks refusal() before it starts MPI too, to fail early.
-//
-// What works (tests/test_trainer_options.cpp has the table):
-//   strategy      ddp | zero1 | zero2 | zero3 | ps (ps: SGD in f32 on colocated servers, no clipping,
-//                 no checkpoints, no wire compression; zero2 and zero3: no wire compression, no
-//                 accumulation; zero3: the units are dist/zero3.h's default, each block of a
-//                 Sequential or ModuleList, with prefetch 1)
-//   precision     f32 | bf16 | fp16 with any strategy but ps (fp16: dynamic loss scaling)
-//   clipping      with any strategy but ps (under AMP the unscaled f32 master gradients; under
-//                 ZeRO the norm is summed over the shards)
-//   accumulation  grad_accum_steps N >= 1 with ddp, zero1 and ps, any precision: the first N-1
-//                 micro-batches' backward runs under DDP's no_sync, each loss divided by N
-//   capturable    the update in its device-side form (step.h: no host read): DDP, any optimizer,
-//                 precision and clipping, accumulation too; not ZeRO (its shard step has no
-//                 device-side form here yet) and not ps (its servers run on the host)
-//   cuda_graph    implies capturable: under plain DDP, any optimizer (SGD, AdamW, LAMB), f32, bf16
-//                 or fp16, with or without clipping; no accumulation, on_nonfinite off, on a GPU
-//                 with NCCL collectives (refusal_on); never with zero3, whose gathers allocate
-//                 and free each unit's parameters between the kernels of a step
-//   tp            T > 1: the model is a tensor-parallel one (dist/tp/) over a TP group of T ranks,
-//                 and the Step runs over the DP sub-communicator of the grid (dist/tp/grid.h) with
-//                 the TP shards as its parameters: ddp, zero1 or zero2 over DP, any precision (AMP's
-//                 overflow flag is agreed over the world), SGD or AdamW, clipping (the canonical
-//                 model's norm: split squares summed over TP, replicated ones once, of the f32
-//                 master gradients under AMP), accumulation with ddp/zero1. Not ps (its servers
-//                 partition whole parameters over the world), zero3 (its units would gather across
-//                 DP only, and its gathers would run between the TP group's per-layer all-reduces),
-//                 cuda_graph or capturable (the TP norm reads the host), LAMB (its trust ratio
-//                 would be one per shard, not per parameter). The world size and the model's sizes
-//                 divisible by T are the trainer's to check (tp_refusal).
+// In full: apps/trainer/step/README.md ("step_options.h in detail").
 #pragma once
 #include <optional>
 #include <string>
