@@ -137,7 +137,7 @@ int run(enc::EncoderOptions& o) {
   }
   if (o.epochs > 0) {  // the run's length in steps, now that the training sequences are known
     const std::string said = enc::steps_from_epochs(o, corpus.train->size(),
-                                                    o.batch * o.grad_accum_steps * (w.size / o.tp));
+                                                    o.batch * o.step.grad_accum_steps * (w.size / o.tp));
     if (w.rank == 0) std::cout << said << std::endl;
   }
   // --tp > 1: set_up builds the TP model over its grid instead.

@@ -153,7 +153,7 @@ int run(apps::TrainOptions& o) {
     const bool preempted = end.stopped && !last;
     // One set of BN statistics on every rank before validation and the checkpoint read them: the
     // average at an epoch end, rank 0's inside one (apps/trainer/step/bn_stats.h says why each).
-    if (!o.sync_bn)
+    if (!o.step.sync_batchnorm)
       trainer::sync_bn_statistics(*t.model, dist::comm_for(t.dev),
                                   end.done ? trainer::BnSync::Average : trainer::BnSync::FromRank0);
     apps::EpochRecord h{end.epoch, loop.pos.step, t.step->lr(), rec.last.loss, rec.last.top1, std::nullopt};

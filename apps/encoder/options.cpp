@@ -42,7 +42,7 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
       ->check(CLI::PositiveNumber)->excludes(steps);
   app.add_option("--run-steps", o.run_steps, "stop after this many steps in this run (the schedule still spans "
                                              "--steps); resume later")->check(CLI::NonNegativeNumber);
-  trainer::add_batch_flags(app, o.batch, o.grad_accum_steps, "sequences",
+  trainer::add_batch_flags(app, o.batch, o.step.grad_accum_steps, "sequences",
                            "; each micro-batch's loss is its own masked-token mean, as in HF");
   app.add_option("--optimizer", o.optimizer, "adamw or lamb")->check(CLI::IsMember({"adamw", "lamb"}))
       ->capture_default_str();
@@ -59,7 +59,7 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
       ->excludes(betas);
   app.add_option("--eps", o.eps, "AdamW/LAMB: denominator guard (default: AdamW 1e-8, LAMB 1e-6)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--clip-grad-norm,--clip", o.clip, "clip the global gradient norm to this (0: off)")
+  app.add_option("--clip-grad-norm,--clip", o.step.clip_grad_norm, "clip the global gradient norm to this (0: off)")
       ->capture_default_str();
   app.add_option("--lr-scheduler,--lr-schedule", o.lr_schedule,
                  "LR decay after the warmup, to --min-lr at --steps: linear (BERT), cosine, poly ((1 - progress)^"
@@ -136,7 +136,7 @@ void validate(EncoderOptions& o) {
   TANDEM_CHECK(o.seq_len >= 8 && o.seq_len <= 512, "--seq-len ", o.seq_len,
                " is out of range: 8 to 512 (BERT has 512 position embeddings)");
   TANDEM_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
-  TANDEM_CHECK(o.clip >= 0, "--clip-grad-norm must be >= 0 (0: off), got ", o.clip);
+  TANDEM_CHECK(o.step.clip_grad_norm >= 0, "--clip-grad-norm must be >= 0 (0: off), got ", o.step.clip_grad_norm);
   TANDEM_CHECK(o.warmup_steps < o.steps, "--lr-warmup-steps (", o.warmup_steps, ") must be smaller than --steps (",
                o.steps, ")");
   TANDEM_CHECK(o.vocab_size >= 16, "--vocab-size must be at least 16");
@@ -147,7 +147,7 @@ void validate(EncoderOptions& o) {
   TANDEM_CHECK(o.weights.empty() || o.tp == 1, "--weights with --tp ", o.tp, " is not supported yet: load them in "
                "a --tp 1 run with --checkpoint-dir and --run-steps 1, then --resume its checkpoint at --tp ", o.tp,
                " (checkpoints are canonical and reshard)");
-  TANDEM_CHECK(!o.sync_bn, "--sync-bn synchronises BatchNorm statistics across ranks, and BERT has none (LayerNorm "
+  TANDEM_CHECK(!o.step.sync_batchnorm, "--sync-bn synchronises BatchNorm statistics across ranks, and BERT has none (LayerNorm "
                "normalises each token by itself, the same on any number of ranks): drop --sync-bn");
 }
 
@@ -192,8 +192,6 @@ trainer::StepOptions step_options(const EncoderOptions& o) {
   s.optimizer_options.beta1 = o.betas.at(0), s.optimizer_options.beta2 = o.betas.at(1);
   if (o.eps > 0) s.optimizer_options.eps = o.eps;
   s.no_decay = trainer::bert_no_weight_decay;
-  s.clip_grad_norm = o.clip;
-  s.grad_accum_steps = o.grad_accum_steps;
   s.precision = trainer::precision_from_name(o.amp);
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
   s.checkpoint = !o.checkpoint_dir.empty();

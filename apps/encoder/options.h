@@ -24,7 +24,11 @@ namespace tandem::apps::encoder {
 
 // The shared options (checkpoints, weights, communication, outputs) are RunOptions's
 // (apps/trainer/run/run_flags.h); these are train_encoder's own.
+// The Step's options that a flag writes directly are RunOptions::step's (--grad-accum-steps,
+// --clip-grad-norm, --bucket-mb, ...), with the library's defaults but one: BERT's recipe clips the
+// gradient norm at 1.0 (the library's default is off).
 struct EncoderOptions : trainer::RunOptions {
+  EncoderOptions() { step.clip_grad_norm = 1.0; }
   // data and model
   std::vector<std::string> data;    // text files or folders (data/text_corpus.h); needs --vocab
   std::string vocab;                // vocab.txt (apps/make_vocab writes one)
@@ -47,7 +51,6 @@ struct EncoderOptions : trainer::RunOptions {
                                     // set once the corpus is read (steps_from_epochs)
   int64_t run_steps = 0;            // >0: stop this invocation after that many steps (for --resume)
   int64_t batch = 32;               // sequences per rank per micro-batch (--batch-size; --batch, -b)
-  int grad_accum_steps = 1;         // micro-batches per optimizer step (global batch: batch x this x ranks)
   // optimizer and schedule (BERT: AdamW, lr 1e-4 at batch 256, warmup then linear decay, wd 0.01)
   std::string optimizer = "adamw";  // adamw | lamb
   double lr = 1e-3;                 // peak LR, used as given on any number of ranks
@@ -56,7 +59,6 @@ struct EncoderOptions : trainer::RunOptions {
   std::vector<double> betas{0.9, 0.999};  // torch.optim.AdamW's; RoBERTa uses beta2 0.98 for large batches
   double beta2 = -1;                // --beta2 (the old flag): overrides betas[1] when >= 0
   double eps = -1;                  // the denominator guard; -1: the optimizer's (AdamW 1e-8, LAMB 1e-6)
-  double clip = 1.0;                // --clip-grad-norm (--clip): global gradient-norm clip (BERT); 0: off
   std::string lr_schedule = "linear";  // --lr-scheduler after the warmup: linear (BERT) | cosine | step |
                                        // poly | constant, the names train_imagenet takes
   std::vector<int64_t> lr_milestones;  // step: the steps where lr *= lr_gamma (required for step)

@@ -106,8 +106,8 @@ void print_start(const EncoderOptions& o, const Training& t) {
   // The LR rule in words, as train_imagenet prints it (options.h).
   std::printf("%s", trainer::lr_rule(o.lr_scaling, o.lr, t.dp_size, t.sched.base_lr).c_str());  // DP ranks
   std::printf("; %s decay after %lld warmup steps", o.lr_schedule.c_str(), (long long)o.warmup_steps);
-  if (o.grad_accum_steps > 1)
-    std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.grad_accum_steps, (long long)o.batch,
+  if (o.step.grad_accum_steps > 1)
+    std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.step.grad_accum_steps, (long long)o.batch,
                 (long long)t.global_batch);
   std::printf("\nprecision %s, ZeRO stage %d, TP %d x DP %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
               o.tp, t.dp_size, t.memory.ledger().str().c_str());
@@ -182,10 +182,10 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"seq_len", o.seq_len},
       {"optimizer", o.optimizer},
       {"lr", t.sched.base_lr},
-      {"grad_accum_steps", o.grad_accum_steps},
+      {"grad_accum_steps", o.step.grad_accum_steps},
       {"warmup_steps", o.warmup_steps},
       {"weight_decay", o.wd},
-      {"clip", o.clip},
+      {"clip", o.step.clip_grad_norm},
       {"zero", o.zero},
       {"skipped_steps", last.skipped_steps},
       {"dropout", o.dropout},

@@ -93,14 +93,14 @@ namespace {
 // Shuffled, sharded training batches; the held-out set in order, every sequence once.
 void make_loaders(const EncoderOptions& o, Training& t) {
   data::TextLoaderOptions lo;
-  lo.batch_size = o.batch * o.grad_accum_steps;  // a whole step: its micro-batches are sliced in the loop
+  lo.batch_size = o.batch * o.step.grad_accum_steps;  // a whole step: its micro-batches are sliced in the loop
   lo.seed = o.seed;
   lo.rank = t.dp_rank;  // --tp: every rank of a TP group reads the same batch
   lo.world_size = t.dp_size;
   lo.device = t.dev;
   t.train = std::make_unique<data::TextLoader>(t.corpus.train, lo);
   TANDEM_CHECK(t.train->batches_per_epoch() > 0, "the training text packs into ", t.corpus.train->size(),
-               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch * o.grad_accum_steps, " x ",
+               " sequences of ", o.seq_len, " tokens, fewer than one global batch (", o.batch * o.step.grad_accum_steps, " x ",
                t.dp_size, " data-parallel ranks): lower --batch-size or --seq-len, or use more text");
   if (t.corpus.held_out) {
     data::TextLoaderOptions vo = lo;
@@ -269,7 +269,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     t.config = t.model->config();
     t.parameters = t.model->num_parameters();
   }
-  t.global_batch = o.batch * o.grad_accum_steps * t.dp_size;  // TP ranks share their group's batch
+  t.global_batch = o.batch * o.step.grad_accum_steps * t.dp_size;  // TP ranks share their group's batch
   manual_seed(o.seed);
   // The checkpoint (or --weights: Hugging Face's names through from_hf_state_dict) goes in after
   // --amp's cast and before DDP's broadcast; the Step calls back here. A checkpoint's EMA entries

@@ -61,7 +61,7 @@ void add_training_flags(CLI::App& app, TrainOptions& o) {
   auto* ep = app.add_option("--epochs", o.epochs, "epochs to train (default 1)")->check(at_least_one);
   auto* st = app.add_option("--steps", o.steps, "optimizer steps to train in total")->check(at_least_one);
   ep->excludes(st);
-  trainer::add_batch_flags(app, o.batch, o.grad_accum_steps, "images", "");
+  trainer::add_batch_flags(app, o.batch, o.step.grad_accum_steps, "images", "");
   app.add_option("--run-epochs", o.run_epochs,
                  "stop after this many epochs in this run (the LR schedule still spans --epochs); resume later")
       ->check(CLI::NonNegativeNumber);
@@ -86,7 +86,7 @@ void add_training_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--betas", o.betas, "AdamW/LAMB: beta1,beta2")->delimiter(',')->expected(2)->capture_default_str();
   app.add_option("--eps", o.eps, "AdamW/LAMB: denominator guard (default: AdamW 1e-8, LAMB 1e-6)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--clip-grad-norm,--clip", o.clip_grad_norm,
+  app.add_option("--clip-grad-norm,--clip", o.step.clip_grad_norm,
                  "clip the global gradient norm to this (0: off); under --amp the norm of the unscaled f32 master "
                  "gradients, under --zero summed over every rank's shard")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -118,7 +118,7 @@ void add_parallel_flags(CLI::App& app, TrainOptions& o) {
   app.add_flag("--no-bucketing", o.no_bucketing, "one all-reduce per parameter");
   app.add_option("--strategy", o.strategy, "ddp: all-reduce during backward; ps: synchronous parameter server")
       ->check(CLI::IsMember({"ddp", "ps"}))->capture_default_str();
-  app.add_option("--ps-servers", o.ps_servers, "ps: servers, colocated on ranks 0..K-1")
+  app.add_option("--ps-servers", o.step.ps_servers, "ps: servers, colocated on ranks 0..K-1")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--amp", o.amp, "mixed precision: 16-bit compute, f32 master weights (fp16: dynamic loss scaling); "
                  "with --zero 1|2|3 each rank keeps the masters of its shard only")
@@ -170,9 +170,9 @@ void add_run_and_gpu_flags(CLI::App& app, TrainOptions& o) {
                  "ResNet conv -> BN -> ReLU: on (BN statistics from the conv's cuDNN epilogue, bn_finalize as a "
                  "graph; same values and gradients) or off (separate BN, the default until measured)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  app.add_flag("--deterministic", o.deterministic,
+  app.add_flag("--deterministic", o.step.backend.deterministic,
                "bitwise-reproducible GPU runs: cuDNN engines marked non-deterministic are not used (slower)");
-  app.add_flag("--cuda-graph", o.cuda_graph,
+  app.add_flag("--cuda-graph", o.step.cuda_graph,
                "capture a training step as a CUDA graph and replay it (GPU with NCCL, --on-nonfinite off)");
 }
 
@@ -218,7 +218,7 @@ void validate(TrainOptions& o) {
   TANDEM_CHECK(!o.evaluate || !o.resume.empty() || !o.weights.empty(), "--evaluate needs --resume CHECKPOINT (or auto "
                "with --checkpoint-dir) or --weights FILE: the weights to evaluate");
   // --device is this trainer's: the library learns the device only when the world exists.
-  TANDEM_CHECK(!o.cuda_graph || o.device != "cpu", "--cuda-graph captures GPU work, and --device cpu has none: drop "
+  TANDEM_CHECK(!o.step.cuda_graph || o.device != "cpu", "--cuda-graph captures GPU work, and --device cpu has none: drop "
                "--cuda-graph or use --device cuda");
   // Two flags that spell one library option (StepOptions::strategy): ps or a ZeRO stage, not both.
   TANDEM_CHECK(o.strategy != "ps" || o.zero == 0, "--strategy ps keeps whole partitions on its servers; ZeRO "
@@ -258,7 +258,6 @@ trainer::StepOptions step_options(const TrainOptions& o) {
                : o.zero == 2      ? trainer::Strategy::Zero2
                : o.zero == 3      ? trainer::Strategy::Zero3
                                   : trainer::Strategy::Ddp;
-  s.ps_servers = o.ps_servers;
   s.overlap = !o.no_overlap, s.bucketed = !o.no_bucketing;
   // --optimizer with its options; the lr is overwritten at every step by the schedule. momentum and
   // nesterov are SGD's, betas and eps AdamW's and LAMB's. One weight decay for every parameter
@@ -274,17 +273,12 @@ trainer::StepOptions step_options(const TrainOptions& o) {
     oo.beta1 = o.betas.at(0), oo.beta2 = o.betas.at(1);
     if (o.eps > 0) oo.eps = o.eps;
   }
-  s.clip_grad_norm = o.clip_grad_norm;
-  s.grad_accum_steps = o.grad_accum_steps;
   s.precision = trainer::precision_from_name(o.amp);
-  s.cuda_graph = o.cuda_graph;
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
   s.checkpoint = !o.checkpoint_dir.empty();
-  s.backend.deterministic = o.deterministic;            // before the first conv builds its cuDNN plans
   s.backend.cudnn_batchnorm = o.bn_impl == "cudnn";    // --bn-impl: on the CPU neither path exists
   s.backend.conv_bias_fusion = o.conv_bias_fusion == "on";
   s.backend.conv_bn_fusion = o.conv_bn_fusion == "on";
-  s.sync_batchnorm = o.sync_bn;
   s.names = flag_name;
   return s;
 }

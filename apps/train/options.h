@@ -28,6 +28,10 @@ namespace tandem::apps {
 
 // The shared options (checkpoints, weights, communication, outputs) are RunOptions's
 // (apps/trainer/run/run_flags.h); these are train_imagenet's own.
+// The Step's options that a flag writes directly are RunOptions::step's, with the library's defaults
+// (apps/trainer/step/step_options.h): --grad-accum-steps, --clip-grad-norm, --cuda-graph, --ps-servers,
+// --deterministic, --sync-bn, --bucket-mb, --first-bucket-mb, --compress. What stays here is this
+// trainer's recipe (SGD's lr, momentum, weight decay) and the names step_options() maps to enums.
 struct TrainOptions : trainer::RunOptions {
   // data and model
   std::string data;                 // ImageNet layout: <data>/train/<class>/*, <data>/val/<class>/*
@@ -48,9 +52,6 @@ struct TrainOptions : trainer::RunOptions {
   int64_t epochs = 0;               // exactly one of epochs and steps is set (defaults to 1 epoch)
   int64_t steps = 0;                // optimizer steps in total (across resumes)
   int64_t batch = 64;               // per rank and micro-batch (--batch-size; --batch and -b are aliases)
-  int grad_accum_steps = 1;         // micro-batches per optimizer step: the global batch is batch x this x
-                                    // ranks; all but the last backward under DDP's no_sync (HF's
-                                    // gradient_accumulation_steps, DeepSpeed's gradient_accumulation_steps)
   int64_t run_epochs = 0;           // >0: stop this invocation after that many epochs (the schedule
                                     // still spans --epochs/--steps); for time-limited jobs + --resume
   int64_t run_steps = 0;            // >0: stop this invocation after that many steps, also inside an
@@ -66,8 +67,6 @@ struct TrainOptions : trainer::RunOptions {
   std::vector<double> betas{0.9, 0.999};  // AdamW/LAMB moment decay rates (torch.optim.AdamW's)
   double eps = -1;                  // AdamW/LAMB denominator guard; -1: the optimizer's default
                                     // (AdamW 1e-8, LAMB 1e-6)
-  double clip_grad_norm = 0;        // >0: clip the global gradient L2 norm to this (0: off); the norm
-                                    // spans every rank's shard under ZeRO
   std::string lr_schedule = "cosine";  // --lr-scheduler: step | cosine | poly | linear (poly, power 1) | constant
   double lr_power = 1.0;            // poly: the exponent of (1 - progress); 1 = BERT's linear decay
   int val_resize_size = 0;          // val: the shorter side before the centre crop; 0: image size x 256/224
@@ -82,7 +81,6 @@ struct TrainOptions : trainer::RunOptions {
   // communication (the rest: RunOptions)
   bool no_bucketing = false;        // one all-reduce per parameter (baseline)
   std::string strategy = "ddp";     // ddp | ps: all-reduce, or the parameter server baseline (dist/extras/parameter_server.h)
-  int ps_servers = 1;               // ps: servers colocated on ranks 0..K-1 (1 <= K <= ranks)
   // precision and sharding: only the implemented values are accepted
   std::string amp = "off";
   int zero = 0;                     // 0: DDP; 1: shard optimizer state; 2: also gradients; 3: also parameters (dist/zero.h)
@@ -94,7 +92,6 @@ struct TrainOptions : trainer::RunOptions {
   int bench_warmup = -1;            // steps left out of steady-state images/s (-1: min(10, steps/4),
                                     // with --cuda-graph at least the eager and capturing steps)
   bool describe = false;            // print the model and settings, then exit (needs no data)
-  bool deterministic = false;       // cuDNN: skip non-deterministic engines (BackendConfig::deterministic)
   std::string bn_impl = "cudnn";   // GPU training-mode BatchNorm: cudnn (cuDNN's NHWC kernels, and the
                                     // fused BN+add+ReLU ResNet block tail) | tandem (tandem's own kernels,
                                     // the parity reference); BackendConfig::cudnn_batchnorm. The CPU ignores it
@@ -104,14 +101,6 @@ struct TrainOptions : trainer::RunOptions {
   std::string conv_bn_fusion = "off";  // ResNet conv -> BN -> ReLU with the BN statistics from the conv's
                                        // cuDNN epilogue and bn_finalize as a graph (on) or as today (off);
                                        // BackendConfig::conv_bn_fusion. Off: never run on a GPU, unmeasured
-  // CUDA graphs (apps/trainer/step/graph_capture.h): 3 eager steps, then the step is captured once and
-  // replayed every step, instead of issuing every kernel from the host. Needs a GPU and NCCL (MPI /
-  // host-staged collectives cannot be captured), --on-nonfinite off (its per-step loss read is a
-  // host sync inside the step), SGD, and no --amp, --zero, --clip-grad-norm or --strategy ps
-  // (apps/trainer/step/step_options.cpp says why for each). Every model, dropout included
-  // (core/graph_rng.h). Default off. The progress line's
-  // "host ms/step" shows what it saves, and "cuda graph N/M steps replayed" how many were replays.
-  bool cuda_graph = false;
   bool model_set = false;           // --model was given: --evaluate checks it against the checkpoint's
   bool image_size_set = false;      // --image-size was given: likewise
 };

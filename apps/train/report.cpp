@@ -122,7 +122,7 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
         {"compute", last.compute_ms()}, {"exposed_comm", last.exposed_ms}, {"host", last.host_step_ms()}}},
       {"ddp", {{"bucket_mb", o.step.bucket_mb}, {"first_bucket_mb", o.step.first_bucket_mb}, {"overlap", !o.no_overlap},
                {"bucketing", !o.no_bucketing}, {"compress", o.step.compress}}},
-      {"optimizer", {{"name", o.optimizer}, {"zero", o.zero}, {"clip_grad_norm", o.clip_grad_norm}}},
+      {"optimizer", {{"name", o.optimizer}, {"zero", o.zero}, {"clip_grad_norm", o.step.clip_grad_norm}}},
       // A validation that met non-finite logits has no accuracy: null, with the count beside it.
       {"final", {{"train_loss", last.loss}, {"train_top1", last.top1},
                  {"val_top1", ev.failed() ? json(nullptr) : json(ev.top1)},
@@ -146,7 +146,7 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"conv_bn_fusion", {{"setting", t.dev.is_cuda() ? o.conv_bn_fusion : "cpu"},
                           {"graph_calls", conv_bn.fused},
                           {"fallbacks", conv_bn.unfused}}},
-      {"cuda_graph", o.cuda_graph},
+      {"cuda_graph", o.step.cuda_graph},
       {"cuda_graph_capture", graph_json(t)},
       {"compute_s_per_rank", x.stragglers.compute_s},
       {"straggler", {{"rank", x.stragglers.slowest}, {"compute_s", x.stragglers.compute_s[x.stragglers.slowest]},
@@ -154,7 +154,7 @@ json summary_json(const TrainOptions& o, const Training& t, const trainer::RunCl
       {"history", history_json(rec.history)},
       {"num_classes", t.classes},
       {"strategy", o.strategy},
-      {"ps_servers", o.strategy == "ps" ? o.ps_servers : 0},
+      {"ps_servers", o.strategy == "ps" ? o.step.ps_servers : 0},
       {"backward_end_ms", x.backward_end_ms},
       {"buckets", x.buckets}};
 }
@@ -207,8 +207,8 @@ void print_start(const TrainOptions& o, const Training& t) {
   if (t.sched.warmup_steps > 0)
     std::printf("; warmup %lld steps from %.4g", (long long)t.sched.warmup_steps,
                 t.sched.base_lr * t.sched.warmup_start_factor);
-  if (o.grad_accum_steps > 1)
-    std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.grad_accum_steps, (long long)o.batch,
+  if (o.step.grad_accum_steps > 1)
+    std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.step.grad_accum_steps, (long long)o.batch,
                 (long long)t.global_batch);
   std::printf("\n%s\n", t.memory.ledger().str().c_str());
 }

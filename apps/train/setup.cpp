@@ -148,7 +148,7 @@ data::LoaderOptions train_loader_options(const TrainOptions& o, const dist::Worl
   // A loader batch holds a whole optimizer step (--grad-accum-steps micro-batches, sliced in the
   // loop): the data order, epochs and positions in samples are those of one batch of that size.
   // The rest keep LoaderOptions' defaults.
-  return {.batch_size = o.batch * o.grad_accum_steps,
+  return {.batch_size = o.batch * o.step.grad_accum_steps,
           .num_workers = o.workers,
           .seed = o.seed,
           .rank = w.rank,
@@ -208,7 +208,7 @@ void warn_if_length_changed(const TrainOptions& o, const Training& t) {
 void plan_steps(const TrainOptions& o, Training& t) {
   const int64_t spe = t.steps_per_epoch = t.train->batches_per_epoch();
   TANDEM_CHECK(spe > 0, "the training set (", t.data.train->size(), " samples) is smaller than one global batch (",
-               o.batch * o.grad_accum_steps, " x ", t.world->size, " ranks): lower --batch-size or use more data");
+               o.batch * o.step.grad_accum_steps, " x ", t.world->size, " ranks): lower --batch-size or use more data");
   // The fresh start's global batch: the --steps schedule's unit and what --warmup-steps counts.
   const std::string unit = extra(t, "schedule_global_batch");
   t.fresh_global_batch = !unit.empty()              ? std::stoll(unit)
@@ -235,7 +235,7 @@ void plan_steps(const TrainOptions& o, Training& t) {
   // --cuda-graph: the default window also leaves out the eager steps and the capturing one, whose
   // time includes capture and instantiation, where the run has steps after them to measure.
   constexpr int64_t kGraphWarmup = trainer::GraphCapture::kEagerSteps + 1;
-  if (o.cuda_graph && run_steps > kGraphWarmup) warmup = std::max(warmup, kGraphWarmup);
+  if (o.step.cuda_graph && run_steps > kGraphWarmup) warmup = std::max(warmup, kGraphWarmup);
   t.bench_warmup = o.bench_warmup >= 0 ? o.bench_warmup : warmup;
 }
 
@@ -300,7 +300,7 @@ Training set_up(const TrainOptions& o, const dist::World& w, Datasets ds, Module
   t.dev = w.device;
   t.data = std::move(ds);
   t.classes = t.data.train->num_classes();
-  t.global_batch = o.batch * o.grad_accum_steps * w.size;
+  t.global_batch = o.batch * o.step.grad_accum_steps * w.size;
   t.folder = std::move(folder);
   const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;

@@ -52,7 +52,7 @@ nlohmann::json comm_and_memory_metrics(const dist::TimelineSummary& comm, const 
 template <class Options, class Training>
 nlohmann::json start_record(const Options& o, const Training& t, const std::string& program, const std::string& unit,
                             nlohmann::json config) {
-  config.update({{"batch", o.batch}, {"grad_accum_steps", o.grad_accum_steps}, {"lr", t.sched.base_lr},
+  config.update({{"batch", o.batch}, {"grad_accum_steps", o.step.grad_accum_steps}, {"lr", t.sched.base_lr},
                  {"amp", o.amp}, {"optimizer", o.optimizer}, {"lr_scheduler", o.lr_schedule}, {"zero", o.zero},
                  {"text", o.effective_config}});
   return {{"event", "start"}, {"program", program}, {"run_id", t.folder.run_id()}, {"world_size", t.world->size},

@@ -77,7 +77,7 @@ void add_run_flags(CLI::App& app, RunOptions& o, const RunFlagHelp& help) {
   app.add_option("--weights-skip", o.weights_skip,
                  "glob of tensors not taken from --weights, which keep their fresh init (repeatable), e.g. " +
                      help.weights_skip_example);
-  app.add_flag("--sync-bn", o.sync_bn, help.sync_bn);
+  app.add_flag("--sync-bn", o.step.sync_batchnorm, help.sync_bn);
   auto* ema = app.add_option("--model-ema", o.model_ema_decay,
                              "keep an exponential moving average of the weights (decay per step, default 0.9998), "
                              "validate it beside the raw weights and save it in checkpoints")

@@ -69,7 +69,6 @@ struct RunOptions {
   std::string weights;              // a state dict with torchvision's / Hugging Face's names, or a tandem
                                     // checkpoint's model tensors (apps/trainer/run/start_weights.h); strict
   std::vector<std::string> weights_skip;  // globs left at their fresh init, dropped from the file (a new head)
-  bool sync_bn = false;             // BatchNorm statistics over every rank's batch (dist/extras/sync_batchnorm.h)
   bool model_ema = false;           // keep, validate and save an EMA of the weights (apps/trainer/step/ema.h)
   double model_ema_decay = 0.9998;  // per applied step: timm's ModelEmaV3 default (apps/trainer/step/ema.h says why)
 };
