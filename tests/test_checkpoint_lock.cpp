@@ -24,8 +24,11 @@ using namespace tandem::testing;  // app, AppRun, run_app, slurp, scratch_dir, .
 namespace {
 
 // A child process that takes the lock (run "childrun") and holds it until killed. Returns its pid
-// once it holds the lock.
-pid_t child_holding(const std::string& dir) {
+// once it holds the lock. With `resident_mib` > 0 the child first makes that much memory resident, so
+// that its exit after SIGKILL - unmapping that memory, then closing its files (and with them the
+// flock) - takes milliseconds, as a trainer's does: the window in which a restart meets a holder that
+// is dying but still holds flock.
+pid_t child_holding(const std::string& dir, size_t resident_mib = 0) {
   int p[2];
   REQUIRE(::pipe(p) == 0);
   const pid_t pid = ::fork();
@@ -34,46 +37,14 @@ pid_t child_holding(const std::string& dir) {
     ::close(p[0]);
     char ok = '0';
     try {
+      std::vector<char> resident(resident_mib << 20, 1);  // touched: every page faulted in
       FolderLockOptions o;
       o.program = "child";
       o.run_id = "childrun";
       FolderLock l = FolderLock::acquire(dir, o);
-      ok = '1';
+      ok = resident.empty() || resident.back() == 1 ? '1' : '0';
       (void)!::write(p[1], &ok, 1);
       for (;;) ::pause();  // until SIGKILL: the lock is never released
-    } catch (...) {
-    }
-    (void)!::write(p[1], &ok, 1);
-    ::_exit(1);
-  }
-  ::close(p[1]);
-  char ok = 0;
-  REQUIRE(::read(p[0], &ok, 1) == 1);
-  ::close(p[0]);
-  REQUIRE(ok == '1');
-  return pid;
-}
-
-// As child_holding, but the child first makes `mib` MiB resident, so that its exit after SIGKILL -
-// unmapping that memory, then closing its files (and with them the flock) - takes milliseconds, as a
-// trainer's does: the window in which a restart meets a holder that is dying but still holds flock.
-pid_t child_holding_big(const std::string& dir, size_t mib) {
-  int p[2];
-  REQUIRE(::pipe(p) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(p[0]);
-    char ok = '0';
-    try {
-      std::vector<char> resident(mib << 20, 1);  // touched: every page faulted in
-      FolderLockOptions o;
-      o.program = "child";
-      o.run_id = "childrun";
-      FolderLock l = FolderLock::acquire(dir, o);
-      ok = resident.back() == 1 ? '1' : '0';
-      (void)!::write(p[1], &ok, 1);
-      for (;;) ::pause();
     } catch (...) {
     }
     (void)!::write(p[1], &ok, 1);
@@ -245,7 +216,7 @@ TEST_CASE("a restart right after kill -9 waits for the dying holder's flock inst
   ckpt_test::Scratch dir("lock_dying");
   int refused = 0;
   for (int i = 0; i < 5; ++i) {
-    const pid_t child = child_holding_big(dir.str(), 256);
+    const pid_t child = child_holding(dir.str(), 256);
     ::kill(child, SIGKILL);  // and at once, as a supervisor's restart does
     try {
       FolderLock l = FolderLock::acquire(dir.str());
