@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "apps/trainer/run/foreign_names.h"
 #include "tests/support/app_runner.h"
@@ -37,35 +39,31 @@ AppRun dump(const std::string& program, const std::string& cfg, const std::strin
 }  // namespace
 
 TEST_CASE("--config: an unknown key, a [section] and a file that is not TOML are refused, saying what to write") {
-  const AppRun unknown = dump("train_imagenet", file("unknown.toml", "batch-size = 4\nlearnig-rate-max = 0.5\n"));
-  INFO(unknown.output);
-  CHECK(unknown.status != 0);
-  CHECK(unknown.has("unknown.toml line 2"));
-  CHECK(unknown.has("learnig-rate-max is not a train_imagenet option"));
-  const AppRun typo = dump("train_imagenet", file("typo.toml", "batch-szie = 4\n"));
-  INFO(typo.output);
-  CHECK(typo.status != 0);
-  CHECK(typo.has("did you mean batch-size?"));
-  // Hugging Face's name for the LR: the table's hint, not a near spelling.
-  const AppRun hf = dump("train_encoder", file("hf.toml", "learning_rate = 0.5\n"));
-  INFO(hf.output);
-  CHECK(hf.status != 0);
-  CHECK(hf.has("learning_rate is Hugging Face's name; tandem's: --lr"));
-  const AppRun section = dump("train_imagenet", file("section.toml", "[train]\nbatch-size = 4\n"));
-  INFO(section.output);
-  CHECK(section.status != 0);
-  CHECK(section.has("sections are not read"));
-  CHECK(section.has("one `name = value` per line"));
-  const AppRun prose = dump("train_imagenet", file("prose.toml", "this is not a config file\n"));
-  INFO(prose.output);
-  CHECK(prose.status != 0);
-  CHECK(prose.has("not `name = value`"));
-  const AppRun twice = dump("train_imagenet", file("twice.toml", "batch-size = 4\nbatch_size = 8\n"));
-  CHECK(twice.status != 0);
-  CHECK(twice.has("batch-size is set twice"));
-  // --config names a file: a flag on its own is no key.
-  const AppRun config = dump("train_imagenet", file("config.toml", "dump-config = true\n"));
-  CHECK(config.status != 0);
+  struct Refused {
+    const char* program;
+    const char* name;
+    const char* text;
+    std::vector<std::string> says;  // what the refusal must say
+  };
+  const Refused cases[] = {
+      {"train_imagenet", "unknown.toml", "batch-size = 4\nlearnig-rate-max = 0.5\n",
+       {"unknown.toml line 2", "learnig-rate-max is not a train_imagenet option"}},
+      {"train_imagenet", "typo.toml", "batch-szie = 4\n", {"did you mean batch-size?"}},
+      // Hugging Face's name for the LR: the table's hint, not a near spelling.
+      {"train_encoder", "hf.toml", "learning_rate = 0.5\n", {"learning_rate is Hugging Face's name; tandem's: --lr"}},
+      {"train_imagenet", "section.toml", "[train]\nbatch-size = 4\n",
+       {"sections are not read", "one `name = value` per line"}},
+      {"train_imagenet", "prose.toml", "this is not a config file\n", {"not `name = value`"}},
+      {"train_imagenet", "twice.toml", "batch-size = 4\nbatch_size = 8\n", {"batch-size is set twice"}},
+      // --config names a file: a flag on its own is no key.
+      {"train_imagenet", "config.toml", "dump-config = true\n", {}},
+  };
+  for (const Refused& c : cases) {
+    const AppRun r = dump(c.program, file(c.name, c.text));
+    INFO(c.name, ": ", r.output);
+    CHECK(r.status != 0);
+    for (const std::string& s : c.says) CHECK(r.has(s));
+  }
 }
 
 TEST_CASE("--config: snake_case keys and aliases are the kebab-case flags; the command line still wins") {
