@@ -1,6 +1,7 @@
 // core/storage.cpp: CPU (aligned or pinned) and CUDA (stream-ordered pool) allocation with byte
 // counters. A failed allocation throws OutOfMemory (core/out_of_memory.h) naming the bytes asked for,
 // the device, what tandem holds there and what is still available, and what to lower.
+// Large CPU blocks are reused through core/host_cache.h (no fresh page faults for every step's temporaries).
 #include "core/storage.h"
 
 #include <array>
@@ -12,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/graph_capture.h"
+#include "core/host_cache.h"
 #include "core/out_of_memory.h"
 #ifdef TANDEM_WITH_CUDA
 #include <cuda_runtime.h>
@@ -56,6 +58,9 @@ void configure_pool(int device) {
   CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
 }
 #endif
+
+// A CPU block's size as allocated: aligned_alloc wants a multiple of the alignment (64).
+size_t rounded_cpu_bytes(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // "could not allocate 1.5 GiB on cuda:0 (12.1 GiB in use by tandem, 0.3 GiB available): ...".
 [[noreturn]] void out_of_memory(const char* file, int line, size_t bytes, Device device, const char* what_to_do) {
@@ -135,8 +140,8 @@ void Storage::allocate() {
   }
 #endif
   if (device.is_cpu()) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    data_ = std::aligned_alloc(64, rounded);
+    // Large blocks through the cache of freed ones (core/host_cache.h: no page faults per step).
+    data_ = host_cache::allocate(rounded_cpu_bytes(bytes));
     if (data_ == nullptr) out_of_memory(__FILE__, __LINE__, bytes, device, kHostAdvice);
   } else {
 #ifdef TANDEM_WITH_CUDA
@@ -175,7 +180,7 @@ void Storage::release() {
     cudaFreeHost(data_);  // no throw in a destructor; a failure here leaks at worst
 #endif
   } else if (device_.is_cpu()) {
-    std::free(data_);
+    host_cache::release(data_, rounded_cpu_bytes(bytes_));
   } else {
 #ifdef TANDEM_WITH_CUDA
     // Destructors must not throw; a failed free at teardown is not actionable.

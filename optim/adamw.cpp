@@ -18,15 +18,25 @@ void adamw_cpu(T* p, const T* g, T* m, T* v, int64_t n, double lr, double wd, do
   const T decay = static_cast<T>(1.0 - lr * wd);
   const T step_size = static_cast<T>(lr / (1.0 - std::pow(b1, static_cast<double>(t))));
   const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t))));
+  // One branch-free pass over restrict pointers (the four buffers never overlap), then the 16-bit
+  // copy, if any, in a second: so the compiler vectorises the update (with -fno-math-errno on this
+  // file, optim/CMakeLists.txt: a scalar std::sqrt would otherwise set errno). The per-element
+  // expression is unchanged and vector sqrt / div round as the scalar ones do: the same bits.
+  // Measured: AdamW was 5.7 % of bert_small's CPU step as a scalar loop (perf, 1 thread).
+  T* __restrict pr = p;
+  const T* __restrict gr = g;
+  T* __restrict mr = m;
+  T* __restrict vr = v;
   for (int64_t i = 0; i < n; ++i) {
-    const T pv = p[i] * decay;
-    const T mv = beta1 * m[i] + keep1 * g[i];
-    const T vv = beta2 * v[i] + keep2 * g[i] * g[i];
-    m[i] = mv;
-    v[i] = vv;
-    p[i] = pv - step_size * (mv / (std::sqrt(vv) / bc2_sqrt + e));
-    low.put(i, p[i]);
+    const T pv = pr[i] * decay;
+    const T mv = beta1 * mr[i] + keep1 * gr[i];
+    const T vv = beta2 * vr[i] + keep2 * gr[i] * gr[i];
+    mr[i] = mv;
+    vr[i] = vv;
+    pr[i] = pv - step_size * (mv / (std::sqrt(vv) / bc2_sqrt + e));
   }
+  if (low.kind != kernels::LowKind::None)
+    for (int64_t i = 0; i < n; ++i) low.put(i, p[i]);
 }
 }  // namespace
 

@@ -4,6 +4,28 @@
 
 namespace tandem::optim::kernels {
 
+namespace {
+
+// One variant of the update, with momentum, first step and Nesterov fixed at compile time: the loop
+// then has no branch and its pointers are restrict (param, grad and buffer never overlap), so the
+// compiler vectorises it. It was a scalar loop (control flow in the loop), 7 % of VGG-16's CPU step
+// (perf, 1 thread). Each element's expression is the one it always was, and vector multiply, add
+// and subtract round as the scalar ones do: the same bits.
+template <typename T, bool kMomentum, bool kFirst, bool kNesterov>
+void update(T* __restrict p, const T* __restrict gr, T* __restrict buf, int64_t n, T lr, T wd, T mom, T damp) {
+  for (int64_t i = 0; i < n; ++i) {
+    T d = gr[i] + wd * p[i];
+    if constexpr (kMomentum) {
+      const T b = kFirst ? d : mom * buf[i] + damp * d;
+      buf[i] = b;
+      d = kNesterov ? d + mom * b : b;
+    }
+    p[i] -= lr * d;
+  }
+}
+
+}  // namespace
+
 void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf_t, bool first, const SGDOptions& opt,
                   const Tensor& low_t) {
   const LowWriter low(low_t);
@@ -14,16 +36,13 @@ void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf_t, bool first, 
     const T lr = static_cast<T>(opt.lr), wd = static_cast<T>(opt.weight_decay);
     const T mom = static_cast<T>(opt.momentum), damp = static_cast<T>(1.0 - opt.dampening);
     const int64_t n = param.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      T d = gr[i] + wd * p[i];
-      if (buf) {
-        T b = first ? d : mom * buf[i] + damp * d;
-        buf[i] = b;
-        d = opt.nesterov ? d + mom * b : b;
-      }
-      p[i] -= lr * d;
-      low.put(i, p[i]);
-    }
+    if (!buf) update<T, false, false, false>(p, gr, buf, n, lr, wd, mom, damp);
+    else if (first && opt.nesterov) update<T, true, true, true>(p, gr, buf, n, lr, wd, mom, damp);
+    else if (first) update<T, true, true, false>(p, gr, buf, n, lr, wd, mom, damp);
+    else if (opt.nesterov) update<T, true, false, true>(p, gr, buf, n, lr, wd, mom, damp);
+    else update<T, true, false, false>(p, gr, buf, n, lr, wd, mom, damp);
+    if (low.kind != LowKind::None)  // the 16-bit working copy (AMP), in its own pass
+      for (int64_t i = 0; i < n; ++i) low.put(i, p[i]);
   });
 }
 

@@ -3,6 +3,7 @@
 // gradient accumulates in double, as the CPU's other column sums (sum_leading_cpu) do.
 #include <vector>
 
+#include "core/check.h"
 #include "core/ops/common/cpu/widen.h"
 #include "core/ops/common/dispatch.h"
 #include "core/ops/fused_bias/functors.h"
@@ -13,17 +14,36 @@ namespace {
 
 fn::MaybeDropout drop_of(DropoutMask m) { return {m.p, m.seed, m.offset}; }
 
+// The rows of a [n / C, C] tensor. The loops below walk rows, then columns, rather than taking
+// i % C per element: a 64-bit division per element was most of bias_relu_cpu's time (4.6 % of
+// VGG-16's CPU step, perf, apps/results/2026-11-28-cpu-2core/) and kept the loops scalar. Same
+// elements in the same order, so the same bits.
+int64_t rows_of(int64_t n, int64_t C) {
+  TANDEM_CHECK(C > 0 ? n % C == 0 : n == 0, "fused bias op: ", n, " elements are not rows of ", C, " columns");
+  return C > 0 ? n / C : 0;
+}
+
 // dx[i] = g(i, column) for every element; dbias[c] = sum over rows of dx[., c] when defined.
 template <typename T, typename G>
 void map_with_column_sum(int64_t n, int64_t C, T* dx, Tensor& dbias, G g) {
   std::vector<double> acc(dbias.defined() ? static_cast<size_t>(C) : 0, 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = i % C;
-    const T v = g(i, c);
-    dx[i] = v;
-    if (!acc.empty()) acc[c] += v;
-  }
-  if (!acc.empty()) {
+  const int64_t rows = rows_of(n, C);
+  if (acc.empty()) {
+    for (int64_t r = 0, i = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c, ++i) dx[i] = g(i, c);
+  } else {
+    // __restrict: dx (a fresh tensor at every call site) and the sums share no bytes with what g
+    // reads, so the compiler vectorises each row without alias checks (30-40 % faster on VGG-16's
+    // [65536, 64] rows in a micro-benchmark).
+    double* __restrict a = acc.data();
+    for (int64_t r = 0; r < rows; ++r) {  // each column's sum in row order, as before
+      T* __restrict row = dx + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const T v = g(r * C + c, c);
+        row[c] = v;
+        a[c] += v;
+      }
+    }
     T* db = dbias.data<T>();
     for (int64_t c = 0; c < C; ++c) db[c] = static_cast<T>(acc[c]);
   }
@@ -36,8 +56,9 @@ void bias_map_cpu(const Tensor& x, const Tensor& bias, Tensor& y) {
   TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] {
     const T *xp = x.data<T>(), *bp = bias.data<T>();
     T* yp = y.data<T>();
-    const int64_t n = x.numel(), C = bias.numel();
-    for (int64_t i = 0; i < n; ++i) yp[i] = F{}(xp[i], bp[i % C]);
+    const int64_t C = bias.numel(), rows = rows_of(x.numel(), C);
+    for (int64_t r = 0, i = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c, ++i) yp[i] = F{}(xp[i], bp[c]);
   });
 }
 
@@ -60,8 +81,9 @@ void bias_dropout_add_cpu(const Tensor& x, const Tensor& bias, const Tensor& res
     const fn::BiasDropoutAdd f{drop_of(m)};
     const T *xp = x.data<T>(), *bp = bias.data<T>(), *rp = residual.data<T>();
     T* yp = y.data<T>();
-    const int64_t n = x.numel(), C = bias.numel();
-    for (int64_t i = 0; i < n; ++i) yp[i] = f(xp[i], bp[i % C], rp[i], static_cast<uint64_t>(i));
+    const int64_t C = bias.numel(), rows = rows_of(x.numel(), C);
+    for (int64_t r = 0, i = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c, ++i) yp[i] = f(xp[i], bp[c], rp[i], static_cast<uint64_t>(i));
   });
 }
 
