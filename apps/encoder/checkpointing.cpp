@@ -47,9 +47,13 @@ bool save_checkpoint_now(Training& t, const EncoderOptions& o, const trainer::Po
   // (every rank), and freed again after it.
   const dist::FullParameters weights = t.step->full_parameters();
   NamedTensors opt_state = t.step->state();
-  // --model-ema: "ema.<param>" beside the optimizer state (apps/trainer/step/ema.h); rank 0 writes.
-  if (t.ema && t.world->rank == 0)
-    for (auto& e : t.ema->state()) opt_state.push_back(std::move(e));
+  // --model-ema: "ema.<param>" beside the optimizer state (apps/trainer/step/ema.h), canonical
+  // (--tp: assembled over the first TP group, as the weights are); rank 0 writes.
+  if (t.ema && t.dp_rank == 0) {
+    NamedTensors average = t.model->canonical_state_dict(t.ema->state());
+    if (t.world->rank == 0)
+      for (auto& e : average) opt_state.push_back(std::move(e));
+  }
   if (t.ema) s.extra["model_ema_decay"] = std::to_string(t.ema->decay());
   t.step->check_state_finite(opt_state);  // every rank stops, nothing written, if any value is NaN/inf
   // The canonical model, written by rank 0: the model itself, or (--tp) assembled over the first TP

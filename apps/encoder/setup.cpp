@@ -298,7 +298,8 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus, tr
   // ledger's plan(), with the file's copy freed (apps/trainer/step/ema.h).
   if (o.model_ema) {
     t.ema = std::make_unique<trainer::ModelEma>(*t.model, o.model_ema_decay);
-    if (!ema_state.empty()) t.ema->load_state(ema_state, "checkpoint '" + resume + "'");
+    if (!ema_state.empty())  // canonical in the file: --tp keeps this rank's shards
+      t.ema->load_state(t.model->local_state_dict(std::move(ema_state)), "checkpoint '" + resume + "'");
     else if (!resume.empty() && w.rank == 0)
       std::printf("note: the checkpoint has no EMA of the weights: --model-ema starts its average from them\n");
   } else if (!ema_state.empty() && w.rank == 0) {

@@ -231,7 +231,7 @@ int64_t TpBertForMaskedLM::canonical_parameters() const {
 }
 
 void TpBertForMaskedLM::with_canonical(const std::function<void(const Module&)>& use) {
-  const NamedTensors whole = gather_state_dict(tensors_of(*this), layout_, *comm_);  // every rank of the group
+  const NamedTensors whole = canonical_state_dict(tensors_of(*this));  // every rank of the group
   if (comm_->rank() != 0) return;
   models::BertForMaskedLM canonical(cfg_, 0, /*init=*/false);  // every tensor is overwritten below
   // The shards' dtypes: under AMP the 16-bit weights, as cast_for_amp leaves the unsplit model (the
@@ -257,6 +257,10 @@ void TpBertForMaskedLM::with_canonical(const std::function<void(const Module&)>&
 
 NamedTensors TpBertForMaskedLM::local_state_dict(NamedTensors canonical) const {
   return shard_state_dict(canonical, layout_, comm_->rank(), comm_->size());
+}
+
+NamedTensors TpBertForMaskedLM::canonical_state_dict(NamedTensors mine) {
+  return gather_state_dict(mine, layout_, *comm_);
 }
 
 std::map<std::string, std::string> TpBertForMaskedLM::extra_state() const {

@@ -152,6 +152,7 @@ class TpBertForMaskedLM : public models::MaskedLM {
   // (in the shards' 16-bit dtype under AMP) holding them.
   void with_canonical(const std::function<void(const Module&)>& use) override;
   NamedTensors local_state_dict(NamedTensors canonical) const override;  // shard_state_dict for this rank
+  NamedTensors canonical_state_dict(NamedTensors mine) override;         // gather_state_dict over the group
   // "tp" (the group's size) and "tp_attention_rng_offset"; the offset is restored only at the same
   // size (it counts this rank's heads' draws): at another the stream restarts from its seed, which
   // matters only with dropout on.

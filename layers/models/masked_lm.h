@@ -39,9 +39,12 @@ class MaskedLM : public Module {
   // whole model with itself; a split model assembles one over its group - collective, every rank of
   // the group calls it - and calls `use` on the group's rank 0 only, freeing it after.
   virtual void with_canonical(const std::function<void(const Module&)>& use) = 0;
-  // The canonical state dict's tensors as this model holds them: as they are for a whole model, this
-  // rank's shards for a split one (before load_state_dict). Not collective.
+  // Tensors keyed by this model's parameters (a state dict's, or the EMA's "ema.<param>"), from the
+  // canonical ones to this model's and back: as they are for a whole model; a split one keeps this
+  // rank's shards (local, not collective) and assembles them over its group (canonical: collective,
+  // every rank of the group calls it and gets them all).
   virtual safetensors::NamedTensors local_state_dict(safetensors::NamedTensors canonical) const { return canonical; }
+  virtual safetensors::NamedTensors canonical_state_dict(safetensors::NamedTensors mine) { return mine; }
   // State that is neither a parameter nor a buffer (PyTorch's get_extra_state / set_extra_state), as
   // a checkpoint's "extra" strings: a split model's own dropout stream. Empty for a whole model.
   virtual std::map<std::string, std::string> extra_state() const { return {}; }
