@@ -140,14 +140,13 @@ int run(enc::EncoderOptions& o) {
                                                     o.batch * o.step.grad_accum_steps * (w.size / o.tp));
     if (w.rank == 0) std::cout << said << std::endl;
   }
-  // --tp > 1: set_up builds the TP model over its grid instead.
-  auto model = o.tp > 1 ? nullptr : enc::make_model(o, corpus.vocab_size, folder.resume_path());
-  enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(model), std::move(folder), enc::restore_checkpoint);
+  enc::Training t = enc::set_up(o, w, std::move(corpus), std::move(folder), enc::restore_checkpoint);
   if (o.evaluate) return evaluate_only(t, o);
   // The memory ledger's measurement after the first applied update. This trainer counts no data
   // batches apart (its loaders' and corpus's bytes are the ledger's "other", noted at set-up).
   t.memory.measure_at_first_update(*t.step, [] { return int64_t{0}; });
-  // Room for one checkpoint, now rather than at the first save (--tp: the file's size, or nothing).
+  // Room for one checkpoint, now rather than at the first save (--tp: the file's size, or this
+  // rank's shards' estimate, which is less).
   t.folder.reserve(trainer::checkpoint_size_estimate(t.model.get(), o.optimizer, o.amp != "off", t.folder.resume_path()),
                    w);
   enc::print_start(o, t);

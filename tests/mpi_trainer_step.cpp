@@ -68,5 +68,5 @@ TEST_CASE("the EMA the Step updates equals one updated by hand after each applie
 
 TEST_CASE("TP 2 through the Step (DDP and ZeRO-1 over the DP groups, clipping) equals the canonical model under DDP (f64)") {
   dist::Communicator& c = world_cpu();
-  check_tp(c);
+  check_tp(c, kDir);
 }

@@ -21,6 +21,8 @@
 //   - The ledger at --tp 2 halves the split layers, and measures so; --memory-budget-mib refuses a
 //     DDP run that does not fit, naming --tp 4 and --zero 3, which then train.
 //   - --amp bf16 with --tp 2: DDP's run up to bf16 rounding, and its f32 masters resume at --tp 1.
+//   - --model-ema with --tp 2: DDP's average (its (ema) validation and the checkpoint's entries);
+//     the checkpoint resumes at --tp 1, and a DDP one at --tp 2.
 // And the refusals: a T that does not divide the world or the heads, --tp with --zero 3 or LAMB,
 // --tp in train_imagenet.
 // Binaries come from TANDEM_TEST_BINARY_DIR (tests/CMakeLists.txt).
@@ -31,6 +33,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -256,6 +259,38 @@ TEST_CASE("with dropout, a --tp 2 run split and resumed at --tp 2 ends byte for 
   REQUIRE(train(4, common + split + " --dropout 0.1 --resume auto").status == 0);
   tandem::testing::check_identical_checkpoints(whole + "/checkpoint_step4.safetensors",
                                                split + "/checkpoint_step4.safetensors");
+}
+
+TEST_CASE("--model-ema at --tp 2 averages what DDP averages; its checkpoint resumes at --tp 1, a DDP one at --tp 2") {
+  // The average is elementwise, so each TP rank keeps its shards'; the checkpoint holds the
+  // canonical one ("optimizer.ema.<param>", assembled over the TP group like the weights) and a
+  // resume keeps this rank's shards of it. TP 2 x DP 2 at --batch 4 reads what DDP on 2 ranks reads.
+  const std::string common = "--model bert_tiny --vocab-size 512 --batch 4 --steps 6 --model-ema 0.9 --checkpoint-dir ";
+  const std::string ddp = dir("ema_ddp"), tp = dir("ema_tp2"), end = "/checkpoint_step6.safetensors";
+  const Run ref = train(2, common + ddp);
+  const Run r = train(4, common + tp + " --tp 2");
+  REQUIRE(ref.status == 0);
+  REQUIRE(r.status == 0);
+  check_same_losses(r, ref, 6);
+  static const std::regex ema_val(R"(\(ema\) validation step 6: masked-token accuracy ([0-9.]+)% .* loss ([0-9.]+))");
+  std::smatch ma, mb;
+  REQUIRE(std::regex_search(ref.output, ma, ema_val));
+  REQUIRE(std::regex_search(r.output, mb, ema_val));
+  CHECK(ma[1] == mb[1]);
+  CHECK(std::abs(std::stod(ma[2]) - std::stod(mb[2])) <= 1.01e-4);
+  MESSAGE("--tp 2 vs DDP, EMA included: ", tandem::testing::check_close_checkpoints(tp + end, ddp + end, 1e-5, kTiny));
+  // Split at step 3 under --tp 2, resumed at --tp 1 on 2 ranks; and a DDP split resumed at --tp 2.
+  for (const auto& [name, first, then] : {std::tuple<std::string, std::string, std::string>{"ema_from_tp", "--tp 2", ""},
+                                          {"ema_from_ddp", "", "--tp 2"}}) {
+    CAPTURE(name);
+    const std::string d = dir(name);
+    REQUIRE(train(first.empty() ? 2 : 4, common + d + " " + first + " --run-steps 3").status == 0);
+    const Run resumed = train(then.empty() ? 2 : 4, common + d + " " + then + " --resume auto");
+    REQUIRE(resumed.status == 0);
+    CHECK(resumed.output.find("resumed from") != std::string::npos);
+    CHECK(resumed.output.find("has no EMA") == std::string::npos);
+    MESSAGE("resumed: ", tandem::testing::check_close_checkpoints(d + end, ddp + end, 1e-4, kTiny));
+  }
 }
 
 TEST_CASE("--tp refusals: the world size, the heads, --zero 3, LAMB (exit 2 and a sentence)") {

@@ -59,5 +59,5 @@ TEST_CASE("the EMA the Step updates equals one updated by hand after each applie
 }
 
 TEST_CASE("TP 2 through the Step (DDP and ZeRO-1 over the DP groups, clipping) equals the canonical model under DDP (f64)") {
-  on_ranks({1, 2, 4}, [](dist::Communicator& c) { check_tp(c); });
+  on_ranks({1, 2, 4}, [](dist::Communicator& c) { check_tp(c, kDir); });
 }

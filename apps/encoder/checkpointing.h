@@ -16,14 +16,15 @@
 // --amp the model tensors are the 16-bit weights and the f32 masters ride beside the optimizer state
 // ("amp.master.<param>", with the loss scaler's "amp.scaler.*": apps/trainer/step/amp.h), so resuming
 // keeps the f32 bits.
-// --tp T > 1: the files are the same canonical ones. At a save the ranks of the first TP group (DP
-// rank 0) assemble the model and the optimizer state over the TP group (dist/tp/shard.h
-// gather_state_dict: name-keyed state is split like its parameter) and rank 0 writes them through
-// a canonical BertForMaskedLM; at a resume each rank loads its TP rank's shard of the canonical
-// tensors. So a checkpoint written at --tp 2 resumes at --tp 1 (any world size) and the reverse.
-// The TP attention-dropout stream (dist/tp/bert.h) is saved as extra.tp_attention_rng_offset and
-// restored only at the same T (its offset counts this rank's heads' draws); at another T it
-// restarts from its seed, which only matters with dropout on.
+// --tp T > 1: the files are the same canonical ones, and this file reads the same for any T. Each
+// owner maps its own tensors: the model (layers/models/masked_lm.h, dist/tp/bert.h) assembles its
+// canonical form over the TP group for rank 0 to write (with_canonical) and takes its shard of a
+// file's (local_state_dict); the Step's optimizer state leaves state() canonical and load_state()
+// shards it (apps/trainer/step/strategy_tp.cpp). Both split name-keyed tensors like their
+// parameter (dist/tp/shard.h). So a checkpoint written at --tp 2 resumes at --tp 1 (any world size)
+// and the reverse. The TP attention-dropout stream (the model's extra state) is saved as
+// extra.tp_attention_rng_offset and restored only at the same T (its offset counts this rank's
+// heads' draws); at another T it restarts from its seed, which only matters with dropout on.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -41,11 +42,10 @@ namespace tandem::apps::encoder {
 // The checkpoint folder's settings from the flags; dir empty: no folder.
 CheckpointDirOptions folder_options(const EncoderOptions& o);
 
-// Loads `path` into `model` (set_up's RestoreCheckpoint) after checking, from its header, that it fits this run (the same
-// --model and --optimizer: trainer::UsageError on every rank otherwise).
-// Under --tp > 1 the canonical tensors (model and optimizer state) are sharded for this TP rank
-// (dist/tp/shard.h) before they are loaded: a checkpoint of any TP size resumes at any other.
-Restored restore_checkpoint(const std::string& path, Module& model, const EncoderOptions& o, const Training& t);
+// Loads `path` into t.model (set_up's RestoreCheckpoint) after checking, from its header, that it
+// fits this run (the same --model and --optimizer: trainer::UsageError on every rank otherwise).
+// Returns the file's optimizer entries as they are (canonical: the Step shards them under --tp).
+Restored restore_checkpoint(const std::string& path, const EncoderOptions& o, const Training& t);
 
 // Writes a checkpoint of the run at `at` (the loop's position, LoopState::pos, kept at a step
 // boundary). Collective (ZeRO's gather, the finite-state check); rank 0 writes. Returns whether one

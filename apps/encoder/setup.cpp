@@ -15,6 +15,8 @@
 #include "core/random.h"                 // defines: manual_seed, Generator
 #include "core/threads.h"  // defines: configure_cpu_threads
 #include "data/text_corpus.h"            // defines: build_token_streams
+#include "dist/tp/bert.h"                // defines: TpBertForMaskedLM
+#include "dist/tp/shard.h"               // defines: bert_tp_layout
 
 namespace tandem::apps::encoder {
 
@@ -79,13 +81,22 @@ Corpus make_corpus(const EncoderOptions& o) {
   return c;
 }
 
-std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int64_t vocab, const std::string& resume) {
+namespace {
+
+// The config --model names for `vocab` tokens, with --dropout.
+BertConfig model_config(const EncoderOptions& o, int64_t vocab) {
   TANDEM_CHECK(models::is_bert_name(o.model), "--model ", o.model, " is not an encoder: use bert_tiny, bert_mini, "
                "bert_small, bert_medium, bert_base or bert_large");
   BertConfig c = models::bert_config(o.model, vocab);
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = o.dropout;
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int64_t vocab, const std::string& resume) {
   // A checkpoint overwrites every tensor: skip drawing the init.
-  return std::make_shared<models::BertForMaskedLM>(c, o.seed, resume.empty());
+  return std::make_shared<models::BertForMaskedLM>(model_config(o, vocab), o.seed, resume.empty());
 }
 
 namespace {
@@ -170,32 +181,27 @@ void plan_steps(const EncoderOptions& o, Training& t) {
 
 namespace {
 
-// --tp > 1: the refusal of a T that cannot split this run (every rank alike: exit 2), the grid, and
-// the TP model over its TP group (init skipped when a checkpoint overwrites it).
-void make_tp_model(const EncoderOptions& o, Training& t, const std::string& resume) {
-  const BertConfig& c = t.config;
+// The model over this run's ranks, whole; or under --tp > 1, after the refusal of a T that cannot
+// split this run (every rank alike: exit 2), the grid and this rank's shards over its TP group (the
+// same init, drawn shard by shard: dist/tp/bert.h). Init skipped when a checkpoint overwrites it.
+std::shared_ptr<models::MaskedLM> make_placed_model(const EncoderOptions& o, Training& t, const std::string& resume) {
+  if (o.tp == 1) return make_model(o, t.corpus.vocab_size, resume);
+  const BertConfig c = model_config(o, t.corpus.vocab_size);
   if (auto why = trainer::tp_refusal(t.step_opts, t.world->size, c.num_attention_heads, c.hidden_size,
                                      c.intermediate_size))
     throw trainer::UsageError(*why);
   t.grid = std::make_unique<dist::tp::Grid>(dist::comm_for(t.dev), o.tp);
   t.dp_rank = t.grid->dp_rank(), t.dp_size = t.grid->dp_size(), t.tp_rank = t.grid->tp_rank();
-  t.tp_layout = dist::tp::bert_tp_layout(c);
-  t.tp_model = std::make_shared<dist::tp::TpBertForMaskedLM>(c, t.grid->tp(), o.seed, dist::tp::TpBertOptions{},
-                                                             resume.empty());
-  t.tp_model->to(t.dev);
-  // The canonical count: each split parameter's shard scaled back to its full size.
-  t.parameters = 0;
-  for (const auto& [name, p] : t.tp_model->named_parameters()) {
-    const auto it = t.tp_layout.find(name);
-    t.parameters += it == t.tp_layout.end() ? p.numel() : p.numel() / p.size(it->second.dim) * it->second.full;
-  }
+  return std::make_shared<dist::tp::TpBertForMaskedLM>(c, t.grid->tp(), o.seed, dist::tp::TpBertOptions{},
+                                                       resume.empty());
 }
 
-// Elements of the canonical parameters TP splits (dist/tp/shard.h's layout of this config).
+// Elements of the canonical parameters TP would split (dist/tp/shard.h's layout of this config),
+// counted from this rank's tensors whole or split: a shard scaled back to its full size.
 int64_t split_params(const Training& t) {
   const dist::tp::TpLayout layout = dist::tp::bert_tp_layout(t.config);
   int64_t n = 0;
-  for (const auto& [name, p] : t.tp_model ? t.tp_model->named_parameters() : t.model->named_parameters()) {
+  for (const auto& [name, p] : t.model->named_parameters()) {
     const auto it = layout.find(name);
     if (it != layout.end()) n += p.numel() / p.size(it->second.dim) * it->second.full;
   }
@@ -238,17 +244,11 @@ void check_budget(const EncoderOptions& o, Training& t) {
 
 }  // namespace
 
-Module& model_of(Training& t) {
-  if (t.tp_model) return *t.tp_model;
-  return *t.model;
-}
-
 Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels) {
-  return t.tp_model ? t.tp_model->mlm_loss(ids, mask, types, labels) : t.model->mlm_loss(ids, mask, types, labels);
+  return t.model->mlm_loss(ids, mask, types, labels);
 }
 
-Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
-                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder,
+Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus, trainer::RunFolder folder,
                 const RestoreCheckpoint& restore_checkpoint) {
   Training t;
   t.world = &w;
@@ -259,16 +259,10 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   t.folder = std::move(folder);
   const std::string resume = t.folder.resume_path();
   t.resumed_from = resume;
-  if (o.tp > 1) {
-    t.config = models::bert_config(o.model, t.corpus.vocab_size);
-    t.config.hidden_dropout_prob = t.config.attention_probs_dropout_prob = o.dropout;
-    make_tp_model(o, t, resume);
-  } else {
-    t.model = std::move(model);
-    t.model->to(t.dev);
-    t.config = t.model->config();
-    t.parameters = t.model->num_parameters();
-  }
+  t.model = make_placed_model(o, t, resume);
+  t.model->to(t.dev);
+  t.config = t.model->config();
+  t.parameters = t.model->canonical_parameters();
   t.global_batch = o.batch * o.step.grad_accum_steps * t.dp_size;  // TP ranks share their group's batch
   manual_seed(o.seed);
   // The checkpoint (or --weights: Hugging Face's names through from_hf_state_dict) goes in after
@@ -278,7 +272,7 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
   auto restore = [&](Module& m) {
     if (!o.weights.empty()) trainer::load_start_weights(o.weights, m, o.weights_skip, from_hf_state_dict, w.rank == 0);
     if (resume.empty()) return NamedTensors{};
-    Restored r = restore_checkpoint(resume, m, o, t);
+    Restored r = restore_checkpoint(resume, o, t);  // into t.model, which is m
     ema_state = trainer::ModelEma::take_state(r.optimizer);
     t.start = r.state;
     t.start_at = trainer::resume_position(r.state, t.global_batch);  // restores the default generator (dropout)
@@ -291,21 +285,21 @@ Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
     }
     return std::move(r.optimizer);
   };
-  // The non-finite verdict and AMP's overflow flag are agreed over the whole world, TP included.
-  dist::Communicator& control = dist::comm_for(Device::cpu());
-  if (t.grid) {
-    t.step = std::make_unique<trainer::Step>(t.tp_model, trainer::StepComms(t.grid->dp(), control), t.step_opts,
-                                             restore, trainer::TpParts{&t.grid->tp(), t.tp_layout});
-  } else {
-    t.step = std::make_unique<trainer::Step>(t.model, trainer::StepComms(dist::comm_for(t.dev), control),
-                                             t.step_opts, restore);
-  }
+  // DDP or ZeRO over the data-parallel ranks (the grid's DP group under --tp, else the world), TP
+  // over the grid's TP group; the non-finite verdict and AMP's overflow flag are agreed over the
+  // whole world, TP included.
+  dist::Communicator& data = t.grid ? t.grid->dp() : dist::comm_for(t.dev);
+  const trainer::TpParts tp =
+      t.grid ? trainer::TpParts{&t.grid->tp(), dist::tp::bert_tp_layout(t.config)} : trainer::TpParts{};
+  t.step = std::make_unique<trainer::Step>(t.model, trainer::StepComms(data, dist::comm_for(Device::cpu())),
+                                           t.step_opts, restore, tp);
   t.step->set_steps_done(t.start_at.step);
   // --model-ema: from the run's starting weights, or the checkpoint's average; before the memory
   // ledger's plan(), with the file's copy freed (apps/trainer/step/ema.h).
   if (o.model_ema) {
     t.ema = std::make_unique<trainer::ModelEma>(*t.model, o.model_ema_decay);
-    if (!ema_state.empty()) t.ema->load_state(ema_state, "checkpoint '" + resume + "'");
+    if (!ema_state.empty())  // canonical in the file: --tp keeps this rank's shards
+      t.ema->load_state(t.model->local_state_dict(std::move(ema_state)), "checkpoint '" + resume + "'");
     else if (!resume.empty() && w.rank == 0)
       std::printf("note: the checkpoint has no EMA of the weights: --model-ema starts its average from them\n");
   } else if (!ema_state.empty() && w.rank == 0) {

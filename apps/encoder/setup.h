@@ -17,16 +17,18 @@
 // the first step allocates the optimizer state, naming the --zero stages and --tp sizes that fit.
 // The checkpoint folder is opened before the corpus is read (train_encoder.cpp).
 //
-// --tp T > 1 (Megatron-style tensor parallelism, dist/tp/): set_up refuses (exit 2, every rank) a T
-// that does not divide the world size or the model's heads, hidden size or FFN width
+// The model is one field whatever the layout: a models::MaskedLM (layers/models/masked_lm.h), whole
+// (BertForMaskedLM) or, under --tp T > 1 (Megatron-style tensor parallelism, dist/tp/), this rank's
+// shards (TpBertForMaskedLM). Only its construction differs: set_up refuses (exit 2, every rank) a
+// T that does not divide the world size or the model's heads, hidden size or FFN width
 // (trainer::tp_refusal), builds the grid (dist/tp/grid.h: TP groups of T adjacent ranks, DP across
-// them), the model as a TpBertForMaskedLM over the TP group (each rank holds its shards; `model`
-// stays null) and the Step over the DP group with the TP group and layout (apps/trainer/step/step.h).
-// The loaders' rank and world are the DP ones: every rank of a TP group reads the same batch (the
-// same ids, masks and labels: a TP group computes one model), the DP groups different ones, and
-// the global batch is --batch x world / T. Every rank of a TP group computes the same loss, so the
-// trainer's means over the world are unchanged; validation gathers the masked rows' logits over
-// the TP group and only TP rank 0 adds its sums. Checkpoints stay canonical (checkpointing.h).
+// them), the model over the TP group and the Step over the DP group with the TP group and layout
+// (apps/trainer/step/step.h). The loaders' rank and world are the DP ones: every rank of a TP group
+// reads the same batch (the same ids, masks and labels: a TP group computes one model), the DP
+// groups different ones, and the global batch is --batch x world / T. Every rank of a TP group
+// computes the same loss, so the trainer's means over the world are unchanged; validation's logits
+// come whole from the model and only TP rank 0 adds its sums. Checkpoints stay canonical
+// (checkpointing.h): the model and the Step each map their own tensors.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -42,12 +44,11 @@
 #include "apps/trainer/step/step.h"     // defines: Step
 #include "data/mlm_baseline.h"     // defines: UnigramBaseline
 #include "data/text_loader.h"      // defines: TextLoader, MlmDataset
-#include "dist/tp/bert.h"          // defines: TpBertForMaskedLM
 #include "dist/tp/grid.h"          // defines: Grid
-#include "dist/tp/shard.h"         // defines: TpLayout
 #include "dist/transport/bootstrap.h"        // defines: World
 #include "checkpoint/checkpoint.h"     // defines: TrainState
 #include "layers/models/bert.h"    // defines: BertForMaskedLM
+#include "layers/models/masked_lm.h"  // defines: MaskedLM
 #include "apps/trainer/run/run_log.h"  // defines: RunLog
 #include "optim/lr_schedule.h"     // defines: LrScheduleOptions
 
@@ -75,15 +76,13 @@ struct Training {
   // is destroyed after them); null without TP. The data-parallel rank and size: the world's without TP.
   std::unique_ptr<dist::tp::Grid> grid;
   int dp_rank = 0, dp_size = 1, tp_rank = 0;
-  dist::tp::TpLayout tp_layout;  // --tp > 1: which canonical parameters the model splits
   Device dev;
   Corpus corpus;
   trainer::RunFolder folder; // --checkpoint-dir, owned by this run (rank 0 writes through it)
   std::string resumed_from;  // the checkpoint this run continues ("" for a fresh start)
   TrainState start;          // the checkpoint's state (all zeros for a fresh start)
   trainer::Position start_at;  // where this invocation begins
-  std::shared_ptr<models::BertForMaskedLM> model;  // null under --tp > 1
-  std::shared_ptr<dist::tp::TpBertForMaskedLM> tp_model;  // --tp > 1: this rank's shards
+  std::shared_ptr<models::MaskedLM> model;  // whole, or (--tp > 1) this rank's shards
   BertConfig config;          // the canonical model's
   int64_t parameters = 0;     // the canonical model's (the tied decoder counted once)
   // DDP or ZeRO, --amp, BERT's AdamW/LAMB groups, clipping (apps/trainer/step/step.h), from the flags'
@@ -108,27 +107,25 @@ struct Training {
 
 // Starts MPI (and NCCL on GPUs) and checks that --device can be honoured.
 const dist::World& init_world(const EncoderOptions& o);
-// The model --model names for `vocab` tokens; init skipped when `resume` is non-empty.
+// The (whole) model --model names for `vocab` tokens; init skipped when `resume` is non-empty.
 std::shared_ptr<models::BertForMaskedLM> make_model(const EncoderOptions& o, int64_t vocab, const std::string& resume);
 // A checkpoint's state and optimizer entries, after its weights went into the model.
 struct Restored {
   TrainState state;
   NamedTensors optimizer;
 };
-// How set_up restores folder.resume_path(): checkpointing.h's restore_checkpoint, handed in by
-// train_encoder.cpp (the checkpoint code depends on Training, so set-up does not include it).
-using RestoreCheckpoint =
-    std::function<Restored(const std::string& path, Module& model, const EncoderOptions& o, const Training& t)>;
+// How set_up restores folder.resume_path() into t.model: checkpointing.h's restore_checkpoint,
+// handed in by train_encoder.cpp (the checkpoint code depends on Training, so set-up does not
+// include it).
+using RestoreCheckpoint = std::function<Restored(const std::string& path, const EncoderOptions& o, const Training& t)>;
 
-// Builds the step around the model (restoring folder.resume_path() into it through `restore` when
-// non-empty), then the loaders, the run's length and schedule and the memory ledger. Under --tp > 1
-// `model` is unused (pass null): the TP model is built here over the grid.
-Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus,
-                std::shared_ptr<models::BertForMaskedLM> model, trainer::RunFolder folder,
+// Builds the model (whole, or under --tp > 1 the grid and this rank's shards; init skipped when a
+// checkpoint will overwrite it) and the step around it (restoring folder.resume_path() into it
+// through `restore` when non-empty), then the loaders, the run's length and schedule and the memory
+// ledger.
+Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus, trainer::RunFolder folder,
                 const RestoreCheckpoint& restore_checkpoint);
 
-// The model the step trains, whichever it is (BertForMaskedLM or its TP shards).
-Module& model_of(Training& t);
 // The masked-LM loss of a batch (the same value on every rank of a TP group).
 Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels);
 

@@ -7,10 +7,7 @@
 #include "apps/encoder/setup.h"   // defines: Training, kValidationEpoch
 #include "core/autograd.h"        // defines: NoGradGuard
 #include "core/ops/loss/loss.h"        // defines: cross_entropy, topk_correct
-#include "core/ops/embedding/embedding.h"   // defines: embedding (the row gather)
-#include "core/ops/copy/copy.h"        // defines: cast_raw (--tp --amp: the logits gathered in f32)
 #include "core/ops/finite/finite.h"      // defines: count_nonfinite
-#include "core/ops/shape/shape.h"       // defines: reshape
 #include "dist/transport/bootstrap.h"  // defines: comm_for
 #include "dist/transport/busy.h"       // defines: Busy (validation is announced host work)
 
@@ -23,44 +20,15 @@ struct Sums {
   double loss = 0, correct = 0, masked = 0, nonfinite = 0;
 };
 
-// --tp: the masked rows' logits [m, V], from this rank's vocabulary columns [m, Vr] and the other
-// TP ranks' (one all_gather over the TP group, each part padded to the widest; vocab_shard puts
-// rank r's rows at start(r)). Every rank of the group gets the same tensor.
-Tensor whole_vocabulary(Training& t, const Tensor& picked) {
-  dist::Communicator& tp = t.grid->tp();
-  const int n = tp.size();
-  const int64_t m = picked.size(0), vocab = t.config.vocab_size;
-  const int64_t widest = dist::tp::vocab_shard(vocab, 0, n).size;  // the first ranks get the extra rows
-  const int64_t mine = picked.size(1);
-  const std::vector<float> local = picked.to(Device::cpu()).to_vector();
-  std::vector<float> padded(static_cast<size_t>(m * widest), 0.0f);
-  for (int64_t i = 0; i < m; ++i)
-    std::copy(local.begin() + i * mine, local.begin() + (i + 1) * mine, padded.begin() + i * widest);
-  Tensor send = Tensor::from_vector(padded, {m * widest}).to(picked.device());
-  Tensor all = Tensor::empty({n * m * widest}, DType::F32, picked.device());
-  tp.all_gather(send, all, "tp validation logits")->wait();
-  const std::vector<float> parts = all.to(Device::cpu()).to_vector();
-  std::vector<float> whole(static_cast<size_t>(m * vocab));
-  for (int r = 0; r < n; ++r) {
-    const dist::tp::ShardRange range = dist::tp::vocab_shard(vocab, r, n);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < range.size; ++j)
-        whole[i * vocab + range.start + j] = parts[(r * m + i) * widest + j];
-  }
-  return Tensor::from_vector(whole, {m, vocab}).to(picked.device());
-}
-
 void score(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels, Sums& s) {
-  Tensor logits = t.tp_model ? t.tp_model->forward(ids, mask, types) : t.model->forward(ids, mask, types);
-  const int64_t n = logits.size(0) * logits.size(1), v = logits.size(2);
+  const int64_t n = ids.size(0) * ids.size(1);
   std::vector<int64_t> lab = labels.to_vector_i64(), rows, kept;
   for (int64_t i = 0; i < n; ++i)
     if (lab[i] != data::kIgnoreIndex) rows.push_back(i), kept.push_back(lab[i]);
   const auto m = static_cast<int64_t>(rows.size());
   if (m == 0) return;  // the same on every rank of a TP group (the same batch): no gather skipped by one only
-  // Gather the masked rows of the [n, V] logits (embedding lookup = row gather), then score them.
-  Tensor picked = ops::embedding(Tensor::from_vector_i64(rows, {m}, DType::I64, t.dev), ops::reshape(logits, {n, v}));
-  if (t.grid) picked = whole_vocabulary(t, ops::cast_raw(picked, DType::F32));  // --amp: 16-bit logits
+  // The masked rows' logits over the whole vocabulary (--tp: joined over the TP group), scored here.
+  const Tensor picked = t.model->masked_logits(ids, mask, types, Tensor::from_vector_i64(rows, {m}, DType::I64, t.dev));
   Tensor target = Tensor::from_vector_i64(kept, {m}, DType::I64, t.dev);
   s.nonfinite += static_cast<double>(ops::count_nonfinite({picked}).to_vector_i64()[0]);
   s.loss += ops::cross_entropy(picked, target).item() * static_cast<double>(m);
@@ -77,7 +45,7 @@ EvalResult evaluate(Training& t, const EncoderOptions& o, int64_t step) {
   // --zero 3: the whole weights for the pass (every rank): the model runs its typed forward here,
   // not through the Step's hooks, and the ranks score different numbers of tail sequences.
   const dist::FullParameters weights = t.step->full_parameters();
-  model_of(t).train(false);
+  t.model->train(false);
   autograd::NoGradGuard no_grad;
   Sums s;
   double sequences = 0;
@@ -104,7 +72,7 @@ EvalResult evaluate(Training& t, const EncoderOptions& o, int64_t step) {
     score(t, ids.to(t.dev), mask.to(t.dev), Tensor::zeros({1, L}, DType::I64, t.dev), labels, s);
     sequences += 1;
   }
-  model_of(t).train(true);
+  t.model->train(true);
   // --tp: every rank of a TP group scored the same sequences; its rank 0 counts them.
   if (t.tp_rank != 0) s = Sums{}, sequences = 0;
   Tensor sums = Tensor::from_vector_f64({s.loss, s.correct, s.masked, sequences, s.nonfinite}, {5}, DType::F64);

@@ -4,13 +4,16 @@
 // ops::bias_dropout_add after the row-parallel all-reduce, bert.h's dense_bias_dropout_add).
 #include "dist/tp/bert.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "core/autocast.h"  // defines: is_16bit
 #include "core/ops/ops.h"
 #include "core/profile.h"
 #include "dist/tp/cross_entropy.h"
 #include "dist/tp/mappings.h"
-#include "layers/models/bert.h"  // defines: masked_rows
+#include "layers/amp_cast.h"     // defines: cast_for_amp
+#include "layers/models/bert.h"  // defines: masked_rows, BertForMaskedLM
 
 namespace tandem::dist::tp {
 namespace {
@@ -44,6 +47,39 @@ void hf_init_shards(Module& model, const BertConfig& cfg, Generator& gen) {
       m->reset_parameters(gen);  // LayerNorm: weight 1, bias 0
     }
   }
+}
+
+// The rows' logits [m, V] from this rank's vocabulary columns [m, Vr] and the other ranks' (one
+// all_gather over the group, each part padded to the widest; vocab_shard puts rank r's columns at
+// start(r)). Every rank of the group gets the same tensor.
+Tensor whole_vocabulary(const Tensor& picked, int64_t vocab, Communicator& tp) {
+  const int n = tp.size();
+  const int64_t m = picked.size(0);
+  const int64_t widest = vocab_shard(vocab, 0, n).size;  // the first ranks get the extra rows
+  const int64_t mine = picked.size(1);
+  const std::vector<float> local = picked.to(Device::cpu()).to_vector();
+  std::vector<float> padded(static_cast<size_t>(m * widest), 0.0f);
+  for (int64_t i = 0; i < m; ++i)
+    std::copy(local.begin() + i * mine, local.begin() + (i + 1) * mine, padded.begin() + i * widest);
+  Tensor send = Tensor::from_vector(padded, {m * widest}).to(picked.device());
+  Tensor all = Tensor::empty({n * m * widest}, DType::F32, picked.device());
+  tp.all_gather(send, all, "tp validation logits")->wait();
+  const std::vector<float> parts = all.to(Device::cpu()).to_vector();
+  std::vector<float> whole(static_cast<size_t>(m * vocab));
+  for (int r = 0; r < n; ++r) {
+    const ShardRange range = vocab_shard(vocab, r, n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < range.size; ++j) whole[i * vocab + range.start + j] = parts[(r * m + i) * widest + j];
+  }
+  return Tensor::from_vector(whole, {m, vocab}).to(picked.device());
+}
+
+// A module's parameters, then its buffers: what a state dict holds (BERT has no buffers and no
+// conv layouts, so names and shapes are the file's).
+NamedTensors tensors_of(const Module& m) {
+  NamedTensors out = m.named_parameters();
+  for (auto& b : m.named_buffers()) out.push_back(std::move(b));
+  return out;
 }
 
 }  // namespace
@@ -123,7 +159,7 @@ Tensor TpBertLayer::ffn_input(const Tensor& in) { return copy_to_tp_region(in, *
 
 TpBertForMaskedLM::TpBertForMaskedLM(const BertConfig& cfg, Communicator& comm, uint64_t seed, TpBertOptions options,
                                      bool init)
-    : cfg_(cfg), comm_(&comm) {
+    : cfg_(cfg), comm_(&comm), layout_(bert_tp_layout(cfg)) {
   TANDEM_CHECK(cfg.num_hidden_layers > 0, "BertEncoder: num_hidden_layers must be positive, got ",
                cfg.num_hidden_layers);
   vocab_ = vocab_shard(cfg.vocab_size, comm.rank(), comm.size());
@@ -173,6 +209,68 @@ Tensor TpBertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attent
       models::masked_rows(hidden(input_ids, attention_mask, token_type_ids), input_ids, labels, ignore_index);
   if (r.m == 0) return ops::scale(ops::sum(r.flat), 0.0f);  // nothing labelled: 0, as BertForMaskedLM (no collective)
   return vocab_parallel_cross_entropy(head(r.picked), r.labels, vocab_.start, cfg_.vocab_size, *comm_);
+}
+
+Tensor TpBertForMaskedLM::masked_logits(const Tensor& input_ids, const Tensor& attention_mask,
+                                        const Tensor& token_type_ids, const Tensor& rows) {
+  const Tensor logits = forward(input_ids, attention_mask, token_type_ids);  // [B, S, Vr]
+  const int64_t n = logits.size(0) * logits.size(1);
+  const Tensor picked = ops::embedding(rows, ops::reshape(logits, {n, logits.size(2)}));  // row gather
+  return whole_vocabulary(ops::cast_raw(picked, DType::F32), cfg_.vocab_size, *comm_);  // AMP: 16-bit logits
+}
+
+// ---- the canonical model (checkpoints) ----
+
+int64_t TpBertForMaskedLM::canonical_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : named_parameters()) {
+    const auto it = layout_.find(name);
+    n += it == layout_.end() ? p.numel() : p.numel() / p.size(it->second.dim) * it->second.full;
+  }
+  return n;
+}
+
+void TpBertForMaskedLM::with_canonical(const std::function<void(const Module&)>& use) {
+  const NamedTensors whole = canonical_state_dict(tensors_of(*this));  // every rank of the group
+  if (comm_->rank() != 0) return;
+  models::BertForMaskedLM canonical(cfg_, 0, /*init=*/false);  // every tensor is overwritten below
+  // The shards' dtypes: under AMP the 16-bit weights, as cast_for_amp leaves the unsplit model (the
+  // same policy on both sides); else the one dtype the model was moved to (f32, or f64 in tests).
+  const NamedTensors params = named_parameters();
+  DType dtype = params.front().second.dtype();
+  for (const auto& [name, p] : params)
+    if (autocast::is_16bit(p.dtype())) dtype = p.dtype();
+  if (autocast::is_16bit(dtype)) cast_for_amp(canonical, dtype);
+  else if (dtype != DType::F32) canonical.to(dtype);
+  std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
+  const NamedTensors want = tensors_of(canonical);
+  TANDEM_CHECK(want.size() == by_name.size(), "TpBertForMaskedLM: the assembled model has ", by_name.size(),
+               " tensors, BertForMaskedLM ", want.size());
+  for (const auto& [name, t] : want) {
+    const auto it = by_name.find(name);
+    TANDEM_CHECK(it != by_name.end() && it->second.shape() == t.shape() && it->second.dtype() == t.dtype(),
+                 "TpBertForMaskedLM: the assembled '", name, "' does not match BertForMaskedLM's ", t.str());
+    Tensor(t).copy_(it->second);
+  }
+  use(canonical);
+}
+
+NamedTensors TpBertForMaskedLM::local_state_dict(NamedTensors canonical) const {
+  return shard_state_dict(canonical, layout_, comm_->rank(), comm_->size());
+}
+
+NamedTensors TpBertForMaskedLM::canonical_state_dict(NamedTensors mine) {
+  return gather_state_dict(mine, layout_, *comm_);
+}
+
+std::map<std::string, std::string> TpBertForMaskedLM::extra_state() const {
+  return {{"tp", std::to_string(comm_->size())}, {"tp_attention_rng_offset", std::to_string(attention_gen_->offset())}};
+}
+
+void TpBertForMaskedLM::set_extra_state(const std::map<std::string, std::string>& extra) {
+  const auto tp = extra.find("tp"), offset = extra.find("tp_attention_rng_offset");
+  if (tp != extra.end() && tp->second == std::to_string(comm_->size()) && offset != extra.end())
+    attention_gen_->set_state(attention_gen_->seed(), std::stoull(offset->second));
 }
 
 }  // namespace tandem::dist::tp

@@ -55,6 +55,8 @@
 
 #include "dist/communicator.h"
 #include "dist/tp/layers.h"
+#include "dist/tp/shard.h"           // defines: TpLayout
+#include "layers/models/masked_lm.h"  // defines: MaskedLM
 #include "layers/transformer.h"
 
 namespace tandem::dist::tp {
@@ -122,7 +124,9 @@ class TpBertLayer : public EncoderLayer<TpBertSelfAttention, TpBertResidualOutpu
   Communicator* comm_;
 };
 
-class TpBertForMaskedLM : public Module {
+// The trainer's MaskedLM (layers/models/masked_lm.h), split: its canonical form is assembled over
+// the TP group (shard.h), and its extra state is the attention-dropout stream below.
+class TpBertForMaskedLM : public models::MaskedLM {
  public:
   // `comm` is the TP group (Grid::tp()); every rank of it builds the model with the same cfg and
   // seed. init = false leaves the shards uninitialised (a checkpoint's shards are loaded next).
@@ -136,9 +140,24 @@ class TpBertForMaskedLM : public Module {
   // BertForMaskedLM::mlm_loss's value and rule (only labelled rows go through the head), with the
   // vocabulary-parallel head and cross-entropy. The same loss on every rank of the group.
   Tensor mlm_loss(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids,
-                  const Tensor& labels, int64_t ignore_index = -100);
+                  const Tensor& labels, int64_t ignore_index = -100) override;
+  // The rows' logits from forward's shards, cast to f32 and joined over the group (one all_gather,
+  // each rank's columns padded to the widest shard).
+  Tensor masked_logits(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids,
+                       const Tensor& rows) override;
   std::string type_name() const override { return "BertForMaskedLM"; }
-  const BertConfig& config() const { return cfg_; }
+  const BertConfig& config() const override { return cfg_; }
+  int64_t canonical_parameters() const override;  // each shard counted at its full size
+  // Collective over the group: gather_state_dict of the shards, and on TP rank 0 a BertForMaskedLM
+  // (in the shards' 16-bit dtype under AMP) holding them.
+  void with_canonical(const std::function<void(const Module&)>& use) override;
+  NamedTensors local_state_dict(NamedTensors canonical) const override;  // shard_state_dict for this rank
+  NamedTensors canonical_state_dict(NamedTensors mine) override;         // gather_state_dict over the group
+  // "tp" (the group's size) and "tp_attention_rng_offset"; the offset is restored only at the same
+  // size (it counts this rank's heads' draws): at another the stream restarts from its seed, which
+  // matters only with dropout on.
+  std::map<std::string, std::string> extra_state() const override;
+  void set_extra_state(const std::map<std::string, std::string>& extra) override;
   Communicator& comm() const { return *comm_; }
   ShardRange vocab_rows() const { return vocab_; }
   // The attention-dropout stream of this TP rank (see the header comment): its offset advances alike
@@ -149,6 +168,7 @@ class TpBertForMaskedLM : public Module {
   Tensor head(const Tensor& h);  // [..., H] -> logits shard [..., Vr]
   BertConfig cfg_;
   Communicator* comm_;
+  TpLayout layout_;  // which canonical parameters are split, and how (shard.h)
   ShardRange vocab_;
   std::unique_ptr<Generator> attention_gen_;
   Child<TpBertEmbeddings> embeddings_;

@@ -92,8 +92,10 @@ TpLayout bert_tp_layout(const BertConfig& cfg) {
 
 const Split* split_of(const TpLayout& layout, const std::string& key, const Shape& shape, bool canonical, int rank,
                       int ranks) {
-  static const std::string kMaster = "amp.master.";
-  std::string name = key.rfind(kMaster, 0) == 0 ? key.substr(kMaster.size()) : key;
+  // AMP's f32 masters and the EMA's averages are keyed by their parameter behind a prefix.
+  std::string name = key;
+  for (const std::string prefix : {"amp.master.", "ema."})
+    if (key.rfind(prefix, 0) == 0) name = key.substr(prefix.size());
   // The parameter this key belongs to: the key itself, or its longest prefix that ends before a '.'.
   const Split* s = nullptr;
   for (;;) {

@@ -7,8 +7,9 @@
 //   dim 0, vocab  the word embeddings and cls.predictions.bias (tp/layers.h vocab_shard: no padding)
 //   absent        replicated: every rank holds the whole tensor
 // The same rule covers every other tensor keyed by a parameter: the optimizer's "<name>.exp_avg" and
-// "<name>.exp_avg_sq" (optim/optimizer.h) and AMP's "amp.master.<name>" are split when their shape
-// is the parameter's; "<name>.step" (a 0-d count) is not, so it stays replicated.
+// "<name>.exp_avg_sq" (optim/optimizer.h), AMP's "amp.master.<name>" and the weights' average
+// "ema.<name>" are split when their shape is the parameter's; "<name>.step" (a 0-d count) is not,
+// so it stays replicated.
 //   shard_state_dict    canonical -> rank r's shard (a TP run loads a DDP checkpoint)
 //   assemble_state_dict every rank's shard -> canonical (pure, for tools and tests)
 //   gather_state_dict   the same over the TP communicator: all_gathers, so every rank of the group
@@ -40,7 +41,7 @@ using TpLayout = std::map<std::string, Split>;  // canonical parameter name -> s
 TpLayout bert_tp_layout(const BertConfig& cfg);
 
 // The split that applies to `key` holding a tensor of `shape` - the parameter's own entry, or the
-// one of the parameter it is keyed by ("<param>.<state>", "amp.master.<param>") when `shape` has
+// one of the parameter it is keyed by ("<param>.<state>", "amp.master.<param>", "ema.<param>") when `shape` has
 // the split dimension; null when the tensor is replicated. `canonical`: shape is the unsplit one
 // (else the shard's, at `rank` of `ranks`).
 const Split* split_of(const TpLayout& layout, const std::string& key, const Shape& shape, bool canonical, int rank,

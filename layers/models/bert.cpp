@@ -83,6 +83,13 @@ Tensor BertForMaskedLM::mlm_loss(const Tensor& input_ids, const Tensor& attentio
   return ops::cross_entropy((*cls_)(r.picked), r.labels);
 }
 
+Tensor BertForMaskedLM::masked_logits(const Tensor& input_ids, const Tensor& attention_mask,
+                                      const Tensor& token_type_ids, const Tensor& rows) {
+  const Tensor logits = forward(input_ids, attention_mask, token_type_ids);
+  const int64_t n = logits.size(0) * logits.size(1);
+  return ops::embedding(rows, ops::reshape(logits, {n, logits.size(2)}));  // embedding lookup = row gather
+}
+
 MaskedRows masked_rows(const Tensor& h, const Tensor& input_ids, const Tensor& labels, int64_t ignore_index) {
   TANDEM_CHECK(labels.shape() == input_ids.shape(), "BertForMaskedLM::mlm_loss: labels ", labels.str(),
                " must have the shape of input_ids ", input_ids.str(), " (", ignore_index, " = not predicted)");

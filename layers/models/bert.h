@@ -14,11 +14,13 @@
 // and bias 0, and the word embedding's padding row (pad_token_id 0) zeroed. Unlike
 // nn.Embedding(padding_idx=0), the padding row is not frozen: it still gets gradients (in HF it
 // gets them too, through the tied decoder).
+// It is a models::MaskedLM (masked_lm.h), the whole one: its own canonical form.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "layers/models/masked_lm.h"  // defines: MaskedLM
 #include "layers/transformer.h"
 
 namespace tandem::models {
@@ -37,7 +39,8 @@ struct MaskedRows {
 };
 MaskedRows masked_rows(const Tensor& h, const Tensor& input_ids, const Tensor& labels, int64_t ignore_index);
 
-class BertForMaskedLM : public Module {
+// The whole model (MaskedLM's canonical form is itself).
+class BertForMaskedLM : public MaskedLM {
  public:
   // init = false leaves weights uninitialised (counting parameters, or loading a checkpoint next).
   BertForMaskedLM(const BertConfig& cfg, uint64_t seed, bool init = true);
@@ -51,9 +54,14 @@ class BertForMaskedLM : public Module {
   // through the head, so the [tokens, vocab] decoder GEMM shrinks to the ~15% masked tokens; the
   // value equals cross_entropy(forward(...), labels, ignore_index) up to rounding.
   Tensor mlm_loss(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids,
-                  const Tensor& labels, int64_t ignore_index = -100);
+                  const Tensor& labels, int64_t ignore_index = -100) override;
+  // forward's logits at `rows` (MaskedLM::masked_logits): every position's, then the rows picked.
+  Tensor masked_logits(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids,
+                       const Tensor& rows) override;
   std::string type_name() const override { return "BertForMaskedLM"; }
-  const BertConfig& config() const { return cfg_; }
+  const BertConfig& config() const override { return cfg_; }
+  int64_t canonical_parameters() const override { return num_parameters(); }
+  void with_canonical(const std::function<void(const Module&)>& use) override { use(*this); }
 
  private:
   BertConfig cfg_;

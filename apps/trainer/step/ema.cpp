@@ -20,10 +20,6 @@ std::optional<std::string> ema_refusal(const StepOptions& o) {
   if (o.strategy == Strategy::ParameterServer)
     return ema + " averages the weights after each update, and " + option_name(o.names, "strategy", "ps") +
            " updates them on its servers: use DDP or ZeRO-1/2, or drop " + ema;
-  if (o.tp > 1)
-    return ema + " is not yet kept under " + option_name(o.names, "tp", std::to_string(o.tp)) +
-           ": its checkpoint entries would need assembling over the tensor-parallel group, as the optimizer "
-           "state is; train with " + option_name(o.names, "tp", "1") + " or drop " + ema;
   return std::nullopt;
 }
 

@@ -377,11 +377,12 @@ optim::NamedTensors Step::state() {
   // AMP: the f32 masters (gathered from the shards under ZeRO, also collective) and the loss scale.
   if (amp_)
     for (auto& e : amp_state(*amp_)) s.push_back(std::move(e));
-  return s;
+  return strategy_->canonical_state(std::move(s));  // TP: assembled over the TP group
 }
 
 void Step::load_state(optim::NamedTensors state) {
   if (state.empty()) return;  // a fresh start: the masters already hold the model's weights
+  state = strategy_->local_state(std::move(state));  // TP: this rank's shard of the canonical entries
   take_amp_state(amp_.get(), state);  // the "amp.*" entries: masters and loss scale (or none)
   if (!state.empty()) groups_->load_state(state);
 }

@@ -76,6 +76,12 @@ class StepStrategy {
   // Whether this rank does work in Step::state(): rank 0 alone, every rank (collective), or the
   // refusal (the parameter server's state lives on the servers).
   virtual bool takes_part_in_state(int rank) const { return rank == 0; }
+  // The checkpoint's optimizer entries (Step::state()'s, "amp.*" included) from what this rank's
+  // optimizer holds, and back (Step::load_state): the canonical entries of the whole model, which
+  // every strategy but TP's holds already (ZeRO's are gathered by the groups). TP: assembled over
+  // the TP group - collective among the ranks that take part in state() - and sharded again.
+  virtual optim::NamedTensors canonical_state(optim::NamedTensors mine) { return mine; }
+  virtual optim::NamedTensors local_state(optim::NamedTensors canonical) const { return canonical; }
   StrategyParts parts() const { return {ddp_, model_, comm_, options_}; }
 
  protected:
