@@ -12,13 +12,7 @@ CheckpointDirOptions folder_options(const EncoderOptions& o) {
 
 Restored restore_checkpoint(const std::string& path, const EncoderOptions& o, const Training& t) {
   const TrainState head = read_train_state(path);  // the header: a mismatch is named before any tensor is read
-  if (head.model != o.model)
-    throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
-                              ": pass --model " + head.model + " or start without --resume");
-  if (auto it = head.extra.find("optimizer"); it != head.extra.end() && it->second != o.optimizer)
-    throw trainer::UsageError("checkpoint '" + path + "' was trained with --optimizer " + it->second +
-                              " but this run asks for --optimizer " + o.optimizer + ": resume with --optimizer " +
-                              it->second + " (its state does not carry over)");
+  trainer::check_resume_header(path, head, o.model, o.optimizer);
   const bool rank0 = !t.world || t.world->rank == 0;
   Checkpoint ck = trainer::read_resume_checkpoint(path, rank0);
   // The canonical tensors as the model holds them (--tp: this rank's shards; BERT has no conv

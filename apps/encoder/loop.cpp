@@ -46,7 +46,8 @@ void train_step(Training& t, LoopState& s) {
   // The Step hands out micro-batch m's rows of each (--grad-accum-steps).
   const trainer::StepResult r = step.run(
       {b.input_ids, b.attention_mask, b.token_type_ids, b.labels}, [&](const std::vector<Tensor>& in, int) {
-        return step.forward_with([&](Module&) { return mlm_loss(t, in[0], in[1], in[2], in[3]); });
+        // The masked-LM loss, the same value on every rank of a TP group.
+        return step.forward_with([&](Module&) { return t.model->mlm_loss(in[0], in[1], in[2], in[3]); });
       });
   if (r.grad_norm >= 0) s.grad_norm = r.grad_norm;  // clipping ran (on an applied step)
   advance(t, s);

@@ -244,10 +244,6 @@ void check_budget(const EncoderOptions& o, Training& t) {
 
 }  // namespace
 
-Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels) {
-  return t.model->mlm_loss(ids, mask, types, labels);
-}
-
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus, trainer::RunFolder folder,
                 const RestoreCheckpoint& restore_checkpoint) {
   Training t;

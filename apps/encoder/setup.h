@@ -126,7 +126,4 @@ using RestoreCheckpoint = std::function<Restored(const std::string& path, const 
 Training set_up(const EncoderOptions& o, const dist::World& w, Corpus corpus, trainer::RunFolder folder,
                 const RestoreCheckpoint& restore_checkpoint);
 
-// The masked-LM loss of a batch (the same value on every rank of a TP group).
-Tensor mlm_loss(Training& t, const Tensor& ids, const Tensor& mask, const Tensor& types, const Tensor& labels);
-
 }  // namespace tandem::apps::encoder

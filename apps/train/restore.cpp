@@ -33,15 +33,7 @@ Restored restore_checkpoint(const std::string& path, Module& model, const TrainO
                             const std::vector<std::string>& classes) {
   // The header first: a wrong --model or class list is named before any tensor is read.
   const TrainState head = read_train_state(path);
-  if (head.model != o.model)
-    throw trainer::UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + o.model +
-                              ": pass --model " + head.model + " or start without --resume");
-  // Another optimizer's state does not carry over; say so in the flag's words, not the state's keys.
-  if (auto it = head.extra.find("optimizer"); it != head.extra.end() && it->second != o.optimizer)
-    throw trainer::UsageError("checkpoint '" + path + "' was trained with --optimizer " + it->second +
-                              " but this run asks for --optimizer " + o.optimizer + ": resume with --optimizer " +
-                              it->second + " (its state does not carry over), or start a new run from its weights "
-                              "with --weights");
+  trainer::check_resume_header(path, head, o.model, o.optimizer);
   if (!head.classes.empty() && !classes.empty() && head.classes != classes)
     throw trainer::UsageError("checkpoint '" + path + "' was trained on " + std::to_string(head.classes.size()) +
                               " classes that train/ does not match (" + class_difference(classes, head.classes) +

@@ -94,6 +94,18 @@ uint64_t checkpoint_size_estimate(const Module* model, const std::string& optimi
   return params + slots * f32 + (amp ? f32 : 0);
 }
 
+void check_resume_header(const std::string& path, const TrainState& head, const std::string& model,
+                         const std::string& optimizer) {
+  if (head.model != model)
+    throw UsageError("checkpoint '" + path + "' holds a " + head.model + " but --model is " + model +
+                     ": pass --model " + head.model + " or start without --resume");
+  // Said in the flag's words, not the state's keys.
+  if (auto it = head.extra.find("optimizer"); it != head.extra.end() && it->second != optimizer)
+    throw UsageError("checkpoint '" + path + "' was trained with --optimizer " + it->second +
+                     " but this run asks for --optimizer " + optimizer + ": resume with --optimizer " + it->second +
+                     " (its state does not carry over), or start a new run from its weights with --weights");
+}
+
 Checkpoint read_resume_checkpoint(const std::string& path, bool say) {
   Checkpoint c;
   try {

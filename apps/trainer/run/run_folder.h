@@ -69,6 +69,12 @@ uint64_t checkpoint_size_estimate(const Module* model, const std::string& optimi
 // existed loads unverified, which `say` (rank 0) prints once.
 Checkpoint read_resume_checkpoint(const std::string& path, bool say);
 
+// The resumed checkpoint's header (read_train_state) against this run's --model and --optimizer,
+// before any tensor is read: a UsageError naming the flag to change (another optimizer's state does
+// not carry over; its weights do, through --weights).
+void check_resume_header(const std::string& path, const TrainState& head, const std::string& model,
+                         const std::string& optimizer);
+
 // --resume as a file for a run that only reads the folder: "auto" is chosen by checkpoint_dir.h's
 // rule (the run named by `run_id`, else the folder's last run as its lock records it, else the one
 // run whose files are there) without taking the lock; anything else is returned as it is.
