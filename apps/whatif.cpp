@@ -83,11 +83,8 @@ const json* find_measured(const json& cells, const std::string& strategy, int ra
   return nullptr;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args a;
-  CLI::App app{"What-if scaling: step time, throughput and efficiency at N ranks from one measured rank"};
+// Every flag, into `a`.
+void add_flags(CLI::App& app, Args& a) {
   app.add_option("--trace", a.trace, "Chrome trace of a 1-rank train_imagenet run (--trace)");
   app.add_option("--metrics", a.metrics, "its --metrics JSON (model, batch, bucket sizes)");
   app.add_option("--model", a.model, "tandem model name (bucket sizes); default: from --metrics");
@@ -133,120 +130,161 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.json_out, "write the table and its inputs as JSON");
   app.add_option("--measured", a.measured, "JSON list of measured cells [{\"ranks\", \"step_ms\", \"exposed_ms\", "
                  "optional \"strategy\"}]: adds each matching row's verdict (model.h's Target)");
+}
+
+struct Inputs {
+  std::vector<double> buckets;  // the predicted layout's bucket bytes
+  double total = 0;             // their sum
+  StepProfile prof;
+  Network net;
+};
+
+// The profile (a trace, or an assumed step), its bucket layout and the network to predict from,
+// with --metrics' defaults for what the command line left out.
+Inputs read_inputs(Args& a) {
+  Inputs in;
+  if (!a.metrics.empty()) {
+    json m = json::parse(std::ifstream(a.metrics));
+    if (a.model.empty()) a.model = m.value("model", "");
+    if (a.batch == 0) a.batch = m.value("batch_per_rank", 0LL);
+    if (a.seq_len == 0) a.seq_len = m.value("seq_len", 0LL);
+    if (m.contains("vocab_size") && a.num_classes == 1000) a.num_classes = m.at("vocab_size").get<int>();
+    const json d = m.value("ddp", json::object());
+    if (a.traced_first_mb < 0) a.traced_first_mb = d.value("bucketing", true) ? d.value("first_bucket_mb", 1.0) : 0;
+    if (a.traced_bucket_mb < 0) a.traced_bucket_mb = d.value("bucketing", true) ? d.value("bucket_mb", 25.0) : 0;
+  }
+  if (a.traced_first_mb < 0) a.traced_first_mb = 1;
+  if (a.traced_bucket_mb < 0) a.traced_bucket_mb = 25;
+  TANDEM_CHECK(a.batch > 0, "whatif: give --batch (images per rank) or --metrics");
+  TANDEM_CHECK(!a.model.empty() || a.params_m > 0, "whatif: give --model (a tandem model) or --params-m");
+  auto layout = [&](double first, double mb) {
+    return a.params_m > 0 ? uniform_buckets(a.params_m * 4e6, first, mb) : bucket_bytes(a.model, a.num_classes, first, mb);
+  };
+  in.buckets = layout(a.first_bucket_mb, a.bucket_mb);
+  for (double b : in.buckets) in.total += b;
+  MeasuredStep m;
+  ReadyCurve curve;
+  double scale = 1;
+  if (!a.trace.empty()) {
+    m = read_trace(a.trace, a.skip);
+    curve = ready_curve(m, layout(a.traced_first_mb, a.traced_bucket_mb));
+    if (a.step_ms > 0) scale = a.step_ms / m.step_ms;
+  } else {
+    TANDEM_CHECK(a.step_ms > 0, "whatif: give --trace (a measured rank) or --step-ms (an assumed one)");
+    m.step_ms = a.step_ms;
+    m.backward_end_ms = a.step_ms;  // optimizer time unknown: backward runs to the step's end
+    m.backward_start_ms = a.step_ms * (1 - a.backward_fraction);
+    curve = linear_ready_curve(in.total, m.backward_start_ms, m.backward_end_ms);
+  }
+  if (a.jitter_ms >= 0) m.jitter_ms = a.jitter_ms / scale;
+  in.prof = make_profile(m, curve, in.buckets, a.batch, scale);
+  if (a.params_m <= 0) in.prof.param_bytes = param_bytes(a.model, a.num_classes);
+  in.net = Network{a.alpha_us, a.link_gbit > 0 ? tcp_payload_GBps(a.link_gbit, a.mtu) : a.bandwidth_gbit / 8,
+                   a.allreduce_efficiency, a.host_GBps, a.copy_GBps};
+  if (!a.allreduce_json.empty())
+    in.net = fit_network(a.allreduce_json, a.backend), in.net.host_GBps = a.host_GBps, in.net.copy_GBps = a.copy_GBps;
+  return in;
+}
+
+// The header lines: what is predicted from, and the table's column names.
+void print_header(const Args& a, const Inputs& in) {
+  std::printf("# %s: %.1f M params in %zu buckets; 1-rank step %.2f ms (backward ends at %.2f, optimizer %.2f, "
+              "jitter %.2f); "
+              "batch %lld/rank\n# network: alpha %.2f us, bandwidth %.3f GB/s (%.2f Gbit/s)%s\n",
+              a.model.empty() ? "model" : a.model.c_str(), in.total / 4e6, in.buckets.size(), in.prof.step_ms,
+              in.prof.backward_end_ms, in.prof.optimizer_ms, in.prof.jitter_ms, a.batch, in.net.alpha_us, in.net.bandwidth_GBps,
+              in.net.bandwidth_GBps * 8, a.cores > 0 ? (", " + std::to_string(a.cores) + " shared cores").c_str() : "");
+  if (in.net.host_GBps > 0 || in.net.copy_GBps > 0)
+    std::printf("# CPU host: moves the collectives' bytes at %.3f GB/s, copies at %.3f GB/s (0: not counted); "
+                "both add to compute (host_cpu_ms, copy_ms)\n", in.net.host_GBps, in.net.copy_GBps);
+  if (in.prof.param_bytes.empty() && a.strategies.find("ps") != std::string::npos)
+    std::printf("# ps: per-tensor sizes unknown (--params-m), so even shards are assumed: the parameter server's "
+                "prediction is optimistic\n");
+  std::printf("%-15s %6s %10s %10s %10s %8s %12s %10s %8s %7s\n", "strategy", "ranks", "step_ms", "comm_ms",
+              "exposed_ms", "overlap", "images/s", "per_rank", "speedup", "eff");
+}
+
+// The strategy `sname` as the model takes it (tp: the BERT model's split layout).
+StrategyOptions strategy_options(const Args& a, const std::string& sname) {
+  StrategyOptions so{strategy_from_name(sname), a.wire == "none" ? 1.0 : 0.5, a.ps_servers, a.cores};
+  if (so.strategy == Strategy::Tp) {
+    TANDEM_CHECK(a.seq_len > 0, "whatif: --strategy tp needs --seq-len (or a train_encoder --metrics)");
+    const TpShape t = tp_shape(a.model, a.num_classes, a.batch, a.seq_len);
+    so.tp = a.tp, so.tp_split = t.split, so.tp_activation_bytes = t.activation_bytes, so.tp_layers = t.layers;
+  }
+  return so;
+}
+
+// One row of the table: the prediction of `so` at `ranks`, printed, and judged against a measured
+// cell when --measured has one.
+json predict_row(const Inputs& in, const std::string& sname, const StrategyOptions& so, int ranks,
+                 const json& measured) {
+  const Prediction p = predict(in.prof, in.net, so, ranks);
+  std::printf("%-15s %6d %10.2f %10.2f %10.2f %7.0f%% %12.1f %10.1f %8.2f %6.1f%%", sname.c_str(), p.ranks,
+              p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
+              p.speedup, 100 * p.efficiency);
+  if (p.ps_busiest_bytes > 0) std::printf("  busiest server %.1f MiB", p.ps_busiest_bytes / (1 << 20));
+  if (p.host_cpu_ms > 0 || p.copy_ms > 0) std::printf("  host %.1f ms, copies %.1f ms", p.host_cpu_ms, p.copy_ms);
+  json row{{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
+           {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms},
+           {"overlap", p.overlap}, {"images_per_s", p.images_per_s},
+           {"images_per_s_per_rank", p.images_per_s_per_rank}, {"speedup", p.speedup},
+           {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes},
+           {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}, {"host_cpu_ms", p.host_cpu_ms},
+           {"copy_ms", p.copy_ms}};
+  if (const json* cell = find_measured(measured, sname, p.ranks)) {
+    const Verdict v = judge(p, cell->at("step_ms").get<double>(), cell->value("exposed_ms", 0.0));
+    std::printf("  | measured %.2f ms (%+.0f%%), exposed %.2f vs %.2f ms (bound %.2f): %s", cell->at("step_ms").get<double>(),
+                100 * v.step_error, v.predicted_exposed_ms, cell->value("exposed_ms", 0.0), v.exposed_bound_ms,
+                v.within() ? "within target" : !v.step_ok && !v.exposed_ok ? "off: step and exposed"
+                                               : !v.step_ok                ? "off: step"
+                                                                           : "off: exposed");
+    row["measured"] = *cell;
+    row["verdict"] = {{"step_error", v.step_error}, {"predicted_exposed_ms", v.predicted_exposed_ms},
+                      {"exposed_error_ms", v.exposed_error_ms}, {"exposed_bound_ms", v.exposed_bound_ms},
+                      {"step_ok", v.step_ok}, {"exposed_ok", v.exposed_ok}, {"within_target", v.within()}};
+  }
+  std::printf("\n");
+  return row;
+}
+
+// --json: the table and the inputs it was predicted from.
+void write_json(const Args& a, const Inputs& in, const json& rows) {
+  json b = json::array();
+  for (const Bucket& x : in.prof.buckets) b.push_back({{"bytes", x.bytes}, {"ready_ms", x.ready_ms}});
+  json out{{"inputs", {{"model", a.model}, {"params_m", in.total / 4e6}, {"batch_per_rank", a.batch},
+                       {"trace", a.trace}, {"step_ms", in.prof.step_ms}, {"backward_end_ms", in.prof.backward_end_ms},
+                       {"optimizer_ms", in.prof.optimizer_ms}, {"jitter_ms", in.prof.jitter_ms}, {"buckets", b}, {"wire", a.wire},
+                       {"ps_servers", a.ps_servers}, {"cores", a.cores},
+                       {"target", {{"step", Target{}.step}, {"exposed", Target{}.exposed},
+                                   {"exposed_floor", Target{}.exposed_floor}}},
+                       {"network", {{"alpha_us", in.net.alpha_us}, {"bandwidth_GBps", in.net.bandwidth_GBps},
+                                    {"allreduce_efficiency", in.net.allreduce_efficiency},
+                                    {"host_GBps", in.net.host_GBps}, {"copy_GBps", in.net.copy_GBps}}}}},
+           {"predictions", rows}};
+  std::ofstream(a.json_out) << out.dump(2) << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"What-if scaling: step time, throughput and efficiency at N ranks from one measured rank"};
+  add_flags(app, a);
   CLI11_PARSE(app, argc, argv);
-
   try {
-    if (!a.metrics.empty()) {
-      json m = json::parse(std::ifstream(a.metrics));
-      if (a.model.empty()) a.model = m.value("model", "");
-      if (a.batch == 0) a.batch = m.value("batch_per_rank", 0LL);
-      if (a.seq_len == 0) a.seq_len = m.value("seq_len", 0LL);
-      if (m.contains("vocab_size") && a.num_classes == 1000) a.num_classes = m.at("vocab_size").get<int>();
-      const json d = m.value("ddp", json::object());
-      if (a.traced_first_mb < 0) a.traced_first_mb = d.value("bucketing", true) ? d.value("first_bucket_mb", 1.0) : 0;
-      if (a.traced_bucket_mb < 0) a.traced_bucket_mb = d.value("bucketing", true) ? d.value("bucket_mb", 25.0) : 0;
-    }
-    if (a.traced_first_mb < 0) a.traced_first_mb = 1;
-    if (a.traced_bucket_mb < 0) a.traced_bucket_mb = 25;
-    TANDEM_CHECK(a.batch > 0, "whatif: give --batch (images per rank) or --metrics");
-    TANDEM_CHECK(!a.model.empty() || a.params_m > 0, "whatif: give --model (a tandem model) or --params-m");
-    auto layout = [&](double first, double mb) {
-      return a.params_m > 0 ? uniform_buckets(a.params_m * 4e6, first, mb) : bucket_bytes(a.model, a.num_classes, first, mb);
-    };
-    const std::vector<double> buckets = layout(a.first_bucket_mb, a.bucket_mb);
-    double total = 0;
-    for (double b : buckets) total += b;
-    MeasuredStep m;
-    ReadyCurve curve;
-    double scale = 1;
-    if (!a.trace.empty()) {
-      m = read_trace(a.trace, a.skip);
-      curve = ready_curve(m, layout(a.traced_first_mb, a.traced_bucket_mb));
-      if (a.step_ms > 0) scale = a.step_ms / m.step_ms;
-    } else {
-      TANDEM_CHECK(a.step_ms > 0, "whatif: give --trace (a measured rank) or --step-ms (an assumed one)");
-      m.step_ms = a.step_ms;
-      m.backward_end_ms = a.step_ms;  // optimizer time unknown: backward runs to the step's end
-      m.backward_start_ms = a.step_ms * (1 - a.backward_fraction);
-      curve = linear_ready_curve(total, m.backward_start_ms, m.backward_end_ms);
-    }
-    if (a.jitter_ms >= 0) m.jitter_ms = a.jitter_ms / scale;
-    StepProfile prof = make_profile(m, curve, buckets, a.batch, scale);
-    if (a.params_m <= 0) prof.param_bytes = param_bytes(a.model, a.num_classes);
+    const Inputs in = read_inputs(a);
     const json measured = a.measured.empty() ? json::array() : read_measured(a.measured);
-    Network net{a.alpha_us, a.link_gbit > 0 ? tcp_payload_GBps(a.link_gbit, a.mtu) : a.bandwidth_gbit / 8,
-                a.allreduce_efficiency, a.host_GBps, a.copy_GBps};
-    if (!a.allreduce_json.empty())
-      net = fit_network(a.allreduce_json, a.backend), net.host_GBps = a.host_GBps, net.copy_GBps = a.copy_GBps;
-
-    std::printf("# %s: %.1f M params in %zu buckets; 1-rank step %.2f ms (backward ends at %.2f, optimizer %.2f, "
-                "jitter %.2f); "
-                "batch %lld/rank\n# network: alpha %.2f us, bandwidth %.3f GB/s (%.2f Gbit/s)%s\n",
-                a.model.empty() ? "model" : a.model.c_str(), total / 4e6, buckets.size(), prof.step_ms,
-                prof.backward_end_ms, prof.optimizer_ms, prof.jitter_ms, a.batch, net.alpha_us, net.bandwidth_GBps,
-                net.bandwidth_GBps * 8, a.cores > 0 ? (", " + std::to_string(a.cores) + " shared cores").c_str() : "");
-    if (net.host_GBps > 0 || net.copy_GBps > 0)
-      std::printf("# CPU host: moves the collectives' bytes at %.3f GB/s, copies at %.3f GB/s (0: not counted); "
-                  "both add to compute (host_cpu_ms, copy_ms)\n", net.host_GBps, net.copy_GBps);
-    if (prof.param_bytes.empty() && a.strategies.find("ps") != std::string::npos)
-      std::printf("# ps: per-tensor sizes unknown (--params-m), so even shards are assumed: the parameter server's "
-                  "prediction is optimistic\n");
-    std::printf("%-15s %6s %10s %10s %10s %8s %12s %10s %8s %7s\n", "strategy", "ranks", "step_ms", "comm_ms",
-                "exposed_ms", "overlap", "images/s", "per_rank", "speedup", "eff");
+    print_header(a, in);
     json rows = json::array();
     for (const std::string& sname : split(a.strategies)) {
-      StrategyOptions so{strategy_from_name(sname), a.wire == "none" ? 1.0 : 0.5, a.ps_servers, a.cores};
-      if (so.strategy == Strategy::Tp) {
-        TANDEM_CHECK(a.seq_len > 0, "whatif: --strategy tp needs --seq-len (or a train_encoder --metrics)");
-        const TpShape t = tp_shape(a.model, a.num_classes, a.batch, a.seq_len);
-        so.tp = a.tp, so.tp_split = t.split, so.tp_activation_bytes = t.activation_bytes, so.tp_layers = t.layers;
-      }
+      const StrategyOptions so = strategy_options(a, sname);
       for (const std::string& rs : split(a.ranks)) {
         if (so.strategy == Strategy::Tp && std::stoi(rs) % so.tp != 0) continue;  // no grid of that size
-        const Prediction p = predict(prof, net, so, std::stoi(rs));
-        std::printf("%-15s %6d %10.2f %10.2f %10.2f %7.0f%% %12.1f %10.1f %8.2f %6.1f%%", sname.c_str(), p.ranks,
-                    p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
-                    p.speedup, 100 * p.efficiency);
-        if (p.ps_busiest_bytes > 0) std::printf("  busiest server %.1f MiB", p.ps_busiest_bytes / (1 << 20));
-        if (p.host_cpu_ms > 0 || p.copy_ms > 0) std::printf("  host %.1f ms, copies %.1f ms", p.host_cpu_ms, p.copy_ms);
-        json row{{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
-                 {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms},
-                 {"overlap", p.overlap}, {"images_per_s", p.images_per_s},
-                 {"images_per_s_per_rank", p.images_per_s_per_rank}, {"speedup", p.speedup},
-                 {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes},
-                 {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}, {"host_cpu_ms", p.host_cpu_ms},
-                 {"copy_ms", p.copy_ms}};
-        if (const json* cell = find_measured(measured, sname, p.ranks)) {
-          const Verdict v = judge(p, cell->at("step_ms").get<double>(), cell->value("exposed_ms", 0.0));
-          std::printf("  | measured %.2f ms (%+.0f%%), exposed %.2f vs %.2f ms (bound %.2f): %s", cell->at("step_ms").get<double>(),
-                      100 * v.step_error, v.predicted_exposed_ms, cell->value("exposed_ms", 0.0), v.exposed_bound_ms,
-                      v.within() ? "within target" : !v.step_ok && !v.exposed_ok ? "off: step and exposed"
-                                                     : !v.step_ok                ? "off: step"
-                                                                                 : "off: exposed");
-          row["measured"] = *cell;
-          row["verdict"] = {{"step_error", v.step_error}, {"predicted_exposed_ms", v.predicted_exposed_ms},
-                            {"exposed_error_ms", v.exposed_error_ms}, {"exposed_bound_ms", v.exposed_bound_ms},
-                            {"step_ok", v.step_ok}, {"exposed_ok", v.exposed_ok}, {"within_target", v.within()}};
-        }
-        std::printf("\n");
-        rows.push_back(row);
+        rows.push_back(predict_row(in, sname, so, std::stoi(rs), measured));
       }
     }
-    if (!a.json_out.empty()) {
-      json b = json::array();
-      for (const Bucket& x : prof.buckets) b.push_back({{"bytes", x.bytes}, {"ready_ms", x.ready_ms}});
-      json out{{"inputs", {{"model", a.model}, {"params_m", total / 4e6}, {"batch_per_rank", a.batch},
-                           {"trace", a.trace}, {"step_ms", prof.step_ms}, {"backward_end_ms", prof.backward_end_ms},
-                           {"optimizer_ms", prof.optimizer_ms}, {"jitter_ms", prof.jitter_ms}, {"buckets", b}, {"wire", a.wire},
-                           {"ps_servers", a.ps_servers}, {"cores", a.cores},
-                           {"target", {{"step", Target{}.step}, {"exposed", Target{}.exposed},
-                                       {"exposed_floor", Target{}.exposed_floor}}},
-                           {"network", {{"alpha_us", net.alpha_us}, {"bandwidth_GBps", net.bandwidth_GBps},
-                                        {"allreduce_efficiency", net.allreduce_efficiency},
-                                        {"host_GBps", net.host_GBps}, {"copy_GBps", net.copy_GBps}}}}},
-               {"predictions", rows}};
-      std::ofstream(a.json_out) << out.dump(2) << "\n";
-    }
+    if (!a.json_out.empty()) write_json(a, in, rows);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "whatif: %s\n", e.what());
     return 1;
