@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -116,75 +117,67 @@ std::vector<std::pair<std::string, std::string>> read_toml_config(const std::str
   return out;
 }
 
-std::string deepspeed_to_toml(const std::string& json_text) {
-  json ds;
-  try {
-    ds = json::parse(json_text);
-  } catch (const json::exception& e) {
-    refuse("the --config file", std::string("it starts with '{' but is not valid JSON (") + e.what() + "); " +
-                                    kTomlShape);
+namespace {
+
+// One DeepSpeed leaf as a TOML line through `line` (flag, value, path); refuses a value tandem cannot
+// take; false for a key tandem does not have.
+bool deepspeed_leaf(const std::string& path, const json& v,
+                    const std::function<void(const std::string&, const std::string&, const std::string&)>& line) {
+  const std::string where = "DeepSpeed key " + path;
+  if (auto d = deepspeed_direct().find(path); d != deepspeed_direct().end()) {
+    const bool numbers = v.is_number() || (v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) {
+                                             return x.is_number();
+                                           }));
+    if (!numbers) refuse(where, "is " + v.dump() + "; tandem needs the number written out (\"auto\" is the "
+                                "Hugging Face Trainer's fill-in)");
+    line(d->second, v.dump(), path);
+  } else if (path == "bf16.enabled" || path == "fp16.enabled") {
+    if (!v.is_boolean()) refuse(where, "must be true or false");
+    if (v.get<bool>()) line("amp", "\"" + path.substr(0, 4) + "\"", path);
+  } else if (path == "optimizer.type") {
+    std::string t = v.is_string() ? v.get<std::string>() : v.dump();
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+    // DeepSpeed's Adam is AdamW unless adam_w_mode is false (ADAM_W_MODE_DEFAULT = True).
+    const std::map<std::string, std::string> types{{"adam", "adamw"}, {"adamw", "adamw"}, {"lamb", "lamb"},
+                                                   {"sgd", "sgd"}};
+    auto it = types.find(t);
+    if (it == types.end()) refuse(where, v.dump() + " has no tandem optimizer; tandem has Adam/AdamW, Lamb and SGD");
+    line("optimizer", "\"" + it->second + "\"", path);
+  } else if (path == "scheduler.type") {
+    auto it = v.is_string() ? kSchedulers.find(v.get<std::string>()) : kSchedulers.end();
+    if (it == kSchedulers.end())
+      refuse(where, v.dump() + " is not read; tandem reads WarmupLR and WarmupDecayLR (for a cosine or step "
+                               "decay pass --lr-scheduler as a flag)");
+    line("lr-scheduler", "\"" + it->second + "\"", path);
+  } else if (path == "scheduler.params.warmup_type") {
+    if (v != "linear") refuse(where, "is " + v.dump() + "; tandem warms up linearly only (\"linear\")");
+  } else if (path == "scheduler.params.warmup_min_lr") {
+    if (!v.is_number() || v.get<double>() != 0)
+      refuse(where, "is " + v.dump() + "; tandem's warmup starts at 0 (write 0 or leave the key out)");
+  } else if (path == "optimizer.params.adam_w_mode") {
+    if (v != true) refuse(where, "false (Adam with L2 in the gradient) has no tandem optimizer; tandem's is AdamW");
+  } else {
+    return false;
   }
-  if (!ds.is_object()) refuse("the --config file", std::string("a JSON config must be one object; ") + kTomlShape);
-  std::vector<std::pair<std::string, json>> leaves;
-  flatten(ds, "", leaves);
-  std::ostringstream toml;
-  std::vector<std::string> refused;
-  std::map<std::string, json> got;  // every leaf, for the cross-checks below
-  for (const auto& [path, v] : leaves) got[path] = v;
-  auto line = [&](const std::string& flag, const std::string& value, const std::string& path) {
-    toml << flag << " = " << value << "  # DeepSpeed " << path << "\n";
-  };
-  for (const auto& [path, v] : leaves) {
-    const std::string where = "DeepSpeed key " + path;
-    // warmup_max_lr and optimizer.params.lr are one flag (--lr), checked equal below: one line.
-    if (path == "scheduler.params.warmup_max_lr" && got.count("optimizer.params.lr")) continue;
-    if (auto d = deepspeed_direct().find(path); d != deepspeed_direct().end()) {
-      const bool numbers = v.is_number() || (v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) {
-                                               return x.is_number();
-                                             }));
-      if (!numbers) refuse(where, "is " + v.dump() + "; tandem needs the number written out (\"auto\" is the "
-                                  "Hugging Face Trainer's fill-in)");
-      line(d->second, v.dump(), path);
-    } else if (path == "bf16.enabled" || path == "fp16.enabled") {
-      if (!v.is_boolean()) refuse(where, "must be true or false");
-      if (v.get<bool>()) line("amp", "\"" + path.substr(0, 4) + "\"", path);
-    } else if (path == "optimizer.type") {
-      std::string t = v.is_string() ? v.get<std::string>() : v.dump();
-      std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
-      // DeepSpeed's Adam is AdamW unless adam_w_mode is false (ADAM_W_MODE_DEFAULT = True).
-      const std::map<std::string, std::string> types{{"adam", "adamw"}, {"adamw", "adamw"}, {"lamb", "lamb"},
-                                                     {"sgd", "sgd"}};
-      auto it = types.find(t);
-      if (it == types.end()) refuse(where, v.dump() + " has no tandem optimizer; tandem has Adam/AdamW, Lamb and SGD");
-      line("optimizer", "\"" + it->second + "\"", path);
-    } else if (path == "scheduler.type") {
-      auto it = v.is_string() ? kSchedulers.find(v.get<std::string>()) : kSchedulers.end();
-      if (it == kSchedulers.end())
-        refuse(where, v.dump() + " is not read; tandem reads WarmupLR and WarmupDecayLR (for a cosine or step "
-                                 "decay pass --lr-scheduler as a flag)");
-      line("lr-scheduler", "\"" + it->second + "\"", path);
-    } else if (path == "scheduler.params.warmup_type") {
-      if (v != "linear") refuse(where, "is " + v.dump() + "; tandem warms up linearly only (\"linear\")");
-    } else if (path == "scheduler.params.warmup_min_lr") {
-      if (!v.is_number() || v.get<double>() != 0)
-        refuse(where, "is " + v.dump() + "; tandem's warmup starts at 0 (write 0 or leave the key out)");
-    } else if (path == "optimizer.params.adam_w_mode") {
-      if (v != true) refuse(where, "false (Adam with L2 in the gradient) has no tandem optimizer; tandem's is AdamW");
-    } else {
-      refused.push_back(path);
-    }
-  }
-  if (!refused.empty()) {
-    std::string names;
-    for (const std::string& r : refused) names += (names.empty() ? "" : ", ") + r;
-    std::string read;
-    for (const auto& [path, flag] : deepspeed_direct()) read += path + ", ";
-    refuse("the --config file", "DeepSpeed key(s) that tandem does not have: " + names + ". Remove them (" +
-                                    "train_batch_size: tandem's global batch is --batch-size x --grad-accum-steps "
-                                    "x ranks). Read are: " + read + "bf16.enabled, fp16.enabled, optimizer.type, "
-                                    "scheduler.type (WarmupLR, WarmupDecayLR), scheduler.params.warmup_type, "
-                                    "scheduler.params.warmup_min_lr");
-  }
+  return true;
+}
+
+// The refusal of the keys tandem does not have, naming the ones it reads.
+[[noreturn]] void refuse_deepspeed_keys(const std::vector<std::string>& refused) {
+  std::string names;
+  for (const std::string& r : refused) names += (names.empty() ? "" : ", ") + r;
+  std::string read;
+  for (const auto& [path, flag] : deepspeed_direct()) read += path + ", ";
+  refuse("the --config file", "DeepSpeed key(s) that tandem does not have: " + names + ". Remove them (" +
+                                  "train_batch_size: tandem's global batch is --batch-size x --grad-accum-steps "
+                                  "x ranks). Read are: " + read + "bf16.enabled, fp16.enabled, optimizer.type, "
+                                  "scheduler.type (WarmupLR, WarmupDecayLR), scheduler.params.warmup_type, "
+                                  "scheduler.params.warmup_min_lr");
+}
+
+// What the keys say together: one 16-bit precision; DeepSpeed's scheduler defaults that tandem does
+// not share written out; no scheduler means a constant LR (appended to `toml`).
+void check_deepspeed_together(std::map<std::string, json>& got, std::ostringstream& toml) {
   if (got.count("bf16.enabled") && got.count("fp16.enabled") && got["bf16.enabled"] == true &&
       got["fp16.enabled"] == true)
     refuse("the --config file", "bf16.enabled and fp16.enabled are both true; enable one");
@@ -203,6 +196,35 @@ std::string deepspeed_to_toml(const std::string& json_text) {
     // No scheduler in DeepSpeed means a constant LR from the first step.
     toml << "lr-scheduler = \"constant\"  # DeepSpeed: no scheduler\nlr-warmup-steps = 0  # DeepSpeed: no scheduler\n";
   }
+}
+
+}  // namespace
+
+std::string deepspeed_to_toml(const std::string& json_text) {
+  json ds;
+  try {
+    ds = json::parse(json_text);
+  } catch (const json::exception& e) {
+    refuse("the --config file", std::string("it starts with '{' but is not valid JSON (") + e.what() + "); " +
+                                    kTomlShape);
+  }
+  if (!ds.is_object()) refuse("the --config file", std::string("a JSON config must be one object; ") + kTomlShape);
+  std::vector<std::pair<std::string, json>> leaves;
+  flatten(ds, "", leaves);
+  std::ostringstream toml;
+  std::vector<std::string> refused;
+  std::map<std::string, json> got;  // every leaf, for the cross-checks
+  for (const auto& [path, v] : leaves) got[path] = v;
+  auto line = [&](const std::string& flag, const std::string& value, const std::string& path) {
+    toml << flag << " = " << value << "  # DeepSpeed " << path << "\n";
+  };
+  for (const auto& [path, v] : leaves) {
+    // warmup_max_lr and optimizer.params.lr are one flag (--lr), checked equal below: one line.
+    if (path == "scheduler.params.warmup_max_lr" && got.count("optimizer.params.lr")) continue;
+    if (!deepspeed_leaf(path, v, line)) refused.push_back(path);
+  }
+  if (!refused.empty()) refuse_deepspeed_keys(refused);
+  check_deepspeed_together(got, toml);
   return toml.str();
 }
 
