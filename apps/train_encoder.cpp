@@ -33,6 +33,9 @@
 // (DDP or --zero 1|2) over world / T, every rank of a TP group on the same batch; checkpoints stay
 // canonical (assembled over TP at a save, sharded at a resume). --memory-budget-mib M refuses at
 // start-up (exit 2) a run whose memory ledger predicts more than M MiB per rank, naming what fits.
+// --strategy ps [--ps-servers K]: the parameter server (dist/extras/parameter_server.h) instead of
+// DDP's all-reduce, BERT's no-decay group on the servers - SGD in f32 only, without clipping or
+// checkpoints, so BERT's AdamW and clipping are refused there: --optimizer sgd --clip-grad-norm 0.
 // Progress lines: sequences/s and tokens/s, MFU, the ms/step split, memory, the loss scale and skipped
 // steps (apps/encoder/report.h); the start-up lines print the memory ledger.
 // Preemption (apps/trainer/run/preemption.h): SIGTERM, SIGUSR1 or SIGINT makes every rank stop at the next

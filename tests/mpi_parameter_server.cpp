@@ -4,7 +4,9 @@
 // the optimizer on every rank, the parameter server with K servers (K = 1, 2) that alone run it.
 // Tolerance 1e-5 relative in f32 (max_rel_diff): both divide the same sum by N, but the sum is formed
 // by a different collective (reduce to a root vs all-reduce), so its order may differ by a few ulps.
-// After every pull, all ranks must hold bit-identical parameters.
+// After every pull, all ranks must hold bit-identical parameters. With a no-decay rule (the biases)
+// the servers' second optimizer (weight decay 0) matches DDP's two optimizers the same way, and a
+// strong decay shows that the rule acts (without it the biases would differ by far more than 1e-5).
 #include <doctest/doctest.h>
 
 #include "core/ops/ops.h"
@@ -29,37 +31,53 @@ optim::OptimizerOptions options_for(const std::string& name) {
   return o;
 }
 
+bool is_bias(const std::string& name) { return name.size() > 5 && name.substr(name.size() - 5) == ".bias"; }
+
 // kSteps of DDP (optimizer on every rank) and of the parameter server (optimizer on the servers).
-void check_ps_equals_ddp(const std::string& opt_name, int servers) {
+// groups: the biases train without weight decay (DDP: a second optimizer; PS: PsOptions::no_decay),
+// the rest with a weight decay strong enough to show.
+void check_ps_equals_ddp(const std::string& opt_name, int servers, bool groups = false) {
   CAPTURE(opt_name);
   CAPTURE(servers);
+  CAPTURE(groups);
   const World& w = world();
   Data d = make_data(w.size * kBatch);
   Tensor xs = rank_rows(d.x, w.rank), ys = rank_rows(d.y, w.rank);
 
   auto ddp_model = std::make_shared<SmallCnn>(7 + 100 * w.rank);
   DistributedDataParallel ddp(ddp_model, dist::comm_for(Device::cpu()));
-  auto ddp_opt = optim::make_optimizer(opt_name, ddp_model->named_parameters(), options_for(opt_name));
+  optim::OptimizerOptions opts = options_for(opt_name);
+  if (groups) opts.weight_decay = 0.05;
+  optim::NamedTensors decay, no_decay;
+  for (auto& [name, p] : ddp_model->named_parameters()) (groups && is_bias(name) ? no_decay : decay).emplace_back(name, p);
+  auto ddp_opt = optim::make_optimizer(opt_name, decay, opts);
+  optim::OptimizerOptions without = opts;
+  without.weight_decay = 0.0;
+  auto ddp_no_decay = optim::make_optimizer(opt_name, no_decay, without);
 
   auto ps_model = std::make_shared<SmallCnn>(7 + 100 * w.rank);  // different per rank: PS must broadcast
   PsOptions po;
   po.servers = servers;
   po.optimizer = opt_name;
-  po.optimizer_options = options_for(opt_name);
+  po.optimizer_options = opts;
+  if (groups) po.no_decay = is_bias;
   ParameterServer ps(ps_model->named_parameters(), comm_for(Device::cpu()), po);
   CHECK(ps.is_server() == (w.rank < servers));
+  CHECK((ps.no_decay_optimizer() != nullptr) == (groups && ps.is_server()));
 
   for (int step = 0; step < kSteps; ++step) {
     ddp_opt->zero_grad();
+    ddp_no_decay->zero_grad();
     ops::cross_entropy(ddp(xs), ys).backward();
     ddp_opt->step();
+    ddp_no_decay->step();
     zero_grads(*ps_model);
     ops::cross_entropy((*ps_model)(xs), ys).backward();
     ps.step();
     CHECK(bit_identical(dist::comm_for(Device::cpu()), *ps_model));  // after every pull, not only at the end
   }
   const double diff = max_rel_diff(*ps_model, *ddp_model);
-  if (w.rank == 0) MESSAGE(opt_name, ", K = ", servers, ": max relative diff PS vs DDP ", diff);
+  if (w.rank == 0) MESSAGE(opt_name, ", K = ", servers, std::string(groups ? " (two groups)" : ""), ": max relative diff PS vs DDP ", diff);
   CHECK(diff <= 1e-5);
 }
 
@@ -95,6 +113,12 @@ TEST_CASE("parameter server == DDP after kSteps (SGD with momentum, AdamW; K = 1
   for (const char* opt : {"sgd", "adamw"})
     for (int servers : {1, 2})
       if (servers <= world().size) check_ps_equals_ddp(opt, servers);
+}
+
+TEST_CASE("parameter server with a no-decay group == DDP with the same two optimizers (K = 1 and 2)") {
+  for (const char* opt : {"sgd", "adamw"})
+    for (int servers : {1, 2})
+      if (servers <= world().size) check_ps_equals_ddp(opt, servers, true);
 }
 
 TEST_CASE("the optimizer lives only on servers, each holding its partition's state") {

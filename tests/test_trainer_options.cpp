@@ -169,6 +169,13 @@ TEST_CASE("a trainer's names make the refusals read as its flags") {
   o.checkpoint = true;
   CHECK(refusal(o).value() == "--strategy ps does not checkpoint (the optimizer state lives on the servers): drop "
                               "--checkpoint-dir, or use --strategy ddp");
+  // "Turn it off", not "drop": train_encoder clips by default.
+  o.checkpoint = false, o.clip_grad_norm = 1;
+  CHECK(refusal(o).value() == "--strategy ps does not clip gradients yet: turn clipping off with --clip-grad-norm 0, "
+                              "or use --strategy ddp");
+  // A no-decay group (train_encoder's BERT rule) runs on the servers too.
+  o.clip_grad_norm = 0, o.no_decay = bert_no_weight_decay, o.optimizer_options.weight_decay = 0.01;
+  CHECK_FALSE(refusal(o).has_value());
   StepOptions z;
   z.names = imagenet_flags;
   z.strategy = Strategy::Zero2, z.compress = "bf16";

@@ -44,14 +44,17 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
                                              "--steps); resume later")->check(CLI::NonNegativeNumber);
   trainer::add_batch_flags(app, o.batch, o.step.grad_accum_steps, "sequences",
                            "; each micro-batch's loss is its own masked-token mean, as in HF");
-  app.add_option("--optimizer", o.optimizer, "adamw or lamb")->check(CLI::IsMember({"adamw", "lamb"}))
-      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "adamw, lamb or sgd (sgd: the one --strategy ps runs)")
+      ->check(CLI::IsMember({"adamw", "lamb", "sgd"}))->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_flag("--nesterov", o.nesterov, "SGD: Nesterov momentum");
   app.add_option("--lr", o.lr, "peak learning rate, used as given on any number of ranks (see --lr-scaling)")
       ->capture_default_str();
   app.add_option("--lr-scaling", o.lr_scaling,
                  "none: --lr as given (torchvision, Hugging Face); linear: --lr x world size (Goyal et al.)")
       ->check(CLI::IsMember({"none", "linear"}))->capture_default_str();
-  app.add_option("--weight-decay,--wd", o.wd, "decoupled weight decay (not applied to biases and LayerNorm)")
+  app.add_option("--weight-decay,--wd", o.wd, "weight decay, not applied to biases and LayerNorm (decoupled for AdamW/LAMB, "
+                 "L2 for SGD)")
       ->capture_default_str();
   auto* betas = app.add_option("--betas", o.betas, "AdamW/LAMB: beta1,beta2")->delimiter(',')->expected(2)
                     ->capture_default_str();
@@ -80,6 +83,12 @@ int parse_options(int argc, char** argv, EncoderOptions& o, bool print) {
   app.add_option("--zero", o.zero, "ZeRO stage: 0 DDP, 1 shard the optimizer state (and --amp's f32 masters), 2 "
                                    "also the gradients, 3 also the parameters (each layer gathered around its use)")
       ->check(CLI::IsMember({0, 1, 2, 3}))->capture_default_str();
+  app.add_option("--strategy", o.strategy, "ddp: all-reduce during backward (with --zero's sharding); ps: synchronous "
+                 "parameter server, which runs SGD without clipping: pass --optimizer sgd --clip-grad-norm 0 with "
+                 "it (BERT's AdamW and clipping are refused there, not changed)")
+      ->check(CLI::IsMember({"ddp", "ps"}))->capture_default_str();
+  app.add_option("--ps-servers", o.step.ps_servers, "ps: servers, colocated on ranks 0..K-1")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--tp", o.tp, "tensor-parallel size T: each layer's matrices split over groups of T ranks "
                                "(Megatron), data parallel over world / T; must divide the ranks and the model's "
                                "heads, hidden size and FFN width")->check(CLI::PositiveNumber)->capture_default_str();
@@ -123,6 +132,12 @@ void validate(EncoderOptions& o) {
   TANDEM_CHECK(o.batch > 0, "--batch-size must be positive, got ", o.batch);
   TANDEM_CHECK(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1,
                "--betas takes two values in [0, 1), e.g. --betas 0.9,0.999");
+  TANDEM_CHECK(o.optimizer != "sgd" || (o.eps < 0 && o.betas[0] == 0.9 && o.betas[1] == 0.999),
+               "--betas and --eps belong to AdamW and LAMB: pass --optimizer adamw or lamb, or drop them");
+  TANDEM_CHECK(o.optimizer == "sgd" || !o.nesterov, "--nesterov is SGD's: pass --optimizer sgd, or drop it");
+  // Two flags that spell one library option (StepOptions::strategy): ps or a ZeRO stage, not both.
+  TANDEM_CHECK(o.strategy != "ps" || o.zero == 0, "--strategy ps keeps whole partitions on its servers; ZeRO "
+               "shards DDP's state instead: use one of --zero or --strategy ps");
   TANDEM_CHECK(o.lr_schedule != "step" || !o.lr_milestones.empty(), "--lr-scheduler step needs --lr-milestones "
                "STEP,STEP,... (the steps where the LR is multiplied by --lr-gamma)");
   for (size_t i = 0; i < o.lr_milestones.size(); ++i)
@@ -165,12 +180,10 @@ namespace {
 
 // The words for the library's options in this trainer's messages (apps/trainer/step/option_names.h).
 std::string flag_name(const std::string& option, const std::string& value) {
-  if (option == "strategy")
-    return value == "zero1"   ? "--zero 1"
-           : value == "zero2" ? "--zero 2"
-           : value == "zero3" ? "--zero 3"
-           : value == "ddp"   ? "--zero 0"
-                              : "--zero";
+  if (option == "strategy") {
+    if (value == "zero1" || value == "zero2" || value == "zero3") return std::string("--zero ") + value.back();
+    return value.empty() ? "--strategy" : "--strategy " + value;  // ddp, ps
+  }
   const std::string shared = trainer::shared_flag_name(option, value);
   return shared.empty() ? trainer::library_option_name(option, value) : shared;  // "": no flag for it (yet)
 }
@@ -179,18 +192,26 @@ std::string flag_name(const std::string& option, const std::string& value) {
 
 trainer::StepOptions step_options(const EncoderOptions& o) {
   trainer::StepOptions s = o.step;  // what the flags wrote directly (run_flags.h)
-  s.strategy = o.zero == 1   ? trainer::Strategy::Zero1
-               : o.zero == 2 ? trainer::Strategy::Zero2
-               : o.zero == 3 ? trainer::Strategy::Zero3
-                             : trainer::Strategy::Ddp;
+  s.strategy = o.strategy == "ps" ? trainer::Strategy::ParameterServer
+               : o.zero == 1      ? trainer::Strategy::Zero1
+               : o.zero == 2      ? trainer::Strategy::Zero2
+               : o.zero == 3      ? trainer::Strategy::Zero3
+                                  : trainer::Strategy::Ddp;
   s.overlap = !o.no_overlap;
-  // BERT: AdamW or LAMB, the lr set by the schedule at every step, no weight decay on biases and
-  // LayerNorm (apps/trainer/step/param_groups.h).
+  // BERT: AdamW or LAMB (or SGD), the lr set by the schedule at every step, no weight decay on
+  // biases and LayerNorm (apps/trainer/step/param_groups.h). momentum and nesterov are SGD's, betas
+  // and eps AdamW's and LAMB's.
   s.optimizer = o.optimizer;
-  s.optimizer_options.lr = o.lr;
-  s.optimizer_options.weight_decay = o.wd;
-  s.optimizer_options.beta1 = o.betas.at(0), s.optimizer_options.beta2 = o.betas.at(1);
-  if (o.eps > 0) s.optimizer_options.eps = o.eps;
+  optim::OptimizerOptions& oo = s.optimizer_options;
+  oo.lr = o.lr;
+  oo.weight_decay = o.wd;
+  if (o.optimizer == "sgd") {
+    oo.momentum = o.momentum;
+    oo.nesterov = o.nesterov;
+  } else {
+    oo.beta1 = o.betas.at(0), oo.beta2 = o.betas.at(1);
+    if (o.eps > 0) oo.eps = o.eps;
+  }
   s.no_decay = trainer::bert_no_weight_decay;
   s.precision = trainer::precision_from_name(o.amp);
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);

@@ -1,9 +1,9 @@
 // apps/encoder/options.h: train_encoder's settings and command line (CLI11).
 //
 // The flags are train_imagenet's words (--model, --data/--synthetic, --batch-size, --weight-decay,
-// --clip-grad-norm, --betas, --eps, --lr-scheduler, --lr-warmup-steps, --grad-accum-steps, --amp,
-// --zero, --checkpoint-dir/--resume auto, --keep-checkpoints, --log-file, --config, --trace,
-// --metrics; torchvision's and Hugging Face's where they agree); the older spellings --batch, --wd,
+// --clip-grad-norm, --optimizer with --momentum/--nesterov or --betas/--eps, --lr-scheduler,
+// --lr-warmup-steps, --grad-accum-steps, --amp, --zero, --strategy ps/--ps-servers,
+// --checkpoint-dir/--resume auto, --keep-checkpoints, --log-file, --config, --trace, --metrics; torchvision's and Hugging Face's where they agree); the older spellings --batch, --wd,
 // --clip, --beta2 and --warmup-steps stay. What differs is text: --vocab, --seq-len, the masking
 // probability, and BERT's recipe as the defaults (AdamW, warmup then linear decay, clipping at 1.0,
 // no weight decay on biases and LayerNorm). The LR rule is train_imagenet's: --lr as given on any
@@ -52,10 +52,13 @@ struct EncoderOptions : trainer::RunOptions {
   int64_t run_steps = 0;            // >0: stop this invocation after that many steps (for --resume)
   int64_t batch = 32;               // sequences per rank per micro-batch (--batch-size; --batch, -b)
   // optimizer and schedule (BERT: AdamW, lr 1e-4 at batch 256, warmup then linear decay, wd 0.01)
-  std::string optimizer = "adamw";  // adamw | lamb
+  std::string optimizer = "adamw";  // adamw | lamb | sgd (sgd: the one --strategy ps runs)
+  double momentum = 0.9;            // sgd: train_imagenet's default (torchvision's recipe)
+  bool nesterov = false;            // sgd: Nesterov momentum
   double lr = 1e-3;                 // peak LR, used as given on any number of ranks
   std::string lr_scaling = "none";  // none | linear: --lr x world size (train_imagenet's rule)
-  double wd = 0.01;                 // decoupled weight decay, not on biases and LayerNorm (BERT)
+  double wd = 0.01;                 // weight decay, not on biases and LayerNorm (BERT); decoupled (AdamW,
+                                    // LAMB) or L2 (SGD)
   std::vector<double> betas{0.9, 0.999};  // torch.optim.AdamW's; RoBERTa uses beta2 0.98 for large batches
   double beta2 = -1;                // --beta2 (the old flag): overrides betas[1] when >= 0
   double eps = -1;                  // the denominator guard; -1: the optimizer's (AdamW 1e-8, LAMB 1e-6)
@@ -69,6 +72,13 @@ struct EncoderOptions : trainer::RunOptions {
   // precision and sharding (as train_imagenet; together, each rank keeps the masters of its shard)
   std::string amp = "off";          // off | bf16 | fp16: 16-bit model, f32 masters (apps/trainer/step/amp.h)
   int zero = 0;                     // 0 DDP | 1 sharded optimizer state | 2 also sharded gradients | 3 also parameters
+  // ddp (with --zero's stage) | ps: the parameter server (dist/extras/parameter_server.h), servers on
+  // ranks 0..--ps-servers-1 (RunOptions::step.ps_servers), BERT's no-decay group on the servers too.
+  // ps runs SGD in f32 without clipping (apps/trainer/step/step_options.cpp refuses the rest): BERT's
+  // AdamW and clipping at 1.0 stay the defaults and are refused under ps, each with the flag that
+  // changes it (--optimizer sgd, --clip-grad-norm 0) - a recipe is changed by its user, not by a
+  // choice of strategy.
+  std::string strategy = "ddp";
   // tensor parallelism and the memory budget (issue 22)
   int tp = 1;                       // T > 1: Megatron-style TP over groups of T ranks (dist/tp/), DP over world / T
   double memory_budget_mib = 0;     // > 0: refuse at start-up a run whose predicted bytes per rank exceed it

@@ -109,7 +109,10 @@ void print_start(const EncoderOptions& o, const Training& t) {
   if (o.step.grad_accum_steps > 1)
     std::printf("; %d micro-batches of %lld per step (global batch %lld)", o.step.grad_accum_steps, (long long)o.batch,
                 (long long)t.global_batch);
-  std::printf("\nprecision %s, ZeRO stage %d, TP %d x DP %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), o.zero,
+  const std::string strategy =
+      o.strategy == "ps" ? "parameter server (" + std::to_string(o.step.ps_servers) + " server(s))"
+                         : "ZeRO stage " + std::to_string(o.zero);
+  std::printf("\nprecision %s, %s, TP %d x DP %d; %s\n", o.amp == "off" ? "f32" : o.amp.c_str(), strategy.c_str(),
               o.tp, t.dp_size, t.memory.ledger().str().c_str());
   std::fflush(stdout);
 }
@@ -187,6 +190,8 @@ void report(const EncoderOptions& o, Training& t, const trainer::RunClock& clock
       {"weight_decay", o.wd},
       {"clip", o.step.clip_grad_norm},
       {"zero", o.zero},
+      {"strategy", o.strategy},
+      {"ps_servers", o.strategy == "ps" ? o.step.ps_servers : 0},
       {"skipped_steps", last.skipped_steps},
       {"dropout", o.dropout},
       {"train_sequences", t.corpus.train->size()},

@@ -238,7 +238,8 @@ void check_budget(const EncoderOptions& o, Training& t) {
   char budget_name[64];
   std::snprintf(budget_name, sizeof budget_name, "--memory-budget-mib %g", o.memory_budget_mib);
   throw trainer::UsageError(trainer::budget_refusal(bytes, t.memory.ledger(), budget,
-                                                    name(o.tp, o.zero) + " on " + std::to_string(world) + " ranks",
+                                                    (o.strategy == "ps" ? "--strategy ps" : name(o.tp, o.zero)) +
+                                                        " on " + std::to_string(world) + " ranks",
                                                     budget_name, std::move(others)));
 }
 

@@ -73,7 +73,7 @@ ParameterServer::ParameterServer(optim::NamedTensors params, Communicator& comm,
   const int r = comm_.rank();
   if (r >= k) return;  // a worker only: no optimizer, no state
   Partition& mine = parts_[static_cast<size_t>(r)];
-  std::vector<optim::ParamSegment> segs;
+  std::vector<optim::ParamSegment> segs, no_decay_segs;
   for (size_t j = 0; j < mine.params.size(); ++j) {
     const size_t i = mine.params[j];
     const int64_t lo = mine.offsets[j], hi = lo + params_[i].second.numel();
@@ -82,10 +82,14 @@ ParameterServer::ParameterServer(optim::NamedTensors params, Communicator& comm,
     s.param = mine.values.slice(lo, hi);
     s.grad = mine.grads.slice(lo, hi);
     s.param_index = static_cast<int64_t>(i);
-    segs.push_back(std::move(s));
+    (options_.no_decay && options_.no_decay(s.name) ? no_decay_segs : segs).push_back(std::move(s));
   }
-  optimizer_ = optim::make_optimizer(options_.optimizer, std::move(segs), static_cast<int64_t>(params_.size()),
-                                     options_.optimizer_options);
+  const int64_t count = static_cast<int64_t>(params_.size());
+  optimizer_ = optim::make_optimizer(options_.optimizer, std::move(segs), count, options_.optimizer_options);
+  if (!options_.no_decay) return;
+  optim::OptimizerOptions without = options_.optimizer_options;
+  without.weight_decay = 0.0;
+  no_decay_optimizer_ = optim::make_optimizer(options_.optimizer, std::move(no_decay_segs), count, without);
 }
 
 ParameterServer::~ParameterServer() = default;
@@ -93,6 +97,7 @@ ParameterServer::~ParameterServer() = default;
 void ParameterServer::set_lr(double lr) {
   options_.optimizer_options.lr = lr;
   if (optimizer_) optimizer_->set_lr(lr);
+  if (no_decay_optimizer_) no_decay_optimizer_->set_lr(lr);
 }
 
 // This rank's gradients of the partition, into its flat push buffer (zeros for a missing gradient:
@@ -140,6 +145,7 @@ void ParameterServer::step(Timeline* timeline) {
       mine.values.slice(mine.offsets[j], mine.offsets[j] + p.numel()).copy_(p.detach().view({p.numel()}));
     }
     optimizer_->step();
+    if (no_decay_optimizer_) no_decay_optimizer_->step();
   }
 
   {  // 3. pull: server s broadcasts its partition; every rank (the server too) copies it into the model.

@@ -28,10 +28,15 @@
 //     buckets as their gradients become ready is the reducer's trick, deliberately not repeated.
 //   - Initial state: rank 0's parameters are broadcast at construction, as DDP does, so the
 //     servers' partitions start from the same values on every rank.
+//   - Two parameter groups, as the trainers' optimizers have (BERT: no weight decay on biases and
+//     LayerNorm): with a `no_decay` rule a server runs a second optimizer, weight decay 0, over the
+//     tensors of its partition that the rule names. Per-tensor updates, so the split changes nothing
+//     else.
 // Left out: dedicated servers, asynchronous (stale) updates, gradient compression, checkpointing
 // the servers' optimizer state, LAMB's trust ratio across partitions (it is per tensor, so it works,
 // but is untested here).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +51,9 @@ struct PsOptions {
   int servers = 1;                          // K: ranks 0..K-1 serve a partition each (1 <= K <= N)
   std::string optimizer = "sgd";            // make_optimizer's name: "sgd", "adamw" or "lamb"
   optim::OptimizerOptions optimizer_options;  // lr, momentum, weight decay, ... (optim/optimizer.h)
+  // True for a parameter name that trains without weight decay (its own optimizer on the server,
+  // weight decay 0); null: every parameter decays.
+  std::function<bool(const std::string& name)> no_decay;
 };
 
 // Pure: the server of each tensor, from the tensors' sizes (elements). Greedy: tensors in order of
@@ -71,6 +79,8 @@ class ParameterServer {
   bool is_server() const { return optimizer_ != nullptr; }
   const std::vector<int>& assignment() const { return server_of_; }  // per parameter, its server
   optim::Optimizer* optimizer() { return optimizer_.get(); }           // null on a rank that only works
+  // The server's no-decay group (PsOptions::no_decay); null on a worker or without a rule.
+  optim::Optimizer* no_decay_optimizer() { return no_decay_optimizer_.get(); }
 
  private:
   struct Partition {
@@ -87,6 +97,7 @@ class ParameterServer {
   std::vector<int> server_of_;
   std::vector<Partition> parts_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // this rank's partition; null unless rank < K
+  std::unique_ptr<optim::Optimizer> no_decay_optimizer_;  // its tensors no_decay names; null without a rule
 };
 
 }  // namespace tandem::dist

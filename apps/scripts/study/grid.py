@@ -12,7 +12,9 @@ A strategy name says how gradients travel; its flags are what train_imagenet nee
                     over N / T): encoder workloads only - train_imagenet refuses --tp (no TP layers in
                     its CNNs), and a rank count T does not divide has no grid; both cells are skipped
   ps                parameter server (--strategy ps --ps-servers 1: one server, on rank 0; the
-                    what-if model gets the same layout: K servers on ranks 0..K-1 holding whole tensors)
+                    what-if model gets the same layout: K servers on ranks 0..K-1 holding whole tensors).
+                    On an encoder also the recipe the servers run (recipe(): SGD, no clipping), which
+                    train_encoder's BERT defaults (AdamW, clipping at 1.0) are not
 A strategy that this build of train_imagenet rejects is reported as unavailable, not as a failure,
 so the grid can name strategies before they exist. The what-if model's name for each is whatif_args.
 Workloads: an image model (train_imagenet, synthetic images) or a BERT name (bert_tiny .. bert_large:
@@ -68,6 +70,16 @@ def flags(strategy):
                      "ddp_b<MB>, zero1, zero2, zero3, tp2, tp4, ps)")
 
 
+def recipe(model, strategy):
+    """The optimizer flags `strategy` needs on `model` beyond flags(strategy): train_encoder under ps
+    runs what its servers can (SGD with train_imagenet's momentum 0.9, no clipping:
+    apps/trainer/step/step_options.cpp refuses BERT's AdamW and clipping there).
+    A cell's 1-rank compute run takes the same recipe, so that the two differ in the strategy alone."""
+    if is_encoder(model) and strategy == "ps":
+        return ["--optimizer", "sgd", "--momentum", "0.9", "--clip-grad-norm", "0"]
+    return []
+
+
 def whatif_args(strategy):
     """The same strategy in apps/whatif's terms."""
     if strategy == "ps":  # train_imagenet's one server on rank 0: it receives (N-1) pushes at once
@@ -95,7 +107,8 @@ class Runner:
         self.out, self.steps, self.size, self.hostfile, self.device = out, steps, image_size, hostfile, device
         self.unavailable = {}
 
-    def command(self, model, strategy, ranks, batch, tag, trace=False):
+    def command(self, model, strategy, ranks, batch, tag, trace=False, recipe_of=None):
+        """The mpiexec command of one run; recipe_of: the strategy whose recipe() to run (default: `strategy`)."""
         warm = max(2, self.steps // 4)
         # Progress lines every `warm` steps so the last interval is all steady state.
         cmd = ["mpiexec", "-n", str(ranks)]
@@ -123,9 +136,9 @@ class Runner:
                     "--no-lr-scaling", "--device", self.device, "--metrics", metrics]
         if trace:
             cmd += ["--trace", os.path.join(self.out, "runs", tag + ".trace.json")]
-        return cmd + flags(strategy)
+        return cmd + flags(strategy) + recipe(model, recipe_of or strategy)
 
-    def run(self, model, strategy, ranks, batch, tag, trace=False):
+    def run(self, model, strategy, ranks, batch, tag, trace=False, recipe_of=None):
         """Returns a dict of the run's measures, or None (strategy unavailable: reason kept)."""
         if strategy in self.unavailable:
             return None
@@ -134,7 +147,7 @@ class Runner:
         env = dict(os.environ, HYDRA_LAUNCHER=os.environ.get("HYDRA_LAUNCHER", "fork"))
         t0 = time.monotonic()
         with open(log, "w") as f:
-            rc = subprocess.call(self.command(model, strategy, ranks, batch, tag, trace), stdout=f,
+            rc = subprocess.call(self.command(model, strategy, ranks, batch, tag, trace, recipe_of), stdout=f,
                                  stderr=subprocess.STDOUT, env=env)
         launch_s = time.monotonic() - t0
         rss, faults = [], []  # MiB and minor page faults per rank, from /usr/bin/time

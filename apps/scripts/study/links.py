@@ -4,7 +4,8 @@ Called by `apps/scripts/study.sh links ...` (root: it makes network namespaces).
 model x strategy x link rate, run on H hosts x R ranks per host by apps/scripts/emulated_cluster.sh
 (UCX over TCP only, every host's link limited by tc), and beside it:
   - the same model's compute-only time: a 1-rank run made right before the cell (alternated, so on a
-    shared machine the prediction and the measurement see the same load), and the CPU's own rate of
+    shared machine the prediction and the measurement see the same load; with the cell's optimizer
+    recipe, grid.recipe: an encoder's ps cell runs SGD on both), and the CPU's own rate of
     moving bytes (bench_allreduce on the same hosts with the links unlimited), also right before it;
   - the what-if prediction (apps/whatif) with the same link figures: --link-gbit = the tc rate (the
     model takes off TCP/IP and Ethernet headers), --alpha-us = the base latency of the namespaces'
@@ -95,9 +96,10 @@ class Links:
     def batch(self, model):
         return self.a.encoder_batch if grid.is_encoder(model) else self.a.batch
 
-    def local(self, model, tag, trace=False):
-        """A 1-rank run on this machine (compute only): its measures."""
-        r = self.runner.run(model, "ddp", 1, self.batch(model), tag, trace=trace)
+    def local(self, model, tag, trace=False, recipe_of="ddp"):
+        """A 1-rank run on this machine (compute only), with the optimizer recipe of `recipe_of`'s cells
+        (grid.recipe: train_encoder's ps cells run SGD): its measures."""
+        r = self.runner.run(model, "ddp", 1, self.batch(model), tag, trace=trace, recipe_of=recipe_of)
         m = measure(os.path.join(self.a.out, r["metrics"]))
         m["minor_faults"] = max([f for f in r.get("minor_faults_per_rank", []) if f is not None], default=None)
         return m
@@ -310,13 +312,8 @@ def sweep(a, L):
     study["unavailable"] = []
     for i, (rate, model, s) in enumerate(cells):
         tag = f"{model}_{s}_{rate}_{a.hosts}x{a.ranks_per_host}"
-        if grid.is_encoder(model) and s == "ps":
-            why = f"{s} on {model}: train_encoder has no parameter server (--strategy ps is train_imagenet's)"
-            if why not in study["unavailable"]:
-                study["unavailable"].append(why)
-            continue
         print(f"[{i + 1}/{len(cells)}] {tag} ({uptime()})", flush=True)
-        comp = L.local(model, tag + "_compute")
+        comp = L.local(model, tag + "_compute", recipe_of=s)
         host, copy = L.host_GBps(runs=1, tag=tag + "_host")  # the CPU's rates of moving and copying bytes, under this cell's load
         meas = L.emulated(model, s, rate, tag)
         study["cells"].append({"tag": tag, "model": model, "strategy": s, "rate": rate, "ranks": n,

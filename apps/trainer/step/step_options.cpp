@@ -132,9 +132,10 @@ std::optional<std::string> refusal(const StepOptions& o) {
     if (o.optimizer != "sgd")
       return n("strategy", ps) + " runs SGD on its servers: use " + n("optimizer", "sgd") + " with it, or " +
              n("strategy", ddp) + " for " + o.optimizer;
+    // "Turn it off" rather than "drop": a trainer may clip by default (BERT's recipe clips at 1.0).
     if (o.clip_grad_norm > 0)
-      return n("strategy", ps) + " does not clip gradients yet: drop " + n("clip_grad_norm") + " or use " +
-             n("strategy", ddp);
+      return n("strategy", ps) + " does not clip gradients yet: turn clipping off with " + n("clip_grad_norm", "0") +
+             ", or use " + n("strategy", ddp);
     if (o.compress != "none")
       return n("strategy", ps) + " pushes f32 gradients to its servers, and " + n("compress", o.compress) +
              " applies to DDP's all-reduce only: drop " + n("compress") + " or use " + n("strategy", ddp);

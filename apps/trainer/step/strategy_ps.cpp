@@ -1,6 +1,7 @@
 // apps/trainer/step/strategy_ps.cpp: the parameter server (dist/extras/parameter_server.h) - the workers
 // push their gradients to servers on ranks 0..K-1, the servers run the optimizer on their
-// partitions, and the workers pull the weights back. The reducer stops averaging (permanently
+// partitions (in the Step's two parameter groups: decay and no_decay), and the workers pull the
+// weights back. The reducer stops averaging (permanently
 // "no_sync": backward only accumulates into .grad); the workers' optimizer is built but never
 // steps. Its state lives on the servers and is not gathered: no checkpoint.
 #include <memory>
@@ -23,6 +24,7 @@ class PsStrategy : public StepStrategy {
     po.servers = options_.ps_servers;
     po.optimizer = options_.optimizer;
     po.optimizer_options = options_.optimizer_options;
+    po.no_decay = options_.no_decay;  // the same two groups as ParamGroups, on the servers
     optim::NamedTensors trainable;
     for (auto& [name, p] : model_.named_parameters())
       if (p.requires_grad()) trainable.emplace_back(name, p);
