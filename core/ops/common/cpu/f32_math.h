@@ -54,8 +54,8 @@ inline float exp_nonpositive(float x) {
 // Phi(x), the standard normal CDF, and phi(x) = e^(-x^2/2) / sqrt(2 pi) in *pdf. With a = |x| /
 // sqrt 2: erfc(a) = e^(-a^2) R(t), t = 1 / (1 + 0.3 a), where R (= erfcx) is a degree-9 polynomial
 // fitted to erfcx in relative error for 0 <= a <= 9.5 (a Lawson-weighted least-squares fit in
-// numpy against scipy.special.erfcx, this project's; max relative error 2.1e-8 with the f32
-// coefficients below). Beyond a = 9.34, e^(-a^2) is flushed to 0 and Phi is exactly 0 or 1.
+// numpy against scipy.special.erfcx, this project's: apps/results/2026-11-28-cpu-2core/
+// cpu3_fit_erfcx.py prints these coefficients; max relative error 2.1e-8 with them in f32). Beyond a = 9.34, e^(-a^2) is flushed to 0 and Phi is exactly 0 or 1.
 // Phi(x) = erfc(a) / 2 for x < 0 and 1 - erfc(a) / 2 for x >= 0. The same e^(-x^2/2) serves phi.
 inline float normal_cdf(float x, float* pdf) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
