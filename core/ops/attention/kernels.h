@@ -15,7 +15,8 @@
 //   dx_j  = masked_j ? 0 : scale * p_j * (g_j - sum_k g_k p_k)
 // Masked scores get an exactly zero gradient: the forward does not depend on them (they are
 // replaced, not added to), so 0 is their true derivative.
-// Statistics are f32 on CUDA and double on the CPU (the reference), whatever the dtype.
+// Statistics are f32 on CUDA and double on the CPU (the reference), whatever the dtype; the CPU's
+// f32 path takes its exponentials in f32 (attention/cpu.cpp says why and how close).
 #pragma once
 #include <cstdint>
 #include <limits>
