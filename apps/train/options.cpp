@@ -253,26 +253,13 @@ std::string flag_name(const std::string& option, const std::string& value) {
 
 trainer::StepOptions step_options(const TrainOptions& o) {
   trainer::StepOptions s = o.step;  // what the flags wrote directly (run_flags.h)
-  s.strategy = o.strategy == "ps" ? trainer::Strategy::ParameterServer
-               : o.zero == 1      ? trainer::Strategy::Zero1
-               : o.zero == 2      ? trainer::Strategy::Zero2
-               : o.zero == 3      ? trainer::Strategy::Zero3
-                                  : trainer::Strategy::Ddp;
+  s.strategy = trainer::strategy_from_flags(o.strategy, o.zero);
   s.overlap = !o.no_overlap, s.bucketed = !o.no_bucketing;
   // --optimizer with its options; the lr is overwritten at every step by the schedule. momentum and
   // nesterov are SGD's, betas and eps AdamW's and LAMB's. One weight decay for every parameter
   // (torchvision's default recipe: no no-decay group).
   s.optimizer = o.optimizer;
-  optim::OptimizerOptions& oo = s.optimizer_options;
-  oo.lr = o.lr;
-  oo.weight_decay = o.wd;
-  if (o.optimizer == "sgd") {
-    oo.momentum = o.momentum;
-    oo.nesterov = o.nesterov;
-  } else {
-    oo.beta1 = o.betas.at(0), oo.beta2 = o.betas.at(1);
-    if (o.eps > 0) oo.eps = o.eps;
-  }
+  s.optimizer_options = trainer::optimizer_from_flags(o.optimizer, o.lr, o.wd, o.momentum, o.nesterov, o.betas, o.eps);
   s.precision = trainer::precision_from_name(o.amp);
   s.on_nonfinite = trainer::on_nonfinite_from_name(o.on_nonfinite);
   s.checkpoint = !o.checkpoint_dir.empty();

@@ -101,6 +101,27 @@ void add_batch_flags(CLI::App& app, int64_t& batch, int& grad_accum_steps, const
 
 void after_parse(const CLI::App& app, RunOptions& o) { o.model_ema = app.count("--model-ema") > 0; }
 
+Strategy strategy_from_flags(const std::string& strategy, int zero) {
+  if (strategy == "ps") return Strategy::ParameterServer;
+  return zero == 1 ? Strategy::Zero1 : zero == 2 ? Strategy::Zero2 : zero == 3 ? Strategy::Zero3 : Strategy::Ddp;
+}
+
+optim::OptimizerOptions optimizer_from_flags(const std::string& optimizer, double lr, double weight_decay,
+                                             double momentum, bool nesterov, const std::vector<double>& betas,
+                                             double eps) {
+  optim::OptimizerOptions oo;
+  oo.lr = lr;
+  oo.weight_decay = weight_decay;
+  if (optimizer == "sgd") {
+    oo.momentum = momentum;
+    oo.nesterov = nesterov;
+  } else {
+    oo.beta1 = betas.at(0), oo.beta2 = betas.at(1);
+    if (eps > 0) oo.eps = eps;
+  }
+  return oo;
+}
+
 void check_run_options(const RunOptions& o, const StepOptions& step) {
   TANDEM_CHECK(o.resume.empty() || o.resume != "auto" || !o.checkpoint_dir.empty(),
                "--resume auto looks in --checkpoint-dir: pass --checkpoint-dir too");

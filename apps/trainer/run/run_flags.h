@@ -98,6 +98,15 @@ void after_parse(const CLI::App& app, RunOptions& o);
 // `step` is the trainer's StepOptions (the EMA's refusals are about the strategy).
 void check_run_options(const RunOptions& o, const StepOptions& step);
 
+// What both trainers' --strategy ddp|ps and --zero 0-3 name together (ps takes no --zero).
+Strategy strategy_from_flags(const std::string& strategy, int zero);
+// --optimizer and its options as the Step's: momentum and nesterov are SGD's, betas (beta1, beta2)
+// and eps AdamW's and LAMB's (eps <= 0: the optimizer's default); the lr is the peak, which the
+// schedule overwrites at every step.
+optim::OptimizerOptions optimizer_from_flags(const std::string& optimizer, double lr, double weight_decay,
+                                             double momentum, bool nesterov, const std::vector<double>& betas,
+                                             double eps);
+
 // The checkpoint folder's settings from the flags; dir empty: no folder.
 CheckpointDirOptions folder_options(const RunOptions& o, CheckpointNaming naming, const std::string& program);
 
