@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/host_cache.h"  // defines: keep_freed_heap
 #include "core/autograd.h"
 #include "core/ops/ops.h"
 #include "core/threads.h"
@@ -295,6 +296,7 @@ int main(int argc, char** argv) {
 #endif
     }
     if (gpu_status != "ran") std::printf("GPU part %s: only the CPU GEMM rows follow.\n", gpu_status.c_str());
+    host_cache::keep_freed_heap();  // as the trainers run (core/host_cache.h)
     const CpuThreads threads = configure_cpu_threads(1);
     std::printf("CPU part: %d thread(s) (%s)\n", threads.threads, threads.reason.c_str());
     cpu_part(o, rows);

@@ -74,11 +74,15 @@ void note_live(State& s, void* p, size_t bytes) {
   s.stats.peak_bytes = std::max(s.stats.peak_bytes, s.stats.live_bytes);
 }
 
-// Blocks below kMinBytes stay in glibc's heap for good: a fixed mmap threshold (the dynamic one
-// starts at 128 KiB, so every larger block was a fresh mapping until the first free raised it) and
-// no trimming of the heap's top (with glibc's default of 128 KiB, or twice the dynamic threshold,
-// the top of the heap went back to the system each step and came back as page faults).
-void configure_glibc_heap() {
+}  // namespace
+
+// keep_freed_heap: blocks below kMinBytes stay in glibc's heap for good: a fixed mmap threshold (the
+// dynamic one starts at 128 KiB, so every larger block was a fresh mapping until the first free
+// raised it) and no trimming of the heap's top (with glibc's default of 128 KiB, or twice the
+// dynamic threshold, the top of the heap went back to the system each step and came back as page
+// faults).
+void keep_freed_heap() {
+  if (!kEnabled) return;
   static const bool done = [] {
     mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMinBytes));
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
@@ -87,10 +91,12 @@ void configure_glibc_heap() {
   (void)done;
 }
 
+namespace {
+
 // A block below kMinBytes from glibc's heap: malloc's 16-byte aligned chunk, 64 bytes larger, with
 // the chunk's address stored just below the aligned block. Not aligned_alloc: glibc's memalign
 // asks for the block plus its alignment plus a header, so a freed block never fits the next request
-// of its size, and with the heap kept (configure_glibc_heap) each allocation grew it anew (8 MiB
+// of its size, and with the heap kept (keep_freed_heap) each allocation grew it anew (8 MiB
 // allocated and freed 8 times: the heap grew 8 x 8 MiB, every page a fault).
 void* heap_allocate(size_t bytes) {
   void* chunk = std::malloc(bytes + kAlign);
@@ -109,7 +115,6 @@ bool enabled() { return kEnabled; }
 
 void* allocate(size_t bytes) {
   if (!kEnabled) return std::aligned_alloc(kAlign, bytes);
-  configure_glibc_heap();
   if (bytes < kMinBytes) return heap_allocate(bytes);
   State& s = state();
   std::lock_guard lock(s.mu);

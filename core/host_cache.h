@@ -23,10 +23,16 @@
 namespace tandem::host_cache {
 
 // The smallest block that is cached: glibc's largest mmap threshold (32 MiB on 64-bit systems).
-// Smaller blocks come from glibc's heap, which this file configures (once, at the first allocation)
-// to keep what is freed: a fixed mmap threshold of kMinBytes and no trimming of the heap's top, so
-// a step's smaller temporaries reuse memory that is already mapped, whatever their sizes.
+// Smaller blocks come from glibc's heap.
 constexpr size_t kMinBytes = 32 * 1024 * 1024;
+
+// Sets glibc's heap, for the whole process, to keep what is freed: a fixed mmap threshold of
+// kMinBytes and no trimming of the heap's top, so a step's smaller temporaries reuse memory that is
+// already mapped, whatever their sizes (without it glibc maps blocks of 128 KiB and up anew, and
+// gives the heap's top back, until its dynamic threshold grows). Process-wide, so the program
+// decides: the trainers and benches call it once at start-up; the library never does. Idempotent;
+// nothing under AddressSanitizer (its allocator ignores it).
+void keep_freed_heap();
 
 // A 64-byte aligned block of at least `bytes` (a multiple of 64); null when the system has no memory.
 void* allocate(size_t bytes);

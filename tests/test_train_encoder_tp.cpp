@@ -92,6 +92,17 @@ void check_same_losses(const Run& a, const Run& b, size_t steps) {
   }
 }
 
+// The same validation line in both runs: `pattern` captures the accuracy (equal as printed) and the
+// loss (within one unit of its 4th decimal, as check_same_losses).
+void check_same_validation(const Run& a, const Run& b, const char* pattern) {
+  const std::regex val(pattern);
+  std::smatch ma, mb;
+  REQUIRE(std::regex_search(a.output, ma, val));
+  REQUIRE(std::regex_search(b.output, mb, val));
+  CHECK(ma[1] == mb[1]);
+  CHECK(std::abs(std::stod(ma[2]) - std::stod(mb[2])) <= 1.01e-4);
+}
+
 std::string dir(const std::string& name) {
   const fs::path d = root() / name;
   fs::remove_all(d);
@@ -224,12 +235,7 @@ TEST_CASE("--tp 4 on 4 ranks equals 1 rank with the same batch (bert_mini, a voc
   tandem::testing::check_close_checkpoints(tp4 + "/checkpoint_step4.safetensors", one + "/checkpoint_step4.safetensors",
                                            1e-5, kTiny);
   // Validation gathers the masked rows' logits over the TP group: the same held-out figures.
-  static const std::regex val(R"(validation step 4: masked-token accuracy ([0-9.]+)% .* loss ([0-9.]+))");
-  std::smatch ma, mb;
-  REQUIRE(std::regex_search(a.output, ma, val));
-  REQUIRE(std::regex_search(b.output, mb, val));
-  CHECK(ma[1] == mb[1]);
-  CHECK(std::abs(std::stod(ma[2]) - std::stod(mb[2])) <= 1.01e-4);
+  check_same_validation(a, b, R"(validation step 4: masked-token accuracy ([0-9.]+)% .* loss ([0-9.]+))");
 }
 
 TEST_CASE("a --tp 2 --zero 2 checkpoint resumes at --tp 1 --zero 1 on 4 ranks and on 1 rank; a DDP one at --tp 2") {
@@ -272,12 +278,7 @@ TEST_CASE("--model-ema at --tp 2 averages what DDP averages; its checkpoint resu
   REQUIRE(ref.status == 0);
   REQUIRE(r.status == 0);
   check_same_losses(r, ref, 6);
-  static const std::regex ema_val(R"(\(ema\) validation step 6: masked-token accuracy ([0-9.]+)% .* loss ([0-9.]+))");
-  std::smatch ma, mb;
-  REQUIRE(std::regex_search(ref.output, ma, ema_val));
-  REQUIRE(std::regex_search(r.output, mb, ema_val));
-  CHECK(ma[1] == mb[1]);
-  CHECK(std::abs(std::stod(ma[2]) - std::stod(mb[2])) <= 1.01e-4);
+  check_same_validation(ref, r, R"(\(ema\) validation step 6: masked-token accuracy ([0-9.]+)% .* loss ([0-9.]+))");
   MESSAGE("--tp 2 vs DDP, EMA included: ", tandem::testing::check_close_checkpoints(tp + end, ddp + end, 1e-5, kTiny));
   // Split at step 3 under --tp 2, resumed at --tp 1 on 2 ranks; and a DDP split resumed at --tp 2.
   for (const auto& [name, first, then] : {std::tuple<std::string, std::string, std::string>{"ema_from_tp", "--tp 2", ""},

@@ -10,6 +10,7 @@
 #include "apps/encoder/hf_state_dict.h"  // defines: from_hf_state_dict (--weights)
 #include "apps/trainer/run/run_folder.h"      // defines: UsageError
 #include "apps/trainer/run/start_weights.h"  // defines: load_start_weights
+#include "core/host_cache.h"  // defines: keep_freed_heap
 #include "core/device.h"                 // defines: built_with_cuda
 #include "core/profile.h"                // defines: enable_trace
 #include "core/random.h"                 // defines: manual_seed, Generator
@@ -21,6 +22,7 @@
 namespace tandem::apps::encoder {
 
 const dist::World& init_world(const EncoderOptions& o) {
+  host_cache::keep_freed_heap();  // a step's temporaries reuse mapped memory (core/host_cache.h)
   dist::InitOptions io;
   io.use_gpu = o.device != "cpu";
   const dist::World& w = dist::init(io);

@@ -11,6 +11,7 @@
 #include "apps/train/restore.h"           // defines: restore_checkpoint
 #include "apps/trainer/step/graph_capture.h"   // defines: GraphCapture::kEagerSteps
 #include "apps/trainer/run/start_weights.h"   // defines: load_start_weights
+#include "core/host_cache.h"  // defines: keep_freed_heap
 #include "core/device.h"                  // defines: require_cuda
 #include "core/profile.h"                 // defines: enable_trace
 #include "core/random.h"               // defines: manual_seed
@@ -22,6 +23,7 @@
 namespace tandem::apps {
 
 const dist::World& init_world(const TrainOptions& o) {
+  host_cache::keep_freed_heap();  // a step's temporaries reuse mapped memory (core/host_cache.h)
   dist::InitOptions io;
   io.use_gpu = o.device != "cpu";
   // Before MPI: the same clear error on every rank (CUDA's own error and driver/runtime versions).
