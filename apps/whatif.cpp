@@ -136,6 +136,7 @@ struct Inputs {
   std::vector<double> buckets;  // the predicted layout's bucket bytes
   double total = 0;             // their sum
   StepProfile prof;
+  StepProfile zero3;  // prof on ZeRO-3's own buckets (inputs.h zero3_buckets); prof's for --params-m
   Network net;
 };
 
@@ -178,7 +179,11 @@ Inputs read_inputs(Args& a) {
   }
   if (a.jitter_ms >= 0) m.jitter_ms = a.jitter_ms / scale;
   in.prof = make_profile(m, curve, in.buckets, a.batch, scale);
-  if (a.params_m <= 0) in.prof.param_bytes = param_bytes(a.model, a.num_classes);
+  in.zero3 = in.prof;
+  if (a.params_m <= 0) {
+    in.prof.param_bytes = param_bytes(a.model, a.num_classes);
+    in.zero3 = make_profile(m, curve, zero3_buckets(a.model, a.num_classes), a.batch, scale);
+  }
   in.net = Network{a.alpha_us, a.link_gbit > 0 ? tcp_payload_GBps(a.link_gbit, a.mtu) : a.bandwidth_gbit / 8,
                    a.allreduce_efficiency, a.host_GBps, a.copy_GBps};
   if (!a.allreduce_json.empty())
@@ -219,7 +224,7 @@ StrategyOptions strategy_options(const Args& a, const std::string& sname) {
 // cell when --measured has one.
 json predict_row(const Inputs& in, const std::string& sname, const StrategyOptions& so, int ranks,
                  const json& measured) {
-  const Prediction p = predict(in.prof, in.net, so, ranks);
+  const Prediction p = predict(so.strategy == Strategy::Zero3 ? in.zero3 : in.prof, in.net, so, ranks);
   std::printf("%-15s %6d %10.2f %10.2f %10.2f %7.0f%% %12.1f %10.1f %8.2f %6.1f%%", sname.c_str(), p.ranks,
               p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
               p.speedup, 100 * p.efficiency);

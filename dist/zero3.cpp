@@ -7,24 +7,38 @@
 namespace tandem::dist {
 namespace {
 
-// The unit of each of the reducer's parameters; `units` gets the units' modules (0: the root).
-// Pre-order: a wrapped module opens a unit unless it sits in one (units do not nest); a module's
-// parameters go to its unit, and its children's too until one of them opens its own.
-std::vector<size_t> unit_of_params(DistributedDataParallel& ddp, const Zero3Options& o, std::vector<Module*>& units) {
-  units = {&ddp.module()};
+// Each parameter's unit; `units` gets the units' modules (0: the root). Pre-order: a wrapped module
+// opens a unit unless it sits in one (units do not nest); a module's parameters go to its unit, and
+// its children's too until one of them opens its own.
+std::map<const TensorImpl*, size_t> walk_units(Module& root, const Zero3Options& o, std::vector<Module*>& units) {
+  units = {&root};
   std::map<const TensorImpl*, size_t> unit_of;
   std::function<void(Module&, const Module*, size_t)> walk = [&](Module& m, const Module* parent, size_t unit) {
     if (parent && unit == 0 && m.num_parameters() > 0 && o.wrap(m, *parent)) unit = units.size(), units.push_back(&m);
     for (auto& [name, p] : m.named_parameters()) unit_of[p.impl_ptr().get()] = unit;
     for (auto& [name, child] : m.named_children()) walk(*child, &m, unit);
   };
-  walk(ddp.module(), nullptr, 0);
+  walk(root, nullptr, 0);
+  return unit_of;
+}
+
+// The unit of each of the reducer's parameters.
+std::vector<size_t> unit_of_params(DistributedDataParallel& ddp, const Zero3Options& o, std::vector<Module*>& units) {
+  std::map<const TensorImpl*, size_t> unit_of = walk_units(ddp.module(), o, units);
   std::vector<size_t> out;
   for (const auto& [name, p] : ddp.reducer().params()) out.push_back(unit_of[p.impl_ptr().get()]);
   return out;
 }
 
 }  // namespace
+
+std::vector<size_t> unit_of_parameters(Module& root, const Zero3Options& options, std::vector<Module*>* units) {
+  std::vector<Module*> mine;
+  std::map<const TensorImpl*, size_t> unit_of = walk_units(root, options, units ? *units : mine);
+  std::vector<size_t> out;
+  for (auto& [name, p] : root.named_parameters()) out.push_back(unit_of[p.impl_ptr().get()]);
+  return out;
+}
 
 DistributedDataParallel& regroup_by_unit(DistributedDataParallel& ddp, const Zero3Options& options) {
   std::vector<Module*> modules;

@@ -31,6 +31,11 @@ struct Zero3Options {
   int prefetch = 1;
 };
 
+// The unit of each of `root`'s parameters, in named_parameters() order (0: the root unit, which stays
+// gathered from the forward to the end of backward), and the units' modules in `units` when given.
+// What Zero3Schedule gathers together; the what-if model reads the root's share from it.
+std::vector<size_t> unit_of_parameters(Module& root, const Zero3Options& options, std::vector<Module*>* units = nullptr);
+
 // Puts `ddp`'s reducer on reduce-scatter with buckets that never span two units (one per unit, dtype
 // and run of consecutive parameters); returns `ddp`. Zero's stage-3 constructor calls it first.
 DistributedDataParallel& regroup_by_unit(DistributedDataParallel& ddp, const Zero3Options& options);

@@ -278,6 +278,36 @@ TEST_CASE("bf16 on the wire halves the bytes; shared cores stretch compute") {
   CHECK(predict(p, kNet, shared, 2).compute_ms == doctest::Approx(100));
 }
 
+TEST_CASE("ZeRO-3: the root unit is gathered once - its buckets have no backward gather") {
+  StepProfile p = one_bucket(100, 100, 4e6);
+  p.backward_start_ms = 30;
+  const int n = 4;
+  const double ag = 0.75 * 4 + 0.03, rs = ag;
+  p.buckets[0].resident = true;  // the root's: gathered in forward, kept to the end of backward
+  const Prediction z3 = predict(p, kNet, {Strategy::Zero3}, n);
+  CHECK(z3.comm_ms == doctest::Approx(ag + rs));  // the forward gather and the reduce-scatter only
+  CHECK(z3.exposed_ms == doctest::Approx(rs));
+}
+
+TEST_CASE("ZeRO-3's buckets: one per run of a unit's parameters; BERT's root (embeddings, head) is resident") {
+  const std::vector<Bucket> z = zero3_buckets("bert_small", 30522);
+  const std::vector<double> all = param_bytes("bert_small", 30522);
+  double total = 0, resident = 0, expected = 0;
+  for (const Bucket& b : z) total += b.bytes, resident += b.resident ? b.bytes : 0;
+  for (double x : all) expected += x;
+  CHECK(total == doctest::Approx(expected));
+  // Launch order: the head's run first (ready early in backward), the embeddings' last, both the root's.
+  REQUIRE(z.size() >= 3);
+  CHECK(z.front().resident);
+  CHECK(z.back().resident);
+  for (size_t i = 1; i + 1 < z.size(); ++i) CHECK(!z[i].resident);  // the encoder layers: one unit each
+  CHECK(resident / total > 0.5);  // the 30,522-word embedding dominates bert_small
+  // ResNet-18: every block of layer1..layer4 is a unit; the stem and the classifier are the root's.
+  double r18 = 0, r18_resident = 0;
+  for (const Bucket& b : zero3_buckets("resnet18", 1000)) r18 += b.bytes, r18_resident += b.resident ? b.bytes : 0;
+  CHECK(r18_resident / r18 < 0.1);
+}
+
 TEST_CASE("bucket sizes follow the reducer's assignment and add up to the parameters") {
   std::vector<double> b = bucket_bytes("resnet50", 1000, 1, 25);
   double total = 0;

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "dist/bucketing.h"
 #include "dist/tp/shard.h"
+#include "dist/zero3.h"
 #include "layers/models/bert.h"
 #include "layers/models/models.h"
 
@@ -125,6 +126,28 @@ std::vector<double> param_bytes(const std::string& model, int num_classes) {
   return out;
 }
 
+std::vector<Bucket> zero3_buckets(const std::string& model, int num_classes) {
+  ModulePtr m = build(model, num_classes);
+  const std::vector<size_t> unit_of = dist::unit_of_parameters(*m, dist::Zero3Options{});
+  std::vector<size_t> bytes, unit;
+  std::vector<dist::BucketKey> keys;
+  size_t i = 0;
+  for (auto& [name, p] : m->named_parameters()) {
+    if (p.requires_grad()) {  // the reducer's parameters; a key per run of one unit, as regroup_by_unit
+      keys.push_back({DType::F32, Device(), keys.empty() ? 0 : keys.back().unit + (unit_of[i] != unit.back())});
+      bytes.push_back(p.nbytes()), unit.push_back(unit_of[i]);
+    }
+    ++i;
+  }
+  std::vector<Bucket> out;
+  for (const auto& members : dist::assign_buckets(bytes, keys, {SIZE_MAX, SIZE_MAX, 0})) {
+    Bucket b{0, 0, unit[members.front()] == 0};
+    for (size_t k : members) b.bytes += static_cast<double>(bytes[k]);
+    out.push_back(b);
+  }
+  return out;
+}
+
 std::vector<double> bucket_bytes(const std::string& model, int num_classes, double first_bucket_mb, double bucket_mb) {
   std::vector<size_t> bytes;
   for (double b : param_bytes(model, num_classes)) bytes.push_back(static_cast<size_t>(b));
@@ -170,6 +193,13 @@ ReadyCurve linear_ready_curve(double total_bytes, double backward_start_ms, doub
 
 StepProfile make_profile(const MeasuredStep& m, const ReadyCurve& curve, const std::vector<double>& buckets,
                          long long batch_per_rank, double time_scale) {
+  std::vector<Bucket> b;
+  for (double x : buckets) b.push_back({x, 0});
+  return make_profile(m, curve, b, batch_per_rank, time_scale);
+}
+
+StepProfile make_profile(const MeasuredStep& m, const ReadyCurve& curve, const std::vector<Bucket>& buckets,
+                         long long batch_per_rank, double time_scale) {
   StepProfile p;
   p.step_ms = m.step_ms * time_scale;
   p.backward_end_ms = m.backward_end_ms * time_scale;
@@ -178,9 +208,9 @@ StepProfile make_profile(const MeasuredStep& m, const ReadyCurve& curve, const s
   p.jitter_ms = m.jitter_ms * time_scale;
   p.batch_per_rank = batch_per_rank;
   double cum = 0;
-  for (double b : buckets) {
-    cum += b;
-    p.buckets.push_back({b, std::min(curve.at(cum), m.backward_end_ms) * time_scale});
+  for (const Bucket& b : buckets) {
+    cum += b.bytes;
+    p.buckets.push_back({b.bytes, std::min(curve.at(cum), m.backward_end_ms) * time_scale, b.resident});
   }
   return p;
 }

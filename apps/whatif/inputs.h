@@ -39,6 +39,12 @@ std::vector<double> param_bytes(const std::string& model, int num_classes);
 // bucket_mb <= 0: one bucket per parameter (--no-bucketing).
 std::vector<double> bucket_bytes(const std::string& model, int num_classes, double first_bucket_mb, double bucket_mb);
 
+// ZeRO-3's buckets for `model` as dist/zero3.cpp regroups them (one per run of consecutive
+// parameters of one unit, no size limit), in launch order, each marked resident when it belongs to
+// the root unit (dist::unit_of_parameters' unit 0: gathered once in forward and kept to the end of
+// backward, so never gathered again - BERT's embeddings and head are most of its bytes).
+std::vector<Bucket> zero3_buckets(const std::string& model, int num_classes);
+
 // Tensor parallelism's inputs for a BERT `model` (StrategyOptions::tp_*): the split layers' share of
 // the parameters (dist/tp/shard.h's layout), one activation all-reduce's bytes ([B, S, H] f32 of a
 // rank's batch) and the layer count.
@@ -58,8 +64,11 @@ ReadyCurve ready_curve(const MeasuredStep& m, const std::vector<double>& measure
 // Assumed: constant byte rate from backward_start_ms to backward_end_ms.
 ReadyCurve linear_ready_curve(double total_bytes, double backward_start_ms, double backward_end_ms);
 
-// A profile for `buckets` (launch order) placed on `curve`; times scaled by `time_scale`.
+// A profile for `buckets` (launch order; their bytes and resident flags) placed on `curve`; times
+// scaled by `time_scale`.
 StepProfile make_profile(const MeasuredStep& m, const ReadyCurve& curve, const std::vector<double>& buckets,
+                         long long batch_per_rank, double time_scale = 1);
+StepProfile make_profile(const MeasuredStep& m, const ReadyCurve& curve, const std::vector<Bucket>& buckets,
                          long long batch_per_rank, double time_scale = 1);
 
 // Fits alpha and bandwidth to bench_allreduce's JSON (one backend, one rank count) by least squares

@@ -180,8 +180,8 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
       auto cost_on = [&](const Network& n) {
         return s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2
                    ? reduce_scatter_ms(bytes, dp, n)
-               : s.strategy == Strategy::Zero3  // its backward gather, then its reduce-scatter
-                   ? all_gather_ms(bytes, dp, n) + reduce_scatter_ms(bytes, dp, n)
+               : s.strategy == Strategy::Zero3  // its backward gather (not the root's), then its reduce-scatter
+                   ? (b.resident ? 0.0 : all_gather_ms(bytes, dp, n)) + reduce_scatter_ms(bytes, dp, n)
                    : ring_allreduce_ms(bytes, dp, n);
       };
       const double cost = cost_on(net);

@@ -30,10 +30,14 @@
 // all-gathered before its forward, all-gathered again before its backward, and its gradients are
 // reduce-scattered - three collectives of the parameter bytes per step, where ZeRO-2 has two (the
 // reduce-scatter and the all-gather after the update) and DDP's all-reduce moves the same 2(N-1)/N S:
-// 1.5x the volume. Modelled as: the forward gathers (S in all) on the channel from the step's start,
-// prefetched under the forward (StepProfile::backward_start_ms; unknown: a third of backward_end),
-// the excess delaying everything after; then per bucket, at its ready time, its backward gather plus
-// its reduce-scatter; no all-gather after the update, the optimizer on 1/N.
+// 1.5x the volume - less the root unit, which dist/zero3.h gathers once in forward and keeps to the
+// end of backward (FSDP's root; BERT's embeddings and head, 72 % of bert_small's bytes). Modelled
+// on ZeRO-3's own buckets (one per run of one unit's parameters, apps/whatif/inputs.h zero3_buckets):
+// the forward gathers (S in all) on the channel from the step's start, prefetched under the forward
+// (StepProfile::backward_start_ms; unknown: a third of backward_end), the excess delaying
+// everything after; then per bucket, at its ready time, its backward gather (none for the root's,
+// Bucket::resident) plus its reduce-scatter; no all-gather after the update, the optimizer on 1/N.
+// (Until the 2026-11-28 study the backward gathers counted every byte: bert_small +17 % at 1 Gbit/s.)
 // Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; StrategyOptions::tp = T, N = T x D ranks):
 // the split layers' compute and parameters are 1/T per rank (StrategyOptions::tp_split: their share
 // of the gradient bytes, which also stands for their share of the compute - the matrix products),
@@ -61,6 +65,7 @@ namespace tandem::whatif {
 struct Bucket {
   double bytes = 0;     // f32 gradient bytes (the wire factor scales them for compressed strategies)
   double ready_ms = 0;  // when its last gradient was produced, ms after the step's start (1 rank)
+  bool resident = false;  // ZeRO-3: the root unit's, gathered once in forward and kept (no backward gather)
 };
 
 // One rank's step, measured (apps/whatif/inputs.h reads it from a trace) or assumed.
@@ -87,9 +92,11 @@ struct Network {
   // 2-host TCP links MPICH 4.0.2's MPI_Iallreduce moved its bytes at 0.49-0.94 of the payload rate,
   // bimodal from run to run (4 MiB at 100 Mbit/s: 355, 523 or 688 ms), the training runs' at 0.60-0.65,
   // while reduce-scatter, all-gather, reduce and broadcast kept within 10 % of it (the 2026-11-28
-  // emulated-link study, apps/results/2026-11-28-cpu-2core/emulated_links). Measure it on the target:
-  // bench_allreduce's busbw over the link's payload rate. Reduce-scatter, all-gather and the
-  // parameter server's reduce and broadcast keep bandwidth_GBps.
+  // emulated-link study, apps/results/2026-11-28-cpu-2core/emulated_links). Measure it on the target
+  // as DDP's reducer runs it, with its buckets in flight together (bench_allreduce --in-flight 3:
+  // at 100 Mbit/s one at a time reached 0.98 of the rate, three at once a median of 0.75, the
+  // training runs' 0.76 - emulated_links_4), busbw over the link's payload rate. Reduce-scatter,
+  // all-gather and the parameter server's reduce and broadcast keep bandwidth_GBps.
   double allreduce_efficiency = 1;
   // A CPU host's own rate of moving bytes between ranks, GB/s (0: not counted - a GPU with a NIC of
   // its own). Where ranks compute on the cores that also run their communication (the comm thread,

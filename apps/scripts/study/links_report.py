@@ -31,9 +31,13 @@ def write(study, out):
              f"Links: tc tbf at the rate on each host's veth, UCX_TLS=tcp,self; what-if alpha = "
              f"{study['alpha_us']:.1f} us (the veth links' own latency, fitted to bench_allreduce_links.json), "
              "--link-gbit = the tc rate (payload 1448/1514 of it), --allreduce-efficiency per rate (MPI's all-reduce "
-             "of 8 MiB on that link, bench_allreduce_<rate>[_<i>].json, busbw over the payload rate; the median of "
-             "the launches, each launch's in brackets): "
-             + ", ".join(efficiency_text(study, r, e) for r, e in study["allreduce_efficiency"].items())
+             "of 8 MiB on that link, 3 in flight at once as DDP's buckets are, bench_allreduce_<rate>_x3_<i>.json, busbw "
+             "over the payload rate; the median of the launches, each launch's in brackets): "
+             + ", ".join(efficiency_text(study, r, e) for r, e in study["allreduce_efficiency_in_flight"].items())
+             + (" (one at a time, as measured with the sweep: "
+                + ", ".join(efficiency_text(study, r, e, "allreduce_efficiency_runs")
+                            for r, e in study["allreduce_efficiency"].items()) + ")"
+                if study.get("allreduce_efficiency") else "")
              + f"; --host-GBps per cell, else {study.get('host_GBps') or 0:.3f} (the same bench with the links "
              "unlimited: the CPU's own rate of moving bytes, the median of bench_allreduce_unlimited_<i>.json); "
              "--copy-GBps per cell, else " + copy_text(study) + " (that bench's Tensor::copy_ of 64 MiB: the rate "
@@ -76,8 +80,8 @@ def write(study, out):
         f.write("\n".join(lines) + "\n")
 
 
-def efficiency_text(study, rate, e):
-    runs = study.get("allreduce_efficiency_runs", {}).get(rate)
+def efficiency_text(study, rate, e, key="allreduce_efficiency_in_flight_runs"):
+    runs = study.get(key, {}).get(rate)
     text = f"{rate} {e:.2f}" if e else f"{rate} (bench failed: 1)"
     return text + (" [" + ", ".join(f"{x:.2f}" for x in runs) + "]" if runs else " (one launch)")
 
