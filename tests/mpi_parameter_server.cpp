@@ -121,6 +121,34 @@ TEST_CASE("parameter server with a no-decay group == DDP with the same two optim
       if (servers <= world().size) check_ps_equals_ddp(opt, servers, true);
 }
 
+TEST_CASE("push and pull in pieces (PsOptions::piece_bytes) give the bits of whole-partition messages") {
+  const World& w = world();
+  Data d = make_data(w.size * kBatch);
+  Tensor xs = rank_rows(d.x, w.rank), ys = rank_rows(d.y, w.rank);
+  std::vector<std::shared_ptr<SmallCnn>> models;
+  std::vector<std::unique_ptr<ParameterServer>> servers;
+  for (size_t piece : {size_t{1} << 30, size_t{256}}) {  // one piece per partition; many, one ending short
+    models.push_back(std::make_shared<SmallCnn>(7 + 100 * w.rank));
+    PsOptions po;
+    po.servers = std::min(2, w.size);
+    po.optimizer_options = options_for("sgd");
+    po.piece_bytes = piece;
+    servers.push_back(std::make_unique<ParameterServer>(models.back()->named_parameters(), comm_for(Device::cpu()), po));
+  }
+  for (int step = 0; step < kSteps; ++step)
+    for (size_t i = 0; i < models.size(); ++i) {
+      zero_grads(*models[i]);
+      ops::cross_entropy((*models[i])(xs), ys).backward();
+      servers[i]->step();
+    }
+  const auto whole = models[0]->named_parameters(), pieces = models[1]->named_parameters();
+  REQUIRE(whole.size() == pieces.size());
+  for (size_t j = 0; j < whole.size(); ++j) {
+    CAPTURE(whole[j].first);
+    CHECK(whole[j].second.to_vector() == pieces[j].second.to_vector());
+  }
+}
+
 TEST_CASE("the optimizer lives only on servers, each holding its partition's state") {
   auto model = std::make_shared<SmallCnn>(7);
   PsOptions po;

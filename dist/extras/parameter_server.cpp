@@ -118,21 +118,49 @@ void ParameterServer::unpack_values(const Partition& part) {
   }
 }
 
+namespace {
+// Push and pull move each partition in pieces of at most PsOptions::piece_bytes: MPICH's nonblocking reduce
+// copies a message into a temporary of its size (the sender's too), and glibc maps every block of
+// 32 MiB and more anew (core/host_cache.h), so whole-partition messages cost a page fault per 4 KiB
+// every step - ResNet-18's 45 MB partition 16,000 faults per step on a worker, bert_small's 69 MB
+// about 65 ms of a 454 ms step at 10 Gbit/s (apps/results/2026-11-28-cpu-2core/emulated_links_3).
+// Pieces of 16 MiB (the default: half that threshold) reuse glibc's kept heap, and are still
+// megabytes, where a link's bandwidth is reached (apps/bench_allreduce). Elementwise sums: the
+// pieces give the bits the whole message gives (tests/mpi_parameter_server.cpp).
+
+// [begin, end) of each piece of a partition of `numel` f32 elements.
+std::vector<std::pair<int64_t, int64_t>> pieces(int64_t numel, size_t piece_bytes) {
+  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(piece_bytes / 4));
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t a = 0; a < numel; a += step) out.emplace_back(a, std::min(numel, a + step));
+  return out;
+}
+}  // namespace
+
 void ParameterServer::step(Timeline* timeline) {
   autograd::NoGradGuard ng;
   const int r = comm_.rank(), n = comm_.size();
   const bool record = timeline != nullptr && timeline->step_started();
   MarkPtr backward_end = record ? comm_.mark() : nullptr;
-  std::vector<WorkPtr> push, pull;
+  std::vector<std::pair<WorkPtr, int64_t>> push, pull;  // each piece's collective and its bytes
+  // The pieces' views of the partitions' flat buffers, alive until the step ends (reserved: a
+  // collective may keep a reference to its tensor).
+  std::vector<Tensor> views;
+  size_t n_pieces = 0;
+  for (const Partition& part : parts_) n_pieces += pieces(part.grads.numel(), options_.piece_bytes).size();
+  views.reserve(2 * n_pieces);
 
   {  // 1. push: every rank's partition s is summed at server s. All K reduces are in flight at once.
     profile::Range range("ps push");
     for (size_t s = 0; s < parts_.size(); ++s) {
       pack_grads(parts_[s]);
-      push.push_back(comm_.reduce(parts_[s].grads, static_cast<int>(s), ReduceOp::Sum,
-                                  "ps push server " + std::to_string(s)));
+      for (auto [a, b] : pieces(parts_[s].grads.numel(), options_.piece_bytes)) {
+        views.push_back(parts_[s].grads.slice(a, b));
+        push.emplace_back(comm_.reduce(views.back(), static_cast<int>(s), ReduceOp::Sum,
+                                       "ps push server " + std::to_string(s)), (b - a) * 4);
+      }
     }
-    for (auto& w : push) w->wait();
+    for (auto& w : push) w.first->wait();
   }
 
   if (optimizer_) {  // 2. update: only the server's own partition, with the mean gradient
@@ -150,10 +178,17 @@ void ParameterServer::step(Timeline* timeline) {
 
   {  // 3. pull: server s broadcasts its partition; every rank (the server too) copies it into the model.
     profile::Range range("ps pull");
-    for (size_t s = 0; s < parts_.size(); ++s)
-      pull.push_back(comm_.broadcast(parts_[s].values, static_cast<int>(s), "ps pull server " + std::to_string(s)));
+    std::vector<size_t> last;  // per partition: one past its last piece in `pull`
     for (size_t s = 0; s < parts_.size(); ++s) {
-      pull[s]->wait();
+      for (auto [a, b] : pieces(parts_[s].values.numel(), options_.piece_bytes)) {
+        views.push_back(parts_[s].values.slice(a, b));
+        pull.emplace_back(comm_.broadcast(views.back(), static_cast<int>(s), "ps pull server " + std::to_string(s)),
+                          (b - a) * 4);
+      }
+      last.push_back(pull.size());
+    }
+    for (size_t s = 0, i = 0; s < parts_.size(); ++s) {
+      for (; i < last[s]; ++i) pull[i].first->wait();
       unpack_values(parts_[s]);
     }
   }
@@ -161,10 +196,8 @@ void ParameterServer::step(Timeline* timeline) {
   if (!record) return;
   // Both directions as "buckets" of the step, ready when backward ended: nothing is hidden, which is
   // exactly what the reducer's overlap buys and this baseline lacks.
-  for (size_t s = 0; s < parts_.size(); ++s)
-    timeline->bucket_done(backward_end, *push[s], static_cast<int64_t>(parts_[s].grads.nbytes()));
-  for (size_t s = 0; s < parts_.size(); ++s)
-    timeline->bucket_done(backward_end, *pull[s], static_cast<int64_t>(parts_[s].values.nbytes()));
+  for (auto& [w, bytes] : push) timeline->bucket_done(backward_end, *w, bytes);
+  for (auto& [w, bytes] : pull) timeline->bucket_done(backward_end, *w, bytes);
   timeline->end_step(backward_end);
 }
 

@@ -5,7 +5,8 @@
 // centralised: the parameters are split into K partitions, partition s belongs to *server* s, and
 // after backward each step is
 //   1. push - every worker's gradients of partition s are summed at server s (Communicator::reduce
-//             to root s, one flat message per partition), and the server divides by N;
+//             to root s of one flat buffer per partition, sent in PsOptions::piece_bytes pieces:
+//             the .cpp says why), and the server divides by N;
 //   2. update - server s runs the optimizer on its partition only (f32); the optimizer and its
 //             state (momentum, Adam moments) exist only on servers, workers run none;
 //   3. pull - server s broadcasts its updated partition, and every rank copies it into its model.
@@ -54,6 +55,9 @@ struct PsOptions {
   // True for a parameter name that trains without weight decay (its own optimizer on the server,
   // weight decay 0); null: every parameter decays.
   std::function<bool(const std::string& name)> no_decay;
+  // Push and pull send each partition in pieces of at most this many bytes (a multiple of 4; see
+  // parameter_server.cpp for why 16 MiB). The values do not depend on it.
+  size_t piece_bytes = size_t{16} << 20;
 };
 
 // Pure: the server of each tensor, from the tensors' sizes (elements). Greedy: tensors in order of
