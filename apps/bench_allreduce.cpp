@@ -12,8 +12,10 @@
 // Times are averaged over ranks. The table shows why dist/ buckets gradients: small messages are
 // latency-bound (tiny busbw); only messages of megabytes approach the link's bandwidth.
 // --in-flight K starts K all-reduces of the size at once and waits for all (algbw counts K x bytes):
-// the pattern of DDP's reducer, whose buckets are all in flight when the link is much slower than
-// backward (the 2026-11-28 emulated-link study: one at a time is not how the trainer's run).
+// the pattern of DDP's reducer where the link is much slower than backward - every bucket is issued
+// before the first one ends, and the communication thread runs them back to back, with no barrier
+// between (dist/transport/comm_mpi.cpp). Over MPICH/UCX's TCP that ran at a quarter less than one
+// all-reduce after a barrier (the 2026-11-28 emulated-link study, emulated_links_4).
 // copy_GBps (CPU sweep, in every entry): --copy-bytes copied by Tensor::copy_ on each rank (median
 // of --reps, averaged over ranks), before the all-reduces - the memory-copy rate the what-if model
 // charges dist/'s own copies at (apps/whatif/model.h, Network::copy_GBps), under the same load.

@@ -93,15 +93,18 @@ struct Network {
   // bimodal from run to run (4 MiB at 100 Mbit/s: 355, 523 or 688 ms), the training runs' at 0.60-0.65,
   // while reduce-scatter, all-gather, reduce and broadcast kept within 10 % of it (the 2026-11-28
   // emulated-link study, apps/results/2026-11-28-cpu-2core/emulated_links). Measure it on the target
-  // as DDP's reducer runs it, with its buckets in flight together (bench_allreduce --in-flight 3:
-  // at 100 Mbit/s one at a time reached 0.98 of the rate, three at once a median of 0.75, the
-  // training runs' 0.76 - emulated_links_4), busbw over the link's payload rate. Reduce-scatter,
+  // as DDP's reducer runs it, its buckets issued together and run back to back (bench_allreduce
+  // --in-flight 3: at 100 Mbit/s one after a barrier reached 0.98 of the rate, three back to back
+  // a median of 0.74, the training runs' 0.76 - emulated_links_4), busbw over the link's payload
+  // rate. Reduce-scatter,
   // all-gather and the parameter server's reduce and broadcast keep bandwidth_GBps.
   double allreduce_efficiency = 1;
   // A CPU host's own rate of moving bytes between ranks, GB/s (0: not counted - a GPU with a NIC of
   // its own). Where ranks compute on the cores that also run their communication (the comm thread,
   // MPI/UCX, the kernel's TCP), every collective's bytes cost CPU time as well as link time: each
-  // collective is costed again at this rate (no latency) and added to compute, not overlapped.
+  // collective is costed again at this rate (no latency) and added to compute, not overlapped -
+  // except what runs while the rank waits on exposed communication, its core otherwise idle:
+  // B / host_GBps of each exposed ms (Prediction::host_hidden_ms).
   // Measure it as bench_allreduce's busbw with the link unlimited (on emulated hosts the veth is
   // CPU work too): 0.38 GB/s for 8 MiB on the loaded 2-core VM of the 2026-11-28 study.
   // The rate is a ring's busbw: per second a rank sends host_GBps bytes and receives as many, so a
@@ -189,7 +192,9 @@ struct Prediction {
   double straggler_ms = 0;  // waiting for the slowest rank (part of step_ms, not of exposed_ms)
   double ps_busiest_bytes = 0;  // parameter server: the busiest server's partition (0 otherwise)
   double tp_ms = 0;             // TP: the activation all-reduces (part of comm_ms and exposed_ms)
-  double host_cpu_ms = 0;       // the communication's CPU work (Network::host_GBps; part of compute_ms)
+  double host_cpu_ms = 0;       // the communication's CPU work (Network::host_GBps; part of compute_ms
+                                // less host_hidden_ms)
+  double host_hidden_ms = 0;    // the part of it done while the rank waits on exposed communication
   double copy_ms = 0;           // dist/'s own copies beyond the 1-rank step's (Network::copy_GBps; part of compute_ms)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };
