@@ -92,7 +92,7 @@ void cpu_part(const Options& o, json& rows) {
   const G shapes[] = {{"square 512", 512, 512, 512},         {"square 1024", 1024, 1024, 1024},
                       {"encoder FFN1 (256 tok)", 256, 1024, 256}, {"encoder FFN2 (256 tok)", 256, 256, 1024},
                       {"classifier 64x512->1000", 64, 1000, 512}};
-  std::printf("\nCPU GEMM, f32 (OpenBLAS)                    m     n     k   tandem GFLOP/s   cblas GFLOP/s   ratio\n");
+  std::printf("\nCPU GEMM, f32 (cblas: OpenBLAS)             m     n     k   tandem GFLOP/s   cblas GFLOP/s   ratio\n");
   for (const G& s : shapes) {
     Tensor a = Tensor::full({s.m, s.k}, 0.01), b = Tensor::full({s.k, s.n}, 0.01);
     std::vector<float> c(s.m * s.n);
