@@ -17,7 +17,7 @@
 //     weight gradient); VGG-16's classifier 1.21x, ResNet-18's FC 1.13x (2 of 3 shapes faster).
 //   2 threads: no win. Interleaved, every OpenBLAS call that followed an OpenMP region ran 2-10x
 //     slower (OpenMP's workers spin-wait on the cores OpenBLAS's pthreads need), and with OpenMP's
-//     workers passive the two were even on bert_small (800 vs 846 ms). Mixing the two pools within
+//     workers passive OpenBLAS led on bert_small (800 ms against 846). Mixing the two pools within
 //     one step is the cost, so at 2+ threads the GEMMs stay on one library, OpenBLAS.
 //   The matmul primitive (cached, tandem's strided layouts) gained less than dnnl_sgemm on
 //     bert_small at 1 thread (1.04x), and packing B in oneDNN's layout (its ceiling, the reorder
