@@ -19,6 +19,8 @@
 // shapes): GB/s next to a copy's, the same way (apps/bench_ops_fused.h).
 // GPU row-wise and window kernels (layer_norm and scale_mask_softmax at BERT-large shapes, max_pool2d
 // at ResNet-50's stem), forward and backward: GB/s next to a copy's (apps/bench_ops_rowwise.h).
+// --cpu-gemm-models adds the CPU GEMM library rows (apps/bench_ops_cpu_gemm.h): every GEMM shape of the
+// peer rows' training steps, OpenBLAS next to oneDNN's sgemm and matmul primitive.
 // --json FILE writes every row. Performance is reported, never asserted.
 #include <cblas.h>
 
@@ -37,6 +39,7 @@
 #include "core/ops/ops.h"
 #include "core/threads.h"
 #include "apps/bench_ops_cpu_conv.h"  // defines: bench::cpu_conv_part
+#include "apps/bench_ops_cpu_gemm.h"  // defines: cpu_bench::cpu_gemm_part
 #ifdef TANDEM_WITH_CUDA
 #include "apps/bench_ops_bandwidth.h"  // defines: bench::bandwidth_part
 #include "apps/bench_ops_fused.h"      // defines: bench::fused_bias_part
@@ -61,6 +64,7 @@ struct Options {
   bool cpu_clock_process = false;  // CPU conv rows on the process's CPU time (a shared machine)
   std::string cpu_conv_only;       // CPU conv rows whose name contains this (empty: all)
   bool cpu_conv_vgg = false;       // also VGG-16's deep conv rows (seconds per repetition: off in CI)
+  std::string cpu_gemm_models;     // CPU GEMM library rows of these models (empty: none; seconds: off in CI)
   std::string json_path;  // empty: no JSON file
 };
 
@@ -89,7 +93,7 @@ void cpu_part(const Options& o, json& rows) {
   const G shapes[] = {{"square 512", 512, 512, 512},         {"square 1024", 1024, 1024, 1024},
                       {"encoder FFN1 (256 tok)", 256, 1024, 256}, {"encoder FFN2 (256 tok)", 256, 256, 1024},
                       {"classifier 64x512->1000", 64, 1000, 512}};
-  std::printf("\nCPU GEMM, f32 (OpenBLAS)                    m     n     k   tandem GFLOP/s   cblas GFLOP/s   ratio\n");
+  std::printf("\nCPU GEMM, f32 (cblas: OpenBLAS)             m     n     k   tandem GFLOP/s   cblas GFLOP/s   ratio\n");
   for (const G& s : shapes) {
     Tensor a = Tensor::full({s.m, s.k}, 0.01), b = Tensor::full({s.k, s.n}, 0.01);
     std::vector<float> c(s.m * s.n);
@@ -124,6 +128,8 @@ void cpu_part(const Options& o, json& rows) {
     rows.push_back({{"part", "cpu_pool"}, {"name", "max_pool2d 3x3/2 32x32x64"}, {"dtype", "f32"},
                     {"batch", o.cpu_conv_batch}, {"tandem_ms", t}, {"direct_ms", t_copy}, {"ratio", t / t_copy}});
   }
+  if (!o.cpu_gemm_models.empty())
+    cpu_bench::cpu_gemm_part(o.cpu_reps, o.cpu_clock_process, o.cpu_gemm_models, rows);
   cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, o.cpu_conv_vgg, rows);
 }
 
@@ -277,6 +283,9 @@ int main(int argc, char** argv) {
   app.add_option("--cpu-conv-only", o.cpu_conv_only, "run only the CPU conv rows whose 'model conv' contains TEXT");
   app.add_flag("--cpu-conv-vgg", o.cpu_conv_vgg,
                "also VGG-16's last three conv shapes at 64 px (slow: seconds per repetition)");
+  app.add_option("--cpu-gemm-models", o.cpu_gemm_models,
+                 "also every GEMM of these models' CPU training step (bert_small, resnet18, vgg16, or all), "
+                 "OpenBLAS next to oneDNN's sgemm and matmul (apps/bench_ops_cpu_gemm.h; seconds per repetition)");
   app.add_flag("--cpu", o.cpu_only, "run only the CPU part, even if a GPU is present");
   app.add_option("--json", o.json_path, "also write all rows to this JSON file");
   CLI11_PARSE(app, argc, argv);

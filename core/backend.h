@@ -25,9 +25,9 @@
 //                         f32 accumulation). Default on, as PyTorch's cudnn.allow_tf32; these models
 //                         train fine with it (core/ops/matmul/matmul.h).
 //   cpu_onednn            CPU conv2d (f32, bf16) through oneDNN where the build has it and oneDNN
-//                         takes the problem, else the im2col + OpenBLAS reference (core/ops/conv/
-//                         cpu_onednn.h). Default on: faster on every tandem conv shape measured
-//                         (apps/results/2026-11-28-cpu-2core/); off forces the reference, which the
+//                         takes the problem, else the im2col + OpenBLAS reference (cpu_onednn.h); and f32
+//                         GEMMs on 1 thread through dnnl_sgemm (core/ops/matmul/cpu.cpp). Default on: faster
+//                         where measured (apps/results/2026-11-28-cpu-2core/); off forces OpenBLAS, which the
 //                         parity tests compare against. f64 always runs the reference.
 //   conv_workspace_limit  the largest workspace one conv plan may ask for; engines needing more are
 //                         skipped. 1 GiB: enough for the fast implicit-GEMM and Winograd engines on

@@ -29,6 +29,27 @@ TEST_CASE("bias_gelu equals gelu(x + bias), forward and backward") {
   CHECK(max_abs_diff(db1, b2.grad().to_vector_f64()) < 1e-14);
 }
 
+// In f32 (training) both forms must run the same GELU on the CPU: the fused tail's f32_math
+// (core/ops/common/cpu/f32_math.h) and ops::gelu's, so that switching the fusion off (or the
+// prediction head, which runs the unfused op) changes no bit. Wide inputs (|x + b| up to 8) reach
+// both tails of Phi, where libm's erf and f32_math's fit round differently.
+TEST_CASE("bias_gelu equals gelu(x + bias) bit for bit in f32 on the CPU, forward and backward") {
+  auto f32 = [](const Tensor& t, bool grad) { return t.to(DType::F32).detach().set_requires_grad(grad); };
+  const Tensor x64 = rand_f64({16, 8, 37}, 11, -6, 6, false), b64 = rand_f64({37}, 12, -2, 2, false);
+  const Tensor g = f32(rand_f64({16, 8, 37}, 13, -1, 1, false), false);
+  Tensor x = f32(x64, true), b = f32(b64, true);
+  Tensor y = ops::bias_gelu(x, b);
+  y.backward(g);
+  Tensor x2 = f32(x64, true), b2 = f32(b64, true);
+  Tensor y2 = ops::gelu(ops::add(x2, b2));
+  y2.backward(g);
+  CHECK(max_abs_diff(y.to_vector_f64(), y2.to_vector_f64()) == 0.0);
+  CHECK(max_abs_diff(x.grad().to_vector_f64(), x2.grad().to_vector_f64()) == 0.0);
+  // The bias gradients are column sums of those same bits, each in double (possibly in another
+  // order), rounded to f32 once: within an ulp.
+  CHECK(max_abs_diff(b.grad().to_vector_f64(), b2.grad().to_vector_f64()) < 1e-5);
+}
+
 TEST_CASE("bias_gelu gradcheck (x and bias)") {
   CHECK(gradcheck([](auto& in) { return ops::bias_gelu(in[0], in[1]); }, {rand_f64({5, 7}, 4, -3, 3), rand_f64({7}, 5)}) ==
         "");

@@ -1,4 +1,12 @@
 // core/ops/elementwise/cpu.cpp: CPU loops over the shared functors (core/ops/elementwise/functors.h).
+// One exception: GELU and its gradient in f32 (training, and 16-bit tensors widened to f32) call
+// core/ops/common/cpu/f32_math.h's gelu / gelu_grad, the functions the fused bias_gelu runs
+// (core/ops/fused_bias/cpu.cpp), so the unfused op (the MLM head's) and the fused one give the same
+// f32 bits (tests/test_fused_bias_grad.cpp) and the loop vectorises instead of calling libm's double
+// erf per element. f64 (the gradient checks) keeps fn::Gelu's libm erf; CUDA keeps the functors.
+#include <type_traits>
+
+#include "core/ops/common/cpu/f32_math.h"
 #include "core/ops/common/dispatch.h"
 #include "core/ops/common/cpu/widen.h"
 #include "core/ops/elementwise/functors.h"
@@ -6,6 +14,26 @@
 
 namespace tandem::kernels {
 namespace {
+
+struct CpuGelu {
+  float operator()(float x) const { return f32_math::gelu(x); }
+  double operator()(double x) const { return fn::Gelu{}(x); }
+};
+struct CpuGeluBackward {
+  float operator()(float dy, float x) const { return f32_math::gelu_grad(dy, x); }
+  double operator()(double dy, double x) const { return fn::GeluBackward{}(dy, x); }
+};
+
+// The functor the CPU loop runs for F: F itself, except GELU's two (see the file's contract).
+template <typename F>
+auto cpu_functor(F f) {
+  if constexpr (std::is_same_v<F, fn::Gelu>)
+    return CpuGelu{};
+  else if constexpr (std::is_same_v<F, fn::GeluBackward>)
+    return CpuGeluBackward{};
+  else
+    return f;
+}
 
 template <typename T, typename F>
 void map1(const Tensor& x, Tensor& y, F f) {
@@ -33,12 +61,15 @@ void map2(const Tensor& a, const Tensor& b, Tensor& y, F f) {
 
 void unary_cpu(Unary op, const Tensor& x, Tensor& y, float alpha) {
   TANDEM_CPU_WIDEN_16BIT(unary_cpu, op, x, y, alpha);
-  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T, [&] { visit_unary(op, alpha, [&](auto f) { map1<T>(x, y, f); }); });
+  TANDEM_CPU_FLOAT_TYPES(x.dtype(), T,
+                         [&] { visit_unary(op, alpha, [&](auto f) { map1<T>(x, y, cpu_functor(f)); }); });
 }
 
 void binary_cpu(Binary op, const Tensor& a, const Tensor& b, Tensor& y, float alpha, float beta) {
   TANDEM_CPU_WIDEN_16BIT(binary_cpu, op, a, b, y, alpha, beta);
-  TANDEM_CPU_FLOAT_TYPES(a.dtype(), T, [&] { visit_binary(op, alpha, beta, [&](auto f) { map2<T>(a, b, y, f); }); });
+  TANDEM_CPU_FLOAT_TYPES(a.dtype(), T, [&] {
+    visit_binary(op, alpha, beta, [&](auto f) { map2<T>(a, b, y, cpu_functor(f)); });
+  });
 }
 
 void sum_leading_cpu(const Tensor& src, Tensor& dst) {

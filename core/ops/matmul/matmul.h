@@ -1,4 +1,4 @@
-// core/ops/matmul/matmul.h: matrix products (OpenBLAS on CPU, cuBLASLt on CUDA).
+// core/ops/matmul/matmul.h: matrix products (OpenBLAS or oneDNN on CPU, cuBLASLt on CUDA).
 //
 // Layouts follow PyTorch: a linear weight is [out_features, in_features] and y = x w^T + b.
 // f32 on CUDA may use TF32 tensor cores when BackendConfig::allow_tf32 is on (core/backend.h; the
