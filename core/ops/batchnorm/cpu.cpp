@@ -9,21 +9,17 @@
 // 0 : t; backward g = y <= 0 ? 0 : dy, the dz of the add being g), so the fused ops give the bytes of
 // relu(batch_norm(x) [+ z]) and its gradients (tests/test_bn_relu_cpu.cpp).
 // Threads: with OpenMP (the pool oneDNN uses, sized by core/threads.cpp) a pass over enough values
-// is split between the pool's threads without changing a bit: the statistics and gradient sums by
-// blocks of channels (each channel's sum still runs over its rows in order, on one thread), the
-// elementwise passes by blocks of rows (each value is computed alone). Built without OpenMP (the
-// TSan tree, core/CMakeLists.txt), every pass runs on the calling thread.
-#include <algorithm>
+// is split between the pool's threads without changing a bit (common/cpu/parallel.h): the
+// statistics and gradient sums by blocks of channels (each channel's sum still runs over its rows
+// in order, on one thread), the elementwise passes by blocks of rows (each value is computed
+// alone). Built without OpenMP (the TSan tree, core/CMakeLists.txt), every pass runs serially.
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#include "core/ops/common/dispatch.h"
+#include "core/ops/common/cpu/parallel.h"
 #include "core/ops/common/cpu/widen.h"
+#include "core/ops/common/dispatch.h"
 #include "core/ops/batchnorm/kernels.h"
 
 namespace tandem::kernels {
@@ -37,43 +33,12 @@ const T* opt(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 template <typename T>
 T* opt_mut(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
-// A pass over fewer values stays on one thread. Forking and joining libgomp's warm pool costs about
-// 2 us on this 2-core machine (an empty parallel region, measured); a pass costs about 0.25 ns a
-// value (apps/results/2026-11-28-cpu-2core/bnrelu/README.md), so at 2^15 values it takes ~8 us and
-// halving it saves ~4 us, twice the fork. Every BN of ResNet-18 at 64 px, batch 32 is above it.
-constexpr int64_t kParallelMin = int64_t{1} << 15;
+using cpu_parallel::for_blocks;
+using cpu_parallel::threads_for;
+
 // Channel blocks are whole multiples of 16 channels (64 bytes of f32, a cache line): two threads
 // then share no line of the per-channel sums, and their row segments of x, dy and dz stay whole lines.
 constexpr int64_t kChannelGrain = 16;
-
-int threads_for(int64_t numel) {
-#ifdef _OPENMP
-  if (numel < kParallelMin || omp_in_parallel()) return 1;
-  return std::max(1, omp_get_max_threads());
-#else
-  (void)numel;
-  return 1;
-#endif
-}
-
-// f(begin, end) on contiguous blocks of [0, n) made of whole `grain`s, one block per thread (the
-// calling thread alone when `threads` is 1 or there is one grain). f must not throw.
-template <typename F>
-void for_blocks(int64_t n, int64_t grain, int threads, const F& f) {
-  const int64_t grains = (n + grain - 1) / grain;
-  if (threads <= 1 || grains <= 1) {
-    f(int64_t{0}, n);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, grains)))
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t begin = grains * t / nt * grain, end = std::min(n, grains * (t + 1) / nt * grain);
-    if (begin < end) f(begin, end);
-  }
-#endif
-}
 
 // Training statistics: mean and 1/sqrt(biased var + eps) into mean/invstd, the running stats (when
 // given) updated with the unbiased variance, as PyTorch does.
@@ -226,14 +191,7 @@ void backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& 
 
 }  // namespace
 
-int batchnorm_cpu_threads(int64_t numel) {
-#ifdef _OPENMP
-  return threads_for(numel);
-#else
-  (void)numel;
-  return 0;
-#endif
-}
+int batchnorm_cpu_threads(int64_t numel) { return cpu_parallel::kHaveOpenMP ? threads_for(numel) : 0; }
 
 void batchnorm_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                            Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
