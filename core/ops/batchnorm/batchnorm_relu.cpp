@@ -1,10 +1,12 @@
-// core/ops/batchnorm/batchnorm_relu.cpp: relu(batch_norm(x) [+ z]), composed from the ops or fused by cuDNN.
+// core/ops/batchnorm/batchnorm_relu.cpp: relu(batch_norm(x) [+ z]), composed from the ops, or fused
+// by cuDNN (CUDA) or by tandem's CPU kernels (batchnorm/cpu.cpp).
 //
 // Both ops are one function, fused_or_composed, with the tail (ops::BatchNormTail: Relu or AddRelu)
 // as its argument. The composed path is two or three recorded ops (batch_norm, add, relu_ in place:
-// neither batch_norm's nor add's backward reads its output, so overwriting it is safe). The fused
-// path checks what batch_norm checks (it runs the same argument checks by calling nothing else, so
-// they are repeated here in short form) and records one node with inputs {x, [z,] weight, bias}.
+// neither batch_norm's nor add's backward reads its output, so overwriting it is safe). Each fused
+// path takes only problems whose batch_norm checks would pass (they are repeated here in short form;
+// anything else goes to the composition, which gives the message) and records one node with inputs
+// {x, [z,] weight, bias}.
 #include "core/ops/batchnorm/batchnorm_relu.h"
 
 #include "core/autograd.h"
