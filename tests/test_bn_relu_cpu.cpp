@@ -124,7 +124,7 @@ void check_fused_equals_composed(const Shape& shape, DType dt, Tail tail, bool n
 TEST_CASE("fused CPU batch_norm_relu / batch_norm_add_relu: the composition's bytes, one node") {
   // Small shapes (one thread) and ones above the kernels' parallel threshold (C not a multiple of the
   // channel block, so blocks end mid-row), NHWC and [N, C].
-  for (Shape shape : {Shape{2, 3, 3, 5}, Shape{7, 4}, Shape{4, 16, 16, 40}, Shape{2, 18, 18, 64}})
+  for (Shape shape : {Shape{2, 3, 3, 5}, Shape{7, 4}, Shape{8, 32, 32, 40}, Shape{4, 34, 34, 64}})
     for (DType dt : {DType::F32, DType::F64})
       for (Tail tail : {Tail::Relu, Tail::AddRelu})
         for (bool nan : {false, true}) check_fused_equals_composed(shape, dt, tail, nan, 100 + shape[0]);
@@ -151,7 +151,7 @@ TEST_CASE("fused CPU ops: gradients without weight or running stats, and for inp
 
 TEST_CASE("CPU batch norm kernels: the same bytes on 1 and 2 threads (plain, ReLU, add + ReLU)") {
   const CpuThreads before = configured_cpu_threads();
-  const Shape shape{4, 16, 16, 40};  // 40,960 values: above the parallel threshold
+  const Shape shape{8, 32, 32, 40};  // 327,680 values: above the parallel threshold (2^18)
   CHECK(kernels::batchnorm_cpu_threads(shape_numel(shape)) >= 1);
   for (DType dt : {DType::F32, DType::F64})
     for (int tail = 0; tail < 3; ++tail) {

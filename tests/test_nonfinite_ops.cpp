@@ -309,12 +309,12 @@ TEST_CASE("count_nonfinite over a model's gradients after a NaN batch, and valid
 }
 
 TEST_CASE("count_nonfinite on a large CPU tensor: the exact count on 1 and 2 threads") {
-  // 100,003 elements: above core/ops/common/cpu/parallel.h's threshold and not a multiple of its
+  // 300,007 elements: above core/ops/common/cpu/parallel.h's threshold and not a multiple of its
   // 64-element blocks. Non-finite values at the ends, at block edges and in between.
   const CpuThreads before = configured_cpu_threads();
-  const int64_t n = 100003;
+  const int64_t n = 300007;
   std::vector<double> v(n, 1.5);
-  const std::vector<int64_t> at = {0, 63, 64, 50000, 50001, 70000, n - 1};
+  const std::vector<int64_t> at = {0, 63, 64, 150000, 150001, 200000, n - 1};
   for (size_t k = 0; k < at.size(); ++k)
     v[at[k]] = k % 3 == 0 ? kNaN : (k % 3 == 1 ? kInf : -kInf);
   for (DType dt : {DType::F32, DType::F64}) {

@@ -205,11 +205,11 @@ TEST_CASE("SGD's CPU loop gives, bit for bit, its per-element expression evaluat
 }
 
 TEST_CASE("CPU SGD: a large tensor's update has the same bits on 1 and 2 threads") {
-  // 40,000 values: above core/ops/common/cpu/parallel.h's threshold, and not a multiple of the
+  // 300,000 values: above core/ops/common/cpu/parallel.h's threshold, and not a multiple of the
   // 16-element blocks, so the threads' blocks are uneven. Three steps each (the first and the
   // momentum ones), plain and Nesterov.
   const CpuThreads before = configured_cpu_threads();
-  const int64_t n = 40000;
+  const int64_t n = 300000;
   std::vector<double> p0(n), g0(n);
   for (int64_t i = 0; i < n; ++i) p0[i] = std::sin(0.37 * i), g0[i] = std::cos(0.11 * i) * 1e-2;
   for (bool nesterov : {false, true}) {

@@ -22,12 +22,16 @@
 namespace tandem::kernels::cpu_parallel {
 namespace {
 
-// A pass over fewer values stays on one thread. Forking and joining libgomp's warm pool costs about
-// 2 us on the 2-core machine of apps/results/2026-11-28-cpu-2core (an empty parallel region,
-// measured); a streaming pass costs about 0.2-0.3 ns a value there, so at 2^15 values it takes
-// ~8 us and halving it saves ~4 us, twice the fork. Every BN of ResNet-18 at 64 px, batch 32 is
-// above it, and so are its conv weights' SGD updates (but not its biases' and BN parameters').
-constexpr int64_t kParallelMin = int64_t{1} << 15;
+// A pass over fewer values stays on one thread. On a quiet machine the cost of a region is the fork
+// and join of libgomp's warm pool, about 2 us on the 2-core machine of apps/results/2026-11-28-
+// cpu-2core (an empty region), which a pass of 2^15 values (~8 us at 0.25 ns a value) would
+// already repay. But where other processes share the cores, a region waits for a core for its
+// second thread, milliseconds each time: there ResNet-18's 2-thread step ran 0.56x with every pass
+// over 2^15 values forking (about 100 regions a step) (apps/results/2026-11-28-cpu-2core/bnrelu/
+// README.md). So only the large passes fork: at 2^18 values ResNet-18 at 64 px, batch 32 keeps
+// about 84 % of its BN work (the stem, layer1 and layer2) and its largest SGD updates parallel
+// with about a third of the regions.
+constexpr int64_t kParallelMin = int64_t{1} << 18;
 
 // true when this file was compiled with OpenMP (the loops can run on several threads).
 constexpr bool kHaveOpenMP =
