@@ -9,8 +9,8 @@
 #include <mutex>
 #include <thread>
 
-#if TANDEM_HAVE_ONEDNN
-#include <omp.h>  // oneDNN (Debian's build) runs on OpenMP threads
+#if TANDEM_HAVE_OPENMP
+#include <omp.h>  // oneDNN (Debian's build) and the CPU batch norm run on OpenMP threads
 #endif
 
 namespace tandem {
@@ -53,7 +53,7 @@ CpuThreads cpu_threads_for(int ranks_on_node) {
 
 void set_cpu_threads(const CpuThreads& t) {
   openblas_set_num_threads(t.threads);
-#if TANDEM_HAVE_ONEDNN
+#if TANDEM_HAVE_OPENMP
   omp_set_num_threads(t.threads);
 #endif
 }

@@ -1,5 +1,6 @@
 // core/threads.h: how many threads this process's CPU kernels use (OpenBLAS's pool for GEMMs,
-// OpenMP's for oneDNN's convolutions), sized so that ranks on one machine never oversubscribe it.
+// OpenMP's for oneDNN's convolutions and the CPU batch norm), sized so that ranks on one machine
+// never oversubscribe it.
 //
 // The rule: each rank gets cores / ranks-on-this-node threads (at least 1), where "cores" is what
 // the process may run on (its affinity mask, so taskset and cgroup cpusets count). OMP_NUM_THREADS

@@ -173,12 +173,13 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   // relu(forward(x) + residual): the ResNet block tail (bn2/bn3, the shortcut, the final ReLU) as
   // one op, ops::batch_norm_add_relu, which cuDNN fuses on the GPU in training mode (one pass, and
-  // neither the normalised tensor nor the sum is written). Same values and gradients as the
-  // composition, which the CPU runs. Counts the batch and adds the profiling range like operator().
+  // neither the normalised tensor nor the sum is written) and tandem's kernels on the CPU (f32/f64).
+  // Same values and gradients as the composition. Counts the batch and adds the profiling range like
+  // operator().
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   // relu(forward(x)): every conv -> BN -> ReLU (ResNet's stem and inner stages, VGG-BN) as one op,
-  // ops::batch_norm_relu (cuDNN's BN_ACTIVATION on the GPU in training mode: no separate ReLU pass
-  // either way). Same values and gradients as the composition; counts the batch and adds the
+  // ops::batch_norm_relu (cuDNN's BN_ACTIVATION on the GPU in training mode, tandem's fused kernels
+  // on the CPU: no separate ReLU pass either way). Same values and gradients as the composition; counts the batch and adds the
   // profiling range like operator().
   Tensor forward_relu(const Tensor& x);
   // relu(forward(cs.y)) from the statistics the conv produced with cs.y (Conv2d::forward_genstats;

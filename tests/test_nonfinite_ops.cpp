@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "core/ops/ops.h"
+#include "core/threads.h"
 #include "layers/layers.h"
 
 using namespace tandem;
@@ -86,7 +87,7 @@ TEST_CASE("relu keeps NaN and inf, and its backward passes dy where the output i
   }
 }
 
-TEST_CASE("batch_norm_add_relu's composed path propagates NaN through its ReLU") {
+TEST_CASE("batch_norm_add_relu (the CPU's fused path) propagates NaN through its ReLU") {
   // [N=4, C=2]; channel 0 holds a NaN, so its batch mean is NaN and the whole channel is NaN
   // (as in PyTorch); channel 1 stays finite. The residual adds nothing.
   Tensor x = leaf({kNaN, 1, 2, -1, 3, 2, 4, -2}, {4, 2});
@@ -305,4 +306,23 @@ TEST_CASE("count_nonfinite over a model's gradients after a NaN batch, and valid
   for (const Tensor& p : fc.parameters()) grads.push_back(p.grad());
   CHECK_FALSE(ops::all_finite(grads));
   CHECK(ops::all_finite(fc.parameters()));  // the update has not run: the parameters are clean
+}
+
+TEST_CASE("count_nonfinite on a large CPU tensor: the exact count on 1 and 2 threads") {
+  // 300,007 elements: above core/ops/common/cpu/parallel.h's threshold and not a multiple of its
+  // 64-element blocks. Non-finite values at the ends, at block edges and in between.
+  const CpuThreads before = configured_cpu_threads();
+  const int64_t n = 300007;
+  std::vector<double> v(n, 1.5);
+  const std::vector<int64_t> at = {0, 63, 64, 150000, 150001, 200000, n - 1};
+  for (size_t k = 0; k < at.size(); ++k)
+    v[at[k]] = k % 3 == 0 ? kNaN : (k % 3 == 1 ? kInf : -kInf);
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor t = Tensor::from_vector_f64(v, {n}, dt);
+    for (int threads : {1, 2}) {
+      set_cpu_threads(CpuThreads{threads, 2, "test"});
+      CHECK(ops::count_nonfinite({t, t}).to_vector_i64()[0] == 2 * static_cast<int64_t>(at.size()));
+    }
+  }
+  set_cpu_threads(before.threads > 0 ? before : CpuThreads{1, 1, "test"});
 }

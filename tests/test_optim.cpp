@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/threads.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
 
@@ -201,4 +202,32 @@ TEST_CASE("SGD's CPU loop gives, bit for bit, its per-element expression evaluat
       CHECK(differ == 0);
     }
   }
+}
+
+TEST_CASE("CPU SGD: a large tensor's update has the same bits on 1 and 2 threads") {
+  // 300,000 values: above core/ops/common/cpu/parallel.h's threshold, and not a multiple of the
+  // 16-element blocks, so the threads' blocks are uneven. Three steps each (the first and the
+  // momentum ones), plain and Nesterov.
+  const CpuThreads before = configured_cpu_threads();
+  const int64_t n = 300000;
+  std::vector<double> p0(n), g0(n);
+  for (int64_t i = 0; i < n; ++i) p0[i] = std::sin(0.37 * i), g0[i] = std::cos(0.11 * i) * 1e-2;
+  for (bool nesterov : {false, true}) {
+    SGDOptions opt{0.05, 0.9, 0.0, 1e-4, nesterov};
+    std::vector<float> out[2];
+    for (int t : {1, 2}) {
+      set_cpu_threads(CpuThreads{t, 2, "test"});
+      Tensor p = Tensor::from_vector_f64(p0, {n}, DType::F32), g = Tensor::from_vector_f64(g0, {n}, DType::F32);
+      p.set_requires_grad(true);
+      SGD sgd({{"w", p}}, opt);
+      for (int step = 0; step < 3; ++step) {
+        p.set_grad(g);
+        sgd.step();
+      }
+      out[t - 1] = p.to_vector();
+    }
+    CHECK(std::memcmp(out[0].data(), out[1].data(), n * sizeof(float)) == 0);
+    CHECK(out[0] != std::vector<float>(p0.begin(), p0.end()));  // it moved
+  }
+  set_cpu_threads(before.threads > 0 ? before : CpuThreads{1, 1, "test"});
 }

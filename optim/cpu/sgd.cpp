@@ -1,8 +1,14 @@
 // optim/cpu/sgd.cpp: the CPU reference SGD update, a plain loop per tensor (see optim/sgd.h for the math).
+// A tensor of at least cpu_parallel::kParallelMin values is split into blocks of elements between
+// OpenMP's threads (core/ops/common/cpu/parallel.h; -fopenmp from optim/CMakeLists.txt): every
+// element is updated alone, so the bits do not depend on the thread count.
+#include "core/ops/common/cpu/parallel.h"
 #include "core/ops/common/dispatch.h"
 #include "optim/kernels/sgd.h"
 
 namespace tandem::optim::kernels {
+
+namespace cpu_parallel = tandem::kernels::cpu_parallel;
 
 namespace {
 
@@ -36,11 +42,17 @@ void sgd_step_cpu(Tensor& param, const Tensor& grad, Tensor& buf_t, bool first, 
     const T lr = static_cast<T>(opt.lr), wd = static_cast<T>(opt.weight_decay);
     const T mom = static_cast<T>(opt.momentum), damp = static_cast<T>(1.0 - opt.dampening);
     const int64_t n = param.numel();
-    if (!buf) update<T, false, false, false>(p, gr, buf, n, lr, wd, mom, damp);
-    else if (first && opt.nesterov) update<T, true, true, true>(p, gr, buf, n, lr, wd, mom, damp);
-    else if (first) update<T, true, true, false>(p, gr, buf, n, lr, wd, mom, damp);
-    else if (opt.nesterov) update<T, true, false, true>(p, gr, buf, n, lr, wd, mom, damp);
-    else update<T, true, false, false>(p, gr, buf, n, lr, wd, mom, damp);
+    // Blocks of 16 elements (64 bytes of f32): no two threads write one cache line.
+    auto run = [&](auto* kernel) {
+      cpu_parallel::for_blocks(n, 16, cpu_parallel::threads_for(n), [&](int64_t b, int64_t e) {
+        kernel(p + b, gr + b, buf ? buf + b : nullptr, e - b, lr, wd, mom, damp);
+      });
+    };
+    if (!buf) run(&update<T, false, false, false>);
+    else if (first && opt.nesterov) run(&update<T, true, true, true>);
+    else if (first) run(&update<T, true, true, false>);
+    else if (opt.nesterov) run(&update<T, true, false, true>);
+    else run(&update<T, true, false, false>);
     if (low.kind != LowKind::None)  // the 16-bit working copy (AMP), in its own pass
       for (int64_t i = 0; i < n; ++i) low.put(i, p[i]);
   });

@@ -6,9 +6,11 @@
 // cheaper backward. Works for [N, H, W, C] and [N, C].
 // Dtypes: weight, bias and the running stats are f32 for f32/f16/bf16 inputs (f64 for f64 inputs),
 // so 16-bit activations keep f32 statistics and affine parameters; statistics accumulate in f32 on
-// the GPU and f64 on the CPU. weight/bias may be undefined (no affine); the running stats may be
-// undefined in training (not tracked) but are required in eval. Training needs more than one value
-// per channel (the variance of one sample is undefined).
+// the GPU and f64 on the CPU. The CPU kernels run on the rank's OpenMP threads (core/threads.h)
+// from 2^18 values, with the same bits on any thread count (batchnorm/cpu.cpp). weight/bias may be
+// undefined (no affine); the running stats may be undefined in training (not tracked) but are
+// required in eval. Training needs more than one value per channel (the variance of one sample is
+// undefined).
 #pragma once
 #include "core/ops/batchnorm/types.h"
 #include "core/tensor.h"

@@ -1,10 +1,12 @@
-// core/ops/batchnorm/batchnorm_relu.cpp: relu(batch_norm(x) [+ z]), composed from the ops or fused by cuDNN.
+// core/ops/batchnorm/batchnorm_relu.cpp: relu(batch_norm(x) [+ z]), composed from the ops, or fused
+// by cuDNN (CUDA) or by tandem's CPU kernels (batchnorm/cpu.cpp).
 //
 // Both ops are one function, fused_or_composed, with the tail (ops::BatchNormTail: Relu or AddRelu)
 // as its argument. The composed path is two or three recorded ops (batch_norm, add, relu_ in place:
-// neither batch_norm's nor add's backward reads its output, so overwriting it is safe). The fused
-// path checks what batch_norm checks (it runs the same argument checks by calling nothing else, so
-// they are repeated here in short form) and records one node with inputs {x, [z,] weight, bias}.
+// neither batch_norm's nor add's backward reads its output, so overwriting it is safe). Each fused
+// path takes only problems whose batch_norm checks would pass (they are repeated here in short form;
+// anything else goes to the composition, which gives the message) and records one node with inputs
+// {x, [z,] weight, bias}.
 #include "core/ops/batchnorm/batchnorm_relu.h"
 
 #include "core/autograd.h"
@@ -69,6 +71,51 @@ Tensor fused_cudnn(BatchNormTail tail, const Tensor& x, const Tensor& z, const T
 }
 #endif
 
+// The CPU's fused path (training, f32 and f64: core/ops/batchnorm/cpu.cpp), or an undefined tensor
+// when the problem is not for it (eval, 16-bit, CUDA, bad arguments with their messages: all left
+// to the composition, whose bytes it reproduces).
+Tensor fused_cpu(BatchNormTail tail, const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
+                 Tensor& running_mean, Tensor& running_var, bool training, double momentum, double eps) {
+  const DType dt = x.dtype();
+  const int64_t C = x.dim() >= 2 ? x.size(-1) : 0;
+  const int64_t M = C ? x.numel() / C : 0;
+  // Only where batch_norm's own checks would pass (on the CPU the parameter dtype is x's).
+  auto param_ok = [&](const Tensor& t) {
+    return !t.defined() || (t.dim() == 1 && t.size(0) == C && t.dtype() == dt && t.device() == x.device());
+  };
+  if (!(!x.is_cuda() && training && (dt == DType::F32 || dt == DType::F64) && C > 0 && M > 1 && eps > 0 &&
+        param_ok(weight) && param_ok(bias) && param_ok(running_mean) && param_ok(running_var) &&
+        running_mean.defined() == running_var.defined()))
+    return Tensor();
+  const bool add = tail == BatchNormTail::AddRelu;
+  Tensor x2 = x.detach().view({M, C});
+  Tensor z2 = add ? z.detach().view({M, C}) : Tensor();
+  Tensor y = Tensor::empty(x.shape(), dt, x.device());
+  Tensor y2 = y.view({M, C});
+  Tensor save_mean = Tensor::empty({C}, dt, x.device());
+  Tensor save_invstd = Tensor::empty({C}, dt, x.device());
+  kernels::batchnorm_forward_fused_cpu(tail, x2, z2, weight, bias, running_mean, running_var, momentum, eps, y2,
+                                       save_mean, save_invstd);
+  const bool gx = x.requires_grad(), gz = add && z.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+             gb = bias.defined() && bias.requires_grad();
+  std::vector<Tensor> inputs = add ? std::vector<Tensor>{x, z, weight, bias} : std::vector<Tensor>{x, weight, bias};
+  autograd::record(add ? "BatchNormAddReluBackward" : "BatchNormReluBackward", inputs, y,
+                   [tail, add, x2, out = y2.detach(), w = weight.defined() ? weight.detach() : Tensor(), save_mean,
+                    save_invstd, gx, gz, gw, gb, shape = x.shape(), M, C](std::vector<Tensor>& g) {
+                     Tensor dy2 = g[0].view({M, C});
+                     auto grad = [&](bool want, const Shape& s) {
+                       return want ? Tensor::empty(s, g[0].dtype(), g[0].device()) : Tensor();
+                     };
+                     Tensor dx = grad(gx, shape), dz = grad(gz, shape), dw = grad(gw, {C}), db = grad(gb, {C});
+                     Tensor dx2 = gx ? dx.view({M, C}) : Tensor(), dz2 = gz ? dz.view({M, C}) : Tensor();
+                     kernels::batchnorm_backward_fused_cpu(tail, dy2, x2, out, w, save_mean, save_invstd, dx2, dz2,
+                                                           dw, db);
+                     if (add) return std::vector<Tensor>{dx, dz, dw, db};
+                     return std::vector<Tensor>{dx, dw, db};
+                   });
+  return y;
+}
+
 Tensor fused_or_composed(BatchNormTail tail, const Tensor& x, const Tensor& z, const Tensor& weight,
                          const Tensor& bias, Tensor& running_mean, Tensor& running_var, bool training,
                          double momentum, double eps) {
@@ -76,6 +123,8 @@ Tensor fused_or_composed(BatchNormTail tail, const Tensor& x, const Tensor& z, c
   Tensor y = fused_cudnn(tail, x, z, weight, bias, running_mean, running_var, training, momentum, eps);
   if (y.defined()) return y;
 #endif
+  Tensor yc = fused_cpu(tail, x, z, weight, bias, running_mean, running_var, training, momentum, eps);
+  if (yc.defined()) return yc;
   return composed(tail, x, z, weight, bias, running_mean, running_var, training, momentum, eps);
 }
 

@@ -25,6 +25,22 @@ void batchnorm_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& 
 // Outputs that are undefined are not computed.
 void batchnorm_backward_cpu(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                             const Tensor& save_invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias);
+// The CPU's fused tails in training mode (ops::batch_norm_relu, ops::batch_norm_add_relu), f32 and
+// f64: the statistics, running stats and save_mean/save_invstd as batchnorm_forward_cpu, then in one
+// pass y = t <= 0 ? 0 : t with t = x * scale + shift (+ z for AddRelu; z undefined for Relu), the
+// composition's operations in its order, so y has relu(batch_norm(x) [+ z])'s bytes.
+void batchnorm_forward_fused_cpu(ops::BatchNormTail tail, const Tensor& x, const Tensor& z, const Tensor& weight,
+                                 const Tensor& bias, Tensor& running_mean, Tensor& running_var, double momentum,
+                                 double eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd);
+// Its backward, given the forward's y: g = y <= 0 ? 0 : dy (fn::ReluBackward: a NaN y passes dy),
+// then the training backward above with g for dy; dz = g (AddRelu; undefined: not written). The mask
+// is applied inside the sums pass and the dx pass, so no masked copy of dy is made unless dz is asked.
+void batchnorm_backward_fused_cpu(ops::BatchNormTail tail, const Tensor& dy, const Tensor& x, const Tensor& y,
+                                  const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
+                                  Tensor& dx, Tensor& dz, Tensor& dweight, Tensor& dbias);
+// How many threads the CPU kernels above give a pass over `numel` values (1 below their parallel
+// threshold), or 0 when this build compiled them without OpenMP (always serial).
+int batchnorm_cpu_threads(int64_t numel);
 #ifdef TANDEM_WITH_CUDA
 void batchnorm_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                             Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
