@@ -10,7 +10,7 @@
 // dnnl_sgemm (row-major, the same A/B/C/ld/beta contract) when the build has oneDNN,
 // BackendConfig::cpu_onednn is on, both thread pools are 1 thread and the call has at least
 // kOnednnMinMacs multiply-adds (below); OpenBLAS otherwise. Measured
-// (apps/bench_ops --cpu-gemm-models, apps/results/2026-11-28-cpu-2core/gemm/; this CPU's OpenBLAS
+// (apps/bench_ops's CPU GEMM rows, apps/results/2026-11-28-cpu-2core/gemm/; this CPU's OpenBLAS
 // runs its AVX-512 Cooperlake kernels, oneDNN its AVX-512 JIT ones):
 //   1 thread (process CPU time, interleaved medians): dnnl_sgemm took 925 ms of bert_small's step
 //     GEMMs against OpenBLAS's 1,007 (1.09x), faster on 23 of its 24 shapes (5 % slower on FFN1's
