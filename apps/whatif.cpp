@@ -229,15 +229,13 @@ json predict_row(const Inputs& in, const std::string& sname, const StrategyOptio
               p.step_ms, p.comm_ms, p.exposed_ms, 100 * p.overlap, p.images_per_s, p.images_per_s_per_rank,
               p.speedup, 100 * p.efficiency);
   if (p.ps_busiest_bytes > 0) std::printf("  busiest server %.1f MiB", p.ps_busiest_bytes / (1 << 20));
-  if (p.host_cpu_ms > 0 || p.copy_ms > 0)
-    std::printf("  host %.1f ms (%.1f of it while waiting), copies %.1f ms", p.host_cpu_ms, p.host_hidden_ms, p.copy_ms);
+  if (p.host_cpu_ms > 0 || p.copy_ms > 0) std::printf("  host %.1f ms, copies %.1f ms", p.host_cpu_ms, p.copy_ms);
   json row{{"strategy", sname}, {"ranks", p.ranks}, {"step_ms", p.step_ms}, {"compute_ms", p.compute_ms},
            {"comm_ms", p.comm_ms}, {"exposed_ms", p.exposed_ms}, {"straggler_ms", p.straggler_ms},
            {"overlap", p.overlap}, {"images_per_s", p.images_per_s},
            {"images_per_s_per_rank", p.images_per_s_per_rank}, {"speedup", p.speedup},
            {"efficiency", p.efficiency}, {"ps_busiest_server_bytes", p.ps_busiest_bytes},
            {"tp", so.strategy == Strategy::Tp ? so.tp : 1}, {"tp_ms", p.tp_ms}, {"host_cpu_ms", p.host_cpu_ms},
-           {"host_hidden_ms", p.host_hidden_ms},
            {"copy_ms", p.copy_ms}};
   if (const json* cell = find_measured(measured, sname, p.ranks)) {
     const Verdict v = judge(p, cell->at("step_ms").get<double>(), cell->value("exposed_ms", 0.0));

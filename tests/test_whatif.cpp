@@ -99,25 +99,6 @@ TEST_CASE("links: on a CPU host the collectives' bytes also cost compute at the 
   CHECK(predict(one_bucket(300, 150, s), link, {}, 1).step_ms == doctest::Approx(300));
 }
 
-TEST_CASE("links: the host's work for exposed communication runs while the rank waits - not added twice") {
-  const double s = 44.7e6;
-  Network link{0, 1.196, 1, 0.38};  // the host (0.38 GB/s) slower than the link: all of a wait is host work
-  // The bucket is ready at the end of backward: its whole all-reduce (S / 1.196 GB/s at N = 2) is exposed.
-  const Prediction p = predict(one_bucket(300, 300, s), link, {}, 2);
-  const double exposed = s / 1.196e9 * 1e3, host = s / 0.38e9 * 1e3;
-  CHECK(p.exposed_ms == doctest::Approx(exposed));
-  CHECK(p.host_cpu_ms == doctest::Approx(host));
-  CHECK(p.host_hidden_ms == doctest::Approx(exposed));
-  CHECK(p.step_ms == doctest::Approx(300 + host));  // the wait is inside the host's work
-  // A host 10x faster than the link: a tenth of each exposed ms is its work.
-  link.host_GBps = 11.96;
-  const Prediction q = predict(one_bucket(300, 300, s), link, {}, 2);
-  CHECK(q.host_hidden_ms == doctest::Approx(exposed / 10));
-  CHECK(q.step_ms == doctest::Approx(300 + exposed + s / 11.96e9 * 1e3 - exposed / 10));
-  // Hidden under backward (ready at 100 of 300): nothing exposed, all of the host's work added.
-  CHECK(predict(one_bucket(300, 100, s), link, {}, 2).host_hidden_ms == 0);
-}
-
 // The second sweep (apps/results/2026-11-28-cpu-2core/emulated_links_2) with the host term: the
 // parameter server at 10 Gbit/s came out 23 % long. Its reduce to rank 0 and its broadcast move the
 // bytes one way at a time - rank 1 sends S while rank 0 receives it - where host_GBps is a ring's

@@ -225,14 +225,7 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     const double bytes = host_copy_bytes(s.strategy, p.total_bytes() * grad_share, ranks, ps_busiest);
     r.copy_ms = bytes / (net.copy_GBps * 1e9) * 1e3;
   }
-  // Exposed communication leaves the core idle but for moving its own bytes: that CPU work
-  // (B / host_GBps of each exposed ms, all of it where the host is the slower) runs inside the
-  // exposed time, so it is not added to compute again.
-  if (net.host_GBps > 0) {
-    const double exposed_comm = std::max(0.0, r.exposed_ms - (tp ? tp_ms : shift));
-    r.host_hidden_ms = std::min(cpu, exposed_comm * std::min(1.0, net.bandwidth_GBps / net.host_GBps));
-  }
-  r.compute_ms += cpu - r.host_hidden_ms + r.copy_ms;
+  r.compute_ms += cpu + r.copy_ms;
   r.overlap = comm > 0 ? std::max(0.0, comm - r.exposed_ms) / comm : 1.0;
   r.straggler_ms = p.jitter_ms * scale * expected_max_normal(ranks);
   r.step_ms = r.compute_ms + r.exposed_ms + extra + r.straggler_ms;

@@ -103,8 +103,9 @@ struct Network {
   // its own). Where ranks compute on the cores that also run their communication (the comm thread,
   // MPI/UCX, the kernel's TCP), every collective's bytes cost CPU time as well as link time: each
   // collective is costed again at this rate (no latency) and added to compute, not overlapped -
-  // except what runs while the rank waits on exposed communication, its core otherwise idle:
-  // B / host_GBps of each exposed ms (Prediction::host_hidden_ms).
+  // also where the rank waits on exposed communication: counting the wait's share of that work as
+  // done during the wait (B / host_GBps of each exposed ms) put all 12 cells at 10 Gbit/s 6-22 %
+  // short on the quiet sweep (16 of 24 within 10 %, against 20 of 24 without; emulated_links_4).
   // Measure it as bench_allreduce's busbw with the link unlimited (on emulated hosts the veth is
   // CPU work too): 0.38 GB/s for 8 MiB on the loaded 2-core VM of the 2026-11-28 study.
   // The rate is a ring's busbw: per second a rank sends host_GBps bytes and receives as many, so a
@@ -192,9 +193,7 @@ struct Prediction {
   double straggler_ms = 0;  // waiting for the slowest rank (part of step_ms, not of exposed_ms)
   double ps_busiest_bytes = 0;  // parameter server: the busiest server's partition (0 otherwise)
   double tp_ms = 0;             // TP: the activation all-reduces (part of comm_ms and exposed_ms)
-  double host_cpu_ms = 0;       // the communication's CPU work (Network::host_GBps; part of compute_ms
-                                // less host_hidden_ms)
-  double host_hidden_ms = 0;    // the part of it done while the rank waits on exposed communication
+  double host_cpu_ms = 0;       // the communication's CPU work (Network::host_GBps; part of compute_ms)
   double copy_ms = 0;           // dist/'s own copies beyond the 1-rank step's (Network::copy_GBps; part of compute_ms)
   double images_per_s = 0, images_per_s_per_rank = 0, speedup = 1, efficiency = 1;
 };

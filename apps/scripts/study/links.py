@@ -252,7 +252,7 @@ def predict(a, study, cell, alpha_us):
     meas, comp = cell["measured"], cell["compute"]
     n = cell["ranks"]
     r = {"step_ms": p["step_ms"], "exposed_ms": p["exposed_ms"] + p["straggler_ms"], "comm_ms": p["comm_ms"],
-         "host_cpu_ms": p.get("host_cpu_ms", 0.0), "host_hidden_ms": p.get("host_hidden_ms", 0.0), "copy_ms": p.get("copy_ms", 0.0), "copy_GBps": copy,
+         "host_cpu_ms": p.get("host_cpu_ms", 0.0), "copy_ms": p.get("copy_ms", 0.0), "copy_GBps": copy,
          "allreduce_efficiency": mid,
          "efficiency": p["efficiency"], "step_error": p["verdict"]["step_error"],
          "within_goal": abs(p["verdict"]["step_error"]) <= GOAL,

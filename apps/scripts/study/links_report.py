@@ -43,8 +43,7 @@ def write(study, out):
              "--copy-GBps per cell, else " + copy_text(study) + " (that bench's Tensor::copy_ of 64 MiB: the rate "
              "dist/'s own copies are charged at, apps/whatif/model.h host_copy_bytes). "
              "Grid: " + ", ".join(f"{k} {v}" for k, v in study["grid"].items()) + ".", "",
-             "host (hidden) / copies: the prediction's CPU terms, added to compute: the collectives' bytes at --host-GBps "
-             "(in brackets the part done while the rank waits on exposed communication, not added again), "
+             "host / copies: the prediction's CPU terms, added to compute: the collectives' bytes at --host-GBps, "
              "dist/'s copies beyond the 1-rank step's at --copy-GBps. DDP range: the predicted step at the fastest "
              "and the slowest all-reduce launch. faults/step: the busiest rank's minor page faults per step beyond the "
              "1-rank run's (fresh buffers the kernel zeroes; measured, not in the model).", "",
@@ -52,14 +51,14 @@ def write(study, out):
              "and the efficiency's baseline). exposed: communication not hidden under compute (the timeline's). "
              f"Goal: the predicted step within {100 * GOAL:.0f} % of the measured one.", "",
              "| model | strategy | rate | compute ms | measured ms | predicted ms | error | exposed ms meas / pred "
-             "| host (hidden) / copies ms | DDP range ms | efficiency meas / pred | faults/step | load (1 min) | within 10 % |",
+             "| host / copies ms | DDP range ms | efficiency meas / pred | faults/step | load (1 min) | within 10 % |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
     for c in study["cells"]:
         p, m = c["predicted"], c["measured"]
         lines.append(f"| {c['model']} | {c['strategy']} | {c['rate']} | {c['compute']['ms_per_step']:.0f} | "
                      f"{m['ms_per_step']:.0f} | {p['step_ms']:.0f} | {100 * p['step_error']:+.1f} % | "
                      f"{m['exposed_ms']:.0f} / {p['exposed_ms']:.0f} | "
-                     f"{p.get('host_cpu_ms', 0):.0f} ({p.get('host_hidden_ms', 0):.0f}) / {p.get('copy_ms', 0):.0f} | "
+                     f"{p.get('host_cpu_ms', 0):.0f} / {p.get('copy_ms', 0):.0f} | "
                      + ("{:.0f}-{:.0f}".format(*p["step_range_ms"]) if "step_range_ms" in p else "-") + " | "
                      f"{100 * p['measured_efficiency']:.0f} % / "
                      f"{100 * p['efficiency']:.0f} % | "
