@@ -64,6 +64,7 @@ struct Options {
   bool cpu_clock_process = false;  // CPU conv rows on the process's CPU time (a shared machine)
   std::string cpu_conv_only;       // CPU conv rows whose name contains this (empty: all)
   bool cpu_conv_vgg = false;       // also VGG-16's deep conv rows (seconds per repetition: off in CI)
+  bool cpu_conv_resnet50 = false;  // also ResNet-50's conv rows at 224 px (seconds per repetition: off in CI)
   std::string cpu_gemm_models;     // CPU GEMM library rows of these models (empty: none; seconds: off in CI)
   std::string json_path;  // empty: no JSON file
 };
@@ -130,7 +131,8 @@ void cpu_part(const Options& o, json& rows) {
   }
   if (!o.cpu_gemm_models.empty())
     cpu_bench::cpu_gemm_part(o.cpu_reps, o.cpu_clock_process, o.cpu_gemm_models, rows);
-  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, o.cpu_conv_vgg, rows);
+  cpu_bench::cpu_conv_part(o.cpu_reps, o.cpu_conv_batch, o.cpu_clock_process, o.cpu_conv_only, o.cpu_conv_vgg,
+                            o.cpu_conv_resnet50, rows);
 }
 
 #ifdef TANDEM_WITH_CUDA
@@ -281,6 +283,8 @@ int main(int argc, char** argv) {
                  "clock of the CPU conv rows: wall, or process (CPU time of all threads: fair on a shared machine)")
       ->check(CLI::IsMember({"wall", "process"}));
   app.add_option("--cpu-conv-only", o.cpu_conv_only, "run only the CPU conv rows whose 'model conv' contains TEXT");
+  app.add_flag("--cpu-conv-resnet50", o.cpu_conv_resnet50,
+               "also ResNet-50's 23 distinct conv shapes at 224 px (the CPU peer's row; use --cpu-conv-batch 8)");
   app.add_flag("--cpu-conv-vgg", o.cpu_conv_vgg,
                "also VGG-16's last three conv shapes at 64 px (slow: seconds per repetition)");
   app.add_option("--cpu-gemm-models", o.cpu_gemm_models,

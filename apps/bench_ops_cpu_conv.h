@@ -137,7 +137,7 @@ std::vector<double> interleaved_median_ms(int reps, bool process_cpu, F&&... fs)
 
 // `only`: run the rows whose "model conv" contains it (empty: all).
 inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::string& only, bool vgg,
-                          nlohmann::json& rows) {
+                          bool resnet50, nlohmann::json& rows) {
   // ResNet-18 at 64 px: stem 64 -> 32, maxpool -> 16; resnet_tiny: the same at a quarter the width.
   const CpuConvShape shapes[] = {
       {"resnet18", "stem 7x7/2 3->64 @64", 64, 3, 64, 7, 2},  {"resnet18", "3x3 64->64 @16", 16, 64, 64, 3, 1},
@@ -152,7 +152,20 @@ inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::
       {"resnet_tiny", "3x3 64->64 @4", 4, 64, 64, 3, 1},      {"resnet_tiny", "3x3/2 64->128 @4", 4, 64, 128, 3, 2},
       {"resnet_tiny", "1x1/2 64->128 @4", 4, 64, 128, 1, 2},  {"resnet_tiny", "3x3 128->128 @2", 2, 128, 128, 3, 1},
       {"vgg16", "3x3 256->512 @8", 8, 256, 512, 3, 1},        {"vgg16", "3x3 512->512 @8", 8, 512, 512, 3, 1},
-      {"vgg16", "3x3 512->512 @4", 4, 512, 512, 3, 1}};
+      {"vgg16", "3x3 512->512 @4", 4, 512, 512, 3, 1},
+      // ResNet-50 at 224 px (the CPU peer's row): every distinct conv of its stem and bottlenecks.
+      {"resnet50", "stem 7x7/2 3->64 @224", 224, 3, 64, 7, 2},  {"resnet50", "1x1 64->64 @56", 56, 64, 64, 1, 1},
+      {"resnet50", "3x3 64->64 @56", 56, 64, 64, 3, 1},          {"resnet50", "1x1 64->256 @56", 56, 64, 256, 1, 1},
+      {"resnet50", "1x1 256->64 @56", 56, 256, 64, 1, 1},        {"resnet50", "1x1 256->128 @56", 56, 256, 128, 1, 1},
+      {"resnet50", "3x3/2 128->128 @56", 56, 128, 128, 3, 2},    {"resnet50", "1x1/2 256->512 @56", 56, 256, 512, 1, 2},
+      {"resnet50", "3x3 128->128 @28", 28, 128, 128, 3, 1},      {"resnet50", "1x1 128->512 @28", 28, 128, 512, 1, 1},
+      {"resnet50", "1x1 512->128 @28", 28, 512, 128, 1, 1},      {"resnet50", "1x1 512->256 @28", 28, 512, 256, 1, 1},
+      {"resnet50", "3x3/2 256->256 @28", 28, 256, 256, 3, 2},    {"resnet50", "1x1/2 512->1024 @28", 28, 512, 1024, 1, 2},
+      {"resnet50", "3x3 256->256 @14", 14, 256, 256, 3, 1},      {"resnet50", "1x1 256->1024 @14", 14, 256, 1024, 1, 1},
+      {"resnet50", "1x1 1024->256 @14", 14, 1024, 256, 1, 1},    {"resnet50", "1x1 1024->512 @14", 14, 1024, 512, 1, 1},
+      {"resnet50", "3x3/2 512->512 @14", 14, 512, 512, 3, 2},    {"resnet50", "1x1/2 1024->2048 @14", 14, 1024, 2048, 1, 2},
+      {"resnet50", "3x3 512->512 @7", 7, 512, 512, 3, 1},        {"resnet50", "1x1 512->2048 @7", 7, 512, 2048, 1, 1},
+      {"resnet50", "1x1 2048->512 @7", 7, 2048, 512, 1, 1}};
   const char* dirs[] = {"fwd", "bwd_data", "bwd_filter"};
   std::printf("\nCPU conv2d, f32, NHWC, batch %lld (tandem = oneDNN %s; %s ms, medians of %d interleaved runs)\n",
               (long long)batch, kernels::onednn_built() ? "built in" : "NOT built: the reference",
@@ -162,6 +175,7 @@ inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::
   for (const CpuConvShape& s : shapes) {
     if (!only.empty() && (std::string(s.model) + " " + s.name).find(only) == std::string::npos) continue;
     if (!vgg && std::string(s.model) == "vgg16") continue;
+    if (!resnet50 && std::string(s.model) == "resnet50") continue;
     const kernels::ConvGeom g = cpu_conv_geom(s, batch);
     Tensor x = Tensor::full({g.n, g.h, g.w, g.c}, 0.01), w = Tensor::full({g.o, g.kh, g.kw, g.c}, 0.01);
     Tensor y = Tensor::full({g.n, g.oh, g.ow, g.o}, 0.01), dx = Tensor::empty_like(x), dw = Tensor::empty_like(w);
