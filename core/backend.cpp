@@ -17,6 +17,7 @@ struct Settings {
   std::atomic<bool> allow_tf32{BackendConfig{}.allow_tf32};
   std::atomic<bool> fused_grad_accumulation{BackendConfig{}.fused_grad_accumulation};
   std::atomic<bool> cpu_onednn{BackendConfig{}.cpu_onednn};
+  std::atomic<bool> cpu_onednn_sgemm{BackendConfig{}.cpu_onednn_sgemm};
   std::atomic<int64_t> conv_workspace_limit{BackendConfig{}.conv_workspace_limit};
 };
 
@@ -34,6 +35,7 @@ void apply(const BackendConfig& c) {
   s.allow_tf32.store(c.allow_tf32);
   s.fused_grad_accumulation.store(c.fused_grad_accumulation);
   s.cpu_onednn.store(c.cpu_onednn);
+  s.cpu_onednn_sgemm.store(c.cpu_onednn_sgemm);
   s.conv_workspace_limit.store(c.conv_workspace_limit);
 }
 
@@ -49,6 +51,7 @@ BackendConfig backend() {
   c.allow_tf32 = s.allow_tf32.load();
   c.fused_grad_accumulation = s.fused_grad_accumulation.load();
   c.cpu_onednn = s.cpu_onednn.load();
+  c.cpu_onednn_sgemm = s.cpu_onednn_sgemm.load();
   c.conv_workspace_limit = s.conv_workspace_limit.load();
   return c;
 }

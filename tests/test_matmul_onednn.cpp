@@ -63,7 +63,7 @@ void compare_paths(const kernels::GemmArgs& g, int64_t k, F f) {
     ref = f();
   }
   {
-    BackendScope s(&BackendConfig::cpu_onednn, true);
+    BackendScope s(&BackendConfig::cpu_onednn, true), on(&BackendConfig::cpu_onednn_sgemm, true);
     REQUIRE(kernels::cpu_sgemm_uses_onednn(g));
     got = f();
   }
@@ -88,6 +88,8 @@ TEST_CASE("f32 GEMMs take oneDNN only at 1 thread with cpu_onednn on, from 2^22 
   BackendScope s(&BackendConfig::cpu_onednn, true);
   const kernels::GemmArgs floor = gemm_of(1, 1, 1, int64_t{1} << 22), attention = gemm_of(64, 128, 128, 64);
   OneThread one;
+  CHECK(!kernels::cpu_sgemm_uses_onednn(floor));  // off by default (core/backend.h: cpu_onednn_sgemm)
+  BackendScope on(&BackendConfig::cpu_onednn_sgemm, true);
   CHECK(kernels::cpu_sgemm_uses_onednn(floor) == kernels::onednn_built());
   CHECK(kernels::cpu_sgemm_uses_onednn(attention) == kernels::onednn_built());
   CHECK(!kernels::cpu_sgemm_uses_onednn(gemm_of(1, 1, 1, (int64_t{1} << 22) - 1)));

@@ -8,7 +8,8 @@
 // core/ops/matmul/kernels.h).
 // Library choice, f32 only (f64, the gradient checks' reference, always runs OpenBLAS): oneDNN's
 // dnnl_sgemm (row-major, the same A/B/C/ld/beta contract) when the build has oneDNN,
-// BackendConfig::cpu_onednn is on, both thread pools are 1 thread and the call has at least
+// BackendConfig::cpu_onednn and cpu_onednn_sgemm are on (the second OFF by default: under load
+// train_encoder's heap was corrupted in 5 of 50 runs with it, 0 of 50 without - core/backend.h), both thread pools are 1 thread and the call has at least
 // kOnednnMinMacs multiply-adds (below); OpenBLAS otherwise. Measured
 // (apps/bench_ops's CPU GEMM rows, apps/results/2026-11-28-cpu-2core/gemm/; this CPU's OpenBLAS
 // runs its AVX-512 Cooperlake kernels, oneDNN its AVX-512 JIT ones):
@@ -55,7 +56,8 @@ constexpr int64_t kOnednnMinMacs = int64_t{1} << 22;
 // The rule above: does this f32 GEMM call run on oneDNN?
 bool sgemm_on_onednn(const GemmArgs& g) {
 #if TANDEM_HAVE_ONEDNN
-  return backend().cpu_onednn && g.batch * g.m * g.n * g.k >= kOnednnMinMacs && omp_get_max_threads() == 1 &&
+  return backend().cpu_onednn && backend().cpu_onednn_sgemm && g.batch * g.m * g.n * g.k >= kOnednnMinMacs &&
+         omp_get_max_threads() == 1 &&
          openblas_get_num_threads() == 1;
 #else
   return false;

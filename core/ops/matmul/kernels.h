@@ -33,7 +33,7 @@ struct GemmArgs {
 // `aux` is the bias [n] for Bias, the output [m] for BiasGradA, ignored for None.
 bool gemm_cpu(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c, const Tensor& aux);
 // Whether gemm_cpu runs this f32 GEMM on oneDNN's dnnl_sgemm now rather than OpenBLAS (the rule in
-// core/ops/matmul/cpu.cpp: built with oneDNN, BackendConfig::cpu_onednn on, 1 thread, not a tiny
+// core/ops/matmul/cpu.cpp: built with oneDNN, BackendConfig::cpu_onednn and cpu_onednn_sgemm on, 1 thread, not a tiny
 // GEMM). For the parity test, which must know that the path it compares was taken.
 bool cpu_sgemm_uses_onednn(const GemmArgs& g);
 #ifdef TANDEM_WITH_CUDA
