@@ -37,6 +37,7 @@
 #include "core/zip_stored.h"
 #include "data/decode.h"
 #include "data/procedural.h"
+#include "tests/support/app_runner.h"
 
 using namespace tandem;
 using Bytes = std::string;
@@ -106,11 +107,7 @@ size_t safetensors_bound(size_t file_size) { return (size_t{64} << 10) + 16 * fi
 size_t image_bound(size_t file_size) { return 3 * data::max_decoded_bytes(file_size) + (size_t{1} << 20); }
 
 // ---- files and mutations ----------------------------------------------------------------------
-std::filesystem::path temp_dir() {
-  auto p = std::filesystem::temp_directory_path() / ("tandem_fuzz_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(p);
-  return p;
-}
+std::filesystem::path temp_dir() { return tandem::testing::scratch_dir("tandem_fuzz"); }  // removed at exit
 Bytes read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(in), {});

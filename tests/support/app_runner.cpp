@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -71,9 +72,32 @@ void check_refused(const std::string& cmd, const std::string& text) {
   CHECK(r.has(text));
 }
 
+namespace {
+
+// The scratch folders this process made, removed when it exits (static destruction). Only by the
+// process that made them: a forked child that calls exit() runs the same destructors. The tests write
+// checkpoints and weights there (0.7 GB in test_export_weights), so a folder left behind per run fills
+// a CI disk in a few runs. TANDEM_KEEP_SCRATCH=1 keeps them to look at after a failure.
+struct ScratchFolders {
+  pid_t owner = ::getpid();
+  std::set<fs::path> made;
+  ~ScratchFolders() {
+    if (::getpid() != owner) return;
+    if (const char* keep = std::getenv("TANDEM_KEEP_SCRATCH"); keep && std::string(keep) == "1") return;
+    for (const fs::path& p : made) {
+      std::error_code ec;  // best effort: a folder a case already removed is no error
+      fs::remove_all(p, ec);
+    }
+  }
+};
+
+}  // namespace
+
 fs::path scratch_dir(const std::string& prefix) {
+  static ScratchFolders folders;
   const fs::path p = fs::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()));
   fs::create_directories(p);
+  folders.made.insert(p);
   return p;
 }
 

@@ -47,7 +47,9 @@ void check_failed(const AppRun& r, std::initializer_list<std::string> says, std:
 // `cmd` (a program and its flags) exits non-zero and prints `text`: how a bad flag must be refused.
 void check_refused(const std::string& cmd, const std::string& text);
 
-// <temp>/<prefix>_<pid>, created: a scratch folder no other test process shares.
+// <temp>/<prefix>_<pid>, created: a scratch folder no other test process shares. Removed with all it
+// holds when the process that made it exits normally (not a forked child's exit), unless
+// TANDEM_KEEP_SCRATCH=1.
 std::filesystem::path scratch_dir(const std::string& prefix);
 
 // A scratch folder holding a tiny ImageNet-style dataset made by apps/make_dataset: 3 classes x 8
