@@ -11,6 +11,16 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}
+# Both build trees take ~5 GB (4.7 GB after a clean-clone run), the tests' scratch folders more:
+# refuse up front, not with "No space left on device" halfway through a link (stop 36's CI run).
+for dir in "$root" "${TMPDIR:-/tmp}"; do
+  free_gb=$(df -Pk "$dir" | awk 'NR == 2 { print int($4 / 1048576) }')
+  if [ "$free_gb" -lt 6 ]; then
+    echo "test_all: only ${free_gb} GB free where $dir is; the builds and tests need about 6 GB." >&2
+    echo "test_all: free some space (old test folders: ls -d \${TMPDIR:-/tmp}/tandem_*) and run again." >&2
+    exit 1
+  fi
+done
 bash "$root/apps/scripts/setup.sh"
 # Local ranks are started by fork; naming it keeps hydra from probing for ssh on bare machines.
 export HYDRA_LAUNCHER=${HYDRA_LAUNCHER:-fork}
