@@ -18,15 +18,13 @@
 // im2col/tandem is the speed-up over the reference.
 #pragma once
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <cstdio>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "apps/bench_ops_cpu_timing.h"  // defines: interleaved_median_ms, DirectPrimitive
 #include "core/backend.h"
 #include "core/ops/conv/cpu_onednn.h"
 #include "core/ops/conv/kernels.h"
@@ -57,9 +55,9 @@ inline kernels::ConvGeom cpu_conv_geom(const CpuConvShape& s, int64_t n) {
 #if TANDEM_HAVE_ONEDNN
 // oneDNN at its best for one problem and direction: primitive built once, all layouts its own, its
 // buffers allocated and filled once; run() executes the primitive alone.
-class DirectConv {
+class DirectConv : public DirectPrimitive {
  public:
-  DirectConv(const kernels::ConvGeom& g, int dir) : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_) {
+  DirectConv(const kernels::ConvGeom& g, int dir) {
     using md = dnnl::memory::desc;
     const auto f32 = dnnl::memory::data_type::f32;
     const auto any = dnnl::memory::format_tag::any;
@@ -92,48 +90,8 @@ class DirectConv {
                {DNNL_ARG_DIFF_WEIGHTS, fill(pd.diff_weights_desc())}};
     }
   }
-  void run() {
-    prim_.execute(stream_, args_);
-    stream_.wait();
-  }
-
- private:
-  dnnl::engine eng_;
-  dnnl::stream stream_;
-  dnnl::primitive prim_;
-  std::unordered_map<int, dnnl::memory> args_;
 };
 #endif
-
-// Milliseconds on the chosen clock: wall (steady) or the process's CPU time.
-inline double clock_ms(bool process_cpu) {
-  if (!process_cpu)
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-// Median milliseconds of each function, run interleaved: warm-up once each, then `reps` rounds of one
-// call of each.
-template <typename... F>
-std::vector<double> interleaved_median_ms(int reps, bool process_cpu, F&&... fs) {
-  std::vector<std::function<void()>> calls{fs...};
-  for (auto& f : calls) f();
-  std::vector<std::vector<double>> ms(calls.size());
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const double t0 = clock_ms(process_cpu);
-      calls[i]();
-      ms[i].push_back(clock_ms(process_cpu) - t0);
-    }
-  std::vector<double> med;
-  for (auto& v : ms) {
-    std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
-  }
-  return med;
-}
 
 // `only`: run the rows whose "model conv" contains it (empty: all).
 inline void cpu_conv_part(int reps, int64_t batch, bool process_cpu, const std::string& only, bool vgg,

@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "apps/bench_ops_cpu_conv.h"  // defines: cpu_bench::interleaved_median_ms
+#include "apps/bench_ops_cpu_timing.h"  // defines: interleaved_median_ms, DirectPrimitive
 
 #if TANDEM_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -75,10 +75,9 @@ inline std::vector<CpuGemmShape> cpu_gemm_shapes() {
 #if TANDEM_HAVE_ONEDNN
 // oneDNN's matmul primitive for one shape: A, B, C as tandem stores them (strides express the
 // transposes), built once; `packed_b` leaves B's layout to oneDNN and reorders it once.
-class DirectMatmul {
+class DirectMatmul : public DirectPrimitive {
  public:
-  DirectMatmul(const CpuGemmShape& s, const float* a, const float* b, float* c, bool packed_b)
-      : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_) {
+  DirectMatmul(const CpuGemmShape& s, const float* a, const float* b, float* c, bool packed_b) {
     using md = dnnl::memory::desc;
     const auto f32 = dnnl::memory::data_type::f32;
     const int64_t M = s.m, N = s.n, K = s.k, B = s.batch;
@@ -100,16 +99,6 @@ class DirectMatmul {
              {DNNL_ARG_WEIGHTS, bm},
              {DNNL_ARG_DST, dnnl::memory(c_md, eng_, c)}};
   }
-  void run() {
-    prim_.execute(stream_, args_);
-    stream_.wait();
-  }
-
- private:
-  dnnl::engine eng_;
-  dnnl::stream stream_;
-  dnnl::primitive prim_;
-  std::unordered_map<int, dnnl::memory> args_;
 };
 #endif
 
