@@ -3,7 +3,8 @@
 # (apps/results/2026-11-28-cpu-2core/emulated_links_2), with the built whatif: the table prints the
 # prediction's host and copy terms, a sweep without the copy bench gets --copy-per-host x host_GBps,
 # the all-reduce efficiency's launches give each DDP cell a range around its prediction (the median
-# launch), and the parameter server's host term is the one-way one (S / host_GBps at one server).
+# launch), and the parameter server's host term is the one-way one (S / host_GBps at one server);
+# links_repeats.py groups the launches of a cell across sweeps and judges the medians.
 # Exits 77 (ctest: Skipped) when no python3 here has matplotlib.
 #   bash tests/test_study_links.sh BUILD_DIR [OUT_DIR]
 set -euo pipefail
@@ -54,5 +55,23 @@ z2 = cells["resnet18_zero2_10gbit_2x1"]
 assert abs(z2["predicted"]["copy_ms"] - 3 * S / (5 * z2["host_GBps"] * 1e9) * 1e3) < 0.01, z2["predicted"]["copy_ms"]
 print(f"links.py --predict-only: {len(s['cells'])} cells, PS host {ps['predicted']['host_cpu_ms']:.1f} ms, "
       f"ZeRO-2 copies {z2['predicted']['copy_ms']:.1f} ms")
+PY
+# links_repeats.py: the same sweep given twice is two launches of each cell, with the medians of one.
+"$py" "$src/apps/scripts/study/links_repeats.py" --out "$out/repeats" "$out" "$out" > "$out/repeats.log" 2>&1 ||
+  { cat "$out/repeats.log"; echo "FAIL: links_repeats.py"; exit 1; }
+"$py" - "$out" <<'PY'
+import csv, json, os, sys
+out = sys.argv[1]
+s = json.load(open(os.path.join(out, "links.json")))
+rows = {(r["model"], r["strategy"], r["rate"]): r for r in csv.DictReader(open(os.path.join(out, "repeats", "repeats.csv")))}
+assert len(rows) == len(s["cells"]), (len(rows), len(s["cells"]))
+for c in s["cells"]:
+    r = rows[(c["model"], c["strategy"], c["rate"])]
+    assert r["launches"] == "2", r
+    assert abs(float(r["error"]) - c["predicted"]["step_error"]) < 1e-3, (r["error"], c["predicted"]["step_error"])
+    assert (r["within_goal"] == "True") == c["predicted"]["within_goal"], r
+md = open(os.path.join(out, "repeats", "repeats.md")).read()
+assert "cells within 10 %" in md and os.path.getsize(os.path.join(out, "repeats", "repeats.png")) > 10000, md[:500]
+print(f"links_repeats.py: {len(rows)} cells, 2 launches each")
 PY
 echo "test_study_links: all checks passed ($out)"

@@ -32,7 +32,9 @@
 # a 1-rank compute-only run right before it, MPI's all-reduce efficiency per rate from 5 launches
 # (bimodal from launch to launch), and the what-if's prediction with the same link rate, its host and
 # copy terms printed; writes links.md, links.json, links.csv and plots. --predict-only re-predicts a
-# finished sweep (--copy-per-host R: for a sweep made before the copy bench).
+# finished sweep (--copy-per-host R: for a sweep made before the copy bench). One launch of a cell is
+# one sample (a 1-rank step varies by 10-30 % from launch to launch on a shared VM): repeat the sweep
+# into several folders and judge the medians with apps/scripts/study/links_repeats.py --out DIR FOLDER...
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TANDEM_BUILD_DIR:-$root/build}

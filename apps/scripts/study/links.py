@@ -22,7 +22,8 @@ scaling: images/s at N ranks over N x the adjacent 1-rank images/s), and the bus
 page faults per step beyond the 1-rank run's (fresh buffers the kernel zeroes: ZeRO-2/3 and the
 parameter server take thousands per step where DDP takes none; not a model term, emulated_links_2). Predictions are made again from
 the saved runs by `--predict-only` (a corrected model re-checked without re-running the links).
-Output: links.json, links.csv, links.md (table, uptime before and after) and plots (links_plots.py).
+Output: links.json, links.csv, links.md (table, uptime before and after) and plots (links_report.py).
+One sweep is one launch per cell; links_repeats.py judges several sweeps' launches on their medians.
 """
 import argparse
 import csv
