@@ -286,7 +286,46 @@ TEST_CASE("ZeRO-3: the root unit is gathered once - its buckets have no backward
   p.buckets[0].resident = true;  // the root's: gathered in forward, kept to the end of backward
   const Prediction z3 = predict(p, kNet, {Strategy::Zero3}, n);
   CHECK(z3.comm_ms == doctest::Approx(ag + rs));  // the forward gather and the reduce-scatter only
-  CHECK(z3.exposed_ms == doctest::Approx(rs));
+  // The root is waited for before the forward's first compute (dist/zero3.cpp before_forward(0)):
+  // nothing hides its gather.
+  CHECK(z3.exposed_ms == doctest::Approx(ag + rs));
+}
+
+TEST_CASE("ZeRO-3's forward, unit by unit: one unit of prefetch, big late units wait") {
+  // Launch (backward) order: unit B (80 MB), unit A (2 MB), the root (2 MB). Forward order: the root,
+  // A, B. Backward from 30 to 90 ms: B takes half of it, A a third, the root a sixth - so of the
+  // 30 ms forward, the root 5 ms, A 10, B 15.
+  StepProfile p;
+  p.step_ms = p.backward_end_ms = 90;
+  p.backward_start_ms = 30;
+  p.buckets = {{80e6, 60}, {2e6, 80}, {2e6, 90, true}};
+  p.batch_per_rank = 32;
+  const int n = 2;
+  auto g = [&](double bytes) { return all_gather_ms(bytes, n, kNet); };
+  const Zero3Forward f = zero3_forward(p, 30, g);
+  // By hand: the root's gather, then A's (prefetched with the root) on the channel; the forward waits
+  // for the root, computes it (5 ms), reaches A: prefetches B (the channel is busy with A until
+  // g(2e6) x 2, so B starts then, or at the reach if later), waits for A, computes it (10), waits for B,
+  // computes it (15).
+  const double root = g(2e6), a_done = root + g(2e6);
+  double t = root + 5;
+  const double b_done = std::max(a_done, t) + g(80e6);
+  t = std::max(t, a_done) + 10;
+  t = std::max(t, b_done) + 15;
+  CHECK(f.shift_ms == doctest::Approx(t - 30));
+  CHECK(f.channel_ms == doctest::Approx(b_done));
+  CHECK(f.gathers_ms == doctest::Approx(2 * g(2e6) + g(80e6)));
+  CHECK(f.shift_ms > g(80e6) - 15);  // B's gather cannot hide under A's 10 ms: the wait is most of it
+  // All gathers from the step's start (the model before the 2026-11-28 repeats) would hide far more.
+  CHECK(f.shift_ms > std::max(0.0, f.gathers_ms - 30) + 5);
+  // Without a unit layout (no resident bucket: --params-m), that older schedule is what remains.
+  for (Bucket& b : p.buckets) b.resident = false;
+  const Zero3Forward all = zero3_forward(p, 30, g);
+  CHECK(all.shift_ms == doctest::Approx(std::max(0.0, g(84e6) - 30)));
+  // predict() uses it: the ZeRO-3 step is later by the shift, exposed too.
+  p.buckets[2].resident = true;
+  const Prediction z3 = predict(p, kNet, {Strategy::Zero3}, n);
+  CHECK(z3.exposed_ms >= f.shift_ms);
 }
 
 TEST_CASE("ZeRO-3's buckets: one per run of a unit's parameters; BERT's root (embeddings, head) is resident") {

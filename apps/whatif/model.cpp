@@ -2,6 +2,7 @@
 #include "apps/whatif/model.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 
 #include "apps/trainer/step/name_table.h"  // defines: NameTable, from_name, name_of
@@ -125,6 +126,55 @@ double expected_max_normal(int n) {
   return 0.5 * (lo + hi);
 }
 
+Zero3Forward zero3_forward(const StepProfile& p, double forward_ms, const std::function<double(double)>& gather_ms) {
+  Zero3Forward r;
+  bool units = false;  // per-unit buckets with the root marked (inputs.h zero3_buckets)?
+  for (const Bucket& b : p.buckets) units = units || b.resident;
+  if (!units) {  // no unit layout (--params-m): every gather from the step's start, prefetched freely
+    r.gathers_ms = r.channel_ms = gather_ms(p.total_bytes());
+    r.shift_ms = std::max(0.0, r.gathers_ms - forward_ms);
+    return r;
+  }
+  // The forward runs the buckets in reverse launch order; each one's share of the forward is its share
+  // of backward (the gap between its ready time and the previous bucket's), the best split a trace of
+  // backward ready times gives.
+  const double bwd_begin = p.backward_start_ms > 0 ? p.backward_start_ms : 0.0;
+  const double bwd_span = std::max(1e-9, p.backward_end_ms - bwd_begin);
+  std::vector<double> share(p.buckets.size());
+  for (size_t i = 0; i < p.buckets.size(); ++i)
+    share[i] = std::max(0.0, p.buckets[i].ready_ms - (i ? p.buckets[i - 1].ready_ms : bwd_begin)) / bwd_span;
+  // The root's runs are gathered together at the step's start and waited for before any compute.
+  double root = 0;
+  for (const Bucket& b : p.buckets) root += b.resident ? b.bytes : 0.0;
+  double channel = root > 0 ? gather_ms(root) : 0.0;
+  r.gathers_ms = channel;
+  double t = channel;  // the compute's clock
+  std::vector<size_t> order;  // the other units, in forward order
+  for (size_t i = p.buckets.size(); i-- > 0;)
+    if (!p.buckets[i].resident) order.push_back(i);
+  std::vector<double> done(p.buckets.size(), 0.0);
+  auto issue = [&](size_t k, double at) {  // the k-th unit's gather, issued at `at` on the serial channel
+    if (k >= order.size()) return;
+    const double g = gather_ms(p.buckets[order[k]].bytes);
+    channel = std::max(channel, at) + g;
+    done[order[k]] = channel;
+    r.gathers_ms += g;
+  };
+  issue(0, 0.0);  // the root's pre-forward hook prefetches the first unit
+  size_t next = 0;  // the next unit in `order` the forward reaches
+  for (size_t i = p.buckets.size(); i-- > 0;) {
+    if (!p.buckets[i].resident) {
+      issue(next + 1, t);  // reaching a unit prefetches the one after it (Zero3Options::prefetch = 1)
+      t = std::max(t, done[i]);
+      ++next;
+    }
+    t += share[i] * forward_ms;
+  }
+  r.channel_ms = channel;
+  r.shift_ms = std::max(0.0, t - forward_ms);
+  return r;
+}
+
 Prediction predict(const StepProfile& p, const Network& net, const StrategyOptions& s, int ranks) {
   TANDEM_CHECK(ranks >= 1, "what-if: ranks must be at least 1, got ", ranks);
   TANDEM_CHECK(p.step_ms > 0, "what-if: the measured step time must be positive (is the profile empty?)");
@@ -154,10 +204,12 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   double shift = tp_ms / 2, channel = 0, comm = tp_ms;  // channel: when the serial channel is free; comm: its busy time
   if (s.strategy == Strategy::Zero3 && dp > 1) {
     const double forward = (p.backward_start_ms > 0 ? p.backward_start_ms : p.backward_end_ms / 3) * scale;
-    const double gathers = all_gather_ms(p.total_bytes() * s.wire_factor, dp, net);
-    shift = std::max(0.0, gathers - forward);
-    channel = gathers;
-    comm += gathers;
+    const Zero3Forward f = zero3_forward(p, forward, [&](double bytes) {
+      return all_gather_ms(bytes * s.wire_factor, dp, net);
+    });
+    shift = f.shift_ms;
+    channel = f.channel_ms;
+    comm += f.gathers_ms;
     on_host(all_gather_ms(p.total_bytes() * s.wire_factor, dp, host));
   }
   const double backward_end = p.backward_end_ms * scale + shift + tp_ms / 2;
