@@ -112,10 +112,10 @@ class Links:
         m["minor_faults"] = max([f for f in r.get("minor_faults_per_rank", []) if f is not None], default=None)
         return m
 
-    def emulated(self, model, strategy, rate, tag):
-        """One cell on the emulated cluster: its measures."""
+    def emulated(self, model, strategy, rate, tag, trace=False):
+        """One cell on the emulated cluster (with `trace`: and its Chrome trace, runs/<tag>.trace.json): its measures."""
         n = self.a.hosts * self.a.ranks_per_host
-        cmd = self.runner.command(model, strategy, n, self.batch(model), tag)
+        cmd = self.runner.command(model, strategy, n, self.batch(model), tag, trace=trace)
         assert cmd[:3] == ["mpiexec", "-n", str(n)]
         cmd, env = cmd[3:], dict(os.environ)
         while cmd[0] == "-env":  # Hydra passes the caller's environment to every rank

@@ -27,7 +27,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from links import GOAL  # noqa: E402
+from links import GOAL, rate_gbit  # noqa: E402
 
 
 def cells_by_key(folders):
@@ -56,14 +56,6 @@ def summarise(key, cells):
             "compute_ms": med(comp), "compute_min_ms": min(comp), "compute_max_ms": max(comp),
             "host_GBps": med(c["host_GBps"] or 0 for c in cells),
             "folders": [os.path.basename(os.path.normpath(c["folder"])) for c in cells]}
-
-
-def rate_order(rate):
-    r = rate.lower()
-    for unit, f in (("gbit", 1.0), ("mbit", 1e-3)):
-        if r.endswith(unit):
-            return float(r[: -len(unit)]) * f
-    return 0.0
 
 
 def write(rows, out, folders):
@@ -130,7 +122,7 @@ def main():
     a = ap.parse_args()
     by = cells_by_key(a.folders)
     rows = sorted((summarise(k, v) for k, v in by.items()),
-                  key=lambda r: (rate_order(r["rate"]), r["model"], r["strategy"]))
+                  key=lambda r: (rate_gbit(r["rate"]), r["model"], r["strategy"]))
     ok = write(rows, a.out, a.folders)
     print(f"links_repeats: {ok} of {len(rows)} cells within {100 * GOAL:.0f} % on medians; wrote {a.out}/repeats.md, "
           "repeats.csv, repeats.png")
