@@ -291,41 +291,83 @@ TEST_CASE("ZeRO-3: the root unit is gathered once - its buckets have no backward
   CHECK(z3.exposed_ms == doctest::Approx(ag + rs));
 }
 
-TEST_CASE("ZeRO-3's forward, unit by unit: one unit of prefetch, big late units wait") {
+TEST_CASE("the step replay: compute waits for its transfers, the channel runs them one at a time in issue order") {
+  // Segment 0 (10 ms) issues transfer 0 (4 ms) when reached and transfer 1 (8 ms) when done;
+  // segment 1 (5 ms) waits for transfer 1: the channel runs 0 in [0, 4], 1 in [10, 18].
+  const Replay r = replay_step({{10, {0}, -1, {1}}, {5, {}, 1, {}}}, {4, 8});
+  CHECK(r.waited_ms == doctest::Approx(8));
+  CHECK(r.compute_end_ms == doctest::Approx(23));
+  CHECK(r.end_ms == doctest::Approx(23));
+  CHECK(r.channel_ms == doctest::Approx(12));
+  // Queued: a transfer issued while the channel is busy starts when the one before it is done.
+  const Replay q = replay_step({{0, {0, 1}, 1, {}}}, {4, 8});
+  CHECK(q.waited_ms == doctest::Approx(12));
+  // The channel past the compute's end is part of the step.
+  const Replay tail = replay_step({{10, {}, -1, {0}}}, {7});
+  CHECK(tail.end_ms == doctest::Approx(17));
+  CHECK(tail.waited_ms == 0);
+  // A wait for a transfer nothing issued, a transfer issued twice or never: refused.
+  CHECK_THROWS(replay_step({{1, {}, 0, {}}, {1, {0}, -1, {}}}, {4}));
+  CHECK_THROWS(replay_step({{1, {0}, -1, {0}}}, {4}));
+  CHECK_THROWS(replay_step({{1, {}, -1, {}}}, {4}));
+}
+
+TEST_CASE("ZeRO-3's step, unit by unit: one unit of prefetch in forward and in backward, big late units wait") {
   // Launch (backward) order: unit B (80 MB), unit A (2 MB), the root (2 MB). Forward order: the root,
-  // A, B. Backward from 30 to 90 ms: B takes half of it, A a third, the root a sixth - so of the
-  // 30 ms forward, the root 5 ms, A 10, B 15.
+  // A, B. Backward from 30 to 150 ms: B takes a quarter of it (30 ms), A a sixth (20), the root the
+  // rest (70) - so of the 30 ms forward, the root 17.5 ms, A 5, B 7.5.
   StepProfile p;
-  p.step_ms = p.backward_end_ms = 90;
+  p.step_ms = p.backward_end_ms = 150;
   p.backward_start_ms = 30;
-  p.buckets = {{80e6, 60}, {2e6, 80}, {2e6, 90, true}};
+  p.buckets = {{80e6, 60}, {2e6, 80}, {2e6, 150, true}};
   p.batch_per_rank = 32;
   const int n = 2;
   auto g = [&](double bytes) { return all_gather_ms(bytes, n, kNet); };
-  const Zero3Forward f = zero3_forward(p, 30, g);
-  // By hand: the root's gather, then A's (prefetched with the root) on the channel; the forward waits
-  // for the root, computes it (5 ms), reaches A: prefetches B (the channel is busy with A until
-  // g(2e6) x 2, so B starts then, or at the reach if later), waits for A, computes it (10), waits for B,
-  // computes it (15).
-  const double root = g(2e6), a_done = root + g(2e6);
-  double t = root + 5;
-  const double b_done = std::max(a_done, t) + g(80e6);
-  t = std::max(t, a_done) + 10;
-  t = std::max(t, b_done) + 15;
-  CHECK(f.shift_ms == doctest::Approx(t - 30));
-  CHECK(f.channel_ms == doctest::Approx(b_done));
-  CHECK(f.gathers_ms == doctest::Approx(2 * g(2e6) + g(80e6)));
-  CHECK(f.shift_ms > g(80e6) - 15);  // B's gather cannot hide under A's 10 ms: the wait is most of it
-  // All gathers from the step's start (the model before the 2026-11-28 repeats) would hide far more.
-  CHECK(f.shift_ms > std::max(0.0, f.gathers_ms - 30) + 5);
-  // Without a unit layout (no resident bucket: --params-m), that older schedule is what remains.
-  for (Bucket& b : p.buckets) b.resident = false;
-  const Zero3Forward all = zero3_forward(p, 30, g);
-  CHECK(all.shift_ms == doctest::Approx(std::max(0.0, g(84e6) - 30)));
-  // predict() uses it: the ZeRO-3 step is later by the shift, exposed too.
-  p.buckets[2].resident = true;
+  auto rs = [&](double bytes) { return reduce_scatter_ms(bytes, n, kNet); };
+  const Replay z = zero3_replay(p, 30, 1, g, rs);
+  // By hand. Forward: the root's gather, then A's (prefetched with the root) on the channel; the
+  // compute waits for the root, computes it (17.5 ms), reaches A: prefetches B (behind A's gather),
+  // waits for A, computes it (5), waits for B, computes it (7.5).
+  double channel = g(2e6) + g(2e6);
+  double t = g(2e6) + 17.5;
+  channel = std::max(channel, t) + g(80e6);
+  const double b_fwd = channel;
+  t = std::max(t, 2 * g(2e6)) + 5;
+  t = std::max(t, b_fwd) + 7.5;
+  const double forward_end = t;
+  // Backward: reaching B gathers it again (the forward freed it) and prefetches A; B waits for its
+  // gather, computes (30 ms) and reduce-scatters; A's gather is out, it computes (20) and
+  // reduce-scatters; the root needs no gather (resident), computes (70) and reduce-scatters.
+  channel = std::max(channel, t) + g(80e6);
+  const double b_bwd = channel;
+  channel += g(2e6);
+  const double a_bwd = channel;
+  t = std::max(t, b_bwd) + 30;
+  channel = std::max(channel, t) + rs(80e6);
+  t = std::max(t, a_bwd) + 20;
+  channel = std::max(channel, t) + rs(2e6);
+  t += 70;
+  channel = std::max(channel, t) + rs(2e6);
+  CHECK(z.compute_end_ms == doctest::Approx(t));
+  CHECK(z.end_ms == doctest::Approx(std::max(t, channel)));
+  CHECK(z.channel_ms == doctest::Approx(2 * g(80e6) + 3 * g(2e6) + rs(80e6) + 2 * rs(2e6)));
+  // predict() exposes every wait and the channel's drain: the step is later by end - backward's end.
   const Prediction z3 = predict(p, kNet, {Strategy::Zero3}, n);
-  CHECK(z3.exposed_ms >= f.shift_ms);
+  CHECK(z3.exposed_ms == doctest::Approx(z.end_ms - 150));
+  CHECK(z3.comm_ms == doctest::Approx(z.channel_ms));
+  // B's backward gather cannot hide: B's backward waits for it, on top of the forward's waits. The
+  // model before the 2026-11-28 traces issued each backward gather when its unit's gradients were
+  // ready, as if backward needed no weights, and hid it under the root's 70 ms (exposed 37.0 ms
+  // here: the forward's delay and 1 ms).
+  CHECK(z3.exposed_ms > (forward_end - 30) + g(80e6) - 1);
+  // Without a unit layout (no resident bucket: --params-m): every forward gather from the step's
+  // start, each backward gather with its bucket's reduce-scatter.
+  for (Bucket& b : p.buckets) b.resident = false;
+  const Replay all = zero3_replay(p, 30, 1, g, rs);
+  const double fwd = std::max(30.0, g(84e6));
+  double c = fwd;
+  for (const Bucket& b : p.buckets) c = std::max(c, fwd + b.ready_ms - 30) + g(b.bytes) + rs(b.bytes);
+  CHECK(all.end_ms == doctest::Approx(std::max(c, fwd + 120)));
 }
 
 TEST_CASE("ZeRO-3's buckets: one per run of a unit's parameters; BERT's root (embeddings, head) is resident") {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <cmath>
 
+#include "apps/whatif/replay.h"
 #include "apps/trainer/step/name_table.h"  // defines: NameTable, from_name, name_of
 #include "core/check.h"
 #include "dist/extras/parameter_server.h"  // assign_partitions: the servers' whole-tensor partitions
@@ -126,53 +127,79 @@ double expected_max_normal(int n) {
   return 0.5 * (lo + hi);
 }
 
-Zero3Forward zero3_forward(const StepProfile& p, double forward_ms, const std::function<double(double)>& gather_ms) {
-  Zero3Forward r;
+Replay zero3_replay(const StepProfile& p, double forward_ms, double time_scale,
+                    const std::function<double(double)>& gather_ms, const std::function<double(double)>& reduce_scatter_ms) {
+  std::vector<double> xs;  // the transfers' times, in the order they are made here
+  auto transfer = [&](double ms) {
+    xs.push_back(ms);
+    return static_cast<int>(xs.size()) - 1;
+  };
+  const size_t nb = p.buckets.size();
   bool units = false;  // per-unit buckets with the root marked (inputs.h zero3_buckets)?
   for (const Bucket& b : p.buckets) units = units || b.resident;
-  if (!units) {  // no unit layout (--params-m): every gather from the step's start, prefetched freely
-    r.gathers_ms = r.channel_ms = gather_ms(p.total_bytes());
-    r.shift_ms = std::max(0.0, r.gathers_ms - forward_ms);
-    return r;
+  // Backward's compute, bucket by bucket: from the previous ready time (or backward's start) to its own.
+  const double bwd_begin = (p.backward_start_ms > 0 ? p.backward_start_ms : 0.0) * time_scale;
+  const double bwd_end = p.backward_end_ms * time_scale;
+  std::vector<double> work(nb);
+  for (size_t i = 0; i < nb; ++i)
+    work[i] = std::max(0.0, p.buckets[i].ready_ms * time_scale - (i ? p.buckets[i - 1].ready_ms * time_scale : bwd_begin));
+  const double tail = std::max(0.0, bwd_end - (nb ? p.buckets.back().ready_ms * time_scale : bwd_begin));
+  std::vector<Segment> segs;
+  if (!units) {
+    // No unit layout (--params-m): every forward gather from the step's start, prefetched freely (the
+    // forward waits only for their end), and each bucket's backward gather with its reduce-scatter.
+    segs.push_back({forward_ms, {transfer(gather_ms(p.total_bytes()))}, -1, {}});
+    segs.push_back({0, {}, static_cast<int>(xs.size()) - 1, {}});
+    for (size_t i = 0; i < nb; ++i)
+      segs.push_back({work[i], {}, -1, {transfer(gather_ms(p.buckets[i].bytes)), transfer(reduce_scatter_ms(p.buckets[i].bytes))}});
+    segs.push_back({tail, {}, -1, {}});
+    return replay_step(segs, xs);
   }
-  // The forward runs the buckets in reverse launch order; each one's share of the forward is its share
-  // of backward (the gap between its ready time and the previous bucket's), the best split a trace of
-  // backward ready times gives.
-  const double bwd_begin = p.backward_start_ms > 0 ? p.backward_start_ms : 0.0;
-  const double bwd_span = std::max(1e-9, p.backward_end_ms - bwd_begin);
-  std::vector<double> share(p.buckets.size());
-  for (size_t i = 0; i < p.buckets.size(); ++i)
-    share[i] = std::max(0.0, p.buckets[i].ready_ms - (i ? p.buckets[i - 1].ready_ms : bwd_begin)) / bwd_span;
-  // The root's runs are gathered together at the step's start and waited for before any compute.
+  // Forward: the root's runs gathered together at the step's start and waited for before any compute;
+  // the first other unit's gather issued with them; reaching a unit issues the next one's
+  // (Zero3Options::prefetch = 1), then waits for its own. The forward runs the buckets in reverse
+  // launch order, each taking the share of the forward that it takes of backward.
   double root = 0;
   for (const Bucket& b : p.buckets) root += b.resident ? b.bytes : 0.0;
-  double channel = root > 0 ? gather_ms(root) : 0.0;
-  r.gathers_ms = channel;
-  double t = channel;  // the compute's clock
-  std::vector<size_t> order;  // the other units, in forward order
-  for (size_t i = p.buckets.size(); i-- > 0;)
-    if (!p.buckets[i].resident) order.push_back(i);
-  std::vector<double> done(p.buckets.size(), 0.0);
-  auto issue = [&](size_t k, double at) {  // the k-th unit's gather, issued at `at` on the serial channel
-    if (k >= order.size()) return;
-    const double g = gather_ms(p.buckets[order[k]].bytes);
-    channel = std::max(channel, at) + g;
-    done[order[k]] = channel;
-    r.gathers_ms += g;
-  };
-  issue(0, 0.0);  // the root's pre-forward hook prefetches the first unit
-  size_t next = 0;  // the next unit in `order` the forward reaches
-  for (size_t i = p.buckets.size(); i-- > 0;) {
+  std::vector<size_t> fwd;  // the other units, in forward order
+  for (size_t i = nb; i-- > 0;)
+    if (!p.buckets[i].resident) fwd.push_back(i);
+  std::vector<int> gathered(nb, -1);  // each unit's gather in the current pass
+  Segment start{};
+  const int root_gather = root > 0 ? transfer(gather_ms(root)) : -1;
+  if (root_gather >= 0) start.on_start.push_back(root_gather);
+  if (!fwd.empty()) start.on_start.push_back(gathered[fwd[0]] = transfer(gather_ms(p.buckets[fwd[0]].bytes)));
+  start.wait_for = root_gather;
+  segs.push_back(start);
+  const double bwd_span = std::max(1e-9, bwd_end - bwd_begin);
+  for (size_t k = 0, i = nb; i-- > 0;) {
+    Segment g{work[i] / bwd_span * forward_ms, {}, -1, {}};
     if (!p.buckets[i].resident) {
-      issue(next + 1, t);  // reaching a unit prefetches the one after it (Zero3Options::prefetch = 1)
-      t = std::max(t, done[i]);
-      ++next;
+      if (k + 1 < fwd.size()) g.on_start.push_back(gathered[fwd[k + 1]] = transfer(gather_ms(p.buckets[fwd[k + 1]].bytes)));
+      g.wait_for = gathered[i];
+      ++k;
     }
-    t += share[i] * forward_ms;
+    segs.push_back(g);
   }
-  r.channel_ms = channel;
-  r.shift_ms = std::max(0.0, t - forward_ms);
-  return r;
+  // Backward: dist/zero3.cpp frees every unit after its forward but the root, so reaching a unit's
+  // backward gathers it again (if its prefetch is not out yet) and prefetches the next one; its end
+  // reduce-scatters its gradients. The gathers queue behind the reduce-scatters issued before them.
+  std::fill(gathered.begin(), gathered.end(), -1);
+  std::vector<size_t> bwd;  // the other units, in backward (launch) order
+  for (size_t i = 0; i < nb; ++i)
+    if (!p.buckets[i].resident) bwd.push_back(i);
+  for (size_t k = 0, i = 0; i < nb; ++i) {
+    Segment b{work[i], {}, -1, {transfer(reduce_scatter_ms(p.buckets[i].bytes))}};
+    if (!p.buckets[i].resident) {
+      if (gathered[i] < 0) b.on_start.push_back(gathered[i] = transfer(gather_ms(p.buckets[i].bytes)));
+      if (k + 1 < bwd.size()) b.on_start.push_back(gathered[bwd[k + 1]] = transfer(gather_ms(p.buckets[bwd[k + 1]].bytes)));
+      b.wait_for = gathered[i];
+      ++k;
+    }
+    segs.push_back(b);
+  }
+  segs.push_back({tail, {}, -1, {}});
+  return replay_step(segs, xs);
 }
 
 Prediction predict(const StepProfile& p, const Network& net, const StrategyOptions& s, int ranks) {
@@ -200,19 +227,20 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   double cpu = 0;
   auto on_host = [&](double host_cost) { if (net.host_GBps > 0) cpu += host_cost; };
   if (tp) on_host(tp_activation_ms(s.tp_activation_bytes, s.tp_layers, t, host));
-  // ZeRO-3's forward gathers (see model.h): prefetched under the forward, the excess delays the rest.
-  double shift = tp_ms / 2, channel = 0, comm = tp_ms;  // channel: when the serial channel is free; comm: its busy time
-  if (s.strategy == Strategy::Zero3 && dp > 1) {
+  // ZeRO-3 (see model.h): its gathers and reduce-scatters replayed with the compute that waits for them.
+  double channel = 0, comm = tp_ms;  // channel: when the serial channel is free; comm: its busy time
+  double zero3_exposed = 0;
+  const bool zero3 = s.strategy == Strategy::Zero3 && dp > 1;
+  if (zero3) {
     const double forward = (p.backward_start_ms > 0 ? p.backward_start_ms : p.backward_end_ms / 3) * scale;
-    const Zero3Forward f = zero3_forward(p, forward, [&](double bytes) {
-      return all_gather_ms(bytes * s.wire_factor, dp, net);
-    });
-    shift = f.shift_ms;
-    channel = f.channel_ms;
-    comm += f.gathers_ms;
-    on_host(all_gather_ms(p.total_bytes() * s.wire_factor, dp, host));
+    const Replay z = zero3_replay(
+        p, forward, scale, [&](double bytes) { return all_gather_ms(bytes * s.wire_factor, dp, net); },
+        [&](double bytes) { return reduce_scatter_ms(bytes * s.wire_factor, dp, net); });
+    comm += z.channel_ms;
+    zero3_exposed = z.end_ms - p.backward_end_ms * scale;
+    on_host(all_gather_ms(p.total_bytes() * s.wire_factor, dp, host));  // the forward gathers' bytes
   }
-  const double backward_end = p.backward_end_ms * scale + shift + tp_ms / 2;
+  const double backward_end = p.backward_end_ms * scale + tp_ms;
   // The parameter server pushes after backward, as dist/extras/parameter_server.h's synchronous baseline does.
   const bool overlap = s.strategy != Strategy::DdpNoOverlap && s.strategy != Strategy::Zero1 &&
                        s.strategy != Strategy::Ps;
@@ -236,11 +264,12 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
                    ? (b.resident ? 0.0 : all_gather_ms(bytes, dp, n)) + reduce_scatter_ms(bytes, dp, n)
                    : ring_allreduce_ms(bytes, dp, n);
       };
-      const double cost = cost_on(net);
       on_host(cost_on(host));
-      // A bucket's gradients are ready later by the TP forward all-reduces and the ZeRO-3 excess
-      // (shift), and by its share of the backward TP all-reduces (they run before it, in order).
-      const double ready = b.ready_ms * scale + shift +
+      if (zero3) continue;  // on the channel in zero3_replay
+      const double cost = cost_on(net);
+      // A bucket's gradients are ready later by the TP forward all-reduces, and by its share of the
+      // backward TP all-reduces (they run before it, in order).
+      const double ready = b.ready_ms * scale + tp_ms / 2 +
                            (p.backward_end_ms > 0 ? tp_ms / 2 * std::min(1.0, b.ready_ms / p.backward_end_ms) : 0.0);
       const double start = std::max(overlap ? ready : backward_end, channel);
       channel = start + cost;
@@ -251,9 +280,9 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   r.ranks = ranks;
   r.tp_ms = tp_ms;
   r.compute_ms = p.step_ms * scale;  // + the communication's CPU work, below
-  // Exposed: what the channel runs past the end of backward, ZeRO-3's forward excess and all of
-  // TP's activation all-reduces (none of them overlaps compute).
-  r.exposed_ms = std::max(0.0, channel - backward_end) + (tp ? tp_ms : shift);
+  // Exposed: what the channel runs past the end of backward and all of TP's activation all-reduces
+  // (none of them overlaps compute); for ZeRO-3, every wait of its replay.
+  r.exposed_ms = zero3 ? zero3_exposed : std::max(0.0, channel - backward_end) + tp_ms;
   double extra = 0;  // the optimizer's saving (negative)
   if (s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2) {
     // The optimizer updates 1/N of the weights, then the updated f32 weights are all-gathered.

@@ -33,10 +33,10 @@
 // 1.5x the volume - less the root unit, which dist/zero3.h gathers once in forward and keeps to the
 // end of backward (FSDP's root; BERT's embeddings and head, 72 % of bert_small's bytes). Modelled
 // on ZeRO-3's own buckets (one per run of one unit's parameters, apps/whatif/inputs.h zero3_buckets):
-// the forward gathers (S in all) replayed unit by unit as dist/zero3.h prefetches them (zero3_forward
-// below: one unit ahead, the forward's length StepProfile::backward_start_ms, unknown: a third of
-// backward_end), the forward's delay delaying everything after; then per bucket, at its ready time,
-// its backward gather (none for the root's, Bucket::resident) plus its reduce-scatter; no all-gather
+// every gather and reduce-scatter replayed on the channel where dist/zero3.h issues it, the compute
+// waiting for each unit's gather before its forward and before its backward (zero3_replay below: one
+// unit ahead, the forward's length StepProfile::backward_start_ms, unknown: a third of backward_end;
+// no backward gather for the root's buckets, Bucket::resident); every wait is exposed. No all-gather
 // after the update, the optimizer on 1/N.
 // (Until the 2026-11-28 study the backward gathers counted every byte: bert_small +17 % at 1 Gbit/s.)
 // Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; StrategyOptions::tp = T, N = T x D ranks):
@@ -61,6 +61,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "apps/whatif/replay.h"
 
 namespace tandem::whatif {
 
@@ -186,21 +188,25 @@ double ps_host_ms(const std::vector<double>& server_bytes, int n, double host_GB
 // Left out: allocations (a fresh ZeRO-2 bucket or ZeRO-3 gather buffer may page-fault), ZeRO-2's
 // lone exact-fit parameters (no fill, no copy: VGG's classifier), the wire casts of bf16/f16.
 double host_copy_bytes(Strategy s, double bytes, int ranks, double ps_busiest = 0);
-// ZeRO-3's forward, replayed unit by unit as dist/zero3.h schedules it: the root's runs (Bucket::resident)
-// gathered at the step's start and waited for before any compute; every other unit's gather issued
-// when the forward reaches the unit before it (Zero3Options::prefetch = 1; the first one with the
-// root's), one after another on the serial channel, and waited for when the forward reaches its unit.
-// The buckets run in reverse launch order, each taking the share of `forward_ms` that it takes of
-// backward (its ready time's gap). `gather_ms(bytes)` costs one unit's all-gather. Without a unit
-// layout (no bucket resident: --params-m) every gather starts at the step's start, as before the
-// 2026-11-28 repeats showed ResNet-50 ZeRO-3 at 10 Gbit/s 12.8 % short: its layer4 holds 64 % of the
-// bytes and 39 % of the forward, so with one unit of prefetch its gathers wait unit after unit.
-struct Zero3Forward {
-  double shift_ms = 0;    // how much later the forward ends than `forward_ms`
-  double channel_ms = 0;  // when the channel is free after the last forward gather (ms from the step's start)
-  double gathers_ms = 0;  // the forward gathers' channel time
-};
-Zero3Forward zero3_forward(const StepProfile& p, double forward_ms, const std::function<double(double)>& gather_ms);
+// ZeRO-3's step, replayed (replay.h) as dist/zero3.cpp schedules its collectives, on one serial
+// channel with the compute that waits for them:
+//   forward   the root's runs (Bucket::resident) gathered at the step's start and waited for before any
+//             compute; every other unit's gather issued when the forward reaches the unit before it
+//             (Zero3Options::prefetch = 1; the first one with the root's) and waited for at its unit;
+//   backward  reaching a unit gathers it again (the forward freed it) unless its prefetch is out,
+//             and prefetches the next unit; the unit waits for its gather; its end reduce-scatters its
+//             gradients. So a prefetch queues behind the reduce-scatter issued just before it.
+// The buckets run in reverse launch order in forward, each taking the share of `forward_ms` that it
+// takes of backward (its ready time's gap); backward's compute is the profile's, times `time_scale`.
+// Without a unit layout (no bucket resident: --params-m): every forward gather from the step's start,
+// and each bucket's backward gather issued with its reduce-scatter when its gradients are ready.
+// History (the 2026-11-28 emulated-link study): the model first put every forward gather at the
+// step's start (ResNet-50 ZeRO-3 at 10 Gbit/s 12.8 % short: its layer4 holds 64 % of the bytes and
+// 39 % of the forward, so with one unit of prefetch its gathers wait unit after unit), then, with the
+// forward unit by unit, still issued each backward gather after its unit's gradients were ready, as if
+// backward needed no weights (-10.6 %; -7.1 % with the backward as above).
+Replay zero3_replay(const StepProfile& p, double forward_ms, double time_scale,
+                    const std::function<double(double)>& gather_ms, const std::function<double(double)>& reduce_scatter_ms);
 // E[max of n independent standard normals]: exact values for n <= 8, Blom's approximation above.
 double expected_max_normal(int n);
 
