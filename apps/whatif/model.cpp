@@ -226,6 +226,10 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   const Network host{0, net.host_GBps > 0 ? net.host_GBps : 1, 1};
   double cpu = 0;
   auto on_host = [&](double host_cost) { if (net.host_GBps > 0) cpu += host_cost; };
+  // A ring collective with no compute beside it (issued after backward or after the update): its
+  // bytes' CPU work overlaps its own wire time, so it costs the slower of the two, and its host work
+  // is not charged to compute again (see Network::host_GBps).
+  auto alone = [&](double link_ms, double host_ms) { return net.host_GBps > 0 ? std::max(link_ms, host_ms) : link_ms; };
   if (tp) on_host(tp_activation_ms(s.tp_activation_bytes, s.tp_layers, t, host));
   // ZeRO-3 (see model.h): its gathers and reduce-scatters replayed with the compute that waits for them.
   double channel = 0, comm = tp_ms;  // channel: when the serial channel is free; comm: its busy time
@@ -264,9 +268,12 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
                    ? (b.resident ? 0.0 : all_gather_ms(bytes, dp, n)) + reduce_scatter_ms(bytes, dp, n)
                    : ring_allreduce_ms(bytes, dp, n);
       };
-      on_host(cost_on(host));
-      if (zero3) continue;  // on the channel in zero3_replay
-      const double cost = cost_on(net);
+      if (zero3) {  // on the channel in zero3_replay
+        on_host(cost_on(host));
+        continue;
+      }
+      if (overlap) on_host(cost_on(host));
+      const double cost = overlap ? cost_on(net) : alone(cost_on(net), cost_on(host));
       // A bucket's gradients are ready later by the TP forward all-reduces, and by its share of the
       // backward TP all-reduces (they run before it, in order).
       const double ready = b.ready_ms * scale + tp_ms / 2 +
@@ -285,12 +292,11 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
   r.exposed_ms = zero3 ? zero3_exposed : std::max(0.0, channel - backward_end) + tp_ms;
   double extra = 0;  // the optimizer's saving (negative)
   if (s.strategy == Strategy::Zero1 || s.strategy == Strategy::Zero2) {
-    // The optimizer updates 1/N of the weights, then the updated f32 weights are all-gathered.
-    const double gather = all_gather_ms(p.total_bytes(), ranks, net);
+    // The optimizer updates 1/N of the weights, then the updated f32 weights are all-gathered, alone.
+    const double gather = alone(all_gather_ms(p.total_bytes(), ranks, net), all_gather_ms(p.total_bytes(), ranks, host));
     extra = -p.optimizer_ms * scale * (1.0 - 1.0 / ranks);
     comm += gather;
     r.exposed_ms += gather;
-    on_host(all_gather_ms(p.total_bytes(), ranks, host));
   }
   if (s.strategy == Strategy::Zero3) extra = -p.optimizer_ms * scale * (1.0 - 1.0 / dp);  // each unit gathered when it runs
   if (s.strategy == Strategy::Ps && ranks > 1) {

@@ -110,6 +110,12 @@ struct Network {
   // also where the rank waits on exposed communication: counting the wait's share of that work as
   // done during the wait (B / host_GBps of each exposed ms) put all 12 cells at 10 Gbit/s 6-22 %
   // short on the quiet sweep (16 of 24 within 10 %, against 20 of 24 without; emulated_links_4).
+  // Except a ring collective with no compute beside it - ZeRO-1/2's all-gather after the update,
+  // ZeRO-1's reduce-scatters and DDP-without-overlap's all-reduces after backward: its CPU work
+  // overlaps its own wire time, so it costs max(link, host) and is not charged to compute (ZeRO-2 in
+  // the study: +7 to +15 % at 10 Gbit/s with the two added, -7.4 to +1.1 % with the slower;
+  // emulated_links_7_alone). The parameter server's push and pull keep the sum (ps_host_ms): there
+  // the slower of the two gave -11 to -14 %, the sum +6 to +13 %.
   // Measure it as bench_allreduce's busbw with the link unlimited (on emulated hosts the veth is
   // CPU work too): 0.38 GB/s for 8 MiB on the loaded 2-core VM of the 2026-11-28 study.
   // The rate is a ring's busbw: per second a rank sends host_GBps bytes and receives as many, so a
