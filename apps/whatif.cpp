@@ -39,7 +39,8 @@ struct Args {
          bucket_mb = dist::BucketingOptions{}.bucket_bytes / double(1 << 20);           // dist/bucketing.h's defaults
   double traced_first_mb = -1, traced_bucket_mb = -1;  // the traced run's layout (-1: from --metrics)
   double jitter_ms = -1, step_ms = 0, backward_fraction = 2.0 / 3, params_m = 0;
-  double alpha_us = 5, bandwidth_gbit = 100, link_gbit = 0, allreduce_efficiency = 1, host_GBps = 0, copy_GBps = 0;
+  double alpha_us = 5, bandwidth_gbit = 100, link_gbit = 0, allreduce_efficiency = 1, host_GBps = 0, copy_GBps = 0,
+         ps_efficiency = 0;
   int mtu = 1500;
 };
 
@@ -113,6 +114,9 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--host-GBps", a.host_GBps, "CPU ranks: the hosts' own rate of moving bytes (bench_allreduce's busbw "
                  "with the link unlimited); the collectives' bytes at it are added to compute. 0: not counted")
       ->capture_default_str();
+  app.add_option("--ps-efficiency", a.ps_efficiency, "the parameter server's push and pull alone on the link, host "
+                 "work included (bench_allreduce --collective ps's busbw / payload rate). 0: not measured: link time "
+                 "plus host work")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--copy-GBps", a.copy_GBps, "CPU ranks: one rank's memory-copy rate (bench_allreduce's copy_GBps); "
                  "the strategies' own per-step copies beyond the 1-rank step's are added to compute. 0: not counted")
       ->capture_default_str();
@@ -185,9 +189,10 @@ Inputs read_inputs(Args& a) {
     in.zero3 = make_profile(m, curve, zero3_buckets(a.model, a.num_classes), a.batch, scale);
   }
   in.net = Network{a.alpha_us, a.link_gbit > 0 ? tcp_payload_GBps(a.link_gbit, a.mtu) : a.bandwidth_gbit / 8,
-                   a.allreduce_efficiency, a.host_GBps, a.copy_GBps};
+                   a.allreduce_efficiency, a.host_GBps, a.copy_GBps, a.ps_efficiency};
   if (!a.allreduce_json.empty())
-    in.net = fit_network(a.allreduce_json, a.backend), in.net.host_GBps = a.host_GBps, in.net.copy_GBps = a.copy_GBps;
+    in.net = fit_network(a.allreduce_json, a.backend), in.net.host_GBps = a.host_GBps, in.net.copy_GBps = a.copy_GBps,
+    in.net.ps_efficiency = a.ps_efficiency;
   return in;
 }
 
@@ -265,7 +270,8 @@ void write_json(const Args& a, const Inputs& in, const json& rows) {
                                    {"exposed_floor", Target{}.exposed_floor}}},
                        {"network", {{"alpha_us", in.net.alpha_us}, {"bandwidth_GBps", in.net.bandwidth_GBps},
                                     {"allreduce_efficiency", in.net.allreduce_efficiency},
-                                    {"host_GBps", in.net.host_GBps}, {"copy_GBps", in.net.copy_GBps}}}}},
+                                    {"host_GBps", in.net.host_GBps}, {"copy_GBps", in.net.copy_GBps},
+                                    {"ps_efficiency", in.net.ps_efficiency}}}}},
            {"predictions", rows}};
   std::ofstream(a.json_out) << out.dump(2) << "\n";
 }

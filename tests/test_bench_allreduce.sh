@@ -4,7 +4,7 @@
 # the what-if's Network::copy_GBps) for every CPU entry, and it ends with status 0 through the
 # trainers' end of job (dist::finalize with a status: a deadline on MPI_Finalize across hosts); a bad
 # argument after start-up ends every rank with status 1 and the message, within seconds; --in-flight K
-# counts K messages' bytes in its bandwidths.
+# counts K messages' bytes in its bandwidths; --collective ps times the parameter server's push and pull.
 #   bash tests/test_bench_allreduce.sh BUILD_DIR [OUT_DIR]
 set -euo pipefail
 build=${1:?usage: test_bench_allreduce.sh BUILD_DIR [OUT_DIR]}
@@ -33,6 +33,17 @@ import json, sys
 x = json.load(open(sys.argv[1]))[-1]
 assert x["in_flight"] == 3 and x["bytes"] == 64 << 10, x
 assert abs(x["algbw_GBps"] - 3 * x["bytes"] / (x["time_us"] * 1e-6) / 1e9) < 1e-6 * x["algbw_GBps"] + 1e-9, x
+PY
+# --collective ps: the parameter server's push (reduce to rank 0) and pull (broadcast), in pieces; its
+# busbw is 2 (n - 1) bytes / time, the server's bytes in and out (the what-if's Network::ps_efficiency).
+timeout 60 "$mpiexec" -n 2 "$bench" --collective ps --min-bytes 256K --max-bytes 256K --piece-bytes 64K --reps 2 \
+  --warmup 1 --copy-bytes 4M --backend mpi --json "$out/ps.json" > "$out/ps.log" 2>&1 ||
+  { cat "$out/ps.log"; echo "FAIL: --collective ps exited $?"; exit 1; }
+"$py" - "$out/ps.json" <<'PY'
+import json, sys
+x = json.load(open(sys.argv[1]))[-1]
+assert x["collective"] == "ps" and x["bytes"] == 256 << 10, x
+assert abs(x["busbw_GBps"] - 2 * x["bytes"] / (x["time_us"] * 1e-6) / 1e9) < 1e-6 * x["busbw_GBps"] + 1e-9, x
 PY
 # An error after dist::init: every rank exits 1 with the message (no hang, no abort trace).
 set +e

@@ -130,6 +130,27 @@ TEST_CASE("links: a collective alone costs the slower of its wire time and its h
         doctest::Approx(300 + std::max(ring_allreduce_ms(s, 2, link), s / 0.38e9 * 1e3)));
 }
 
+// The parameter server's push (a reduce) and pull (a broadcast) overlap part of their CPU work with
+// the wire: their sum over-predicted every PS cell at 10 Gbit/s (+6 to +13 %), the slower of the two
+// under-predicted them (-13 to -14 %; emulated_links_7_alone). Measured alone on the link
+// (bench_allreduce --collective ps), their time replaces both.
+TEST_CASE("links: the parameter server's push and pull, measured alone, replace link time plus host work") {
+  const double s = 44.7e6;
+  Network link{0, 1.196, 1, 0.38};
+  StepProfile p = one_bucket(300, 300, s);
+  StrategyOptions ps{Strategy::Ps, 1, 1};  // one server, as the study runs it
+  const double wire = 2 * s / 1.196e9 * 1e3;  // rank 0 receives S, then sends S
+  const Prediction sum = predict(p, link, ps, 2);
+  CHECK(sum.step_ms == doctest::Approx(300 + wire + s / 0.38e9 * 1e3));
+  link.ps_efficiency = 0.8;
+  const Prediction measured = predict(p, link, ps, 2);
+  CHECK(measured.step_ms == doctest::Approx(300 + wire / 0.8));
+  CHECK(measured.host_cpu_ms == 0);
+  CHECK(measured.comm_ms == doctest::Approx(wire / 0.8));
+  link.ps_efficiency = 1.5;
+  CHECK_THROWS(predict(p, link, ps, 2));
+}
+
 // The second sweep (apps/results/2026-11-28-cpu-2core/emulated_links_2) with the host term: the
 // parameter server at 10 Gbit/s came out 23 % long. Its reduce to rank 0 and its broadcast move the
 // bytes one way at a time - rank 1 sends S while rank 0 receives it - where host_GBps is a ring's

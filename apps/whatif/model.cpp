@@ -255,8 +255,14 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
     std::vector<double> wire = ps_server_bytes(p.param_bytes, k, p.total_bytes());
     ps_busiest = *std::max_element(wire.begin(), wire.end());
     for (double& b : wire) b *= s.wire_factor;
-    comm = ps_push_pull_ms(wire, ranks, net);
-    cpu += ps_host_ms(wire, ranks, net.host_GBps);
+    TANDEM_CHECK(net.ps_efficiency >= 0 && net.ps_efficiency <= 1, "what-if: the parameter server's efficiency is "
+                 "a share of the link's rate, in (0, 1], or 0 (not measured): got ", net.ps_efficiency);
+    if (net.ps_efficiency > 0) {  // measured alone on the link: the host work is in it (Network::ps_efficiency)
+      comm = ps_push_pull_ms(wire, ranks, net) / net.ps_efficiency;
+    } else {
+      comm = ps_push_pull_ms(wire, ranks, net);
+      cpu += ps_host_ms(wire, ranks, net.host_GBps);
+    }
     channel = backward_end + comm;
   } else {
     for (const Bucket& b : p.buckets) {

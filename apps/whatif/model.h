@@ -114,8 +114,8 @@ struct Network {
   // ZeRO-1's reduce-scatters and DDP-without-overlap's all-reduces after backward: its CPU work
   // overlaps its own wire time, so it costs max(link, host) and is not charged to compute (ZeRO-2 in
   // the study: +7 to +15 % at 10 Gbit/s with the two added, -7.4 to +1.1 % with the slower;
-  // emulated_links_7_alone). The parameter server's push and pull keep the sum (ps_host_ms): there
-  // the slower of the two gave -11 to -14 %, the sum +6 to +13 %.
+  // emulated_links_7_alone). The parameter server's push and pull are neither (the slower of the two
+  // gave -11 to -14 %, the sum +6 to +13 %): measured alone, see ps_efficiency; without it, the sum.
   // Measure it as bench_allreduce's busbw with the link unlimited (on emulated hosts the veth is
   // CPU work too): 0.38 GB/s for 8 MiB on the loaded 2-core VM of the 2026-11-28 study.
   // The rate is a ring's busbw: per second a rank sends host_GBps bytes and receives as many, so a
@@ -128,6 +128,13 @@ struct Network {
   // (host_copy_bytes) are added to compute at this rate. 0: not counted (a GPU, where they are
   // kernels at HBM rate, or an input not measured).
   double copy_GBps = 0;
+  // The parameter server's push and pull alone on this link, host work included, as a share of the
+  // link formula's rate (ps_push_pull_ms): bench_allreduce --collective ps's busbw over the link's
+  // payload rate. 0: not measured - the push and pull then cost their link time plus their host work
+  // (ps_host_ms), which on the 2026-11-28 study over-predicted every PS cell at 10 Gbit/s (+6 to +13 %;
+  // the slower of the two under-predicted them, -13 to -14 %: MPI's reduce and broadcast overlap part
+  // of their CPU work with the wire, emulated_links_7_alone). Given, it replaces both.
+  double ps_efficiency = 0;
 };
 
 // A link's payload rate from its line rate: TCP over IPv4 with timestamps on Ethernet carries

@@ -15,8 +15,11 @@ model x strategy x link rate, run on H hosts x R ranks per host by apps/scripts/
     separate launches, because it is bimodal from run to run: the median is the model's input, the
     lowest and highest give each all-reduce cell a predicted range), --host-GBps = the same bench's
     busbw with the links unlimited (the CPU's own rate of moving bytes), --copy-GBps = that bench's
-    memory-copy rate (dist/'s own copies, apps/whatif/model.h host_copy_bytes), the traced 1-rank
-    step's shape rescaled to the adjacent compute-only ms/step.
+    memory-copy rate (dist/'s own copies, apps/whatif/model.h host_copy_bytes), --ps-efficiency (PS
+    cells) = the parameter server's push and pull alone on that link, host work included
+    (bench_allreduce --collective ps at PS_BYTES, after the sweep, EFFICIENCY_RUNS launches; an older
+    sweep gets it with --predict-only --measure-ps), the traced 1-rank step's shape rescaled to the
+    adjacent compute-only ms/step.
 Measures per cell: step time, exposed communication (the timeline's), scaling efficiency (weak
 scaling: images/s at N ranks over N x the adjacent 1-rank images/s), and the busiest rank's minor
 page faults per step beyond the 1-rank run's (fresh buffers the kernel zeroes: ZeRO-2/3 and the
@@ -57,6 +60,12 @@ EFFICIENCY_RUNS = 5
 # (emulated_links_4/README.md). ZeRO-2's reduce-scatters were predicted within 4 % at the link's
 # rate, so only the all-reduce's efficiency is measured this way.
 IN_FLIGHT = 3
+# The parameter server's push and pull (bench_allreduce --collective ps: a reduce to rank 0, then a
+# broadcast, in the server's 16 MiB pieces) are measured alone at each rate the sweep has PS cells at,
+# host work included (whatif's --ps-efficiency): costing them as link time plus host work put every PS
+# cell at 10 Gbit/s 6-13 % long, the slower of the two 13-14 % short (emulated_links_7_alone). 32 MiB:
+# two pieces, as a model's pushes are cut.
+PS_BYTES = "32M"
 RATE_GBIT = {"gbit": 1.0, "mbit": 1e-3, "kbit": 1e-6}
 
 
@@ -83,6 +92,9 @@ def parse():
     ap.add_argument("--build", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--predict-only", action="store_true", help="re-predict from OUT/links.json's saved runs")
+    ap.add_argument("--measure-ps", action="store_true",
+                    help="--predict-only of a sweep made before the parameter server's push and pull were benched: "
+                         "bench them now (on the emulated cluster) for its PS cells")
     ap.add_argument("--copy-per-host", type=float, default=0,
                     help="--predict-only of a sweep made before bench_allreduce reported copy_GBps: each cell's "
                          "copy rate is this many times its host_GBps (the two measured together in one bench)")
@@ -173,15 +185,28 @@ class Links:
         """MPI's all-reduce on this link, IN_FLIGHT at once: bench_allreduce's busbw at ALLREDUCE_BYTES over the link's
         payload rate (the what-if's Network::allreduce_efficiency), capped at 1, from `runs` separate
         launches (bimodal from launch to launch). A list, one per launch that wrote its JSON."""
+        return self.efficiency(rate, runs, f"bench_allreduce_{rate}_x{IN_FLIGHT}",
+                               ["--min-bytes", ALLREDUCE_BYTES, "--max-bytes", ALLREDUCE_BYTES, "--in-flight", str(IN_FLIGHT)])
+
+    def ps_efficiency(self, rate, runs=EFFICIENCY_RUNS):
+        """The parameter server's push and pull alone on this link: bench_allreduce --collective ps's busbw at
+        PS_BYTES over the link's payload rate (the what-if's Network::ps_efficiency), capped at 1, from
+        `runs` separate launches. A list, one per launch that wrote its JSON."""
+        return self.efficiency(rate, runs, f"bench_ps_{rate}",
+                               ["--collective", "ps", "--min-bytes", PS_BYTES, "--max-bytes", PS_BYTES])
+
+    def efficiency(self, rate, runs, tag, bench_args):
+        """bench_allreduce with `bench_args` on the cluster's `rate` links, `runs` launches (OUT/<tag>_<i>.json):
+        each launch's busbw over the link's payload rate, capped at 1."""
         effs = []
         for i in range(runs):
-            path = os.path.join(self.a.out, f"bench_allreduce_{rate}_x{IN_FLIGHT}_{i}.json")
-            with open(os.path.join(self.a.out, "runs", f"bench_allreduce_{rate}_x{IN_FLIGHT}_{i}.log"), "w") as f:
+            path = os.path.join(self.a.out, f"{tag}_{i}.json")
+            with open(os.path.join(self.a.out, "runs", f"{tag}_{i}.log"), "w") as f:
                 subprocess.call(["timeout", "-s", "TERM", str(BENCH_LIMIT_S), "bash", self.cluster, "--hosts",
                                  str(self.a.hosts), "--ranks-per-host", str(self.a.ranks_per_host), "--rate", rate, "--",
-                                 os.path.join(self.a.build, "apps", "bench_allreduce"), "--min-bytes", ALLREDUCE_BYTES,
-                                 "--max-bytes", ALLREDUCE_BYTES, "--reps", "3", "--warmup", "1", "--backend", "mpi",
-                                 "--in-flight", str(IN_FLIGHT), "--json", path], stdout=f, stderr=subprocess.STDOUT)
+                                 os.path.join(self.a.build, "apps", "bench_allreduce")] + bench_args +
+                                ["--reps", "3", "--warmup", "1", "--backend", "mpi", "--json", path],
+                                stdout=f, stderr=subprocess.STDOUT)
             if os.path.exists(path):  # written before the end, so a launch stopped by the backstop still counts
                 effs.append(min(1.0, json.load(open(path))[-1]["busbw_GBps"] / payload_GBps(rate)))
         return effs
@@ -217,6 +242,7 @@ def whatif(a, study, cell, alpha_us, efficiency, name):
            "--allreduce-efficiency", str(efficiency),
            "--host-GBps", str(cell.get("host_GBps") or study.get("host_GBps") or 0),
            "--copy-GBps", str(copy_GBps(a, study, cell)),
+           "--ps-efficiency", str(study.get("ps_efficiency", {}).get(cell["rate"]) or 0 if cell["strategy"] == "ps" else 0),
            "--ranks", str(cell["ranks"]), "--cores", "0", "--measured", mpath, "--json", jpath]
     cmd += grid.whatif_args(cell["strategy"])
     if not grid.is_encoder(cell["model"]):
@@ -275,21 +301,17 @@ def main():
         study = json.load(open(jpath))
     else:
         study = sweep(a, L)
-    # Efficiencies with IN_FLIGHT all-reduces at once; a sweep from before keeps its one-at-a-time
-    # figures under "allreduce_efficiency[_runs]" and gets these measured beside them.
-    study.setdefault("allreduce_efficiency_in_flight", {})
-    study.setdefault("allreduce_efficiency_in_flight_runs", {})
     if "host_GBps" not in study:
         print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES}, links unlimited ({uptime()})", flush=True)
         study["host_GBps"], study["copy_GBps"] = L.host_GBps()
-    for rate in study["grid"]["rates"]:  # after the sweep, so that its load does not slow the cells
-        if rate not in study["allreduce_efficiency_in_flight"]:
-            print(f"[bench] MPI all-reduce of {ALLREDUCE_BYTES} x {IN_FLIGHT} in flight at {rate}, {EFFICIENCY_RUNS} "
-                  f"launches ({uptime()})", flush=True)
-            runs = L.allreduce_efficiency(rate)
-            study["allreduce_efficiency_in_flight_runs"][rate] = runs
-            study["allreduce_efficiency_in_flight"][rate] = statistics.median(runs) if runs else None
-            print(f"[bench] {rate}: efficiency per launch {', '.join(f'{e:.2f}' for e in runs) or 'none'}", flush=True)
+    # After the sweep, so that their load does not slow the cells. Efficiencies with IN_FLIGHT
+    # all-reduces at once: a sweep from before keeps its one-at-a-time figures under
+    # "allreduce_efficiency[_runs]" and gets these measured beside them.
+    measure_rates(study, "allreduce_efficiency_in_flight", study["grid"]["rates"], L.allreduce_efficiency,
+                  f"MPI all-reduce of {ALLREDUCE_BYTES} x {IN_FLIGHT} in flight")
+    ps_rates = sorted({c["rate"] for c in study["cells"] if c["strategy"] == "ps"}, key=rate_gbit)
+    measure_rates(study, "ps_efficiency", ps_rates if (not a.predict_only or a.measure_ps) else [], L.ps_efficiency,
+                  f"the parameter server's push and pull of {PS_BYTES}")
     if a.copy_per_host > 0:
         study["copy_per_host"] = a.copy_per_host
     for cell in study["cells"]:
@@ -333,6 +355,20 @@ def sweep(a, L):
         json.dump(study, open(os.path.join(a.out, "links.json"), "w"), indent=2)  # a partial sweep survives
     study["uptime_after"] = uptime()
     return study
+
+
+def measure_rates(study, key, rates, bench, what):
+    """study[key][rate] = the median of bench(rate)'s launches (study[key + "_runs"][rate]: each one), for the
+    rates not measured yet."""
+    study.setdefault(key, {})
+    study.setdefault(key + "_runs", {})
+    for rate in rates:
+        if rate not in study[key]:
+            print(f"[bench] {what} at {rate}, {EFFICIENCY_RUNS} launches ({uptime()})", flush=True)
+            runs = bench(rate)
+            study[key + "_runs"][rate] = runs
+            study[key][rate] = statistics.median(runs) if runs else None
+            print(f"[bench] {rate}: efficiency per launch {', '.join(f'{e:.2f}' for e in runs) or 'none'}", flush=True)
 
 
 def fitted_alpha(a, bench):
