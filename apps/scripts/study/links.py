@@ -105,6 +105,14 @@ def uptime():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def one_cell_args(model, strategy, out, rate="10gbit", steps=12, build="build-cpu"):
+    """The study's default grid narrowed to one model, strategy and rate on 2 hosts x 1 rank: the arguments
+    Links takes, for scripts that run single cells of it (traces, per-thread CPU time)."""
+    return argparse.Namespace(models=model, strategies=strategy, rates=rate, hosts=2, ranks_per_host=1, batch=8,
+                              encoder_batch=4, image_size=32, seq_len=32, steps=steps, build=build, out=out,
+                              predict_only=False, measure_ps=False, copy_per_host=0)
+
+
 class Links:
     def __init__(self, a):
         self.a = a

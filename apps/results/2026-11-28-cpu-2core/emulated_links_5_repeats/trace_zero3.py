@@ -3,7 +3,6 @@ as made for zero3_trace/ (resnet50) and zero3_trace_bert/ (bert_small), through 
 (apps/scripts/study/links.py). Run as root from the repository root:
     python3 apps/results/2026-11-28-cpu-2core/emulated_links_5_repeats/trace_zero3.py MODEL OUT
 The traces land in OUT/runs/<zero3|ddp|one>_traced.trace.json."""
-import argparse
 import os
 import sys
 
@@ -11,9 +10,7 @@ sys.path.insert(0, os.path.join(os.getcwd(), "apps", "scripts", "study"))
 import links  # noqa: E402
 
 model, out = sys.argv[1], sys.argv[2]
-a = argparse.Namespace(models=model, strategies="zero3", rates="10gbit", hosts=2, ranks_per_host=1, batch=8,
-                       encoder_batch=4, image_size=32, seq_len=32, steps=12, build="build-cpu", out=out,
-                       predict_only=False, copy_per_host=0)
+a = links.one_cell_args(model, "zero3", out)
 L = links.Links(a)
 for strategy in ("zero3", "ddp"):
     L.emulated(model, strategy, "10gbit", f"{strategy}_traced", trace=True)

@@ -6,7 +6,6 @@
 0.2 s while the study's own Links (apps/scripts/study/links.py) runs the cell, into OUT/cpu_samples.json.
 `report` takes the samples between 45 % and 95 % of the run (steady steps) and prints, per thread, its CPU
 time (user + system), voluntary and involuntary context switches per step."""
-import argparse
 import json
 import os
 import sys
@@ -17,9 +16,7 @@ import time
 def run(model, strategy, out, steps):
     sys.path.insert(0, os.path.join(os.getcwd(), "apps", "scripts", "study"))
     import links  # noqa: E402
-    a = argparse.Namespace(models=model, strategies=strategy, rates="10gbit", hosts=2, ranks_per_host=1, batch=8,
-                           encoder_batch=4, image_size=32, seq_len=32, steps=steps, build="build-cpu", out=out,
-                           predict_only=False, copy_per_host=0)
+    a = links.one_cell_args(model, strategy, out, steps=steps)
     L = links.Links(a)
     exe = "train_encoder" if model.startswith("bert") else "train_imagenet"
     samples, stop = [], threading.Event()
