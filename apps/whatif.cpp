@@ -190,9 +190,11 @@ Inputs read_inputs(Args& a) {
   }
   in.net = Network{a.alpha_us, a.link_gbit > 0 ? tcp_payload_GBps(a.link_gbit, a.mtu) : a.bandwidth_gbit / 8,
                    a.allreduce_efficiency, a.host_GBps, a.copy_GBps, a.ps_efficiency};
-  if (!a.allreduce_json.empty())
-    in.net = fit_network(a.allreduce_json, a.backend), in.net.host_GBps = a.host_GBps, in.net.copy_GBps = a.copy_GBps,
-    in.net.ps_efficiency = a.ps_efficiency;
+  if (!a.allreduce_json.empty()) {  // alpha and bandwidth fitted; the host's and the server's rates as given
+    const Network given = in.net;
+    in.net = fit_network(a.allreduce_json, a.backend);
+    in.net.host_GBps = given.host_GBps, in.net.copy_GBps = given.copy_GBps, in.net.ps_efficiency = given.ps_efficiency;
+  }
   return in;
 }
 

@@ -4,7 +4,8 @@
 # prediction's host and copy terms, a sweep without the copy bench gets --copy-per-host x host_GBps,
 # the all-reduce efficiency's launches give each DDP cell a range around its prediction (the median
 # launch), and the parameter server's host term is the one-way one (S / host_GBps at one server);
-# links_repeats.py groups the launches of a cell across sweeps and judges the medians.
+# links_repeats.py groups the launches of a cell across sweeps and judges the medians; a measured
+# push-and-pull efficiency reaches the PS cells as --ps-efficiency.
 # Exits 77 (ctest: Skipped) when no python3 here has matplotlib.
 #   bash tests/test_study_links.sh BUILD_DIR [OUT_DIR]
 set -euo pipefail
@@ -73,5 +74,29 @@ for c in s["cells"]:
 md = open(os.path.join(out, "repeats", "repeats.md")).read()
 assert "cells within 10 %" in md and os.path.getsize(os.path.join(out, "repeats", "repeats.png")) > 10000, md[:500]
 print(f"links_repeats.py: {len(rows)} cells, 2 launches each")
+PY
+# A measured push-and-pull efficiency (links.py measure_rates; here written in) reaches the PS cells'
+# what-if as --ps-efficiency, which then charges no host work; --predict-only without --measure-ps
+# runs no bench.
+"$py" - "$out/links.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["ps_efficiency"] = {"10gbit": 0.8}
+json.dump(s, open(sys.argv[1], "w"))
+PY
+"$py" "$src/apps/scripts/study/links.py" --build "$build" --out "$out" --predict-only --copy-per-host 5 > "$out/log_ps" 2>&1 ||
+  { cat "$out/log_ps"; echo "FAIL: links.py --predict-only with a PS efficiency"; exit 1; }
+"$py" - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+cells = {c["tag"]: c for c in json.load(open(os.path.join(out, "links.json")))["cells"]}
+w = json.load(open(os.path.join(out, "whatif", "resnet18_ps_10gbit_2x1.json")))
+assert w["inputs"]["network"]["ps_efficiency"] == 0.8, w["inputs"]["network"]
+assert cells["resnet18_ps_10gbit_2x1"]["predicted"]["host_cpu_ms"] == 0, cells["resnet18_ps_10gbit_2x1"]["predicted"]
+others = [t for t in cells if "_ps_" not in t]
+for t in others:
+    n = json.load(open(os.path.join(out, "whatif", t + ".json")))["inputs"]["network"]
+    assert n["ps_efficiency"] == 0, (t, n)
+print(f"links.py --ps-efficiency: PS cell at 0.8, {len(others)} other cells at 0")
 PY
 echo "test_study_links: all checks passed ($out)"

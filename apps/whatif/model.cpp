@@ -2,10 +2,9 @@
 #include "apps/whatif/model.h"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
+#include <functional>
 
-#include "apps/whatif/replay.h"
 #include "apps/trainer/step/name_table.h"  // defines: NameTable, from_name, name_of
 #include "core/check.h"
 #include "dist/extras/parameter_server.h"  // assign_partitions: the servers' whole-tensor partitions
@@ -155,49 +154,54 @@ Replay zero3_replay(const StepProfile& p, double forward_ms, double time_scale,
     segs.push_back({tail, {}, -1, {}});
     return replay_step(segs, xs);
   }
-  // Forward: the root's runs gathered together at the step's start and waited for before any compute;
-  // the first other unit's gather issued with them; reaching a unit issues the next one's
-  // (Zero3Options::prefetch = 1), then waits for its own. The forward runs the buckets in reverse
-  // launch order, each taking the share of the forward that it takes of backward.
+  // One pass over the buckets in `order` (forward: reverse launch order; backward: launch order), each
+  // a segment of `work_of(i)`: reaching a unit issues its gather unless it is out already (its
+  // prefetch) and the next unit's (Zero3Options::prefetch = 1), then waits for its own; `on_end(i)`
+  // is issued when the segment is done. A resident (root) bucket waits for `root_wait`.
+  std::vector<int> gathered(nb, -1);  // each unit's gather in the current pass
+  auto pass = [&](const std::vector<size_t>& order, const std::function<double(size_t)>& work_of,
+                  const std::function<std::vector<int>(size_t)>& on_end, int root_wait) {
+    std::vector<size_t> units_in_order;
+    for (size_t i : order)
+      if (!p.buckets[i].resident) units_in_order.push_back(i);
+    size_t k = 0;  // units reached
+    for (size_t i : order) {
+      Segment g{work_of(i), {}, root_wait, {}};
+      if (!p.buckets[i].resident) {
+        for (size_t u : {i, k + 1 < units_in_order.size() ? units_in_order[k + 1] : i})
+          if (gathered[u] < 0) g.on_start.push_back(gathered[u] = transfer(gather_ms(p.buckets[u].bytes)));
+        g.wait_for = gathered[i];
+        ++k;
+      }
+      g.on_end = on_end(i);
+      segs.push_back(g);
+    }
+  };
+  std::vector<size_t> forward_order, backward_order;
+  for (size_t i = 0; i < nb; ++i) backward_order.push_back(i), forward_order.push_back(nb - 1 - i);
+  // Forward: the root's runs gathered together at the step's start, the first unit's gather with them
+  // (the root's pre-forward hook), and the root waited for before any compute. Each bucket takes the
+  // share of the forward that it takes of backward.
   double root = 0;
   for (const Bucket& b : p.buckets) root += b.resident ? b.bytes : 0.0;
-  std::vector<size_t> fwd;  // the other units, in forward order
-  for (size_t i = nb; i-- > 0;)
-    if (!p.buckets[i].resident) fwd.push_back(i);
-  std::vector<int> gathered(nb, -1);  // each unit's gather in the current pass
-  Segment start{};
   const int root_gather = root > 0 ? transfer(gather_ms(root)) : -1;
+  Segment start{0, {}, root_gather, {}};
   if (root_gather >= 0) start.on_start.push_back(root_gather);
-  if (!fwd.empty()) start.on_start.push_back(gathered[fwd[0]] = transfer(gather_ms(p.buckets[fwd[0]].bytes)));
-  start.wait_for = root_gather;
+  for (size_t i : forward_order)
+    if (!p.buckets[i].resident) {
+      start.on_start.push_back(gathered[i] = transfer(gather_ms(p.buckets[i].bytes)));
+      break;
+    }
   segs.push_back(start);
   const double bwd_span = std::max(1e-9, bwd_end - bwd_begin);
-  for (size_t k = 0, i = nb; i-- > 0;) {
-    Segment g{work[i] / bwd_span * forward_ms, {}, -1, {}};
-    if (!p.buckets[i].resident) {
-      if (k + 1 < fwd.size()) g.on_start.push_back(gathered[fwd[k + 1]] = transfer(gather_ms(p.buckets[fwd[k + 1]].bytes)));
-      g.wait_for = gathered[i];
-      ++k;
-    }
-    segs.push_back(g);
-  }
-  // Backward: dist/zero3.cpp frees every unit after its forward but the root, so reaching a unit's
-  // backward gathers it again (if its prefetch is not out yet) and prefetches the next one; its end
-  // reduce-scatters its gradients. The gathers queue behind the reduce-scatters issued before them.
+  pass(forward_order, [&](size_t i) { return work[i] / bwd_span * forward_ms; },
+       [](size_t) { return std::vector<int>{}; }, root_gather);
+  // Backward: dist/zero3.cpp frees every unit after its forward but the root, so each unit is gathered
+  // again; its end reduce-scatters its gradients. The gathers queue behind the reduce-scatters issued
+  // before them.
   std::fill(gathered.begin(), gathered.end(), -1);
-  std::vector<size_t> bwd;  // the other units, in backward (launch) order
-  for (size_t i = 0; i < nb; ++i)
-    if (!p.buckets[i].resident) bwd.push_back(i);
-  for (size_t k = 0, i = 0; i < nb; ++i) {
-    Segment b{work[i], {}, -1, {transfer(reduce_scatter_ms(p.buckets[i].bytes))}};
-    if (!p.buckets[i].resident) {
-      if (gathered[i] < 0) b.on_start.push_back(gathered[i] = transfer(gather_ms(p.buckets[i].bytes)));
-      if (k + 1 < bwd.size()) b.on_start.push_back(gathered[bwd[k + 1]] = transfer(gather_ms(p.buckets[bwd[k + 1]].bytes)));
-      b.wait_for = gathered[i];
-      ++k;
-    }
-    segs.push_back(b);
-  }
+  pass(backward_order, [&](size_t i) { return work[i]; },
+       [&](size_t i) { return std::vector<int>{transfer(reduce_scatter_ms(p.buckets[i].bytes))}; }, -1);
   segs.push_back({tail, {}, -1, {}});
   return replay_step(segs, xs);
 }
@@ -274,11 +278,8 @@ Prediction predict(const StepProfile& p, const Network& net, const StrategyOptio
                    ? (b.resident ? 0.0 : all_gather_ms(bytes, dp, n)) + reduce_scatter_ms(bytes, dp, n)
                    : ring_allreduce_ms(bytes, dp, n);
       };
-      if (zero3) {  // on the channel in zero3_replay
-        on_host(cost_on(host));
-        continue;
-      }
-      if (overlap) on_host(cost_on(host));
+      if (overlap) on_host(cost_on(host));  // beside backward; alone (below), the host work is in its time
+      if (zero3) continue;                  // on the channel in zero3_replay
       const double cost = overlap ? cost_on(net) : alone(cost_on(net), cost_on(host));
       // A bucket's gradients are ready later by the TP forward all-reduces, and by its share of the
       // backward TP all-reduces (they run before it, in order).

@@ -250,13 +250,19 @@ def whatif(a, study, cell, alpha_us, efficiency, name):
            "--allreduce-efficiency", str(efficiency),
            "--host-GBps", str(cell.get("host_GBps") or study.get("host_GBps") or 0),
            "--copy-GBps", str(copy_GBps(a, study, cell)),
-           "--ps-efficiency", str(study.get("ps_efficiency", {}).get(cell["rate"]) or 0 if cell["strategy"] == "ps" else 0),
+           "--ps-efficiency", str(ps_efficiency(study, cell)),
            "--ranks", str(cell["ranks"]), "--cores", "0", "--measured", mpath, "--json", jpath]
     cmd += grid.whatif_args(cell["strategy"])
     if not grid.is_encoder(cell["model"]):
         cmd += ["--num-classes", "10"]
     subprocess.check_output(cmd, text=True)
     return json.load(open(jpath))["predictions"][0]
+
+
+def ps_efficiency(study, cell):
+    """A PS cell's push-and-pull efficiency measured at its rate (measure_rates); 0 (not measured: the what-if
+    adds link time and host work) for other cells and for a sweep without the bench."""
+    return (study.get("ps_efficiency", {}).get(cell["rate"]) or 0) if cell["strategy"] == "ps" else 0
 
 
 def copy_GBps(a, study, cell):
